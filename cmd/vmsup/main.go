@@ -1,0 +1,92 @@
+// Command vmsup runs QEMU virtual machines described by TOML files as
+// transient systemd units and controls them over QMP. It is a thin layer
+// over package supervisor: it parses flags and prints.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	root, bus, journal, qemu string
+	wait, json, verbose      bool
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	root := newRoot()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "vmsup:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+type usageError struct{ error }
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "vmsup",
+		Short:         "Run QEMU VMs from TOML files as systemd units, controlled over QMP",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.root, "root", envOr("VMSUP_ROOT", "/var/lib/vmsup"), "state directory root (env VMSUP_ROOT)")
+	pf.StringVar(&g.bus, "systemd-bus", os.Getenv("VMSUP_SYSTEMD_BUS"), "D-Bus address of the systemd running VM units; empty = system bus (env VMSUP_SYSTEMD_BUS)")
+	pf.StringVar(&g.journal, "journal-dir", os.Getenv("VMSUP_JOURNAL_DIR"), "journal directory of that systemd, if not the host's (env VMSUP_JOURNAL_DIR)")
+	pf.StringVar(&g.qemu, "qemu", envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"), "QEMU binary (env VMSUP_QEMU)")
+	pf.BoolVar(&g.wait, "wait", false, "wait for a busy VM instead of failing")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")
+	root.AddCommand(
+		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
+		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g),
+	)
+	return root
+}
+
+func (g *globals) supervisor() (*supervisor.Supervisor, error) {
+	level := slog.LevelWarn
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	return supervisor.New(supervisor.Options{
+		Root:        g.root,
+		SystemdBus:  g.bus,
+		JournalDir:  g.journal,
+		QEMU:        g.qemu,
+		WaitForLock: g.wait,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+	})
+}

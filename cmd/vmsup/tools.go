@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+func argvCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "argv FILE",
+		Short: "Print the exact QEMU argv for FILE, one argument per line",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fs, err := loadFiles(args)
+			if err != nil {
+				return err
+			}
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			argv, err := sup.Argv(fs[0])
+			if err != nil {
+				return err
+			}
+			for _, a := range argv {
+				fmt.Fprintln(cmd.OutOrStdout(), a)
+			}
+			return nil
+		},
+	}
+}
+
+func validateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE...",
+		Short: "Check FILEs (syntax, fields, referenced files, host limits) without starting anything",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fs, err := loadFiles(args)
+			if err != nil {
+				return err
+			}
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			if err := sup.Validate(fs...); err != nil {
+				return err
+			}
+			for _, f := range fs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (vm %q)\n", f.Path, f.VM.Name)
+			}
+			return nil
+		},
+	}
+}
+
+func qmpCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "qmp NAME JSON",
+		Short: `Send one raw QMP command, e.g. vmsup qmp web '{"execute":"query-status"}'`,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := vmName(args[0])
+			if err != nil {
+				return err
+			}
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			reply, err := sup.QMP(cmd.Context(), name, []byte(args[1]))
+			if len(reply) > 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), string(reply))
+			}
+			return err
+		},
+	}
+}
+
+// detachKey is Ctrl-] (as telnet and virsh console use).
+const detachKey = 0x1d
+
+func consoleCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "console NAME",
+		Short: "Attach to the VM's serial console (detach with Ctrl-])",
+		Long: "Attach to the VM's serial console socket. On a terminal, Ctrl-] detaches and leaves the VM running.\n" +
+			"Without a terminal, stdin is sent to the console until it ends, and console output is copied to stdout.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := vmName(args[0])
+			if err != nil {
+				return err
+			}
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			path := sup.ConsoleSocket(name)
+			d := net.Dialer{Timeout: 3 * time.Second}
+			conn, err := d.DialContext(cmd.Context(), "unix", path)
+			if err != nil {
+				return fmt.Errorf("vm %q: console: %w (is it running?)", name, err)
+			}
+			defer conn.Close()
+			return attach(cmd.Context(), conn, os.Stdin, cmd.OutOrStdout())
+		},
+	}
+}
+
+func attach(ctx context.Context, conn net.Conn, in *os.File, out io.Writer) error {
+	fd := int(in.Fd())
+	isTTY := term.IsTerminal(fd)
+	if isTTY {
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			return err
+		}
+		defer term.Restore(fd, old)
+		fmt.Fprint(out, "Connected to the console; Ctrl-] detaches.\r\n")
+	}
+	done := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(out, conn)
+		done <- err
+	}()
+	go func() {
+		buf := make([]byte, 1024)
+		for {
+			n, err := in.Read(buf)
+			for i := 0; i < n; i++ {
+				if isTTY && buf[i] == detachKey {
+					_, _ = conn.Write(buf[:i])
+					done <- nil
+					return
+				}
+			}
+			if n > 0 {
+				if _, werr := conn.Write(buf[:n]); werr != nil {
+					done <- werr
+					return
+				}
+			}
+			if err != nil {
+				// stdin ended: give the guest a moment to answer, then leave.
+				time.Sleep(500 * time.Millisecond)
+				done <- nil
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if isTTY {
+			fmt.Fprint(out, "\r\nDetached.\r\n")
+		}
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+func stopHookCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    "stop-hook NAME",
+		Short:  "Graceful stop run by the VM's unit (ExecStop=); not for direct use",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			step, err := sup.StopHook(cmd.Context(), args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-hook %s: %s\n", args[0], step)
+			return err
+		},
+	}
+}

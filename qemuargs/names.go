@@ -1,0 +1,62 @@
+package qemuargs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+)
+
+// Fixed ids of the parts every VM has. Chardev, device, netdev and node-name
+// ids live in separate QEMU namespaces; within each, the fixed ids below never
+// start with the prefixes used for user-named disks and NICs.
+const (
+	ConsoleChardevID    = "console"        // serial console chardev
+	QMPChardevID        = "qmp"            // QMP monitor for commands
+	EventsChardevID     = "qmp-events"     // QMP monitor for events
+	AgentChardevID      = "guest-agent"    // qemu-ga channel chardev
+	AgentSerialDeviceID = "virtio-serial0" // virtio-serial-pci carrying the agent port
+	AgentPortDeviceID   = "guest-agent"    // virtserialport named AgentPortName
+	AgentPortName       = "org.qemu.guest_agent.0"
+
+	OVMFCodeNodeName = "ovmf-code" // raw node attached as pflash0
+	OVMFVarsNodeName = "ovmf-vars" // raw node attached as pflash1
+)
+
+// maxNodeName is the longest node-name QEMU accepts (bs->node_name is
+// char[32]).
+const maxNodeName = 31
+
+// nodeSuffix shortens a disk name so that "file-"+suffix fits maxNodeName.
+// Names of up to 25 bytes are used as they are; longer ones become their
+// first 17 bytes, "-" and 8 hex digits of their SHA-256 (26 bytes), so a
+// shortened name can never equal a name used as is.
+func nodeSuffix(name string) string {
+	const keep, short = 17, 25
+	if len(name) <= short {
+		return name
+	}
+	h := sha256.Sum256([]byte(name))
+	return name[:keep] + "-" + hex.EncodeToString(h[:4])
+}
+
+// DiskNodeName is the node-name of the format node (qcow2 or raw) of the disk
+// named disk: the node its device's drive= refers to.
+func DiskNodeName(disk string) string { return "fmt-" + nodeSuffix(disk) }
+
+// DiskFileNodeName is the node-name of the protocol ("file") node under
+// DiskNodeName(disk).
+func DiskFileNodeName(disk string) string { return "file-" + nodeSuffix(disk) }
+
+// DiskDeviceID is the qdev id of the disk's virtio-blk-pci device (the id
+// device_del and DEVICE_DELETED use).
+func DiskDeviceID(disk string) string { return "disk-" + disk }
+
+// NICDeviceID is the qdev id of the NIC's virtio-net-pci device.
+func NICDeviceID(nic string) string { return "nic-" + nic }
+
+// NetdevID is the id of the NIC's -netdev backend (netdev_del takes it).
+func NetdevID(nic string) string { return "net-" + nic }
+
+// RootPortID is the id of the i-th pcie-root-port (1-based, equal to its
+// chassis number): "rp1", "rp2", ...
+func RootPortID(i int) string { return "rp" + strconv.Itoa(i) }

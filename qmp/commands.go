@@ -1,0 +1,213 @@
+package qmp
+
+import (
+	"context"
+	"errors"
+
+	"github.com/digitalocean/go-qemu/qmp"
+)
+
+// Typed wrappers for the QMP commands vmsup uses. Field names follow
+// `man 7 qemu-qmp-ref` (QEMU 7.2); optional fields are pointers or omitempty.
+
+// StatusInfo is query-status's reply.
+type StatusInfo struct {
+	// Status is the run state: "running", "paused", "prelaunch", "shutdown",
+	// "inmigrate", "postmigrate", "internal-error", "io-error", ...
+	Status     string `json:"status"`
+	Running    bool   `json:"running"`
+	Singlestep bool   `json:"singlestep"`
+}
+
+// QueryStatus returns the VM's run state.
+func (c *Conn) QueryStatus(ctx context.Context) (StatusInfo, error) {
+	var s StatusInfo
+	err := c.Execute(ctx, "query-status", nil, &s)
+	return s, err
+}
+
+// Stop pauses the vCPUs (QEMU then sends STOP).
+func (c *Conn) Stop(ctx context.Context) error { return c.Execute(ctx, "stop", nil, nil) }
+
+// Cont resumes the vCPUs (QEMU then sends RESUME).
+func (c *Conn) Cont(ctx context.Context) error { return c.Execute(ctx, "cont", nil, nil) }
+
+// SystemPowerdown presses the ACPI power button. It returns at once; the
+// guest may ignore it. QEMU sends POWERDOWN, then SHUTDOWN if the guest
+// powers off.
+func (c *Conn) SystemPowerdown(ctx context.Context) error {
+	return c.Execute(ctx, "system_powerdown", nil, nil)
+}
+
+// SystemReset resets the machine (QEMU then sends RESET).
+func (c *Conn) SystemReset(ctx context.Context) error {
+	return c.Execute(ctx, "system_reset", nil, nil)
+}
+
+// Quit makes QEMU exit at once, without a guest shutdown. The connection
+// ends right after; a connection lost before the reply counts as success.
+func (c *Conn) Quit(ctx context.Context) error {
+	err := c.Execute(ctx, "quit", nil, nil)
+	if errors.Is(err, ErrClosed) && !c.closedByUs() {
+		return nil
+	}
+	return err
+}
+
+// KVMInfo is query-kvm's reply.
+type KVMInfo struct {
+	Enabled bool `json:"enabled"`
+	Present bool `json:"present"`
+}
+
+// QueryKVM reports whether KVM is present and in use.
+func (c *Conn) QueryKVM(ctx context.Context) (KVMInfo, error) {
+	var k KVMInfo
+	err := c.Execute(ctx, "query-kvm", nil, &k)
+	return k, err
+}
+
+// QueryVersion returns the running QEMU's version.
+func (c *Conn) QueryVersion(ctx context.Context) (qmp.Version, error) {
+	var v qmp.Version
+	err := c.Execute(ctx, "query-version", nil, &v)
+	return v, err
+}
+
+// QueryName returns the VM name given with -name ("" if none).
+func (c *Conn) QueryName(ctx context.Context) (string, error) {
+	var n struct {
+		Name string `json:"name"`
+	}
+	err := c.Execute(ctx, "query-name", nil, &n)
+	return n.Name, err
+}
+
+// CPUInstanceProperties locate a vCPU in the topology. Absent ones are nil.
+type CPUInstanceProperties struct {
+	NodeID    *int64 `json:"node-id,omitempty"`
+	SocketID  *int64 `json:"socket-id,omitempty"`
+	DieID     *int64 `json:"die-id,omitempty"`
+	ClusterID *int64 `json:"cluster-id,omitempty"`
+	CoreID    *int64 `json:"core-id,omitempty"`
+	ThreadID  *int64 `json:"thread-id,omitempty"`
+}
+
+// CPUInfoFast is one entry of query-cpus-fast.
+type CPUInfoFast struct {
+	CPUIndex int64                 `json:"cpu-index"`
+	QOMPath  string                `json:"qom-path"`
+	ThreadID int64                 `json:"thread-id"`
+	Props    CPUInstanceProperties `json:"props"`
+	Target   string                `json:"target"`
+}
+
+// QueryCPUsFast lists the vCPUs without interrupting them.
+func (c *Conn) QueryCPUsFast(ctx context.Context) ([]CPUInfoFast, error) {
+	var cpus []CPUInfoFast
+	err := c.Execute(ctx, "query-cpus-fast", nil, &cpus)
+	return cpus, err
+}
+
+// HotpluggableCPU is one entry of query-hotpluggable-cpus. QOMPath is empty
+// for a slot that is not plugged; Type and Props are what device_add needs.
+type HotpluggableCPU struct {
+	Type       string                `json:"type"`
+	VCPUsCount int64                 `json:"vcpus-count"`
+	Props      CPUInstanceProperties `json:"props"`
+	QOMPath    string                `json:"qom-path,omitempty"`
+}
+
+// QueryHotpluggableCPUs lists vCPU slots, plugged or not.
+func (c *Conn) QueryHotpluggableCPUs(ctx context.Context) ([]HotpluggableCPU, error) {
+	var cpus []HotpluggableCPU
+	err := c.Execute(ctx, "query-hotpluggable-cpus", nil, &cpus)
+	return cpus, err
+}
+
+// DeviceAdd plugs a device. args is a typed value marshalling to
+// device_add's arguments ({"driver":..., "id":..., ...}).
+func (c *Conn) DeviceAdd(ctx context.Context, args any) error {
+	return c.Execute(ctx, "device_add", args, nil)
+}
+
+// DeviceDel asks the guest to release device id. Removal is complete only
+// when DEVICE_DELETED arrives: subscribe before calling.
+func (c *Conn) DeviceDel(ctx context.Context, id string) error {
+	args := struct {
+		ID string `json:"id"`
+	}{id}
+	return c.Execute(ctx, "device_del", args, nil)
+}
+
+// BlockdevAdd adds a block node; args marshals to blockdev-add's arguments.
+func (c *Conn) BlockdevAdd(ctx context.Context, args any) error {
+	return c.Execute(ctx, "blockdev-add", args, nil)
+}
+
+// BlockdevDel removes the block node nodeName (no device may use it).
+func (c *Conn) BlockdevDel(ctx context.Context, nodeName string) error {
+	args := struct {
+		NodeName string `json:"node-name"`
+	}{nodeName}
+	return c.Execute(ctx, "blockdev-del", args, nil)
+}
+
+// ImageInfo is the image part of a BlockNode.
+type ImageInfo struct {
+	Filename    string `json:"filename"`
+	Format      string `json:"format"`
+	VirtualSize int64  `json:"virtual-size"`
+	ActualSize  int64  `json:"actual-size,omitempty"`
+	BackingFile string `json:"backing-filename,omitempty"`
+}
+
+// BlockNode is one entry of query-named-block-nodes (a subset of QEMU's
+// BlockDeviceInfo).
+type BlockNode struct {
+	NodeName    string    `json:"node-name"`
+	Driver      string    `json:"drv"`
+	File        string    `json:"file"`
+	ReadOnly    bool      `json:"ro"`
+	Encrypted   bool      `json:"encrypted"`
+	BackingFile string    `json:"backing_file,omitempty"`
+	Image       ImageInfo `json:"image"`
+}
+
+// QueryNamedBlockNodes lists block nodes. flat omits backing-chain details.
+func (c *Conn) QueryNamedBlockNodes(ctx context.Context, flat bool) ([]BlockNode, error) {
+	args := struct {
+		Flat bool `json:"flat,omitempty"`
+	}{flat}
+	var nodes []BlockNode
+	err := c.Execute(ctx, "query-named-block-nodes", args, &nodes)
+	return nodes, err
+}
+
+// NetdevAdd adds a host network backend; args marshals to netdev_add's
+// arguments ({"type":"tap","id":...,"fd":...}).
+func (c *Conn) NetdevAdd(ctx context.Context, args any) error {
+	return c.Execute(ctx, "netdev_add", args, nil)
+}
+
+// NetdevDel removes the network backend id.
+func (c *Conn) NetdevDel(ctx context.Context, id string) error {
+	args := struct {
+		ID string `json:"id"`
+	}{id}
+	return c.Execute(ctx, "netdev_del", args, nil)
+}
+
+// ObjectAdd creates a QOM object; args marshals to object-add's arguments
+// ({"qom-type":"memory-backend-ram","id":...,"size":...}).
+func (c *Conn) ObjectAdd(ctx context.Context, args any) error {
+	return c.Execute(ctx, "object-add", args, nil)
+}
+
+// ObjectDel deletes the QOM object id.
+func (c *Conn) ObjectDel(ctx context.Context, id string) error {
+	args := struct {
+		ID string `json:"id"`
+	}{id}
+	return c.Execute(ctx, "object-del", args, nil)
+}

@@ -1,0 +1,221 @@
+package spec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	toml "github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// File is a parsed VM description together with where it came from, so later
+// checks (by the supervisor) can report errors at the right line.
+type File struct {
+	Path string // as given by the user
+	Raw  []byte // the exact bytes parsed
+	VM   VM
+	pos  map[string]keyPos
+}
+
+type keyPos struct {
+	Position
+	value string // raw value text, for KeyValue entries
+}
+
+// Position is a place in a TOML file (1-based).
+type Position struct{ Line, Col int }
+
+// Error is a problem with one field of one file. Its text is one line:
+// "web.toml:12:8: disk[1].file: /x.qcow2: no such file".
+type Error struct {
+	File  string
+	Pos   Position // zero when unknown
+	Field string   // "memory", "disk[1].file"; empty for whole-file problems
+	Msg   string
+	Err   error // optional underlying error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Pos.Line > 0 {
+		fmt.Fprintf(&b, ":%d:%d", e.Pos.Line, e.Pos.Col)
+	}
+	if e.Field != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Field)
+	}
+	b.WriteString(": ")
+	b.WriteString(oneLine(e.Msg))
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Load reads and parses the TOML file at path. Relative paths inside it are
+// resolved against the file's directory.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: err.Error(), Err: err}
+	}
+	return Parse(path, data)
+}
+
+// Parse parses data as if it were the file at path: strict (unknown keys are
+// errors), defaults filled, relative paths made absolute against path's
+// directory, and the result validated.
+func Parse(path string, data []byte) (*File, error) {
+	f := &File{Path: path, Raw: data}
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := dec.Decode(&f.VM); err != nil {
+		return nil, f.decodeError(err)
+	}
+	f.pos = positions(data)
+	f.VM.applyDefaults()
+	f.resolvePaths()
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Errorf returns an *Error for field (as named in error messages, e.g.
+// "disk[1].file"), with its position in the file when known.
+func (f *File) Errorf(field string, format string, args ...any) *Error {
+	e := &Error{File: f.Path, Field: field, Msg: fmt.Sprintf(format, args...), Pos: f.lookup(field)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			e.Err = err
+		}
+	}
+	return e
+}
+
+func (f *File) lookup(field string) Position {
+	for field != "" {
+		if p, ok := f.pos[field]; ok {
+			return p.Position
+		}
+		i := strings.LastIndexAny(field, ".[")
+		if i < 0 {
+			break
+		}
+		field = field[:i]
+	}
+	return Position{}
+}
+
+func (f *File) decodeError(err error) error {
+	var sm *toml.StrictMissingError
+	if errors.As(err, &sm) && len(sm.Errors) > 0 {
+		de := sm.Errors[0]
+		row, col := de.Position()
+		return &Error{File: f.Path, Pos: Position{row, col}, Field: keyString(de.Key()),
+			Msg: "unknown key (see testdata/example.toml for the keys vmsup knows)", Err: err}
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		return &Error{File: f.Path, Pos: Position{row, col}, Field: keyString(de.Key()),
+			Msg: strings.TrimPrefix(de.Error(), "toml: "), Err: err}
+	}
+	// Errors from a value's UnmarshalText for a non-string TOML value (memory =
+	// true) come without a position: find the key whose value was that text.
+	var ve *valueError
+	if errors.As(err, &ve) {
+		for k, p := range positions(f.Raw) {
+			if p.value == ve.text {
+				return &Error{File: f.Path, Pos: p.Position, Field: k, Msg: ve.Error(), Err: err}
+			}
+		}
+	}
+	return &Error{File: f.Path, Msg: err.Error(), Err: err}
+}
+
+func keyString(k toml.Key) string { return strings.Join(k, ".") }
+
+func (f *File) resolvePaths() {
+	dir := filepath.Dir(f.Path)
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	f.VM.Boot.Kernel = abs(f.VM.Boot.Kernel)
+	f.VM.Boot.Initrd = abs(f.VM.Boot.Initrd)
+	for i := range f.VM.Disks {
+		f.VM.Disks[i].File = abs(f.VM.Disks[i].File)
+	}
+}
+
+// positions maps every key path in data ("memory", "boot.kernel",
+// "disk[1].file") to where it is written, using go-toml's parser so error
+// messages from later checks can still say file:line:col.
+func positions(data []byte) map[string]keyPos {
+	out := map[string]keyPos{}
+	var p unstable.Parser
+	p.Reset(data)
+	table := ""
+	arrays := map[string]int{}
+	for p.NextExpression() {
+		n := p.Expression()
+		switch n.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			name := joinKey(n.Key())
+			if n.Kind == unstable.ArrayTable {
+				idx := arrays[name]
+				arrays[name] = idx + 1
+				name = name + "[" + strconv.Itoa(idx) + "]"
+			}
+			table = name
+			out[table] = keyPos{Position: nodePos(&p, n.Key())}
+		case unstable.KeyValue:
+			k := joinKey(n.Key())
+			if table != "" {
+				k = table + "." + k
+			}
+			out[k] = keyPos{Position: nodePos(&p, n.Key()), value: string(n.Value().Data)}
+		}
+	}
+	return out
+}
+
+func joinKey(it unstable.Iterator) string {
+	var parts []string
+	for it.Next() {
+		parts = append(parts, string(it.Node().Data))
+	}
+	return strings.Join(parts, ".")
+}
+
+func nodePos(p *unstable.Parser, it unstable.Iterator) Position {
+	if !it.Next() {
+		return Position{}
+	}
+	n := it.Node()
+	r := n.Raw
+	if r.Length == 0 {
+		r = p.Range(n.Data)
+	}
+	s := p.Shape(r)
+	return Position{s.Start.Line, s.Start.Column}
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
+}

@@ -1,0 +1,184 @@
+package spec
+
+import "time"
+
+// VM is one virtual machine as written in a TOML file. Field comments give the
+// TOML key and the default Load fills in; testdata/example.toml is the
+// commented reference a user copies.
+type VM struct {
+	Name        string `toml:"name"`        // required: [A-Za-z0-9][A-Za-z0-9_.-]*, at most 64 bytes
+	Description string `toml:"description"` // free text, shown by status
+	Machine     string `toml:"machine"`     // "q35" (default) or "pc"
+	Accel       Accel  `toml:"accel"`       // "auto" (default), "kvm" or "tcg"
+	CPUModel    string `toml:"cpu_model"`   // default "host" under KVM, "max" under TCG
+	CPUs        int    `toml:"cpus"`        // default 1
+	MaxCPUs     int    `toml:"max_cpus"`    // vCPU hotplug ceiling; default = cpus
+	Memory      Size   `toml:"memory"`      // required, e.g. "512M"
+	MaxMemory   Size   `toml:"max_memory"`  // memory hotplug ceiling; default = memory (no hotplug)
+	// HotplugSlots is the number of empty PCIe root ports reserved for disk and
+	// NIC hotplug on q35 (default 8). q35 cannot hotplug onto pcie.0 itself.
+	HotplugSlots *int     `toml:"hotplug_slots"`
+	StopTimeout  Duration `toml:"stop_timeout"` // graceful shutdown bound; default "60s"
+	GuestAgent   *bool    `toml:"guest_agent"`  // qemu-ga channel; default true
+	Autostart    bool     `toml:"autostart"`    // start at host boot (vmsup.target)
+
+	Boot   Boot   `toml:"boot"`
+	Disks  []Disk `toml:"disk"`
+	NICs   []NIC  `toml:"nic"`
+	Limits Limits `toml:"limits"`
+}
+
+// Accel is the accelerator choice.
+type Accel string
+
+// Accelerators. AccelAuto picks KVM only where it can run a stock guest.
+const (
+	AccelAuto Accel = "auto"
+	AccelKVM  Accel = "kvm"
+	AccelTCG  Accel = "tcg"
+)
+
+// Firmware kinds.
+const (
+	FirmwareBIOS  = "bios"  // SeaBIOS
+	FirmwareUEFI  = "uefi"  // OVMF, with a per-VM copy of the variable store
+	FirmwareQboot = "qboot" // minimal firmware for direct kernel boot
+)
+
+// Boot says how the guest starts: direct kernel boot when Kernel is set,
+// otherwise firmware boot from the disks.
+type Boot struct {
+	Firmware string `toml:"firmware"` // "bios" (default), "uefi" or "qboot"
+	Kernel   string `toml:"kernel"`   // path; relative paths are relative to the TOML file
+	Initrd   string `toml:"initrd"`   // path; needs kernel
+	Cmdline  string `toml:"cmdline"`  // kernel command line; needs kernel
+}
+
+// Disk formats.
+const (
+	FormatQcow2 = "qcow2"
+	FormatRaw   = "raw"
+)
+
+// Disk is a block device backed by a file.
+type Disk struct {
+	Name      string `toml:"name"`       // required, unique in the VM; the QEMU node and device id derive from it
+	File      string `toml:"file"`       // required image path
+	Format    string `toml:"format"`     // "qcow2" or "raw"; default from the file extension (.qcow2 -> qcow2, else raw)
+	ReadOnly  bool   `toml:"read_only"`  // open the image read-only
+	Cache     string `toml:"cache"`      // "writeback" (default), "none", "writethrough", "directsync", "unsafe"
+	AIO       string `toml:"aio"`        // "threads" (default), "native" (needs cache none/directsync), "io_uring"
+	Discard   bool   `toml:"discard"`    // pass guest discards (unmap) to the image
+	Serial    string `toml:"serial"`     // guest-visible serial, at most 20 bytes
+	BootIndex int    `toml:"boot_index"` // firmware boot order, 0 = not bootable
+}
+
+// NIC types.
+const (
+	NICUser = "user" // QEMU user-mode networking (no host set-up)
+)
+
+// NIC is a network interface.
+type NIC struct {
+	Name     string   `toml:"name"`     // required, unique in the VM
+	Type     string   `toml:"type"`     // "user" (default)
+	MAC      string   `toml:"mac"`      // default derived from the VM name and NIC index
+	Forwards []string `toml:"forwards"` // user NICs: host forwards "tcp:127.0.0.1:2222-:22"
+}
+
+// Limits are the cgroup limits of the VM's unit.
+type Limits struct {
+	// MemoryOverhead is added to the guest memory to form the unit's MemoryMax.
+	// Default 256M (QEMU's own memory with TCG's translation cache, measured).
+	MemoryOverhead Size `toml:"memory_overhead"`
+	CPUQuota       int  `toml:"cpu_quota"`  // percent of one CPU (200 = two CPUs); 0 = no quota
+	CPUWeight      int  `toml:"cpu_weight"` // 1..10000; 0 = systemd default
+	TasksMax       int  `toml:"tasks_max"`  // default 4096
+}
+
+// Defaults.
+const (
+	DefaultMachine        = "q35"
+	DefaultHotplugSlots   = 8
+	DefaultStopTimeout    = 60 * time.Second
+	DefaultMemoryOverhead = 256 * MiB
+	DefaultTasksMax       = 4096
+	MaxNameLen            = 64
+)
+
+// Slots returns the number of hotplug root ports.
+func (vm *VM) Slots() int {
+	if vm.HotplugSlots == nil {
+		return 0
+	}
+	return *vm.HotplugSlots
+}
+
+// HasGuestAgent reports whether the guest-agent channel is configured.
+func (vm *VM) HasGuestAgent() bool { return vm.GuestAgent == nil || *vm.GuestAgent }
+
+// applyDefaults fills the documented defaults in place.
+func (vm *VM) applyDefaults() {
+	if vm.Machine == "" {
+		vm.Machine = DefaultMachine
+	}
+	if vm.Accel == "" {
+		vm.Accel = AccelAuto
+	}
+	if vm.CPUs == 0 {
+		vm.CPUs = 1
+	}
+	if vm.MaxCPUs == 0 {
+		vm.MaxCPUs = vm.CPUs
+	}
+	if vm.MaxMemory == 0 {
+		vm.MaxMemory = vm.Memory
+	}
+	if vm.HotplugSlots == nil {
+		n := DefaultHotplugSlots
+		if vm.Machine != "q35" {
+			n = 0
+		}
+		vm.HotplugSlots = &n
+	}
+	if vm.StopTimeout == 0 {
+		vm.StopTimeout = Duration(DefaultStopTimeout)
+	}
+	if vm.GuestAgent == nil {
+		t := true
+		vm.GuestAgent = &t
+	}
+	if vm.Boot.Firmware == "" {
+		vm.Boot.Firmware = FirmwareBIOS
+	}
+	for i := range vm.Disks {
+		d := &vm.Disks[i]
+		if d.Format == "" {
+			d.Format = FormatRaw
+			if hasSuffixFold(d.File, ".qcow2") {
+				d.Format = FormatQcow2
+			}
+		}
+		if d.Cache == "" {
+			d.Cache = "writeback"
+		}
+		if d.AIO == "" {
+			d.AIO = "threads"
+		}
+	}
+	for i := range vm.NICs {
+		n := &vm.NICs[i]
+		if n.Type == "" {
+			n.Type = NICUser
+		}
+		if n.MAC == "" {
+			n.MAC = DeriveMAC(vm.Name, i)
+		}
+	}
+	if vm.Limits.MemoryOverhead == 0 {
+		vm.Limits.MemoryOverhead = DefaultMemoryOverhead
+	}
+	if vm.Limits.TasksMax == 0 {
+		vm.Limits.TasksMax = DefaultTasksMax
+	}
+}

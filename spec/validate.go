@@ -1,0 +1,203 @@
+package spec
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// ValidName checks a VM, disk or NIC name: it becomes part of a unit name,
+// a directory name and QEMU ids, so it must not carry "/", "..", spaces,
+// commas or control characters.
+func ValidName(s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("name is empty")
+	case len(s) > MaxNameLen:
+		return fmt.Errorf("name %q is longer than %d bytes", s, MaxNameLen)
+	case strings.Contains(s, ".."):
+		return fmt.Errorf("name %q contains \"..\"", s)
+	case !nameRE.MatchString(s):
+		return fmt.Errorf("name %q may only contain letters, digits, '_', '.', '-' and must start with a letter or digit", s)
+	}
+	return nil
+}
+
+func (f *File) validate() error {
+	vm := &f.VM
+	if vm.Name == "" {
+		return f.Errorf("name", "missing (every VM needs a name)")
+	}
+	if err := ValidName(vm.Name); err != nil {
+		return f.Errorf("name", "%v", err)
+	}
+	switch vm.Machine {
+	case "q35", "pc":
+	default:
+		return f.Errorf("machine", "unknown machine %q (want \"q35\" or \"pc\")", vm.Machine)
+	}
+	switch vm.Accel {
+	case AccelAuto, AccelKVM, AccelTCG:
+	default:
+		return f.Errorf("accel", "unknown accelerator %q (want \"auto\", \"kvm\" or \"tcg\")", vm.Accel)
+	}
+	if vm.CPUModel != "" && !nameRE.MatchString(vm.CPUModel) {
+		return f.Errorf("cpu_model", "invalid CPU model %q", vm.CPUModel)
+	}
+	if vm.CPUs < 1 || vm.CPUs > 255 {
+		return f.Errorf("cpus", "%d is out of range 1..255", vm.CPUs)
+	}
+	if vm.MaxCPUs < vm.CPUs || vm.MaxCPUs > 255 {
+		return f.Errorf("max_cpus", "%d must be between cpus (%d) and 255", vm.MaxCPUs, vm.CPUs)
+	}
+	if vm.Memory == 0 {
+		return f.Errorf("memory", "missing (e.g. memory = \"512M\")")
+	}
+	if vm.Memory < 16*MiB {
+		return f.Errorf("memory", "%s is below the minimum of 16M", vm.Memory)
+	}
+	if vm.Memory%MiB != 0 {
+		return f.Errorf("memory", "%s is not a whole number of MiB", vm.Memory)
+	}
+	if vm.MaxMemory < vm.Memory || vm.MaxMemory%MiB != 0 {
+		return f.Errorf("max_memory", "%s must be a whole number of MiB and at least memory (%s)", vm.MaxMemory, vm.Memory)
+	}
+	if vm.MaxMemory > vm.Memory && vm.Machine != "q35" && vm.Machine != "pc" {
+		return f.Errorf("max_memory", "memory hotplug needs machine q35 or pc")
+	}
+	if s := vm.Slots(); s < 0 || s > 32 {
+		return f.Errorf("hotplug_slots", "%d is out of range 0..32", s)
+	}
+	if vm.Machine != "q35" && vm.Slots() != 0 {
+		return f.Errorf("hotplug_slots", "root ports exist only on q35; machine %q hotplugs onto pci.0", vm.Machine)
+	}
+	if vm.StopTimeout < 0 {
+		return f.Errorf("stop_timeout", "must not be negative")
+	}
+	if err := f.validateBoot(); err != nil {
+		return err
+	}
+	if err := f.validateDisks(); err != nil {
+		return err
+	}
+	if err := f.validateNICs(); err != nil {
+		return err
+	}
+	l := vm.Limits
+	if l.CPUQuota < 0 {
+		return f.Errorf("limits.cpu_quota", "must not be negative")
+	}
+	if l.CPUWeight != 0 && (l.CPUWeight < 1 || l.CPUWeight > 10000) {
+		return f.Errorf("limits.cpu_weight", "%d is out of range 1..10000", l.CPUWeight)
+	}
+	if l.TasksMax < 16 {
+		return f.Errorf("limits.tasks_max", "%d is too low for QEMU (at least 16)", l.TasksMax)
+	}
+	return nil
+}
+
+func (f *File) validateBoot() error {
+	b := f.VM.Boot
+	switch b.Firmware {
+	case FirmwareBIOS, FirmwareUEFI, FirmwareQboot:
+	default:
+		return f.Errorf("boot.firmware", "unknown firmware %q (want \"bios\", \"uefi\" or \"qboot\")", b.Firmware)
+	}
+	if b.Kernel == "" && (b.Initrd != "" || b.Cmdline != "") {
+		return f.Errorf("boot.kernel", "initrd and cmdline need a kernel")
+	}
+	if b.Kernel == "" && b.Firmware == FirmwareQboot {
+		return f.Errorf("boot.firmware", "qboot can only boot a kernel given in boot.kernel")
+	}
+	if b.Kernel == "" && len(f.VM.Disks) == 0 {
+		return f.Errorf("boot", "nothing to boot: give boot.kernel or at least one disk")
+	}
+	if strings.ContainsAny(b.Cmdline, "\n\x00") {
+		return f.Errorf("boot.cmdline", "contains a newline or NUL")
+	}
+	return nil
+}
+
+func (f *File) validateDisks() error {
+	seen := map[string]int{}
+	for i, d := range f.VM.Disks {
+		field := fmt.Sprintf("disk[%d]", i)
+		if err := ValidName(d.Name); err != nil {
+			return f.Errorf(field+".name", "%v", err)
+		}
+		if j, dup := seen[d.Name]; dup {
+			return f.Errorf(field+".name", "duplicate disk name %q (also disk[%d])", d.Name, j)
+		}
+		seen[d.Name] = i
+		if d.File == "" {
+			return f.Errorf(field+".file", "missing image path")
+		}
+		if strings.ContainsAny(d.File, "\n\x00") {
+			return f.Errorf(field+".file", "path contains a newline or NUL")
+		}
+		switch d.Format {
+		case FormatQcow2, FormatRaw:
+		default:
+			return f.Errorf(field+".format", "unknown format %q (want \"qcow2\" or \"raw\")", d.Format)
+		}
+		switch d.Cache {
+		case "writeback", "none", "writethrough", "directsync", "unsafe":
+		default:
+			return f.Errorf(field+".cache", "unknown cache mode %q", d.Cache)
+		}
+		switch d.AIO {
+		case "threads", "io_uring":
+		case "native":
+			if d.Cache != "none" && d.Cache != "directsync" {
+				return f.Errorf(field+".aio", "aio \"native\" needs cache \"none\" or \"directsync\"")
+			}
+		default:
+			return f.Errorf(field+".aio", "unknown aio mode %q", d.AIO)
+		}
+		if len(d.Serial) > 20 || strings.ContainsAny(d.Serial, ",\"' \n\x00") {
+			return f.Errorf(field+".serial", "serial %q must be at most 20 bytes with no spaces, quotes or commas", d.Serial)
+		}
+		if d.BootIndex < 0 {
+			return f.Errorf(field+".boot_index", "must not be negative")
+		}
+	}
+	return nil
+}
+
+func (f *File) validateNICs() error {
+	names := map[string]int{}
+	macs := map[string]int{}
+	for i, n := range f.VM.NICs {
+		field := fmt.Sprintf("nic[%d]", i)
+		if err := ValidName(n.Name); err != nil {
+			return f.Errorf(field+".name", "%v", err)
+		}
+		if j, dup := names[n.Name]; dup {
+			return f.Errorf(field+".name", "duplicate NIC name %q (also nic[%d])", n.Name, j)
+		}
+		names[n.Name] = i
+		switch n.Type {
+		case NICUser:
+		default:
+			return f.Errorf(field+".type", "unknown NIC type %q (want \"user\")", n.Type)
+		}
+		if err := validMAC(n.MAC); err != nil {
+			return f.Errorf(field+".mac", "%v", err)
+		}
+		m := strings.ToLower(n.MAC)
+		if j, dup := macs[m]; dup {
+			return f.Errorf(field+".mac", "duplicate MAC %s (also nic[%d])", n.MAC, j)
+		}
+		macs[m] = i
+		for k, fw := range n.Forwards {
+			if !forwardRE.MatchString(fw) {
+				return f.Errorf(fmt.Sprintf("%s.forwards[%d]", field, k), "invalid forward %q (want \"tcp:127.0.0.1:2222-:22\")", fw)
+			}
+		}
+	}
+	return nil
+}
+
+var forwardRE = regexp.MustCompile(`^(tcp|udp):[0-9.]*:[0-9]{1,5}-[0-9.]*:[0-9]{1,5}$`)

@@ -1,0 +1,59 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+)
+
+// Pause stops the guest's vCPUs (QMP stop) and confirms QEMU reports paused.
+func (s *Supervisor) Pause(ctx context.Context, name string) error {
+	return s.runState(ctx, name, "pause", false)
+}
+
+// Resume restarts the guest's vCPUs (QMP cont) and confirms it runs.
+func (s *Supervisor) Resume(ctx context.Context, name string) error {
+	return s.runState(ctx, name, "resume", true)
+}
+
+func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) error {
+	lk, err := s.lock(ctx, name, op)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if run {
+		err = c.Cont(ctx)
+	} else {
+		err = c.Stop(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("vm %q: %s: %w", name, op, err)
+	}
+	qs, err := c.QueryStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("vm %q: %s: confirm: %w", name, op, err)
+	}
+	if qs.Running != run {
+		return fmt.Errorf("vm %q: %s: QEMU reports %q", name, op, qs.Status)
+	}
+	return nil
+}
+
+// QMP passes one raw QMP command through to the VM's monitor and returns
+// QEMU's reply as JSON (error replies included, with a non-nil error).
+func (s *Supervisor) QMP(ctx context.Context, name string, command []byte) ([]byte, error) {
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return c.ExecuteRaw(ctx, command)
+}
+
+// ConsoleSocket returns the path of the VM's serial console socket.
+func (s *Supervisor) ConsoleSocket(name string) string { return s.paths(name).Console }

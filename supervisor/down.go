@@ -1,0 +1,162 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// StopStep says what ended a VM on Down.
+type StopStep string
+
+// Stop steps, in the order Down tries them.
+const (
+	StoppedAlready StopStep = "already-off" // nothing was running
+	StoppedACPI    StopStep = "acpi"        // the guest powered off after an ACPI powerdown
+	StoppedQuit    StopStep = "quit"        // QMP quit after the stop timeout
+	StoppedKill    StopStep = "kill"        // SIGKILL after quit did not end QEMU
+)
+
+// DownResult reports a Down.
+type DownResult struct {
+	VM       string
+	Step     StopStep
+	Duration time.Duration
+	Note     string // e.g. "was crashed: killed by signal KILL"
+}
+
+// Down shuts the VM down gracefully: ACPI powerdown over QMP, wait up to the
+// spec's stop timeout for QEMU to exit, then QMP quit, then SIGKILL. The unit
+// is gone when Down returns; the state directory and applied spec stay.
+func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) {
+	res := DownResult{VM: name}
+	if err := spec.ValidName(name); err != nil {
+		return res, fmt.Errorf("vm %q: %w", name, err)
+	}
+	start := time.Now()
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return res, err
+	}
+	lk, err := s.lock(ctx, name, "down")
+	if err != nil {
+		return res, err
+	}
+	defer lk.unlock()
+	unit := units.Name(name)
+	st, err := sd.Status(ctx, unit)
+	if err != nil {
+		return res, err
+	}
+	if !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
+		if st.ActiveState == "failed" {
+			res.Note = "was crashed: " + st.ExitReason()
+			if err := sd.ResetFailed(ctx, unit); err != nil {
+				return res, err
+			}
+		}
+		if _, err := os.Stat(s.paths(name).Dir); err != nil && !st.Exists {
+			return res, fmt.Errorf("vm %q: %w", name, ErrNotFound)
+		}
+		res.Step = StoppedAlready
+		return res, nil
+	}
+	res.Step, err = s.gracefulStop(ctx, name, s.stopTimeout(name))
+	if err != nil || res.Step == "" {
+		s.opts.Logger.Warn("graceful stop failed, killing", "vm", name, "err", err)
+		res.Step = StoppedKill
+		if err := sd.Kill(ctx, unit, syscall.SIGKILL); err != nil {
+			return res, fmt.Errorf("vm %q: kill: %w", name, err)
+		}
+	}
+	kctx, cancel := context.WithTimeout(ctx, killTimeout)
+	defer cancel()
+	if err := waitUnitGone(kctx, sd, unit); err != nil {
+		return res, fmt.Errorf("vm %q: unit did not go away: %w", name, err)
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// ErrNotFound means vmsup knows no VM of that name.
+var ErrNotFound = errors.New("no such VM")
+
+func (s *Supervisor) stopTimeout(name string) time.Duration {
+	if f, err := spec.Load(s.paths(name).Spec); err == nil {
+		return f.VM.StopTimeout.D()
+	}
+	return spec.DefaultStopTimeout
+}
+
+// gracefulStop is the shared graceful path of Down and of the unit's
+// ExecStop= hook: powerdown, wait up to timeout for QEMU to go, then quit.
+// It returns "" when QEMU is still there afterwards.
+func (s *Supervisor) gracefulStop(ctx context.Context, name string, timeout time.Duration) (StopStep, error) {
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
+		return "", err
+	}
+	select {
+	case <-c.Done():
+		return StoppedACPI, nil
+	case <-time.After(timeout):
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	qctx, cancel := context.WithTimeout(ctx, quitTimeout)
+	defer cancel()
+	_ = c.Quit(qctx) // the reply may be lost as QEMU exits
+	select {
+	case <-c.Done():
+		return StoppedQuit, nil
+	case <-qctx.Done():
+		return "", fmt.Errorf("QEMU ignored quit")
+	}
+}
+
+// StopHook is what the unit's ExecStop= runs (as "vmsup stop-hook NAME"):
+// on "systemctl stop" or host shutdown it gives the guest the same graceful
+// powerdown as Down. systemd also runs it after QEMU exited by itself
+// ($MAINPID unset); then it returns at once.
+func (s *Supervisor) StopHook(ctx context.Context, name string) (StopStep, error) {
+	if os.Getenv("MAINPID") == "" {
+		return StoppedAlready, nil
+	}
+	step, err := s.gracefulStop(ctx, name, s.stopTimeout(name))
+	if err != nil {
+		return step, fmt.Errorf("vm %q: stop hook: %w (systemd will signal QEMU)", name, err)
+	}
+	return step, nil
+}
+
+func waitUnitGone(ctx context.Context, sd *units.Manager, unit string) error {
+	for {
+		st, err := sd.Status(ctx, unit)
+		if err != nil {
+			return err
+		}
+		if !st.Exists || st.ActiveState == "inactive" {
+			return nil // an inactive transient unit is collected by systemd
+		}
+		if st.ActiveState == "failed" {
+			// Killed units end failed; forget them so the name is free.
+			return sd.ResetFailed(ctx, unit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/google/renameio/v2"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// vmPaths are the files of one VM under Root/vms/NAME.
+type vmPaths struct {
+	Dir, Spec, State, QMP, Events, Console, Agent, QMPLock, UEFIVars string
+}
+
+func (s *Supervisor) paths(name string) vmPaths {
+	d := filepath.Join(s.opts.Root, "vms", name)
+	return vmPaths{
+		Dir:      d,
+		Spec:     filepath.Join(d, "spec.toml"),
+		State:    filepath.Join(d, "state.json"),
+		QMP:      filepath.Join(d, "qmp.sock"),
+		Events:   filepath.Join(d, "events.sock"),
+		Console:  filepath.Join(d, "console.sock"),
+		Agent:    filepath.Join(d, "qga.sock"),
+		QMPLock:  filepath.Join(d, "qmp.lock"),
+		UEFIVars: filepath.Join(d, "OVMF_VARS.fd"),
+	}
+}
+
+// applied is what vmsup recorded when it last started a VM: enough to tell a
+// changed spec from an unchanged one and to say how the VM was started.
+type applied struct {
+	Name        string          `json:"name"`
+	SourceFile  string          `json:"source_file"`
+	Spec        json.RawMessage `json:"spec"` // canonical form of the parsed spec
+	Accel       spec.Accel      `json:"accel"`
+	AccelReason string          `json:"accel_reason,omitempty"`
+	Argv        []string        `json:"argv"`
+	StartedAt   time.Time       `json:"started_at"`
+}
+
+func canonical(vm *spec.VM) json.RawMessage {
+	b, err := json.Marshal(vm)
+	if err != nil { // spec.VM holds only plain values
+		panic(err)
+	}
+	return b
+}
+
+func (s *Supervisor) readApplied(name string) (*applied, error) {
+	b, err := os.ReadFile(s.paths(name).State)
+	if err != nil {
+		return nil, err
+	}
+	var a applied
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("vm %q: %s: %w", name, s.paths(name).State, err)
+	}
+	return &a, nil
+}
+
+// writeApplied stores the spec copy and the record atomically (each file is
+// replaced by rename, so a crash leaves the old or the new, never half).
+func (s *Supervisor) writeApplied(a *applied, raw []byte) error {
+	p := s.paths(a.Name)
+	if err := renameio.WriteFile(p.Spec, raw, 0o600); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return err
+	}
+	return renameio.WriteFile(p.State, b, 0o600)
+}
+
+// knownVMs lists names that have a state directory.
+func (s *Supervisor) knownVMs() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(s.opts.Root, "vms"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && spec.ValidName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// BusyError says another vmsup command holds the VM's lock.
+type BusyError struct {
+	VM    string
+	Op    string
+	PID   int
+	Since time.Time
+}
+
+func (e *BusyError) Error() string {
+	if e.PID == 0 {
+		return fmt.Sprintf("vm %q: busy: another vmsup command holds the lock", e.VM)
+	}
+	return fmt.Sprintf("vm %q: busy: %s by pid %d since %s", e.VM, e.Op, e.PID, e.Since.Format(time.RFC3339))
+}
+
+// vmLock is the per-VM lock for state-changing commands. The lock file sits
+// beside the VM directory so that removing the directory never races with it;
+// its content names the holder for BusyError.
+type vmLock struct{ fl *flock.Flock }
+
+func (s *Supervisor) lock(ctx context.Context, name, op string) (*vmLock, error) {
+	dir := filepath.Join(s.opts.Root, "vms")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("vm %q: %w", name, err)
+	}
+	path := filepath.Join(dir, "."+name+".lock")
+	fl := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
+	var ok bool
+	var err error
+	if s.opts.WaitForLock {
+		ok, err = fl.TryLockContext(ctx, 50*time.Millisecond)
+	} else {
+		ok, err = fl.TryLock()
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return nil, fmt.Errorf("vm %q: lock: %w", name, err)
+	}
+	if !ok {
+		return nil, readHolder(name, path)
+	}
+	holder := fmt.Sprintf("%s %d %d\n", op, os.Getpid(), time.Now().Unix())
+	if f := fl.Fh(); f != nil {
+		_ = f.Truncate(0)
+		_, _ = f.WriteAt([]byte(holder), 0)
+	}
+	return &vmLock{fl: fl}, nil
+}
+
+func (l *vmLock) unlock() {
+	if f := l.fl.Fh(); f != nil {
+		_ = f.Truncate(0)
+	}
+	_ = l.fl.Unlock()
+}
+
+func readHolder(name, path string) error {
+	b, _ := os.ReadFile(path)
+	f := strings.Fields(string(b))
+	e := &BusyError{VM: name}
+	if len(f) == 3 {
+		e.Op = f[0]
+		e.PID, _ = strconv.Atoi(f[1])
+		sec, _ := strconv.ParseInt(f[2], 10, 64)
+		e.Since = time.Unix(sec, 0)
+	}
+	return e
+}

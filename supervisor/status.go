@@ -1,0 +1,163 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// State is a VM's state as vmsup reports it.
+type State string
+
+// VM states. Running and Paused come from QMP, the others from systemd.
+const (
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateShutOff  State = "shut off" // no unit; the VM's state directory exists
+	StateCrashed  State = "crashed"  // the unit failed: QEMU died abnormally
+	StateStarting State = "starting"
+	StateStopping State = "stopping"
+	StateUnknown  State = "unknown" // unit active but QEMU does not answer
+)
+
+// Status is what vmsup knows about one VM.
+type Status struct {
+	Name        string     `json:"name"`
+	State       State      `json:"state"`
+	Reason      string     `json:"reason,omitempty"` // why crashed/unknown
+	QEMUStatus  string     `json:"qemu_status,omitempty"`
+	Unit        string     `json:"unit"`
+	UnitState   string     `json:"unit_state,omitempty"` // ActiveState/SubState
+	MainPID     uint32     `json:"main_pid,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	Accel       spec.Accel `json:"accel,omitempty"`
+	AccelReason string     `json:"accel_reason,omitempty"`
+	SpecFile    string     `json:"spec_file,omitempty"`
+	CPUs        int        `json:"cpus,omitempty"`
+	Memory      string     `json:"memory,omitempty"`
+	MemoryUsed  uint64     `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir    string     `json:"state_dir"`
+	Console     string     `json:"console_socket"`
+}
+
+// Status reports the VM's state from systemd and, while it runs, QMP.
+func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
+	if err := spec.ValidName(name); err != nil {
+		return Status{}, fmt.Errorf("vm %q: %w", name, err)
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	unit := units.Name(name)
+	st, err := sd.Status(ctx, unit)
+	if err != nil {
+		return Status{}, err
+	}
+	p := s.paths(name)
+	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console}
+	if app, err := s.readApplied(name); err == nil {
+		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
+	}
+	if f, err := spec.Load(p.Spec); err == nil {
+		out.CPUs, out.Memory = f.VM.CPUs, f.VM.Memory.String()
+	}
+	if !st.Exists || st.ActiveState == "inactive" {
+		if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
+			return out, fmt.Errorf("vm %q: %w", name, ErrNotFound)
+		}
+		out.State = StateShutOff
+		return out, nil
+	}
+	out.UnitState = st.ActiveState + "/" + st.SubState
+	out.MainPID = st.MainPID
+	out.MemoryUsed = st.MemoryCurrent
+	if !st.Since.IsZero() {
+		t := st.Since
+		out.Since = &t
+	}
+	switch st.ActiveState {
+	case "failed":
+		out.State, out.Reason = StateCrashed, st.ExitReason()
+		return out, nil
+	case "activating":
+		out.State = StateStarting
+		return out, nil
+	case "deactivating":
+		out.State = StateStopping
+		return out, nil
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		out.State, out.Reason = StateUnknown, err.Error()
+		return out, nil
+	}
+	defer release()
+	qs, err := c.QueryStatus(ctx)
+	if err != nil {
+		out.State, out.Reason = StateUnknown, err.Error()
+		return out, nil
+	}
+	out.QEMUStatus = qs.Status
+	switch {
+	case qs.Running:
+		out.State = StateRunning
+	case qs.Status == "paused" || qs.Status == "suspended":
+		out.State = StatePaused
+	case qs.Status == "shutdown" || qs.Status == "guest-panicked" || qs.Status == "internal-error" || qs.Status == "io-error":
+		out.State, out.Reason = StateUnknown, "QEMU status "+qs.Status
+	default:
+		out.State = State(strings.ReplaceAll(qs.Status, "-", " "))
+	}
+	return out, nil
+}
+
+// List reports every VM vmsup knows: those with a state directory and those
+// with a vmsup unit (even if their directory is gone).
+func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
+	names, err := s.knownVMs()
+	if err != nil {
+		return nil, err
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	us, err := sd.List(ctx, "vmsup-*.service")
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	for _, n := range names {
+		set[n] = true
+	}
+	for _, u := range us {
+		n := strings.TrimSuffix(strings.TrimPrefix(u.Name, "vmsup-"), ".service")
+		if spec.ValidName(n) == nil {
+			set[n] = true
+		}
+	}
+	all := make([]string, 0, len(set))
+	for n := range set {
+		all = append(all, n)
+	}
+	sort.Strings(all)
+	out := make([]Status, 0, len(all))
+	for _, n := range all {
+		st, err := s.Status(ctx, n)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		if err == nil {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}

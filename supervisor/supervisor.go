@@ -1,0 +1,166 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Options configure a Supervisor. The zero value of each field has a
+// documented default.
+type Options struct {
+	// Root holds every VM's state directory (Root/vms/NAME). Default
+	// /var/lib/vmsup. It must be the same path for vmsup and for the
+	// systemd that runs the units.
+	Root string
+	// SystemdBus is the D-Bus address of the systemd that runs VM units
+	// ("unix:path=..."); "" means the host's system bus.
+	SystemdBus string
+	// QEMU is the QEMU binary. Default /usr/bin/qemu-system-x86_64.
+	QEMU string
+	// Self is the vmsup binary the units call for their graceful stop
+	// (ExecStop=). Default: the running executable.
+	Self string
+	// JournalDir, when set, is passed to journalctl -D to read a failed
+	// QEMU's last words (for a systemd whose journal is not the host's).
+	JournalDir string
+	// Slice the VM units go in. Default "vmsup.slice".
+	Slice string
+	// WaitForLock makes state-changing commands wait for a busy VM's lock
+	// (until their context ends) instead of failing with *BusyError.
+	WaitForLock bool
+	// Host facts; nil means ProbeHost() on first use.
+	Host *Host
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// AfterStep, when set, is called after each step of a multi-step
+	// operation ("up": validate, lock, state-dir, argv, unit, qmp, confirm,
+	// record). Used to trace and to inject faults in tests.
+	AfterStep func(vm, step string)
+}
+
+// Supervisor manages the VMs under one Root.
+type Supervisor struct {
+	opts Options
+
+	mu   sync.Mutex // guards sd and host, filled on first use
+	sd   *units.Manager
+	host *Host
+}
+
+// New returns a Supervisor. It does not connect to systemd until a command
+// needs it, so pure commands (argv, validate) work without one.
+func New(opts Options) (*Supervisor, error) {
+	if opts.Root == "" {
+		opts.Root = "/var/lib/vmsup"
+	}
+	root, err := filepath.Abs(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	opts.Root = root
+	if opts.QEMU == "" {
+		opts.QEMU = "/usr/bin/qemu-system-x86_64"
+	}
+	if opts.Self == "" {
+		if opts.Self, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find own executable for the stop hook: %w", err)
+		}
+	}
+	if opts.Slice == "" {
+		opts.Slice = "vmsup.slice"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Supervisor{opts: opts, host: opts.Host}, nil
+}
+
+// Close releases the systemd connection.
+func (s *Supervisor) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sd != nil {
+		s.sd.Close()
+		s.sd = nil
+	}
+	return nil
+}
+
+// Root returns the state root in use.
+func (s *Supervisor) Root() string { return s.opts.Root }
+
+func (s *Supervisor) systemd(ctx context.Context) (*units.Manager, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sd != nil {
+		return s.sd, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := units.Connect(cctx, s.opts.SystemdBus)
+	if err != nil {
+		return nil, err
+	}
+	s.sd = m
+	return m, nil
+}
+
+func (s *Supervisor) hostFacts() Host {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.host == nil {
+		h := ProbeHost()
+		s.host = &h
+	}
+	return *s.host
+}
+
+// Timeouts for the parts of vmsup's own work.
+const (
+	qmpConnectTimeout = 3 * time.Second
+	qmpLockTimeout    = 10 * time.Second
+	confirmTimeout    = 10 * time.Second
+	undoTimeout       = 20 * time.Second
+	quitTimeout       = 5 * time.Second
+	killTimeout       = 10 * time.Second
+)
+
+// ErrNotRunning means the VM has no running QEMU to talk to.
+var ErrNotRunning = errors.New("not running")
+
+// qmpSession connects to the VM's command monitor. QEMU serves one client
+// per monitor socket at a time, so vmsup processes take turns through a file
+// lock beside the socket instead of queueing unseen in QEMU's listen backlog;
+// the event monitor (events.sock) is left for long-lived watchers.
+func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
+	p := s.paths(name)
+	fl := flock.New(p.QMPLock, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
+	lctx, cancel := context.WithTimeout(ctx, qmpLockTimeout)
+	defer cancel()
+	ok, err := fl.TryLockContext(lctx, 20*time.Millisecond)
+	if err != nil || !ok {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("vm %q: %w", name, ErrNotRunning)
+		}
+		return nil, nil, fmt.Errorf("vm %q: QMP monitor busy (another vmsup command is using it): %v", name, err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
+	defer dcancel()
+	c, err := qmp.Dial(dctx, p.QMP, qmp.WithLogger(s.opts.Logger))
+	if err != nil {
+		fl.Unlock()
+		return nil, nil, fmt.Errorf("vm %q: QMP: %w", name, err)
+	}
+	return c, func() { c.Close(); fl.Unlock() }, nil
+}

@@ -1,0 +1,37 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// stopMargin is added to the spec's stop timeout for systemd's own bound, so
+// the graceful hook (powerdown, wait, quit) always finishes before systemd
+// escalates to signals.
+const stopMargin = 15 * time.Second
+
+// unitFor turns a VM into its transient unit: QEMU as the main process, the
+// graceful stop hook as ExecStop=, cgroup limits from the spec.
+func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) units.Unit {
+	vm := &f.VM
+	stop := []string{s.opts.Self, "stop-hook", "--root", s.opts.Root, vm.Name}
+	u := units.Unit{
+		Name:        units.Name(vm.Name),
+		Description: "vmsup VM " + vm.Name,
+		Slice:       s.opts.Slice,
+		Argv:        argv,
+		ExecStop:    [][]string{stop},
+		TimeoutStop: vm.StopTimeout.D() + stopMargin,
+		MemoryMax:   uint64(vm.MaxMemory + vm.Limits.MemoryOverhead),
+		CPUQuota:    vm.Limits.CPUQuota,
+		CPUWeight:   vm.Limits.CPUWeight,
+		TasksMax:    vm.Limits.TasksMax,
+		UMask:       0o077, // QEMU's sockets and files: owner only
+	}
+	if accel == spec.AccelKVM {
+		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: "/dev/kvm", Access: "rw"})
+	}
+	return u
+}

@@ -1,0 +1,355 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// UpAction is what Up did with one VM.
+type UpAction string
+
+// Up outcomes.
+const (
+	Started   UpAction = "started"   // was not running; now runs
+	Unchanged UpAction = "unchanged" // already running with this spec; left alone
+	Changed   UpAction = "changed"   // running with a different spec; reported, not restarted
+)
+
+// UpResult reports one VM of an Up call.
+type UpResult struct {
+	VM          string
+	Action      UpAction
+	Accel       spec.Accel
+	AccelReason string
+	Note        string // e.g. "previous run crashed: killed by signal KILL"
+}
+
+// Validate checks files as Up would, without starting anything: each parses,
+// names are unique across files, and what they refer to exists on this host.
+func (s *Supervisor) Validate(files ...*spec.File) error {
+	seen := map[string]string{}
+	for _, f := range files {
+		if prev, dup := seen[f.VM.Name]; dup {
+			return f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+		}
+		seen[f.VM.Name] = f.Path
+		h := s.hostFacts()
+		if err := checkHost(f, h, s.opts.QEMU); err != nil {
+			return err
+		}
+		if _, _, err := resolveAccel(f, h); err != nil {
+			return err
+		}
+		if _, err := s.Argv(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Argv returns the exact QEMU command line vmsup would run for f.
+func (s *Supervisor) Argv(f *spec.File) ([]string, error) {
+	accel, _, err := resolveAccel(f, s.hostFacts())
+	if err != nil {
+		return nil, err
+	}
+	return s.argv(f, accel)
+}
+
+func (s *Supervisor) argv(f *spec.File, accel spec.Accel) ([]string, error) {
+	p := s.paths(f.VM.Name)
+	o := qemuargs.Options{
+		Binary:        s.opts.QEMU,
+		Accel:         accel,
+		QMPSocket:     p.QMP,
+		EventSocket:   p.Events,
+		ConsoleSocket: p.Console,
+		AgentSocket:   p.Agent,
+	}
+	switch f.VM.Boot.Firmware {
+	case spec.FirmwareUEFI:
+		o.FirmwareCode, o.FirmwareVars = firstExisting(ovmfCode), p.UEFIVars
+	case spec.FirmwareQboot:
+		o.FirmwareCode = firstExisting(qbootROM)
+	}
+	argv, err := qemuargs.Build(&f.VM, o)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Path, err)
+	}
+	return argv, nil
+}
+
+// Up brings each VM up: validated all together first, then started one by
+// one. A VM already running with the same spec is left alone; one running
+// with a different spec is reported as Changed and not touched. The error,
+// if any, is the first failure; results hold what was done before it.
+func (s *Supervisor) Up(ctx context.Context, files ...*spec.File) ([]UpResult, error) {
+	if err := s.Validate(files...); err != nil {
+		return nil, err
+	}
+	var out []UpResult
+	for _, f := range files {
+		r, err := s.upOne(ctx, f)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) {
+	name := f.VM.Name
+	res := UpResult{VM: name}
+	unit := units.Name(name)
+	p := s.paths(name)
+	var (
+		sd      *units.Manager
+		lk      *vmLock
+		argv    []string
+		prevDir bool
+		prevApp []byte
+		prevRaw []byte
+		app     = &applied{Name: name, SourceFile: f.Path, Spec: canonical(&f.VM)}
+		done    bool // the VM already runs: nothing more to do
+	)
+	steps := []step{
+		{name: "validate", do: func(ctx context.Context) (err error) {
+			app.Accel, app.AccelReason, err = resolveAccel(f, s.hostFacts())
+			res.Accel, res.AccelReason = app.Accel, app.AccelReason
+			if err != nil {
+				return err
+			}
+			sd, err = s.systemd(ctx)
+			return err
+		}},
+		{name: "lock", do: func(ctx context.Context) (err error) {
+			lk, err = s.lock(ctx, name, "up")
+			return err
+		}, undo: func(context.Context) { lk.unlock() }},
+		{name: "check", do: func(ctx context.Context) error {
+			st, err := sd.Status(ctx, unit)
+			if err != nil {
+				return err
+			}
+			switch {
+			case st.Exists && st.ActiveState == "failed":
+				res.Note = "previous run crashed: " + st.ExitReason()
+				return sd.ResetFailed(ctx, unit)
+			case st.Exists && st.ActiveState != "inactive":
+				if st.ActiveState != "active" {
+					return fmt.Errorf("unit %s is %s; try again when it settles", unit, st.ActiveState)
+				}
+				old, err := s.readApplied(name)
+				res.Action, done = Changed, true
+				if err == nil && bytes.Equal(old.Spec, app.Spec) {
+					res.Action = Unchanged
+				}
+				if err == nil {
+					res.Accel, res.AccelReason = old.Accel, old.AccelReason
+				}
+			}
+			return nil
+		}},
+		{name: "state-dir", do: func(ctx context.Context) error {
+			if done {
+				return nil
+			}
+			_, err := os.Stat(p.Dir)
+			prevDir = err == nil
+			prevApp, _ = os.ReadFile(p.State)
+			prevRaw, _ = os.ReadFile(p.Spec)
+			if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+				return err
+			}
+			if err := os.Chmod(p.Dir, 0o700); err != nil {
+				return err
+			}
+			for _, sock := range []string{p.QMP, p.Events, p.Console, p.Agent} {
+				if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
+			if f.VM.Boot.Firmware == spec.FirmwareUEFI {
+				if _, err := os.Stat(p.UEFIVars); errors.Is(err, os.ErrNotExist) {
+					if err := copyFile(firstExisting(ovmfVars), p.UEFIVars); err != nil {
+						return fmt.Errorf("UEFI variable store: %w", err)
+					}
+				}
+			}
+			return nil
+		}, undo: func(context.Context) {
+			if !prevDir {
+				os.RemoveAll(p.Dir)
+			}
+		}},
+		{name: "argv", do: func(ctx context.Context) (err error) {
+			if done {
+				return nil
+			}
+			argv, err = s.argv(f, app.Accel)
+			app.Argv = argv
+			return err
+		}},
+		{name: "record", do: func(ctx context.Context) error {
+			if done {
+				return nil
+			}
+			app.StartedAt = time.Now().UTC()
+			return s.writeApplied(app, f.Raw)
+		}, undo: func(context.Context) {
+			if prevDir {
+				restoreFile(p.State, prevApp)
+				restoreFile(p.Spec, prevRaw)
+			}
+		}},
+		{name: "unit", do: func(ctx context.Context) error {
+			if done {
+				return nil
+			}
+			return sd.Start(ctx, s.unitFor(f, argv, app.Accel))
+		}, undo: func(ctx context.Context) {
+			_ = sd.Kill(ctx, unit, 9)
+			waitGone(ctx, sd, unit)
+			_ = sd.ResetFailed(ctx, unit)
+		}},
+		{name: "confirm", do: func(ctx context.Context) error {
+			if done {
+				return nil
+			}
+			return s.confirmRunning(ctx, sd, name)
+		}},
+	}
+	defer func() {
+		if lk != nil {
+			lk.unlock()
+		}
+	}()
+	if err := runSteps(ctx, name, steps, s.opts.AfterStep); err != nil {
+		lk = nil // unlocked by the undo
+		return res, err
+	}
+	if !done {
+		res.Action = Started
+	}
+	return res, nil
+}
+
+// confirmRunning waits until QEMU answers QMP and reports "running". If the
+// unit fails first, the error carries QEMU's last words from the journal.
+func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	p := s.paths(name)
+	unit := units.Name(name)
+	for {
+		st, err := sd.Status(ctx, unit)
+		if err != nil {
+			return err
+		}
+		if !st.Exists || st.ActiveState == "failed" || st.ActiveState == "inactive" {
+			return fmt.Errorf("QEMU exited (%s): %s", orDefault(st.ExitReason(), st.ActiveState), s.lastWords(ctx, unit))
+		}
+		if _, err := os.Stat(p.QMP); err == nil {
+			c, release, err := s.qmpSession(ctx, name)
+			if err == nil {
+				qs, err := c.QueryStatus(ctx)
+				release()
+				if err == nil && qs.Running {
+					return nil
+				}
+				if err == nil {
+					return fmt.Errorf("QEMU is %q, not running", qs.Status)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("QEMU did not answer on QMP within %s: %s", confirmTimeout, s.lastWords(context.Background(), unit))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// lastWords returns the last error line QEMU wrote to the unit's journal.
+func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
+	args := []string{"-u", unit, "-o", "cat", "--no-pager", "-n", "20"}
+	if s.opts.JournalDir != "" {
+		args = append([]string{"-D", s.opts.JournalDir}, args...)
+	}
+	hint := "see journalctl -u " + unit
+	var last string
+	// journald may not have the lines yet when the unit has already failed.
+	for range 10 {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		out, err := exec.CommandContext(cctx, "journalctl", args...).Output()
+		cancel()
+		if err != nil {
+			return hint
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if strings.Contains(l, "qemu-system") {
+				last = l
+			}
+		}
+		if last != "" {
+			return last
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return hint
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func waitGone(ctx context.Context, sd *units.Manager, unit string) {
+	for ctx.Err() == nil {
+		st, err := sd.Status(ctx, unit)
+		if err != nil || !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		os.Remove(dst)
+		return err
+	}
+	return out.Close()
+}
+
+func restoreFile(path string, old []byte) {
+	if old == nil {
+		os.Remove(path)
+		return
+	}
+	_ = os.WriteFile(path, old, 0o600)
+}

@@ -1,0 +1,121 @@
+package units
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
+)
+
+// Unit describes one transient service.
+type Unit struct {
+	Name        string // e.g. "vmsup-web.service"
+	Description string
+	Slice       string   // e.g. "vmsup.slice"; "" = systemd's default
+	Argv        []string // main process; its failure is never ignored
+	// ExecStop runs on "systemctl stop" while the main process lives; it is
+	// where the graceful guest shutdown belongs. ExecStopPost always runs.
+	ExecStop     [][]string
+	ExecStopPost [][]string
+	TimeoutStop  time.Duration // outer bound for ExecStop + the stop signal
+	Environment  []string      // "K=V"
+	WorkingDir   string
+	UMask        uint32 // 0 = systemd's default (0022)
+
+	MemoryMax   uint64 // bytes; 0 = no limit
+	CPUQuota    int    // percent of one CPU; 0 = none
+	CPUWeight   int    // 0 = default
+	TasksMax    int    // 0 = default
+	DeviceAll   bool   // true = DevicePolicy=auto; false = closed + DeviceAllow
+	DeviceAllow []DeviceRule
+}
+
+// DeviceRule allows one device node ("/dev/kvm", "rw").
+type DeviceRule struct{ Path, Access string }
+
+func (u Unit) properties() ([]sd.Property, error) {
+	if u.Name == "" || !strings.HasSuffix(u.Name, ".service") {
+		return nil, fmt.Errorf("unit name %q must end in .service", u.Name)
+	}
+	if len(u.Argv) == 0 {
+		return nil, fmt.Errorf("unit %s: empty command", u.Name)
+	}
+	p := []sd.Property{
+		sd.PropDescription(u.Description),
+		// false: a QEMU that exits non-zero must make the unit fail (the
+		// go-systemd flag is "ignore failure", the "-" prefix).
+		sd.PropExecStart(u.Argv, false),
+		prop("Type", "exec"),
+		prop("KillMode", "mixed"),
+		prop("Restart", "no"),
+		// Keep a failed unit (and its exit reason) until vmsup resets it.
+		prop("CollectMode", "inactive"),
+	}
+	if u.Slice != "" {
+		p = append(p, sd.PropSlice(u.Slice))
+	}
+	if len(u.ExecStop) > 0 {
+		p = append(p, execProp("ExecStop", u.ExecStop))
+	}
+	if len(u.ExecStopPost) > 0 {
+		p = append(p, execProp("ExecStopPost", u.ExecStopPost))
+	}
+	if u.TimeoutStop > 0 {
+		p = append(p, prop("TimeoutStopUSec", uint64(u.TimeoutStop/time.Microsecond)))
+	}
+	if len(u.Environment) > 0 {
+		p = append(p, prop("Environment", u.Environment))
+	}
+	if u.WorkingDir != "" {
+		p = append(p, prop("WorkingDirectory", u.WorkingDir))
+	}
+	if u.UMask != 0 {
+		p = append(p, prop("UMask", u.UMask))
+	}
+	if u.MemoryMax > 0 {
+		p = append(p, prop("MemoryAccounting", true), prop("MemoryMax", u.MemoryMax))
+	}
+	if u.CPUQuota > 0 {
+		p = append(p, prop("CPUAccounting", true), prop("CPUQuotaPerSecUSec", uint64(u.CPUQuota)*10000))
+	}
+	if u.CPUWeight > 0 {
+		p = append(p, prop("CPUWeight", uint64(u.CPUWeight)))
+	}
+	if u.TasksMax > 0 {
+		p = append(p, prop("TasksAccounting", true), prop("TasksMax", uint64(u.TasksMax)))
+	}
+	if !u.DeviceAll {
+		p = append(p, prop("DevicePolicy", "closed"))
+		type rule struct{ Path, Access string }
+		rules := make([]rule, 0, len(u.DeviceAllow))
+		for _, r := range u.DeviceAllow {
+			rules = append(rules, rule(r))
+		}
+		p = append(p, prop("DeviceAllow", rules))
+	}
+	return p, nil
+}
+
+func prop(name string, v any) sd.Property {
+	return sd.Property{Name: name, Value: godbus.MakeVariant(v)}
+}
+
+// execCommand is systemd's (sasb) ExecStart-style tuple.
+type execCommand struct {
+	Path          string
+	Args          []string
+	IgnoreFailure bool
+}
+
+func execProp(name string, cmds [][]string) sd.Property {
+	v := make([]execCommand, 0, len(cmds))
+	for _, c := range cmds {
+		v = append(v, execCommand{Path: c[0], Args: c})
+	}
+	return prop(name, v)
+}
+
+// Name returns the unit name of the VM called vm.
+func Name(vm string) string { return "vmsup-" + vm + ".service" }

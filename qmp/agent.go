@@ -41,6 +41,7 @@ const syncMarker = 0xFF
 // with guest-sync-delimited. It waits until the agent answers or ctx is done;
 // if ctx has no deadline, the connect timeout (WithConnectTimeout) bounds it.
 // Give a ctx with a longer deadline to wait for a guest that is still booting.
+// Like the QMP monitor, the channel serves one client at a time.
 func DialAgent(ctx context.Context, socketPath string, opts ...Option) (*Agent, error) {
 	o := buildOptions(opts)
 	if _, ok := ctx.Deadline(); !ok {
@@ -63,10 +64,9 @@ func DialAgent(ctx context.Context, socketPath string, opts ...Option) (*Agent, 
 	defer a.mu.Unlock()
 	release := a.bound(ctx)
 	err = a.sync()
-	if rerr := release(); err == nil {
-		err = rerr
-	}
+	release()
 	if err != nil {
+		err = timeoutErr(ctx, err)
 		a.uc.Close()
 		return nil, fmt.Errorf("qmp: guest agent %s: %w", socketPath, err)
 	}
@@ -112,23 +112,22 @@ func (a *Agent) call(ctx context.Context, command string, args, result any, noRe
 	ctx, cancel := context.WithTimeout(ctx, a.opts.timeoutFor(command, DefaultAgentCommandTimeout))
 	defer cancel()
 	release := a.bound(ctx)
-	r, err := a.roundTrip(payload)
-	if rerr := release(); err == nil && !noReply {
-		err = rerr
+	var r message
+	sent := false
+	if err = a.syncIfNeeded(); err == nil {
+		r, sent, err = a.roundTrip(payload)
 	}
+	release()
 	if err != nil {
 		a.needSync = true // a reply may still arrive: resync before the next command
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			a.err = fmt.Errorf("%w: %w", ErrClosed, err)
 			err = a.err
 		}
-		if noReply && (errors.Is(err, ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		if noReply && sent && (errors.Is(err, ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded)) {
 			return nil
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("qmp: guest agent: %s: %w", command, err)
+		return fmt.Errorf("qmp: guest agent: %s: %w", command, timeoutErr(ctx, err))
 	}
 	if r.Error != nil {
 		r.Error.Command = command
@@ -142,33 +141,53 @@ func (a *Agent) call(ctx context.Context, command string, args, result any, noRe
 	return nil
 }
 
-func (a *Agent) roundTrip(payload []byte) (message, error) {
-	if a.needSync {
-		if err := a.sync(); err != nil {
-			return message{}, err
-		}
+func (a *Agent) syncIfNeeded() error {
+	if !a.needSync {
+		return nil
 	}
-	var m message
+	return a.sync()
+}
+
+// roundTrip writes one command and reads one reply; sent reports whether
+// the whole command went out.
+func (a *Agent) roundTrip(payload []byte) (m message, sent bool, err error) {
 	if _, err := a.uc.Write(payload); err != nil {
-		return m, err
+		return m, false, err
 	}
-	err := a.dec.Decode(&m)
-	return m, err
+	err = a.dec.Decode(&m)
+	return m, true, err
 }
 
 // bound makes the socket's I/O end at ctx's deadline or cancellation. The
-// returned function undoes it and reports ctx's error if ctx ended first.
-func (a *Agent) bound(ctx context.Context) func() error {
+// returned function undoes it.
+func (a *Agent) bound(ctx context.Context) func() {
 	dl, _ := ctx.Deadline()
 	_ = a.uc.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { _ = a.uc.SetDeadline(time.Unix(1, 0)) })
-	return func() error {
-		if !stop() && ctx.Err() != nil {
-			return ctx.Err()
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = a.uc.SetDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	return func() {
+		if stop() {
+			_ = a.uc.SetDeadline(time.Time{})
+		} else {
+			<-fired // must not land on the next call's deadline
 		}
-		_ = a.uc.SetDeadline(time.Time{})
-		return nil
 	}
+}
+
+// timeoutErr makes a socket timeout (the socket's deadline is ctx's) wrap
+// ctx's error, so callers can test for context.DeadlineExceeded.
+func timeoutErr(ctx context.Context, err error) error {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	cerr := ctx.Err()
+	if cerr == nil {
+		cerr = context.DeadlineExceeded
+	}
+	return fmt.Errorf("%w (%v)", cerr, err)
 }
 
 // sync sends 0xFF (flushing the agent's parser) and guest-sync-delimited

@@ -174,11 +174,12 @@ type BlockNode struct {
 	Image       ImageInfo `json:"image"`
 }
 
-// QueryNamedBlockNodes lists block nodes. flat omits backing-chain details.
-func (c *Conn) QueryNamedBlockNodes(ctx context.Context, flat bool) ([]BlockNode, error) {
+// QueryNamedBlockNodes lists block nodes, flat (each node once, without
+// nested backing images; BackingFile still names the backing file).
+func (c *Conn) QueryNamedBlockNodes(ctx context.Context) ([]BlockNode, error) {
 	args := struct {
-		Flat bool `json:"flat,omitempty"`
-	}{flat}
+		Flat bool `json:"flat"`
+	}{true}
 	var nodes []BlockNode
 	err := c.Execute(ctx, "query-named-block-nodes", args, &nodes)
 	return nodes, err

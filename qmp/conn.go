@@ -42,8 +42,7 @@ type Conn struct {
 	subs    map[*subscriber]struct{} // nil once the connection has ended
 	dropped atomic.Uint64
 
-	done       chan struct{} // closed when the reader has stopped
-	readerDone chan struct{}
+	done chan struct{} // closed when the reader has stopped and failed everything
 }
 
 var _ qmp.Monitor = (*Conn)(nil)
@@ -55,17 +54,18 @@ type Greeting struct {
 }
 
 type reply struct {
-	raw json.RawMessage // the whole reply object
 	ret json.RawMessage
 	err *Error
+	bad error // the reply did not decode
 }
 
-// message is any object QEMU sends after the greeting.
+// message is any object QEMU sends after the greeting: a reply or an event.
+// It is decoded in one pass; events flood, so the reader must be cheap.
 type message struct {
 	ID     json.RawMessage `json:"id"`
 	Return json.RawMessage `json:"return"`
 	Error  *Error          `json:"error"`
-	Event  string          `json:"event"`
+	qmp.Event
 }
 
 // request is a command on the wire. Arguments is omitted when empty.
@@ -78,7 +78,10 @@ type request struct {
 // Dial connects to the QMP socket at socketPath, reads QEMU's greeting and
 // negotiates capabilities. All of it is bounded by ctx and the connect
 // timeout (DefaultConnectTimeout unless WithConnectTimeout), so a stopped QEMU
-// or a socket nobody serves yields an error rather than a hang.
+// or a socket nobody serves yields an error rather than a hang. QEMU serves
+// one client per monitor socket: while another client is connected, Dial
+// gets no greeting and times out. QEMU creates the socket file just before
+// it listens, so a Dial right after starting QEMU may be refused: retry.
 func Dial(ctx context.Context, socketPath string, opts ...Option) (*Conn, error) {
 	o := buildOptions(opts)
 	ctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
@@ -100,9 +103,14 @@ func Dial(ctx context.Context, socketPath string, opts ...Option) (*Conn, error)
 		QMP *Greeting `json:"QMP"`
 	}
 	err = dec.Decode(&g)
-	if !stop() {
+	if !stop() || errors.Is(err, os.ErrDeadlineExceeded) {
+		// The socket deadline may fire a moment before ctx's timer.
+		cerr := ctx.Err()
+		if cerr == nil {
+			cerr = context.DeadlineExceeded
+		}
 		uc.Close()
-		return nil, fmt.Errorf("qmp: %s: waiting for greeting: %w", socketPath, ctx.Err())
+		return nil, fmt.Errorf("qmp: %s: waiting for greeting: %w", socketPath, cerr)
 	}
 	if err == nil && g.QMP == nil {
 		err = errors.New("first message is not a QMP greeting")
@@ -114,14 +122,13 @@ func Dial(ctx context.Context, socketPath string, opts ...Option) (*Conn, error)
 	_ = uc.SetReadDeadline(time.Time{})
 
 	c := &Conn{
-		uc:         uc,
-		opts:       o,
-		log:        o.logger.With("qmp", socketPath),
-		greeting:   *g.QMP,
-		pending:    make(map[uint64]chan reply),
-		subs:       make(map[*subscriber]struct{}),
-		done:       make(chan struct{}),
-		readerDone: make(chan struct{}),
+		uc:       uc,
+		opts:     o,
+		log:      o.logger.With("qmp", socketPath),
+		greeting: *g.QMP,
+		pending:  make(map[uint64]chan reply),
+		subs:     make(map[*subscriber]struct{}),
+		done:     make(chan struct{}),
 	}
 	go c.readLoop(dec)
 
@@ -179,6 +186,9 @@ func (c *Conn) execute(ctx context.Context, command string, args, result any, fi
 	if err != nil {
 		return err
 	}
+	if r.bad != nil {
+		return fmt.Errorf("qmp: %s: decode reply: %w", command, r.bad)
+	}
 	if r.err != nil {
 		return r.err
 	}
@@ -221,13 +231,17 @@ func (c *Conn) ExecuteRaw(ctx context.Context, cmd []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out map[string]json.RawMessage
-	if err := json.Unmarshal(r.raw, &out); err != nil {
-		return nil, fmt.Errorf("qmp: %s: %w", name, err)
+	if r.bad != nil {
+		return nil, fmt.Errorf("qmp: %s: decode reply: %w", name, r.bad)
 	}
-	delete(out, "id")
+	// Rebuild the reply (QMP replies have only return or error, and id).
+	out := struct {
+		Return json.RawMessage `json:"return,omitempty"`
+		Error  *Error          `json:"error,omitempty"`
+		ID     json.RawMessage `json:"id,omitempty"`
+	}{Return: r.ret, Error: r.err}
 	if hadID {
-		out["id"] = origID
+		out.ID = origID
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -264,12 +278,14 @@ func (c *Conn) roundTrip(ctx context.Context, command string, id uint64, payload
 		c.mu.Unlock()
 	}()
 
-	if err := c.write(ctx, payload, file); err != nil {
-		if errors.Is(err, net.ErrClosed) {
-			<-c.done // the reader is failing the connection; report why
-			return reply{}, fmt.Errorf("qmp: %s: %w", command, c.Err())
+	if n, err := c.write(ctx, payload, file); err != nil {
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Nothing went out (QEMU is not reading): the stream is intact.
+			return reply{}, fmt.Errorf("qmp: %s: send: %w", command, context.DeadlineExceeded)
 		}
-		return reply{}, fmt.Errorf("qmp: %s: send: %w", command, err)
+		// Peer gone, or half a command on the wire: the stream is lost.
+		c.abort(fmt.Errorf("send %s: %w", command, err))
+		return reply{}, fmt.Errorf("qmp: %s: %w", command, c.Err())
 	}
 	select {
 	case r, ok := <-ch:
@@ -289,8 +305,9 @@ func (c *Conn) roundTrip(ctx context.Context, command string, id uint64, payload
 	}
 }
 
-// write sends one command under ctx's deadline (always set by roundTrip).
-func (c *Conn) write(ctx context.Context, payload []byte, file *os.File) error {
+// write sends one command under ctx's deadline (always set by roundTrip) and
+// returns how many bytes went out.
+func (c *Conn) write(ctx context.Context, payload []byte, file *os.File) (int, error) {
 	payload = append(payload, '\n')
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -306,40 +323,45 @@ func (c *Conn) write(ctx context.Context, payload []byte, file *os.File) error {
 		m, err = c.uc.Write(payload[n:])
 		n += m
 	}
-	if err != nil && n > 0 {
-		// Half a command is on the wire: the stream is unusable.
-		c.uc.Close()
+	return n, err
+}
+
+// abort ends the connection because of cause and waits until the reader has
+// failed everything pending.
+func (c *Conn) abort(cause error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = fmt.Errorf("%w: %w", ErrClosed, cause)
 	}
-	return err
+	c.mu.Unlock()
+	c.uc.Close()
+	<-c.done
 }
 
 // readLoop reads every message, delivers replies to their waiters and events
 // to subscribers, and never blocks on either.
 func (c *Conn) readLoop(dec *json.Decoder) {
-	defer close(c.readerDone)
 	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			c.fail(err)
-			return
-		}
 		var m message
-		if err := json.Unmarshal(raw, &m); err != nil {
-			c.fail(fmt.Errorf("bad message from QEMU: %w", err))
+		err := dec.Decode(&m)
+		var typeErr *json.UnmarshalTypeError
+		if err != nil && !errors.As(err, &typeErr) {
+			c.fail(err) // I/O error or syntax error: the stream is lost
 			return
 		}
-		if m.Event != "" {
-			var ev qmp.Event
-			if err := json.Unmarshal(raw, &ev); err != nil {
-				c.log.Warn("qmp: undecodable event", "event", m.Event, "error", err)
+		// A type error (e.g. a non-object "error") leaves the stream in
+		// sync: the message is delivered with the error attached.
+		if m.Event.Event != "" {
+			if err != nil {
+				c.log.Warn("qmp: undecodable event dropped", "event", m.Event.Event, "error", err)
 				continue
 			}
-			c.deliver(ev)
+			c.deliver(m.Event)
 			continue
 		}
 		var id uint64
-		if err := json.Unmarshal(m.ID, &id); err != nil {
-			c.log.Warn("qmp: reply without a known id dropped", "reply", truncate(raw, 200))
+		if jerr := json.Unmarshal(m.ID, &id); jerr != nil {
+			c.log.Warn("qmp: reply without a known id dropped", "id", truncate(m.ID, 100), "qmp_error", m.Error, "decode_error", err)
 			continue
 		}
 		c.mu.Lock()
@@ -350,7 +372,7 @@ func (c *Conn) readLoop(dec *json.Decoder) {
 			c.log.Debug("qmp: late reply dropped", "id", id)
 			continue
 		}
-		ch <- reply{raw: raw, ret: m.Return, err: m.Error}
+		ch <- reply{ret: m.Return, err: m.Error, bad: err}
 	}
 }
 
@@ -388,7 +410,7 @@ func (c *Conn) Close() error {
 	c.closing = true
 	c.mu.Unlock()
 	c.uc.Close()
-	<-c.readerDone
+	<-c.done
 	return nil
 }
 

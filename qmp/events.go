@@ -19,7 +19,8 @@ type subscriber struct {
 // The channel is buffered (WithEventBuffer). A subscriber that falls behind
 // never slows the connection: when its buffer is full, its oldest queued event
 // is dropped to make room, and DroppedEvents counts it. Subscribe before
-// issuing the command whose events you need.
+// issuing the command whose events you need. Subscribers share each event's
+// Data map: treat it as read-only.
 func (c *Conn) Subscribe(ctx context.Context) (<-chan qmp.Event, func()) {
 	s := &subscriber{ch: make(chan qmp.Event, c.opts.eventBuffer)}
 	c.smu.Lock()

@@ -14,37 +14,19 @@ const (
 	DefaultEventBuffer         = 256
 )
 
-// slowCommands are commands that legitimately take longer than the default
-// (figures from Incus and measurements in /work/shared/notes/qmp.md).
-// A name ending in "*" is a prefix.
-var slowCommands = [...]struct {
-	name    string
-	timeout time.Duration
-}{
-	{"blockdev-*", 5 * time.Second},
-	{"block-*", 5 * time.Second},
-	{"device_add", 5 * time.Second},
-	{"device_del", 5 * time.Second},
-	{"netdev_add", 5 * time.Second},
-	{"netdev_del", 5 * time.Second},
-	{"object-add", 5 * time.Second},
-	{"object-del", 5 * time.Second},
-	{"human-monitor-command", 5 * time.Second},
-	{"screendump", 5 * time.Second},
-	{"query-qmp-schema", 30 * time.Second},
-	{"migrate*", 30 * time.Second},
-	{"query-migrate*", 30 * time.Second},
-	{"dump-guest-memory", 30 * time.Second},
-	{"snapshot-*", 30 * time.Second},
-}
-
-// DefaultTimeout returns the built-in timeout for command: a longer one for
-// commands known to be slow, otherwise fallback.
+// DefaultTimeout returns the built-in timeout for command: longer for
+// commands known to be slow (figures from Incus and from measurements in
+// vmsup's QMP notes), otherwise fallback. It is a switch rather than a
+// package-level map so that nothing at package level is mutable.
 func DefaultTimeout(command string, fallback time.Duration) time.Duration {
-	for _, s := range slowCommands {
-		if p, ok := strings.CutSuffix(s.name, "*"); ok && strings.HasPrefix(command, p) || s.name == command {
-			return s.timeout
-		}
+	has := func(prefix string) bool { return strings.HasPrefix(command, prefix) }
+	switch {
+	case command == "query-qmp-schema", command == "dump-guest-memory",
+		has("migrate"), has("query-migrate"), has("snapshot-"):
+		return 30 * time.Second
+	case has("blockdev-"), has("block-"), has("device_"), has("netdev_"),
+		has("object-"), command == "human-monitor-command", command == "screendump":
+		return 5 * time.Second
 	}
 	return fallback
 }
@@ -75,6 +57,10 @@ func buildOptions(opts []Option) options {
 func (o *options) timeoutFor(command string, fallback time.Duration) time.Duration {
 	if d, ok := o.timeouts[command]; ok {
 		return d
+	}
+	if command == "qmp_capabilities" {
+		// Part of connecting: a QEMU that has just started may be slow.
+		return o.connectTimeout
 	}
 	if o.commandTimeout > 0 {
 		fallback = o.commandTimeout

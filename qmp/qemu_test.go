@@ -3,6 +3,7 @@ package qmp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,7 +110,12 @@ func dialQEMU(t *testing.T, q *qemuProc, opts ...Option) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// QEMU creates the socket file before it listens: retry refusals.
 	c, err := Dial(ctx, q.sock, opts...)
+	for errors.Is(err, syscall.ECONNREFUSED) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+		c, err = Dial(ctx, q.sock, opts...)
+	}
 	if err != nil {
 		t.Fatalf("Dial: %v\nqemu stderr: %s", err, q.stderr.String())
 	}

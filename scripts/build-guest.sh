@@ -37,12 +37,21 @@ exec 9>"$OUT/.lock"
 flock 9
 fresh && exit 0 # another run built it while we waited
 t0=$(date +%s.%N)
+rm -rf "$OUT"/.build.* "$OUT"/debs/.dl.* # left by killed runs; we hold the lock
+WORK= dl= xzpid=
+cleanup() {
+	if [[ -n $xzpid ]]; then kill "$xzpid" 2>/dev/null || true; fi
+	rm -rf ${WORK:+"$WORK"} ${dl:+"$dl"}
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
 
 # --- host packages ---------------------------------------------------------------------
 HOST_PKGS=(busybox-static qemu-guest-agent xz-utils)
 missing=()
 for p in "${HOST_PKGS[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	[[ $st == 'install ok installed' ]] || missing+=("$p")
 done
 if ((${#missing[@]})); then
 	log "installing ${missing[*]}"
@@ -54,7 +63,7 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
 		{ apt-get update >&2 && apt-get install -y --no-install-recommends "${missing[@]}" >&2; }
-	[[ -n $made_policy ]] && rm -f /usr/sbin/policy-rc.d
+	if [[ -n $made_policy ]]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 BUSYBOX=/bin/busybox
 QGA=/usr/sbin/qemu-ga
@@ -80,13 +89,13 @@ if ((${#debs[@]} == 0)); then
 		(cd "$dl" && apt-get update >&2 && apt-get download "$KPKG" >&2)
 	for f in "$dl"/*.deb; do mv "$f" "$OUT/debs/"; done
 	rmdir "$dl"
+	dl=
 	debs=("$OUT/debs/${KPKG}"_*.deb)
 fi
 ((${#debs[@]})) || die "download of $KPKG failed"
 KDEB=${debs[-1]}
 
 WORK=$(mktemp -d "$OUT/.build.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
 ROOT=$WORK/root
 mkdir -p "$WORK/k" "$ROOT"
 
@@ -158,8 +167,9 @@ vmlinuz=("$WORK"/k/boot/vmlinuz-*)
 off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "${vmlinuz[0]}" | head -n1 | cut -d: -f1)
 [[ -n $off ]] || die "no xz stream in ${vmlinuz[0]}"
 # xz exits 1 on the bytes after the stream; the output is complete all the same.
-tail -c +$((off + 1)) "${vmlinuz[0]}" | xz -dc >"$WORK/vmlinux" 2>/dev/null || true
-[[ $(head -c4 "$WORK/vmlinux" | od -An -c | tr -d ' ') == '177ELF' ]] || die "vmlinux is not an ELF file"
+# It runs while the initramfs is put together.
+{ tail -c +$((off + 1)) "${vmlinuz[0]}" | xz -dc >"$WORK/vmlinux" 2>/dev/null || true; } &
+xzpid=$!
 
 # --- initramfs tree --------------------------------------------------------------------
 mkdir -p "$ROOT"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,run,tmp,root,etc/acpi/PWRF,lib/modules,var/log,mnt}
@@ -208,6 +218,7 @@ esac
 EOF
 echo 'root:x:0:0:root:/root:/bin/sh' >"$ROOT/etc/passwd"
 echo 'root:x:0:' >"$ROOT/etc/group"
+printf 'ID=vmsup-guest\nNAME="vmsup test guest"\nVERSION_ID=%s\n' "${KPKG#linux-image-}" >"$ROOT/etc/os-release"
 
 cat >"$ROOT/init" <<'EOF'
 #!/bin/sh
@@ -263,7 +274,7 @@ for w in $(cat /proc/cmdline); do
 	vmsup.gw=*)
 		ip route replace default via "${w#vmsup.gw=}" ;;
 	vmsup.dhcp)
-		ip link set eth0 up && udhcpc -i eth0 -s /etc/udhcpc.script -b -q -t 10 -T 1 >/dev/null 2>&1 ;;
+		ip link set eth0 up && (udhcpc -i eth0 -s /etc/udhcpc.script -q -T 1 >/dev/null 2>&1 &) ;;
 	vmsup.online)
 		(while :; do
 			for f in /sys/devices/system/cpu/cpu*/online /sys/devices/system/memory/memory*/online; do
@@ -283,6 +294,8 @@ EOF
 chmod 755 "$ROOT/init" "$ROOT/sbin/shutdown" "$ROOT/etc/acpi/PWRF/00000080" "$ROOT/etc/udhcpc.script"
 
 (cd "$ROOT" && find . | LC_ALL=C sort | "$BUSYBOX" cpio -o -H newc 2>/dev/null) | gzip -6 >"$WORK/initramfs.cpio.gz"
+wait "$xzpid"
+[[ $(head -c4 "$WORK/vmlinux" | od -An -c | tr -d ' ') == '177ELF' ]] || die "vmlinux is not an ELF file"
 echo "$STAMP" >"$WORK/stamp"
 
 # Publish: drop the stamp first so nobody takes a half-published pair as fresh.

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/google/renameio/v2"
 
 	"github.com/vmsup/vmsup/spec"
@@ -21,21 +20,22 @@ import (
 
 // vmPaths are the files of one VM under Root/vms/NAME.
 type vmPaths struct {
-	Dir, Spec, State, QMP, Events, Console, Agent, QMPLock, UEFIVars string
+	Dir, Spec, State, QMP, Events, Console, ConsoleLog, Agent, QMPLock, UEFIVars string
 }
 
 func (s *Supervisor) paths(name string) vmPaths {
 	d := filepath.Join(s.opts.Root, "vms", name)
 	return vmPaths{
-		Dir:      d,
-		Spec:     filepath.Join(d, "spec.toml"),
-		State:    filepath.Join(d, "state.json"),
-		QMP:      filepath.Join(d, "qmp.sock"),
-		Events:   filepath.Join(d, "events.sock"),
-		Console:  filepath.Join(d, "console.sock"),
-		Agent:    filepath.Join(d, "qga.sock"),
-		QMPLock:  filepath.Join(d, "qmp.lock"),
-		UEFIVars: filepath.Join(d, "OVMF_VARS.fd"),
+		Dir:        d,
+		Spec:       filepath.Join(d, "spec.toml"),
+		State:      filepath.Join(d, "state.json"),
+		QMP:        filepath.Join(d, "qmp.sock"),
+		Events:     filepath.Join(d, "events.sock"),
+		Console:    filepath.Join(d, "console.sock"),
+		ConsoleLog: filepath.Join(d, "console.log"),
+		Agent:      filepath.Join(d, "qga.sock"),
+		QMPLock:    filepath.Join(d, "qmp.lock"),
+		UEFIVars:   filepath.Join(d, "OVMF_VARS.fd"),
 	}
 }
 
@@ -122,7 +122,7 @@ func (e *BusyError) Error() string {
 // vmLock is the per-VM lock for state-changing commands. The lock file sits
 // beside the VM directory so that removing the directory never races with it;
 // its content names the holder for BusyError.
-type vmLock struct{ fl *flock.Flock }
+type vmLock = fileLock
 
 func (s *Supervisor) lock(ctx context.Context, name, op string) (*vmLock, error) {
 	dir := filepath.Join(s.opts.Root, "vms")
@@ -130,38 +130,27 @@ func (s *Supervisor) lock(ctx context.Context, name, op string) (*vmLock, error)
 		return nil, fmt.Errorf("vm %q: %w", name, err)
 	}
 	path := filepath.Join(dir, "."+name+".lock")
-	fl := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
-	var ok bool
-	var err error
-	if s.opts.WaitForLock {
-		ok, err = fl.TryLockContext(ctx, 50*time.Millisecond)
-	} else {
-		ok, err = fl.TryLock()
-	}
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+	l, ok, err := lockFile(ctx, path, s.opts.WaitForLock)
+	if err != nil {
 		return nil, fmt.Errorf("vm %q: lock: %w", name, err)
 	}
 	if !ok {
 		return nil, readHolder(name, path)
 	}
-	holder := fmt.Sprintf("%s %d %d\n", op, os.Getpid(), time.Now().Unix())
-	if f := fl.Fh(); f != nil {
-		_ = f.Truncate(0)
-		_, _ = f.WriteAt([]byte(holder), 0)
-	}
-	return &vmLock{fl: fl}, nil
-}
-
-func (l *vmLock) unlock() {
-	if f := l.fl.Fh(); f != nil {
-		_ = f.Truncate(0)
-	}
-	_ = l.fl.Unlock()
+	l.setHolder(fmt.Sprintf("%s %d %d\n", op, os.Getpid(), time.Now().Unix()))
+	return l, nil
 }
 
 func readHolder(name, path string) error {
-	b, _ := os.ReadFile(path)
-	f := strings.Fields(string(b))
+	var f []string
+	// The holder writes its name right after locking: give it a moment.
+	for range 20 {
+		b, _ := os.ReadFile(path)
+		if f = strings.Fields(string(b)); len(f) == 3 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	e := &BusyError{VM: name}
 	if len(f) == 3 {
 		e.Op = f[0]

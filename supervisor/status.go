@@ -45,6 +45,7 @@ type Status struct {
 	MemoryUsed  uint64     `json:"memory_used_bytes,omitempty"` // the unit's cgroup
 	StateDir    string     `json:"state_dir"`
 	Console     string     `json:"console_socket"`
+	ConsoleLog  string     `json:"console_log"` // everything the guest printed on its serial console
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
@@ -62,7 +63,7 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 		return Status{}, err
 	}
 	p := s.paths(name)
-	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console}
+	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog}
 	if app, err := s.readApplied(name); err == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
 	}
@@ -97,6 +98,10 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
+		if time.Since(st.Since) < confirmTimeout {
+			// QEMU has not opened its monitor yet.
+			out.State, out.Reason = StateStarting, ""
+		}
 		return out, nil
 	}
 	defer release()

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
 )
@@ -145,22 +143,24 @@ var ErrNotRunning = errors.New("not running")
 // the event monitor (events.sock) is left for long-lived watchers.
 func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
 	p := s.paths(name)
-	fl := flock.New(p.QMPLock, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
 	lctx, cancel := context.WithTimeout(ctx, qmpLockTimeout)
 	defer cancel()
-	ok, err := fl.TryLockContext(lctx, 20*time.Millisecond)
-	if err != nil || !ok {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("vm %q: %w", name, ErrNotRunning)
-		}
-		return nil, nil, fmt.Errorf("vm %q: QMP monitor busy (another vmsup command is using it): %v", name, err)
+	fl, ok, err := lockFile(lctx, p.QMPLock, true)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("vm %q: %w", name, ErrNotRunning)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("vm %q: QMP lock: %w", name, err)
+	}
+	if !ok {
+		return nil, nil, fmt.Errorf("vm %q: QMP monitor busy for %s (another vmsup command is using it)", name, qmpLockTimeout)
 	}
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
 	defer dcancel()
 	c, err := qmp.Dial(dctx, p.QMP, qmp.WithLogger(s.opts.Logger))
 	if err != nil {
-		fl.Unlock()
+		fl.unlock()
 		return nil, nil, fmt.Errorf("vm %q: QMP: %w", name, err)
 	}
-	return c, func() { c.Close(); fl.Unlock() }, nil
+	return c, func() { c.Close(); fl.unlock() }, nil
 }

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +77,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel) ([]string, error) {
 		EventSocket:   p.Events,
 		ConsoleSocket: p.Console,
 		AgentSocket:   p.Agent,
+		ConsoleLog:    p.ConsoleLog,
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
@@ -153,7 +155,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 				}
 				old, err := s.readApplied(name)
 				res.Action, done = Changed, true
-				if err == nil && bytes.Equal(old.Spec, app.Spec) {
+				if err == nil && sameJSON(old.Spec, app.Spec) {
 					res.Action = Unchanged
 				}
 				if err == nil {
@@ -225,9 +227,8 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			_ = sd.ResetFailed(ctx, unit)
 		}},
 		{name: "confirm", do: func(ctx context.Context) error {
-			if done {
-				return nil
-			}
+			// Also for a VM found running: a previous up may have died
+			// before confirming it.
 			return s.confirmRunning(ctx, sd, name)
 		}},
 	}
@@ -309,6 +310,11 @@ func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return hint
+}
+
+func sameJSON(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
 func orDefault(s, d string) string {

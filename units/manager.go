@@ -41,13 +41,14 @@ func Connect(ctx context.Context, address string) (*Manager, error) {
 	// when ctx ends, so a hung bus cannot hang vmsup.
 	done := make(chan result, 1)
 	go func() {
-		var c *sd.Conn
-		var err error
-		if address == "" {
-			c, err = sd.NewSystemConnectionContext(ctx)
-		} else {
-			c, err = sd.NewConnection(func() (*godbus.Conn, error) { return dialBus(ctx, address) })
+		addr := address
+		if addr == "" {
+			addr = os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
 		}
+		if addr == "" {
+			addr = "unix:path=/run/dbus/system_bus_socket"
+		}
+		c, err := sd.NewConnection(func() (*godbus.Conn, error) { return dialBus(addr) })
 		done <- result{c, err}
 	}()
 	select {
@@ -71,8 +72,10 @@ func Connect(ctx context.Context, address string) (*Manager, error) {
 	}
 }
 
-func dialBus(ctx context.Context, address string) (*godbus.Conn, error) {
-	c, err := godbus.Dial(address, godbus.WithContext(ctx))
+// dialBus dials without godbus.WithContext: that context would close the
+// connection when it ends, and the connection outlives the dial.
+func dialBus(address string) (*godbus.Conn, error) {
+	c, err := godbus.Dial(address)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCLIBadInput: every broken input gives one line on stderr naming the
+// file:line:col or field, a non-zero exit, nothing started, nothing
+// overwritten (including a running VM's recorded spec).
+func TestCLIBadInput(t *testing.T) {
+	root := t.TempDir()
+	dir := t.TempDir()
+	good := write(t, dir, "keep.toml", guestTOML("keep", ""))
+	if r := vmsup(t, root, "", "up", good); r.code != 0 {
+		t.Fatalf("up keep: %+v", r)
+	}
+	defer vmsup(t, root, "", "down", "keep")
+	keepSpec := filepath.Join(root, "vms", "keep", "spec.toml")
+	before, err := os.ReadFile(keepSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitsBefore := vmsupUnits(t)
+
+	k, i := env.Guest.Kernel, env.Guest.Initrd
+	cases := []struct {
+		name, file, body string
+		args             []string // default: up FILE
+		want             string
+	}{
+		{name: "unknown key", file: "a.toml", body: "name='a'\nmemory='256M'\ncolour='blue'\n", want: "a.toml:3:1: colour: unknown key"},
+		{name: "wrong type", file: "b.toml", body: "name='b'\nmemory='256M'\ncpus='two'\n", want: "b.toml:3:8: cpus:"},
+		{name: "negative memory", file: "c.toml", body: "name='c'\nmemory='-1G'\n", want: "c.toml:2:10: memory: negative size"},
+		{name: "memory above host RAM", file: "d.toml", body: "name='d'\nmemory='64T'\n[boot]\nkernel='" + k + "'\n", want: "d.toml:2:1: memory: 64T is more than this host's RAM"},
+		{name: "missing kernel", file: "e.toml", body: "name='e'\nmemory='256M'\n[boot]\nkernel='/nonexistent/vmlinux'\n", want: "e.toml:4:1: boot.kernel: /nonexistent/vmlinux: no such file"},
+		{name: "missing initrd", file: "f.toml", body: "name='f'\nmemory='256M'\n[boot]\nkernel='" + k + "'\ninitrd='nope.img'\n", want: "f.toml:5:1: boot.initrd:"},
+		{name: "missing disk", file: "g.toml", body: "name='g'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='root'\nfile='/nope/root.qcow2'\n", want: "g.toml:7:1: disk[0].file: /nope/root.qcow2: no such file"},
+		{name: "kernel is a directory", file: "h.toml", body: "name='h'\nmemory='256M'\n[boot]\nkernel='/tmp'\n", want: "boot.kernel: /tmp is a directory"},
+		{name: "slash in name", file: "i.toml", body: "name='../etc'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "i.toml:1:1: name:"},
+		{name: "dotdot in name", file: "j.toml", body: "name='a..b'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "name: name \"a..b\" contains \"..\""},
+		{name: "name with space", file: "k.toml", body: "name='a b'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "k.toml:1:1: name:"},
+		{name: "no memory", file: "l.toml", body: "name='l'\n[boot]\nkernel='" + k + "'\n", want: "l.toml: memory: missing"},
+		{name: "syntax error", file: "m.toml", body: "name='m\n", want: "m.toml:1:"},
+		{name: "bad accel", file: "n.toml", body: "name='n'\nmemory='256M'\naccel='hvf'\n[boot]\nkernel='" + k + "'\n", want: "n.toml:3:1: accel: unknown accelerator"},
+		{name: "bad disk cache", file: "o.toml", body: "name='o'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\ncache='turbo'\n", want: "o.toml:8:1: disk[0].cache"},
+		{name: "duplicate disk names", file: "p.toml", body: "name='p'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n", want: "p.toml:8:3: disk[1].name: duplicate disk name"},
+		{name: "duplicate MAC", file: "q.toml", body: "name='q'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nmac='52:54:00:12:34:56'\n[[nic]]\nname='b'\nmac='52:54:00:12:34:56'\n", want: "q.toml:10:1: nic[1].mac: duplicate MAC"},
+		{name: "bad duration", file: "r.toml", body: "name='r'\nmemory='256M'\nstop_timeout='forever'\n[boot]\nkernel='" + k + "'\n", want: "r.toml:3:1: stop_timeout: invalid duration"},
+		{name: "file does not exist", args: []string{"up", "/nonexistent/vm.toml"}, want: "/nonexistent/vm.toml: open /nonexistent/vm.toml: no such file or directory"},
+		{name: "duplicate names across files", file: "s.toml", body: guestTOML("keep", "cpus = 2"), args: []string{"up", good, "@s.toml"}, want: "s.toml:1:1: name: VM \"keep\" is also defined in " + good},
+		{name: "same name as running VM, broken", file: "t.toml", body: "name='keep'\nmemory='256M'\nbogus=1\n", want: "t.toml:3:1: bogus: unknown key"},
+		{name: "status of unknown VM", args: []string{"status", "nosuch"}, want: `vm "nosuch": no such VM`},
+		{name: "down with bad name", args: []string{"down", "a,b"}, want: `vm "a,b": name "a,b" may only contain`},
+		{name: "unknown flag", args: []string{"up", "--frobnicate"}, want: "unknown flag: --frobnicate"},
+		{name: "qmp to a VM that is not running", args: []string{"qmp", "nosuch", `{"execute":"query-status"}`}, want: `vm "nosuch"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := c.args
+			var path string
+			if c.file != "" {
+				path = write(t, dir, c.file, c.body)
+			}
+			if args == nil {
+				args = []string{"up", path}
+			}
+			for j, a := range args {
+				if strings.HasPrefix(a, "@") {
+					args[j] = filepath.Join(dir, a[1:])
+				}
+			}
+			r := vmsup(t, root, "", args...)
+			if r.code == 0 {
+				t.Fatalf("exit 0 for %v: %+v", args, r)
+			}
+			line := strings.TrimSuffix(r.stderr, "\n")
+			if strings.Contains(line, "\n") || !strings.HasPrefix(line, "vmsup: ") {
+				t.Fatalf("stderr is not one 'vmsup: ' line: %q", r.stderr)
+			}
+			if !strings.Contains(line, c.want) {
+				t.Fatalf("stderr %q does not contain %q", line, c.want)
+			}
+		})
+	}
+	if after, _ := os.ReadFile(keepSpec); string(after) != string(before) {
+		t.Fatalf("a failed command overwrote the running VM's spec")
+	}
+	if got := vmsupUnits(t); got != unitsBefore {
+		t.Fatalf("units changed by failed commands:\nbefore %s\nafter  %s", unitsBefore, got)
+	}
+	ents, _ := os.ReadDir(filepath.Join(root, "vms"))
+	for _, e := range ents {
+		if e.IsDir() && e.Name() != "keep" {
+			t.Fatalf("a failed command left state dir %s", e.Name())
+		}
+	}
+}
+
+// TestCLIEndToEnd drives a real guest through the CLI as a user would.
+func TestCLIEndToEnd(t *testing.T) {
+	root, dir := t.TempDir(), t.TempDir()
+	file := write(t, dir, "demo.toml", guestTOML("demo", "[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"))
+	if r := vmsup(t, root, "", "validate", file); r.code != 0 || !strings.Contains(r.stdout, "ok") {
+		t.Fatalf("validate: %+v", r)
+	}
+	r := vmsup(t, root, "", "argv", file)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "/usr/bin/qemu-system-x86_64\n") || !strings.Contains(r.stdout, "\n-accel\ntcg\n") {
+		t.Fatalf("argv: %+v", r)
+	}
+	if r := vmsup(t, root, "", "up", file); r.code != 0 || !strings.Contains(r.stdout, "demo: started (accel tcg)") {
+		t.Fatalf("up: %+v", r)
+	}
+	defer vmsup(t, root, "", "down", "demo")
+	if r := vmsup(t, root, "", "up", file); r.code != 0 || !strings.Contains(r.stdout, "demo: unchanged") {
+		t.Fatalf("second up: %+v", r)
+	}
+	var st struct {
+		State, Accel string
+		ConsoleLog   string `json:"console_log"`
+	}
+	r = vmsup(t, root, "", "status", "--json", "demo")
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.State != "running" || st.Accel != "tcg" {
+		t.Fatalf("status --json: %+v %v", r, err)
+	}
+	waitFor(t, st.ConsoleLog, "VMSUP-SHELL-READY", time.Minute)
+
+	// A changed file is reported, not applied.
+	changed := write(t, dir, "demo.toml", guestTOML("demo", "cpus = 2\n[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"))
+	if r := vmsup(t, root, "", "up", changed); r.code != 0 || !strings.Contains(r.stdout, "demo: changed") {
+		t.Fatalf("up of a changed file: %+v", r)
+	}
+
+	r = vmsup(t, root, "", "console", "demo", "echo vmsup-$((6*7))\n")
+	if !strings.Contains(r.stdout, "vmsup-42") {
+		t.Fatalf("console did not echo: %+v", r)
+	}
+	r = vmsup(t, root, "", "qmp", "demo", `{"execute":"query-status"}`)
+	if r.code != 0 || !strings.Contains(r.stdout, `"status":"running"`) {
+		t.Fatalf("qmp: %+v", r)
+	}
+	if r := vmsup(t, root, "", "qmp", "demo", `{"execute":"no-such-command"}`); r.code == 0 || !strings.Contains(r.stderr, "CommandNotFound") {
+		t.Fatalf("qmp error: %+v", r)
+	}
+	if r := vmsup(t, root, "", "pause", "demo"); r.code != 0 {
+		t.Fatalf("pause: %+v", r)
+	}
+	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "state:    paused") {
+		t.Fatalf("status after pause: %+v", r)
+	}
+	if r := vmsup(t, root, "", "resume", "demo"); r.code != 0 {
+		t.Fatalf("resume: %+v", r)
+	}
+	r = vmsup(t, root, "", "ls", "--json")
+	var list []struct{ Name, State string }
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0].State != "running" {
+		t.Fatalf("ls --json: %+v %v", r, err)
+	}
+	if r := vmsup(t, root, "", "ls"); !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, "running") {
+		t.Fatalf("ls: %+v", r)
+	}
+	r = vmsup(t, root, "", "down", file)
+	if r.code != 0 || !strings.Contains(r.stdout, "demo: guest powered off (ACPI)") {
+		t.Fatalf("down: %+v", r)
+	}
+	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "state:    shut off") {
+		t.Fatalf("status after down: %+v", r)
+	}
+}
+
+func waitFor(t *testing.T, path, marker string, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(path); strings.Contains(string(b), marker) {
+			return
+		}
+	}
+	b, _ := os.ReadFile(path)
+	t.Fatalf("%q not in %s within %s:\n%s", marker, path, d, b)
+}

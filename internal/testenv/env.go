@@ -1,0 +1,96 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// Env is what a test package shares: one systemd sandbox and the guest image.
+type Env struct {
+	Systemd *Systemd
+	Guest   GuestImage
+	Dir     string // the directory given to Start (Main makes and removes its own)
+}
+
+// Start builds (or reuses) the guest image and boots a systemd sandbox under dir.
+// Callers that make dir themselves remove it; see Main for the usual TestMain use.
+func Start(ctx context.Context, dir string) (*Env, error) {
+	type guestResult struct {
+		g   GuestImage
+		err error
+	}
+	gc := make(chan guestResult, 1)
+	go func() { g, err := Guest(ctx); gc <- guestResult{g, err} }()
+	sd, sdErr := StartSystemd(ctx, dir)
+	gr := <-gc
+	if err := errors.Join(sdErr, gr.err); err != nil {
+		if sd != nil {
+			sd.Stop()
+		}
+		return nil, err
+	}
+	return &Env{Systemd: sd, Guest: gr.g, Dir: dir}, nil
+}
+
+// Close stops the sandbox. It is safe to call twice.
+func (e *Env) Close() error {
+	if e == nil || e.Systemd == nil {
+		return nil
+	}
+	return e.Systemd.Stop()
+}
+
+// Main runs a package's tests with one Env for the whole package and returns the exit
+// code for os.Exit. setup receives the Env before any test runs (store it in a package
+// variable). Without root it runs the tests with no Env, so each test that needs one must
+// call SkipUnlessRoot; with root, a failure to start the Env fails the package loudly.
+func Main(m *testing.M, setup func(*Env) error) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "testenv: not root: no systemd sandbox or guest; tests that need them skip")
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "vmsup-env-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// A cold guest build downloads ~70 MB and takes ~10 s; leave room for slow mirrors.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	env, err := Start(ctx, dir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv: cannot start the test environment:", err)
+		return 1
+	}
+	code := 0
+	if setup != nil {
+		if err := setup(env); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: setup:", err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		code = m.Run()
+	}
+	if err := env.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv: stop:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// SkipUnlessRoot skips the test, saying why, unless it runs as root (the systemd
+// sandbox, cgroups, QEMU with KVM and network namespaces all need root).
+func SkipUnlessRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root (running as uid %d): systemd sandbox, cgroups and guests need it", os.Geteuid())
+	}
+}

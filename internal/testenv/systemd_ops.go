@@ -1,0 +1,91 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	sdbus "github.com/coreos/go-systemd/v22/dbus"
+)
+
+// Dial connects go-systemd to the sandbox's systemd. Close the connection when done.
+func (s *Systemd) Dial(ctx context.Context) (*sdbus.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := sdbus.NewConnection(s.dialBus)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: dial %s: %w", s.BusAddress, err)
+	}
+	return c, nil
+}
+
+// Systemctl runs systemctl inside the sandbox and returns its combined output.
+func (s *Systemd) Systemctl(ctx context.Context, args ...string) ([]byte, error) {
+	return s.nsenter(ctx, append([]string{"systemctl", "--no-pager"}, args...)...)
+}
+
+func (s *Systemd) nsenter(ctx context.Context, argv ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(s.PID1), "-m", "-p", "--"}, argv...)...)
+	cmd.Env = append(os.Environ(), "SYSTEMD_COLORS=0", "SYSTEMD_PAGER=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("testenv: %s in sandbox: %w: %s", strings.Join(argv, " "), err, bytes.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// Journal returns the messages of unit (journalctl -o cat) logged so far.
+func (s *Systemd) Journal(ctx context.Context, unit string) (string, error) {
+	cmd := exec.CommandContext(ctx, "journalctl", "-D", s.JournalDir, "-u", unit, "-o", "cat", "--no-pager")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("testenv: journal of %s: %w: %s", unit, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return string(out), nil
+}
+
+// HostPIDs returns the host PIDs of the processes in unit's cgroup (and below it),
+// wherever the unit's slice is. A unit without a cgroup yields an fs.ErrNotExist error.
+func (s *Systemd) HostPIDs(unit string) ([]int, error) {
+	rel, err := s.cg.unitDir(unit)
+	if err != nil {
+		return nil, err
+	}
+	return procs(filepath.Join(s.cg.track, s.cg.rel, rel))
+}
+
+// CgroupDir returns the host directory of unit's cgroup in a hierarchy named by a
+// controller ("memory", "pids", "cpu", ...), "systemd" or "unified". systemd creates
+// a controller's directory only when the unit uses that controller.
+func (s *Systemd) CgroupDir(hierarchy, unit string) (string, error) {
+	m, ok := s.cg.mounts[hierarchy]
+	if !ok {
+		return "", fmt.Errorf("testenv: no cgroup hierarchy %q", hierarchy)
+	}
+	rel, err := s.cg.unitDir(unit)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(m, s.cg.rel, rel), nil
+}
+
+// tail returns the last n lines of a file, for error messages.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

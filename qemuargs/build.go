@@ -1,0 +1,317 @@
+package qemuargs
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// Options are the host facts Build needs, resolved by the caller.
+type Options struct {
+	Binary string // argv[0], an absolute path, e.g. "/usr/bin/qemu-system-x86_64"; required
+
+	// Accel is the accelerator the caller resolved: spec.AccelKVM or
+	// spec.AccelTCG. "auto" and "" are errors: probing KVM is host I/O.
+	Accel spec.Accel
+
+	// Unix socket paths (absolute, at most 107 bytes). QEMU listens on all of
+	// them and does not wait for a client. AgentSocket is used only if
+	// vm.HasGuestAgent().
+	QMPSocket, EventSocket, ConsoleSocket, AgentSocket string
+
+	// ConsoleLog, optional, is a file that records the serial console.
+	ConsoleLog string
+
+	// FirmwareCode is the OVMF code image for firmware "uefi" or the qboot ROM
+	// for "qboot"; required for those, ignored for "bios" (QEMU's SeaBIOS).
+	FirmwareCode string
+	// FirmwareVars is the VM's own writable copy of the OVMF variable store;
+	// required for "uefi", ignored otherwise.
+	FirmwareVars string
+}
+
+// maxSocketPath is the longest unix socket path (sun_path is 108 bytes with
+// its NUL).
+const maxSocketPath = 107
+
+var cpuModelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// Build renders vm into QEMU's argv (argv[0] is o.Binary). vm must have its
+// defaults filled, as spec.Parse does; Build checks every field it renders
+// and returns an *Error naming the VM and the field for anything invalid,
+// never dropping a device. See the package documentation for the syntax
+// rules.
+func Build(vm *spec.VM, o Options) ([]string, error) {
+	if vm == nil {
+		return nil, errors.New("qemuargs: nil VM")
+	}
+	parts, err := plan(vm, o)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.VM = vm.Name
+			return nil, e
+		}
+		return nil, &Error{VM: vm.Name, Msg: err.Error()}
+	}
+	argv := []string{o.Binary}
+	for _, p := range parts {
+		a, err := p.Args()
+		if err != nil {
+			return nil, &Error{VM: vm.Name, Msg: err.Error()}
+		}
+		argv = append(argv, a...)
+	}
+	return argv, nil
+}
+
+// plan checks vm and o and lists the parts of the command line in order.
+func plan(vm *spec.VM, o Options) ([]renderer, error) {
+	if err := checkOptions(vm, o); err != nil {
+		return nil, err
+	}
+	if err := checkVM(vm, o.Accel); err != nil {
+		return nil, err
+	}
+	l, err := layout(vm)
+	if err != nil {
+		return nil, err
+	}
+	parts := []renderer{
+		flags{"-nodefaults", "-no-user-config", "-display", "none"},
+		guestName{vm.Name},
+		flags{"-msg", "timestamp=on"},
+	}
+
+	m := machine{Type: vm.Machine}
+	if vm.Boot.Firmware == spec.FirmwareUEFI {
+		for _, b := range ovmfBlockdevs(o.FirmwareCode, o.FirmwareVars) {
+			parts = append(parts, b)
+		}
+		m.PFlash0, m.PFlash1 = OVMFCodeNodeName, OVMFVarsNodeName
+	}
+	model := vm.CPUModel
+	if model == "" {
+		model = "max"
+		if o.Accel == spec.AccelKVM {
+			model = "host"
+		}
+	}
+	parts = append(parts, m, accel{o.Accel}, cpu{model},
+		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
+		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs})
+	if vm.Boot.Firmware == spec.FirmwareQboot {
+		parts = append(parts, biosFile{o.FirmwareCode})
+	}
+	if b := vm.Boot; b.Kernel != "" {
+		parts = append(parts, kernelBoot{b.Kernel, b.Initrd, b.Cmdline})
+	}
+
+	parts = append(parts,
+		socketChardev{QMPChardevID, o.QMPSocket, ""}, qmpMonitor{QMPChardevID},
+		socketChardev{EventsChardevID, o.EventSocket, ""}, qmpMonitor{EventsChardevID},
+		socketChardev{ConsoleChardevID, o.ConsoleSocket, o.ConsoleLog}, serialPort{ConsoleChardevID},
+	)
+	for _, rp := range l.rootPorts {
+		parts = append(parts, rp)
+	}
+	if vm.HasGuestAgent() {
+		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, ""})
+		for _, d := range agentDevices(l.agent) {
+			parts = append(parts, d)
+		}
+	}
+	for i, n := range vm.NICs {
+		nd, err := NICNetdev(n)
+		if err != nil {
+			return nil, inField(err, fmt.Sprintf("nic[%d]", i))
+		}
+		dev := NICDevice(n, l.nics[i].bus)
+		dev.Addr = l.nics[i].addr
+		parts = append(parts, nd, dev)
+	}
+	for i, d := range vm.Disks {
+		bds, err := DiskBlockdevs(d)
+		if err != nil {
+			return nil, inField(err, fmt.Sprintf("disk[%d]", i))
+		}
+		for _, b := range bds {
+			parts = append(parts, b)
+		}
+		dev := DiskDevice(d, l.disks[i].bus)
+		dev.Addr = l.disks[i].addr
+		parts = append(parts, dev)
+	}
+	return parts, nil
+}
+
+// inField turns a per-device *Error into one with the full spec field path.
+func inField(err error, prefix string) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	e.Object = ""
+	e.Field = prefix + "." + e.Field
+	return e
+}
+
+func checkOptions(vm *spec.VM, o Options) error {
+	path := func(name, p string) error {
+		field := "Options." + name
+		if p == "" {
+			return errorf(field, "missing")
+		}
+		if !filepath.IsAbs(p) {
+			return errorf(field, "%q is not an absolute path", p)
+		}
+		if err := checkString(p); err != nil {
+			return errorf(field, "%v", err)
+		}
+		return nil
+	}
+	if err := path("Binary", o.Binary); err != nil {
+		return err
+	}
+	switch o.Accel {
+	case spec.AccelKVM, spec.AccelTCG:
+	default:
+		return errorf("Options.Accel", "%q is not a resolved accelerator (want %q or %q; the caller resolves %q)",
+			o.Accel, spec.AccelKVM, spec.AccelTCG, spec.AccelAuto)
+	}
+	sockets := []struct{ name, path string }{
+		{"QMPSocket", o.QMPSocket}, {"EventSocket", o.EventSocket}, {"ConsoleSocket", o.ConsoleSocket},
+	}
+	if vm.HasGuestAgent() {
+		sockets = append(sockets, struct{ name, path string }{"AgentSocket", o.AgentSocket})
+	}
+	seen := map[string]string{}
+	for _, s := range sockets {
+		if err := path(s.name, s.path); err != nil {
+			return err
+		}
+		if len(s.path) > maxSocketPath {
+			return errorf("Options."+s.name, "%q is longer than %d bytes, the limit for unix socket paths", s.path, maxSocketPath)
+		}
+		if other, dup := seen[s.path]; dup {
+			return errorf("Options."+s.name, "%q is also Options.%s", s.path, other)
+		}
+		seen[s.path] = s.name
+	}
+	switch vm.Boot.Firmware {
+	case spec.FirmwareUEFI:
+		if err := path("FirmwareCode", o.FirmwareCode); err != nil {
+			return err
+		}
+		return path("FirmwareVars", o.FirmwareVars)
+	case spec.FirmwareQboot:
+		return path("FirmwareCode", o.FirmwareCode)
+	}
+	return nil
+}
+
+func checkVM(vm *spec.VM, resolved spec.Accel) error {
+	if err := spec.ValidName(vm.Name); err != nil {
+		return errorf("name", "%v", err)
+	}
+	switch vm.Accel {
+	case spec.AccelAuto, "":
+	case spec.AccelKVM, spec.AccelTCG:
+		if vm.Accel != resolved {
+			return errorf("accel", "the VM asks for %q but Options.Accel is %q", vm.Accel, resolved)
+		}
+	default:
+		return errorf("accel", "unknown accelerator %q", vm.Accel)
+	}
+	if m := vm.CPUModel; m != "" {
+		if !cpuModelRE.MatchString(m) {
+			return errorf("cpu_model", "invalid CPU model %q", m)
+		}
+		if m == "host" && resolved != spec.AccelKVM {
+			return errorf("cpu_model", "%q needs accel %q, not %q", m, spec.AccelKVM, resolved)
+		}
+	}
+	if vm.CPUs < 1 || vm.CPUs > 255 {
+		return errorf("cpus", "%d is out of range 1..255", vm.CPUs)
+	}
+	if vm.MaxCPUs < vm.CPUs || vm.MaxCPUs > 255 {
+		return errorf("max_cpus", "%d must be between cpus (%d) and 255", vm.MaxCPUs, vm.CPUs)
+	}
+	if vm.Memory <= 0 || vm.Memory%spec.MiB != 0 {
+		return errorf("memory", "%s is not a positive whole number of MiB", vm.Memory)
+	}
+	if vm.MaxMemory < vm.Memory || vm.MaxMemory%spec.MiB != 0 {
+		return errorf("max_memory", "%s must be a whole number of MiB and at least memory (%s)", vm.MaxMemory, vm.Memory)
+	}
+	if err := checkBoot(vm.Boot); err != nil {
+		return err
+	}
+	return checkUnique(vm)
+}
+
+func checkBoot(b spec.Boot) error {
+	switch b.Firmware {
+	case spec.FirmwareBIOS, spec.FirmwareUEFI:
+	case spec.FirmwareQboot:
+		if b.Kernel == "" {
+			return errorf("boot.firmware", "qboot can only boot a kernel given in boot.kernel")
+		}
+	default:
+		return errorf("boot.firmware", "unknown firmware %q", b.Firmware)
+	}
+	if b.Kernel == "" {
+		if b.Initrd != "" || b.Cmdline != "" {
+			return errorf("boot.kernel", "initrd and cmdline need a kernel")
+		}
+		return nil
+	}
+	for _, f := range []struct{ field, path string }{{"boot.kernel", b.Kernel}, {"boot.initrd", b.Initrd}} {
+		if f.path == "" {
+			continue
+		}
+		if !filepath.IsAbs(f.path) {
+			return errorf(f.field, "%q is not an absolute path", f.path)
+		}
+		if err := checkString(f.path); err != nil {
+			return errorf(f.field, "%v", err)
+		}
+	}
+	if err := checkString(b.Cmdline); err != nil {
+		return errorf("boot.cmdline", "%v", err)
+	}
+	return nil
+}
+
+// checkUnique rejects duplicate names, node names and MACs, which would make
+// QEMU fail or two NICs clash on a network.
+func checkUnique(vm *spec.VM) error {
+	disks, nodes := map[string]int{}, map[string]int{}
+	for i, d := range vm.Disks {
+		if j, dup := disks[d.Name]; dup {
+			return errorf(fmt.Sprintf("disk[%d].name", i), "duplicate disk name %q (also disk[%d])", d.Name, j)
+		}
+		disks[d.Name] = i
+		if j, dup := nodes[DiskNodeName(d.Name)]; dup {
+			return errorf(fmt.Sprintf("disk[%d].name", i), "node name %q of disk %q clashes with disk[%d]",
+				DiskNodeName(d.Name), d.Name, j)
+		}
+		nodes[DiskNodeName(d.Name)] = i
+	}
+	nics, macs := map[string]int{}, map[string]int{}
+	for i, n := range vm.NICs {
+		if j, dup := nics[n.Name]; dup {
+			return errorf(fmt.Sprintf("nic[%d].name", i), "duplicate NIC name %q (also nic[%d])", n.Name, j)
+		}
+		nics[n.Name] = i
+		if hw, err := parseMAC(n.MAC); err == nil {
+			if j, dup := macs[hw]; dup {
+				return errorf(fmt.Sprintf("nic[%d].mac", i), "duplicate MAC %s (also nic[%d])", n.MAC, j)
+			}
+			macs[hw] = i
+		}
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+package qemuargs
+
+import "fmt"
+
+// socketChardev is a listening unix-socket chardev that does not wait for a
+// client: QEMU starts at once and the supervisor connects when it likes.
+// LogFile, when set, gets a copy of everything the chardev receives (QEMU
+// truncates it at start), so console output is kept while no client is
+// attached.
+type socketChardev struct{ ID, Path, LogFile string }
+
+func (c socketChardev) Args() ([]string, error) {
+	p, err := escapeValue(c.Path)
+	if err != nil {
+		return nil, fmt.Errorf("chardev %q path: %w", c.ID, err)
+	}
+	v := "socket,id=" + c.ID + ",path=" + p + ",server=on,wait=off"
+	if c.LogFile != "" {
+		l, err := escapeValue(c.LogFile)
+		if err != nil {
+			return nil, fmt.Errorf("chardev %q logfile: %w", c.ID, err)
+		}
+		v += ",logfile=" + l
+	}
+	return []string{"-chardev", v}, nil
+}
+
+// qmpMonitor is a QMP monitor on a chardev.
+type qmpMonitor struct{ Chardev string }
+
+func (m qmpMonitor) Args() ([]string, error) {
+	return []string{"-mon", "chardev=" + m.Chardev + ",mode=control"}, nil
+}
+
+// serialPort is the first serial port (ttyS0) on a chardev.
+type serialPort struct{ Chardev string }
+
+func (s serialPort) Args() ([]string, error) { return []string{"-serial", "chardev:" + s.Chardev}, nil }

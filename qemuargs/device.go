@@ -1,0 +1,175 @@
+package qemuargs
+
+import (
+	"fmt"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// Device is one QEMU device. Its JSON encoding is both the value of
+// -device on the command line and the arguments object of QMP device_add, so a
+// device plugged at boot and one hot-plugged later cannot differ. Fields that
+// a driver does not have are left zero and omitted.
+type Device struct {
+	Driver        string `json:"driver"`
+	ID            string `json:"id"`
+	Bus           string `json:"bus,omitempty"`
+	Addr          string `json:"addr,omitempty"` // "0x2" or "0x2.0x1" (slot.function)
+	Multifunction bool   `json:"multifunction,omitempty"`
+
+	// pcie-root-port
+	Chassis int `json:"chassis,omitempty"`
+	Port    int `json:"port,omitempty"`
+
+	// virtio-blk-pci
+	Drive      string `json:"drive,omitempty"` // node-name of the format node
+	Serial     string `json:"serial,omitempty"`
+	BootIndex  int    `json:"bootindex,omitempty"`
+	WriteCache string `json:"write-cache,omitempty"` // "on" or "off"
+	ShareRW    *bool  `json:"share-rw,omitempty"`
+
+	// virtio-net-pci
+	Netdev  string  `json:"netdev,omitempty"`
+	MAC     string  `json:"mac,omitempty"`
+	ROMFile *string `json:"romfile,omitempty"` // "" disables the option ROM (no iPXE)
+
+	// virtserialport
+	Chardev string `json:"chardev,omitempty"`
+	Name    string `json:"name,omitempty"`
+}
+
+// Args renders the device for the command line: -device JSON.
+func (d Device) Args() ([]string, error) {
+	j, err := marshalJSON(d)
+	if err != nil {
+		return nil, fmt.Errorf("device %q: %w", d.ID, err)
+	}
+	return []string{"-device", j}, nil
+}
+
+// Root buses and the PCI layout.
+const (
+	PCIeRootBus = "pcie.0" // q35
+	PCIRootBus  = "pci.0"  // pc
+
+	q35FirstPortSlot = 0x2  // 0x0 is the host bridge, 0x1 the guest agent
+	q35LastPortSlot  = 0x1e // 0x1f is the ICH9 LPC/SMBus/SATA function group
+	q35AgentSlot     = 0x1
+	pcAgentSlot      = 0x2 // 0x0 host bridge, 0x1 PIIX3
+	pcFirstSlot      = 0x3
+	pcLastSlot       = 0x1f
+	portsPerSlot     = 8
+)
+
+// MaxRootPorts is how many pcie-root-ports fit on pcie.0 in the layout used
+// here (slots 0x2..0x1e, 8 functions each).
+const MaxRootPorts = (q35LastPortSlot - q35FirstPortSlot + 1) * portsPerSlot
+
+func pciAddr(slot, fn int) string {
+	if fn == 0 {
+		return fmt.Sprintf("0x%x", slot)
+	}
+	return fmt.Sprintf("0x%x.0x%x", slot, fn)
+}
+
+// placement is where a disk or NIC device goes.
+type placement struct{ bus, addr string }
+
+// pciLayout places the VM's devices. On q35 every NIC and disk gets its own
+// root port (NICs first, in order, then disks, then the spare ports), so each
+// can be unplugged like a hot-plugged one; NICs come first, as in libvirt, so
+// that adding a disk does not move a NIC to another bus (and rename it in the
+// guest). On pc the devices sit on pci.0 at consecutive slots, same order.
+type pciLayout struct {
+	rootPorts []Device
+	nics      []placement
+	disks     []placement
+	spare     []string // ids of the empty root ports
+	agent     placement
+}
+
+func layout(vm *spec.VM) (pciLayout, error) {
+	var l pciLayout
+	n := len(vm.NICs) + len(vm.Disks)
+	field := func(i int) string { // the spec field of the i-th placed device
+		if i < len(vm.NICs) {
+			return fmt.Sprintf("nic[%d]", i)
+		}
+		if i < n {
+			return fmt.Sprintf("disk[%d]", i-len(vm.NICs))
+		}
+		return "hotplug_slots"
+	}
+	switch vm.Machine {
+	case "q35":
+		if vm.Slots() < 0 {
+			return l, errorf("hotplug_slots", "%d is negative", vm.Slots())
+		}
+		total := n + vm.Slots()
+		if total > MaxRootPorts {
+			return l, errorf(field(MaxRootPorts), "needs root port %d of at most %d (%d NICs + %d disks + %d hotplug slots)",
+				MaxRootPorts+1, MaxRootPorts, len(vm.NICs), len(vm.Disks), vm.Slots())
+		}
+		for i := 0; i < total; i++ {
+			slot, fn := q35FirstPortSlot+i/portsPerSlot, i%portsPerSlot
+			id := RootPortID(i + 1)
+			l.rootPorts = append(l.rootPorts, Device{
+				Driver: "pcie-root-port", ID: id, Bus: PCIeRootBus, Addr: pciAddr(slot, fn),
+				Multifunction: fn == 0 && i+1 < total, // function 1 follows in this slot
+				Chassis:       i + 1, Port: slot<<3 | fn,
+			})
+			p := placement{bus: id}
+			switch {
+			case i < len(vm.NICs):
+				l.nics = append(l.nics, p)
+			case i < n:
+				l.disks = append(l.disks, p)
+			default:
+				l.spare = append(l.spare, id)
+			}
+		}
+		l.agent = placement{PCIeRootBus, pciAddr(q35AgentSlot, 0)}
+	case "pc":
+		if vm.Slots() != 0 {
+			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
+		}
+		if max := pcLastSlot - pcFirstSlot + 1; n > max {
+			return l, errorf(field(max), "no free slot on %s: %d NICs + %d disks, at most %d devices",
+				PCIRootBus, len(vm.NICs), len(vm.Disks), max)
+		}
+		for i := 0; i < n; i++ {
+			p := placement{PCIRootBus, pciAddr(pcFirstSlot+i, 0)}
+			if i < len(vm.NICs) {
+				l.nics = append(l.nics, p)
+			} else {
+				l.disks = append(l.disks, p)
+			}
+		}
+		l.agent = placement{PCIRootBus, pciAddr(pcAgentSlot, 0)}
+	default:
+		return l, errorf("machine", "unknown machine %q (want \"q35\" or \"pc\")", vm.Machine)
+	}
+	return l, nil
+}
+
+// SpareRootPorts returns the ids of the root ports Build leaves empty for
+// hotplug, in order; nil for the pc machine (hotplug onto pci.0) or an
+// invalid layout.
+func SpareRootPorts(vm *spec.VM) []string {
+	l, err := layout(vm)
+	if err != nil {
+		return nil
+	}
+	return l.spare
+}
+
+// agentDevices is the guest-agent channel: a virtio-serial controller at a
+// fixed address on the root bus (so enabling it moves nothing else) and one
+// port named org.qemu.guest_agent.0 on the agent chardev.
+func agentDevices(p placement) []Device {
+	return []Device{
+		{Driver: "virtio-serial-pci", ID: AgentSerialDeviceID, Bus: p.bus, Addr: p.addr},
+		{Driver: "virtserialport", ID: AgentPortDeviceID, Bus: AgentSerialDeviceID + ".0",
+			Chardev: AgentChardevID, Name: AgentPortName},
+	}
+}

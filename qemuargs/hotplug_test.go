@@ -1,0 +1,113 @@
+package qemuargs
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// TestHotplugJSONInQEMU hot-plugs a disk and a NIC into a VM's spare root
+// ports with the values DiskBlockdevs, DiskDevice, NICNetdev and NICDevice
+// return, sent as the arguments of blockdev-add, device_add and netdev_add:
+// the same JSON Build puts on the command line must work over QMP.
+func TestHotplugJSONInQEMU(t *testing.T) {
+	env := needQEMU(t)
+	for _, machine := range []string{"q35", "pc"} {
+		t.Run(machine, func(t *testing.T) {
+			tmp, err := os.MkdirTemp("", "qemuargs,hotplug")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(tmp) })
+			slots := ""
+			if machine == "q35" {
+				slots = "hotplug_slots = 2\n"
+			}
+			f, err := spec.Parse(tmp+"/hp.toml", []byte(`name = "hp"
+machine = "`+machine+`"
+accel = "tcg"
+memory = "128M"
+`+slots+`
+[[disk]]
+name = "root"
+file = "root.img"
+`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(tmp+"/root.img", make([]byte, 1<<20), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			o := Options{Binary: env.qemu, Accel: spec.AccelTCG, QMPSocket: tmp + "/qmp.sock",
+				EventSocket: tmp + "/events.sock", ConsoleSocket: tmp + "/console.sock", AgentSocket: tmp + "/qga.sock"}
+			argv, err := Build(&f.VM, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buses := SpareRootPorts(&f.VM)
+			if machine == "pc" {
+				buses = []string{PCIRootBus, PCIRootBus}
+			}
+			if len(buses) != 2 {
+				t.Fatalf("SpareRootPorts = %q, want 2 ports", buses)
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p, q := startQEMU(ctx, t, argv, o.QMPSocket, "-S")
+
+			disk := spec.Disk{Name: "hot", File: tmp + "/hot,1.qcow2", Format: spec.FormatQcow2,
+				Cache: "writethrough", AIO: "threads", Discard: true, Serial: "HOT1", ReadOnly: false}
+			if out, err := exec.Command(env.qemuImg, "create", "-q", "-f", "qcow2", disk.File, "16M").CombinedOutput(); err != nil {
+				t.Fatalf("qemu-img: %v\n%s", err, out)
+			}
+			bds, err := DiskBlockdevs(disk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plugged []renderer
+			for _, b := range bds {
+				if err := q.run("blockdev-add", b, nil); err != nil {
+					p.fail("%v", err)
+				}
+				plugged = append(plugged, b)
+			}
+			dd := DiskDevice(disk, buses[0])
+			nic := spec.NIC{Name: "hot", Type: spec.NICUser, MAC: "52:54:00:00:00:99",
+				Forwards: []string{"tcp:127.0.0.1:0-:22"}}
+			nd, err := NICNetdev(nic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nicDev := NICDevice(nic, buses[1])
+			for _, step := range []struct {
+				cmd string
+				arg renderer
+			}{{"device_add", dd}, {"netdev_add", nd}, {"device_add", nicDev}} {
+				if err := q.run(step.cmd, step.arg, nil); err != nil {
+					p.fail("%s: %v", step.cmd, err)
+				}
+				plugged = append(plugged, step.arg)
+			}
+
+			// Everything plugged must now look exactly as if it had been on
+			// the command line.
+			all := append([]string(nil), argv...)
+			for _, r := range plugged {
+				a, err := r.Args()
+				if err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, a...)
+			}
+			if err := checkState(q, all); err != nil {
+				p.fail("%v", err)
+			}
+			p.quit(ctx, q)
+		})
+	}
+}

@@ -1,0 +1,111 @@
+package qemuargs
+
+import (
+	"fmt"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// renderer is one part of the command line that renders itself as argv words.
+type renderer interface {
+	Args() ([]string, error)
+}
+
+// flags are options without values, passed as they are.
+type flags []string
+
+func (f flags) Args() ([]string, error) { return f, nil }
+
+// guestName is -name: the VM name (shown in QEMU's messages and as the
+// process' guest name) and per-vCPU thread names.
+type guestName struct{ Name string }
+
+func (n guestName) Args() ([]string, error) {
+	v, err := escapeValue(n.Name)
+	if err != nil {
+		return nil, fmt.Errorf("name: %w", err)
+	}
+	return []string{"-name", "guest=" + v + ",debug-threads=on"}, nil
+}
+
+// machine is -machine with the UEFI flash nodes when there are any.
+type machine struct {
+	Type             string // "q35" or "pc"
+	PFlash0, PFlash1 string // node names; empty without UEFI
+}
+
+func (m machine) Args() ([]string, error) {
+	v := m.Type
+	for _, kv := range [][2]string{{"pflash0", m.PFlash0}, {"pflash1", m.PFlash1}} {
+		if kv[1] == "" {
+			continue
+		}
+		e, err := escapeValue(kv[1])
+		if err != nil {
+			return nil, fmt.Errorf("machine %s: %w", kv[0], err)
+		}
+		v += "," + kv[0] + "=" + e
+	}
+	return []string{"-machine", v}, nil
+}
+
+// accel is -accel kvm|tcg.
+type accel struct{ Name spec.Accel }
+
+func (a accel) Args() ([]string, error) { return []string{"-accel", string(a.Name)}, nil }
+
+// cpu is -cpu MODEL. The model was checked to be a plain name (a comma would
+// add CPU properties).
+type cpu struct{ Model string }
+
+func (c cpu) Args() ([]string, error) { return []string{"-cpu", c.Model}, nil }
+
+// MemorySlots is the number of DIMM slots a VM with memory hotplug
+// (max_memory > memory) gets.
+const MemorySlots = 4
+
+// memory is -m: the boot memory and, for memory hotplug, the ceiling and the
+// DIMM slots.
+type memory struct {
+	Size, Max spec.Size
+	Slots     int
+}
+
+func (m memory) Args() ([]string, error) {
+	v := fmt.Sprintf("size=%dM", m.Size.MiB())
+	if m.Max > m.Size {
+		v += fmt.Sprintf(",slots=%d,maxmem=%dM", m.Slots, m.Max.MiB())
+	}
+	return []string{"-m", v}, nil
+}
+
+// smp is -smp: the boot vCPUs and the hotplug ceiling.
+type smp struct{ CPUs, Max int }
+
+func (s smp) Args() ([]string, error) {
+	v := fmt.Sprint(s.CPUs)
+	if s.Max > s.CPUs {
+		v += fmt.Sprintf(",maxcpus=%d", s.Max)
+	}
+	return []string{"-smp", v}, nil
+}
+
+// biosFile is -bios FILE (qboot). QEMU takes the argument verbatim.
+type biosFile struct{ Path string }
+
+func (b biosFile) Args() ([]string, error) { return []string{"-bios", b.Path}, nil }
+
+// kernelBoot is direct kernel boot. QEMU takes -kernel, -initrd and -append
+// arguments verbatim (no key=value parsing), so they are not escaped.
+type kernelBoot struct{ Kernel, Initrd, Cmdline string }
+
+func (k kernelBoot) Args() ([]string, error) {
+	a := []string{"-kernel", k.Kernel}
+	if k.Initrd != "" {
+		a = append(a, "-initrd", k.Initrd)
+	}
+	if k.Cmdline != "" {
+		a = append(a, "-append", k.Cmdline)
+	}
+	return a, nil
+}

@@ -1,0 +1,249 @@
+package qemuargs
+
+import (
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// qemuEnv is what the acceptance test found on the host.
+type qemuEnv struct {
+	qemu, qemuImg  string
+	kvm            bool   // /dev/kvm opens read-write
+	kernel, initrd string // for kernel-boot goldens
+}
+
+// TestGoldenArgsStartInQEMU starts QEMU (stopped, -S) with every golden argv,
+// paths moved into a temp dir whose name has a comma (so escaping is tested
+// against the real parser), and checks over QMP that every device, block
+// node and chardev exists where the argv put it.
+func TestGoldenArgsStartInQEMU(t *testing.T) {
+	env := needQEMU(t)
+	env.kernel, env.initrd = findKernel(t)
+
+	sem := make(chan struct{}, 2) // at most two QEMUs at a time
+	for _, c := range loadCases(t, goldenDir) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			startInQEMU(t, c, env)
+		})
+	}
+}
+
+// needQEMU finds QEMU and qemu-img or skips the test, and probes /dev/kvm.
+func needQEMU(t *testing.T) qemuEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts QEMU; skipped with -short")
+	}
+	var env qemuEnv
+	var err error
+	if env.qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+	}
+	if env.qemuImg, err = exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-img is not installed (apt-get install qemu-utils)")
+	}
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		env.kvm = true
+	} else {
+		t.Logf("KVM goldens run under TCG: %v", err)
+	}
+	return env
+}
+
+// findKernel returns a kernel and initrd for the kernel-boot goldens: the
+// test guest if configured or built (scripts/build-guest.sh), else the host's
+// /boot/vmlinuz-*, else a synthetic image with a valid Linux boot-protocol
+// header. With -S QEMU loads but never runs the kernel, so the synthetic one
+// tests the argv just as well; it only cannot boot.
+func findKernel(t *testing.T) (kernel, initrd string) {
+	if k := os.Getenv("VMSUP_TEST_GUEST_KERNEL"); k != "" {
+		t.Logf("kernel from VMSUP_TEST_GUEST_KERNEL: %s", k)
+		return k, os.Getenv("VMSUP_TEST_GUEST_INITRD")
+	}
+	dir := "/var/cache/vmsup/guest"
+	if d := os.Getenv("VMSUP_GUEST_DIR"); d != "" {
+		dir = d
+	}
+	if k := filepath.Join(dir, "vmlinux"); exists(k) {
+		t.Logf("kernel from the test guest: %s", k)
+		return k, filepath.Join(dir, "initramfs.cpio.gz")
+	}
+	if ks, _ := filepath.Glob("/boot/vmlinuz-*"); len(ks) > 0 {
+		sort.Strings(ks)
+		k := ks[len(ks)-1]
+		t.Logf("kernel from the host: %s", k)
+		return k, strings.Replace(k, "/boot/vmlinuz-", "/boot/initrd.img-", 1)
+	}
+	t.Logf("no guest kernel (set VMSUP_TEST_GUEST_KERNEL or run scripts/build-guest.sh): using a synthetic bzImage header")
+	return "", ""
+}
+
+// fakeBzImage is 64 KiB with a Linux x86 boot protocol 2.15 header: enough for
+// QEMU's loader, never run.
+func fakeBzImage() []byte {
+	b := make([]byte, 64<<10)
+	b[0x1f1] = 4                                         // setup_sects
+	binary.LittleEndian.PutUint16(b[0x1fe:], 0xaa55)     // boot_flag
+	copy(b[0x202:], "HdrS")                              // header magic
+	binary.LittleEndian.PutUint16(b[0x206:], 0x020f)     // protocol version
+	b[0x211] = 0x01                                      // loadflags: LOADED_HIGH
+	binary.LittleEndian.PutUint32(b[0x22c:], 0x7fffffff) // initrd_addr_max
+	binary.LittleEndian.PutUint32(b[0x238:], 2047)       // cmdline_size
+	return b
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// directIOWorks reports whether dir's file system takes O_DIRECT (tmpfs does
+// not), which cache "none" and "directsync" need.
+func directIOWorks(dir string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, ".odirect"), os.O_CREATE|os.O_RDWR|syscall.O_DIRECT, 0o600)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+func startInQEMU(t *testing.T, c goldenCase, env qemuEnv) {
+	argv, o := materialize(t, c, env, false)
+	checkInQEMU(t, argv, o)
+}
+
+// materialize builds the case's argv with its files created in a temp dir
+// whose name has a comma and its sockets there too. Unless forceTCG, the argv
+// must equal the golden one once the paths are mapped back.
+func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]string, Options) {
+	f, err := c.parse()
+	if err != nil {
+		t.Fatalf("spec.Parse: %v", err)
+	}
+	vm := &f.VM
+	o := c.options(t, vm)
+	run := "/run/vmsup/" + vm.Name + "/"
+
+	tmp, err := os.MkdirTemp("", "qemuargs,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	g, s := tmp+"/g/", tmp+"/s/"
+	for _, d := range []string{g, s} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Move the VM's files and sockets into tmp and create them.
+	move := func(p string) string {
+		if !strings.HasPrefix(p, "/golden/") {
+			t.Fatalf("%s: path %q is outside /golden/: use relative paths in golden files", c.file, p)
+		}
+		np := g + strings.TrimPrefix(p, "/golden/")
+		if err := os.MkdirAll(filepath.Dir(np), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return np
+	}
+	for i := range vm.Disks {
+		d := &vm.Disks[i]
+		if (d.Cache == "none" || d.Cache == "directsync") && !directIOWorks(g) {
+			t.Skipf("cache %q needs O_DIRECT, which the file system of %s does not support", d.Cache, tmp)
+		}
+		d.File = move(d.File)
+		if d.Format == spec.FormatQcow2 {
+			if out, err := exec.Command(env.qemuImg, "create", "-q", "-f", "qcow2", d.File, "64M").CombinedOutput(); err != nil {
+				t.Fatalf("qemu-img create %s: %v\n%s", d.File, err, out)
+			}
+		} else if err := os.WriteFile(d.File, nil, 0o644); err != nil || os.Truncate(d.File, 64<<20) != nil {
+			t.Fatalf("create %s: %v", d.File, err)
+		}
+	}
+	if b := &vm.Boot; b.Kernel != "" {
+		b.Kernel = move(b.Kernel)
+		if env.kernel != "" {
+			err = os.Symlink(env.kernel, b.Kernel)
+		} else {
+			err = os.WriteFile(b.Kernel, fakeBzImage(), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Initrd != "" {
+			b.Initrd = move(b.Initrd)
+			if exists(env.initrd) {
+				err = os.Symlink(env.initrd, b.Initrd)
+			} else {
+				err = os.WriteFile(b.Initrd, []byte("not a real initrd\n"), 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range []*string{&o.QMPSocket, &o.EventSocket, &o.ConsoleSocket, &o.ConsoleLog, &o.AgentSocket, &o.FirmwareVars} {
+		*p = strings.Replace(*p, run, s, 1)
+	}
+	if vm.Boot.Firmware == spec.FirmwareUEFI {
+		vars, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
+		if err != nil || !exists(o.FirmwareCode) {
+			t.Skipf("UEFI needs OVMF (apt-get install ovmf): %v", err)
+		}
+		if err := os.WriteFile(o.FirmwareVars, vars, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if vm.Boot.Firmware == spec.FirmwareQboot && !exists(o.FirmwareCode) {
+		t.Skipf("qboot ROM %s is missing", o.FirmwareCode)
+	}
+	golden := !forceTCG // the argv must equal the golden one, paths mapped back
+	if o.Accel == spec.AccelKVM && (forceTCG || !env.kvm) {
+		if vm.CPUModel == "host" {
+			t.Skip("cpu_model \"host\" needs a usable /dev/kvm")
+		}
+		o.Accel, vm.Accel, golden = spec.AccelTCG, spec.AccelTCG, false
+	}
+	o.Binary = env.qemu
+
+	argv, err := Build(vm, o)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	if golden {
+		want, err := readArgs(strings.TrimSuffix(c.file, ".toml") + ".args")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, mapBack(argv, g, s, run)); diff != "" {
+			t.Fatalf("argv with paths in %s differs from the golden one beyond the paths (-want +got):\n%s", tmp, diff)
+		}
+	}
+	return argv, o
+}
+
+// mapBack undoes the move into the temp dir: the escaped forms first, since
+// they contain the plain ones' prefixes only up to the comma.
+func mapBack(argv []string, g, s, run string) []string {
+	eg, _ := escapeValue(g)
+	es, _ := escapeValue(s)
+	r := strings.NewReplacer(eg, "/golden/", es, run, g, "/golden/", s, run)
+	out := []string{"/usr/bin/qemu-system-x86_64"}
+	for _, a := range argv[1:] {
+		out = append(out, r.Replace(a))
+	}
+	return out
+}

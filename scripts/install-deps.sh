@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# install-deps.sh: install the Debian 12 packages vmsup, its demo and its tests use.
+# Idempotent and quick when everything is there. Daemons from these packages are
+# never started by the install (policy-rc.d), tests start what they need themselves.
+set -euo pipefail
+PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-static
+	qemu-guest-agent xz-utils dbus systemd util-linux iproute2 apparmor apparmor-utils
+	make gcc ca-certificates)
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "install-deps: installing ${missing[*]}" >&2
+	made_policy=
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+		made_policy=1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >&2
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+	[[ -n $made_policy ]] && rm -f /usr/sbin/policy-rc.d
+fi
+# Go: this project needs the Go toolchain named in go.mod (Debian 12's golang is too old).
+if ! command -v go >/dev/null 2>&1; then
+	if [[ -x /usr/local/go/bin/go ]]; then
+		echo "install-deps: add /usr/local/go/bin to PATH" >&2
+	else
+		echo "install-deps: Go $(sed -n 's/^go //p' "$(dirname "$0")/../go.mod") or newer is required; install it to /usr/local/go" >&2
+	fi
+	exit 1
+fi

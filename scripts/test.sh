@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# test.sh: install what the tests need, build the test guest, run every test.
+# Tests start their own systemd (in a PID namespace when PID 1 is not systemd),
+# QEMU guests and services, and stop them at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+scripts/install-deps.sh
+scripts/build-guest.sh
+go vet ./...
+exec go test -count=1 -timeout 60m ./... "$@"

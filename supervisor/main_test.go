@@ -1,0 +1,146 @@
+package supervisor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// env is the one systemd sandbox and test guest this package shares; vmsupBin
+// is the CLI the units call for their graceful stop hook.
+var (
+	env      *testenv.Env
+	vmsupBin string
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-crash-helper" {
+		os.Exit(crashHelper(os.Args[2:]))
+	}
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Println("supervisor tests need root (systemd sandbox, QEMU); skipping all")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "vmsup-sup-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	vmsupBin = filepath.Join(dir, "vmsup")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", vmsupBin, "../cmd/vmsup").CombinedOutput(); err != nil {
+		fmt.Printf("build vmsup: %v\n%s", err, out)
+		return 1
+	}
+	env, err = testenv.Start(ctx, filepath.Join(dir, "env"))
+	if err != nil {
+		fmt.Println("test environment:", err)
+		return 1
+	}
+	defer env.Close()
+	return m.Run()
+}
+
+// newSup returns a Supervisor with its own state root, wired to the sandbox.
+func newSup(t testing.TB, root string) *supervisor.Supervisor {
+	t.Helper()
+	if root == "" {
+		root = t.TempDir()
+	}
+	s, err := supervisor.New(supervisor.Options{
+		Root:       root,
+		SystemdBus: env.Systemd.BusAddress,
+		JournalDir: env.Systemd.JournalDir,
+		Self:       vmsupBin,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// guestFile writes a VM spec booting the test guest and parses it.
+func guestFile(t testing.TB, dir, name, extra string) *spec.File {
+	t.Helper()
+	path := filepath.Join(dir, name+".toml")
+	writeGuestTOML(t, path, name, extra)
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func writeGuestTOML(t testing.TB, path, name, extra string) {
+	t.Helper()
+	if !strings.Contains(extra, "stop_timeout") {
+		extra = "stop_timeout = \"20s\"\n" + extra
+	}
+	body := fmt.Sprintf(`name = %q
+memory = "256M"
+accel = "tcg"
+hotplug_slots = 2
+%s
+[boot]
+kernel = %q
+initrd = %q
+cmdline = "console=ttyS0"
+`, name, extra, env.Guest.Kernel, env.Guest.Initrd)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitConsole waits until the VM's console log contains marker.
+func waitConsole(t testing.TB, st supervisor.Status, marker string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(st.ConsoleLog)
+		if strings.Contains(string(b), marker) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(st.ConsoleLog)
+	t.Fatalf("vm %s: %q not on the console within %s; console:\n%s", st.Name, marker, d, tail(string(b), 2000))
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// qemuPIDs returns the host PIDs in the VM's unit.
+func qemuPIDs(t testing.TB, name string) []int {
+	t.Helper()
+	pids, err := env.Systemd.HostPIDs("vmsup-" + name + ".service")
+	if err != nil {
+		return nil
+	}
+	return pids
+}

@@ -178,3 +178,36 @@ func TestConcurrentUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKVM: where /dev/kvm opens, a VM with accel "kvm" starts under KVM in its
+// unit (DevicePolicy=closed with /dev/kvm allowed). No guest OS is needed:
+// on PVM hosts a stock kernel does not boot, so it is stopped by quit.
+func TestKVM(t *testing.T) {
+	h := supervisor.ProbeHost()
+	if !h.KVMOpenable {
+		t.Skipf("no usable /dev/kvm here (%s)", h.KVMUnusable)
+	}
+	ctx := ctxT(t, time.Minute)
+	sup := newSup(t, "")
+	f := guestFile(t, t.TempDir(), "kvm", "stop_timeout = \"1s\"")
+	f.VM.Accel = "kvm"
+	res, err := sup.Up(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Accel != "kvm" {
+		t.Fatalf("accel %q", res[0].Accel)
+	}
+	reply, err := sup.QMP(ctx, "kvm", []byte(`{"execute":"query-kvm"}`))
+	if err != nil || !strings.Contains(string(reply), `"enabled":true`) {
+		t.Fatalf("query-kvm: %s %v", reply, err)
+	}
+	st, _ := sup.Status(ctx, "kvm")
+	if st.Accel != "kvm" || st.State != supervisor.StateRunning {
+		t.Fatalf("status: %+v", st)
+	}
+	t.Logf("KVM: %s, auto would say: %q", reply, h.KVMUnusable)
+	if _, err := sup.Down(ctx, "kvm"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -123,7 +124,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 		prevDir bool
 		prevApp []byte
 		prevRaw []byte
-		app     = &applied{Name: name, SourceFile: f.Path, Spec: canonical(&f.VM)}
+		app     = &applied{Name: name, SourceFile: absPath(f.Path), Spec: canonical(&f.VM)}
 		done    bool // the VM already runs: nothing more to do
 	)
 	steps := []step{
@@ -315,6 +316,13 @@ func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
 func sameJSON(a, b []byte) bool {
 	var ca, cb bytes.Buffer
 	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 func orDefault(s, d string) string {

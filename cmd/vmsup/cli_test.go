@@ -15,7 +15,7 @@ import (
 func TestCLIBadInput(t *testing.T) {
 	root := t.TempDir()
 	dir := t.TempDir()
-	good := write(t, dir, "keep.toml", guestTOML("keep", ""))
+	good := write(t, dir, "keep.toml", strings.Replace(guestTOML("keep", ""), `stop_timeout = "20s"`, `stop_timeout = "2s"`, 1))
 	if r := vmsup(t, root, "", "up", good); r.code != 0 {
 		t.Fatalf("up keep: %+v", r)
 	}
@@ -34,8 +34,8 @@ func TestCLIBadInput(t *testing.T) {
 		want             string
 	}{
 		{name: "unknown key", file: "a.toml", body: "name='a'\nmemory='256M'\ncolour='blue'\n", want: "a.toml:3:1: colour: unknown key"},
-		{name: "wrong type", file: "b.toml", body: "name='b'\nmemory='256M'\ncpus='two'\n", want: "b.toml:3:8: cpus:"},
-		{name: "negative memory", file: "c.toml", body: "name='c'\nmemory='-1G'\n", want: "c.toml:2:10: memory: negative size"},
+		{name: "wrong type", file: "b.toml", body: "name='b'\nmemory='256M'\ncpus='two'\n", want: "b.toml:3:6: cpus:"},
+		{name: "negative memory", file: "c.toml", body: "name='c'\nmemory='-1G'\n", want: "c.toml:2:8: memory: negative size"},
 		{name: "memory above host RAM", file: "d.toml", body: "name='d'\nmemory='64T'\n[boot]\nkernel='" + k + "'\n", want: "d.toml:2:1: memory: 64T is more than this host's RAM"},
 		{name: "missing kernel", file: "e.toml", body: "name='e'\nmemory='256M'\n[boot]\nkernel='/nonexistent/vmlinux'\n", want: "e.toml:4:1: boot.kernel: /nonexistent/vmlinux: no such file"},
 		{name: "missing initrd", file: "f.toml", body: "name='f'\nmemory='256M'\n[boot]\nkernel='" + k + "'\ninitrd='nope.img'\n", want: "f.toml:5:1: boot.initrd:"},
@@ -48,9 +48,9 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "syntax error", file: "m.toml", body: "name='m\n", want: "m.toml:1:"},
 		{name: "bad accel", file: "n.toml", body: "name='n'\nmemory='256M'\naccel='hvf'\n[boot]\nkernel='" + k + "'\n", want: "n.toml:3:1: accel: unknown accelerator"},
 		{name: "bad disk cache", file: "o.toml", body: "name='o'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\ncache='turbo'\n", want: "o.toml:8:1: disk[0].cache"},
-		{name: "duplicate disk names", file: "p.toml", body: "name='p'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n", want: "p.toml:8:3: disk[1].name: duplicate disk name"},
+		{name: "duplicate disk names", file: "p.toml", body: "name='p'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n", want: "p.toml:9:1: disk[1].name: duplicate disk name"},
 		{name: "duplicate MAC", file: "q.toml", body: "name='q'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nmac='52:54:00:12:34:56'\n[[nic]]\nname='b'\nmac='52:54:00:12:34:56'\n", want: "q.toml:10:1: nic[1].mac: duplicate MAC"},
-		{name: "bad duration", file: "r.toml", body: "name='r'\nmemory='256M'\nstop_timeout='forever'\n[boot]\nkernel='" + k + "'\n", want: "r.toml:3:1: stop_timeout: invalid duration"},
+		{name: "bad duration", file: "r.toml", body: "name='r'\nmemory='256M'\nstop_timeout='forever'\n[boot]\nkernel='" + k + "'\n", want: "r.toml:3:14: stop_timeout: invalid duration"},
 		{name: "file does not exist", args: []string{"up", "/nonexistent/vm.toml"}, want: "/nonexistent/vm.toml: open /nonexistent/vm.toml: no such file or directory"},
 		{name: "duplicate names across files", file: "s.toml", body: guestTOML("keep", "cpus = 2"), args: []string{"up", good, "@s.toml"}, want: "s.toml:1:1: name: VM \"keep\" is also defined in " + good},
 		{name: "same name as running VM, broken", file: "t.toml", body: "name='keep'\nmemory='256M'\nbogus=1\n", want: "t.toml:3:1: bogus: unknown key"},
@@ -135,7 +135,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Fatalf("up of a changed file: %+v", r)
 	}
 
-	r = vmsup(t, root, "", "console", "demo", "echo vmsup-$((6*7))\n")
+	r = vmsup(t, root, "echo vmsup-$((6*7))\n", "console", "demo")
 	if !strings.Contains(r.stdout, "vmsup-42") {
 		t.Fatalf("console did not echo: %+v", r)
 	}

@@ -203,7 +203,7 @@ func statusCmd(g *globals) *cobra.Command {
 			if s.MemoryUsed > 0 {
 				fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 			}
-			fmt.Fprintf(out, "spec:     %s\nstate:    %s\nconsole:  %s\n", s.SpecFile, s.StateDir, s.Console)
+			fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
 			return nil
 		},
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/vmsup/vmsup/internal/testenv"
 	"time"
 )
 
@@ -259,12 +261,19 @@ func TestAgentResyncAfterTimeout(t *testing.T) {
 	}
 }
 
-// TestAgentReal boots a tiny guest with qemu-ga (see
-// /work/shared/notes/guest.md) and talks to its agent.
+// TestAgentReal boots the test guest (scripts/build-guest.sh, with qemu-ga)
+// and talks to its agent.
 func TestAgentReal(t *testing.T) {
 	kernel, initrd := os.Getenv("VMSUP_TEST_GUEST_KERNEL"), os.Getenv("VMSUP_TEST_GUEST_INITRD")
 	if kernel == "" {
-		t.Skip("set VMSUP_TEST_GUEST_KERNEL (and VMSUP_TEST_GUEST_INITRD) to a guest running qemu-ga to run this test")
+		testenv.SkipUnlessRoot(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		g, err := testenv.Guest(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("test guest: %v", err)
+		}
+		kernel, initrd = g.Kernel, g.Initrd
 	}
 	dir := shortTempDir(t)
 	qga := filepath.Join(dir, "qga.sock")

@@ -1,0 +1,193 @@
+package units_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/units"
+)
+
+var sandbox *testenv.Systemd
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("units tests need root (systemd sandbox); skipping all")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "vmsup-units-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sandbox, err = testenv.StartSystemd(ctx, dir)
+	if err != nil {
+		fmt.Println("systemd sandbox:", err)
+		return 1
+	}
+	defer sandbox.Stop()
+	return m.Run()
+}
+
+func connect(t *testing.T) (*units.Manager, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	m, err := units.Connect(ctx, sandbox.BusAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m, ctx
+}
+
+func waitState(t *testing.T, m *units.Manager, ctx context.Context, name, state string) units.Status {
+	t.Helper()
+	var st units.Status
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var err error
+		if st, err = m.Status(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if st.ActiveState == state || (state == "gone" && (!st.Exists || st.ActiveState == "inactive")) {
+			return st
+		}
+	}
+	t.Fatalf("unit %s never %s: %+v", name, state, st)
+	return st
+}
+
+func readCgroup(t *testing.T, hier, unit, file string) string {
+	t.Helper()
+	dir, err := sandbox.CgroupDir(hier, unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestLimits: the spec's cgroup limits and device policy reach the kernel.
+func TestLimits(t *testing.T) {
+	m, ctx := connect(t)
+	u := units.Unit{
+		Name: "vmsup-limits.service", Slice: "vmsup.slice", Argv: []string{"/bin/sleep", "300"},
+		MemoryMax: 64 << 20, TasksMax: 32, CPUQuota: 50, CPUWeight: 200, UMask: 0o077,
+		DeviceAllow: []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}},
+	}
+	if err := m.Start(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(ctx, u.Name)
+	st := waitState(t, m, ctx, u.Name, "active")
+	if !strings.Contains(st.ControlGroup, "vmsup.slice/vmsup-limits.service") {
+		t.Errorf("cgroup %q not in vmsup.slice", st.ControlGroup)
+	}
+	for _, c := range []struct{ hier, file, want string }{
+		{"memory", "memory.limit_in_bytes", "67108864"},
+		{"pids", "pids.max", "32"},
+		{"cpu", "cpu.cfs_quota_us", "50000"},
+	} {
+		if got := readCgroup(t, c.hier, u.Name, c.file); got != c.want {
+			t.Errorf("%s/%s = %s, want %s", c.hier, c.file, got, c.want)
+		}
+	}
+	devs := readCgroup(t, "devices", u.Name, "devices.list")
+	if !strings.Contains(devs, "c 10:232 rw") || strings.Contains(devs, "a *:* rwm") {
+		t.Errorf("DevicePolicy=closed + /dev/kvm not applied: %q", devs)
+	}
+	if err := m.Stop(ctx, u.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, m, ctx, u.Name, "gone")
+}
+
+// TestFailureNotIgnored: a main process that fails makes the unit fail, and
+// the reason is kept until reset.
+func TestFailureNotIgnored(t *testing.T) {
+	m, ctx := connect(t)
+	for _, c := range []struct {
+		name string
+		argv []string
+		kill bool
+		want string
+	}{
+		{"vmsup-exit3.service", []string{"/bin/sh", "-c", "exit 3"}, false, "exited with status 3"},
+		{"vmsup-killed.service", []string{"/bin/sleep", "300"}, true, "killed by signal KILL"},
+	} {
+		if err := m.Start(ctx, units.Unit{Name: c.name, Argv: c.argv}); err != nil {
+			t.Fatal(err)
+		}
+		if c.kill {
+			waitState(t, m, ctx, c.name, "active")
+			if err := m.Kill(ctx, c.name, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := waitState(t, m, ctx, c.name, "failed")
+		if !st.Crashed() || st.ExitReason() != c.want {
+			t.Errorf("%s: crashed %v reason %q, want %q", c.name, st.Crashed(), st.ExitReason(), c.want)
+		}
+		if err := m.ResetFailed(ctx, c.name); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, m, ctx, c.name, "gone")
+	}
+}
+
+// TestExecStop: Stop runs ExecStop= with $MAINPID while the process lives.
+func TestExecStop(t *testing.T) {
+	m, ctx := connect(t)
+	out := filepath.Join(t.TempDir(), "stopped")
+	u := units.Unit{
+		Name: "vmsup-stop.service", Argv: []string{"/bin/sleep", "300"}, TimeoutStop: 5 * time.Second,
+		ExecStop: [][]string{{"/bin/sh", "-c", "echo stop-hook $MAINPID > " + out}},
+	}
+	if err := m.Start(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, m, ctx, u.Name, "active")
+	if err := m.Stop(ctx, u.Name); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || strings.TrimSpace(string(b)) != fmt.Sprintf("stop-hook %d", st.MainPID) {
+		t.Fatalf("ExecStop output %q %v, want MAINPID %d", b, err, st.MainPID)
+	}
+}
+
+func TestConnectNoSystemd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := units.Connect(ctx, "unix:path=/nonexistent/bus")
+	if !errors.Is(err, units.ErrNoSystemd) || !strings.Contains(err.Error(), "unix:path=/nonexistent/bus") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestBadUnit(t *testing.T) {
+	m, ctx := connect(t)
+	if err := m.Start(ctx, units.Unit{Name: "x.scope", Argv: []string{"/bin/true"}}); err == nil {
+		t.Fatal("non-service name accepted")
+	}
+	if err := m.Start(ctx, units.Unit{Name: "x.service"}); err == nil {
+		t.Fatal("empty argv accepted")
+	}
+}

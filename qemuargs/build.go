@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 
 	"github.com/vmsup/vmsup/spec"
 )
@@ -37,7 +36,6 @@ type Options struct {
 // its NUL).
 const maxSocketPath = 107
 
-var cpuModelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // Build renders vm into QEMU's argv (argv[0] is o.Binary). vm must have its
 // defaults filled, as spec.Parse does; Build checks every field it renders
@@ -227,8 +225,8 @@ func checkVM(vm *spec.VM, resolved spec.Accel) error {
 		return errorf("accel", "unknown accelerator %q", vm.Accel)
 	}
 	if m := vm.CPUModel; m != "" {
-		if !cpuModelRE.MatchString(m) {
-			return errorf("cpu_model", "invalid CPU model %q", m)
+		if err := spec.ValidCPUModel(m); err != nil {
+			return errorf("cpu_model", "%v", err)
 		}
 		if m == "host" && resolved != spec.AccelKVM {
 			return errorf("cpu_model", "%q needs accel %q, not %q", m, spec.AccelKVM, resolved)

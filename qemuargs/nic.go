@@ -3,7 +3,6 @@ package qemuargs
 import (
 	"fmt"
 	"net"
-	"regexp"
 
 	"github.com/vmsup/vmsup/spec"
 )
@@ -32,9 +31,6 @@ func (n Netdev) Args() ([]string, error) {
 	return []string{"-netdev", j}, nil
 }
 
-// forwardRE is the hostfwd form vmsup accepts: "tcp:127.0.0.1:2222-:22".
-var forwardRE = regexp.MustCompile(`^(tcp|udp):[0-9.]*:[0-9]{1,5}-[0-9.]*:[0-9]{1,5}$`)
-
 // checkNIC validates what NICNetdev and NICDevice rely on; field names are
 // relative to the NIC ("mac").
 func checkNIC(n spec.NIC) *Error {
@@ -54,8 +50,8 @@ func checkNIC(n spec.NIC) *Error {
 		return fail("mac", "%v", err)
 	}
 	for i, fw := range n.Forwards {
-		if !forwardRE.MatchString(fw) {
-			return fail(fmt.Sprintf("forwards[%d]", i), "invalid forward %q (want \"tcp:127.0.0.1:2222-:22\")", fw)
+		if err := spec.ValidForward(fw); err != nil {
+			return fail(fmt.Sprintf("forwards[%d]", i), "%v", err)
 		}
 	}
 	return nil

@@ -43,8 +43,13 @@ func (f *File) validate() error {
 	default:
 		return f.Errorf("accel", "unknown accelerator %q (want \"auto\", \"kvm\" or \"tcg\")", vm.Accel)
 	}
-	if vm.CPUModel != "" && !nameRE.MatchString(vm.CPUModel) {
-		return f.Errorf("cpu_model", "invalid CPU model %q", vm.CPUModel)
+	if vm.CPUModel != "" {
+		if err := ValidCPUModel(vm.CPUModel); err != nil {
+			return f.Errorf("cpu_model", "%v", err)
+		}
+		if vm.CPUModel == "host" && vm.Accel == AccelTCG {
+			return f.Errorf("cpu_model", "\"host\" needs accel \"kvm\" (TCG has no host CPU to pass through)")
+		}
 	}
 	if vm.CPUs < 1 || vm.CPUs > 255 {
 		return f.Errorf("cpus", "%d is out of range 1..255", vm.CPUs)
@@ -63,9 +68,6 @@ func (f *File) validate() error {
 	}
 	if vm.MaxMemory < vm.Memory || vm.MaxMemory%MiB != 0 {
 		return f.Errorf("max_memory", "%s must be a whole number of MiB and at least memory (%s)", vm.MaxMemory, vm.Memory)
-	}
-	if vm.MaxMemory > vm.Memory && vm.Machine != "q35" && vm.Machine != "pc" {
-		return f.Errorf("max_memory", "memory hotplug needs machine q35 or pc")
 	}
 	if s := vm.Slots(); s < 0 || s > 32 {
 		return f.Errorf("hotplug_slots", "%d is out of range 0..32", s)
@@ -192,8 +194,8 @@ func (f *File) validateNICs() error {
 		}
 		macs[m] = i
 		for k, fw := range n.Forwards {
-			if !forwardRE.MatchString(fw) {
-				return f.Errorf(fmt.Sprintf("%s.forwards[%d]", field, k), "invalid forward %q (want \"tcp:127.0.0.1:2222-:22\")", fw)
+			if err := ValidForward(fw); err != nil {
+				return f.Errorf(fmt.Sprintf("%s.forwards[%d]", field, k), "%v", err)
 			}
 		}
 	}
@@ -201,3 +203,19 @@ func (f *File) validateNICs() error {
 }
 
 var forwardRE = regexp.MustCompile(`^(tcp|udp):[0-9.]*:[0-9]{1,5}-[0-9.]*:[0-9]{1,5}$`)
+
+// ValidForward checks a user-NIC host forward ("tcp:127.0.0.1:2222-:22").
+func ValidForward(s string) error {
+	if !forwardRE.MatchString(s) {
+		return fmt.Errorf("invalid forward %q (want \"tcp:127.0.0.1:2222-:22\")", s)
+	}
+	return nil
+}
+
+// ValidCPUModel checks a QEMU CPU model name ("host", "max", "EPYC-v4").
+func ValidCPUModel(s string) error {
+	if !nameRE.MatchString(s) {
+		return fmt.Errorf("invalid CPU model %q", s)
+	}
+	return nil
+}

@@ -36,7 +36,6 @@ type Options struct {
 // its NUL).
 const maxSocketPath = 107
 
-
 // Build renders vm into QEMU's argv (argv[0] is o.Binary). vm must have its
 // defaults filled, as spec.Parse does; Build checks every field it renders
 // and returns an *Error naming the VM and the field for anything invalid,

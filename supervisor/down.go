@@ -66,7 +66,7 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 			return res, fmt.Errorf("vm %q: %w", name, ErrNotFound)
 		}
 		res.Step = StoppedAlready
-		return res, nil
+		return res, s.afterStop(ctx, name)
 	}
 	res.Step, err = s.gracefulStop(ctx, name, s.stopTimeout(name))
 	if err != nil || res.Step == "" {
@@ -82,7 +82,19 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 		return res, fmt.Errorf("vm %q: unit did not go away: %w", name, err)
 	}
 	res.Duration = time.Since(start)
-	return res, nil
+	return res, s.afterStop(ctx, name)
+}
+
+// afterStop cleans up after a QEMU that is gone: stale sockets and what the
+// host steps set up.
+func (s *Supervisor) afterStop(ctx context.Context, name string) error {
+	if err := s.paths(name).removeSockets(); err != nil {
+		return fmt.Errorf("vm %q: %w", name, err)
+	}
+	if err := s.hostTeardown(ctx, name); err != nil {
+		return fmt.Errorf("vm %q: %w", name, err)
+	}
+	return nil
 }
 
 // ErrNotFound means vmsup knows no VM of that name.

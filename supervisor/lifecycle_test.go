@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +35,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	waitConsole(t, st, "VMSUP-GUEST-READY", 60*time.Second)
 	t.Logf("guest marker after %s", time.Since(t0))
+	checkPrivate(t, st.StateDir)
 
 	// Idempotent: the same file again leaves the VM alone.
 	res, err = sup.Up(ctx, f)
@@ -132,8 +134,44 @@ func TestCrash(t *testing.T) {
 	if n := len(qemuPIDs(t, "crash")); n != 1 {
 		t.Fatalf("%d QEMU processes after re-up", n)
 	}
-	if _, err := sup.Down(ctx, "crash"); err != nil {
+	// Kill again and go down from the crashed state: nothing stale is left.
+	if err := syscall.Kill(qemuPIDs(t, "crash")[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if st, _ = sup.Status(ctx, "crash"); st.State == supervisor.StateCrashed {
+			break
+		}
+	}
+	dr, err := sup.Down(ctx, "crash")
+	if err != nil || dr.Step != supervisor.StoppedAlready || !strings.Contains(dr.Note, "killed by signal KILL") {
+		t.Fatalf("down of a crashed VM: %+v %v", dr, err)
+	}
+	if socks, _ := filepath.Glob(filepath.Join(st.StateDir, "*.sock")); len(socks) != 0 {
+		t.Fatalf("stale sockets after down: %v", socks)
+	}
+	if out, _ := env.Systemd.Systemctl(ctx, "list-units", "--all", "--no-legend", "vmsup-crash.service"); strings.TrimSpace(string(out)) != "" {
+		t.Fatalf("unit left after down: %s", out)
+	}
+	if st, _ := sup.Status(ctx, "crash"); st.State != supervisor.StateShutOff {
+		t.Fatalf("status after down: %+v", st)
+	}
+}
+
+// checkPrivate: the state dir is 0700 and no socket or file in it is open to
+// group or others.
+func checkPrivate(t *testing.T, dir string) {
+	t.Helper()
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("state dir %s: %v %v", dir, fi.Mode(), err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		info, _ := e.Info()
+		if info.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s/%s is %v: open to group/others", dir, e.Name(), info.Mode())
+		}
 	}
 }
 

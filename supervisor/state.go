@@ -39,6 +39,17 @@ func (s *Supervisor) paths(name string) vmPaths {
 	}
 }
 
+// removeSockets removes the sockets a dead QEMU may have left behind (QEMU
+// killed by a signal cannot unlink them).
+func (p vmPaths) removeSockets() error {
+	for _, sock := range []string{p.QMP, p.Events, p.Console, p.Agent} {
+		if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // applied is what vmsup recorded when it last started a VM: enough to tell a
 // changed spec from an unchanged one and to say how the VM was started.
 type applied struct {

@@ -69,7 +69,7 @@ func (s *Supervisor) Argv(f *spec.File) ([]string, error) {
 	return s.argv(f, accel)
 }
 
-func (s *Supervisor) argv(f *spec.File, accel spec.Accel) ([]string, error) {
+func (s *Supervisor) argv(f *spec.File, accel spec.Accel, extra ...func(*qemuargs.Options)) ([]string, error) {
 	p := s.paths(f.VM.Name)
 	o := qemuargs.Options{
 		Binary:        s.opts.QEMU,
@@ -85,6 +85,9 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel) ([]string, error) {
 		o.FirmwareCode, o.FirmwareVars = firstExisting(ovmfCode), p.UEFIVars
 	case spec.FirmwareQboot:
 		o.FirmwareCode = firstExisting(qbootROM)
+	}
+	for _, e := range extra {
+		e(&o)
 	}
 	argv, err := qemuargs.Build(&f.VM, o)
 	if err != nil {
@@ -126,6 +129,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 		prevRaw []byte
 		app     = &applied{Name: name, SourceFile: absPath(f.Path), Spec: canonical(&f.VM)}
 		done    bool // the VM already runs: nothing more to do
+		plan    = &startPlan{}
 	)
 	steps := []step{
 		{name: "validate", do: func(ctx context.Context) (err error) {
@@ -179,10 +183,8 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			if err := os.Chmod(p.Dir, 0o700); err != nil {
 				return err
 			}
-			for _, sock := range []string{p.QMP, p.Events, p.Console, p.Agent} {
-				if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return err
-				}
+			if err := p.removeSockets(); err != nil {
+				return err
 			}
 			if f.VM.Boot.Firmware == spec.FirmwareUEFI {
 				if _, err := os.Stat(p.UEFIVars); errors.Is(err, os.ErrNotExist) {
@@ -197,11 +199,23 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 				os.RemoveAll(p.Dir)
 			}
 		}},
+	}
+	// What QEMU needs on the host (disks, NICs, confinement), each concern's
+	// steps with their undo; skipped for a VM that already runs.
+	for _, hs := range s.hostSteps(f, p, plan) {
+		steps = append(steps, step{name: hs.name, do: func(ctx context.Context) error {
+			if done {
+				return nil
+			}
+			return hs.do(ctx)
+		}, undo: hs.undo})
+	}
+	steps = append(steps, []step{
 		{name: "argv", do: func(ctx context.Context) (err error) {
 			if done {
 				return nil
 			}
-			argv, err = s.argv(f, app.Accel)
+			argv, err = s.argv(f, app.Accel, plan.argvOpts...)
 			app.Argv = argv
 			return err
 		}},
@@ -221,7 +235,11 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			if done {
 				return nil
 			}
-			return sd.Start(ctx, s.unitFor(f, argv, app.Accel))
+			u := s.unitFor(f, argv, app.Accel)
+			for _, o := range plan.unitOpts {
+				o(&u)
+			}
+			return sd.Start(ctx, u)
 		}, undo: func(ctx context.Context) {
 			_ = sd.Kill(ctx, unit, 9)
 			waitGone(ctx, sd, unit)
@@ -232,7 +250,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			// before confirming it.
 			return s.confirmRunning(ctx, sd, name)
 		}},
-	}
+	}...)
 	defer func() {
 		if lk != nil {
 			lk.unlock()

@@ -57,6 +57,7 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "status of unknown VM", args: []string{"status", "nosuch"}, want: `vm "nosuch": no such VM`},
 		{name: "down with bad name", args: []string{"down", "a,b"}, want: `vm "a,b": name "a,b" may only contain`},
 		{name: "unknown flag", args: []string{"up", "--frobnicate"}, want: "unknown flag: --frobnicate"},
+		{name: "no systemd on the bus", args: []string{"--systemd-bus", "unix:path=/nonexistent/bus", "ls"}, want: "no systemd answers on unix:path=/nonexistent/bus"},
 		{name: "qmp to a VM that is not running", args: []string{"qmp", "nosuch", `{"execute":"query-status"}`}, want: `vm "nosuch"`},
 	}
 	for _, c := range cases {

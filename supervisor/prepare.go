@@ -1,0 +1,39 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// startPlan collects what the host steps decide about QEMU's argv and unit
+// (a secret file, a tap's name, a confinement setting) so the argv and unit
+// steps that follow apply it.
+type startPlan struct {
+	argvOpts []func(*qemuargs.Options)
+	unitOpts []func(*units.Unit)
+}
+
+// hostSteps are the steps that make the host ready for QEMU before its unit
+// starts, in order, each with its undo. Each concern (storage, network,
+// confinement) contributes its own steps from its own file.
+func (s *Supervisor) hostSteps(f *spec.File, p vmPaths, plan *startPlan) []step {
+	var steps []step
+	steps = append(steps, s.storageSteps(f, p, plan)...)
+	steps = append(steps, s.networkSteps(f, p, plan)...)
+	steps = append(steps, s.securitySteps(f, p, plan)...)
+	return steps
+}
+
+// hostTeardown releases what hostSteps set up once QEMU is gone (after Down,
+// a crash, or a stop through systemd). It must be idempotent.
+func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
+	return errors.Join(
+		s.networkTeardown(ctx, name),
+		s.securityTeardown(ctx, name),
+		s.storageTeardown(ctx, name),
+	)
+}

@@ -30,6 +30,11 @@ type Options struct {
 	// FirmwareVars is the VM's own writable copy of the OVMF variable store;
 	// required for "uefi", ignored otherwise.
 	FirmwareVars string
+
+	// VhostNet says the host has /dev/vhost-net: tap NICs with vhost
+	// "auto" use vhost-net. QEMU 7.2 aborts on vhost=on without it, so the
+	// caller probes it; false is always safe.
+	VhostNet bool
 }
 
 // maxSocketPath is the longest unix socket path (sun_path is 108 bytes with
@@ -122,7 +127,7 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		}
 	}
 	for i, n := range vm.NICs {
-		nd, err := NICNetdev(n)
+		nd, err := NICNetdev(n, o.VhostNet)
 		if err != nil {
 			return nil, inField(err, fmt.Sprintf("nic[%d]", i))
 		}

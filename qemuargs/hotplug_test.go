@@ -79,7 +79,7 @@ file = "root.img"
 			dd := DiskDevice(disk, buses[0])
 			nic := spec.NIC{Name: "hot", Type: spec.NICUser, MAC: "52:54:00:00:00:99",
 				Forwards: []string{"tcp:127.0.0.1:0-:22"}}
-			nd, err := NICNetdev(nic)
+			nd, err := NICNetdev(nic, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -159,6 +159,11 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		}
 		return np
 	}
+	for _, n := range vm.NICs {
+		if o.VhostNet && !exists("/dev/vhost-net") {
+			t.Skipf("nic %q: vhost-net needs /dev/vhost-net, which this host does not have (QEMU would abort)", n.Name)
+		}
+	}
 	for i := range vm.Disks {
 		d := &vm.Disks[i]
 		if (d.Cache == "none" || d.Cache == "directsync") && !directIOWorks(g) {

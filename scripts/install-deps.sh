@@ -5,6 +5,7 @@
 set -euo pipefail
 PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-static
 	qemu-guest-agent xz-utils dbus systemd util-linux iproute2 apparmor apparmor-utils
+	openvswitch-switch containernetworking-plugins
 	make gcc ca-certificates)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -75,15 +75,30 @@ type Disk struct {
 
 // NIC types.
 const (
-	NICUser = "user" // QEMU user-mode networking (no host set-up)
+	NICUser   = "user"   // QEMU user-mode networking (no host set-up)
+	NICBridge = "bridge" // a tap vmsup creates, attached to an existing Linux bridge
+	NICOVS    = "ovs"    // a tap vmsup creates, added as a port of an Open vSwitch bridge
+	NICCNI    = "cni"    // wired by a CNI network config in a network namespace vmsup makes for the VM
 )
 
-// NIC is a network interface.
+// NIC is a network interface. The host-side fields (bridge, cni_config,
+// tap, mtu) are used by the NIC types named in their comments; nic.go has
+// their checks and defaults.
 type NIC struct {
 	Name     string   `toml:"name"`     // required, unique in the VM
-	Type     string   `toml:"type"`     // "user" (default)
+	Type     string   `toml:"type"`     // "user" (default), "bridge", "ovs" or "cni"
 	MAC      string   `toml:"mac"`      // default derived from the VM name and NIC index
 	Forwards []string `toml:"forwards"` // user NICs: host forwards "tcp:127.0.0.1:2222-:22"
+
+	Bridge    string `toml:"bridge"`     // bridge: the Linux bridge; ovs: the OVS bridge (must exist)
+	CNIConfig string `toml:"cni_config"` // cni: path of a .conflist (or a single-plugin .conf)
+	Tap       string `toml:"tap"`        // bridge/ovs/cni: tap name; default derived from VM and NIC name
+	MTU       int    `toml:"mtu"`        // bridge/ovs/cni: tap and guest MTU; 0 = the bridge's (1500 for cni)
+	// Queues is the number of virtio-net queue pairs (tap NICs); default 1,
+	// or the VM's cpus when Multiqueue is set.
+	Queues     int    `toml:"queues"`
+	Multiqueue bool   `toml:"multiqueue"`
+	Vhost      string `toml:"vhost"` // tap NICs: "auto" (default: on where /dev/vhost-net exists), "on", "off"
 }
 
 // Limits are the cgroup limits of the VM's unit.
@@ -174,6 +189,7 @@ func (vm *VM) applyDefaults() {
 		if n.MAC == "" {
 			n.MAC = DeriveMAC(vm.Name, i)
 		}
+		n.applyDefaults(vm.Name, vm.CPUs)
 	}
 	if vm.Limits.MemoryOverhead == 0 {
 		vm.Limits.MemoryOverhead = DefaultMemoryOverhead

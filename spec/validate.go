@@ -180,17 +180,15 @@ func (f *File) validateNICs() error {
 			return f.Errorf(field+".name", "duplicate NIC name %q (also nic[%d])", n.Name, j)
 		}
 		names[n.Name] = i
-		switch n.Type {
-		case NICUser:
-		default:
-			return f.Errorf(field+".type", "unknown NIC type %q (want \"user\")", n.Type)
+		if fld, err := n.Check(); err != nil {
+			return f.Errorf(field+"."+fld, "nic %q: %v", n.Name, err)
 		}
 		if err := validMAC(n.MAC); err != nil {
 			return f.Errorf(field+".mac", "%v", err)
 		}
 		m := strings.ToLower(n.MAC)
 		if j, dup := macs[m]; dup {
-			return f.Errorf(field+".mac", "duplicate MAC %s (also nic[%d])", n.MAC, j)
+			return f.Errorf(field+".mac", "nic %q: duplicate MAC %s (also nic[%d] %q)", n.Name, n.MAC, j, f.VM.NICs[j].Name)
 		}
 		macs[m] = i
 		for k, fw := range n.Forwards {
@@ -199,7 +197,9 @@ func (f *File) validateNICs() error {
 			}
 		}
 	}
-	return nil
+	return checkNetns(f.VM.NICs, func(i int, field, format string, args ...any) error {
+		return f.Errorf(fmt.Sprintf("nic[%d].%s", i, field), format, args...)
+	})
 }
 
 var forwardRE = regexp.MustCompile(`^(tcp|udp):[0-9.]*:[0-9]{1,5}-[0-9.]*:[0-9]{1,5}$`)

@@ -66,7 +66,9 @@ func StartOVS(ctx context.Context, dir string) (*OVS, error) {
 		return nil, err
 	}
 	// A change that waits for ovs-vswitchd (no --no-wait) succeeds once it runs.
-	if err := o.wait(ctx, func() bool { return o.Vsctl(ctx, "--timeout=2", "set", "Open_vSwitch", ".", "external_ids:vmsup-test=1") == nil }); err != nil {
+	if err := o.wait(ctx, func() bool {
+		return o.Vsctl(ctx, "--timeout=2", "set", "Open_vSwitch", ".", "external_ids:vmsup-test=1") == nil
+	}); err != nil {
 		o.Stop()
 		return nil, fmt.Errorf("testenv: ovs-vswitchd did not apply a change: %w; log:\n%s", err, tail(filepath.Join(dir, "ovs-vswitchd.log"), 20))
 	}

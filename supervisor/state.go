@@ -60,6 +60,9 @@ type applied struct {
 	AccelReason string          `json:"accel_reason,omitempty"`
 	Argv        []string        `json:"argv"`
 	StartedAt   time.Time       `json:"started_at"`
+	// AttachedNICs were hot-plugged into the running VM (vmsup nic attach),
+	// in order; Spec stays what the VM booted with.
+	AttachedNICs []spec.NIC `json:"attached_nics,omitempty"`
 }
 
 func canonical(vm *spec.VM) json.RawMessage {

@@ -29,23 +29,24 @@ const (
 
 // Status is what vmsup knows about one VM.
 type Status struct {
-	Name        string     `json:"name"`
-	State       State      `json:"state"`
-	Reason      string     `json:"reason,omitempty"` // why crashed/unknown
-	QEMUStatus  string     `json:"qemu_status,omitempty"`
-	Unit        string     `json:"unit"`
-	UnitState   string     `json:"unit_state,omitempty"` // ActiveState/SubState
-	MainPID     uint32     `json:"main_pid,omitempty"`
-	Since       *time.Time `json:"since,omitempty"`
-	Accel       spec.Accel `json:"accel,omitempty"`
-	AccelReason string     `json:"accel_reason,omitempty"`
-	SpecFile    string     `json:"spec_file,omitempty"`
-	CPUs        int        `json:"cpus,omitempty"`
-	Memory      string     `json:"memory,omitempty"`
-	MemoryUsed  uint64     `json:"memory_used_bytes,omitempty"` // the unit's cgroup
-	StateDir    string     `json:"state_dir"`
-	Console     string     `json:"console_socket"`
-	ConsoleLog  string     `json:"console_log"` // everything the guest printed on its serial console
+	Name        string      `json:"name"`
+	State       State       `json:"state"`
+	Reason      string      `json:"reason,omitempty"` // why crashed/unknown
+	QEMUStatus  string      `json:"qemu_status,omitempty"`
+	Unit        string      `json:"unit"`
+	UnitState   string      `json:"unit_state,omitempty"` // ActiveState/SubState
+	MainPID     uint32      `json:"main_pid,omitempty"`
+	Since       *time.Time  `json:"since,omitempty"`
+	Accel       spec.Accel  `json:"accel,omitempty"`
+	AccelReason string      `json:"accel_reason,omitempty"`
+	SpecFile    string      `json:"spec_file,omitempty"`
+	CPUs        int         `json:"cpus,omitempty"`
+	Memory      string      `json:"memory,omitempty"`
+	MemoryUsed  uint64      `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir    string      `json:"state_dir"`
+	Console     string      `json:"console_socket"`
+	ConsoleLog  string      `json:"console_log"`    // everything the guest printed on its serial console
+	NICs        []NICStatus `json:"nics,omitempty"` // host side of tap NICs (network.go)
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
@@ -77,6 +78,7 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 		out.State = StateShutOff
 		return out, nil
 	}
+	out.NICs = s.nicStatuses(ctx, name)
 	out.UnitState = st.ActiveState + "/" + st.SubState
 	out.MainPID = st.MainPID
 	out.MemoryUsed = st.MemoryCurrent

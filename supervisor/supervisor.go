@@ -37,6 +37,8 @@ type Options struct {
 	// WaitForLock makes state-changing commands wait for a busy VM's lock
 	// (until their context ends) instead of failing with *BusyError.
 	WaitForLock bool
+	// Network says how NICs reach the host (tap owner, OVS, CNI, netns).
+	Network NetworkOptions
 	// Host facts; nil means ProbeHost() on first use.
 	Host *Host
 	// Logger; nil discards.

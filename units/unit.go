@@ -30,6 +30,10 @@ type Unit struct {
 	TasksMax    int    // 0 = default
 	DeviceAll   bool   // true = DevicePolicy=auto; false = closed + DeviceAllow
 	DeviceAllow []DeviceRule
+
+	// NetworkNamespacePath puts every process of the unit (QEMU and its
+	// stop hooks) in the network namespace bind-mounted there.
+	NetworkNamespacePath string
 }
 
 // DeviceRule allows one device node ("/dev/kvm", "rw").
@@ -85,6 +89,9 @@ func (u Unit) properties() ([]sd.Property, error) {
 	}
 	if u.TasksMax > 0 {
 		p = append(p, prop("TasksAccounting", true), prop("TasksMax", uint64(u.TasksMax)))
+	}
+	if u.NetworkNamespacePath != "" {
+		p = append(p, prop("NetworkNamespacePath", u.NetworkNamespacePath))
 	}
 	if !u.DeviceAll {
 		p = append(p, prop("DevicePolicy", "closed"))

@@ -204,6 +204,7 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 			}
 			fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
+			printNICs(out, s.NICs)
 			return nil
 		},
 	}

@@ -20,6 +20,7 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	root, bus, journal, qemu string
+	ovsdb                    string
 	wait, json, verbose      bool
 }
 
@@ -67,11 +68,13 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.bus, "systemd-bus", os.Getenv("VMSUP_SYSTEMD_BUS"), "D-Bus address of the systemd running VM units; empty = system bus (env VMSUP_SYSTEMD_BUS)")
 	pf.StringVar(&g.journal, "journal-dir", os.Getenv("VMSUP_JOURNAL_DIR"), "journal directory of that systemd, if not the host's (env VMSUP_JOURNAL_DIR)")
 	pf.StringVar(&g.qemu, "qemu", envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"), "QEMU binary (env VMSUP_QEMU)")
+	pf.StringVar(&g.ovsdb, "ovsdb", os.Getenv("VMSUP_OVSDB"), "OVSDB server for ovs NICs, e.g. unix:/run/openvswitch/db.sock; empty = ovs-vsctl's default (env VMSUP_OVSDB)")
 	pf.BoolVar(&g.wait, "wait", false, "wait for a busy VM instead of failing")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g),
+		nicCmd(g), stopPostCmd(g),
 	)
 	return root
 }
@@ -87,6 +90,7 @@ func (g *globals) supervisor() (*supervisor.Supervisor, error) {
 		JournalDir:  g.journal,
 		QEMU:        g.qemu,
 		WaitForLock: g.wait,
+		Network:     supervisor.NetworkOptions{OVSDB: g.ovsdb},
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 }

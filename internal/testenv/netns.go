@@ -1,12 +1,16 @@
 package testenv
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/vmsup/vmsup/netsetup"
 )
 
 // privateNetnsEnv marks a test binary already re-executed in its own
@@ -48,4 +52,57 @@ func InPrivateNetns() (code int, ok bool) {
 		return 1, true
 	}
 	return 0, true
+}
+
+// SandboxNetns makes network namespaces inside the systemd sandbox, where
+// units can join them: the sandbox has a private /run, so a namespace
+// bind-mounted on the host is invisible to its systemd
+// (NetworkNamespacePath= would fail). The host reaches them through PID 1's
+// root. It implements netsetup.Netns.
+type SandboxNetns struct{ Systemd *Systemd }
+
+// Paths implements netsetup.Netns.
+func (n SandboxNetns) Paths(name string) netsetup.NetnsPaths {
+	return netsetup.NetnsPaths{
+		Host: fmt.Sprintf("/proc/%d/root/run/netns/%s", n.Systemd.PID1, name),
+		Unit: "/run/netns/" + name,
+	}
+}
+
+// Create implements netsetup.Netns with `ip netns add` inside the sandbox.
+func (n SandboxNetns) Create(ctx context.Context, name string) (netsetup.NetnsPaths, error) {
+	p := n.Paths(name)
+	if _, err := os.Stat(p.Host); err == nil {
+		return p, fmt.Errorf("netns %s: %w", name, netsetup.ErrExists)
+	}
+	if _, err := n.Systemd.nsenter(ctx, "ip", "netns", "add", name); err != nil {
+		return p, err
+	}
+	if err := netsetup.SetLoopbackUp(p.Host); err != nil {
+		n.Delete(ctx, name)
+		return p, err
+	}
+	return p, nil
+}
+
+// Delete implements netsetup.Netns.
+func (n SandboxNetns) Delete(ctx context.Context, name string) error {
+	if _, err := os.Stat(n.Paths(name).Host); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	_, err := n.Systemd.nsenter(ctx, "ip", "netns", "delete", name)
+	return err
+}
+
+// List returns the namespaces in the sandbox's /run/netns.
+func (n SandboxNetns) List() ([]string, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/run/netns", n.Systemd.PID1))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out, err
 }

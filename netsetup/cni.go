@@ -154,7 +154,10 @@ func WireTap(netns string, tap Tap, ifname string) error {
 			tap.MTU = peer.Attrs().MTU
 		}
 		if LinkExists(tap.Name) {
-			if err := DeleteLink(tap.Name); err != nil {
+			if !IsTap(tap.Name) {
+				return fmt.Errorf("tap %s: a link of that name exists and is not a tap", tap.Name)
+			}
+			if err := DeleteTap(tap.Name); err != nil {
 				return err
 			}
 		}
@@ -169,7 +172,7 @@ func WireTap(netns string, tap Tap, ifname string) error {
 			err = redirect(t, peer)
 		}
 		if err != nil {
-			DeleteLink(tap.Name)
+			DeleteTap(tap.Name)
 			return fmt.Errorf("tap %s <-> %s: %w", tap.Name, ifname, err)
 		}
 		return nil

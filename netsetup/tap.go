@@ -75,7 +75,7 @@ func CreateTap(t Tap) error {
 		return netlink.LinkSetUp(l)
 	}()
 	if err != nil {
-		DeleteLink(t.Name)
+		DeleteTap(t.Name)
 		return fmt.Errorf("tap %s: %w", t.Name, err)
 	}
 	return nil
@@ -95,6 +95,37 @@ func DeleteLink(name string) error {
 		return fmt.Errorf("link %s: delete: %w", name, err)
 	}
 	return nil
+}
+
+// DeleteTap removes the tap called name; a missing one is not an error,
+// and a link of that name that is not a tap is left alone (an error), so a
+// tap name that collides with a bridge or NIC can never remove it.
+func DeleteTap(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("tap %s: %w", name, err)
+	}
+	if _, ok := l.(*netlink.Tuntap); !ok {
+		return fmt.Errorf("tap %s: the link of that name is a %s, not a tap; left alone", name, l.Type())
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("tap %s: delete: %w", name, err)
+	}
+	return nil
+}
+
+// IsTap reports whether the link called name exists and is a tap (or tun).
+func IsTap(name string) bool {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return false
+	}
+	_, ok := l.(*netlink.Tuntap)
+	return ok
 }
 
 // LinkExists reports whether a link called name exists in the calling

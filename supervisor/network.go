@@ -305,8 +305,11 @@ func (s *Supervisor) nicUp(ctx context.Context, vm string, n spec.NIC, bus strin
 func (s *Supervisor) createTap(vm string, t netsetup.Tap) error {
 	err := netsetup.CreateTap(t)
 	if errors.Is(err, netsetup.ErrExists) {
+		if !netsetup.IsTap(t.Name) {
+			return fmt.Errorf("tap %s: a link of that name exists and is not a tap; not touching it", t.Name)
+		}
 		s.opts.Logger.Warn("removing a stale tap", "vm", vm, "tap", t.Name)
-		if err := netsetup.DeleteLink(t.Name); err != nil {
+		if err := netsetup.DeleteTap(t.Name); err != nil {
 			return err
 		}
 		err = netsetup.CreateTap(t)
@@ -319,9 +322,12 @@ func (s *Supervisor) createTap(vm string, t netsetup.Tap) error {
 func (s *Supervisor) nicDown(ctx context.Context, st *netState, n nicState, inUnit bool) error {
 	switch n.Type {
 	case spec.NICBridge:
-		return netsetup.DeleteLink(n.Tap)
+		return netsetup.DeleteTap(n.Tap)
 	case spec.NICOVS:
-		return errors.Join(s.ovs(n.OVSDB).DelPort(ctx, n.Tap), netsetup.DeleteLink(n.Tap))
+		if netsetup.LinkExists(n.Tap) && !netsetup.IsTap(n.Tap) {
+			return fmt.Errorf("tap %s: the link of that name is not a tap; left alone with its OVS port", n.Tap)
+		}
+		return errors.Join(s.ovs(n.OVSDB).DelPort(ctx, n.Tap), netsetup.DeleteTap(n.Tap))
 	case spec.NICCNI:
 		if n.CNI == nil || st.Netns == nil {
 			return nil
@@ -333,7 +339,7 @@ func (s *Supervisor) nicDown(ctx context.Context, st *netState, n nicState, inUn
 		}
 		var errs []error
 		if _, err := os.Stat(a.Netns); err == nil {
-			errs = append(errs, netsetup.InNetns(a.Netns, func() error { return netsetup.DeleteLink(n.Tap) }))
+			errs = append(errs, netsetup.InNetns(a.Netns, func() error { return netsetup.DeleteTap(n.Tap) }))
 		} else {
 			a.Netns = "" // gone: DEL still releases the address
 		}

@@ -1,7 +1,6 @@
 package networktest
 
 import (
-	"context"
 	"os"
 	"slices"
 	"strings"
@@ -114,7 +113,7 @@ bridge = "`+linuxBridge+`"
 // leaves them), the next up finds and replaces them; down removes both.
 func TestOVSGuestCrash(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
-	sup := newSup(t)
+	sup, log := newSupLog(t)
 	f := guestFile(t, "ovsvm", "vmsup.ip=10.89.0.20/24", `stop_timeout = "5s"
 [[nic]]
 name = "uplink"
@@ -167,6 +166,12 @@ bridge = "`+ovsBridge+`"
 		t.Fatalf("up after kill -9 with a stale tap and port: %v", err)
 	}
 	t.Logf("up after crash: %+v", res[0])
+	for _, want := range []string{"removing a stale tap", "removed stale OVS ports"} {
+		if !strings.Contains(log.String(), want) {
+			t.Fatalf("up did not log %q; log:\n%s", want, log.String())
+		}
+	}
+	t.Logf("stale clean-up by up:\n%s", log.String())
 	if ports := ovsPorts(t, ctx); !slices.Contains(ports, tap) {
 		t.Fatalf("port missing after up: %v", ports)
 	}
@@ -229,5 +234,3 @@ cni_config = "`+cniConf+`"
 		t.Fatalf("net.json left: %v", err)
 	}
 }
-
-var _ = context.Background

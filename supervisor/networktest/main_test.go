@@ -1,13 +1,16 @@
 package networktest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,8 +131,16 @@ func addrUp(link, cidr string) error {
 // newSup returns a Supervisor wired to the sandbox, the test OVS and the
 // sandbox's namespaces.
 func newSup(t testing.TB) *supervisor.Supervisor {
+	s, _ := newSupLog(t)
+	return s
+}
+
+// newSupLog is newSup with the Supervisor's log (info and up) kept.
+func newSupLog(t testing.TB) (*supervisor.Supervisor, *syncBuffer) {
 	t.Helper()
+	log := &syncBuffer{}
 	s, err := supervisor.New(supervisor.Options{
+		Logger:     slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Root:       t.TempDir(),
 		SystemdBus: env.Systemd.BusAddress,
 		JournalDir: env.Systemd.JournalDir,
@@ -143,7 +154,25 @@ func newSup(t testing.TB) *supervisor.Supervisor {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, log
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // guestFile writes a VM booting the test guest with cmdline words and

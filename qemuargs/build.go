@@ -129,7 +129,7 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	for i, n := range vm.NICs {
 		nd, err := NICNetdev(n, o.VhostNet)
 		if err != nil {
-			return nil, inField(err, fmt.Sprintf("nic[%d]", i))
+			return nil, nicInField(err, i, n.Name)
 		}
 		dev := NICDevice(n, l.nics[i].bus)
 		dev.Addr = l.nics[i].addr

@@ -1,6 +1,7 @@
 package qemuargs
 
 import (
+	"errors"
 	"fmt"
 	"net"
 
@@ -139,4 +140,15 @@ func parseMAC(s string) (string, error) {
 		return "", fmt.Errorf("MAC address %q is multicast", s)
 	}
 	return hw.String(), nil
+}
+
+// nicInField is inField for the i-th NIC, keeping the NIC's name in the
+// message: "nic[0].vhost: nic \"lan\": ...".
+func nicInField(err error, i int, name string) error {
+	err = inField(err, fmt.Sprintf("nic[%d]", i))
+	var e *Error
+	if errors.As(err, &e) {
+		e.Msg = fmt.Sprintf("nic %q: %s", name, e.Msg)
+	}
+	return err
 }

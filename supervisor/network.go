@@ -13,7 +13,6 @@ import (
 	"github.com/google/renameio/v2"
 
 	"github.com/vmsup/vmsup/netsetup"
-	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -117,8 +116,7 @@ func netnsName(vm string) string { return "vmsup-" + vm }
 func (s *Supervisor) networkSteps(f *spec.File, p vmPaths, plan *startPlan) []step {
 	vm := &f.VM
 	st := &netState{VM: vm.Name, CNIBinDirs: s.opts.Network.CNIBinDirs, CNICache: p.cniCache()}
-	vhost := s.vhostNet()
-	plan.argvOpts = append(plan.argvOpts, func(o *qemuargs.Options) { o.VhostNet = vhost })
+	vhost := s.vhostNet() // s.argv gives QEMU the same answer
 	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) {
 		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: "/dev/net/tun", Access: "rw"})
 		if vhost {

@@ -79,6 +79,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, extra ...func(*qemuarg
 		ConsoleSocket: p.Console,
 		AgentSocket:   p.Agent,
 		ConsoleLog:    p.ConsoleLog,
+		VhostNet:      s.vhostNet(),
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:

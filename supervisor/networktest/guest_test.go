@@ -99,6 +99,24 @@ bridge = "`+linuxBridge+`"
 	// The boot-time NIC still works.
 	guestRun(t, ctx, g, "ping -c 1 -W 5 "+linuxHost)
 
+	// The same through the CLI: attach, status, detach.
+	out = vmsup(t, ctx, sup, "nic", "attach", "brvm", "hot2", "--type", "bridge", "--bridge", linuxBridge, "--mtu", "1400")
+	if !strings.Contains(out, "brvm: nic hot2 attached (type bridge") {
+		t.Fatalf("vmsup nic attach: %s", out)
+	}
+	out = vmsup(t, ctx, sup, "status", "brvm")
+	if !strings.Contains(out, "hot2 bridge tap vmt") || !strings.Contains(out, "on "+linuxBridge+" hot-plugged") {
+		t.Fatalf("vmsup status:\n%s", out)
+	}
+	t.Logf("vmsup status:\n%s", out)
+	guestRun(t, ctx, g, "for i in $(seq 50); do test -e /sys/class/net/eth1 && break; sleep 0.2; done; test \"$(cat /sys/class/net/eth1/mtu)\" = 1400")
+	if out := vmsup(t, ctx, sup, "nic", "detach", "brvm", "hot2"); !strings.Contains(out, "brvm: nic hot2 detached") {
+		t.Fatalf("vmsup nic detach: %s", out)
+	}
+	if out, err := vmsupErr(ctx, sup, "nic", "detach", "brvm", "lan"); err == nil || !strings.Contains(out, `nic "lan" is in the VM's file`) {
+		t.Fatalf("detach of a boot NIC: %v %s", err, out)
+	}
+
 	if _, err := sup.Down(ctx, "brvm"); err != nil {
 		t.Fatal(err)
 	}

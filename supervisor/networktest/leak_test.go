@@ -27,11 +27,15 @@ func TestUpDownCycles(t *testing.T) {
 	}
 	ctx := ctxT(t, 20*time.Minute)
 	sup := newSup(t)
+	// NIC a is multi-queue: vmsup makes a multi-queue tap, QEMU opens
+	// its 2 queues by name.
 	tapVM := guestFile(t, "cyctap", "", `stop_timeout = "300ms"
+cpus = 2
 [[nic]]
 name = "a"
 type = "bridge"
 bridge = "`+linuxBridge+`"
+multiqueue = true
 
 [[nic]]
 name = "b"
@@ -170,6 +174,12 @@ name = "pod"
 type = "cni"
 cni_config = "` + noPlugin + `"
 `, false, []string{`nic[0].cni_config: nic "pod"`, `no-such-plugin`}},
+		{"vhost on without /dev/vhost-net", `[[nic]]
+name = "fast"
+type = "bridge"
+bridge = "` + linuxBridge + `"
+vhost = "on"
+`, false, []string{`nic[0].vhost: nic "fast"`, "/dev/vhost-net"}},
 		{"second NIC fails after the first was made", `[[nic]]
 name = "ok"
 type = "bridge"

@@ -318,3 +318,20 @@ func sandboxNetns(t testing.TB) []string {
 	}
 	return l
 }
+
+// vmsup runs the CLI against sup's root, the sandbox and the test OVS, and
+// fails the test if it fails.
+func vmsup(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, args ...string) string {
+	t.Helper()
+	out, err := vmsupErr(ctx, sup, args...)
+	if err != nil {
+		t.Fatalf("vmsup %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func vmsupErr(ctx context.Context, sup *supervisor.Supervisor, args ...string) (string, error) {
+	full := append([]string{"--root", sup.Root(), "--systemd-bus", env.Systemd.BusAddress, "--ovsdb", ovs.DB}, args...)
+	out, err := exec.CommandContext(ctx, vmsupBin, full...).CombinedOutput()
+	return string(out), err
+}

@@ -15,13 +15,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultCNIBinDirs are searched for plugin binaries: the CNI convention
-// and Debian's containernetworking-plugins.
-var DefaultCNIBinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+// DefaultCNIBinDirs returns the directories searched for plugin binaries
+// when none are given: the CNI convention and Debian's
+// containernetworking-plugins.
+func DefaultCNIBinDirs() []string { return []string{"/opt/cni/bin", "/usr/lib/cni"} }
 
 // CNI runs CNI network configurations through libcni.
 type CNI struct {
-	BinDirs  []string // plugin directories; nil = DefaultCNIBinDirs
+	BinDirs  []string // plugin directories; nil = DefaultCNIBinDirs()
 	CacheDir string   // libcni's result cache (CHECK and DEL need it); required
 }
 
@@ -52,7 +53,7 @@ func CNIIfName(nic string) string {
 func (c CNI) config() *libcni.CNIConfig {
 	dirs := c.BinDirs
 	if len(dirs) == 0 {
-		dirs = DefaultCNIBinDirs
+		dirs = DefaultCNIBinDirs()
 	}
 	return libcni.NewCNIConfigWithCacheDir(dirs, c.CacheDir, nil)
 }

@@ -27,7 +27,7 @@ type NetworkOptions struct {
 	// OVSDB is the OVSDB server for ovs NICs ("unix:/path/db.sock"); ""
 	// is ovs-vsctl's default.
 	OVSDB string
-	// CNIBinDirs are searched for CNI plugins; nil = netsetup.DefaultCNIBinDirs.
+	// CNIBinDirs are searched for CNI plugins; nil = netsetup.DefaultCNIBinDirs().
 	CNIBinDirs []string
 	// Netns makes the namespaces of VMs with cni NICs; nil =
 	// netsetup.NamedNetns{Dir: "/run/netns"}.

@@ -242,6 +242,27 @@ cni_config = "`+cniConf+`"
 	guestRun(t, ctx, g, "ip addr add "+n.Addrs[0]+" dev eth0 && ip link set eth0 up && ip route add default via "+n.Gateway)
 	guestRun(t, ctx, g, "ping -c 1 -W 5 "+n.Gateway)
 	hostPing(t, ctx, strings.Split(n.Addrs[0], "/")[0])
+
+	// A second CNI NIC hot-plugged into the same namespace: ADD gives it
+	// an address, the guest sees eth1 and reaches the gateway on it alone.
+	hot, err := sup.AttachNIC(ctx, "cnivm", spec.NIC{Name: "pod2", Type: spec.NICCNI, CNIConfig: cniConf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ = sup.Status(ctx, "cnivm")
+	if len(st.NICs) != 2 || st.NICs[1].CNICheck != "ok" || len(st.NICs[1].Addrs) != 1 || leases(t) != 2 {
+		t.Fatalf("after attach: NICs %+v, leases %d", st.NICs, leases(t))
+	}
+	a2 := st.NICs[1].Addrs[0]
+	guestRun(t, ctx, g, "for i in $(seq 50); do test -e /sys/class/net/eth1 && break; sleep 0.2; done; grep -q "+hot.MAC+" /sys/class/net/eth1/address")
+	guestRun(t, ctx, g, "ip link set eth0 down && ip addr add "+a2+" dev eth1 && ip link set eth1 up && ping -c 1 -W 5 "+n.Gateway)
+	hostPing(t, ctx, strings.Split(a2, "/")[0])
+	if err := sup.DetachNIC(ctx, "cnivm", "pod2"); err != nil {
+		t.Fatal(err)
+	}
+	if leases(t) != 1 {
+		t.Fatalf("%d leases after detach, want 1", leases(t))
+	}
 	if _, err := sup.Down(ctx, "cnivm"); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,13 @@
 // re-implement. CNI plugins are executables by definition (libcni runs
 // them).
 //
+// QEMU opens each tap by name (-netdev tap,ifname=...), not as a passed
+// fd: systemd, not vmsup, starts QEMU, so vmsup has no fd to hand over at
+// exec, and passing fds over QMP (getfd) would mean starting QEMU with -S
+// and adding every boot NIC afterwards, out of the argv and its golden
+// tests. Opening by name needs the tap in QEMU's network namespace and
+// owned by QEMU's user, which is what Tap.Owner and the cni namespace give.
+//
 // Every function here is idempotent where it removes something (a missing
 // tap, port or namespace is not an error), so teardown can run from Down,
 // from the unit's ExecStopPost= hook and after a crash, in any order.

@@ -128,7 +128,8 @@ bridge = "`+linuxBridge+`"
 // TestOVSGuestCrash: a guest on OVS pings the bridge's address and is
 // pinged; after kill -9 of QEMU the unit's stop-post hook removes tap and
 // port; with a stale tap and port put back (as a run whose hook never ran
-// leaves them), the next up finds and replaces them; down removes both.
+// leaves them), the next up finds and replaces them; systemctl stop
+// removes both through the same hook.
 func TestOVSGuestCrash(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	sup, log := newSupLog(t)
@@ -198,11 +199,16 @@ bridge = "`+ovsBridge+`"
 	}
 	g = shell(t, ctx, sup, "ovsvm")
 	guestRun(t, ctx, g, "ping -c 1 -W 5 "+ovsHost)
-	if _, err := sup.Down(ctx, "ovsvm"); err != nil {
-		t.Fatal(err)
+	// systemctl stop (not vmsup down): ExecStop= powers the guest off,
+	// ExecStopPost= removes tap and port.
+	if out, err := env.Systemd.Systemctl(ctx, "stop", "vmsup-ovsvm.service"); err != nil {
+		t.Fatalf("systemctl stop: %v\n%s", err, out)
 	}
 	if netsetup.LinkExists(tap) || slices.Contains(ovsPorts(t, ctx), tap) {
-		t.Fatalf("tap %s or port left after down", tap)
+		t.Fatalf("tap %s or port left after systemctl stop", tap)
+	}
+	if dr, err := sup.Down(ctx, "ovsvm"); err != nil || dr.Step != supervisor.StoppedAlready {
+		t.Fatalf("down after systemctl stop: %+v %v", dr, err)
 	}
 }
 

@@ -171,11 +171,19 @@ func (s *Supervisor) networkSteps(f *spec.File, p vmPaths, plan *startPlan) []st
 		if !n.UsesTap() {
 			continue
 		}
-		steps = append(steps, step{name: "nic " + n.Name, do: func(ctx context.Context) error {
+		steps = append(steps, step{name: fmt.Sprintf("nic %q", n.Name), do: func(ctx context.Context) error {
 			return s.nicUp(ctx, vm.Name, n, "", st)
 		}, undo: func(ctx context.Context) { s.networkTeardown(ctx, vm.Name) }})
 	}
 	return steps
+}
+
+// validateNICs is checkNICs for Validate, which has no context: the
+// bridges, OVS bridges and CNI configs the NICs name must exist.
+func (s *Supervisor) validateNICs(f *spec.File) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.checkNICs(ctx, f, s.vhostNet())
 }
 
 // checkNICs checks what the NICs refer to on this host, before anything
@@ -293,7 +301,7 @@ func (s *Supervisor) nicUp(ctx context.Context, vm string, n spec.NIC, bus strin
 		}
 		st.NICs = st.NICs[:idx]
 		writeNetState(p, st)
-		return fmt.Errorf("nic %q: %w", n.Name, err)
+		return err // the step's name names the NIC
 	}
 	return nil
 }

@@ -62,7 +62,11 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 	}
 	vhost := s.vhostNet()
 	if err := s.checkNIC(ctx, n, vhost); err != nil {
-		return n, fail("check", err)
+		var fe *nicFieldError
+		if errors.As(err, &fe) {
+			return n, fail(fe.field, fe.err)
+		}
+		return n, fail("type", err)
 	}
 	nd, err := qemuargs.NICNetdev(n, vhost)
 	if err != nil {
@@ -87,25 +91,25 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 		return n, err
 	}
 	steps := []step{
-		{name: "tap", do: func(ctx context.Context) error {
+		{name: fmt.Sprintf("nic %q: tap", n.Name), do: func(ctx context.Context) error {
 			if !n.UsesTap() {
 				return nil
 			}
 			return s.nicUp(ctx, name, n, bus, st)
 		}, undo: func(ctx context.Context) { s.forgetNIC(ctx, name, n.Name) }},
-		{name: "netdev_add", do: func(ctx context.Context) error {
+		{name: fmt.Sprintf("nic %q: netdev_add", n.Name), do: func(ctx context.Context) error {
 			return c.NetdevAdd(ctx, nd)
 		}, undo: func(ctx context.Context) { _ = c.NetdevDel(ctx, nd.ID) }},
-		{name: "device_add", do: func(ctx context.Context) error {
+		{name: fmt.Sprintf("nic %q: device_add", n.Name), do: func(ctx context.Context) error {
 			return c.DeviceAdd(ctx, dev)
 		}},
-		{name: "record", do: func(ctx context.Context) error {
+		{name: fmt.Sprintf("nic %q: record", n.Name), do: func(ctx context.Context) error {
 			app.AttachedNICs = append(app.AttachedNICs, n)
 			return s.rewriteApplied(app)
 		}},
 	}
 	if err := runSteps(ctx, name, steps, s.opts.AfterStep); err != nil {
-		return n, fmt.Errorf("nic %q: %w", n.Name, err)
+		return n, err
 	}
 	return n, nil
 }

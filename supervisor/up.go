@@ -56,6 +56,9 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 		if _, err := s.Argv(f); err != nil {
 			return err
 		}
+		if err := s.validateNICs(f); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -81,6 +81,12 @@ bridge = "`+linuxBridge+`"
 	} else {
 		t.Logf("duplicate MAC refused: %v", err)
 	}
+	if _, err := sup.AttachNIC(ctx, "brvm", spec.NIC{Name: "nobr", Type: spec.NICBridge, Bridge: "nosuchbr0"}); err == nil ||
+		!strings.Contains(err.Error(), `nic "nobr"`) || !strings.Contains(err.Error(), `no Linux bridge "nosuchbr0"`) {
+		t.Fatalf("attach to a missing bridge: %v", err)
+	} else {
+		t.Logf("missing bridge refused: %v", err)
+	}
 	if after := links(t); len(after) != len(before) {
 		t.Fatalf("links changed on a refused attach: %v -> %v", before, after)
 	}

@@ -46,10 +46,18 @@ type Status struct {
 	StateDir    string     `json:"state_dir"`
 	Console     string     `json:"console_socket"`
 	ConsoleLog  string     `json:"console_log"` // everything the guest printed on its serial console
+	// Confinement in force while QEMU runs (user, AppArmor, seccomp, exposure).
+	Confinement *Confinement `json:"confinement,omitempty"`
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
 func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
+	return s.status(ctx, name, true)
+}
+
+// status is Status; exposure says whether to measure the unit's exposure
+// (a systemd-analyze run, left out of List).
+func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (Status, error) {
 	if err := spec.ValidName(name); err != nil {
 		return Status{}, fmt.Errorf("vm %q: %w", name, err)
 	}
@@ -95,6 +103,7 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 		out.State = StateStopping
 		return out, nil
 	}
+	out.Confinement = s.confinementStatus(ctx, sd, name, unit, st.MainPID, exposure)
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
@@ -156,7 +165,7 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
 	sort.Strings(all)
 	out := make([]Status, 0, len(all))
 	for _, n := range all {
-		st, err := s.Status(ctx, n)
+		st, err := s.status(ctx, n, false)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}

@@ -37,6 +37,16 @@ type Options struct {
 	// WaitForLock makes state-changing commands wait for a busy VM's lock
 	// (until their context ends) instead of failing with *BusyError.
 	WaitForLock bool
+	// QEMUUser is the unprivileged user QEMU runs as; created as a system
+	// user if missing. Default DefaultQEMUUser ("vmsup-qemu").
+	QEMUUser string
+	// ImageDirs are where disk images may lie for a VM with
+	// security.apparmor = "required". Default Root/images.
+	ImageDirs []string
+	// SystemdAnalyze is the systemd-analyze command (with leading arguments,
+	// e.g. an nsenter prefix) status uses to measure a VM unit's exposure.
+	// Default "systemd-analyze" talking to SystemdBus.
+	SystemdAnalyze []string
 	// Host facts; nil means ProbeHost() on first use.
 	Host *Host
 	// Logger; nil discards.
@@ -74,6 +84,12 @@ func New(opts Options) (*Supervisor, error) {
 		if opts.Self, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find own executable for the stop hook: %w", err)
 		}
+	}
+	if opts.QEMUUser == "" {
+		opts.QEMUUser = DefaultQEMUUser
+	}
+	if len(opts.ImageDirs) == 0 {
+		opts.ImageDirs = []string{filepath.Join(opts.Root, "images")}
 	}
 	if opts.Slice == "" {
 		opts.Slice = "vmsup.slice"

@@ -30,6 +30,10 @@ type Unit struct {
 	TasksMax    int    // 0 = default
 	DeviceAll   bool   // true = DevicePolicy=auto; false = closed + DeviceAllow
 	DeviceAllow []DeviceRule
+
+	// Sandbox, when set, confines the service (see Sandbox); its Devices
+	// are added to DeviceAllow.
+	Sandbox *Sandbox
 }
 
 // DeviceRule allows one device node ("/dev/kvm", "rw").
@@ -86,11 +90,20 @@ func (u Unit) properties() ([]sd.Property, error) {
 	if u.TasksMax > 0 {
 		p = append(p, prop("TasksAccounting", true), prop("TasksMax", uint64(u.TasksMax)))
 	}
+	devices := u.DeviceAllow
+	if u.Sandbox != nil {
+		sp, err := u.Sandbox.properties(&u)
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, sp...)
+		devices = append(append([]DeviceRule(nil), devices...), u.Sandbox.Devices...)
+	}
 	if !u.DeviceAll {
 		p = append(p, prop("DevicePolicy", "closed"))
 		type rule struct{ Path, Access string }
-		rules := make([]rule, 0, len(u.DeviceAllow))
-		for _, r := range u.DeviceAllow {
+		rules := make([]rule, 0, len(devices))
+		for _, r := range devices {
 			rules = append(rules, rule(r))
 		}
 		p = append(p, prop("DeviceAllow", rules))

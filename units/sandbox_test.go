@@ -1,0 +1,67 @@
+package units_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/vmsup/vmsup/units"
+)
+
+// MaxExposure is the highest systemd-analyze security figure a VM unit with
+// a user-mode NIC may have (measured 1.1 with systemd 252; the checks left
+// open are Internet sockets, the host network, the host's root directory and
+// ProtectClock's rtc read access). A change that raises it fails here.
+const MaxExposure = 1.1
+
+func analyzeCmd() []string {
+	return []string{"nsenter", "-t", strconv.Itoa(sandbox.PID1), "-m", "-p", "systemd-analyze"}
+}
+
+// TestSandboxExposure measures systemd-analyze security for the unit shape
+// vmsup used before confinement (root, DevicePolicy=closed, UMask=0077) and
+// for the sandboxed one, with and without host networking.
+func TestSandboxExposure(t *testing.T) {
+	m, ctx := connect(t)
+	before := units.Unit{Name: "vmsup-before.service", Argv: []string{"/bin/sleep", "300"}, UMask: 0o077}
+	dir := t.TempDir()
+	after := func(name string, hostNet bool) units.Unit {
+		return units.Unit{Name: name, Argv: []string{"/bin/sleep", "300"}, UMask: 0o077,
+			Sandbox: &units.Sandbox{User: "daemon", Group: "daemon", HostNetwork: hostNet,
+				ReadWritePaths: []string{dir}, BindPaths: []string{dir}}}
+	}
+	for _, c := range []struct {
+		u   units.Unit
+		max float64
+	}{
+		{before, 10},
+		{after("vmsup-after.service", true), MaxExposure},
+		{after("vmsup-after-nonet.service", false), MaxExposure},
+	} {
+		if err := m.Start(ctx, c.u); err != nil {
+			t.Fatalf("%s: %v", c.u.Name, err)
+		}
+		waitState(t, m, ctx, c.u.Name, "active")
+		e, err := units.AnalyzeSecurity(ctx, analyzeCmd(), "", c.u.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: exposure %.1f %s; open: %v", c.u.Name, e.Level, e.Rating, e.Open)
+		if e.Level > c.max {
+			t.Errorf("%s: exposure %.1f is above %.1f", c.u.Name, e.Level, c.max)
+		}
+		if err := m.Stop(ctx, c.u.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSandboxRefusesRoot: a sandbox never runs as root.
+func TestSandboxRefusesRoot(t *testing.T) {
+	m, ctx := connect(t)
+	for _, u := range []string{"", "root", "0"} {
+		err := m.Start(ctx, units.Unit{Name: "vmsup-root.service", Argv: []string{"/bin/true"}, Sandbox: &units.Sandbox{User: u}})
+		if err == nil {
+			t.Errorf("sandbox with User %q started", u)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package units_test
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/vmsup/vmsup/units"
@@ -62,6 +65,34 @@ func TestSandboxRefusesRoot(t *testing.T) {
 		err := m.Start(ctx, units.Unit{Name: "vmsup-root.service", Argv: []string{"/bin/true"}, Sandbox: &units.Sandbox{User: u}})
 		if err == nil {
 			t.Errorf("sandbox with User %q started", u)
+		}
+	}
+}
+
+// TestStopPostPrivileged: a sandboxed service's ExecStopPost can run as root
+// (where clean-up of ACLs, profiles and taps belongs), its ExecStop not.
+func TestStopPostPrivileged(t *testing.T) {
+	m, ctx := connect(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	u := units.Unit{Name: "vmsup-stoppost.service", Argv: []string{"/bin/sleep", "300"},
+		ExecStop:               [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/stop"}},
+		ExecStopPost:           [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/post"}},
+		ExecStopPostPrivileged: true,
+		Sandbox:                &units.Sandbox{User: "daemon", ReadWritePaths: []string{dir}, BindPaths: []string{dir}}}
+	if err := m.Start(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, m, ctx, u.Name, "active")
+	if err := m.Stop(ctx, u.Name); err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]string{"stop": "1", "post": "0"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("%s ran as uid %q (%v), want %s", f, b, err, want)
 		}
 	}
 }

@@ -19,6 +19,10 @@ type Unit struct {
 	// where the graceful guest shutdown belongs. ExecStopPost always runs.
 	ExecStop     [][]string
 	ExecStopPost [][]string
+	// ExecStopPostPrivileged runs ExecStopPost with full privileges (the
+	// "+" prefix) while the service itself runs as Sandbox.User: clean-up
+	// that takes back ACLs, profiles or taps needs root.
+	ExecStopPostPrivileged bool
 	TimeoutStop  time.Duration // outer bound for ExecStop + the stop signal
 	Environment  []string      // "K=V"
 	WorkingDir   string
@@ -64,7 +68,11 @@ func (u Unit) properties() ([]sd.Property, error) {
 		p = append(p, execProp("ExecStop", u.ExecStop))
 	}
 	if len(u.ExecStopPost) > 0 {
-		p = append(p, execProp("ExecStopPost", u.ExecStopPost))
+		if u.ExecStopPostPrivileged {
+			p = append(p, execExProp("ExecStopPostEx", u.ExecStopPost, "privileged"))
+		} else {
+			p = append(p, execProp("ExecStopPost", u.ExecStopPost))
+		}
 	}
 	if u.TimeoutStop > 0 {
 		p = append(p, prop("TimeoutStopUSec", uint64(u.TimeoutStop/time.Microsecond)))
@@ -126,6 +134,22 @@ func execProp(name string, cmds [][]string) sd.Property {
 	v := make([]execCommand, 0, len(cmds))
 	for _, c := range cmds {
 		v = append(v, execCommand{Path: c[0], Args: c})
+	}
+	return prop(name, v)
+}
+
+// execExCommand is systemd's (sasas) ExecStartEx-style tuple with flags
+// ("privileged" = the "+" prefix, "ignore-failure" = "-").
+type execExCommand struct {
+	Path  string
+	Args  []string
+	Flags []string
+}
+
+func execExProp(name string, cmds [][]string, flags ...string) sd.Property {
+	v := make([]execExCommand, 0, len(cmds))
+	for _, c := range cmds {
+		v = append(v, execExCommand{Path: c[0], Args: c, Flags: append([]string{}, flags...)})
 	}
 	return prop(name, v)
 }

@@ -23,10 +23,10 @@ type Unit struct {
 	// "+" prefix) while the service itself runs as Sandbox.User: clean-up
 	// that takes back ACLs, profiles or taps needs root.
 	ExecStopPostPrivileged bool
-	TimeoutStop  time.Duration // outer bound for ExecStop + the stop signal
-	Environment  []string      // "K=V"
-	WorkingDir   string
-	UMask        uint32 // 0 = systemd's default (0022)
+	TimeoutStop            time.Duration // outer bound for ExecStop + the stop signal
+	Environment            []string      // "K=V"
+	WorkingDir             string
+	UMask                  uint32 // 0 = systemd's default (0022)
 
 	MemoryMax   uint64 // bytes; 0 = no limit
 	CPUQuota    int    // percent of one CPU; 0 = none

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmsup/vmsup/units"
 )
@@ -95,4 +96,52 @@ func TestStopPostPrivileged(t *testing.T) {
 			t.Errorf("%s ran as uid %q (%v), want %s", f, b, err, want)
 		}
 	}
+}
+
+// TestWriteExecuteTCG measures what MemoryDenyWriteExecute= does to QEMU's
+// TCG: its default JIT buffer is mapped writable and executable and QEMU
+// exits ("mprotect of jit buffer: Operation not permitted"); with
+// split-wx=on (two mappings of one memfd, never W+X) it runs, so vmsup keeps
+// MemoryDenyWriteExecute=yes and renders split-wx=on.
+func TestWriteExecuteTCG(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/qemu-system-x86_64"); err != nil {
+		t.Fatal("QEMU missing: install qemu-system-x86 (scripts/install-deps.sh)")
+	}
+	m, ctx := connect(t)
+	for _, c := range []struct {
+		accel string
+		runs  bool
+	}{{"tcg", false}, {"tcg,split-wx=on", true}} {
+		name := "vmsup-mdwe-" + strings.NewReplacer(",", "-", "=", "-").Replace(c.accel) + ".service"
+		u := units.Unit{Name: name, Argv: []string{"/usr/bin/qemu-system-x86_64", "-nodefaults", "-no-user-config",
+			"-display", "none", "-machine", "q35", "-accel", c.accel, "-m", "64", "-S"},
+			Sandbox: &units.Sandbox{User: "daemon", HostNetwork: false}}
+		if err := m.Start(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		// TCG sets up its buffer before QEMU would wait for a monitor.
+		time.Sleep(1500 * time.Millisecond)
+		st, err := m.Status(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := st.ActiveState == "active"
+		journal, _ := sandbox.Journal(ctx, name)
+		t.Logf("-accel %s under MemoryDenyWriteExecute=yes: %s %s", c.accel, st.ActiveState, lastQEMULine(journal))
+		if running != c.runs {
+			t.Errorf("-accel %s: unit %s, want running=%v; journal:\n%s", c.accel, st.ActiveState, c.runs, journal)
+		}
+		_ = m.Stop(ctx, name)
+		_ = m.ResetFailed(ctx, name)
+	}
+}
+
+func lastQEMULine(j string) string {
+	var last string
+	for _, l := range strings.Split(j, "\n") {
+		if strings.Contains(l, "qemu-system") {
+			last = l
+		}
+	}
+	return last
 }

@@ -96,6 +96,25 @@ func (s *Supervisor) securitySteps(f *spec.File, p vmPaths, plan *startPlan) []s
 	}, undo: func(ctx context.Context) { _ = s.securityTeardown(ctx, f.VM.Name) }}}
 }
 
+// checkSecurity is what Validate checks of the confinement: the
+// "required" refusals, without touching anything.
+func (s *Supervisor) checkSecurity(ctx context.Context, f *spec.File) error {
+	if f.VM.Security.AppArmor != spec.AppArmorRequired {
+		return nil
+	}
+	needs, err := s.vmNeeds(ctx, f, s.paths(f.VM.Name))
+	if err != nil {
+		return err
+	}
+	if err := s.checkImageDirs(f, needs); err != nil {
+		return err
+	}
+	if why := s.hostFacts().AppArmorUnusable; why != "" {
+		return f.Errorf("security.apparmor", "\"required\" but %s: refusing to start VM %q unconfined", why, f.VM.Name)
+	}
+	return nil
+}
+
 func (s *Supervisor) confine(ctx context.Context, f *spec.File, p vmPaths) (*confinement, error) {
 	vm := &f.VM
 	// A previous run that crashed may have left its grants: release them.
@@ -108,13 +127,8 @@ func (s *Supervisor) confine(ctx context.Context, f *spec.File, p vmPaths) (*con
 	}
 	mode := vm.Security.AppArmor
 	aaWhy := s.hostFacts().AppArmorUnusable
-	if mode == spec.AppArmorRequired {
-		if err := s.checkImageDirs(f, needs); err != nil {
-			return nil, err
-		}
-		if aaWhy != "" {
-			return nil, f.Errorf("security.apparmor", "\"required\" but %s: refusing to start VM %q unconfined", aaWhy, vm.Name)
-		}
+	if err := s.checkSecurity(ctx, f); err != nil {
+		return nil, err
 	}
 	uid, gid, err := s.qemuUser(ctx)
 	if err != nil {
@@ -195,6 +209,12 @@ func (s *Supervisor) vmNeeds(ctx context.Context, f *spec.File, p vmPaths) ([]ne
 	accel, _, _ := resolveAccel(f, s.hostFacts())
 	if accel == spec.AccelKVM {
 		ns = append(ns, need{path: "/dev/kvm", mode: "rw", field: f.Path + ": accel kvm"})
+	}
+	for i, n := range vm.NICs {
+		if n.Type != spec.NICUser { // taps opened by QEMU itself
+			ns = append(ns, need{path: "/dev/net/tun", mode: "rw", field: fmt.Sprintf("%s: nic[%d]", f.Path, i)})
+			break
+		}
 	}
 	return ns, nil
 }

@@ -56,6 +56,12 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 		if _, err := s.Argv(f); err != nil {
 			return err
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s.checkSecurity(ctx, f)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -355,3 +355,60 @@ func TestNamesCannotEscape(t *testing.T) {
 		}
 	}
 }
+
+// virtAAHelper is libvirt's profile generator (libvirt-daemon-system).
+const virtAAHelper = "/usr/lib/libvirt/virt-aa-helper"
+
+// TestProfileMatchesLibvirt: for an equivalent domain (kernel, initrd, a raw
+// disk with a space and a comma in its path, a qcow2 disk on a 3-file
+// backing chain) vmsup's profile gives the VM's files the same permissions
+// as libvirt's virt-aa-helper.
+func TestProfileMatchesLibvirt(t *testing.T) {
+	if _, err := os.Stat(virtAAHelper); err != nil {
+		t.Skipf("%s not installed (package libvirt-daemon-system); the comparison is optional: %v", virtAAHelper, err)
+	}
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "da ta,q.raw")
+	base, mid, top := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "mid.qcow2"), filepath.Join(dir, "top.qcow2")
+	run(t, ctx, "qemu-img", "create", "-q", "-f", "raw", raw, "1M")
+	run(t, ctx, "qemu-img", "create", "-q", "-f", "qcow2", base, "1M")
+	run(t, ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", mid)
+	run(t, ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-b", mid, "-F", "qcow2", top)
+	f := guestFile(t, t.TempDir(), "cmp", fmt.Sprintf("[[disk]]\nname = \"raw\"\nfile = %q\n[[disk]]\nname = \"chain\"\nfile = %q\n", raw, top))
+	prof, err := newSup(t, "").AppArmorProfile(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[string]string{}
+	for _, r := range prof.Rules {
+		ours[r.Path] = r.Mode
+	}
+	xml := fmt.Sprintf(`<domain type='qemu'><name>cmp</name><uuid>3b6b7e3c-8d1c-4b0e-9a8f-0c6a3b4c5d6e</uuid>
+<memory unit='MiB'>256</memory><os><type arch='x86_64' machine='q35'>hvm</type><kernel>%s</kernel><initrd>%s</initrd></os>
+<devices><emulator>/usr/bin/qemu-system-x86_64</emulator>
+<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='%s'/><target dev='vda' bus='virtio'/></disk>
+<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='%s'/><target dev='vdb' bus='virtio'/></disk>
+</devices></domain>`, env.Guest.Kernel, env.Guest.Initrd, raw, top)
+	cmd := exec.CommandContext(ctx, virtAAHelper, "-d", "-r", "-u", "libvirt-3b6b7e3c-8d1c-4b0e-9a8f-0c6a3b4c5d6e")
+	cmd.Stdin = strings.NewReader(xml)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("virt-aa-helper: %v\n%s", err, out)
+	}
+	theirs := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, `"`) {
+			continue
+		}
+		i := strings.LastIndexByte(l, '"')
+		theirs[l[1:i]] = strings.TrimSuffix(strings.TrimSpace(l[i+1:]), ",")
+	}
+	for _, p := range []string{raw, top, mid, base, env.Guest.Kernel, env.Guest.Initrd} {
+		t.Logf("%-50s vmsup %-4s libvirt %s", p, ours[p], theirs[p])
+		if ours[p] == "" || ours[p] != theirs[p] {
+			t.Errorf("%s: vmsup %q, libvirt %q", p, ours[p], theirs[p])
+		}
+	}
+}

@@ -151,6 +151,11 @@ func (p *Profile) Render() ([]byte, error) {
 			q = strings.TrimSuffix(q, `"`) + `**"`
 		}
 		fmt.Fprintf(&b, "  %s %s,\n", q, r.Mode)
+		if !strings.Contains(r.Mode, "w") {
+			// As libvirt does: QEMU probes read-only images for writing; do
+			// not fill the audit log with those denials.
+			fmt.Fprintf(&b, "  deny %s w,\n", q)
+		}
 	}
 	b.WriteString("}\n")
 	return b.Bytes(), nil

@@ -36,9 +36,12 @@ profile vmsup-chain flags=(attach_disconnected) {
 
   # The VM's own files.
   "/var/lib/vmsup/images/base.qcow2" rk,
+  deny "/var/lib/vmsup/images/base.qcow2" w,
   "/var/lib/vmsup/images/mid.qcow2" rk,
+  deny "/var/lib/vmsup/images/mid.qcow2" w,
   "/var/lib/vmsup/images/top.qcow2" rwk,
   "/var/lib/vmsup/images/vmlinux" r,
+  deny "/var/lib/vmsup/images/vmlinux" w,
   "/var/lib/vmsup/vms/chain/" r,
   "/var/lib/vmsup/vms/chain/**" rwk,
 }

@@ -37,6 +37,7 @@ profile vmsup-hotplug flags=(attach_disconnected) {
   # The VM's own files.
   "/var/lib/vmsup/images/root.raw" rwk,
   "/var/lib/vmsup/images/vmlinux" r,
+  deny "/var/lib/vmsup/images/vmlinux" w,
   "/var/lib/vmsup/vms/hotplug/" r,
   "/var/lib/vmsup/vms/hotplug/**" rwk,
 }

@@ -36,9 +36,11 @@ profile vmsup-hotplug flags=(attach_disconnected) {
 
   # The VM's own files.
   "/var/lib/vmsup/images/hot-base.qcow2" rk,
+  deny "/var/lib/vmsup/images/hot-base.qcow2" w,
   "/var/lib/vmsup/images/hot.qcow2" rwk,
   "/var/lib/vmsup/images/root.raw" rwk,
   "/var/lib/vmsup/images/vmlinux" r,
+  deny "/var/lib/vmsup/images/vmlinux" w,
   "/var/lib/vmsup/vms/hotplug/" r,
   "/var/lib/vmsup/vms/hotplug/**" rwk,
 }

@@ -35,6 +35,7 @@ profile vmsup-odd flags=(attach_disconnected) {
   "/var/lib/vmsup/images/glob\*\?\[x\]\{a,b\}\^.raw" rwk,
   "/var/lib/vmsup/images/quote\"d,comma.raw" rwk,
   "/var/lib/vmsup/images/vmlinux" r,
+  deny "/var/lib/vmsup/images/vmlinux" w,
   "/var/lib/vmsup/images/with space.raw" rwk,
   "/var/lib/vmsup/vms/odd/" r,
   "/var/lib/vmsup/vms/odd/**" rwk,

@@ -36,6 +36,7 @@ profile vmsup-plain flags=(attach_disconnected) {
 
   # The VM's own files.
   "/var/lib/vmsup/images/vmlinux" r,
+  deny "/var/lib/vmsup/images/vmlinux" w,
   "/var/lib/vmsup/vms/plain/" r,
   "/var/lib/vmsup/vms/plain/**" rwk,
 }

@@ -464,8 +464,11 @@ func (s *Supervisor) reloadProfile(ctx context.Context, name string, c *confinem
 func (s *Supervisor) sandboxUnit(u *units.Unit, f *spec.File, p vmPaths, c *confinement) {
 	sb := &units.Sandbox{
 		User: c.User, Group: c.User,
-		ReadWritePaths:  []string{p.Dir},
-		BindPaths:       []string{p.Dir},
+		ReadWritePaths: []string{p.Dir},
+		BindPaths:      []string{p.Dir},
+		// Other VMs' state directories (their QMP sockets!) belong to the
+		// same user: hide them all and bind this VM's own back in.
+		HidePaths:       []string{filepath.Dir(p.Dir)},
 		HostNetwork:     len(f.VM.NICs) > 0,
 		AppArmorProfile: c.AppArmor.Profile,
 	}

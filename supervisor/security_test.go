@@ -133,6 +133,12 @@ name = "net0"
 		t.Fatal(err)
 	}
 	sup := confinedSup(t, root, nil)
+	// Another VM's state directory, with a socket QEMU must not reach.
+	other := filepath.Join(root, "vms", "other")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(other, "qmp.sock"), nil, 0o600)
 
 	// The profile vmsup would load lists the whole chain, bases read-only,
 	// and compiles.
@@ -184,6 +190,11 @@ name = "net0"
 		}
 	}
 	t.Logf("QEMU pid %d: Uid %s, Seccomp %s (%s filters), NoNewPrivs %s", pids[0], fields["Uid"], fields["Seccomp"], fields["Seccomp_filters"], fields["NoNewPrivs"])
+	// In QEMU's mount namespace vms/ holds only its own directory.
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root%s", pids[0], filepath.Join(root, "vms")))
+	if err != nil || len(ents) != 1 || ents[0].Name() != "sec" {
+		t.Errorf("QEMU sees vms/ as %v (%v), want only sec", ents, err)
+	}
 
 	c := st.Confinement
 	if c == nil {

@@ -25,6 +25,10 @@ type Sandbox struct {
 	// namespace so files under /tmp, /home or /root stay reachable through
 	// PrivateTmp= and ProtectHome=. Every path the service opens belongs here.
 	BindPaths []string
+	// HidePaths get an empty read-only tmpfs over them (TemporaryFileSystem=)
+	// before BindPaths are mounted, so of a directory shared by many VMs
+	// (vmsup's vms/) the unit sees only what is bound back in: its own.
+	HidePaths []string
 	// HostNetwork keeps the host's network namespace and Internet sockets
 	// (user-mode NICs with host forwards, taps); false gives the unit
 	// PrivateNetwork= and only AF_UNIX sockets.
@@ -54,7 +58,7 @@ func (s *Sandbox) properties(u *Unit) ([]sd.Property, error) {
 	if s.User == "" || s.User == "root" || s.User == "0" {
 		return nil, fmt.Errorf("unit %s: sandbox needs an unprivileged User=, not %q", u.Name, s.User)
 	}
-	for _, l := range [][]string{s.ReadWritePaths, s.BindPaths} {
+	for _, l := range [][]string{s.ReadWritePaths, s.BindPaths, s.HidePaths} {
 		for _, p := range l {
 			if err := checkSandboxPath(p); err != nil {
 				return nil, fmt.Errorf("unit %s: %w", u.Name, err)
@@ -112,6 +116,13 @@ func (s *Sandbox) properties(u *Unit) ([]sd.Property, error) {
 	if len(s.ReadWritePaths) > 0 {
 		p = append(p, prop("ReadWritePaths", s.ReadWritePaths))
 	}
+	if len(s.HidePaths) > 0 {
+		v := make([]tmpfsPath, 0, len(s.HidePaths))
+		for _, h := range s.HidePaths {
+			v = append(v, tmpfsPath{Path: h, Options: "ro,mode=0755"})
+		}
+		p = append(p, prop("TemporaryFileSystem", v))
+	}
 	binds := append([]string(nil), s.BindPaths...)
 	for _, d := range s.Devices {
 		binds = append(binds, d.Path)
@@ -146,6 +157,9 @@ type bindPath struct {
 	IgnoreMissing bool
 	Flags         uint64
 }
+
+// tmpfsPath is one TemporaryFileSystem= entry (ss): path, mount options.
+type tmpfsPath struct{ Path, Options string }
 
 // ipAddress is one IPAddressDeny= entry (iayu): family, address, prefix.
 type ipAddress struct {

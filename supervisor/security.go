@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +39,23 @@ import (
 
 // DefaultQEMUUser is the system user QEMU runs as.
 const DefaultQEMUUser = "vmsup-qemu"
+
+// PerVMUser as Options.QEMUUser gives each VM its own system user,
+// "vmsupq-" and 10 hex digits of the SHA-256 of its name (useradd allows 32
+// bytes, VM names have 64), so VMs cannot reach each other's files even
+// without AppArmor. systemd 252 refuses a numeric User= without a passwd
+// entry (status 217/USER, measured), hence real users; they are kept when a
+// VM goes, so a later user never inherits files by a reused uid.
+const PerVMUser = "per-vm"
+
+// qemuUserName is the user QEMU of VM vm runs as.
+func (s *Supervisor) qemuUserName(vm string) string {
+	if s.opts.QEMUUser != PerVMUser {
+		return s.opts.QEMUUser
+	}
+	h := sha256.Sum256([]byte(vm))
+	return "vmsupq-" + hex.EncodeToString(h[:5])
+}
 
 // confinement is the record of one VM's confinement.
 type confinement struct {
@@ -130,11 +149,12 @@ func (s *Supervisor) confine(ctx context.Context, f *spec.File, p vmPaths) (*con
 	if err := s.checkSecurity(ctx, f); err != nil {
 		return nil, err
 	}
-	uid, gid, err := s.qemuUser(ctx)
+	qu := s.qemuUserName(vm.Name)
+	uid, gid, err := s.qemuUser(ctx, qu)
 	if err != nil {
 		return nil, err
 	}
-	c := &confinement{User: s.opts.QEMUUser, UID: uid, GID: gid, Seccomp: vm.Security.HasSeccomp(),
+	c := &confinement{User: qu, UID: uid, GID: gid, Seccomp: vm.Security.HasSeccomp(),
 		AppArmor: appArmorRecord{Mode: mode}}
 	ok := false
 	defer func() {
@@ -291,8 +311,7 @@ func (s *Supervisor) checkImageDirs(f *spec.File, ns []need) error {
 
 // qemuUser looks the QEMU user up and creates it as a system user if
 // missing (as scripts/install-deps.sh does).
-func (s *Supervisor) qemuUser(ctx context.Context) (uint32, uint32, error) {
-	name := s.opts.QEMUUser
+func (s *Supervisor) qemuUser(ctx context.Context, name string) (uint32, uint32, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		out, cerr := exec.CommandContext(ctx, "useradd", "--system", "--user-group", "--no-create-home",

@@ -2,8 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +118,65 @@ func TestSharedBaseGrant(t *testing.T) {
 		if _, err := unix.Getxattr(p, aclXattr, make([]byte, 64)); err == nil {
 			t.Errorf("%s keeps an ACL after both VMs went down", p)
 		}
+	}
+}
+
+// TestPerVMUsers: with QEMUUser "per-vm" two VMs run as two users; each
+// gets its own ACL entries, so neither can open the other's disk.
+func TestPerVMUsers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	imgs := filepath.Join(t.TempDir(), "imgs")
+	if err := os.Mkdir(imgs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kernel := filepath.Join(imgs, "vmlinux")
+	os.WriteFile(kernel, []byte("k"), 0o600)
+	s, err := New(Options{Root: root, Self: "/bin/true", QEMUUser: PerVMUser, Host: &Host{KVMUnusable: "test", AppArmorUnusable: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := map[string]*confinement{}
+	for _, name := range []string{"pa", "pb"} {
+		u := s.qemuUserName(name)
+		if len(u) > 32 || !strings.HasPrefix(u, "vmsupq-") {
+			t.Fatalf("per-VM user name %q", u)
+		}
+		if _, err := user.Lookup(u); err != nil { // created by this test: remove it after
+			t.Cleanup(func() { exec.Command("userdel", u).Run() })
+		}
+		disk := filepath.Join(imgs, name+".raw")
+		os.WriteFile(disk, nil, 0o600)
+		f, err := spec.Parse("/t/"+name+".toml", []byte(fmt.Sprintf("name = %q\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = %q\n[[disk]]\nname = \"d\"\nfile = %q\n", name, kernel, disk)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.paths(name)
+		os.MkdirAll(p.Dir, 0o700)
+		if cs[name], err = s.confine(ctx, f, p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.securityTeardown(context.Background(), name) })
+	}
+	a, b := cs["pa"], cs["pb"]
+	if a.UID == b.UID || a.UID == 0 || b.UID == 0 {
+		t.Fatalf("uids %d and %d", a.UID, b.UID)
+	}
+	for _, c := range []struct {
+		who  *confinement
+		disk string
+		want bool
+	}{{a, "pa.raw", true}, {a, "pb.raw", false}, {b, "pb.raw", true}, {b, "pa.raw", false}} {
+		ok, err := hasAccess(filepath.Join(imgs, c.disk), c.who.UID, c.who.GID, nil, 6)
+		if err != nil || ok != c.want {
+			t.Errorf("%s on %s: access %v (%v), want %v", c.who.User, c.disk, ok, err, c.want)
+		}
+	}
+	if err := s.securityTeardown(ctx, "pa"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := hasAccess(kernel, b.UID, b.GID, nil, 4); !ok {
+		t.Error("pb lost its own grant on the shared kernel when pa went down")
 	}
 }

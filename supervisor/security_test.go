@@ -423,3 +423,39 @@ func TestProfileMatchesLibvirt(t *testing.T) {
 		}
 	}
 }
+
+// TestPerVMUserBoots: with QEMUUser "per-vm" the guest boots as the VM's
+// own user.
+func TestPerVMUserBoots(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	sup, err := supervisor.New(supervisor.Options{
+		Root: t.TempDir(), SystemdBus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir,
+		Self: vmsupBin, QEMUUser: supervisor.PerVMUser, SystemdAnalyze: analyzeCmd(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close()
+	f := guestFile(t, t.TempDir(), "pervm", "")
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Down(context.Background(), "pervm")
+	st, err := sup.Status(ctx, "pervm")
+	if err != nil || st.Confinement == nil {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	u := st.Confinement.User
+	t.Cleanup(func() { exec.Command("userdel", u).Run() })
+	waitConsole(t, st, testenv.ShellMarker, 90*time.Second)
+	pids := qemuPIDs(t, "pervm")
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pids[0]))
+	want := fmt.Sprintf("Uid:\t%d\t", st.Confinement.UID)
+	if !strings.HasPrefix(u, "vmsupq-") || st.Confinement.UID == 0 || !strings.Contains(string(b), want) {
+		t.Errorf("confinement %s; /proc says:\n%s", st.Confinement, b)
+	}
+	t.Logf("per-VM user: %s", st.Confinement)
+	if _, err := sup.Down(ctx, "pervm"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -38,7 +38,8 @@ type Options struct {
 	// (until their context ends) instead of failing with *BusyError.
 	WaitForLock bool
 	// QEMUUser is the unprivileged user QEMU runs as; created as a system
-	// user if missing. Default DefaultQEMUUser ("vmsup-qemu").
+	// user if missing. Default DefaultQEMUUser ("vmsup-qemu"); PerVMUser
+	// ("per-vm") gives each VM its own.
 	QEMUUser string
 	// ImageDirs are where disk images may lie for a VM with
 	// security.apparmor = "required". Default Root/images.

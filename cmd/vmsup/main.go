@@ -72,7 +72,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.journal, "journal-dir", os.Getenv("VMSUP_JOURNAL_DIR"), "journal directory of that systemd, if not the host's (env VMSUP_JOURNAL_DIR)")
 	pf.StringVar(&g.qemu, "qemu", envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"), "QEMU binary (env VMSUP_QEMU)")
 	pf.BoolVar(&g.wait, "wait", false, "wait for a busy VM instead of failing")
-	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "vmsup-qemu"), "unprivileged user QEMU runs as, created if missing (env VMSUP_QEMU_USER)")
+	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "vmsup-qemu"), "unprivileged user QEMU runs as, created if missing; \"per-vm\" gives each VM its own (env VMSUP_QEMU_USER)")
 	pf.StringSliceVar(&g.imageDirs, "image-dir", filepath.SplitList(os.Getenv("VMSUP_IMAGE_DIRS")), "where disk images may lie for security.apparmor = \"required\"; default ROOT/images (env VMSUP_IMAGE_DIRS, colon-separated)")
 	pf.StringVar(&g.analyze, "systemd-analyze", os.Getenv("VMSUP_SYSTEMD_ANALYZE"), "systemd-analyze command status uses for the exposure figure, split at spaces (env VMSUP_SYSTEMD_ANALYZE)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")

@@ -148,8 +148,7 @@ func (s *Supervisor) confine(ctx context.Context, f *spec.File, p vmPaths) (*con
 	if err := s.checkSecurity(ctx, f); err != nil {
 		return nil, err
 	}
-	qu := s.qemuUserName(vm.Name)
-	uid, gid, err := s.qemuUser(ctx, qu)
+	qu, uid, gid, err := s.qemuIdentity(ctx, vm.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +305,14 @@ func (s *Supervisor) checkImageDirs(f *spec.File, ns []need) error {
 		}
 	}
 	return nil
+}
+
+// qemuIdentity is the user QEMU of VM vm runs as, created if missing: what
+// another host step needs before confine runs (a tap's owner, TUNSETOWNER).
+func (s *Supervisor) qemuIdentity(ctx context.Context, vm string) (name string, uid, gid uint32, err error) {
+	name = s.qemuUserName(vm)
+	uid, gid, err = s.qemuUser(ctx, name)
+	return name, uid, gid, err
 }
 
 // qemuUser looks the QEMU user up and creates it as a system user if

@@ -87,6 +87,9 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		guestName{vm.Name},
 		flags{"-msg", "timestamp=on"},
 	}
+	if vm.Security.HasSeccomp() {
+		parts = append(parts, sandbox{})
+	}
 
 	m := machine{Type: vm.Machine}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {

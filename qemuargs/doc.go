@@ -23,6 +23,13 @@
 // NICNetdev and NICDevice build them from spec values, so a disk hot-plugged
 // later is described by the very code that described it at boot.
 //
+// # Confinement
+//
+// With vm.Security.HasSeccomp() (the default) the argv carries QEMU's own
+// seccomp filter, -sandbox SeccompSandbox. TCG always runs with
+// split-wx=on, so QEMU never maps memory writable and executable at once and
+// its systemd unit can set MemoryDenyWriteExecute=.
+//
 // # Escaping
 //
 // Options that QEMU parses as key=value lists (-chardev, -name, -machine)

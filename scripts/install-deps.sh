@@ -23,6 +23,11 @@ if ((${#missing[@]})); then
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 	[[ -n $made_policy ]] && rm -f /usr/sbin/policy-rc.d
 fi
+# QEMU runs as this unprivileged system user (vmsup also creates it when missing).
+if ! getent passwd vmsup-qemu >/dev/null; then
+	echo "install-deps: creating system user vmsup-qemu" >&2
+	useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vmsup-qemu
+fi
 # Go: this project needs the Go toolchain named in go.mod (Debian 12's golang is too old).
 if ! command -v go >/dev/null 2>&1; then
 	if [[ -x /usr/local/go/bin/go ]]; then

@@ -26,6 +26,8 @@ type VM struct {
 	Disks  []Disk `toml:"disk"`
 	NICs   []NIC  `toml:"nic"`
 	Limits Limits `toml:"limits"`
+	// Security is the VM's confinement (see security.go).
+	Security Security `toml:"security"`
 }
 
 // Accel is the accelerator choice.
@@ -197,4 +199,5 @@ func (vm *VM) applyDefaults() {
 	if vm.Limits.TasksMax == 0 {
 		vm.Limits.TasksMax = DefaultTasksMax
 	}
+	vm.Security.applyDefaults()
 }

@@ -87,6 +87,9 @@ func (f *File) validate() error {
 	if err := f.validateNICs(); err != nil {
 		return err
 	}
+	if err := f.validateSecurity(); err != nil {
+		return err
+	}
 	l := vm.Limits
 	if l.CPUQuota < 0 {
 		return f.Errorf("limits.cpu_quota", "must not be negative")

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
 )
 
 // Host facts the start path depends on. Probed by probeHost; tests and
@@ -22,11 +23,14 @@ type Host struct {
 	// KVMOpenable: /dev/kvm opens read-write (QEMU can start with it even if
 	// it cannot run a stock guest, as on PVM hosts).
 	KVMOpenable bool
+	// AppArmorUnusable is "" when the kernel enforces AppArmor and
+	// apparmor_parser is there, else why not.
+	AppArmorUnusable string
 }
 
 // ProbeHost reads the host facts from /proc, /sys and /dev.
 func ProbeHost() Host {
-	h := Host{MemTotal: memTotal()}
+	h := Host{MemTotal: memTotal(), AppArmorUnusable: units.AppArmorState()}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	switch {
 	case err != nil:

@@ -18,12 +18,9 @@ import (
 )
 
 // NetworkOptions say how VM NICs reach the host network. The zero value
-// works on a stock host: taps owned by root, OVS at its default socket, CNI
+// works on a stock host: taps owned by the QEMU user, OVS at its default socket, CNI
 // plugins in the usual directories, namespaces in /run/netns.
 type NetworkOptions struct {
-	// TapOwner and TapGroup are the uid and gid QEMU runs as: the taps are
-	// made openable by them (0 = root).
-	TapOwner, TapGroup uint32
 	// OVSDB is the OVSDB server for ovs NICs ("unix:/path/db.sock"); ""
 	// is ovs-vsctl's default.
 	OVSDB string
@@ -123,6 +120,9 @@ func (s *Supervisor) networkSteps(f *spec.File, p vmPaths, plan *startPlan) []st
 			u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: vhostNetDev, Access: "rw"})
 		}
 		u.ExecStopPost = append(u.ExecStopPost, []string{s.opts.Self, "stop-post", "--root", s.opts.Root, vm.Name})
+		// The hook removes taps and takes back file grants: it needs root
+		// even though QEMU runs unprivileged.
+		u.ExecStopPostPrivileged = true
 		if st.Netns != nil {
 			u.NetworkNamespacePath = st.Netns.Unit
 		}
@@ -252,9 +252,14 @@ func (s *Supervisor) nicUp(ctx context.Context, vm string, n spec.NIC, bus strin
 		return err
 	}
 	mac, _ := net.ParseMAC(n.MAC)
-	tap := netsetup.Tap{Name: n.Tap, Owner: s.opts.Network.TapOwner, Group: s.opts.Network.TapGroup,
-		MTU: n.MTU, GuestMAC: mac, Queues: n.Queues}
-	err := func() error {
+	// The tap belongs to the user QEMU runs as (security.go), so the
+	// unprivileged QEMU can open it by name.
+	_, uid, gid, err := s.qemuIdentity(ctx, vm)
+	if err != nil {
+		return fmt.Errorf("nic %q: %w", n.Name, err)
+	}
+	tap := netsetup.Tap{Name: n.Tap, Owner: uid, Group: gid, MTU: n.MTU, GuestMAC: mac, Queues: n.Queues}
+	err = func() error {
 		switch n.Type {
 		case spec.NICBridge:
 			if tap.MTU == 0 {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -96,7 +97,20 @@ func (s *Supervisor) writeApplied(a *applied, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(p.State, b, 0o600)
+	if err := renameio.WriteFile(p.State, b, 0o600); err != nil {
+		return err
+	}
+	// Files in the state directory belong to its owner: the unprivileged
+	// QEMU user's stop hook reads the spec copy.
+	if fi, err := os.Stat(p.Dir); err == nil {
+		st := fi.Sys().(*syscall.Stat_t)
+		for _, f := range []string{p.Spec, p.State} {
+			if err := os.Chown(f, int(st.Uid), int(st.Gid)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // knownVMs lists names that have a state directory.

@@ -47,10 +47,18 @@ type Status struct {
 	Console     string      `json:"console_socket"`
 	ConsoleLog  string      `json:"console_log"`    // everything the guest printed on its serial console
 	NICs        []NICStatus `json:"nics,omitempty"` // host side of tap NICs (network.go)
+	// Confinement in force while QEMU runs (user, AppArmor, seccomp, exposure).
+	Confinement *Confinement `json:"confinement,omitempty"`
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
 func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
+	return s.status(ctx, name, true)
+}
+
+// status is Status; exposure says whether to measure the unit's exposure
+// (a systemd-analyze run, left out of List).
+func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (Status, error) {
 	if err := spec.ValidName(name); err != nil {
 		return Status{}, fmt.Errorf("vm %q: %w", name, err)
 	}
@@ -97,6 +105,7 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 		out.State = StateStopping
 		return out, nil
 	}
+	out.Confinement = s.confinementStatus(ctx, sd, name, unit, st.MainPID, exposure)
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
@@ -158,7 +167,7 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
 	sort.Strings(all)
 	out := make([]Status, 0, len(all))
 	for _, n := range all {
-		st, err := s.Status(ctx, n)
+		st, err := s.status(ctx, n, false)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}

@@ -39,6 +39,17 @@ type Options struct {
 	WaitForLock bool
 	// Network says how NICs reach the host (tap owner, OVS, CNI, netns).
 	Network NetworkOptions
+	// QEMUUser is the unprivileged user QEMU runs as; created as a system
+	// user if missing. Default DefaultQEMUUser ("vmsup-qemu"); PerVMUser
+	// ("per-vm") gives each VM its own.
+	QEMUUser string
+	// ImageDirs are where disk images may lie for a VM with
+	// security.apparmor = "required". Default Root/images.
+	ImageDirs []string
+	// SystemdAnalyze is the systemd-analyze command (with leading arguments,
+	// e.g. an nsenter prefix) status uses to measure a VM unit's exposure.
+	// Default "systemd-analyze" talking to SystemdBus.
+	SystemdAnalyze []string
 	// Host facts; nil means ProbeHost() on first use.
 	Host *Host
 	// Logger; nil discards.
@@ -76,6 +87,12 @@ func New(opts Options) (*Supervisor, error) {
 		if opts.Self, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find own executable for the stop hook: %w", err)
 		}
+	}
+	if opts.QEMUUser == "" {
+		opts.QEMUUser = DefaultQEMUUser
+	}
+	if len(opts.ImageDirs) == 0 {
+		opts.ImageDirs = []string{filepath.Join(opts.Root, "images")}
 	}
 	if opts.Slice == "" {
 		opts.Slice = "vmsup.slice"

@@ -59,6 +59,12 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 		if err := s.validateNICs(f); err != nil {
 			return err
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s.checkSecurity(ctx, f)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

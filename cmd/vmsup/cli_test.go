@@ -110,7 +110,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Fatalf("validate: %+v", r)
 	}
 	r := vmsup(t, root, "", "argv", file)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "/usr/bin/qemu-system-x86_64\n") || !strings.Contains(r.stdout, "\n-accel\ntcg\n") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "/usr/bin/qemu-system-x86_64\n") || !strings.Contains(r.stdout, "\n-accel\ntcg,split-wx=on\n") {
 		t.Fatalf("argv: %+v", r)
 	}
 	if r := vmsup(t, root, "", "up", file); r.code != 0 || !strings.Contains(r.stdout, "demo: started (accel tcg)") {
@@ -129,6 +129,12 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Fatalf("status --json: %+v %v", r, err)
 	}
 	waitFor(t, st.ConsoleLog, "VMSUP-SHELL-READY", time.Minute)
+	// status says how QEMU is confined (the exposure needs systemd-analyze
+	// inside the sandbox, so it may be "unknown" here).
+	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "confined: user vmsup-qemu (uid ") ||
+		!strings.Contains(r.stdout, "seccomp qemu -sandbox on") {
+		t.Fatalf("status lacks the confinement: %+v", r)
+	}
 
 	// A changed file is reported, not applied.
 	changed := write(t, dir, "demo.toml", guestTOML("demo", "cpus = 2\n[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"))

@@ -205,6 +205,9 @@ func statusCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
 			printNICs(out, s.NICs)
+			if c := s.Confinement; c != nil {
+				fmt.Fprintf(out, "confined: %s\n", c)
+			}
 			return nil
 		},
 	}

@@ -60,23 +60,22 @@ file = "root.img"
 			defer cancel()
 			p, q := startQEMU(ctx, t, argv, o.QMPSocket, "-S")
 
-			disk := spec.Disk{Name: "hot", File: tmp + "/hot,1.qcow2", Format: spec.FormatQcow2,
+			disk := spec.Disk{Name: "hot", Type: spec.DiskFile, File: tmp + "/hot,1.qcow2", Format: spec.FormatQcow2,
 				Cache: "writethrough", AIO: "threads", Discard: true, Serial: "HOT1", ReadOnly: false}
 			if out, err := exec.Command(env.qemuImg, "create", "-q", "-f", "qcow2", disk.File, "16M").CombinedOutput(); err != nil {
 				t.Fatalf("qemu-img: %v\n%s", err, out)
 			}
-			bds, err := DiskBlockdevs(disk)
+			dp, err := Disk(disk, DiskHost{}, buses[0])
 			if err != nil {
 				t.Fatal(err)
 			}
 			var plugged []renderer
-			for _, b := range bds {
+			for _, b := range dp.Blockdevs {
 				if err := q.run("blockdev-add", b, nil); err != nil {
 					p.fail("%v", err)
 				}
 				plugged = append(plugged, b)
 			}
-			dd := DiskDevice(disk, buses[0])
 			nic := spec.NIC{Name: "hot", Type: spec.NICUser, MAC: "52:54:00:00:00:99",
 				Forwards: []string{"tcp:127.0.0.1:0-:22"}}
 			nd, err := NICNetdev(nic)
@@ -87,7 +86,7 @@ file = "root.img"
 			for _, step := range []struct {
 				cmd string
 				arg renderer
-			}{{"device_add", dd}, {"netdev_add", nd}, {"device_add", nicDev}} {
+			}{{"device_add", dp.Devices[0]}, {"netdev_add", nd}, {"device_add", nicDev}} {
 				if err := q.run(step.cmd, step.arg, nil); err != nil {
 					p.fail("%s: %v", step.cmd, err)
 				}

@@ -151,7 +151,7 @@ func (f *File) resolvePaths() {
 	f.VM.Boot.Kernel = abs(f.VM.Boot.Kernel)
 	f.VM.Boot.Initrd = abs(f.VM.Boot.Initrd)
 	for i := range f.VM.Disks {
-		f.VM.Disks[i].File = abs(f.VM.Disks[i].File)
+		f.VM.Disks[i].resolvePaths(abs)
 	}
 }
 

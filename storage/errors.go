@@ -14,7 +14,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("disk %q: %s", e.Disk, oneLine(e.Msg)) }
-func (e *Error) Unwrap() error  { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 func diskErr(disk string, err error, format string, args ...any) *Error {
 	return &Error{Disk: disk, Msg: fmt.Sprintf(format, args...), Err: err}

@@ -247,7 +247,14 @@ func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
 	secret := ""
 	if d.NeedsSecret() {
 		secret = DiskSecretID(d.Name)
-		p.Objects = append(p.Objects, Object{QOMType: "secret", ID: secret, File: h.SecretFile, Format: "raw"})
+		// The CHAP password is used as is; QEMU's rbd driver re-encodes the
+		// secret in base64 for librados, so a cephx key (base64 text, as
+		// `ceph auth get-key` prints it) is declared base64.
+		format := "raw"
+		if d.Type == spec.DiskRBD {
+			format = "base64"
+		}
+		p.Objects = append(p.Objects, Object{QOMType: "secret", ID: secret, File: h.SecretFile, Format: format})
 	}
 	switch d.Type {
 	case spec.DiskFile, spec.DiskISO:

@@ -291,7 +291,11 @@ func (t Tools) probe(ctx context.Context, d spec.Disk, opts []string) error {
 			return err
 		}
 		defer remove()
-		args = append(args, "--object", "secret,id=sec0,format=raw,file="+esc(path))
+		format := "raw" // as qemuargs declares it: base64 for a cephx key
+		if d.Type == spec.DiskRBD {
+			format = "base64"
+		}
+		args = append(args, "--object", "secret,id=sec0,format="+format+",file="+esc(path))
 	}
 	args = append(args, "--image-opts", strings.Join(opts, ","))
 	_, err := t.run(ctx, true, args...)

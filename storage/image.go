@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -43,6 +44,8 @@ func (t Tools) timeout(remote bool) time.Duration {
 	return 10 * time.Second
 }
 
+var couldNotOpen = regexp.MustCompile(`^Could not open '(.*?)': (.*)$`)
+
 // ErrInUse means another process holds QEMU's lock on an image (a running
 // VM writes it).
 var ErrInUse = errors.New("image is in use by another process")
@@ -66,6 +69,11 @@ func (t Tools) run(ctx context.Context, remote bool, args ...string) ([]byte, er
 	}
 	if err != nil {
 		msg := strings.TrimPrefix(oneLine(stderr.String()), "qemu-img: ")
+		// "Could not open 'driver=raw,file.driver=iscsi,...': CAUSE": the
+		// caller names the image better than the option string does.
+		if m := couldNotOpen.FindStringSubmatch(msg); m != nil && strings.Contains(m[1], "driver=") {
+			msg = m[2]
+		}
 		if msg == "" {
 			msg = err.Error()
 		}

@@ -42,7 +42,9 @@ func HostFiles(stateDir string, d spec.Disk) (image, secret string) {
 // iSCSI and RBD disks answer with the given credentials. The error is an
 // *Error naming the disk.
 func (t Tools) Check(ctx context.Context, d spec.Disk) error {
-	fail := func(err error, format string, args ...any) error { return diskErr(d.Name, err, format, args...) }
+	fail := func(err error, format string, args ...any) error {
+		return diskErr(d.Name, "file", err, format, args...)
+	}
 	switch d.Type {
 	case spec.DiskFile:
 		st, err := os.Stat(d.File)
@@ -78,14 +80,14 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 		}
 	case spec.DiskSeed:
 		if _, err := seedFiles(d); err != nil {
-			return fail(err, "%v", err)
+			return diskErr(d.Name, "", err, "%v", err)
 		}
 	case spec.DiskISCSI:
 		return t.probeISCSI(ctx, d)
 	case spec.DiskRBD:
 		return t.probeRBD(ctx, d)
 	default:
-		return fail(nil, "unknown disk type %q", d.Type)
+		return diskErr(d.Name, "type", nil, "unknown disk type %q", d.Type)
 	}
 	return nil
 }
@@ -93,7 +95,12 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 // checkNew checks a file disk whose image does not exist yet: Prepare will
 // create it, empty with size or as an overlay on backing.
 func (t Tools) checkNew(ctx context.Context, d spec.Disk) error {
-	fail := func(err error, format string, args ...any) error { return diskErr(d.Name, err, format, args...) }
+	fail := func(err error, format string, args ...any) error {
+		return diskErr(d.Name, "file", err, format, args...)
+	}
+	failAt := func(field string, err error, format string, args ...any) error {
+		return diskErr(d.Name, field, err, format, args...)
+	}
 	if d.ReadOnly {
 		return fail(nil, "%s: no such file (a read-only disk is not created)", d.File)
 	}
@@ -108,16 +115,16 @@ func (t Tools) checkNew(ctx context.Context, d spec.Disk) error {
 	}
 	if _, err := os.Stat(d.Backing); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return fail(err, "base image %s: no such file", d.Backing)
+			return failAt("backing", err, "base image %s: no such file", d.Backing)
 		}
-		return fail(err, "base image %v", err)
+		return failAt("backing", err, "base image %v", err)
 	}
 	chain, err := t.Chain(ctx, d.Backing, "")
 	if err != nil {
-		return fail(err, "base image: %v", err)
+		return failAt("backing", err, "base image: %v", err)
 	}
 	if base := chain[0].VirtualSize; d.Size != 0 && int64(d.Size) < base {
-		return fail(nil, "size %s is smaller than its base image %s (%s): an overlay cannot shrink its base",
+		return failAt("size", nil, "size %s is smaller than its base image %s (%s): an overlay cannot shrink its base",
 			d.Size, d.Backing, spec.Size(base))
 	}
 	return nil
@@ -146,7 +153,7 @@ func (t Tools) Prepare(ctx context.Context, d spec.Disk, stateDir string) (Prepa
 	var p Prepared
 	fail := func(err error, format string, args ...any) (Prepared, error) {
 		p.Undo()
-		return Prepared{}, diskErr(d.Name, err, format, args...)
+		return Prepared{}, diskErr(d.Name, "", err, format, args...)
 	}
 	switch d.Type {
 	case spec.DiskFile:
@@ -238,7 +245,7 @@ func (t Tools) probeISCSI(ctx context.Context, d spec.Disk) error {
 	c, err := dl.DialContext(cctx, "tcp", d.Portal)
 	cancel()
 	if err != nil {
-		return diskErr(d.Name, err, "iSCSI portal %s unreachable: %v", d.Portal, unwrapOp(err))
+		return diskErr(d.Name, "portal", err, "iSCSI portal %s unreachable: %v", d.Portal, unwrapOp(err))
 	}
 	c.Close()
 	opts := []string{"driver=raw", "file.driver=iscsi", "file.transport=tcp", "file.portal=" + esc(d.Portal),
@@ -247,7 +254,7 @@ func (t Tools) probeISCSI(ctx context.Context, d spec.Disk) error {
 		opts = append(opts, "file.user="+esc(d.User), "file.password-secret=sec0")
 	}
 	if err := t.probe(ctx, d, opts); err != nil {
-		return diskErr(d.Name, err, "iSCSI %s LUN %d at %s: %v", d.Target, d.LUN, d.Portal, err)
+		return diskErr(d.Name, "", err, "iSCSI %s LUN %d at %s: %v", d.Target, d.LUN, d.Portal, err)
 	}
 	return nil
 }
@@ -256,7 +263,7 @@ func (t Tools) probeRBD(ctx context.Context, d spec.Disk) error {
 	opts := []string{"driver=raw", "file.driver=rbd", "file.pool=" + esc(d.Pool), "file.image=" + esc(d.Image)}
 	if d.CephConf != "" {
 		if _, err := os.Stat(d.CephConf); err != nil {
-			return diskErr(d.Name, err, "ceph_conf: %v", err)
+			return diskErr(d.Name, "ceph_conf", err, "%v", err)
 		}
 		opts = append(opts, "file.conf="+esc(d.CephConf))
 	}
@@ -271,7 +278,7 @@ func (t Tools) probeRBD(ctx context.Context, d spec.Disk) error {
 		opts = append(opts, "file.key-secret=sec0")
 	}
 	if err := t.probe(ctx, d, opts); err != nil {
-		return diskErr(d.Name, err, "rbd pool %q image %q: %v", d.Pool, d.Image, err)
+		return diskErr(d.Name, "", err, "rbd pool %q image %q: %v", d.Pool, d.Image, err)
 	}
 	return nil
 }

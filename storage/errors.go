@@ -8,16 +8,17 @@ import (
 // Error is a problem with one disk. Its text is one line:
 // `disk "data": backing file /img/base.qcow2 (of /img/vm1.qcow2): no such file`.
 type Error struct {
-	Disk string
-	Msg  string
-	Err  error // the underlying error, if any
+	Disk  string
+	Field string // the disk's key at fault ("file", "backing", "size"), or ""
+	Msg   string
+	Err   error // the underlying error, if any
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("disk %q: %s", e.Disk, oneLine(e.Msg)) }
 func (e *Error) Unwrap() error { return e.Err }
 
-func diskErr(disk string, err error, format string, args ...any) *Error {
-	return &Error{Disk: disk, Msg: fmt.Sprintf(format, args...), Err: err}
+func diskErr(disk, field string, err error, format string, args ...any) *Error {
+	return &Error{Disk: disk, Field: field, Msg: fmt.Sprintf(format, args...), Err: err}
 }
 
 // oneLine keeps the last meaningful line of a tool's message: qemu-img and

@@ -14,10 +14,16 @@ import (
 const SeedLabel = "cidata"
 
 // BuildSeed writes a NoCloud seed ISO at path holding files (name ->
-// content: "user-data", "meta-data", "network-config"), with Rock Ridge so
-// the guest sees the names as written. It writes a temporary file in the same
-// directory and renames it into place, so path is never half-written.
+// content: "user-data", "meta-data", "network-config"), labelled cidata.
 func BuildSeed(path string, files map[string][]byte) error {
+	return BuildISO(path, SeedLabel, files)
+}
+
+// BuildISO writes an ISO9660 image at path with the volume label and the
+// files (name -> content) in its root, with Rock Ridge so the guest sees the
+// names as written. It writes a temporary file in the same directory and
+// renames it into place, so path is never half-written.
+func BuildISO(path, label string, files map[string][]byte) error {
 	dir := filepath.Dir(path)
 	work, err := os.MkdirTemp(dir, ".seed-work-")
 	if err != nil {
@@ -59,7 +65,7 @@ func BuildSeed(path string, files map[string][]byte) error {
 			return fmt.Errorf("seed %s: %s: %w", path, n, err)
 		}
 	}
-	if err := fs.Finalize(iso9660.FinalizeOptions{RockRidge: true, VolumeIdentifier: SeedLabel}); err != nil {
+	if err := fs.Finalize(iso9660.FinalizeOptions{RockRidge: true, VolumeIdentifier: label}); err != nil {
 		return fmt.Errorf("seed %s: %w", path, err)
 	}
 	if err := b.Close(); err != nil {

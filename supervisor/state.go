@@ -60,6 +60,10 @@ type applied struct {
 	AccelReason string          `json:"accel_reason,omitempty"`
 	Argv        []string        `json:"argv"`
 	StartedAt   time.Time       `json:"started_at"`
+	// Attached are the disks hot-plugged with `vmsup disk attach` (and kept
+	// over restarts); HotplugPorts the root ports left empty at boot.
+	Attached     []AttachedDisk `json:"attached_disks,omitempty"`
+	HotplugPorts []string       `json:"hotplug_ports,omitempty"`
 }
 
 func canonical(vm *spec.VM) json.RawMessage {

@@ -46,6 +46,9 @@ type Status struct {
 	StateDir    string     `json:"state_dir"`
 	Console     string     `json:"console_socket"`
 	ConsoleLog  string     `json:"console_log"` // everything the guest printed on its serial console
+	// AttachedDisks are the disks added with `vmsup disk attach` (beyond the
+	// VM's file); the next up boots with them.
+	AttachedDisks []string `json:"attached_disks,omitempty"`
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
@@ -66,6 +69,9 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog}
 	if app, err := s.readApplied(name); err == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
+		for _, a := range app.Attached {
+			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
+		}
 	}
 	if f, err := spec.Load(p.Spec); err == nil {
 		out.CPUs, out.Memory = f.VM.CPUs, f.VM.Memory.String()

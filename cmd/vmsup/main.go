@@ -71,7 +71,7 @@ func newRoot() *cobra.Command {
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
-		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g),
+		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), diskCmd(g),
 	)
 	return root
 }

@@ -56,6 +56,9 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 		case st.IsDir():
 			return fail(nil, "%s is a directory", d.File)
 		}
+		if err := checkWriteLock(d); err != nil {
+			return err
+		}
 		if _, err := t.Chain(ctx, d.File, d.Format); err != nil {
 			return fail(err, "%v", err)
 		}
@@ -66,6 +69,9 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 		}
 		if st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
 			return fail(nil, "%s is not a block device (use type \"file\" for image files)", d.File)
+		}
+		if err := checkWriteLock(d); err != nil {
+			return err
 		}
 		if _, err := t.Info(ctx, d.File, d.Format); err != nil {
 			return fail(err, "%v", err)
@@ -88,6 +94,22 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 		return t.probeRBD(ctx, d)
 	default:
 		return diskErr(d.Name, "type", nil, "unknown disk type %q", d.Type)
+	}
+	return nil
+}
+
+// checkWriteLock fails a writable disk whose image another process holds
+// (QEMU's image locking), before QEMU would fail on it.
+func checkWriteLock(d spec.Disk) error {
+	if d.ReadOnly {
+		return nil
+	}
+	locked, err := writeLocked(d.File)
+	if err != nil {
+		return diskErr(d.Name, "file", err, "%v", err)
+	}
+	if locked {
+		return diskErr(d.Name, "file", ErrInUse, "%s: %v (QEMU image lock: another VM or qemu-img has it open for writing)", d.File, ErrInUse)
 	}
 	return nil
 }

@@ -77,7 +77,8 @@ func (t Tools) run(ctx context.Context, remote bool, args ...string) ([]byte, er
 		if msg == "" {
 			msg = err.Error()
 		}
-		if strings.Contains(msg, `Failed to get shared "write" lock`) || strings.Contains(msg, `Failed to get "write" lock`) {
+		if strings.Contains(stderr.String(), `Failed to get shared "write" lock`) || strings.Contains(stderr.String(), `Failed to get "write" lock`) {
+			msg = strings.TrimPrefix(strings.SplitN(strings.TrimSpace(stderr.String()), "\n", 2)[0], "qemu-img: ")
 			return nil, fmt.Errorf("%w (QEMU image lock): %s", ErrInUse, msg)
 		}
 		return nil, &toolError{msg}

@@ -60,6 +60,10 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 			return fail(fmt.Errorf("the VM already has a disk named %q (attached)", d.Name))
 		}
 	}
+	if d.Type == spec.DiskBlock {
+		// The unit's device policy (DeviceAllow=) is fixed when it starts.
+		return fail(errors.New("a block device cannot be hot-plugged (the VM's unit may open only the devices it started with); add it to the VM's file"))
+	}
 	bus, err := freeBus(vm, app)
 	if err != nil {
 		return fail(err)
@@ -124,7 +128,7 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 	}
 	a := app.Attached[i]
 	p := s.paths(name)
-	if err == nil && a.Bus != "" { // running with the disk plugged in
+	if err == nil { // running: plugged in now, or at boot (its own root port either way)
 		img, sec := storage.HostFiles(p.Dir, a.Disk)
 		parts, err := qemuargs.Disk(a.Disk, qemuargs.DiskHost{Image: img, SecretFile: sec}, a.Bus)
 		if err != nil {

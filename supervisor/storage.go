@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
 )
 
 // storageCheckTimeout bounds the checks of all of a VM's disks (each
@@ -35,8 +38,15 @@ func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
 	ctx, cancel := context.WithTimeout(ctx, storageCheckTimeout)
 	defer cancel()
 	t := s.tools()
+	_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
+	running := qmpErr == nil
 	for i, d := range f.VM.Disks {
-		if err := t.Check(ctx, d); err != nil {
+		err := t.Check(ctx, d)
+		if errors.Is(err, storage.ErrInUse) && running {
+			// The VM runs and holds its own images; up leaves it alone.
+			continue
+		}
+		if err != nil {
 			return diskFieldError(f, i, err)
 		}
 	}
@@ -91,6 +101,24 @@ func bootFile(f *spec.File, carried []spec.Disk) *spec.File {
 // built, secrets copied into the state dir; undone on a failed start.
 func (s *Supervisor) storageSteps(f *spec.File, p vmPaths, plan *startPlan) []step {
 	var prepared []storage.Prepared
+	// The unit's device policy is closed: QEMU may open only the block
+	// devices of the VM's disks (and /dev/kvm, added by unitFor).
+	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) {
+		for _, d := range bootFile(f, plan.carried).VM.Disks {
+			if d.Type != spec.DiskBlock {
+				continue
+			}
+			access := "rw"
+			if d.ReadOnly {
+				access = "r"
+			}
+			path := d.File
+			if real, err := filepath.EvalSymlinks(path); err == nil {
+				path = real
+			}
+			u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: path, Access: access})
+		}
+	})
 	return []step{{
 		name: "storage",
 		do: func(ctx context.Context) error {

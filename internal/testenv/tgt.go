@@ -24,8 +24,9 @@ type TGT struct {
 	exited chan struct{}
 	log    *bytes.Buffer
 
-	mu   sync.Mutex
-	tids []int
+	mu       sync.Mutex
+	tids     []int
+	accounts map[string]bool // CHAP accounts are global in tgtd: created once
 }
 
 // StartTGT starts tgtd on a free loopback port. It fails with the reason
@@ -37,6 +38,9 @@ func StartTGT(ctx context.Context, dir string) (*TGT, error) {
 	}
 	if _, err := exec.LookPath("tgtadm"); err != nil {
 		return nil, fmt.Errorf("testenv: tgtadm not found (apt-get install tgt): %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
@@ -78,7 +82,8 @@ func (t *TGT) adm(ctx context.Context, args ...string) ([]byte, error) {
 
 // AddTarget creates target tid named iqn with LUN 1 backed by file (which
 // must exist), open to 127.0.0.1. A non-empty chapUser requires CHAP login
-// with chapPassword.
+// with chapPassword (an account is created on first use; later targets
+// bind the same user and its first password).
 func (t *TGT) AddTarget(ctx context.Context, tid int, iqn, file, chapUser, chapPassword string) error {
 	id := strconv.Itoa(tid)
 	steps := [][]string{
@@ -87,9 +92,19 @@ func (t *TGT) AddTarget(ctx context.Context, tid int, iqn, file, chapUser, chapP
 		{"--op", "bind", "--mode", "target", "--tid", id, "-I", "127.0.0.1"},
 	}
 	if chapUser != "" {
-		steps = append(steps,
-			[]string{"--op", "new", "--mode", "account", "--user", chapUser, "--password", chapPassword},
-			[]string{"--op", "bind", "--mode", "account", "--tid", id, "--user", chapUser})
+		t.mu.Lock()
+		if !t.accounts[chapUser] {
+			if _, err := t.adm(ctx, "--op", "new", "--mode", "account", "--user", chapUser, "--password", chapPassword); err != nil {
+				t.mu.Unlock()
+				return fmt.Errorf("testenv: tgt account %s: %w", chapUser, err)
+			}
+			if t.accounts == nil {
+				t.accounts = map[string]bool{}
+			}
+			t.accounts[chapUser] = true
+		}
+		t.mu.Unlock()
+		steps = append(steps, []string{"--op", "bind", "--mode", "account", "--tid", id, "--user", chapUser})
 	}
 	for i, s := range steps {
 		if _, err := t.adm(ctx, s...); err != nil {

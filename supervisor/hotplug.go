@@ -17,9 +17,10 @@ import (
 	"github.com/vmsup/vmsup/storage"
 )
 
-// UnplugTimeout is how long DetachDisk waits for the guest to release a
-// disk (DEVICE_DELETED) before it gives up and leaves the disk attached.
-const UnplugTimeout = 20 * time.Second
+// DefaultUnplugTimeout is how long DetachDisk waits for the guest to
+// release a disk (DEVICE_DELETED) before it gives up and leaves the disk
+// attached (Options.UnplugTimeout).
+const DefaultUnplugTimeout = 20 * time.Second
 
 // AttachResult reports a hot-plugged disk.
 type AttachResult struct {
@@ -89,7 +90,7 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		return fail(err)
 	}
 	defer release()
-	if err := plugDisk(ctx, c, parts); err != nil {
+	if err := plugDisk(ctx, c, parts, s.opts.UnplugTimeout); err != nil {
 		prep.Undo()
 		return fail(err)
 	}
@@ -97,7 +98,7 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 	if err := s.rewriteApplied(app); err != nil {
 		// QEMU has the disk but vmsup could not record it: take it out again
 		// so the record and the VM agree.
-		_ = unplugDisk(ctx, c, parts, UnplugTimeout)
+		_ = unplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
 		prep.Undo()
 		return fail(fmt.Errorf("record: %w", err))
 	}
@@ -105,9 +106,10 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 }
 
 // DetachDisk hot-unplugs a disk attached with AttachDisk: device_del, wait
-// for DEVICE_DELETED (UnplugTimeout), then blockdev-del of its nodes and
-// object-del of its objects. A guest that does not release the device
-// leaves the disk attached and gives an error saying so.
+// for DEVICE_DELETED, then blockdev-del of its nodes and object-del of its
+// objects. A guest that does not release the device within
+// Options.UnplugTimeout leaves the disk attached and gets an error saying
+// so; a later DetachDisk finishes the job once the guest let go.
 func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 	fail := func(err error) error { return fmt.Errorf("vm %q: detach disk %q: %w", name, disk, err) }
 	lk, err := s.lock(ctx, name, "disk-detach")
@@ -138,7 +140,7 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 		if err != nil {
 			return fail(err)
 		}
-		err = unplugDisk(ctx, c, parts, UnplugTimeout)
+		err = unplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
 		release()
 		if err != nil {
 			return fail(err)
@@ -191,7 +193,7 @@ func freeBus(vm *spec.VM, app *applied) (string, error) {
 }
 
 // plugDisk adds the parts in order; on failure it removes what it added.
-func plugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts) error {
+func plugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts, unplugTimeout time.Duration) error {
 	var undo []func(context.Context)
 	rollback := func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
@@ -223,7 +225,7 @@ func plugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts) error {
 		}
 		if i == 0 { // removing the PCI device removes what sits on it
 			dev := d.ID
-			undo = append(undo, func(ctx context.Context) { _ = unplugDevice(ctx, c, dev, UnplugTimeout) })
+			undo = append(undo, func(ctx context.Context) { _ = unplugDevice(ctx, c, dev, unplugTimeout) })
 		}
 	}
 	return nil
@@ -259,6 +261,11 @@ func unplugDevice(ctx context.Context, c *qmp.Conn, id string, timeout time.Dura
 	sub, unsub := c.Subscribe(wctx)
 	defer unsub()
 	if err := c.DeviceDel(ctx, id); err != nil {
+		if qmp.IsClass(err, qmp.ClassDeviceNotFound) {
+			// Already gone: a guest that released it after an earlier
+			// detach timed out.
+			return nil
+		}
 		return fmt.Errorf("device_del %s: %w", id, err)
 	}
 	_, err := qmp.WaitEvent(wctx, sub, "DEVICE_DELETED", func(ev goqmp.Event) bool {

@@ -181,6 +181,7 @@ format = "raw"
 size = "16M"
 serial = "raw"
 discard = true
+boot_index = 2
 
 [[disk]]
 name = "blk"
@@ -423,6 +424,68 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 	}
 	if st, _ := sup.Status(ctx, "kinds"); len(st.AttachedDisks) != 0 {
 		t.Errorf("status still lists %q", st.AttachedDisks)
+	}
+
+	// A failed attach (device_add refused: boot index 2 is the raw disk's)
+	// leaves no node, no record and no image behind.
+	hx, err := spec.CheckDisk("test", spec.Disk{Name: "hx", File: filepath.Join(dir, "hx.qcow2"), Size: 16 * spec.MiB, BootIndex: 2}, "kinds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sup.AttachDisk(ctx, "kinds", *hx)
+	if err == nil || !strings.Contains(err.Error(), `vm "kinds": attach disk "hx": device_add disk-hx:`) {
+		t.Fatalf("attach with a clashing boot index: %v", err)
+	}
+	t.Logf("failed attach: %v", err)
+	nodes, _ = sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`))
+	if strings.Contains(string(nodes), `-hx"`) {
+		t.Errorf("half-added nodes after a failed attach: %s", nodes)
+	}
+	if _, err := os.Stat(hx.File); !os.IsNotExist(err) {
+		t.Errorf("image of the failed attach left: %v", err)
+	}
+	if st, _ := sup.Status(ctx, "kinds"); len(st.AttachedDisks) != 0 {
+		t.Errorf("failed attach recorded: %q", st.AttachedDisks)
+	}
+
+	// A guest that does not release the disk (paused: it cannot answer the
+	// unplug request) gets a clear error; the disk stays attached, and a
+	// later detach, once the guest let go, finishes.
+	impatient, err := supervisor.New(supervisor.Options{Root: sup.Root(), SystemdBus: env.Systemd.BusAddress,
+		JournalDir: env.Systemd.JournalDir, Self: vmsupBin, UnplugTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+	hz, _ := spec.CheckDisk("test", spec.Disk{Name: "hz", File: filepath.Join(dir, "hz.qcow2"), Size: 16 * spec.MiB, Serial: "hz"}, "kinds")
+	if _, err := sup.AttachDisk(ctx, "kinds", *hz); err != nil {
+		t.Fatal(err)
+	}
+	g.devOf("hz")
+	if err := sup.Pause(ctx, "kinds"); err != nil {
+		t.Fatal(err)
+	}
+	err = impatient.DetachDisk(ctx, "kinds", "hz")
+	want := `vm "kinds": detach disk "hz": the guest did not release device disk-hz within 3s`
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("detach from a paused guest: %v\nwant prefix %q", err, want)
+	}
+	t.Logf("detach from a paused guest: %v", err)
+	if st, _ := sup.Status(ctx, "kinds"); !slices.Equal(st.AttachedDisks, []string{"hz"}) {
+		t.Errorf("after a timed-out detach, status lists %q, want [hz]", st.AttachedDisks)
+	}
+	if err := sup.Resume(ctx, "kinds"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.DetachDisk(ctx, "kinds", "hz"); err != nil {
+		t.Fatalf("detach after resume: %v", err)
+	}
+	if !g.gone("hz", 10*time.Second) {
+		t.Error("guest still has hz")
+	}
+	nodes, _ = sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`))
+	if strings.Contains(string(nodes), `-hz"`) {
+		t.Errorf("stale nodes of hz: %s", nodes)
 	}
 	return hqPattern
 }

@@ -25,7 +25,9 @@ const DefaultUnplugTimeout = 20 * time.Second
 // AttachResult reports a hot-plugged disk.
 type AttachResult struct {
 	VM, Disk string
-	Bus      string // root port (q35) or "pci.0" (pc)
+	// Bus is the root port (q35) or "pci.0" (pc) the disk went into; "" when
+	// the VM was shut off and the disk is only recorded for its next up.
+	Bus string
 }
 
 // AttachDisk hot-plugs d into the running VM name: the same checks and host
@@ -33,7 +35,8 @@ type AttachResult struct {
 // iothread), its block nodes and its device(s) into a free hotplug root
 // port, built by qemuargs.Disk exactly as at boot. Whatever was added is
 // removed again if a later part fails. The applied state records the disk,
-// so status lists it and the next up boots with it.
+// so status lists it and the next up boots with it. For a VM that is shut
+// off, the disk is checked and only recorded.
 func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (AttachResult, error) {
 	res := AttachResult{VM: name, Disk: d.Name}
 	fail := func(err error) (AttachResult, error) {
@@ -45,7 +48,8 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 	}
 	defer lk.unlock()
 	app, vm, err := s.runningSpec(name)
-	if err != nil {
+	stopped := errors.Is(err, ErrNotRunning)
+	if err != nil && !stopped {
 		return fail(err)
 	}
 	if err := spec.ValidName(d.Name); err != nil {
@@ -61,6 +65,18 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 			return fail(fmt.Errorf("the VM already has a disk named %q (attached)", d.Name))
 		}
 	}
+	t := s.tools()
+	if stopped {
+		// Nothing to plug: record it, and the next up boots with it.
+		if err := t.Check(ctx, d); err != nil {
+			return fail(err)
+		}
+		app.Attached = append(app.Attached, AttachedDisk{Disk: d})
+		if err := s.rewriteApplied(app); err != nil {
+			return fail(fmt.Errorf("record: %w", err))
+		}
+		return res, nil
+	}
 	if d.Type == spec.DiskBlock {
 		// The unit's device policy (DeviceAllow=) is fixed when it starts.
 		return fail(errors.New("a block device cannot be hot-plugged (the VM's unit may open only the devices it started with); add it to the VM's file"))
@@ -70,7 +86,6 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		return fail(err)
 	}
 	res.Bus = bus
-	t := s.tools()
 	if err := t.Check(ctx, d); err != nil {
 		return fail(err)
 	}

@@ -124,6 +124,13 @@ func (s *Supervisor) storageSteps(f *spec.File, p vmPaths, plan *startPlan) []st
 		do: func(ctx context.Context) error {
 			boot := bootFile(f, plan.carried)
 			for i, d := range boot.VM.Disks {
+				if i >= len(f.VM.Disks) {
+					// Attached earlier: checked at attach time, but the host
+					// may have changed since.
+					if err := s.tools().Check(ctx, d); err != nil {
+						return fmt.Errorf("attached disk (vmsup disk attach): %w", err)
+					}
+				}
 				pr, err := s.tools().Prepare(ctx, d, p.Dir)
 				if err != nil {
 					if i < len(f.VM.Disks) {

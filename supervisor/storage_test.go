@@ -225,12 +225,12 @@ name = "vol"
 type = "rbd"
 pool = %q
 image = "kinds-vol"
-ceph_conf = %q
+monitors = [%q]
 user = "admin"
 secret_file = %q
 serial = "vol"
 `, base, rawFile, loopDev, iso, seedPattern, targets.tgt.Portal, lunIQN, targets.tgt.Portal, chapIQN, chapUser, chapSecret,
-		ceph.Pool, ceph.ClientConf, cephKey)
+		ceph.Pool, ceph.MonAddr, cephKey)
 	f := guestFile(t, dir, "kinds", disks)
 
 	t0 := time.Now()
@@ -350,6 +350,20 @@ serial = "vol"
 
 	if _, err := sup.Down(ctx, "kinds"); err != nil {
 		t.Fatal(err)
+	}
+	// Attaching to a shut-off VM records the disk for its next up.
+	late, _ := spec.CheckDisk("test", spec.Disk{Name: "late", File: filepath.Join(dir, "late.qcow2"), Size: 16 * spec.MiB}, "kinds")
+	if res, err := sup.AttachDisk(ctx, "kinds", *late); err != nil || res.Bus != "" {
+		t.Fatalf("attach to a shut-off VM: %+v %v", res, err)
+	}
+	if st, _ := sup.Status(ctx, "kinds"); st.State != supervisor.StateShutOff || !slices.Equal(st.AttachedDisks, []string{"late"}) {
+		t.Errorf("status of a shut-off VM with a recorded disk: %+v", st)
+	}
+	if err := sup.DetachDisk(ctx, "kinds", "late"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := sup.Status(ctx, "kinds"); len(st.AttachedDisks) != 0 {
+		t.Errorf("after detach from a shut-off VM: %q", st.AttachedDisks)
 	}
 }
 

@@ -83,6 +83,10 @@ seed, iscsi, rbd) at top level.`,
 			if err != nil {
 				return err
 			}
+			if res.Bus == "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s recorded (%s); the VM is shut off, its next up boots with it\n", res.VM, res.Disk, d.Type)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s attached (%s on %s)\n", res.VM, res.Disk, d.Type, res.Bus)
 			return nil
 		},

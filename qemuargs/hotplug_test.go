@@ -25,7 +25,7 @@ func TestHotplugJSONInQEMU(t *testing.T) {
 			t.Cleanup(func() { os.RemoveAll(tmp) })
 			slots := ""
 			if machine == "q35" {
-				slots = "hotplug_slots = 2\n"
+				slots = "hotplug_slots = 4\n"
 			}
 			f, err := spec.Parse(tmp+"/hp.toml", []byte(`name = "hp"
 machine = "`+machine+`"
@@ -50,10 +50,10 @@ file = "root.img"
 			}
 			buses := SpareRootPorts(&f.VM)
 			if machine == "pc" {
-				buses = []string{PCIRootBus, PCIRootBus}
+				buses = []string{PCIRootBus, PCIRootBus, PCIRootBus, PCIRootBus}
 			}
-			if len(buses) != 2 {
-				t.Fatalf("SpareRootPorts = %q, want 2 ports", buses)
+			if len(buses) != 4 {
+				t.Fatalf("SpareRootPorts = %q, want 4 ports", buses)
 			}
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -91,6 +91,46 @@ file = "root.img"
 					p.fail("%s: %v", step.cmd, err)
 				}
 				plugged = append(plugged, step.arg)
+			}
+
+			// A CD-ROM (its own virtio-scsi controller) and a disk on an
+			// iothread (object-add): every part type of Disk over QMP.
+			cd := spec.Disk{Name: "cd", Type: spec.DiskISO, File: tmp + "/cd.iso", Format: spec.FormatRaw,
+				ReadOnly: true, Cache: "writeback", AIO: "threads"}
+			io := spec.Disk{Name: "io", Type: spec.DiskFile, File: tmp + "/io.img", Format: spec.FormatRaw,
+				Cache: "writeback", AIO: "threads", IOThread: true}
+			for i, d := range []spec.Disk{cd, io} {
+				if err := os.WriteFile(d.File, make([]byte, 1<<20), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				dp, err := Disk(d, DiskHost{}, buses[2+i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range dp.Objects {
+					if err := q.run("object-add", o, nil); err != nil {
+						p.fail("object-add: %v", err)
+					}
+					plugged = append(plugged, o)
+				}
+				for _, b := range dp.Blockdevs {
+					if err := q.run("blockdev-add", b, nil); err != nil {
+						p.fail("blockdev-add: %v", err)
+					}
+					plugged = append(plugged, b)
+				}
+				for _, dev := range dp.Devices {
+					if err := q.run("device_add", dev, nil); err != nil {
+						p.fail("device_add: %v", err)
+					}
+					plugged = append(plugged, dev)
+				}
+			}
+			var iothreads []struct {
+				ID string `json:"id"`
+			}
+			if err := q.run("query-iothreads", nil, &iothreads); err != nil || len(iothreads) != 1 || iothreads[0].ID != DiskIOThreadID("io") {
+				p.fail("query-iothreads: %+v %v", iothreads, err)
 			}
 
 			// Everything plugged must now look exactly as if it had been on

@@ -35,6 +35,9 @@ type Options struct {
 	// "auto" use vhost-net. QEMU 7.2 aborts on vhost=on without it, so the
 	// caller probes it; false is always safe.
 	VhostNet bool
+	// Disks holds, by disk name, the host files vmsup prepared for disks
+	// that need them (a seed's built ISO, a secret file); see DiskHost.
+	Disks map[string]DiskHost
 }
 
 // maxSocketPath is the longest unix socket path (sun_path is 108 bytes with
@@ -139,16 +142,12 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		parts = append(parts, nd, dev)
 	}
 	for i, d := range vm.Disks {
-		bds, err := DiskBlockdevs(d)
+		dp, err := Disk(d, o.Disks[d.Name], l.disks[i].bus)
 		if err != nil {
 			return nil, inField(err, fmt.Sprintf("disk[%d]", i))
 		}
-		for _, b := range bds {
-			parts = append(parts, b)
-		}
-		dev := DiskDevice(d, l.disks[i].bus)
-		dev.Addr = l.disks[i].addr
-		parts = append(parts, dev)
+		dp.Devices[0].Addr = l.disks[i].addr
+		parts = append(parts, dp.renderers()...)
 	}
 	return parts, nil
 }

@@ -150,9 +150,14 @@ func TestBuildNilAndHelpersErrors(t *testing.T) {
 	if _, err := Build(nil, testOptions); err == nil {
 		t.Error("Build(nil) succeeded")
 	}
-	_, err := DiskBlockdevs(spec.Disk{Name: "data", File: "/d.img", Format: "raw", Cache: "fast", AIO: "threads"})
+	_, err := Disk(spec.Disk{Name: "data", Type: "file", File: "/d.img", Format: "raw", Cache: "fast", AIO: "threads"}, DiskHost{}, "rp1")
 	if got, want := fmt.Sprint(err), `disk "data": cache: unknown cache mode "fast"`; got != want {
-		t.Errorf("DiskBlockdevs error = %q, want %q", got, want)
+		t.Errorf("Disk error = %q, want %q", got, want)
+	}
+	_, err = Disk(spec.Disk{Name: "s", Type: "iscsi", Portal: "127.0.0.1:3260", Target: "iqn.2026-01.t:x", User: "u",
+		SecretFile: "/etc/chap", Format: "raw", Cache: "writeback", AIO: "threads"}, DiskHost{}, "rp1")
+	if got, want := fmt.Sprint(err), `disk "s": Options.Disks.SecretFile: missing path`; got != want {
+		t.Errorf("Disk error = %q, want %q", got, want)
 	}
 	_, err = NICNetdev(spec.NIC{Name: "lan", Type: "tap", MAC: "52:54:00:00:00:01"}, false)
 	if got, want := fmt.Sprint(err), `nic "lan": type: unknown NIC type "tap" (want "user", "bridge", "ovs" or "cni")`; got != want {

@@ -27,6 +27,7 @@ type Device struct {
 	BootIndex  int    `json:"bootindex,omitempty"`
 	WriteCache string `json:"write-cache,omitempty"` // "on" or "off"
 	ShareRW    *bool  `json:"share-rw,omitempty"`
+	IOThread   string `json:"iothread,omitempty"` // id of an iothread object
 
 	// virtio-net-pci
 	Netdev  string  `json:"netdev,omitempty"`

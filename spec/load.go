@@ -154,7 +154,7 @@ func (f *File) resolvePaths() {
 		f.VM.NICs[i].CNIConfig = abs(f.VM.NICs[i].CNIConfig)
 	}
 	for i := range f.VM.Disks {
-		f.VM.Disks[i].File = abs(f.VM.Disks[i].File)
+		f.VM.Disks[i].resolvePaths(abs)
 	}
 }
 

@@ -62,17 +62,46 @@ const (
 	FormatRaw   = "raw"
 )
 
-// Disk is a block device backed by a file.
+// Disk is a block device: an image file, a host block device, an ISO, a
+// cloud-init seed vmsup builds, an iSCSI LUN or a Ceph RBD image. Which keys
+// apply depends on Type (see disk.go and testdata/example.toml).
 type Disk struct {
 	Name      string `toml:"name"`       // required, unique in the VM; the QEMU node and device id derive from it
-	File      string `toml:"file"`       // required image path
-	Format    string `toml:"format"`     // "qcow2" or "raw"; default from the file extension (.qcow2 -> qcow2, else raw)
-	ReadOnly  bool   `toml:"read_only"`  // open the image read-only
+	Type      string `toml:"type"`       // "file" (default), "block", "iso", "seed", "iscsi", "rbd"
+	File      string `toml:"file"`       // file, block (device path), iso: required image path
+	Format    string `toml:"format"`     // "qcow2" or "raw"; default from the file extension for type file, else raw
+	Size      Size   `toml:"size"`       // file: create the image with this size if it does not exist
+	Backing   string `toml:"backing"`    // file, qcow2: base image; a missing file is created as an overlay on it
+	ReadOnly  bool   `toml:"read_only"`  // open the image read-only (always for iso and seed)
 	Cache     string `toml:"cache"`      // "writeback" (default), "none", "writethrough", "directsync", "unsafe"
 	AIO       string `toml:"aio"`        // "threads" (default), "native" (needs cache none/directsync), "io_uring"
 	Discard   bool   `toml:"discard"`    // pass guest discards (unmap) to the image
 	Serial    string `toml:"serial"`     // guest-visible serial, at most 20 bytes
 	BootIndex int    `toml:"boot_index"` // firmware boot order, 0 = not bootable
+	IOThread  bool   `toml:"iothread"`   // run the disk's I/O in its own thread (virtio-blk kinds)
+
+	// iscsi
+	Portal string `toml:"portal"` // "HOST:PORT" (port default 3260)
+	Target string `toml:"target"` // target IQN
+	LUN    int    `toml:"lun"`    // default 0
+
+	// rbd
+	Pool     string   `toml:"pool"`      // required
+	Image    string   `toml:"image"`     // required
+	Monitors []string `toml:"monitors"`  // "HOST:PORT"; default: from ceph_conf
+	CephConf string   `toml:"ceph_conf"` // ceph.conf path; default librados' own search
+
+	// iscsi and rbd
+	User       string `toml:"user"`        // iscsi: CHAP user; rbd: cephx id ("admin")
+	SecretFile string `toml:"secret_file"` // file holding the CHAP password or the cephx key; copied 0600 into the state dir
+
+	// seed: cloud-init NoCloud data, inline or from files (not both)
+	UserData          string `toml:"user_data"`
+	MetaData          string `toml:"meta_data"` // default "instance-id: NAME\nlocal-hostname: NAME\n"
+	NetworkConfig     string `toml:"network_config"`
+	UserDataFile      string `toml:"user_data_file"`
+	MetaDataFile      string `toml:"meta_data_file"`
+	NetworkConfigFile string `toml:"network_config_file"`
 }
 
 // NIC types.
@@ -169,19 +198,7 @@ func (vm *VM) applyDefaults() {
 		vm.Boot.Firmware = FirmwareBIOS
 	}
 	for i := range vm.Disks {
-		d := &vm.Disks[i]
-		if d.Format == "" {
-			d.Format = FormatRaw
-			if hasSuffixFold(d.File, ".qcow2") {
-				d.Format = FormatQcow2
-			}
-		}
-		if d.Cache == "" {
-			d.Cache = "writeback"
-		}
-		if d.AIO == "" {
-			d.AIO = "threads"
-		}
+		vm.Disks[i].applyDefaults(vm.Name)
 	}
 	for i := range vm.NICs {
 		n := &vm.NICs[i]

@@ -136,36 +136,8 @@ func (f *File) validateDisks() error {
 			return f.Errorf(field+".name", "duplicate disk name %q (also disk[%d])", d.Name, j)
 		}
 		seen[d.Name] = i
-		if d.File == "" {
-			return f.Errorf(field+".file", "missing image path")
-		}
-		if strings.ContainsAny(d.File, "\n\x00") {
-			return f.Errorf(field+".file", "path contains a newline or NUL")
-		}
-		switch d.Format {
-		case FormatQcow2, FormatRaw:
-		default:
-			return f.Errorf(field+".format", "unknown format %q (want \"qcow2\" or \"raw\")", d.Format)
-		}
-		switch d.Cache {
-		case "writeback", "none", "writethrough", "directsync", "unsafe":
-		default:
-			return f.Errorf(field+".cache", "unknown cache mode %q", d.Cache)
-		}
-		switch d.AIO {
-		case "threads", "io_uring":
-		case "native":
-			if d.Cache != "none" && d.Cache != "directsync" {
-				return f.Errorf(field+".aio", "aio \"native\" needs cache \"none\" or \"directsync\"")
-			}
-		default:
-			return f.Errorf(field+".aio", "unknown aio mode %q", d.AIO)
-		}
-		if len(d.Serial) > 20 || strings.ContainsAny(d.Serial, ",\"' \n\x00") {
-			return f.Errorf(field+".serial", "serial %q must be at most 20 bytes with no spaces, quotes or commas", d.Serial)
-		}
-		if d.BootIndex < 0 {
-			return f.Errorf(field+".boot_index", "must not be negative")
+		if err := f.validateDisk(field+".", &d); err != nil {
+			return err
 		}
 	}
 	return nil

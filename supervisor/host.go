@@ -138,11 +138,7 @@ func checkHost(f *spec.File, h Host, qemu string) error {
 	if err := fileReadable(f, "boot.initrd", vm.Boot.Initrd); err != nil {
 		return err
 	}
-	for i, d := range vm.Disks {
-		if err := fileReadable(f, fmt.Sprintf("disk[%d].file", i), d.File); err != nil {
-			return err
-		}
-	}
+	// Disks are checked by checkStorage (images may be created on demand).
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		if firstExisting(ovmfCode) == "" || firstExisting(ovmfVars) == "" {

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -36,7 +35,7 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 	defer lk.unlock()
 	app, vm, err := s.runningSpec(name)
 	if err != nil {
-		return n, err
+		return n, fmt.Errorf("vm %q: %w", name, err)
 	}
 	all := append(slices.Clone(vm.NICs), app.AttachedNICs...)
 	n.ApplyDefaults(vm, len(all))
@@ -77,7 +76,7 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 		return n, err
 	}
 	defer release()
-	bus, err := freeRootPort(ctx, c, vm)
+	bus, err := freeRootPort(ctx, c, vm, app)
 	if err != nil {
 		return n, fmt.Errorf("vm %q: nic %q: %w", name, n.Name, err)
 	}
@@ -189,37 +188,6 @@ func isDeviceNotFound(err error) bool {
 	return errors.As(err, &qe) && qe.Class == "DeviceNotFound"
 }
 
-// runningSpec returns the VM's record and the spec it booted with; the VM
-// must have a live QMP monitor.
-func (s *Supervisor) runningSpec(name string) (*applied, *spec.VM, error) {
-	if err := spec.ValidName(name); err != nil {
-		return nil, nil, fmt.Errorf("vm %q: %w", name, err)
-	}
-	app, err := s.readApplied(name)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("vm %q: %w", name, ErrNotFound)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	var vm spec.VM
-	if err := json.Unmarshal(app.Spec, &vm); err != nil {
-		return nil, nil, fmt.Errorf("vm %q: recorded spec: %w", name, err)
-	}
-	if _, err := os.Stat(s.paths(name).QMP); err != nil {
-		return nil, nil, fmt.Errorf("vm %q: %w", name, ErrNotRunning)
-	}
-	return app, &vm, nil
-}
-
-func (s *Supervisor) rewriteApplied(app *applied) error {
-	raw, err := os.ReadFile(s.paths(app.Name).Spec)
-	if err != nil {
-		return err
-	}
-	return s.writeApplied(app, raw)
-}
-
 // pciDevice is the part of query-pci's reply used to find empty root ports.
 type pciDevice struct {
 	QdevID    string `json:"qdev_id"`
@@ -234,11 +202,14 @@ type pciBus struct {
 }
 
 // freeRootPort returns the first spare root port (as Build laid them out
-// for the boot spec) with nothing behind it, asking QEMU, so that NICs and
-// disks hot-plugged by any vmsup command never collide. On pc, devices go
-// on pci.0.
-func freeRootPort(ctx context.Context, c *qmp.Conn, vm *spec.VM) (string, error) {
-	spare := qemuargs.SpareRootPorts(vm)
+// at boot: app.HotplugPorts, which counts disks carried into the boot spec)
+// with nothing behind it, asking QEMU, so that NICs and disks hot-plugged by
+// any vmsup command never collide. On pc, devices go on pci.0.
+func freeRootPort(ctx context.Context, c *qmp.Conn, vm *spec.VM, app *applied) (string, error) {
+	spare := app.HotplugPorts
+	if len(spare) == 0 {
+		spare = qemuargs.SpareRootPorts(vm)
+	}
 	if vm.Machine == "pc" {
 		return qemuargs.PCIRootBus, nil
 	}

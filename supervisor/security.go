@@ -105,11 +105,14 @@ func (s *Supervisor) securityRecord(name string) string {
 func (s *Supervisor) securitySteps(f *spec.File, p vmPaths, plan *startPlan) []step {
 	var c *confinement
 	return []step{{name: "confine", do: func(ctx context.Context) (err error) {
-		c, err = s.confine(ctx, f, p)
+		// Confine what QEMU will really open: the file's disks plus those
+		// carried over from earlier attaches (storage.go).
+		boot := bootFile(f, plan.carried)
+		c, err = s.confine(ctx, boot, p)
 		if err != nil {
 			return err
 		}
-		plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { s.sandboxUnit(u, f, p, c) })
+		plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { s.sandboxUnit(u, boot, p, c) })
 		return nil
 	}, undo: func(ctx context.Context) { _ = s.securityTeardown(ctx, f.VM.Name) }}}
 }
@@ -197,19 +200,12 @@ func (s *Supervisor) vmNeeds(ctx context.Context, f *spec.File, p vmPaths) ([]ne
 	var ns []need
 	for i, d := range vm.Disks {
 		field := fmt.Sprintf("%s: disk[%d] %q", f.Path, i, d.Name)
-		chain := []string{d.File}
-		if d.Format == spec.FormatQcow2 {
-			var err error
-			if chain, err = backingChain(ctx, d.File); err != nil {
-				return nil, fmt.Errorf("%s: %w", field, err)
-			}
+		rules, err := diskRules(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
-		for j, file := range chain {
-			m := "rwk"
-			if d.ReadOnly || j > 0 { // bases of a chain are only read
-				m = "rk"
-			}
-			ns = append(ns, need{path: file, mode: m, field: field, disk: true})
+		for _, r := range rules {
+			ns = append(ns, need{path: r.Path, mode: r.Mode, field: field, disk: true})
 		}
 	}
 	for _, b := range []struct{ field, path string }{{"boot.kernel", vm.Boot.Kernel}, {"boot.initrd", vm.Boot.Initrd}} {
@@ -235,6 +231,39 @@ func (s *Supervisor) vmNeeds(ctx context.Context, f *spec.File, p vmPaths) ([]ne
 		}
 	}
 	return ns, nil
+}
+
+// diskRules lists the host files QEMU opens for disk d, with their modes:
+// an image file and its whole backing chain (bases only read), a block
+// device or an ISO. Network disks open no host file, and a seed's ISO and
+// disk secrets live in the state directory, which QEMU's user owns.
+func diskRules(ctx context.Context, d spec.Disk) ([]units.PathRule, error) {
+	switch d.Type {
+	case spec.DiskISCSI, spec.DiskRBD, spec.DiskSeed:
+		return nil, nil
+	case spec.DiskBlock, spec.DiskISO:
+		m := "rwk"
+		if d.ReadOnly || d.Type == spec.DiskISO {
+			m = "rk"
+		}
+		return []units.PathRule{{Path: d.File, Mode: m}}, nil
+	}
+	chain := []string{d.File}
+	if d.Format == spec.FormatQcow2 {
+		var err error
+		if chain, err = backingChain(ctx, d.File); err != nil {
+			return nil, err
+		}
+	}
+	var out []units.PathRule
+	for j, file := range chain {
+		m := "rwk"
+		if d.ReadOnly || j > 0 { // bases of a chain are only read
+			m = "rk"
+		}
+		out = append(out, units.PathRule{Path: file, Mode: m})
+	}
+	return out, nil
 }
 
 func firmwareCode(fw string) string {
@@ -353,6 +382,12 @@ func (s *Supervisor) giveStateDir(c *confinement, p vmPaths) error {
 	paths := []string{p.Dir}
 	for _, e := range ents {
 		paths = append(paths, filepath.Join(p.Dir, e.Name()))
+	}
+	// Disk secrets (storage.go) sit one level down, in secrets/.
+	if subs, err := os.ReadDir(filepath.Join(p.Dir, "secrets")); err == nil {
+		for _, e := range subs {
+			paths = append(paths, filepath.Join(p.Dir, "secrets", e.Name()))
+		}
 	}
 	for _, path := range paths {
 		fi, err := os.Lstat(path)
@@ -485,6 +520,17 @@ func (s *Supervisor) reloadProfile(ctx context.Context, name string, c *confinem
 	return nil
 }
 
+// hasNetworkDisk: iSCSI and RBD disks need the host network (their targets
+// are reached over TCP) even for a VM without NICs.
+func hasNetworkDisk(vm *spec.VM) bool {
+	for _, d := range vm.Disks {
+		if d.Type == spec.DiskISCSI || d.Type == spec.DiskRBD {
+			return true
+		}
+	}
+	return false
+}
+
 // sandboxUnit confines the VM's unit: QEMU's user, the sandbox, its files.
 func (s *Supervisor) sandboxUnit(u *units.Unit, f *spec.File, p vmPaths, c *confinement) {
 	sb := &units.Sandbox{
@@ -494,7 +540,7 @@ func (s *Supervisor) sandboxUnit(u *units.Unit, f *spec.File, p vmPaths, c *conf
 		// Other VMs' state directories (their QMP sockets!) belong to the
 		// same user: hide them all and bind this VM's own back in.
 		HidePaths:       []string{filepath.Dir(p.Dir)},
-		HostNetwork:     len(f.VM.NICs) > 0,
+		HostNetwork:     len(f.VM.NICs) > 0 || hasNetworkDisk(&f.VM),
 		AppArmorProfile: c.AppArmor.Profile,
 	}
 	seen := map[string]bool{p.Dir: true}
@@ -510,7 +556,7 @@ func (s *Supervisor) sandboxUnit(u *units.Unit, f *spec.File, p vmPaths, c *conf
 		sb.BindPaths = append(sb.BindPaths, use)
 	}
 	for _, d := range f.VM.Disks {
-		if !d.ReadOnly {
+		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, d.File)
 		}
 	}

@@ -64,6 +64,10 @@ type applied struct {
 	// AttachedNICs were hot-plugged into the running VM (vmsup nic attach),
 	// in order; Spec stays what the VM booted with.
 	AttachedNICs []spec.NIC `json:"attached_nics,omitempty"`
+	// Attached are the disks hot-plugged with `vmsup disk attach` (and kept
+	// over restarts); HotplugPorts the root ports left empty at boot.
+	Attached     []AttachedDisk `json:"attached_disks,omitempty"`
+	HotplugPorts []string       `json:"hotplug_ports,omitempty"`
 }
 
 func canonical(vm *spec.VM) json.RawMessage {

@@ -49,6 +49,9 @@ type Status struct {
 	NICs        []NICStatus `json:"nics,omitempty"` // host side of tap NICs (network.go)
 	// Confinement in force while QEMU runs (user, AppArmor, seccomp, exposure).
 	Confinement *Confinement `json:"confinement,omitempty"`
+	// AttachedDisks are the disks added with `vmsup disk attach` (beyond the
+	// VM's file); the next up boots with them.
+	AttachedDisks []string `json:"attached_disks,omitempty"`
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
@@ -75,6 +78,9 @@ func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (St
 	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog}
 	if app, err := s.readApplied(name); err == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
+		for _, a := range app.Attached {
+			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
+		}
 	}
 	if f, err := spec.Load(p.Spec); err == nil {
 		out.CPUs, out.Memory = f.VM.CPUs, f.VM.Memory.String()

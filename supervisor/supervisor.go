@@ -52,6 +52,9 @@ type Options struct {
 	SystemdAnalyze []string
 	// Host facts; nil means ProbeHost() on first use.
 	Host *Host
+	// UnplugTimeout bounds how long a disk detach waits for the guest to
+	// release the device (DEVICE_DELETED). Default DefaultUnplugTimeout.
+	UnplugTimeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// AfterStep, when set, is called after each step of a multi-step
@@ -96,6 +99,9 @@ func New(opts Options) (*Supervisor, error) {
 	}
 	if opts.Slice == "" {
 		opts.Slice = "vmsup.slice"
+	}
+	if opts.UnplugTimeout <= 0 {
+		opts.UnplugTimeout = DefaultUnplugTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -53,6 +53,9 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 		if _, _, err := resolveAccel(f, h); err != nil {
 			return err
 		}
+		if err := s.checkStorage(context.Background(), f); err != nil {
+			return err
+		}
 		if _, err := s.Argv(f); err != nil {
 			return err
 		}
@@ -89,6 +92,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, extra ...func(*qemuarg
 		AgentSocket:   p.Agent,
 		ConsoleLog:    p.ConsoleLog,
 		VhostNet:      s.vhostNet(),
+		Disks:         diskHosts(p, &f.VM),
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
@@ -183,7 +187,11 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			if done {
 				return nil
 			}
-			_, err := os.Stat(p.Dir)
+			var err error
+			if plan.carried, err = s.carriedDisks(f); err != nil {
+				return err
+			}
+			_, err = os.Stat(p.Dir)
 			prevDir = err == nil
 			prevApp, _ = os.ReadFile(p.State)
 			prevRaw, _ = os.ReadFile(p.Spec)
@@ -225,8 +233,10 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			if done {
 				return nil
 			}
-			argv, err = s.argv(f, app.Accel, plan.argvOpts...)
+			boot := bootFile(f, plan.carried)
+			argv, err = s.argv(boot, app.Accel, plan.argvOpts...)
 			app.Argv = argv
+			app.recordBootDisks(&boot.VM, plan.carried)
 			return err
 		}},
 		{name: "record", do: func(ctx context.Context) error {

@@ -39,7 +39,7 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "memory above host RAM", file: "d.toml", body: "name='d'\nmemory='64T'\n[boot]\nkernel='" + k + "'\n", want: "d.toml:2:1: memory: 64T is more than this host's RAM"},
 		{name: "missing kernel", file: "e.toml", body: "name='e'\nmemory='256M'\n[boot]\nkernel='/nonexistent/vmlinux'\n", want: "e.toml:4:1: boot.kernel: /nonexistent/vmlinux: no such file"},
 		{name: "missing initrd", file: "f.toml", body: "name='f'\nmemory='256M'\n[boot]\nkernel='" + k + "'\ninitrd='nope.img'\n", want: "f.toml:5:1: boot.initrd:"},
-		{name: "missing disk", file: "g.toml", body: "name='g'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='root'\nfile='/nope/root.qcow2'\n", want: "g.toml:7:1: disk[0].file: /nope/root.qcow2: no such file"},
+		{name: "missing disk", file: "g.toml", body: "name='g'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='root'\nfile='/nope/root.qcow2'\n", want: "g.toml:7:1: disk[0].file: disk \"root\": /nope/root.qcow2: no such file"},
 		{name: "kernel is a directory", file: "h.toml", body: "name='h'\nmemory='256M'\n[boot]\nkernel='/tmp'\n", want: "boot.kernel: /tmp is a directory"},
 		{name: "slash in name", file: "i.toml", body: "name='../etc'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "i.toml:1:1: name:"},
 		{name: "dotdot in name", file: "j.toml", body: "name='a..b'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "name: name \"a..b\" contains \"..\""},

@@ -208,6 +208,9 @@ func statusCmd(g *globals) *cobra.Command {
 			if c := s.Confinement; c != nil {
 				fmt.Fprintf(out, "confined: %s\n", c)
 			}
+			if len(s.AttachedDisks) > 0 {
+				fmt.Fprintf(out, "attached: %s\n", strings.Join(s.AttachedDisks, ", "))
+			}
 			return nil
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
@@ -95,6 +96,17 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		return fail(err)
 	}
 	res.Bus = bus
+	// The running unit's mount namespace was fixed at start: it sees only
+	// the image directories (bound then) among new files, not /tmp or /home.
+	for _, path := range []string{d.File, d.Backing} {
+		if path == "" || d.Type == spec.DiskBlock {
+			continue
+		}
+		if in, err := s.inImageDirs(path); err != nil || !in {
+			return fail(fmt.Errorf("%s is outside the image directories (%s), the only places a running VM can open new images; move it there, or add the disk to the VM's file and restart",
+				path, strings.Join(s.opts.ImageDirs, ", ")))
+		}
+	}
 	p := s.paths(name)
 	prep, err := t.Prepare(ctx, d, p.Dir)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,6 +106,13 @@ func (s *Supervisor) securityRecord(name string) string {
 func (s *Supervisor) securitySteps(f *spec.File, p vmPaths, plan *startPlan) []step {
 	var c *confinement
 	return []step{{name: "confine", do: func(ctx context.Context) (err error) {
+		// The default image directory is where disks hot-plugged later must
+		// lie (the unit binds it at start): make sure it exists.
+		if def := filepath.Join(s.opts.Root, "images"); slices.Contains(s.opts.ImageDirs, def) {
+			if err := os.MkdirAll(def, 0o755); err != nil {
+				return err
+			}
+		}
 		// Confine what QEMU will really open: the file's disks plus those
 		// carried over from earlier attaches (storage.go).
 		boot := bootFile(f, plan.carried)
@@ -308,25 +316,13 @@ func backingChain(ctx context.Context, file string) ([]string, error) {
 // disk image and backing file lies, after resolving symlinks, under one of
 // Options.ImageDirs.
 func (s *Supervisor) checkImageDirs(f *spec.File, ns []need) error {
-	var dirs []string
-	for _, d := range s.opts.ImageDirs {
-		if r, err := filepath.EvalSymlinks(d); err == nil {
-			dirs = append(dirs, r)
-		}
-	}
 	for _, n := range ns {
 		if !n.disk {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(n.path)
+		inside, err := s.inImageDirs(n.path)
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.field, err)
-		}
-		inside := false
-		for _, d := range dirs {
-			if rel, err := filepath.Rel(d, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-				inside = true
-			}
 		}
 		if !inside {
 			return fmt.Errorf("%s: %s is outside the image directories (%s): security.apparmor = \"required\" confines QEMU to them",
@@ -334,6 +330,31 @@ func (s *Supervisor) checkImageDirs(f *spec.File, ns []need) error {
 		}
 	}
 	return nil
+}
+
+// inImageDirs reports whether path (symlinks resolved) lies in one of the
+// image directories.
+func (s *Supervisor) inImageDirs(path string) (bool, error) {
+	// The file itself may not exist yet (created on attach): resolve its
+	// directory.
+	dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return false, err
+	}
+	real := filepath.Join(dir, filepath.Base(path))
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		real = r
+	}
+	for _, d := range s.opts.ImageDirs {
+		dr, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(dr, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // qemuIdentity is the user QEMU of VM vm runs as, created if missing: what

@@ -283,7 +283,7 @@ serial = "vol"
 		patterns["hq"] = hotplug(t, ctx, sup, g.in(t), dir, hotIQN, hotFile, chapSecret)
 	})
 	// Leave a qcow2 attached: the next up boots with it.
-	hq, err := spec.CheckDisk("test", spec.Disk{Name: "hq", File: filepath.Join(dir, "hot.qcow2"), Serial: "hq"}, "kinds")
+	hq, err := spec.CheckDisk("test", spec.Disk{Name: "hq", File: filepath.Join(sup.Root(), "images", "hot.qcow2"), Serial: "hq"}, "kinds")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,9 @@ serial = "vol"
 // writes to both, detaches both and checks that nothing is left behind. It
 // returns the pattern written to the qcow2.
 func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *guest, dir, iqn, lunFile, secret string) (hqPattern string) {
-	hq, err := spec.CheckDisk("test", spec.Disk{Name: "hq", File: filepath.Join(dir, "hot.qcow2"), Size: 32 * spec.MiB, Serial: "hq"}, "kinds")
+	// Hot-plugged images lie in an image directory: the running (confined)
+	// unit sees nothing else new.
+	hq, err := spec.CheckDisk("test", spec.Disk{Name: "hq", File: filepath.Join(sup.Root(), "images", "hot.qcow2"), Size: 32 * spec.MiB, Serial: "hq"}, "kinds")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +444,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 
 	// A failed attach (device_add refused: boot index 2 is the raw disk's)
 	// leaves no node, no record and no image behind.
-	hx, err := spec.CheckDisk("test", spec.Disk{Name: "hx", File: filepath.Join(dir, "hx.qcow2"), Size: 16 * spec.MiB, BootIndex: 2}, "kinds")
+	hx, err := spec.CheckDisk("test", spec.Disk{Name: "hx", File: filepath.Join(sup.Root(), "images", "hx.qcow2"), Size: 16 * spec.MiB, BootIndex: 2}, "kinds")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +473,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 		t.Fatal(err)
 	}
 	defer impatient.Close()
-	hz, _ := spec.CheckDisk("test", spec.Disk{Name: "hz", File: filepath.Join(dir, "hz.qcow2"), Size: 16 * spec.MiB, Serial: "hz"}, "kinds")
+	hz, _ := spec.CheckDisk("test", spec.Disk{Name: "hz", File: filepath.Join(sup.Root(), "images", "hz.qcow2"), Size: 16 * spec.MiB, Serial: "hz"}, "kinds")
 	if _, err := sup.AttachDisk(ctx, "kinds", *hz); err != nil {
 		t.Fatal(err)
 	}

@@ -39,16 +39,22 @@ secret_file = %q
 	st := filepath.Join(root, "vms", "hot", "console.log")
 	waitFor(t, st, "VMSUP-SHELL-READY", time.Minute)
 
-	img := filepath.Join(dir, "extra.qcow2")
+	// Hot-plugged images lie in an image directory (ROOT/images by default):
+	// the confined unit sees nothing else new. Elsewhere is refused clearly.
+	if r := vmsup(t, root, "", "disk", "attach", "hot", "--file", filepath.Join(dir, "outside.qcow2"), "--size", "16M"); r.code == 0 ||
+		!strings.Contains(r.stderr, "is outside the image directories") {
+		t.Fatalf("attach outside the image dirs: %+v", r)
+	}
+	img := filepath.Join(root, "images", "extra.qcow2")
 	if r := vmsup(t, root, "", "disk", "attach", "hot", "--file", img, "--size", "16M", "--serial", "cli-extra"); r.code != 0 ||
 		!strings.Contains(r.stdout, "hot: disk extra attached (file on rp1)") {
 		t.Fatalf("disk attach --file: %+v", r)
 	}
-	raw := filepath.Join(dir, "raw.img")
+	raw := filepath.Join(root, "images", "raw.img")
 	if err := os.WriteFile(raw, make([]byte, 8<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	spec := write(t, dir, "d.toml", "name = \"specdisk\"\nfile = \"raw.img\"\nserial = \"cli-spec\"\nread_only = true\n")
+	spec := write(t, dir, "d.toml", "name = \"specdisk\"\nfile = \""+raw+"\"\nserial = \"cli-spec\"\nread_only = true\n")
 	if r := vmsup(t, root, "", "disk", "attach", "hot", "--spec", spec); r.code != 0 || !strings.Contains(r.stdout, "hot: disk specdisk attached") {
 		t.Fatalf("disk attach --spec: %+v", r)
 	}

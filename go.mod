@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/digitalocean/go-libvirt v0.0.0-20220804181439-8648fbde413e
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
 	github.com/godbus/dbus/v5 v5.2.4
 	github.com/google/go-cmp v0.7.0
@@ -15,7 +16,6 @@ require (
 )
 
 require (
-	github.com/digitalocean/go-libvirt v0.0.0-20220804181439-8648fbde413e // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect

@@ -77,20 +77,27 @@ func main() {
 
 // fixture is what every section shares.
 type fixture struct {
-	cfg      config
-	dir      string // everything of this run: specs, state roots, libvirt
-	blank    string // the idle VMs' blank read-only disk
-	guest    guestFiles
-	lvGuest  guestFiles // copies of the guest that libvirt may relabel
-	env      *testenv.Env
-	sup      *supervisor.Supervisor // the API variant: one Supervisor, one D-Bus connection
-	trace    *stepTrace
-	rawSup   *supervisor.Supervisor // only for argv, with its own root
-	sd       *units.Manager         // for the bare-unit variant
-	lv       *libvirt
-	vmsupBin string
-	cliEnv   []string
-	report   *bench.Report
+	cfg     config
+	dir     string // everything of this run: specs, state roots, libvirt
+	blank   string // the idle VMs' blank read-only disk
+	guest   guestFiles
+	lvGuest guestFiles // copies of the guest that libvirt may relabel
+	env     *testenv.Env
+	sup     *supervisor.Supervisor // the API variant: one Supervisor, one D-Bus connection
+	trace   *stepTrace
+	// unitAfterJob: the bare unit's time from its start job's end to QMP
+	// running, to set against vmsup's confirm step.
+	unitAfterJob []time.Duration
+	// rawCgroup is the cgroup.procs file raw QEMUs join: a sibling of the
+	// sandbox's vmsup.slice in the cpu hierarchy, so that under load from
+	// other processes raw and unit QEMUs get the same CPU share.
+	rawCgroup string
+	rawSup       *supervisor.Supervisor // only for argv, with its own root
+	sd           *units.Manager         // for the bare-unit variant
+	lv           *libvirt
+	vmsupBin     string
+	cliEnv       []string
+	report       *bench.Report
 
 	mu  sync.Mutex
 	raw map[*rawVM]bool // raw QEMUs still running, for clean-up
@@ -135,6 +142,12 @@ func run(c config) error {
 		}
 	}()
 	f.guest = guestFiles{f.env.Guest.Kernel, f.env.Guest.Initrd}
+	cpuDir := filepath.Join("/sys/fs/cgroup/cpu", f.env.Systemd.Cgroup, "bench-direct")
+	if err := os.Mkdir(cpuDir, 0o755); err != nil {
+		return fmt.Errorf("cgroup for raw QEMU: %w", err)
+	}
+	defer os.Remove(cpuDir) // before the sandbox's own clean-up, which would also remove it
+	f.rawCgroup = filepath.Join(cpuDir, "cgroup.procs")
 	if err := f.prepareFiles(); err != nil {
 		return err
 	}

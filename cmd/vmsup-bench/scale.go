@@ -92,7 +92,7 @@ func (f *fixture) fleets(n, memMiB int, tag string) ([]fleet, error) {
 				}
 			}
 			return parallel(n, func(i int) error {
-				v, err := startRaw(rawNames[i], argvs[i], dirs[i])
+				v, err := startRaw(rawNames[i], argvs[i], dirs[i], f.rawCgroup)
 				if err != nil {
 					return err
 				}

@@ -131,7 +131,7 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 	vs = append(vs, variant{name: vRaw, accel: accel,
 		start: func(ctx context.Context) error {
 			var err error
-			if rv, err = startRaw(prefix+"raw", argv, rawDir); err != nil {
+			if rv, err = startRaw(prefix+"raw", argv, rawDir, f.rawCgroup); err != nil {
 				return err
 			}
 			f.trackRaw(rv, true)
@@ -166,12 +166,19 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 				if err := f.sd.Start(ctx, u); err != nil {
 					return err
 				}
+				t0 := time.Now()
 				c, err := dialRawQMP(ctx, filepath.Join(udir, "qmp.sock"), nil)
 				if err != nil {
 					return err
 				}
 				defer c.Close()
-				return c.expectRunning()
+				if err := c.expectRunning(); err != nil {
+					return err
+				}
+				if k == kindIdle {
+					f.unitAfterJob = append(f.unitAfterJob, time.Since(t0))
+				}
+				return nil
 			},
 			stop: func(ctx context.Context) error {
 				if err := f.sd.Stop(ctx, u.Name); err != nil {
@@ -305,7 +312,9 @@ func (f *fixture) startStop(ctx context.Context) error {
 		r.Add(bench.Row{Section: sec1, Figure: "vmsup Up step: " + st, Variant: vAPI, Accel: "kvm", Unit: "ms",
 			Summary: bench.Summarize(bench.Millis(f.trace.steps[st]))})
 	}
-	f.trace.steps, f.trace.order = nil, nil
+	r.Add(bench.Row{Section: sec1, Figure: "vmsup Up step: confirm", Variant: vUnit, Accel: "kvm", Unit: "ms",
+		Summary: bench.Summarize(bench.Millis(f.unitAfterJob)), Note: "the same wait after the start job, raw QMP client polling every 1 ms"})
+	f.trace.steps, f.trace.order, f.unitAfterJob = nil, nil, nil
 	stopNote := map[string]string{
 		vRaw:   "QMP quit until the process exits",
 		vUnit:  "StopUnit (SIGTERM) until the job is done",

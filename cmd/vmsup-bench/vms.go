@@ -99,8 +99,9 @@ func rawArgv(rawSup *supervisor.Supervisor, path string) (argv []string, dir str
 	return argv, dir, os.MkdirAll(dir, 0o700)
 }
 
-// startRaw execs QEMU with argv; it does not wait for QMP.
-func startRaw(name string, argv []string, dir string) (*rawVM, error) {
+// startRaw execs QEMU with argv; it does not wait for QMP. cgroupProcs, when
+// set, is the cgroup.procs file QEMU is moved into right after exec.
+func startRaw(name string, argv []string, dir, cgroupProcs string) (*rawVM, error) {
 	v := &rawVM{name: name, done: make(chan struct{}), qmp: filepath.Join(dir, "qmp.sock"),
 		events: filepath.Join(dir, "events.sock"), console: filepath.Join(dir, "console.log")}
 	for _, s := range []string{v.qmp, v.events, filepath.Join(dir, "console.sock"), v.console} {
@@ -112,6 +113,12 @@ func startRaw(name string, argv []string, dir string) (*rawVM, error) {
 		return nil, fmt.Errorf("raw %s: %w", name, err)
 	}
 	go func() { v.cmd.Wait(); close(v.done) }()
+	if cgroupProcs != "" {
+		if err := os.WriteFile(cgroupProcs, []byte(strconv.Itoa(v.cmd.Process.Pid)), 0o644); err != nil {
+			v.kill()
+			return nil, fmt.Errorf("raw %s: move into %s: %w", name, cgroupProcs, err)
+		}
+	}
 	return v, nil
 }
 

@@ -92,12 +92,12 @@ type fixture struct {
 	// sandbox's vmsup.slice in the cpu hierarchy, so that under load from
 	// other processes raw and unit QEMUs get the same CPU share.
 	rawCgroup string
-	rawSup       *supervisor.Supervisor // only for argv, with its own root
-	sd           *units.Manager         // for the bare-unit variant
-	lv           *libvirt
-	vmsupBin     string
-	cliEnv       []string
-	report       *bench.Report
+	rawSup    *supervisor.Supervisor // only for argv, with its own root
+	sd        *units.Manager         // for the bare-unit variant
+	lv        *libvirt
+	vmsupBin  string
+	cliEnv    []string
+	report    *bench.Report
 
 	mu  sync.Mutex
 	raw map[*rawVM]bool // raw QEMUs still running, for clean-up

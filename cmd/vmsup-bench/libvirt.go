@@ -283,8 +283,10 @@ func (l *libvirt) domainXML(name string, k vmKind, memMiB int, disk string, g gu
 	typ, cpu := "kvm", `<cpu mode='host-passthrough'/>`
 	osx := `<os><type arch='x86_64' machine='q35'>hvm</type></os>`
 	dev := fmt.Sprintf(`<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='%s'/><target dev='vda' bus='virtio'/><readonly/></disk>`, disk)
-	if k == kindGuest {
+	if k != kindIdle {
 		typ, cpu = "qemu", `<cpu mode='maximum'/>`
+	}
+	if k == kindGuest {
 		osx = fmt.Sprintf(`<os><type arch='x86_64' machine='q35'>hvm</type><kernel>%s</kernel><initrd>%s</initrd><cmdline>console=ttyS0</cmdline></os>`, g.kernel, g.initrd)
 		dev = ""
 	}

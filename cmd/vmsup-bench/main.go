@@ -192,6 +192,7 @@ func run(c config) error {
 		{"scale", f.scale},
 		{"qmp", f.qmpLatency},
 	}
+	name := time.Now().UTC().Format("2006-01-02T1504Z")
 	for _, s := range sections {
 		if c.only != nil && !c.only[s.name] {
 			continue
@@ -201,10 +202,19 @@ func run(c config) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		f.cleanup()
+		// Keep what is measured so far if a later section fails.
+		f.report.Resolve()
+		if _, _, err := f.report.Write(c.out, name+".partial"); err != nil {
+			return err
+		}
 	}
+	os.Remove(filepath.Join(c.out, name+".partial.md"))
+	os.Remove(filepath.Join(c.out, name+".partial.json"))
+	f.report.Note("Variants run interleaved, order rotated each repetition. vmsup and the bare unit run QEMU in the sandbox systemd's vmsup.slice; raw QEMU runs in a cgroup beside it (same CPU share); libvirt puts its QEMUs in its own machine cgroup.")
+	f.report.Note("Idle VMs: no guest OS (SeaBIOS, a blank read-only disk), q35, 1 vCPU; KVM (PVM here) for one VM at a time (sections 1-2), TCG where many run at once or for long (4-6): an idle VM spins ~60%% of a core under this PVM KVM and ~1%% under TCG; the libvirt domain is the same machine (no USB, no balloon, serial on a unix socket with a log). Boot: the test guest (uncompressed kernel + busybox initramfs) under TCG.")
+	f.report.Note("vmsup Go API: one Supervisor (one D-Bus connection) in the bench process, spec.Load + Up per start. vmsup CLI: a bin/vmsup process per command, as a user runs it. virsh: a virsh process per command; libvirt API: one go-libvirt connection.")
 	f.report.Resolve()
 	f.report.Took = time.Since(began).Round(time.Second).String()
-	name := time.Now().UTC().Format("2006-01-02T1504Z")
 	md, js, err := f.report.Write(c.out, name)
 	if err != nil {
 		return err

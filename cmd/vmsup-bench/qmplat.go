@@ -15,9 +15,9 @@ import (
 // Persistent clients alternate call by call, one on each of the VM's two
 // QMP monitors (qmp.sock, events.sock), swapping monitors every round.
 func (f *fixture) qmpLatency(ctx context.Context) error {
-	const sec = "6. QMP round trip (idle VM, KVM)"
+	const sec = "6. QMP round trip (idle VM, TCG)"
 	const name = "qlat"
-	path, err := specFile(filepath.Join(f.dir, "specs"), name, kindIdle, 128, f.blank, f.guest)
+	path, err := specFile(filepath.Join(f.dir, "specs"), name, kindIdleTCG, 128, f.blank, f.guest)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func (f *fixture) qmpLatency(ctx context.Context) error {
 	}
 	r := f.report
 	add := func(fig, variant string, d []time.Duration, key, base, note string) {
-		r.Add(bench.Row{Section: sec, Figure: fig, Variant: variant, Accel: "kvm", Unit: "ms", ShowP99: true,
+		r.Add(bench.Row{Section: sec, Figure: fig, Variant: variant, Accel: "tcg", Unit: "ms", ShowP99: true,
 			Summary: bench.Summarize(bench.Millis(d)), Failures: fails[key], Baseline: base, Note: note})
 	}
 	add("query-status", "raw socket client", rawQS, "rawqs", "", "kept open; json.Unmarshal of each line")

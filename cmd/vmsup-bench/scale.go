@@ -23,9 +23,10 @@ type fleet struct {
 	names    []string
 }
 
-// fleets returns the variants of section 5 for n VMs of memMiB each; tag
-// keeps VM names apart between sections.
+// fleets returns the variants of section 5 for n idle TCG VMs of memMiB
+// each; tag keeps VM names apart between sections.
 func (f *fixture) fleets(n, memMiB int, tag string) ([]fleet, error) {
+	const k = kindIdleTCG
 	specDir := filepath.Join(f.dir, "specs")
 	if err := os.MkdirAll(specDir, 0o755); err != nil {
 		return nil, err
@@ -34,7 +35,7 @@ func (f *fixture) fleets(n, memMiB int, tag string) ([]fleet, error) {
 		var names, paths []string
 		for i := 0; i < n; i++ {
 			name := fmt.Sprintf("%s%s%d", tag, prefix, i)
-			p, err := specFile(specDir, name, kindIdle, memMiB, f.blank, f.guest)
+			p, err := specFile(specDir, name, k, memMiB, f.blank, f.guest)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -119,7 +120,7 @@ func (f *fixture) fleets(n, memMiB int, tag string) ([]fleet, error) {
 	out = append(out, fleet{name: vLvAPI + ", concurrent", names: lvNames,
 		up: func(ctx context.Context) (int, error) {
 			return parallel(n, func(i int) error {
-				_, err := f.lv.create(f.lv.domainXML(lvNames[i], kindIdle, memMiB, f.blank, f.lvGuest))
+				_, err := f.lv.create(f.lv.domainXML(lvNames[i], k, memMiB, f.blank, f.lvGuest))
 				return err
 			})
 		},
@@ -170,7 +171,7 @@ func (f *fixture) downAll(ctx context.Context, names []string) (int, error) {
 
 // scale is section 5.
 func (f *fixture) scale(ctx context.Context) error {
-	const sec = "5. scale (idle VMs, no guest OS, KVM, 64 MiB each, brought up and down together)"
+	const sec = "5. scale (idle VMs, no guest OS, TCG, 64 MiB each, brought up and down together)"
 	for _, n := range f.cfg.scale {
 		fl, err := f.fleets(n, 64, "x"+strconv.Itoa(n))
 		if err != nil {
@@ -184,6 +185,9 @@ func (f *fixture) scale(ctx context.Context) error {
 		firstErr := make([]string, len(fl))
 		for r := 0; r < f.cfg.scaleReps; r++ {
 			for j := range fl {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				i := (j + r) % len(fl)
 				v := fl[i]
 				step(fmt.Sprintf("scale %d: %s, repetition %d of %d", n, v.name, r+1, f.cfg.scaleReps))
@@ -228,7 +232,7 @@ func (f *fixture) scale(ctx context.Context) error {
 			{fmt.Sprintf("down %d VMs, wall", n), "s", down, downFail},
 		} {
 			for i, v := range fl {
-				row := bench.Row{Section: sec, Figure: fig.name, Variant: v.name, Accel: "kvm", Unit: fig.unit,
+				row := bench.Row{Section: sec, Figure: fig.name, Variant: v.name, Accel: "tcg", Unit: fig.unit,
 					Summary: bench.Summarize(fig.vals[i]), Failures: fig.fail[i]}
 				if i != 2 { // raw QEMU is the baseline
 					row.Baseline = fl[2].name
@@ -246,7 +250,7 @@ func (f *fixture) scale(ctx context.Context) error {
 
 // memory is section 4: what stays resident while N idle VMs run.
 func (f *fixture) memory(ctx context.Context) error {
-	const sec = "4. memory (idle VMs, no guest OS, KVM, 128 MiB each)"
+	const sec = "4. memory (idle VMs, no guest OS, TCG, 128 MiB each)"
 	n := f.cfg.memVMs
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
 	sandboxRSS := func() int64 {
@@ -333,22 +337,22 @@ func (f *fixture) memory(ctx context.Context) error {
 	r := f.report
 	one := func(v float64) bench.Summary { return bench.Summarize([]float64{v}) }
 	nVMs := fmt.Sprintf("with %d VMs", n)
-	r.Add(bench.Row{Section: sec, Figure: "vmsup processes " + nVMs, Variant: "vmsup", Accel: "kvm", Unit: "count",
+	r.Add(bench.Row{Section: sec, Figure: "vmsup processes " + nVMs, Variant: "vmsup", Accel: "tcg", Unit: "count",
 		Summary: one(float64(vmsupProcs)), Note: "target 0: vmsup has no daemon; QEMU runs in systemd units"})
 	r.Add(bench.Row{Section: sec, Figure: "manager RSS, idle", Variant: "systemd (PID 1 + journald + dbus)", Accel: "-", Unit: "MiB", Summary: one(mib(sdIdle)),
 		Note: "needed anyway on a systemd host"})
 	r.Add(bench.Row{Section: sec, Figure: "manager RSS, idle", Variant: "libvirtd + virtlogd", Accel: "-", Unit: "MiB", Summary: one(mib(lvdIdle + vlIdle)),
 		Note: fmt.Sprintf("libvirtd %.1f + virtlogd %.1f", mib(lvdIdle), mib(vlIdle))})
-	r.Add(bench.Row{Section: sec, Figure: "manager RSS growth " + nVMs, Variant: "systemd (PID 1 + journald + dbus)", Accel: "kvm", Unit: "MiB",
+	r.Add(bench.Row{Section: sec, Figure: "manager RSS growth " + nVMs, Variant: "systemd (PID 1 + journald + dbus)", Accel: "tcg", Unit: "MiB",
 		Summary: one(mib(sdWith - sdIdle)), Note: fmt.Sprintf("%.1f -> %.1f MiB", mib(sdIdle), mib(sdWith))})
-	r.Add(bench.Row{Section: sec, Figure: "manager RSS growth " + nVMs, Variant: "libvirtd + virtlogd", Accel: "kvm", Unit: "MiB",
+	r.Add(bench.Row{Section: sec, Figure: "manager RSS growth " + nVMs, Variant: "libvirtd + virtlogd", Accel: "tcg", Unit: "MiB",
 		Summary: one(mib(lvdWith + vlWith - lvdIdle - vlIdle)), Note: fmt.Sprintf("libvirtd %.1f, virtlogd %.1f MiB with %d domains", mib(lvdWith), mib(vlWith), n)})
-	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: vRaw, Accel: "kvm", Unit: "MiB", Summary: bench.Summarize(rawRSS)})
-	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: "vmsup (QEMU in its unit)", Accel: "kvm", Unit: "MiB",
+	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: vRaw, Accel: "tcg", Unit: "MiB", Summary: bench.Summarize(rawRSS)})
+	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: "vmsup (QEMU in its unit)", Accel: "tcg", Unit: "MiB",
 		Summary: bench.Summarize(vmsupRSS), Baseline: vRaw})
-	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: "libvirt", Accel: "kvm", Unit: "MiB",
+	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: "libvirt", Accel: "tcg", Unit: "MiB",
 		Summary: bench.Summarize(lvRSS), Baseline: vRaw})
-	r.Add(bench.Row{Section: sec, Figure: "unit cgroup memory per VM", Variant: "vmsup (memory.usage_in_bytes)", Accel: "kvm", Unit: "MiB",
+	r.Add(bench.Row{Section: sec, Figure: "unit cgroup memory per VM", Variant: "vmsup (memory.usage_in_bytes)", Accel: "tcg", Unit: "MiB",
 		Summary: bench.Summarize(cgroup), Note: "cgroup v1 charge: QEMU's RSS plus page cache it touched"})
 	return nil
 }

@@ -112,10 +112,7 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 		return nil, err
 	}
 	g := f.guest
-	accel := "kvm"
-	if k == kindGuest {
-		accel = "tcg"
-	}
+	accel := k.accel()
 	var vs []variant
 
 	// raw QEMU, vmsup's own argv.

@@ -30,6 +30,14 @@ type Options struct {
 	// FirmwareVars is the VM's own writable copy of the OVMF variable store;
 	// required for "uefi", ignored otherwise.
 	FirmwareVars string
+
+	// Incoming starts QEMU as a live-migration destination: "-incoming
+	// defer" (the supervisor picks the address later with migrate-incoming)
+	// and "-S", so the guest stays paused after the stream ends until the
+	// supervisor has heard from the source that the migration completed:
+	// there is never a moment with two running copies. The console log is
+	// opened in append mode so the history already there is kept.
+	Incoming bool
 }
 
 // maxSocketPath is the longest unix socket path (sun_path is 108 bytes with
@@ -108,15 +116,15 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 
 	parts = append(parts,
-		socketChardev{QMPChardevID, o.QMPSocket, ""}, qmpMonitor{QMPChardevID},
-		socketChardev{EventsChardevID, o.EventSocket, ""}, qmpMonitor{EventsChardevID},
-		socketChardev{ConsoleChardevID, o.ConsoleSocket, o.ConsoleLog}, serialPort{ConsoleChardevID},
+		socketChardev{QMPChardevID, o.QMPSocket, "", false}, qmpMonitor{QMPChardevID},
+		socketChardev{EventsChardevID, o.EventSocket, "", false}, qmpMonitor{EventsChardevID},
+		socketChardev{ConsoleChardevID, o.ConsoleSocket, o.ConsoleLog, o.Incoming}, serialPort{ConsoleChardevID},
 	)
 	for _, rp := range l.rootPorts {
 		parts = append(parts, rp)
 	}
 	if vm.HasGuestAgent() {
-		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, ""})
+		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, "", false})
 		for _, d := range agentDevices(l.agent) {
 			parts = append(parts, d)
 		}
@@ -141,6 +149,9 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		dev := DiskDevice(d, l.disks[i].bus)
 		dev.Addr = l.disks[i].addr
 		parts = append(parts, dev)
+	}
+	if o.Incoming {
+		parts = append(parts, flags{"-S", "-incoming", "defer"})
 	}
 	return parts, nil
 }

@@ -109,6 +109,10 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 			o.Accel = spec.Accel(v)
 			continue
 		}
+		if k == "Incoming" {
+			o.Incoming = v == "true"
+			continue
+		}
 		p, ok := fields[k]
 		if !ok {
 			t.Fatalf("%s: unknown header Options.%s", c.file, k)

@@ -24,9 +24,9 @@ func (c *Conn) MigrateSetCapabilities(ctx context.Context, caps []MigrationCapab
 // MigrationParameters is the subset of migrate-set-parameters vmsup sets;
 // nil fields are left as they are.
 type MigrationParameters struct {
-	MaxBandwidth    *int64 `json:"max-bandwidth,omitempty"`     // bytes per second
-	DowntimeLimit   *int64 `json:"downtime-limit,omitempty"`    // milliseconds
-	MultifdChannels *int64 `json:"multifd-channels,omitempty"`  // both sides
+	MaxBandwidth    *int64 `json:"max-bandwidth,omitempty"`    // bytes per second
+	DowntimeLimit   *int64 `json:"downtime-limit,omitempty"`   // milliseconds
+	MultifdChannels *int64 `json:"multifd-channels,omitempty"` // both sides
 	MaxPostcopyBW   *int64 `json:"max-postcopy-bandwidth,omitempty"`
 	CPUThrottleInit *int64 `json:"cpu-throttle-initial,omitempty"`
 }
@@ -55,7 +55,9 @@ func (c *Conn) MigrateIncoming(ctx context.Context, uri string) error {
 }
 
 // MigrateCancel cancels the outgoing migration; the source keeps running.
-func (c *Conn) MigrateCancel(ctx context.Context) error { return c.Execute(ctx, "migrate_cancel", nil, nil) }
+func (c *Conn) MigrateCancel(ctx context.Context) error {
+	return c.Execute(ctx, "migrate_cancel", nil, nil)
+}
 
 // MigrateStartPostcopy switches a running precopy migration (with the
 // postcopy-ram capability on both sides) to postcopy.

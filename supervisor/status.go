@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
 // State is a VM's state as vmsup reports it.
@@ -57,7 +56,7 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	unit := units.Name(name)
+	unit := s.unitOf(name)
 	st, err := sd.Status(ctx, unit)
 	if err != nil {
 		return Status{}, err

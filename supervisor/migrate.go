@@ -2,8 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -581,9 +579,7 @@ func diskMarkers(name string, f *spec.File) (map[string]string, func()) {
 	m := map[string]string{}
 	var made []string
 	for _, d := range f.VM.Disks {
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
-		mk := filepath.Join(filepath.Dir(d.File), ".vmsup-migrate-"+name+"-"+hex.EncodeToString(b))
+		mk := filepath.Join(filepath.Dir(d.File), ".vmsup-migrate-"+name+"-"+randHex(8))
 		if err := os.WriteFile(mk, nil, 0o600); err != nil {
 			continue
 		}

@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -235,7 +237,10 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 			return "", err
 		}
 	}
-	inDir := filepath.Join(d.p.Dir, "incoming")
+	// A fresh directory each time: a QEMU unlinks the socket paths it bound
+	// when it exits, and the previous destination (the source now) bound
+	// its sockets under an incoming directory too.
+	inDir := filepath.Join(d.p.Dir, "incoming-"+randHex(6))
 	d.in = vmPaths{
 		Dir: inDir, QMP: filepath.Join(inDir, "qmp.sock"), Events: filepath.Join(inDir, "events.sock"),
 		Console: filepath.Join(inDir, "console.sock"), Agent: filepath.Join(inDir, "qga.sock"),
@@ -433,4 +438,10 @@ func (d *incomingVM) commit() error {
 	}
 	os.RemoveAll(d.in.Dir)
 	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

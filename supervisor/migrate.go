@@ -241,7 +241,9 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	res.Postcopy = postcopy
 	if err != nil {
 		running := "source"
-		if postcopy {
+		if mon.Err() != nil {
+			running = "none (the source's QEMU died; the destination was torn down)"
+		} else if postcopy {
 			running = "none (failed during postcopy)"
 		} else if rerr := s.resumeSource(mon); rerr != nil {
 			running = "none? (" + rerr.Error() + ")"

@@ -281,14 +281,15 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 	for _, o := range plan.unitOpts {
 		o(&u)
 	}
-	if err := d.sd.Start(ctx, u); err != nil {
-		return "", fmt.Errorf("start %s: %w", d.unit, err)
-	}
+	// The undo goes first: a failed start leaves a failed unit to reset.
 	d.undo = append(d.undo, func(ctx context.Context) {
 		_ = d.sd.Kill(ctx, d.unit, 9)
 		waitGone(ctx, d.sd, d.unit)
 		_ = d.sd.ResetFailed(ctx, d.unit)
 	})
+	if err := d.sd.Start(ctx, u); err != nil {
+		return "", fmt.Errorf("start %s: %w: %s", d.unit, err, s.lastWords(ctx, d.unit))
+	}
 	if err := d.dialMonitor(ctx); err != nil {
 		return "", err
 	}

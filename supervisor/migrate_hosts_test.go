@@ -268,6 +268,49 @@ func TestMigrateCrossHost(t *testing.T) {
 		defer guestRun(t, ctx, stA.Console, "kill $(cat /dirty.pid); rm -f /dirty")
 		failCase(t, nil, supervisor.MigrateOptions{Bandwidth: 1 << 20, Timeout: 8 * time.Second}, "did not converge within 8s")
 	})
+	t.Run("source-vmsup-killed", func(t *testing.T) {
+		// The CLI on A is killed mid-stream: B's receiver sees its stdin
+		// close and tears down; A's QEMU sees the stream break and runs on.
+		cmd := exec.Command(vmsupBin, "migrate", name, "--to", "B", "--address", b.addr,
+			"--transport", strings.Join(b.transport(""), " "), "--bandwidth", "2M")
+		cmd.Env = append(os.Environ(), "VMSUP_ROOT="+a.root, "VMSUP_SYSTEMD_BUS="+a.sd.BusAddress, "VMSUP_QEMU="+a.qemu)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		var got strings.Builder
+		for !strings.Contains(got.String(), "active") {
+			n, err := out.Read(buf)
+			if err != nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("vmsup migrate ended before streaming: %v; output %q", err, got.String())
+			}
+			got.Write(buf[:n])
+		}
+		t.Logf("progress line: %q", strings.SplitN(got.String(), "\n", 2)[0])
+		cmd.Process.Kill()
+		cmd.Wait()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			out, _ := b.sd.Systemctl(ctx, "list-units", "--all", "--no-legend", "vmsup-"+name+"*")
+			_, serr := b.sup.Status(ctx, name)
+			if strings.TrimSpace(string(out)) == "" && errors.Is(serr, supervisor.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("B not torn down after the source vmsup died: units %q, status err %v", out, serr)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		n := lastCounter(t, stA.ConsoleLog)
+		expectOnlyOn(t, ctx, name, a, b)
+		checkContinuous(t, waitCounterPast(t, stA.ConsoleLog, n+3, 30*time.Second))
+	})
 	if t.Failed() {
 		return
 	}

@@ -1,0 +1,172 @@
+package supervisor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// TestMigrationFigures prints total time, downtime and bytes for a 256 MiB
+// and a 1 GiB guest: a raw QMP-driven migration (a hand-started destination
+// QEMU, unix socket) next to vmsup's, local and cross-host, and the effect
+// of max-bandwidth and multifd. Run: VMSUP_FIGURES=1 go test ./supervisor
+// -run TestMigrationFigures -v
+func TestMigrationFigures(t *testing.T) {
+	if os.Getenv("VMSUP_FIGURES") == "" {
+		t.Skip("figures take ~3 minutes of TCG guests: set VMSUP_FIGURES=1 to measure")
+	}
+	a, b := twoHosts(t)
+	for _, mem := range []string{"256M", "1G"} {
+		t.Run(mem, func(t *testing.T) {
+			ctx := ctxT(t, 10*time.Minute)
+			dir := t.TempDir()
+			name := "fig" + strings.ToLower(mem)
+			f := migGuest(t, dir, name, mem, filepath.Join(dir, "data.raw"))
+			if _, err := a.sup.Up(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				a.sup.Down(context.Background(), name)
+				b.sup.Down(context.Background(), name)
+			})
+			st, _ := a.sup.Status(ctx, name)
+			waitConsole(t, st, "VMSUP-SHELL-READY", 120*time.Second)
+			row := func(what string, total, down time.Duration, bytes int64, wall time.Duration) {
+				t.Logf("FIGURE %-5s %-44s total %7s  downtime %6s  transferred %7.1f MiB  wall %7s",
+					mem, what, total, down, float64(bytes)/(1<<20), wall.Round(time.Millisecond))
+			}
+			for _, bw := range []int64{128 << 20, 1 << 30} {
+				total, down, bytes, wall := rawMigration(t, ctx, st, bw)
+				row(fmt.Sprintf("raw QMP, unix, max-bandwidth %d MiB/s", bw>>20), total, down, bytes, wall)
+			}
+			cases := []struct {
+				what string
+				o    supervisor.MigrateOptions
+			}{
+				{"vmsup --local (128 MiB/s default)", supervisor.MigrateOptions{Local: true}},
+				{"vmsup --local --bandwidth 1G", supervisor.MigrateOptions{Local: true, Bandwidth: 1 << 30}},
+				{"vmsup --local --bandwidth 1G --multifd 4", supervisor.MigrateOptions{Local: true, Bandwidth: 1 << 30, Multifd: 4}},
+				{"vmsup --local --bandwidth 32M", supervisor.MigrateOptions{Local: true, Bandwidth: 32 << 20}},
+			}
+			for _, c := range cases {
+				res, err := a.sup.Migrate(ctx, name, c.o)
+				if err != nil {
+					t.Fatalf("%s: %v", c.what, err)
+				}
+				row(c.what, res.TotalTime, res.Downtime, res.Transferred, res.Wall)
+			}
+			// Across the veth, there and back.
+			for _, c := range []struct {
+				what     string
+				from, to *migHost
+				o        supervisor.MigrateOptions
+			}{
+				{"vmsup A->B tcp (128 MiB/s default)", a, b, supervisor.MigrateOptions{}},
+				{"vmsup B->A tcp --bandwidth 1G", b, a, supervisor.MigrateOptions{Bandwidth: 1 << 30}},
+				{"vmsup A->B tcp --bandwidth 1G --multifd 4", a, b, supervisor.MigrateOptions{Bandwidth: 1 << 30, Multifd: 4}},
+				{"vmsup B->A tcp --bandwidth 1G --multifd 2", b, a, supervisor.MigrateOptions{Bandwidth: 1 << 30, Multifd: 2}},
+			} {
+				c.o.To, c.o.Address, c.o.Transport = c.to.name, c.to.addr, c.to.transport("")
+				res, err := c.from.sup.Migrate(ctx, name, c.o)
+				if err != nil {
+					t.Fatalf("%s: %v", c.what, err)
+				}
+				row(c.what, res.TotalTime, res.Downtime, res.Transferred, res.Wall)
+			}
+			st, _ = a.sup.Status(ctx, name)
+			checkContinuous(t, waitCounterPast(t, st.ConsoleLog, lastCounter(t, st.ConsoleLog)+3, 30*time.Second))
+		})
+	}
+}
+
+// rawMigration migrates the running VM by hand: a destination QEMU started
+// directly (no unit) from the VM's argv with -S -incoming defer, QMP
+// commands on both monitors. The destination is then killed and the source
+// resumed, so the VM is where it was.
+func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw int64) (total, down time.Duration, bytes int64, wall time.Duration) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(st.StateDir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var app struct{ Argv []string }
+	if err := json.Unmarshal(b, &app); err != nil {
+		t.Fatal(err)
+	}
+	rawDir, err := os.MkdirTemp("", "vmsup-raw-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(rawDir)
+	argv := make([]string, 0, len(app.Argv)+3)
+	for _, a := range app.Argv {
+		argv = append(argv, strings.ReplaceAll(a, st.StateDir, rawDir))
+	}
+	argv[0] = "/usr/bin/qemu-system-x86_64" // the test wrapper would enter host A's netns; unix sockets need none
+	argv = append(argv, "-S", "-incoming", "defer")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	dial := func(p string) *qmp.Conn {
+		for i := 0; ; i++ {
+			c, err := qmp.Dial(ctx, p)
+			if err == nil {
+				return c
+			}
+			if i > 200 {
+				t.Fatalf("dial %s: %v", p, err)
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+	dst := dial(filepath.Join(rawDir, "qmp.sock"))
+	defer dst.Close()
+	src := dial(filepath.Join(st.StateDir, "events.sock"))
+	defer src.Close()
+	caps := []qmp.MigrationCapability{{Capability: "events", State: true}, {Capability: "multifd", State: false}}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dst.MigrateSetCapabilities(ctx, caps))
+	uri := "unix:" + filepath.Join(rawDir, "mig.sock")
+	must(dst.MigrateIncoming(ctx, uri))
+	must(src.MigrateSetCapabilities(ctx, caps))
+	dt := int64(300)
+	must(src.MigrateSetParameters(ctx, qmp.MigrationParameters{MaxBandwidth: &bw, DowntimeLimit: &dt}))
+	t0 := time.Now()
+	must(src.Migrate(ctx, uri))
+	var info qmp.MigrationInfo
+	for {
+		info, err = src.QueryMigrate(ctx)
+		must(err)
+		if info.Status == "completed" && info.TotalTime > 0 {
+			break
+		}
+		if info.Status == "failed" || info.Status == "cancelled" {
+			t.Fatalf("raw migration %s: %s", info.Status, info.ErrorDesc)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wall = time.Since(t0)
+	cmd.Process.Kill()
+	cmd.Wait()
+	must(src.Cont(ctx))
+	if info.RAM != nil {
+		bytes = info.RAM.Transferred
+	}
+	return time.Duration(info.TotalTime) * time.Millisecond, time.Duration(info.Downtime) * time.Millisecond, bytes, wall
+}

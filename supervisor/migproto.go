@@ -23,6 +23,7 @@ import (
 //	hello{version}            -> hello{version, host}
 //	prepare{spec, accel, ...} -> prepared{uri} | error   (QEMU -incoming, listening)
 //	  ... the source runs "migrate uri" and watches it ...
+//	run                       -> running                  (postcopy only: the guest runs here from now on)
 //	finalize{console}         -> finalized | error        (destination running)
 //	commit                    -> committed                (local only: sockets handed over)
 //	abort (or EOF)            -> the destination tears down what it set up, unless finalized
@@ -40,6 +41,8 @@ const (
 	msgFinalized = "finalized"
 	msgCommit    = "commit"
 	msgCommitted = "committed"
+	msgRun       = "run"     // postcopy started: run the guest here now
+	msgRunning   = "running"
 	msgAbort     = "abort"
 	msgError     = "error"
 )

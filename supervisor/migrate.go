@@ -66,10 +66,10 @@ type MigrateOptions struct {
 	Multifd      int
 	AutoConverge bool
 	// Postcopy switches to postcopy when precopy has not completed after
-	// PostcopyAfter (default 10 s). The guest then pauses until the pages
-	// are all on the destination (the destination starts with -S and runs
-	// only on finalize), so postcopy here bounds the migration, not the
-	// downtime; there is no rollback after the switch.
+	// PostcopyAfter (default 10 s): the destination runs the guest at once
+	// and fetches missing pages on demand. There is no rollback after the
+	// switch: if the stream then breaks, both QEMUs are left as they are
+	// (the newest state is split between them) and the error says so.
 	Postcopy      bool
 	PostcopyAfter time.Duration
 	// Timeout bounds the migration stream; when it passes, the migration is
@@ -237,7 +237,11 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		s.opts.AfterStep(name, "migrate-prepared")
 	}
 
-	info, postcopy, err := s.stream(ctx, mon, r.URI, o, start)
+	onPostcopy := func() error {
+		_, err := peer.call(context.WithoutCancel(ctx), migMsg{Type: msgRun}, msgRunning, finalizeTimeout)
+		return err
+	}
+	info, postcopy, err := s.stream(ctx, mon, r.URI, o, start, onPostcopy)
 	res.Postcopy = postcopy
 	if err != nil {
 		running := "source"
@@ -386,7 +390,7 @@ func (s *Supervisor) openTransport(ctx context.Context, o MigrateOptions) (*migP
 
 // stream runs the migration on the source's QEMU until it completes, fails,
 // is cancelled, stalls or times out, and returns the final figures.
-func (s *Supervisor) stream(ctx context.Context, mon *qmp.Conn, uri string, o MigrateOptions, start time.Time) (qmp.MigrationInfo, bool, error) {
+func (s *Supervisor) stream(ctx context.Context, mon *qmp.Conn, uri string, o MigrateOptions, start time.Time, onPostcopy func() error) (qmp.MigrationInfo, bool, error) {
 	bw := o.Bandwidth
 	if bw <= 0 {
 		bw = qemuDefaultBandwidth
@@ -482,7 +486,14 @@ func (s *Supervisor) stream(ctx context.Context, mon *qmp.Conn, uri string, o Mi
 		case "cancelled":
 			return qmp.MigrationInfo{}, postcopy, ErrMigrationCancelled
 		case "postcopy-active":
-			postcopy = true
+			if !postcopy {
+				postcopy = true
+				// The source is stopped for good: run the guest on the
+				// destination now, its missing pages come on demand.
+				if err := onPostcopy(); err != nil {
+					return qmp.MigrationInfo{}, postcopy, fmt.Errorf("postcopy: start the destination: %w", err)
+				}
+			}
 		}
 	}
 	// Cancel, and wait for QEMU to say it stopped (it may also complete in

@@ -62,7 +62,7 @@ func guestRun(t testing.TB, ctx context.Context, consoleSock, cmd string) string
 	defer cancel()
 	out, code, err := sh.Run(rctx, cmd)
 	if err != nil || code != 0 {
-		t.Fatalf("guest %q: exit %d, %v; output %q", cmd, code, err, out)
+		t.Fatalf("guest %q: exit %d, %v; output %q", cmd, code, err, tail(out, 600))
 	}
 	return out
 }
@@ -204,3 +204,41 @@ func TestMigrateLocal(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// TestMigratePostcopy: a guest dirtying memory faster than a throttled
+// precopy can send it switches to postcopy after 2 s and completes; the
+// guest runs on the destination during postcopy and the counter goes on.
+func TestMigratePostcopy(t *testing.T) {
+	ctx := ctxT(t, 5*time.Minute)
+	dir := t.TempDir()
+	sup := newSup(t, "")
+	f := migGuest(t, dir, "mpc", "256M", filepath.Join(dir, "data.raw"))
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), "mpc") })
+	st, _ := sup.Status(ctx, "mpc")
+	waitConsole(t, st, "VMSUP-SHELL-READY", 90*time.Second)
+	guestRun(t, ctx, st.Console, "(while :; do dd if=/dev/urandom of=/dirty bs=1M count=16 2>/dev/null; done) >/dev/null 2>&1 & echo $! >/dirty.pid")
+	n := lastCounter(t, st.ConsoleLog)
+	var statuses []string
+	res, err := sup.Migrate(ctx, "mpc", supervisor.MigrateOptions{Local: true, Bandwidth: 16 << 20, Postcopy: true,
+		PostcopyAfter: 2 * time.Second, Timeout: 3 * time.Minute, ProgressInterval: 200 * time.Millisecond,
+		Progress: func(p supervisor.MigrationProgress) {
+			if len(statuses) == 0 || statuses[len(statuses)-1] != p.Status {
+				statuses = append(statuses, p.Status)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("postcopy migration: %+v; statuses %v", res, statuses)
+	if !res.Postcopy {
+		t.Fatalf("did not switch to postcopy (statuses %v)", statuses)
+	}
+	st2, err := sup.Status(ctx, "mpc")
+	if err != nil || st2.State != supervisor.StateRunning || st2.Unit != res.Unit {
+		t.Fatalf("status after postcopy: %+v %v", st2, err)
+	}
+	checkContinuous(t, waitCounterPast(t, st.ConsoleLog, n+20, 30*time.Second))
+}

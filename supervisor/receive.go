@@ -80,8 +80,27 @@ func (s *Supervisor) receive(ctx context.Context, peer *migPeer, local bool) err
 	}
 	// The migration runs between the QEMUs now; the source bounds it with
 	// its timeout and then finalizes or aborts.
-	m, err = peer.recv(ctx, d.wait)
+	for {
+		m, err = peer.recv(ctx, d.wait)
+		if err == nil && m.Type == msgRun {
+			if err := d.runPostcopy(ctx); err != nil {
+				_ = peer.send(migMsg{Type: msgError, Error: err.Error()})
+				return err
+			}
+			if err := peer.send(migMsg{Type: msgRunning}); err != nil {
+				return err
+			}
+			continue
+		}
+		break
+	}
 	if err != nil || m.Type != msgFinalize {
+		if d.postcopy {
+			// The newest guest state is here and nowhere else: keep it
+			// for the operator (QEMU's postcopy recovery), do not kill it.
+			d.finalized = true
+			return fmt.Errorf("vm %q: source went away during postcopy; the destination QEMU (%s) is left as it is", d.name, d.unit)
+		}
 		return errAborted
 	}
 	if err := d.finalize(ctx, m); err != nil {
@@ -122,6 +141,7 @@ type incomingVM struct {
 	mon       *qmp.Conn // the destination QEMU's event monitor
 	undo      []func(context.Context)
 	finalized bool
+	postcopy  bool          // the guest already runs here (postcopy)
 	wait      time.Duration // how long to wait for finalize
 }
 
@@ -389,8 +409,10 @@ func (d *incomingVM) finalize(ctx context.Context, m migMsg) error {
 			return fmt.Errorf("console log: %w", err)
 		}
 	}
-	if err := d.mon.Cont(ctx); err != nil {
-		return fmt.Errorf("cont: %w", err)
+	if !d.postcopy {
+		if err := d.mon.Cont(ctx); err != nil {
+			return fmt.Errorf("cont: %w", err)
+		}
 	}
 	qs, err := d.mon.QueryStatus(ctx)
 	if err != nil || !qs.Running {
@@ -445,4 +467,32 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// runPostcopy runs the guest here as soon as the source switched to
+// postcopy: its pages arrive on demand, and the source is stopped for good.
+func (d *incomingVM) runPostcopy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, finalizeTimeout)
+	defer cancel()
+	for {
+		qs, err := d.mon.QueryStatus(ctx)
+		if err != nil {
+			return fmt.Errorf("postcopy: %w", err)
+		}
+		if qs.Running {
+			d.postcopy = true
+			return nil
+		}
+		if qs.Status != "inmigrate" {
+			if err := d.mon.Cont(ctx); err != nil {
+				return fmt.Errorf("postcopy: cont: %w", err)
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postcopy: destination still %q", qs.Status)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

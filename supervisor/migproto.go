@@ -41,7 +41,7 @@ const (
 	msgFinalized = "finalized"
 	msgCommit    = "commit"
 	msgCommitted = "committed"
-	msgRun       = "run"     // postcopy started: run the guest here now
+	msgRun       = "run" // postcopy started: run the guest here now
 	msgRunning   = "running"
 	msgAbort     = "abort"
 	msgError     = "error"

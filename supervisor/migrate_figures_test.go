@@ -26,7 +26,11 @@ func TestMigrationFigures(t *testing.T) {
 		t.Skip("figures take ~3 minutes of TCG guests: set VMSUP_FIGURES=1 to measure")
 	}
 	a, b := twoHosts(t)
-	for _, mem := range []string{"256M", "1G"} {
+	mems := []string{"256M", "1G"}
+	if m := os.Getenv("VMSUP_FIGURES_MEM"); m != "" {
+		mems = strings.Fields(m)
+	}
+	for _, mem := range mems {
 		t.Run(mem, func(t *testing.T) {
 			ctx := ctxT(t, 10*time.Minute)
 			dir := t.TempDir()
@@ -115,6 +119,16 @@ func TestMigrationFigures(t *testing.T) {
 				row(c.what, runs)
 			}
 			st, _ = a.sup.Status(ctx, name)
+			if lastCounter(t, st.ConsoleLog) < 0 {
+				t.Fatalf("no counter on the console")
+			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					b, _ := os.ReadFile(st.ConsoleLog)
+					t.Logf("console tail:\n%s", tail(string(b), 3000))
+					t.Logf("status: %+v", st)
+				}
+			})
 			checkContinuous(t, waitCounterPast(t, st.ConsoleLog, lastCounter(t, st.ConsoleLog)+3, 30*time.Second))
 		})
 	}

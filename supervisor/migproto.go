@@ -71,6 +71,9 @@ type migMsg struct {
 	// gives up waiting for finalize a little after it.
 	Timeout time.Duration `json:"timeout,omitempty"`
 
+	// UEFIVars is the VM's OVMF variable store (uefi firmware, cross-host).
+	UEFIVars []byte `json:"uefi_vars,omitempty"`
+
 	// prepared
 	URI string `json:"uri,omitempty"`
 

@@ -227,6 +227,10 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	}
 	if o.Local {
 		prep.From = "local"
+	} else if f.VM.Boot.Firmware == spec.FirmwareUEFI {
+		if prep.UEFIVars, err = os.ReadFile(p.UEFIVars); err != nil {
+			return fail("prepare", "source", fmt.Errorf("UEFI variable store: %w", err))
+		}
 	}
 	r, err := peer.call(ctx, prep, msgPrepared, prepareTimeout)
 	if err != nil {

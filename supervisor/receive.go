@@ -252,6 +252,13 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 		if err := d.p.removeSockets(); err != nil {
 			return "", err
 		}
+		if f.VM.Boot.Firmware == spec.FirmwareUEFI {
+			// The flash contents also travel in the stream (pflash is
+			// RAM-backed); the file is what later writes go to.
+			if err := os.WriteFile(d.p.UEFIVars, m.UEFIVars, 0o600); err != nil {
+				return "", fmt.Errorf("UEFI variable store: %w", err)
+			}
+		}
 		// The source's console history replaces this host's old one.
 		if err := os.WriteFile(d.p.ConsoleLog, nil, 0o600); err != nil {
 			return "", err

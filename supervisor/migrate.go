@@ -439,6 +439,7 @@ func (s *Supervisor) stream(ctx context.Context, mon *qmp.Conn, uri string, o Mi
 	lastBytes, lastMove := int64(-1), time.Now()
 	var cancelWhy error
 	bg := context.WithoutCancel(ctx)
+	done := ctx.Done() // nil once seen: in postcopy there is nothing to cancel
 	for cancelWhy == nil {
 		var status string
 		select {
@@ -475,7 +476,8 @@ func (s *Supervisor) stream(ctx context.Context, mon *qmp.Conn, uri string, o Mi
 				cancelWhy = fmt.Errorf("did not converge within %s", o.Timeout)
 			}
 			continue
-		case <-ctx.Done():
+		case <-done:
+			done = nil
 			if !postcopy {
 				cancelWhy = ErrMigrationCancelled
 			}
@@ -645,6 +647,8 @@ func (s *Supervisor) CancelMigration(ctx context.Context, name string) error {
 	}
 	switch info.Status {
 	case "setup", "active", "pre-switchover", "device", "wait-unplug":
+	case "postcopy-active":
+		return fmt.Errorf("vm %q: the migration is in postcopy: the guest already runs on the destination, it cannot be cancelled", name)
 	default:
 		return fmt.Errorf("vm %q: no migration in progress (status %q)", name, orDefault(info.Status, "none"))
 	}

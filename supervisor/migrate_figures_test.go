@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -50,7 +51,7 @@ func TestMigrationFigures(t *testing.T) {
 				total, down, wall time.Duration
 				bytes             int64
 			}
-			row := func(what string, runs []sample) {
+			row := func(phase, what string, runs []sample) {
 				med := func(get func(sample) time.Duration) string {
 					v := make([]time.Duration, len(runs))
 					for i, r := range runs {
@@ -59,64 +60,73 @@ func TestMigrationFigures(t *testing.T) {
 					slices.Sort(v)
 					return fmt.Sprintf("%s (%s-%s)", v[len(v)/2], v[0], v[len(v)-1])
 				}
-				t.Logf("FIGURE %-5s %-42s total %-22s downtime %-20s transferred %5.1f MiB  wall %s", mem, what,
+				t.Logf("FIGURE %-5s %-6s %-42s total %-22s downtime %-20s transferred %5.1f MiB  wall %s", mem, phase, what,
 					med(func(r sample) time.Duration { return r.total }), med(func(r sample) time.Duration { return r.down }),
 					float64(runs[len(runs)/2].bytes)/(1<<20),
 					med(func(r sample) time.Duration { return r.wall.Round(time.Millisecond) }))
 			}
 			const n = 3
-			for _, bw := range []int64{128 << 20, 1 << 30} {
-				var runs []sample
-				for range n {
-					total, down, bytes, wall := rawMigration(t, ctx, st, bw)
-					runs = append(runs, sample{total, down, wall, bytes})
+			for _, phase := range []string{"idle", "filled"} {
+				if phase == "filled" {
+					// Half the guest's RAM with non-zero data (a tmpfs file of
+					// "vmsup-fill" lines): QEMU sends zero pages as a few bytes,
+					// so an idle guest moves far less than its size.
+					mib := map[string]int{"256M": 128, "1G": 512}[mem]
+					guestRun(t, ctx, st.Console, fmt.Sprintf("dmesg -n 1; yes vmsup-fill | head -c %d > /fill", mib<<20))
 				}
-				row(fmt.Sprintf("raw QMP, unix, max-bandwidth %d MiB/s", bw>>20), runs)
-			}
-			cases := []struct {
-				what string
-				o    supervisor.MigrateOptions
-			}{
-				{"vmsup --local (128 MiB/s default)", supervisor.MigrateOptions{Local: true}},
-				{"vmsup --local --bandwidth 1G", supervisor.MigrateOptions{Local: true, Bandwidth: 1 << 30}},
-				{"vmsup --local --bandwidth 1G --multifd 4", supervisor.MigrateOptions{Local: true, Bandwidth: 1 << 30, Multifd: 4}},
-				{"vmsup --local --bandwidth 32M", supervisor.MigrateOptions{Local: true, Bandwidth: 32 << 20}},
-			}
-			for _, c := range cases {
-				var runs []sample
-				for range n {
-					res, err := a.sup.Migrate(ctx, name, c.o)
-					if err != nil {
-						t.Fatalf("%s: %v", c.what, err)
+				for _, bw := range []int64{128 << 20, 1 << 30} {
+					var runs []sample
+					for range n {
+						total, down, bytes, wall := rawMigration(t, ctx, st, bw)
+						runs = append(runs, sample{total, down, wall, bytes})
 					}
-					runs = append(runs, sample{res.TotalTime, res.Downtime, res.Wall, res.Transferred})
+					row(phase, fmt.Sprintf("raw QMP, unix, max-bandwidth %d MiB/s", bw>>20), runs)
 				}
-				row(c.what, runs)
-			}
-			// Across the veth: A->B, B->A, A->B measured, then back to A.
-			for _, c := range []struct {
-				what string
-				o    supervisor.MigrateOptions
-			}{
-				{"vmsup A<->B tcp (128 MiB/s default)", supervisor.MigrateOptions{}},
-				{"vmsup A<->B tcp --bandwidth 1G", supervisor.MigrateOptions{Bandwidth: 1 << 30}},
-				{"vmsup A<->B tcp --bandwidth 1G --multifd 4", supervisor.MigrateOptions{Bandwidth: 1 << 30, Multifd: 4}},
-			} {
-				var runs []sample
-				from, to := a, b
-				for i := range n + 1 {
-					o := c.o
-					o.To, o.Address, o.Transport = to.name, to.addr, to.transport("")
-					res, err := from.sup.Migrate(ctx, name, o)
-					if err != nil {
-						t.Fatalf("%s: %v", c.what, err)
-					}
-					if i < n {
+				cases := []struct {
+					what string
+					o    supervisor.MigrateOptions
+				}{
+					{"vmsup --local (128 MiB/s default)", supervisor.MigrateOptions{Local: true}},
+					{"vmsup --local --bandwidth 1G", supervisor.MigrateOptions{Local: true, Bandwidth: 1 << 30}},
+					{"vmsup --local --bandwidth 1G --multifd 4", supervisor.MigrateOptions{Local: true, Bandwidth: 1 << 30, Multifd: 4}},
+					{"vmsup --local --bandwidth 32M", supervisor.MigrateOptions{Local: true, Bandwidth: 32 << 20}},
+				}
+				for _, c := range cases {
+					var runs []sample
+					for range n {
+						res, err := a.sup.Migrate(ctx, name, c.o)
+						if err != nil {
+							t.Fatalf("%s: %v", c.what, err)
+						}
 						runs = append(runs, sample{res.TotalTime, res.Downtime, res.Wall, res.Transferred})
 					}
-					from, to = to, from
+					row(phase, c.what, runs)
 				}
-				row(c.what, runs)
+				// Across the veth: A->B, B->A, A->B measured, then back to A.
+				for _, c := range []struct {
+					what string
+					o    supervisor.MigrateOptions
+				}{
+					{"vmsup A<->B tcp (128 MiB/s default)", supervisor.MigrateOptions{}},
+					{"vmsup A<->B tcp --bandwidth 1G", supervisor.MigrateOptions{Bandwidth: 1 << 30}},
+					{"vmsup A<->B tcp --bandwidth 1G --multifd 4", supervisor.MigrateOptions{Bandwidth: 1 << 30, Multifd: 4}},
+				} {
+					var runs []sample
+					from, to := a, b
+					for i := range n + 1 {
+						o := c.o
+						o.To, o.Address, o.Transport = to.name, to.addr, to.transport("")
+						res, err := from.sup.Migrate(ctx, name, o)
+						if err != nil {
+							t.Fatalf("%s: %v", c.what, err)
+						}
+						if i < n {
+							runs = append(runs, sample{res.TotalTime, res.Downtime, res.Wall, res.Transferred})
+						}
+						from, to = to, from
+					}
+					row(phase, c.what, runs)
+				}
 			}
 			st, _ = a.sup.Status(ctx, name)
 			if lastCounter(t, st.ConsoleLog) < 0 {
@@ -153,9 +163,21 @@ func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw in
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(rawDir)
+	// The recorded argv of a migrated VM has its incoming flags and socket
+	// directory: drop the flags, make the directories.
 	argv := make([]string, 0, len(app.Argv)+3)
-	for _, a := range app.Argv {
+	for i := 0; i < len(app.Argv); i++ {
+		a := app.Argv[i]
+		if a == "-S" || (a == "-incoming" && i+1 < len(app.Argv)) {
+			if a == "-incoming" {
+				i++
+			}
+			continue
+		}
 		argv = append(argv, strings.ReplaceAll(a, st.StateDir, rawDir))
+	}
+	for _, m := range regexp.MustCompile(regexp.QuoteMeta(rawDir)+`/[^,"]*`).FindAllString(strings.Join(argv, " "), -1) {
+		os.MkdirAll(filepath.Dir(m), 0o700)
 	}
 	argv[0] = "/usr/bin/qemu-system-x86_64" // the test wrapper would enter host A's netns; unix sockets need none
 	argv = append(argv, "-S", "-incoming", "defer")

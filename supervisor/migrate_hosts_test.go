@@ -337,6 +337,10 @@ func TestMigrateCrossHost(t *testing.T) {
 		if got := readGuestData(t, ctx, stB.Console, 18); got != "vmsup-cross-data-7" {
 			t.Fatalf("data on B: %q", got)
 		}
+		// B now owns the VM: up with the same file leaves it alone.
+		if ur, err := b.sup.Up(ctx, f); err != nil || ur[0].Action != supervisor.Unchanged {
+			t.Fatalf("up on B after migration: %+v %v", ur, err)
+		}
 	})
 	if t.Failed() {
 		return

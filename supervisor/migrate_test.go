@@ -169,6 +169,10 @@ func TestMigrateLocal(t *testing.T) {
 	if pids, _ := env.Systemd.HostPIDs(res.Unit); len(pids) != 1 {
 		t.Fatalf("new unit has QEMU pids %v", pids)
 	}
+	// up with the same file finds the VM under its new unit.
+	if ur, err := sup.Up(ctx, f); err != nil || ur[0].Action != supervisor.Unchanged {
+		t.Fatalf("up after local migration: %+v %v", ur, err)
+	}
 	if out, _ := env.Systemd.Systemctl(ctx, "is-active", "vmsup-mloc.service"); strings.TrimSpace(string(out)) == "active" {
 		t.Fatalf("old unit still active")
 	}

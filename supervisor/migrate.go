@@ -598,6 +598,12 @@ func diskMarkers(name string, f *spec.File) (map[string]string, func()) {
 	m := map[string]string{}
 	var made []string
 	for _, d := range f.VM.Disks {
+		if d.File == "" || !filepath.IsAbs(d.File) {
+			continue // network storage (RBD, iSCSI) is shared by nature
+		}
+		if st, err := os.Stat(d.File); err != nil || !st.Mode().IsRegular() {
+			continue // a block device path: its directory says nothing
+		}
 		mk := filepath.Join(filepath.Dir(d.File), ".vmsup-migrate-"+name+"-"+randHex(8))
 		if err := os.WriteFile(mk, nil, 0o600); err != nil {
 			continue

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -68,11 +69,25 @@ func TestMigrationFigures(t *testing.T) {
 			const n = 3
 			for _, phase := range []string{"idle", "filled"} {
 				if phase == "filled" {
-					// Half the guest's RAM with non-zero data (a tmpfs file of
-					// "vmsup-fill" lines): QEMU sends zero pages as a few bytes,
-					// so an idle guest moves far less than its size.
+					// Half the guest's RAM with non-zero data (a file in the
+					// initramfs of 1 MiB of random bytes repeated): QEMU sends
+					// zero pages as a few bytes, so an idle guest moves far
+					// less than its size.
 					mib := map[string]int{"256M": 128, "1G": 512}[mem]
-					guestRun(t, ctx, st.Console, fmt.Sprintf("dmesg -n 1; yes vmsup-fill | head -c %d > /fill", mib<<20))
+					sh, err := testenv.DialConsole(ctx, st.Console)
+					if err != nil {
+						t.Fatal(err)
+					}
+					fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+					t0 := time.Now()
+					out, code, err := sh.Run(fctx, fmt.Sprintf("dmesg -n 1; dd if=/dev/urandom of=/r1m bs=1M count=1 2>/dev/null; "+
+						"i=0; while [ $i -lt %d ]; do cat /r1m; i=$((i+1)); done > /fill; rm /r1m", mib))
+					cancel()
+					sh.Close()
+					if err != nil || code != 0 {
+						t.Fatalf("fill: %d %v %q", code, err, tail(out, 300))
+					}
+					t.Logf("filled %d MiB in %s", mib, time.Since(t0).Round(time.Millisecond))
 				}
 				for _, bw := range []int64{128 << 20, 1 << 30} {
 					var runs []sample
@@ -166,6 +181,7 @@ func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw in
 	// The recorded argv of a migrated VM has its incoming flags and socket
 	// directory: drop the flags, make the directories.
 	argv := make([]string, 0, len(app.Argv)+3)
+	incomingDir := regexp.MustCompile(regexp.QuoteMeta(rawDir) + `/incoming-[0-9a-f]+/`)
 	for i := 0; i < len(app.Argv); i++ {
 		a := app.Argv[i]
 		if a == "-S" || (a == "-incoming" && i+1 < len(app.Argv)) {
@@ -174,10 +190,8 @@ func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw in
 			}
 			continue
 		}
-		argv = append(argv, strings.ReplaceAll(a, st.StateDir, rawDir))
-	}
-	for _, m := range regexp.MustCompile(regexp.QuoteMeta(rawDir)+`/[^,"]*`).FindAllString(strings.Join(argv, " "), -1) {
-		os.MkdirAll(filepath.Dir(m), 0o700)
+		a = strings.ReplaceAll(a, st.StateDir, rawDir)
+		argv = append(argv, incomingDir.ReplaceAllString(a, rawDir+"/"))
 	}
 	argv[0] = "/usr/bin/qemu-system-x86_64" // the test wrapper would enter host A's netns; unix sockets need none
 	argv = append(argv, "-S", "-incoming", "defer")

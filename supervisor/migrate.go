@@ -108,7 +108,12 @@ type MigrateResult struct {
 	Downtime    time.Duration `json:"downtime_ns"`   // QEMU's downtime
 	SetupTime   time.Duration `json:"setup_time_ns"`
 	Transferred int64         `json:"transferred_bytes"`
-	Wall        time.Duration `json:"wall_ns"` // the whole vmsup migrate, prepare to handover
+	// Handover is from vmsup seeing "completed" to the destination
+	// reporting the guest running (finalize): the guest stays paused
+	// meanwhile, on top of QEMU's Downtime, because the destination runs
+	// with -S until vmsup says so.
+	Handover time.Duration `json:"handover_ns"`
+	Wall     time.Duration `json:"wall_ns"` // the whole vmsup migrate, prepare to handover
 }
 
 // ErrMigrationCancelled is a migration cancelled by the user (Ctrl-C, or
@@ -268,6 +273,7 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		s.opts.AfterStep(name, "migrate-completed")
 	}
 
+	handoverStart := time.Now()
 	fin := migMsg{Type: msgFinalize}
 	if !o.Local {
 		fin.Console = consoleTail(p.ConsoleLog, 4<<20)
@@ -286,6 +292,7 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		return fail("finalize", "source (paused; check the destination before resuming it here)", err)
 	}
 	finalized = true
+	res.Handover = time.Since(handoverStart)
 	// The guest runs on the destination; this QEMU holds a stale copy.
 	qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer qcancel()

@@ -76,9 +76,14 @@ func writeGuestData(t testing.TB, ctx context.Context, consoleSock, token string
 // readGuestData reads the token back from the disk with the page cache
 // dropped, so the bytes come from the image as the destination QEMU sees it.
 func readGuestData(t testing.TB, ctx context.Context, consoleSock string, n int) string {
-	out := guestRun(t, ctx, consoleSock, fmt.Sprintf("dmesg -n 1; echo 3 > /proc/sys/vm/drop_caches; dd if=/dev/vda bs=512 count=1 2>/dev/null | head -c %d", n))
-	lines := strings.Split(strings.TrimSpace(out), "\n") // the kernel may log on the console too
-	return strings.TrimSpace(lines[len(lines)-1])
+	// The counter prints on the same console: fence the data so a counter
+	// line landing next to it cannot be taken for part of it.
+	out := guestRun(t, ctx, consoleSock, fmt.Sprintf("dmesg -n 1; echo 3 > /proc/sys/vm/drop_caches; printf 'DATA[%%s]\\n' \"$(dd if=/dev/vda bs=512 count=1 2>/dev/null | head -c %d)\"", n))
+	m := regexp.MustCompile(`DATA\[([^\]]*)\]`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no DATA[...] in %q", out)
+	}
+	return m[1]
 }
 
 var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)

@@ -44,7 +44,7 @@ func (h *migHost) transport(qemu string, wrap ...string) []string {
 	return append(argv, vmsupBin, "migrate-receive")
 }
 
-func run(t testing.TB, argv ...string) {
+func runCmd(t testing.TB, argv ...string) {
 	t.Helper()
 	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
@@ -54,7 +54,7 @@ func run(t testing.TB, argv ...string) {
 // inNS runs argv in the host's network namespace.
 func (h *migHost) inNS(t testing.TB, argv ...string) {
 	t.Helper()
-	run(t, append([]string{"nsenter", "--net=" + h.netns}, argv...)...)
+	runCmd(t, append([]string{"nsenter", "--net=" + h.netns}, argv...)...)
 }
 
 // twoHosts makes hosts A (the package's sandbox) and B (a second sandbox),
@@ -78,7 +78,7 @@ func twoHosts(t *testing.T) (a, b *migHost) {
 	a = &migHost{name: "A", sd: env.Systemd, ns: "vmsupmigA" + tag, addr: net + "1", dev: "vmA" + tag}
 	b = &migHost{name: "B", sd: sdB, ns: "vmsupmigB" + tag, addr: net + "2", dev: "vmB" + tag}
 	for _, h := range []*migHost{a, b} {
-		run(t, "nsenter", "-t", fmt.Sprint(h.sd.PID1), "-m", "-p", "ip", "netns", "add", h.ns)
+		runCmd(t, "nsenter", "-t", fmt.Sprint(h.sd.PID1), "-m", "-p", "ip", "netns", "add", h.ns)
 		t.Cleanup(func() {
 			exec.Command("nsenter", "-t", fmt.Sprint(h.sd.PID1), "-m", "-p", "ip", "netns", "delete", h.ns).Run()
 		})
@@ -98,9 +98,9 @@ func twoHosts(t *testing.T) (a, b *migHost) {
 		h.sup = s
 	}
 	// The pair is made in the test's namespace and moved at once.
-	run(t, "ip", "link", "add", a.dev, "type", "veth", "peer", "name", b.dev)
+	runCmd(t, "ip", "link", "add", a.dev, "type", "veth", "peer", "name", b.dev)
 	for _, h := range []*migHost{a, b} {
-		run(t, "nsenter", "-t", fmt.Sprint(h.sd.PID1), "-m", "-p", "ip", "link", "set", h.dev, "netns", h.ns)
+		runCmd(t, "nsenter", "-t", fmt.Sprint(h.sd.PID1), "-m", "-p", "ip", "link", "set", h.dev, "netns", h.ns)
 		h.inNS(t, "ip", "link", "set", "lo", "up")
 		h.inNS(t, "ip", "addr", "add", h.addr+"/24", "dev", h.dev)
 		h.inNS(t, "ip", "link", "set", h.dev, "up")
@@ -264,8 +264,8 @@ func TestMigrateCrossHost(t *testing.T) {
 	})
 	t.Run("no-convergence", func(t *testing.T) {
 		// A guest that keeps dirtying memory, a tiny bandwidth, a short timeout.
-		guestRun(t, ctx, stA.Console, "(while :; do dd if=/dev/urandom of=/dirty bs=1M count=16 2>/dev/null; done) >/dev/null 2>&1 & echo $! >/dirty.pid")
-		defer guestRun(t, ctx, stA.Console, "kill $(cat /dirty.pid); rm -f /dirty")
+		guestExec(t, ctx, stA.Console, "(while :; do dd if=/dev/urandom of=/dirty bs=1M count=16 2>/dev/null; done) >/dev/null 2>&1 & echo $! >/dirty.pid")
+		defer guestExec(t, ctx, stA.Console, "kill $(cat /dirty.pid); rm -f /dirty")
 		failCase(t, nil, supervisor.MigrateOptions{Bandwidth: 1 << 20, Timeout: 8 * time.Second}, "did not converge within 8s")
 	})
 	t.Run("source-vmsup-killed", func(t *testing.T) {

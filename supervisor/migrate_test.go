@@ -51,7 +51,7 @@ format = "raw"
 }
 
 // guestRun runs one shell command in the guest over its console socket.
-func guestRun(t testing.TB, ctx context.Context, consoleSock, cmd string) string {
+func guestExec(t testing.TB, ctx context.Context, consoleSock, cmd string) string {
 	t.Helper()
 	sh, err := testenv.DialConsole(ctx, consoleSock)
 	if err != nil {
@@ -70,7 +70,7 @@ func guestRun(t testing.TB, ctx context.Context, consoleSock, cmd string) string
 // writeGuestData writes token at the start of the guest's data disk,
 // bypassing nothing: it must reach the image before the migration ends.
 func writeGuestData(t testing.TB, ctx context.Context, consoleSock, token string) {
-	guestRun(t, ctx, consoleSock, fmt.Sprintf("printf '%%s' %s | dd of=/dev/vda bs=512 conv=fsync,notrunc 2>/dev/null; sync", token))
+	guestExec(t, ctx, consoleSock, fmt.Sprintf("printf '%%s' %s | dd of=/dev/vda bs=512 conv=fsync,notrunc 2>/dev/null; sync", token))
 }
 
 // readGuestData reads the token back from the disk with the page cache
@@ -78,7 +78,7 @@ func writeGuestData(t testing.TB, ctx context.Context, consoleSock, token string
 func readGuestData(t testing.TB, ctx context.Context, consoleSock string, n int) string {
 	// The counter prints on the same console: fence the data so a counter
 	// line landing next to it cannot be taken for part of it.
-	out := guestRun(t, ctx, consoleSock, fmt.Sprintf("dmesg -n 1; echo 3 > /proc/sys/vm/drop_caches; printf 'DATA[%%s]\\n' \"$(dd if=/dev/vda bs=512 count=1 2>/dev/null | head -c %d)\"", n))
+	out := guestExec(t, ctx, consoleSock, fmt.Sprintf("dmesg -n 1; echo 3 > /proc/sys/vm/drop_caches; printf 'DATA[%%s]\\n' \"$(dd if=/dev/vda bs=512 count=1 2>/dev/null | head -c %d)\"", n))
 	m := regexp.MustCompile(`DATA\[([^\]]*)\]`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no DATA[...] in %q", out)
@@ -228,7 +228,7 @@ func TestMigratePostcopy(t *testing.T) {
 	t.Cleanup(func() { sup.Down(context.Background(), "mpc") })
 	st, _ := sup.Status(ctx, "mpc")
 	waitConsole(t, st, "VMSUP-SHELL-READY", 90*time.Second)
-	guestRun(t, ctx, st.Console, "(while :; do dd if=/dev/urandom of=/dirty bs=1M count=16 2>/dev/null; done) >/dev/null 2>&1 & echo $! >/dirty.pid")
+	guestExec(t, ctx, st.Console, "(while :; do dd if=/dev/urandom of=/dirty bs=1M count=16 2>/dev/null; done) >/dev/null 2>&1 & echo $! >/dirty.pid")
 	n := lastCounter(t, st.ConsoleLog)
 	var statuses []string
 	res, err := sup.Migrate(ctx, "mpc", supervisor.MigrateOptions{Local: true, Bandwidth: 16 << 20, Postcopy: true,

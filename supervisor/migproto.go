@@ -74,8 +74,10 @@ type migMsg struct {
 	// UEFIVars is the VM's OVMF variable store (uefi firmware, cross-host).
 	UEFIVars []byte `json:"uefi_vars,omitempty"`
 
-	// prepared
-	URI string `json:"uri,omitempty"`
+	// prepared: where the destination's relay listens, and the token each
+	// stream connection must start with.
+	URI   string `json:"uri,omitempty"`
+	Token string `json:"token,omitempty"`
 
 	// finalize: the source's console log, continued by the destination.
 	Console []byte `json:"console,omitempty"`

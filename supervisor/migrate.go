@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,9 @@ type MigrateOptions struct {
 	ProgressInterval time.Duration
 	// Stderr receives the transport's stderr (default os.Stderr).
 	Stderr io.Writer
+	// Dial opens the stream connections to the destination's relay
+	// (default net.Dialer; tests dial from inside a network namespace).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // MigrationProgress is one progress report.
@@ -246,11 +250,37 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		s.opts.AfterStep(name, "migrate-prepared")
 	}
 
+	uri := r.URI
+	if !o.Local {
+		// The source QEMU streams to a unix socket of vmsup's, which relays
+		// each connection to the destination's relay over TCP.
+		addr, ok := strings.CutPrefix(r.URI, "tcp:")
+		if !ok {
+			return fail("prepare", "source", fmt.Errorf("destination gave %q, want tcp:HOST:PORT", r.URI))
+		}
+		sock := filepath.Join(p.Dir, "migrate-out-"+randHex(6)+".sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			return fail("relay", "source", err)
+		}
+		if err := chownLike(sock, p.Dir); err != nil {
+			ln.Close()
+			return fail("relay", "source", err)
+		}
+		dial := func() (net.Conn, error) {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			return o.Dial(dctx, "tcp", addr)
+		}
+		relay := startRelay(ln, dial, nil, sendToken(r.Token), s.opts.Logger)
+		defer func() { relay.Close(); os.Remove(sock) }()
+		uri = "unix:" + sock
+	}
 	onPostcopy := func() error {
 		_, err := peer.call(context.WithoutCancel(ctx), migMsg{Type: msgRun}, msgRunning, finalizeTimeout)
 		return err
 	}
-	info, postcopy, err := s.stream(ctx, mon, r.URI, o, start, onPostcopy)
+	info, postcopy, err := s.stream(ctx, mon, uri, o, start, onPostcopy)
 	res.Postcopy = postcopy
 	if err != nil {
 		running := "source"
@@ -340,6 +370,9 @@ func (o MigrateOptions) withDefaults() MigrateOptions {
 	}
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr
+	}
+	if o.Dial == nil {
+		o.Dial = defaultDial
 	}
 	return o
 }
@@ -669,4 +702,18 @@ func (s *Supervisor) CancelMigration(ctx context.Context, name string) error {
 		return fmt.Errorf("vm %q: migrate_cancel: %w", name, err)
 	}
 	return nil
+}
+
+// chownLike gives path the owner of ref (QEMU may run as the state
+// directory's owner rather than root).
+func chownLike(path, ref string) error {
+	fi, err := os.Stat(ref)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	return os.Chown(path, int(st.Uid), int(st.Gid))
 }

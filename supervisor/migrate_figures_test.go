@@ -130,7 +130,7 @@ func TestMigrationFigures(t *testing.T) {
 					from, to := a, b
 					for i := range n + 1 {
 						o := c.o
-						o.To, o.Address, o.Transport = to.name, to.addr, to.transport("")
+						o.To, o.Address, o.Transport, o.Dial = to.name, to.addr, to.transport(""), from.dial
 						res, err := from.sup.Migrate(ctx, name, o)
 						if err != nil {
 							t.Fatalf("%s: %v", c.what, err)
@@ -193,7 +193,7 @@ func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw in
 		a = strings.ReplaceAll(a, st.StateDir, rawDir)
 		argv = append(argv, incomingDir.ReplaceAllString(a, rawDir+"/"))
 	}
-	argv[0] = "/usr/bin/qemu-system-x86_64" // the test wrapper would enter host A's netns; unix sockets need none
+	argv[0] = "/usr/bin/qemu-system-x86_64"
 	argv = append(argv, "-S", "-incoming", "defer")
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if err := cmd.Start(); err != nil {

@@ -4,21 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
 // migHost is one "host" of the cross-host tests: a network namespace made
-// inside a systemd sandbox's mount namespace (so units there can enter it),
-// a QEMU wrapper that runs QEMU in it, and its own vmsup state root.
+// inside a systemd sandbox's mount namespace, its own systemd and vmsup
+// state root. QEMU needs no network (vmsup relays the stream over TCP):
+// the receiver runs in the namespace (the transport enters it) and the
+// source dials from it (dial).
 type migHost struct {
 	name  string
 	sd    *testenv.Systemd
@@ -27,8 +33,40 @@ type migHost struct {
 	addr  string // its veth address
 	dev   string // its veth
 	root  string
-	qemu  string // wrapper: nsenter into the netns, exec QEMU
+	qemu  string
 	sup   *supervisor.Supervisor
+	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// dialIn returns a dialer whose sockets are made in the network namespace
+// at nsPath: the dial runs on a locked thread moved into it, and the
+// thread is discarded afterwards (its goroutine exits locked).
+func dialIn(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			f, err := os.Open(nsPath)
+			if err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				ch <- result{nil, fmt.Errorf("setns %s: %w", nsPath, err)}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
 }
 
 // transport returns the command that runs "vmsup migrate-receive" as this
@@ -84,11 +122,8 @@ func twoHosts(t *testing.T) (a, b *migHost) {
 		})
 		h.netns = fmt.Sprintf("/proc/%d/root/run/netns/%s", h.sd.PID1, h.ns)
 		h.root = filepath.Join(dir, "root"+h.name)
-		h.qemu = filepath.Join(dir, "qemu-"+h.name)
-		script := "#!/bin/sh\nexec nsenter --net=/run/netns/" + h.ns + " /usr/bin/qemu-system-x86_64 \"$@\"\n"
-		if err := os.WriteFile(h.qemu, []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		h.qemu = "/usr/bin/qemu-system-x86_64"
+		h.dial = dialIn(h.netns)
 		s, err := supervisor.New(supervisor.Options{Root: h.root, SystemdBus: h.sd.BusAddress, JournalDir: h.sd.JournalDir,
 			Self: vmsupBin, QEMU: h.qemu})
 		if err != nil {
@@ -200,6 +235,7 @@ func TestMigrateCrossHost(t *testing.T) {
 		if o.Transport == nil {
 			o.Transport = b.transport("")
 		}
+		o.Dial = a.dial
 		o.To = "B"
 		n := lastCounter(t, stA.ConsoleLog)
 		t0 := time.Now()
@@ -255,7 +291,7 @@ func TestMigrateCrossHost(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		sup := a.withHook(t, afterPrepared(1500*time.Millisecond, cancel))
-		o := supervisor.MigrateOptions{To: "B", Address: b.addr, Transport: b.transport(""), Bandwidth: slow}
+		o := supervisor.MigrateOptions{To: "B", Address: b.addr, Transport: b.transport(""), Bandwidth: slow, Dial: a.dial}
 		_, err := sup.Migrate(cctx, name, o)
 		if !errors.Is(err, supervisor.ErrMigrationCancelled) {
 			t.Fatalf("want cancelled, got %v", err)
@@ -271,7 +307,8 @@ func TestMigrateCrossHost(t *testing.T) {
 	t.Run("source-vmsup-killed", func(t *testing.T) {
 		// The CLI on A is killed mid-stream: B's receiver sees its stdin
 		// close and tears down; A's QEMU sees the stream break and runs on.
-		cmd := exec.Command(vmsupBin, "migrate", name, "--to", "B", "--address", b.addr,
+		// Run in A's namespace: the CLI dials B's relay from there.
+		cmd := exec.Command("nsenter", "--net="+a.netns, vmsupBin, "migrate", name, "--to", "B", "--address", b.addr,
 			"--transport", strings.Join(b.transport(""), " "), "--bandwidth", "2M")
 		cmd.Env = append(os.Environ(), "VMSUP_ROOT="+a.root, "VMSUP_SYSTEMD_BUS="+a.sd.BusAddress, "VMSUP_QEMU="+a.qemu)
 		out, err := cmd.StdoutPipe()
@@ -318,7 +355,7 @@ func TestMigrateCrossHost(t *testing.T) {
 	t.Run("success", func(t *testing.T) {
 		n := lastCounter(t, stA.ConsoleLog)
 		var reports int
-		res, err := a.sup.Migrate(ctx, name, supervisor.MigrateOptions{To: "B", Address: b.addr, Transport: b.transport(""),
+		res, err := a.sup.Migrate(ctx, name, supervisor.MigrateOptions{To: "B", Address: b.addr, Transport: b.transport(""), Dial: a.dial,
 			Progress: func(supervisor.MigrationProgress) { reports++ }, ProgressInterval: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -350,7 +387,7 @@ func TestMigrateCrossHost(t *testing.T) {
 		// with it (its memory was never complete on A); A must not run a
 		// half-migrated guest: it tears its QEMU down and knows nothing.
 		sup := b.withHook(t, afterPrepared(1500*time.Millisecond, func() { killUnit(t, b.sd, "vmsup-"+name+".service") }))
-		_, err := sup.Migrate(ctx, name, supervisor.MigrateOptions{To: "A", Address: a.addr, Transport: a.transport(""), Bandwidth: slow})
+		_, err := sup.Migrate(ctx, name, supervisor.MigrateOptions{To: "A", Address: a.addr, Transport: a.transport(""), Bandwidth: slow, Dial: b.dial})
 		if err == nil {
 			t.Fatal("migration succeeded with its source killed")
 		}

@@ -65,6 +65,9 @@ func (s *Supervisor) receive(ctx context.Context, peer *migPeer, local bool) err
 		if !d.finalized {
 			d.teardown(ctx)
 		}
+		if d.relay != nil {
+			d.relay.Close() // idempotent; after finalize the stream is done
+		}
 		if d.mon != nil {
 			d.mon.Close()
 		}
@@ -75,7 +78,7 @@ func (s *Supervisor) receive(ctx context.Context, peer *migPeer, local bool) err
 		_ = peer.send(migMsg{Type: msgError, Error: err.Error()})
 		return err
 	}
-	if err := peer.send(migMsg{Type: msgPrepared, URI: uri}); err != nil {
+	if err := peer.send(migMsg{Type: msgPrepared, URI: uri, Token: d.token}); err != nil {
 		return err
 	}
 	// The migration runs between the QEMUs now; the source bounds it with
@@ -141,7 +144,9 @@ type incomingVM struct {
 	mon       *qmp.Conn // the destination QEMU's event monitor
 	undo      []func(context.Context)
 	finalized bool
-	postcopy  bool          // the guest already runs here (postcopy)
+	postcopy  bool      // the guest already runs here (postcopy)
+	relay     *migRelay // cross-host: TCP -> QEMU's unix socket
+	token     string
 	wait      time.Duration // how long to wait for finalize
 }
 
@@ -303,6 +308,11 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 		return "", err
 	}
 	d.app = &applied{Name: d.name, SourceFile: m.SourceFile, Spec: canonical(&f.VM), Accel: m.Accel, Argv: argv, MigratedFrom: m.From}
+	// QEMU binds its sockets there: same owner as the state directory (the
+	// host steps may have given that to an unprivileged QEMU user).
+	if err := chownLike(inDir, d.p.Dir); err != nil {
+		return "", err
+	}
 	u := s.unitFor(f, argv, m.Accel)
 	u.Name = d.unit
 	for _, o := range plan.unitOpts {
@@ -332,26 +342,26 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 			return "", fmt.Errorf("multifd channels: %w", err)
 		}
 	}
-	uri := "unix:" + filepath.Join(inDir, "migrate.sock")
-	if !d.local {
-		uri = "tcp:" + net.JoinHostPort(m.Listen, "0")
-	}
+	// QEMU listens on a unix socket; across hosts vmsup relays TCP to it
+	// (migrelay.go), so QEMU itself needs no network.
+	sock := filepath.Join(inDir, "migrate.sock")
+	uri := "unix:" + sock
 	if err := d.mon.MigrateIncoming(ctx, uri); err != nil {
 		return "", fmt.Errorf("listen for the migration on %s: %w", uri, err)
 	}
 	if d.local {
 		return uri, nil
 	}
-	info, err := d.mon.QueryMigrate(ctx)
+	ln, err := net.Listen("tcp", net.JoinHostPort(m.Listen, "0"))
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("listen for the migration stream: %w", err)
 	}
-	for _, a := range info.SocketAddress {
-		if a.Type == "inet" && a.Port != "" && a.Port != "0" {
-			return "tcp:" + net.JoinHostPort(m.Listen, a.Port), nil
-		}
-	}
-	return "", fmt.Errorf("QEMU did not say which port it listens on (query-migrate: %+v)", info.SocketAddress)
+	d.token = newRelayToken()
+	relay := startRelay(ln, func() (net.Conn, error) { return net.Dial("unix", sock) }, checkToken(d.token), nil, s.opts.Logger)
+	d.relay = relay
+	d.undo = append(d.undo, func(context.Context) { relay.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return "tcp:" + net.JoinHostPort(m.Listen, port), nil
 }
 
 // dialMonitor waits for the new QEMU's event monitor (or its unit failing).

@@ -1,4 +1,5 @@
-# vmsup: `make demo` boots a real VM from examples/demo.toml; `make test` runs every test.
+# vmsup: `make demo` boots a real VM from examples/demo.toml; `make test` runs every test;
+# `make bench` measures vmsup against raw QEMU and libvirt.
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -14,6 +15,14 @@ test:
 
 guest:
 	bash scripts/build-guest.sh
+
+# bench: vmsup vs raw QEMU vs libvirt, side by side (root; ~10-15 min); results in bench/results/.
+# BENCH_FLAGS passes options through, e.g. BENCH_FLAGS="-only start,qmp -reps 5".
+bench:
+	bash scripts/install-bench-deps.sh
+	$(GO) build -o bin/vmsup ./cmd/vmsup
+	$(GO) build -o bin/vmsup-bench ./cmd/vmsup-bench
+	./bin/vmsup-bench -vmsup bin/vmsup -out bench/results $(BENCH_FLAGS)
 
 vet:
 	$(GO) vet ./...

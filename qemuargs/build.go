@@ -31,6 +31,14 @@ type Options struct {
 	// required for "uefi", ignored otherwise.
 	FirmwareVars string
 
+	// VhostNet says the host has /dev/vhost-net: tap NICs with vhost
+	// "auto" use vhost-net. QEMU 7.2 aborts on vhost=on without it, so the
+	// caller probes it; false is always safe.
+	VhostNet bool
+	// Disks holds, by disk name, the host files vmsup prepared for disks
+	// that need them (a seed's built ISO, a secret file); see DiskHost.
+	Disks map[string]DiskHost
+
 	// Incoming starts QEMU as a live-migration destination: "-incoming
 	// defer" (the supervisor picks the address later with migrate-incoming)
 	// and "-S", so the guest stays paused after the stream ends until the
@@ -90,6 +98,9 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		guestName{vm.Name},
 		flags{"-msg", "timestamp=on"},
 	}
+	if vm.Security.HasSeccomp() {
+		parts = append(parts, sandbox{})
+	}
 
 	m := machine{Type: vm.Machine}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {
@@ -130,25 +141,21 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		}
 	}
 	for i, n := range vm.NICs {
-		nd, err := NICNetdev(n)
+		nd, err := NICNetdev(n, o.VhostNet)
 		if err != nil {
-			return nil, inField(err, fmt.Sprintf("nic[%d]", i))
+			return nil, nicInField(err, i, n.Name)
 		}
 		dev := NICDevice(n, l.nics[i].bus)
 		dev.Addr = l.nics[i].addr
 		parts = append(parts, nd, dev)
 	}
 	for i, d := range vm.Disks {
-		bds, err := DiskBlockdevs(d)
+		dp, err := Disk(d, o.Disks[d.Name], l.disks[i].bus)
 		if err != nil {
 			return nil, inField(err, fmt.Sprintf("disk[%d]", i))
 		}
-		for _, b := range bds {
-			parts = append(parts, b)
-		}
-		dev := DiskDevice(d, l.disks[i].bus)
-		dev.Addr = l.disks[i].addr
-		parts = append(parts, dev)
+		dp.Devices[0].Addr = l.disks[i].addr
+		parts = append(parts, dp.renderers()...)
 	}
 	if o.Incoming {
 		parts = append(parts, flags{"-S", "-incoming", "defer"})

@@ -107,7 +107,7 @@ func TestBuildErrors(t *testing.T) {
 		{"disk boot index", disk, func(vm *spec.VM) { vm.Disks[0].BootIndex = -1 }, "disk[0].boot_index", "negative"},
 		{"disk duplicate", disk + "[[disk]]\nname = \"b\"\nfile = \"b.img\"\n",
 			func(vm *spec.VM) { vm.Disks[1].Name = "root" }, "disk[1].name", "duplicate disk name"},
-		{"nic type", disk + "[[nic]]\nname = \"n\"\n", func(vm *spec.VM) { vm.NICs[0].Type = "tap" }, "nic[0].type", "unsupported"},
+		{"nic type", disk + "[[nic]]\nname = \"n\"\n", func(vm *spec.VM) { vm.NICs[0].Type = "tap" }, "nic[0].type", "unknown NIC type"},
 		{"nic mac", disk + "[[nic]]\nname = \"n\"\n", func(vm *spec.VM) { vm.NICs[0].MAC = "" }, "nic[0].mac", "invalid MAC"},
 		{"nic multicast", disk + "[[nic]]\nname = \"n\"\n", func(vm *spec.VM) { vm.NICs[0].MAC = "01:00:00:00:00:01" }, "nic[0].mac", "multicast"},
 		{"nic forward", disk + "[[nic]]\nname = \"n\"\n", func(vm *spec.VM) { vm.NICs[0].Forwards = []string{"tcp:1-2,x=y"} }, "nic[0].forwards[0]", "invalid forward"},
@@ -150,12 +150,17 @@ func TestBuildNilAndHelpersErrors(t *testing.T) {
 	if _, err := Build(nil, testOptions); err == nil {
 		t.Error("Build(nil) succeeded")
 	}
-	_, err := DiskBlockdevs(spec.Disk{Name: "data", File: "/d.img", Format: "raw", Cache: "fast", AIO: "threads"})
+	_, err := Disk(spec.Disk{Name: "data", Type: "file", File: "/d.img", Format: "raw", Cache: "fast", AIO: "threads"}, DiskHost{}, "rp1")
 	if got, want := fmt.Sprint(err), `disk "data": cache: unknown cache mode "fast"`; got != want {
-		t.Errorf("DiskBlockdevs error = %q, want %q", got, want)
+		t.Errorf("Disk error = %q, want %q", got, want)
 	}
-	_, err = NICNetdev(spec.NIC{Name: "lan", Type: "tap", MAC: "52:54:00:00:00:01"})
-	if got, want := fmt.Sprint(err), `nic "lan": type: unsupported NIC type "tap" (want "user")`; got != want {
+	_, err = Disk(spec.Disk{Name: "s", Type: "iscsi", Portal: "127.0.0.1:3260", Target: "iqn.2026-01.t:x", User: "u",
+		SecretFile: "/etc/chap", Format: "raw", Cache: "writeback", AIO: "threads"}, DiskHost{}, "rp1")
+	if got, want := fmt.Sprint(err), `disk "s": Options.Disks.SecretFile: missing path`; got != want {
+		t.Errorf("Disk error = %q, want %q", got, want)
+	}
+	_, err = NICNetdev(spec.NIC{Name: "lan", Type: "tap", MAC: "52:54:00:00:00:01"}, false)
+	if got, want := fmt.Sprint(err), `nic "lan": type: unknown NIC type "tap" (want "user", "bridge", "ovs" or "cni")`; got != want {
 		t.Errorf("NICNetdev error = %q, want %q", got, want)
 	}
 }

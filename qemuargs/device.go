@@ -27,11 +27,15 @@ type Device struct {
 	BootIndex  int    `json:"bootindex,omitempty"`
 	WriteCache string `json:"write-cache,omitempty"` // "on" or "off"
 	ShareRW    *bool  `json:"share-rw,omitempty"`
+	IOThread   string `json:"iothread,omitempty"` // id of an iothread object
 
 	// virtio-net-pci
 	Netdev  string  `json:"netdev,omitempty"`
 	MAC     string  `json:"mac,omitempty"`
-	ROMFile *string `json:"romfile,omitempty"` // "" disables the option ROM (no iPXE)
+	ROMFile *string `json:"romfile,omitempty"`  // "" disables the option ROM (no iPXE)
+	HostMTU int     `json:"host_mtu,omitempty"` // MTU the guest driver is told to use
+	MQ      *bool   `json:"mq,omitempty"`       // multiqueue (netdev queues > 1)
+	Vectors int     `json:"vectors,omitempty"`  // MSI-X vectors: 2*queues+2 with mq
 
 	// virtserialport
 	Chardev string `json:"chardev,omitempty"`

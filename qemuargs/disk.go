@@ -2,6 +2,7 @@ package qemuargs
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 
 	"github.com/vmsup/vmsup/spec"
@@ -10,24 +11,60 @@ import (
 // Blockdev is one block node. Its JSON encoding is both the value of
 // -blockdev on the command line and the arguments object of QMP blockdev-add
 // (BlockdevOptions), so boot and hotplug create identical nodes. A disk is two
-// nodes: a protocol node (driver "file") and a format node (qcow2 or raw) on
-// top of it, created in that order and deleted in reverse.
+// nodes: a protocol node (driver "file", "host_device", "iscsi" or "rbd") and
+// a format node (qcow2 or raw) on top of it, created in that order and
+// deleted in reverse. A qcow2 node opens its backing chain itself, read-only,
+// from the image header.
 type Blockdev struct {
 	Driver   string         `json:"driver"`
 	NodeName string         `json:"node-name"`
-	Filename string         `json:"filename,omitempty"` // driver "file": the image path
+	Filename string         `json:"filename,omitempty"` // file, host_device: the image or device path
 	File     string         `json:"file,omitempty"`     // format drivers: node-name of the protocol node
-	AIO      string         `json:"aio,omitempty"`      // driver "file": "threads", "native", "io_uring"
+	AIO      string         `json:"aio,omitempty"`      // file, host_device: "threads", "native", "io_uring"
 	Cache    *BlockdevCache `json:"cache,omitempty"`
 	Discard  string         `json:"discard,omitempty"` // "unmap" passes guest discards down
 	ReadOnly bool           `json:"read-only"`
+
+	// iscsi (BlockdevOptionsIscsi)
+	Transport      string `json:"transport,omitempty"` // "tcp"
+	Portal         string `json:"portal,omitempty"`
+	Target         string `json:"target,omitempty"`
+	LUN            *int   `json:"lun,omitempty"`
+	PasswordSecret string `json:"password-secret,omitempty"` // id of a secret object
+
+	// rbd (BlockdevOptionsRbd)
+	Pool      string         `json:"pool,omitempty"`
+	Image     string         `json:"image,omitempty"`
+	Conf      string         `json:"conf,omitempty"`
+	Server    []InetAddrBase `json:"server,omitempty"`
+	KeySecret string         `json:"key-secret,omitempty"` // id of a secret object
+
+	User string `json:"user,omitempty"` // iscsi: CHAP user; rbd: cephx id
 }
 
-// BlockdevCache is BlockdevCacheOptions. Both fields are always written so
-// the argv says what it does.
-type BlockdevCache struct {
-	Direct  bool `json:"direct"`   // O_DIRECT: bypass the host page cache
-	NoFlush bool `json:"no-flush"` // ignore guest flushes (unsafe)
+// InetAddrBase is QEMU's InetSocketAddressBase (an RBD monitor).
+type InetAddrBase struct {
+	Host string `json:"host"`
+	Port string `json:"port"`
+}
+
+// Object is one QOM object created with -object (JSON) at boot and with QMP
+// object-add at hotplug: a secret that a block node reads its password or
+// key from, or an iothread.
+type Object struct {
+	QOMType string `json:"qom-type"` // "secret" or "iothread"
+	ID      string `json:"id"`
+	File    string `json:"file,omitempty"`   // secret: the file holding it (never the data itself)
+	Format  string `json:"format,omitempty"` // secret: "raw" or "base64"
+}
+
+// Args renders the object for the command line: -object JSON.
+func (o Object) Args() ([]string, error) {
+	j, err := marshalJSON(o)
+	if err != nil {
+		return nil, fmt.Errorf("object %q: %w", o.ID, err)
+	}
+	return []string{"-object", j}, nil
 }
 
 // Args renders the node for the command line: -blockdev JSON.
@@ -37,6 +74,47 @@ func (b Blockdev) Args() ([]string, error) {
 		return nil, fmt.Errorf("blockdev %q: %w", b.NodeName, err)
 	}
 	return []string{"-blockdev", j}, nil
+}
+
+// BlockdevCache is BlockdevCacheOptions. Both fields are always written so
+// the argv says what it does.
+type BlockdevCache struct {
+	Direct  bool `json:"direct"`   // O_DIRECT: bypass the host page cache
+	NoFlush bool `json:"no-flush"` // ignore guest flushes (unsafe)
+}
+
+// DiskHost holds the host files vmsup prepared for one disk (package
+// storage makes them; Build and hotplug only name them).
+type DiskHost struct {
+	// Image is the file QEMU opens for a disk whose image vmsup builds (a
+	// seed ISO); ignored for other types, which use the spec's file.
+	Image string
+	// SecretFile holds the disk's CHAP password or cephx key (mode 0600), for
+	// disks with NeedsSecret. The secret reaches QEMU only through it.
+	SecretFile string
+}
+
+// DiskParts is everything one disk puts into QEMU, in creation order:
+// objects (secret, iothread), then block nodes, then devices. Remove them in
+// reverse: devices, nodes (last first), objects.
+type DiskParts struct {
+	Objects   []Object
+	Blockdevs []Blockdev
+	Devices   []Device
+}
+
+func (p DiskParts) renderers() []renderer {
+	var out []renderer
+	for _, o := range p.Objects {
+		out = append(out, o)
+	}
+	for _, b := range p.Blockdevs {
+		out = append(out, b)
+	}
+	for _, d := range p.Devices {
+		out = append(out, d)
+	}
+	return out
 }
 
 // cacheMode is what one spec cache mode means for the nodes and the device,
@@ -54,9 +132,9 @@ var cacheModes = map[string]cacheMode{
 	"unsafe":       {BlockdevCache{Direct: false, NoFlush: true}, "on"},
 }
 
-// checkDisk validates what DiskBlockdevs and DiskDevice rely on; field names
-// are relative to the disk ("cache").
-func checkDisk(d spec.Disk) *Error {
+// checkDisk validates what Disk relies on; field names are relative to
+// the disk ("cache").
+func checkDisk(d spec.Disk, h DiskHost) *Error {
 	obj := fmt.Sprintf("disk %q", d.Name)
 	fail := func(field, format string, args ...any) *Error {
 		e := errorf(field, format, args...)
@@ -66,14 +144,53 @@ func checkDisk(d spec.Disk) *Error {
 	if err := spec.ValidName(d.Name); err != nil {
 		return fail("name", "%v", err)
 	}
-	switch {
-	case d.File == "":
-		return fail("file", "missing image path")
-	case !filepath.IsAbs(d.File):
-		return fail("file", "%q is not an absolute path", d.File)
+	path := func(field, p string) *Error {
+		switch {
+		case p == "":
+			return fail(field, "missing path")
+		case !filepath.IsAbs(p):
+			return fail(field, "%q is not an absolute path", p)
+		}
+		if err := checkString(p); err != nil {
+			return fail(field, "%v", err)
+		}
+		return nil
 	}
-	if err := checkString(d.File); err != nil {
-		return fail("file", "%v", err)
+	switch d.Type {
+	case spec.DiskFile, spec.DiskBlock, spec.DiskISO:
+		if e := path("file", d.File); e != nil {
+			return e
+		}
+	case spec.DiskSeed:
+		if e := path("Options.Disks.Image", h.Image); e != nil {
+			return e
+		}
+	case spec.DiskISCSI:
+		if d.Portal == "" || d.Target == "" {
+			return fail("portal", "iSCSI needs portal and target")
+		}
+	case spec.DiskRBD:
+		if d.Pool == "" || d.Image == "" {
+			return fail("pool", "RBD needs pool and image")
+		}
+		for _, m := range d.Monitors {
+			if _, _, err := net.SplitHostPort(m); err != nil {
+				return fail("monitors", "%q is not HOST:PORT", m)
+			}
+		}
+	default:
+		return fail("type", "unknown disk type %q", d.Type)
+	}
+	if d.NeedsSecret() {
+		if e := path("Options.Disks.SecretFile", h.SecretFile); e != nil {
+			return e
+		}
+	}
+	for field, v := range map[string]string{"portal": d.Portal, "target": d.Target, "pool": d.Pool,
+		"image": d.Image, "user": d.User, "ceph_conf": d.CephConf} {
+		if err := checkString(v); err != nil {
+			return fail(field, "%v", err)
+		}
 	}
 	switch d.Format {
 	case spec.FormatQcow2, spec.FormatRaw:
@@ -105,54 +222,98 @@ func checkDisk(d spec.Disk) *Error {
 	return nil
 }
 
-// DiskBlockdevs returns the disk's nodes in creation order: the protocol
-// node (DiskFileNodeName) and the format node (DiskNodeName) on top of it.
-// Add them with blockdev-add in this order; delete them in reverse. Errors
-// are *Error with Object naming the disk.
-func DiskBlockdevs(d spec.Disk) ([]Blockdev, error) {
-	if e := checkDisk(d); e != nil {
-		return nil, e
+// Disk returns what the disk puts into QEMU, with its device(s) on bus (a
+// root port id on q35, "pci.0" on pc; Build also sets Addr on pc). Build
+// renders it on the command line and the supervisor sends the very same
+// values over QMP to hot-plug a disk. Errors are *Error with Object naming
+// the disk.
+func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
+	if e := checkDisk(d, h); e != nil {
+		return DiskParts{}, e
 	}
+	var p DiskParts
 	cm := cacheModes[d.Cache]
 	discard := ""
 	if d.Discard {
 		discard = "unmap"
 	}
+	cache := func() *BlockdevCache { return &BlockdevCache{Direct: cm.cache.Direct, NoFlush: cm.cache.NoFlush} }
 	proto := Blockdev{
-		Driver:   "file",
 		NodeName: DiskFileNodeName(d.Name),
-		Filename: d.File,
-		AIO:      d.AIO,
-		Cache:    &BlockdevCache{Direct: cm.cache.Direct, NoFlush: cm.cache.NoFlush},
+		Cache:    cache(),
 		Discard:  discard,
 		ReadOnly: d.ReadOnly,
+	}
+	secret := ""
+	if d.NeedsSecret() {
+		secret = DiskSecretID(d.Name)
+		// The CHAP password is used as is; QEMU's rbd driver re-encodes the
+		// secret in base64 for librados, so a cephx key (base64 text, as
+		// `ceph auth get-key` prints it) is declared base64.
+		format := "raw"
+		if d.Type == spec.DiskRBD {
+			format = "base64"
+		}
+		p.Objects = append(p.Objects, Object{QOMType: "secret", ID: secret, File: h.SecretFile, Format: format})
+	}
+	switch d.Type {
+	case spec.DiskFile, spec.DiskISO:
+		proto.Driver, proto.Filename, proto.AIO = "file", d.File, d.AIO
+	case spec.DiskSeed:
+		proto.Driver, proto.Filename, proto.AIO = "file", h.Image, d.AIO
+	case spec.DiskBlock:
+		proto.Driver, proto.Filename, proto.AIO = "host_device", d.File, d.AIO
+	case spec.DiskISCSI:
+		lun := d.LUN
+		proto.Driver, proto.Transport, proto.Portal, proto.Target, proto.LUN = "iscsi", "tcp", d.Portal, d.Target, &lun
+		proto.User, proto.PasswordSecret = d.User, secret
+	case spec.DiskRBD:
+		proto.Driver, proto.Pool, proto.Image, proto.Conf = "rbd", d.Pool, d.Image, d.CephConf
+		proto.User, proto.KeySecret = d.User, secret
+		for _, m := range d.Monitors {
+			host, port, _ := net.SplitHostPort(m)
+			proto.Server = append(proto.Server, InetAddrBase{Host: host, Port: port})
+		}
 	}
 	format := Blockdev{
 		Driver:   d.Format,
 		NodeName: DiskNodeName(d.Name),
 		File:     proto.NodeName,
-		Cache:    &BlockdevCache{Direct: cm.cache.Direct, NoFlush: cm.cache.NoFlush},
+		Cache:    cache(),
 		Discard:  discard,
 		ReadOnly: d.ReadOnly,
 	}
-	return []Blockdev{proto, format}, nil
-}
+	p.Blockdevs = []Blockdev{proto, format}
 
-// DiskDevice returns the disk's virtio-blk-pci device on bus (a root port id
-// on q35, "pci.0" on pc; Build also sets Addr on pc). It assumes d passed
-// DiskBlockdevs; call that first.
-func DiskDevice(d spec.Disk, bus string) Device {
+	if d.IsCDROM() {
+		// A CD-ROM is a scsi-cd on its own virtio-scsi controller: the test
+		// guest (and any stock kernel) has virtio-scsi and sr_mod, while
+		// q35's AHCI would need ahci/libata in the guest.
+		ctrl := DiskControllerID(d.Name)
+		p.Devices = []Device{
+			{Driver: "virtio-scsi-pci", ID: ctrl, Bus: bus},
+			{Driver: "scsi-cd", ID: DiskDeviceID(d.Name), Bus: ctrl + ".0", Drive: format.NodeName,
+				Serial: d.Serial, BootIndex: d.BootIndex},
+		}
+		return p, nil
+	}
 	shareRW := false
-	return Device{
+	dev := Device{
 		Driver:     "virtio-blk-pci",
 		ID:         DiskDeviceID(d.Name),
 		Bus:        bus,
-		Drive:      DiskNodeName(d.Name),
+		Drive:      format.NodeName,
 		Serial:     d.Serial,
 		BootIndex:  d.BootIndex,
 		WriteCache: cacheModes[d.Cache].writeCache,
 		ShareRW:    &shareRW,
 	}
+	if d.IOThread {
+		dev.IOThread = DiskIOThreadID(d.Name)
+		p.Objects = append(p.Objects, Object{QOMType: "iothread", ID: dev.IOThread})
+	}
+	p.Devices = []Device{dev}
+	return p, nil
 }
 
 // ovmfBlockdevs are the UEFI flash nodes: the firmware code read-only and

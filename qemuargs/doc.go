@@ -16,12 +16,22 @@
 //
 // # One value for boot and hotplug
 //
-// Disks, NICs and devices are typed values (Blockdev, Netdev, Device) whose
-// JSON encoding is exactly the object QEMU takes both on the command line
-// (-blockdev/-netdev/-device in JSON syntax) and as the arguments of the QMP
-// commands blockdev-add, netdev_add and device_add. DiskBlockdevs, DiskDevice,
-// NICNetdev and NICDevice build them from spec values, so a disk hot-plugged
-// later is described by the very code that described it at boot.
+// Disks, NICs and devices are typed values (Object, Blockdev, Netdev,
+// Device) whose JSON encoding is exactly the object QEMU takes both on the
+// command line (-object/-blockdev/-netdev/-device in JSON syntax) and as the
+// arguments of the QMP commands object-add, blockdev-add, netdev_add and
+// device_add. Disk (every disk type: file, host_device, CD-ROM on its own
+// virtio-scsi controller, iSCSI, RBD, with their secret and iothread
+// objects), NICNetdev and NICDevice build them from spec values, so a disk
+// hot-plugged later is described by the very code that described it at
+// boot. Secrets appear only as the path of a file (DiskHost.SecretFile).
+//
+// # Confinement
+//
+// With vm.Security.HasSeccomp() (the default) the argv carries QEMU's own
+// seccomp filter, -sandbox SeccompSandbox. TCG always runs with
+// split-wx=on, so QEMU never maps memory writable and executable at once and
+// its systemd unit can set MemoryDenyWriteExecute=.
 //
 // # Escaping
 //

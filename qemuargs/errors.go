@@ -13,7 +13,7 @@ import (
 // *spec.File can turn it into a positioned error with File.Errorf; problems
 // with Options name the option ("Options.QMPSocket").
 //
-// Errors from the per-device helpers (DiskBlockdevs, NICNetdev) carry the
+// Errors from the per-device helpers (Disk, NICNetdev) carry the
 // device in Object ("disk \"data\"") and a Field relative to it ("cache");
 // Build replaces both with VM and the full field path.
 type Error struct {

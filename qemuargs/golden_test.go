@@ -93,6 +93,22 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	if o.Accel == spec.AccelAuto {
 		o.Accel = spec.AccelTCG
 	}
+	// Files vmsup prepares for some disks: a built seed, secret files.
+	for _, d := range vm.Disks {
+		var h DiskHost
+		if d.Type == spec.DiskSeed {
+			h.Image = run + "seed-" + d.Name + ".iso"
+		}
+		if d.NeedsSecret() {
+			h.SecretFile = run + "secrets/" + d.Name
+		}
+		if h != (DiskHost{}) {
+			if o.Disks == nil {
+				o.Disks = map[string]DiskHost{}
+			}
+			o.Disks[d.Name] = h
+		}
+	}
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
@@ -111,6 +127,10 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		}
 		if k == "Incoming" {
 			o.Incoming = v == "true"
+			continue
+		}
+		if k == "VhostNet" {
+			o.VhostNet = v == "true"
 			continue
 		}
 		p, ok := fields[k]

@@ -25,7 +25,7 @@ func TestHotplugJSONInQEMU(t *testing.T) {
 			t.Cleanup(func() { os.RemoveAll(tmp) })
 			slots := ""
 			if machine == "q35" {
-				slots = "hotplug_slots = 2\n"
+				slots = "hotplug_slots = 4\n"
 			}
 			f, err := spec.Parse(tmp+"/hp.toml", []byte(`name = "hp"
 machine = "`+machine+`"
@@ -50,36 +50,35 @@ file = "root.img"
 			}
 			buses := SpareRootPorts(&f.VM)
 			if machine == "pc" {
-				buses = []string{PCIRootBus, PCIRootBus}
+				buses = []string{PCIRootBus, PCIRootBus, PCIRootBus, PCIRootBus}
 			}
-			if len(buses) != 2 {
-				t.Fatalf("SpareRootPorts = %q, want 2 ports", buses)
+			if len(buses) != 4 {
+				t.Fatalf("SpareRootPorts = %q, want 4 ports", buses)
 			}
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			p, q := startQEMU(ctx, t, argv, o.QMPSocket, "-S")
 
-			disk := spec.Disk{Name: "hot", File: tmp + "/hot,1.qcow2", Format: spec.FormatQcow2,
+			disk := spec.Disk{Name: "hot", Type: spec.DiskFile, File: tmp + "/hot,1.qcow2", Format: spec.FormatQcow2,
 				Cache: "writethrough", AIO: "threads", Discard: true, Serial: "HOT1", ReadOnly: false}
 			if out, err := exec.Command(env.qemuImg, "create", "-q", "-f", "qcow2", disk.File, "16M").CombinedOutput(); err != nil {
 				t.Fatalf("qemu-img: %v\n%s", err, out)
 			}
-			bds, err := DiskBlockdevs(disk)
+			dp, err := Disk(disk, DiskHost{}, buses[0])
 			if err != nil {
 				t.Fatal(err)
 			}
 			var plugged []renderer
-			for _, b := range bds {
+			for _, b := range dp.Blockdevs {
 				if err := q.run("blockdev-add", b, nil); err != nil {
 					p.fail("%v", err)
 				}
 				plugged = append(plugged, b)
 			}
-			dd := DiskDevice(disk, buses[0])
 			nic := spec.NIC{Name: "hot", Type: spec.NICUser, MAC: "52:54:00:00:00:99",
 				Forwards: []string{"tcp:127.0.0.1:0-:22"}}
-			nd, err := NICNetdev(nic)
+			nd, err := NICNetdev(nic, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,11 +86,51 @@ file = "root.img"
 			for _, step := range []struct {
 				cmd string
 				arg renderer
-			}{{"device_add", dd}, {"netdev_add", nd}, {"device_add", nicDev}} {
+			}{{"device_add", dp.Devices[0]}, {"netdev_add", nd}, {"device_add", nicDev}} {
 				if err := q.run(step.cmd, step.arg, nil); err != nil {
 					p.fail("%s: %v", step.cmd, err)
 				}
 				plugged = append(plugged, step.arg)
+			}
+
+			// A CD-ROM (its own virtio-scsi controller) and a disk on an
+			// iothread (object-add): every part type of Disk over QMP.
+			cd := spec.Disk{Name: "cd", Type: spec.DiskISO, File: tmp + "/cd.iso", Format: spec.FormatRaw,
+				ReadOnly: true, Cache: "writeback", AIO: "threads"}
+			io := spec.Disk{Name: "io", Type: spec.DiskFile, File: tmp + "/io.img", Format: spec.FormatRaw,
+				Cache: "writeback", AIO: "threads", IOThread: true}
+			for i, d := range []spec.Disk{cd, io} {
+				if err := os.WriteFile(d.File, make([]byte, 1<<20), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				dp, err := Disk(d, DiskHost{}, buses[2+i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range dp.Objects {
+					if err := q.run("object-add", o, nil); err != nil {
+						p.fail("object-add: %v", err)
+					}
+					plugged = append(plugged, o)
+				}
+				for _, b := range dp.Blockdevs {
+					if err := q.run("blockdev-add", b, nil); err != nil {
+						p.fail("blockdev-add: %v", err)
+					}
+					plugged = append(plugged, b)
+				}
+				for _, dev := range dp.Devices {
+					if err := q.run("device_add", dev, nil); err != nil {
+						p.fail("device_add: %v", err)
+					}
+					plugged = append(plugged, dev)
+				}
+			}
+			var iothreads []struct {
+				ID string `json:"id"`
+			}
+			if err := q.run("query-iothreads", nil, &iothreads); err != nil || len(iothreads) != 1 || iothreads[0].ID != DiskIOThreadID("io") {
+				p.fail("query-iothreads: %+v %v", iothreads, err)
 			}
 
 			// Everything plugged must now look exactly as if it had been on

@@ -49,10 +49,17 @@ func (m machine) Args() ([]string, error) {
 	return []string{"-machine", v}, nil
 }
 
-// accel is -accel kvm|tcg.
+// accel is -accel kvm|tcg. TCG runs with split-wx=on: its translation
+// buffer is mapped twice, writable and executable, never both at once, so
+// QEMU has no W+X memory and its unit can set MemoryDenyWriteExecute=.
 type accel struct{ Name spec.Accel }
 
-func (a accel) Args() ([]string, error) { return []string{"-accel", string(a.Name)}, nil }
+func (a accel) Args() ([]string, error) {
+	if a.Name == spec.AccelTCG {
+		return []string{"-accel", "tcg,split-wx=on"}, nil
+	}
+	return []string{"-accel", string(a.Name)}, nil
+}
 
 // cpu is -cpu MODEL. The model was checked to be a plain name (a comma would
 // add CPU properties).

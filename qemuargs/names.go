@@ -51,6 +51,17 @@ func DiskFileNodeName(disk string) string { return "file-" + nodeSuffix(disk) }
 // device_del and DEVICE_DELETED use).
 func DiskDeviceID(disk string) string { return "disk-" + disk }
 
+// DiskControllerID is the qdev id of the virtio-scsi controller a CD-ROM
+// disk sits on (its own, on the disk's root port).
+func DiskControllerID(disk string) string { return "scsi-" + disk }
+
+// DiskSecretID is the id of the secret object holding the disk's CHAP
+// password or cephx key.
+func DiskSecretID(disk string) string { return "sec-" + disk }
+
+// DiskIOThreadID is the id of the disk's iothread object.
+func DiskIOThreadID(disk string) string { return "io-" + disk }
+
 // NICDeviceID is the qdev id of the NIC's virtio-net-pci device.
 func NICDeviceID(nic string) string { return "nic-" + nic }
 

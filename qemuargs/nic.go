@@ -1,6 +1,7 @@
 package qemuargs
 
 import (
+	"errors"
 	"fmt"
 	"net"
 
@@ -11,9 +12,18 @@ import (
 // -netdev on the command line (QEMU 7.2 takes JSON there) and the arguments
 // object of QMP netdev_add.
 type Netdev struct {
-	Type    string         `json:"type"` // "user"
+	Type    string         `json:"type"` // "user" or "tap"
 	ID      string         `json:"id"`
 	Hostfwd []NetdevString `json:"hostfwd,omitempty"` // user: host forwards
+
+	// tap: QEMU opens the persistent tap vmsup made by name (TUNSETIFF on
+	// /dev/net/tun); script and downscript are "no" because vmsup, not
+	// QEMU, wires the tap.
+	Ifname     string `json:"ifname,omitempty"`
+	Script     string `json:"script,omitempty"`
+	Downscript string `json:"downscript,omitempty"`
+	Vhost      *bool  `json:"vhost,omitempty"`
+	Queues     int    `json:"queues,omitempty"` // > 1 only: the tap is multi-queue
 }
 
 // NetdevString is QAPI's String wrapper ({"str": ...}), the element type of
@@ -43,8 +53,8 @@ func checkNIC(n spec.NIC) *Error {
 	if err := spec.ValidName(n.Name); err != nil {
 		return fail("name", "%v", err)
 	}
-	if n.Type != spec.NICUser {
-		return fail("type", "unsupported NIC type %q (want %q)", n.Type, spec.NICUser)
+	if field, err := n.Check(); err != nil {
+		return fail(field, "%v", err)
 	}
 	if _, err := parseMAC(n.MAC); err != nil {
 		return fail("mac", "%v", err)
@@ -57,15 +67,36 @@ func checkNIC(n spec.NIC) *Error {
 	return nil
 }
 
-// NICNetdev returns the NIC's backend (id NetdevID). Errors are *Error with
-// Object naming the NIC.
-func NICNetdev(n spec.NIC) (Netdev, error) {
+// NICNetdev returns the NIC's backend (id NetdevID). vhostNet says whether
+// the host has /dev/vhost-net: vhost "auto" uses it then, and vhost "on"
+// without it is an error here rather than a QEMU abort. Errors are *Error
+// with Object naming the NIC.
+func NICNetdev(n spec.NIC, vhostNet bool) (Netdev, error) {
 	if e := checkNIC(n); e != nil {
 		return Netdev{}, e
 	}
-	nd := Netdev{Type: n.Type, ID: NetdevID(n.Name)}
-	for _, fw := range n.Forwards {
-		nd.Hostfwd = append(nd.Hostfwd, NetdevString{fw})
+	if !n.UsesTap() {
+		nd := Netdev{Type: n.Type, ID: NetdevID(n.Name)}
+		for _, fw := range n.Forwards {
+			nd.Hostfwd = append(nd.Hostfwd, NetdevString{fw})
+		}
+		return nd, nil
+	}
+	vhost := vhostNet
+	switch n.Vhost {
+	case spec.VhostOn:
+		if !vhostNet {
+			e := errorf("vhost", "vhost \"on\" needs /dev/vhost-net, which this host does not have (use \"auto\" or \"off\")")
+			e.Object = fmt.Sprintf("nic %q", n.Name)
+			return Netdev{}, e
+		}
+		vhost = true
+	case spec.VhostOff:
+		vhost = false
+	}
+	nd := Netdev{Type: "tap", ID: NetdevID(n.Name), Ifname: n.Tap, Script: "no", Downscript: "no", Vhost: &vhost}
+	if n.Queues > 1 {
+		nd.Queues = n.Queues
 	}
 	return nd, nil
 }
@@ -80,14 +111,22 @@ func NICDevice(n spec.NIC, bus string) Device {
 	if err != nil {
 		mac = n.MAC // NICNetdev reports it
 	}
-	return Device{
+	d := Device{
 		Driver:  "virtio-net-pci",
 		ID:      NICDeviceID(n.Name),
 		Bus:     bus,
 		Netdev:  NetdevID(n.Name),
 		MAC:     mac,
 		ROMFile: &noROM,
+		HostMTU: n.MTU,
 	}
+	if n.Queues > 1 {
+		// One vector per queue (rx and tx) plus config and control, as
+		// QEMU's documentation for multiqueue virtio-net says.
+		mq := true
+		d.MQ, d.Vectors = &mq, 2*n.Queues+2
+	}
+	return d
 }
 
 // parseMAC checks a unicast Ethernet MAC and returns it in the only form
@@ -101,4 +140,15 @@ func parseMAC(s string) (string, error) {
 		return "", fmt.Errorf("MAC address %q is multicast", s)
 	}
 	return hw.String(), nil
+}
+
+// nicInField is inField for the i-th NIC, keeping the NIC's name in the
+// message: "nic[0].vhost: nic \"lan\": ...".
+func nicInField(err error, i int, name string) error {
+	err = inField(err, fmt.Sprintf("nic[%d]", i))
+	var e *Error
+	if errors.As(err, &e) {
+		e.Msg = fmt.Sprintf("nic %q: %s", name, e.Msg)
+	}
+	return err
 }

@@ -159,8 +159,36 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		}
 		return np
 	}
+	for _, n := range vm.NICs {
+		if o.VhostNet && !exists("/dev/vhost-net") {
+			t.Skipf("nic %q: vhost-net needs /dev/vhost-net, which this host does not have (QEMU would abort)", n.Name)
+		}
+	}
 	for i := range vm.Disks {
 		d := &vm.Disks[i]
+		switch d.Type {
+		case spec.DiskBlock, spec.DiskISCSI, spec.DiskRBD:
+			t.Skipf("disk %q of type %s needs a live device or target; the supervisor tests start it", d.Name, d.Type)
+		case spec.DiskSeed:
+			h := o.Disks[d.Name]
+			h.Image = strings.Replace(h.Image, run, s, 1)
+			o.Disks[d.Name] = h
+			if err := os.WriteFile(h.Image, make([]byte, 1<<20), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if d.Backing != "" {
+			d.Backing = move(d.Backing)
+			if out, err := exec.Command(env.qemuImg, "create", "-q", "-f", "qcow2", d.Backing, "64M").CombinedOutput(); err != nil {
+				t.Fatalf("qemu-img create %s: %v\n%s", d.Backing, err, out)
+			}
+			d.File = move(d.File)
+			if out, err := exec.Command(env.qemuImg, "create", "-q", "-f", "qcow2", "-b", d.Backing, "-F", "qcow2", d.File).CombinedOutput(); err != nil {
+				t.Fatalf("qemu-img create %s: %v\n%s", d.File, err, out)
+			}
+			continue
+		}
 		if (d.Cache == "none" || d.Cache == "directsync") && !directIOWorks(g) {
 			t.Skipf("cache %q needs O_DIRECT, which the file system of %s does not support", d.Cache, tmp)
 		}

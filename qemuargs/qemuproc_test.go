@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +31,11 @@ func startQEMU(ctx context.Context, t *testing.T, argv []string, qmpSocket strin
 	p := &qemuProc{t: t, argv: argv, exited: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], append(argv[1:len(argv):len(argv)], extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if os.Geteuid() == 0 {
+		// A network namespace of its own: tap NICs make QEMU create their
+		// taps, which must never appear on the host.
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,8 @@ if [[ $(cat /proc/1/comm) != systemd ]]; then
 	set -a; . "$work/env"; set +a
 	systemctl() { nsenter -t "$SANDBOX_PID1" -m -p systemctl "$@"; }
 	journalctl() { command journalctl -D "$VMSUP_JOURNAL_DIR" "$@"; }
+	# status measures the unit's exposure with systemd-analyze, which must run beside that systemd.
+	export VMSUP_SYSTEMD_ANALYZE="nsenter -t $SANDBOX_PID1 -m -p systemd-analyze"
 fi
 
 step() { echo; echo "== $*"; }

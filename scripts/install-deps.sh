@@ -5,7 +5,9 @@
 set -euo pipefail
 PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-static
 	qemu-guest-agent xz-utils dbus systemd util-linux iproute2 apparmor apparmor-utils
-	make gcc ca-certificates)
+	openvswitch-switch containernetworking-plugins
+	make gcc ca-certificates
+	tgt ceph-mon ceph-osd ceph-common) # storage tests: iSCSI target, single-node Ceph
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -19,8 +21,13 @@ if ((${#missing[@]})); then
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q >&2
-	apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+	apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >&2
 	[[ -n $made_policy ]] && rm -f /usr/sbin/policy-rc.d
+fi
+# QEMU runs as this unprivileged system user (vmsup also creates it when missing).
+if ! getent passwd vmsup-qemu >/dev/null; then
+	echo "install-deps: creating system user vmsup-qemu" >&2
+	useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vmsup-qemu
 fi
 # Go: this project needs the Go toolchain named in go.mod (Debian 12's golang is too old).
 if ! command -v go >/dev/null 2>&1; then

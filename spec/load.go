@@ -150,8 +150,11 @@ func (f *File) resolvePaths() {
 	}
 	f.VM.Boot.Kernel = abs(f.VM.Boot.Kernel)
 	f.VM.Boot.Initrd = abs(f.VM.Boot.Initrd)
+	for i := range f.VM.NICs {
+		f.VM.NICs[i].CNIConfig = abs(f.VM.NICs[i].CNIConfig)
+	}
 	for i := range f.VM.Disks {
-		f.VM.Disks[i].File = abs(f.VM.Disks[i].File)
+		f.VM.Disks[i].resolvePaths(abs)
 	}
 }
 

@@ -26,6 +26,8 @@ type VM struct {
 	Disks  []Disk `toml:"disk"`
 	NICs   []NIC  `toml:"nic"`
 	Limits Limits `toml:"limits"`
+	// Security is the VM's confinement (see security.go).
+	Security Security `toml:"security"`
 }
 
 // Accel is the accelerator choice.
@@ -60,30 +62,74 @@ const (
 	FormatRaw   = "raw"
 )
 
-// Disk is a block device backed by a file.
+// Disk is a block device: an image file, a host block device, an ISO, a
+// cloud-init seed vmsup builds, an iSCSI LUN or a Ceph RBD image. Which keys
+// apply depends on Type (see disk.go and testdata/example.toml).
 type Disk struct {
 	Name      string `toml:"name"`       // required, unique in the VM; the QEMU node and device id derive from it
-	File      string `toml:"file"`       // required image path
-	Format    string `toml:"format"`     // "qcow2" or "raw"; default from the file extension (.qcow2 -> qcow2, else raw)
-	ReadOnly  bool   `toml:"read_only"`  // open the image read-only
+	Type      string `toml:"type"`       // "file" (default), "block", "iso", "seed", "iscsi", "rbd"
+	File      string `toml:"file"`       // file, block (device path), iso: required image path
+	Format    string `toml:"format"`     // "qcow2" or "raw"; default from the file extension for type file, else raw
+	Size      Size   `toml:"size"`       // file: create the image with this size if it does not exist
+	Backing   string `toml:"backing"`    // file, qcow2: base image; a missing file is created as an overlay on it
+	ReadOnly  bool   `toml:"read_only"`  // open the image read-only (always for iso and seed)
 	Cache     string `toml:"cache"`      // "writeback" (default), "none", "writethrough", "directsync", "unsafe"
 	AIO       string `toml:"aio"`        // "threads" (default), "native" (needs cache none/directsync), "io_uring"
 	Discard   bool   `toml:"discard"`    // pass guest discards (unmap) to the image
 	Serial    string `toml:"serial"`     // guest-visible serial, at most 20 bytes
 	BootIndex int    `toml:"boot_index"` // firmware boot order, 0 = not bootable
+	IOThread  bool   `toml:"iothread"`   // run the disk's I/O in its own thread (virtio-blk kinds)
+
+	// iscsi
+	Portal string `toml:"portal"` // "HOST:PORT" (port default 3260)
+	Target string `toml:"target"` // target IQN
+	LUN    int    `toml:"lun"`    // default 0
+
+	// rbd
+	Pool     string   `toml:"pool"`      // required
+	Image    string   `toml:"image"`     // required
+	Monitors []string `toml:"monitors"`  // "HOST:PORT"; default: from ceph_conf
+	CephConf string   `toml:"ceph_conf"` // ceph.conf path; default librados' own search
+
+	// iscsi and rbd
+	User       string `toml:"user"`        // iscsi: CHAP user; rbd: cephx id ("admin")
+	SecretFile string `toml:"secret_file"` // file holding the CHAP password or the cephx key; copied 0600 into the state dir
+
+	// seed: cloud-init NoCloud data, inline or from files (not both)
+	UserData          string `toml:"user_data"`
+	MetaData          string `toml:"meta_data"` // default "instance-id: NAME\nlocal-hostname: NAME\n"
+	NetworkConfig     string `toml:"network_config"`
+	UserDataFile      string `toml:"user_data_file"`
+	MetaDataFile      string `toml:"meta_data_file"`
+	NetworkConfigFile string `toml:"network_config_file"`
 }
 
 // NIC types.
 const (
-	NICUser = "user" // QEMU user-mode networking (no host set-up)
+	NICUser   = "user"   // QEMU user-mode networking (no host set-up)
+	NICBridge = "bridge" // a tap vmsup creates, attached to an existing Linux bridge
+	NICOVS    = "ovs"    // a tap vmsup creates, added as a port of an Open vSwitch bridge
+	NICCNI    = "cni"    // wired by a CNI network config in a network namespace vmsup makes for the VM
 )
 
-// NIC is a network interface.
+// NIC is a network interface. The host-side fields (bridge, cni_config,
+// tap, mtu) are used by the NIC types named in their comments; nic.go has
+// their checks and defaults.
 type NIC struct {
 	Name     string   `toml:"name"`     // required, unique in the VM
-	Type     string   `toml:"type"`     // "user" (default)
+	Type     string   `toml:"type"`     // "user" (default), "bridge", "ovs" or "cni"
 	MAC      string   `toml:"mac"`      // default derived from the VM name and NIC index
 	Forwards []string `toml:"forwards"` // user NICs: host forwards "tcp:127.0.0.1:2222-:22"
+
+	Bridge    string `toml:"bridge"`     // bridge: the Linux bridge; ovs: the OVS bridge (must exist)
+	CNIConfig string `toml:"cni_config"` // cni: path of a .conflist (or a single-plugin .conf)
+	Tap       string `toml:"tap"`        // bridge/ovs/cni: tap name; default derived from VM and NIC name
+	MTU       int    `toml:"mtu"`        // bridge/ovs/cni: tap and guest MTU; 0 = the bridge's (1500 for cni)
+	// Queues is the number of virtio-net queue pairs (tap NICs); default 1,
+	// or the VM's cpus when Multiqueue is set.
+	Queues     int    `toml:"queues"`
+	Multiqueue bool   `toml:"multiqueue"`
+	Vhost      string `toml:"vhost"` // tap NICs: "auto" (default: on where /dev/vhost-net exists), "on", "off"
 }
 
 // Limits are the cgroup limits of the VM's unit.
@@ -152,19 +198,7 @@ func (vm *VM) applyDefaults() {
 		vm.Boot.Firmware = FirmwareBIOS
 	}
 	for i := range vm.Disks {
-		d := &vm.Disks[i]
-		if d.Format == "" {
-			d.Format = FormatRaw
-			if hasSuffixFold(d.File, ".qcow2") {
-				d.Format = FormatQcow2
-			}
-		}
-		if d.Cache == "" {
-			d.Cache = "writeback"
-		}
-		if d.AIO == "" {
-			d.AIO = "threads"
-		}
+		vm.Disks[i].applyDefaults(vm.Name)
 	}
 	for i := range vm.NICs {
 		n := &vm.NICs[i]
@@ -174,6 +208,7 @@ func (vm *VM) applyDefaults() {
 		if n.MAC == "" {
 			n.MAC = DeriveMAC(vm.Name, i)
 		}
+		n.applyDefaults(vm.Name, vm.CPUs)
 	}
 	if vm.Limits.MemoryOverhead == 0 {
 		vm.Limits.MemoryOverhead = DefaultMemoryOverhead
@@ -181,4 +216,5 @@ func (vm *VM) applyDefaults() {
 	if vm.Limits.TasksMax == 0 {
 		vm.Limits.TasksMax = DefaultTasksMax
 	}
+	vm.Security.applyDefaults()
 }

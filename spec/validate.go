@@ -87,6 +87,9 @@ func (f *File) validate() error {
 	if err := f.validateNICs(); err != nil {
 		return err
 	}
+	if err := f.validateSecurity(); err != nil {
+		return err
+	}
 	l := vm.Limits
 	if l.CPUQuota < 0 {
 		return f.Errorf("limits.cpu_quota", "must not be negative")
@@ -133,36 +136,8 @@ func (f *File) validateDisks() error {
 			return f.Errorf(field+".name", "duplicate disk name %q (also disk[%d])", d.Name, j)
 		}
 		seen[d.Name] = i
-		if d.File == "" {
-			return f.Errorf(field+".file", "missing image path")
-		}
-		if strings.ContainsAny(d.File, "\n\x00") {
-			return f.Errorf(field+".file", "path contains a newline or NUL")
-		}
-		switch d.Format {
-		case FormatQcow2, FormatRaw:
-		default:
-			return f.Errorf(field+".format", "unknown format %q (want \"qcow2\" or \"raw\")", d.Format)
-		}
-		switch d.Cache {
-		case "writeback", "none", "writethrough", "directsync", "unsafe":
-		default:
-			return f.Errorf(field+".cache", "unknown cache mode %q", d.Cache)
-		}
-		switch d.AIO {
-		case "threads", "io_uring":
-		case "native":
-			if d.Cache != "none" && d.Cache != "directsync" {
-				return f.Errorf(field+".aio", "aio \"native\" needs cache \"none\" or \"directsync\"")
-			}
-		default:
-			return f.Errorf(field+".aio", "unknown aio mode %q", d.AIO)
-		}
-		if len(d.Serial) > 20 || strings.ContainsAny(d.Serial, ",\"' \n\x00") {
-			return f.Errorf(field+".serial", "serial %q must be at most 20 bytes with no spaces, quotes or commas", d.Serial)
-		}
-		if d.BootIndex < 0 {
-			return f.Errorf(field+".boot_index", "must not be negative")
+		if err := f.validateDisk(field+".", &d); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -180,17 +155,15 @@ func (f *File) validateNICs() error {
 			return f.Errorf(field+".name", "duplicate NIC name %q (also nic[%d])", n.Name, j)
 		}
 		names[n.Name] = i
-		switch n.Type {
-		case NICUser:
-		default:
-			return f.Errorf(field+".type", "unknown NIC type %q (want \"user\")", n.Type)
+		if fld, err := n.Check(); err != nil {
+			return f.Errorf(field+"."+fld, "nic %q: %v", n.Name, err)
 		}
 		if err := validMAC(n.MAC); err != nil {
 			return f.Errorf(field+".mac", "%v", err)
 		}
 		m := strings.ToLower(n.MAC)
 		if j, dup := macs[m]; dup {
-			return f.Errorf(field+".mac", "duplicate MAC %s (also nic[%d])", n.MAC, j)
+			return f.Errorf(field+".mac", "nic %q: duplicate MAC %s (also nic[%d] %q)", n.Name, n.MAC, j, f.VM.NICs[j].Name)
 		}
 		macs[m] = i
 		for k, fw := range n.Forwards {
@@ -199,7 +172,9 @@ func (f *File) validateNICs() error {
 			}
 		}
 	}
-	return nil
+	return checkNetns(f.VM.NICs, func(i int, field, format string, args ...any) error {
+		return f.Errorf(fmt.Sprintf("nic[%d].%s", i, field), format, args...)
+	})
 }
 
 var forwardRE = regexp.MustCompile(`^(tcp|udp):[0-9.]*:[0-9]{1,5}-[0-9.]*:[0-9]{1,5}$`)

@@ -37,7 +37,7 @@ cmdline = "console=ttyS0"
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, a := range argv[:14] {
+	for _, a := range argv[:16] {
 		fmt.Println(a)
 	}
 	fmt.Println(strings.Contains(strings.Join(argv, " "), "-kernel /etc/vmsup/vmlinux"))
@@ -51,10 +51,12 @@ cmdline = "console=ttyS0"
 	// guest=web,debug-threads=on
 	// -msg
 	// timestamp=on
+	// -sandbox
+	// on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny
 	// -machine
 	// q35
 	// -accel
-	// tcg
+	// tcg,split-wx=on
 	// -cpu
 	// true
 }

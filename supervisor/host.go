@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
 )
 
 // Host facts the start path depends on. Probed by probeHost; tests and
@@ -22,11 +23,14 @@ type Host struct {
 	// KVMOpenable: /dev/kvm opens read-write (QEMU can start with it even if
 	// it cannot run a stock guest, as on PVM hosts).
 	KVMOpenable bool
+	// AppArmorUnusable is "" when the kernel enforces AppArmor and
+	// apparmor_parser is there, else why not.
+	AppArmorUnusable string
 }
 
 // ProbeHost reads the host facts from /proc, /sys and /dev.
 func ProbeHost() Host {
-	h := Host{MemTotal: memTotal()}
+	h := Host{MemTotal: memTotal(), AppArmorUnusable: units.AppArmorState()}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	switch {
 	case err != nil:
@@ -134,11 +138,7 @@ func checkHost(f *spec.File, h Host, qemu string) error {
 	if err := fileReadable(f, "boot.initrd", vm.Boot.Initrd); err != nil {
 		return err
 	}
-	for i, d := range vm.Disks {
-		if err := fileReadable(f, fmt.Sprintf("disk[%d].file", i), d.File); err != nil {
-			return err
-		}
-	}
+	// Disks are checked by checkStorage (images may be created on demand).
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		if firstExisting(ovmfCode) == "" || firstExisting(ovmfVars) == "" {

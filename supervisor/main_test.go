@@ -53,6 +53,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer env.Close()
+	defer stopTargets() // tgt and Ceph, if a storage test started them
 	return m.Run()
 }
 

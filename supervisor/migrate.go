@@ -191,6 +191,12 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	if err != nil {
 		return res, fmt.Errorf("vm %q: applied spec: %w", name, err)
 	}
+	if len(app.Attached) > 0 || len(app.AttachedNICs) > 0 {
+		// The destination QEMU is built from the spec: its devices would not
+		// match the source's and QEMU would refuse the stream.
+		return res, fmt.Errorf("vm %q: migrate: %d hot-plugged disk(s) and %d NIC(s) are not migrated (the destination starts from the spec file): detach them first",
+			name, len(app.Attached), len(app.AttachedNICs))
+	}
 	// The event monitor, not qmp.sock: status, console and "migrate
 	// --cancel" keep working on the command monitor meanwhile.
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
@@ -326,6 +332,12 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	// The guest runs on the destination; this QEMU holds a stale copy.
 	qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer qcancel()
+	if o.Local {
+		// The old unit's stop-post hook must leave the VM's network and
+		// grants to the new QEMU (see StopPost).
+		_ = os.WriteFile(p.handover(), nil, 0o600)
+		defer os.Remove(p.handover())
+	}
 	_ = mon.Quit(qctx)
 	if err := waitUnitGone(qctx, sd, unit); err != nil {
 		_ = sd.Kill(qctx, unit, syscall.SIGKILL)
@@ -411,11 +423,18 @@ func (s *Supervisor) openTransport(ctx context.Context, o MigrateOptions) (*migP
 	if err != nil {
 		return nil, nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	// An os.Pipe rather than StdoutPipe: Wait closes StdoutPipe's read end
+	// as soon as the receiver exits, which can be before its last reply
+	// ("finalized") has been read.
+	stdout, pw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = pw
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		stdout.Close()
 		return nil, nil, fmt.Errorf("%s: %w", strings.Join(o.Transport, " "), err)
 	}
 	exited := make(chan struct{})
@@ -429,6 +448,7 @@ func (s *Supervisor) openTransport(ctx context.Context, o MigrateOptions) (*migP
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+		stdout.Close()
 	}, nil
 }
 
@@ -717,3 +737,7 @@ func chownLike(path, ref string) error {
 	}
 	return os.Chown(path, int(st.Uid), int(st.Gid))
 }
+
+// handover marks a local migration's handover: the old QEMU is quitting
+// and a new one already runs the guest with the same host resources.
+func (p vmPaths) handover() string { return filepath.Join(p.Dir, "handover") }

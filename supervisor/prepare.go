@@ -15,6 +15,9 @@ import (
 type startPlan struct {
 	argvOpts []func(*qemuargs.Options)
 	unitOpts []func(*units.Unit)
+	// carried are disks hot-plugged during an earlier run that this start
+	// boots with (storage.go).
+	carried []spec.Disk
 }
 
 // hostSteps are the steps that make the host ready for QEMU before its unit

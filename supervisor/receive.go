@@ -269,6 +269,19 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 			return "", err
 		}
 	}
+	// What QEMU needs on this host. On the same host the source's are
+	// reused as they are.
+	plan := &startPlan{}
+	if !d.local {
+		for _, hs := range s.hostSteps(f, d.p, plan) {
+			if err := hs.do(ctx); err != nil {
+				return "", fmt.Errorf("%s: %w", hs.name, err)
+			}
+			if hs.undo != nil {
+				d.undo = append(d.undo, hs.undo)
+			}
+		}
+	}
 	// A fresh directory each time: a QEMU unlinks the socket paths it bound
 	// when it exits, and the previous destination (the source now) bound
 	// its sockets under an incoming directory too.
@@ -285,19 +298,6 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 	}
 	d.undo = append(d.undo, func(context.Context) { os.RemoveAll(inDir) })
 
-	// What QEMU needs on this host. On the same host the source's are
-	// reused as they are.
-	plan := &startPlan{}
-	if !d.local {
-		for _, hs := range s.hostSteps(f, d.p, plan) {
-			if err := hs.do(ctx); err != nil {
-				return "", fmt.Errorf("%s: %w", hs.name, err)
-			}
-			if hs.undo != nil {
-				d.undo = append(d.undo, hs.undo)
-			}
-		}
-	}
 	opts := append(plan.argvOpts, func(o *qemuargs.Options) {
 		o.Incoming = true
 		o.QMPSocket, o.EventSocket, o.ConsoleSocket, o.AgentSocket = d.in.QMP, d.in.Events, d.in.Console, d.in.Agent
@@ -308,6 +308,7 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 		return "", err
 	}
 	d.app = &applied{Name: d.name, SourceFile: m.SourceFile, Spec: canonical(&f.VM), Accel: m.Accel, Argv: argv, MigratedFrom: m.From}
+	d.app.recordBootDisks(&f.VM, nil) // the spare root ports, as up records them
 	// QEMU binds its sockets there: same owner as the state directory (the
 	// host steps may have given that to an unprivileged QEMU user).
 	if err := chownLike(inDir, d.p.Dir); err != nil {
@@ -317,6 +318,19 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 	u.Name = d.unit
 	for _, o := range plan.unitOpts {
 		o(&u)
+	}
+	if d.local {
+		// The host steps are not run again on the same host: give the new
+		// unit the old one's confinement (user, sandbox, profile) and
+		// network hooks from what those steps recorded.
+		if c, err := s.readConfinement(d.name); err == nil && c != nil {
+			s.sandboxUnit(&u, f, d.p, c)
+		}
+		netPlan := &startPlan{}
+		_ = s.networkSteps(f, d.p, netPlan) // only for its unit options
+		for _, o := range netPlan.unitOpts {
+			o(&u)
+		}
 	}
 	// The undo goes first: a failed start leaves a failed unit to reset.
 	d.undo = append(d.undo, func(ctx context.Context) {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -61,6 +62,13 @@ type applied struct {
 	AccelReason string          `json:"accel_reason,omitempty"`
 	Argv        []string        `json:"argv"`
 	StartedAt   time.Time       `json:"started_at"`
+	// AttachedNICs were hot-plugged into the running VM (vmsup nic attach),
+	// in order; Spec stays what the VM booted with.
+	AttachedNICs []spec.NIC `json:"attached_nics,omitempty"`
+	// Attached are the disks hot-plugged with `vmsup disk attach` (and kept
+	// over restarts); HotplugPorts the root ports left empty at boot.
+	Attached     []AttachedDisk `json:"attached_disks,omitempty"`
+	HotplugPorts []string       `json:"hotplug_ports,omitempty"`
 	// Unit is the systemd unit running the VM when it is not the usual
 	// vmsup-NAME.service: after a migration on one host the new QEMU runs
 	// under the other of the two names (see migrate.go). "" means the usual.
@@ -110,7 +118,20 @@ func (s *Supervisor) writeApplied(a *applied, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(p.State, b, 0o600)
+	if err := renameio.WriteFile(p.State, b, 0o600); err != nil {
+		return err
+	}
+	// Files in the state directory belong to its owner: the unprivileged
+	// QEMU user's stop hook reads the spec copy.
+	if fi, err := os.Stat(p.Dir); err == nil {
+		st := fi.Sys().(*syscall.Stat_t)
+		for _, f := range []string{p.Spec, p.State} {
+			if err := os.Chown(f, int(st.Uid), int(st.Gid)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // knownVMs lists names that have a state directory.

@@ -28,27 +28,39 @@ const (
 
 // Status is what vmsup knows about one VM.
 type Status struct {
-	Name        string     `json:"name"`
-	State       State      `json:"state"`
-	Reason      string     `json:"reason,omitempty"` // why crashed/unknown
-	QEMUStatus  string     `json:"qemu_status,omitempty"`
-	Unit        string     `json:"unit"`
-	UnitState   string     `json:"unit_state,omitempty"` // ActiveState/SubState
-	MainPID     uint32     `json:"main_pid,omitempty"`
-	Since       *time.Time `json:"since,omitempty"`
-	Accel       spec.Accel `json:"accel,omitempty"`
-	AccelReason string     `json:"accel_reason,omitempty"`
-	SpecFile    string     `json:"spec_file,omitempty"`
-	CPUs        int        `json:"cpus,omitempty"`
-	Memory      string     `json:"memory,omitempty"`
-	MemoryUsed  uint64     `json:"memory_used_bytes,omitempty"` // the unit's cgroup
-	StateDir    string     `json:"state_dir"`
-	Console     string     `json:"console_socket"`
-	ConsoleLog  string     `json:"console_log"` // everything the guest printed on its serial console
+	Name        string      `json:"name"`
+	State       State       `json:"state"`
+	Reason      string      `json:"reason,omitempty"` // why crashed/unknown
+	QEMUStatus  string      `json:"qemu_status,omitempty"`
+	Unit        string      `json:"unit"`
+	UnitState   string      `json:"unit_state,omitempty"` // ActiveState/SubState
+	MainPID     uint32      `json:"main_pid,omitempty"`
+	Since       *time.Time  `json:"since,omitempty"`
+	Accel       spec.Accel  `json:"accel,omitempty"`
+	AccelReason string      `json:"accel_reason,omitempty"`
+	SpecFile    string      `json:"spec_file,omitempty"`
+	CPUs        int         `json:"cpus,omitempty"`
+	Memory      string      `json:"memory,omitempty"`
+	MemoryUsed  uint64      `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir    string      `json:"state_dir"`
+	Console     string      `json:"console_socket"`
+	ConsoleLog  string      `json:"console_log"`    // everything the guest printed on its serial console
+	NICs        []NICStatus `json:"nics,omitempty"` // host side of tap NICs (network.go)
+	// Confinement in force while QEMU runs (user, AppArmor, seccomp, exposure).
+	Confinement *Confinement `json:"confinement,omitempty"`
+	// AttachedDisks are the disks added with `vmsup disk attach` (beyond the
+	// VM's file); the next up boots with them.
+	AttachedDisks []string `json:"attached_disks,omitempty"`
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
 func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
+	return s.status(ctx, name, true)
+}
+
+// status is Status; exposure says whether to measure the unit's exposure
+// (a systemd-analyze run, left out of List).
+func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (Status, error) {
 	if err := spec.ValidName(name); err != nil {
 		return Status{}, fmt.Errorf("vm %q: %w", name, err)
 	}
@@ -65,6 +77,9 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog}
 	if app, err := s.readApplied(name); err == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
+		for _, a := range app.Attached {
+			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
+		}
 	}
 	if f, err := spec.Load(p.Spec); err == nil {
 		out.CPUs, out.Memory = f.VM.CPUs, f.VM.Memory.String()
@@ -76,6 +91,7 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 		out.State = StateShutOff
 		return out, nil
 	}
+	out.NICs = s.nicStatuses(ctx, name)
 	out.UnitState = st.ActiveState + "/" + st.SubState
 	out.MainPID = st.MainPID
 	out.MemoryUsed = st.MemoryCurrent
@@ -94,6 +110,7 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 		out.State = StateStopping
 		return out, nil
 	}
+	out.Confinement = s.confinementStatus(ctx, sd, name, unit, st.MainPID, exposure)
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
@@ -155,7 +172,7 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
 	sort.Strings(all)
 	out := make([]Status, 0, len(all))
 	for _, n := range all {
-		st, err := s.Status(ctx, n)
+		st, err := s.status(ctx, n, false)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}

@@ -2,16 +2,184 @@ package supervisor
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
 
+	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
 )
 
-// storageSteps prepares the VM's disks: images, seeds, secrets.
-func (s *Supervisor) storageSteps(f *spec.File, p vmPaths, plan *startPlan) []step {
+// storageCheckTimeout bounds the checks of all of a VM's disks (each
+// qemu-img call has its own, shorter bound).
+const storageCheckTimeout = 2 * time.Minute
+
+// AttachedDisk is a disk hot-plugged into a running VM, recorded in the
+// applied state so that status shows it and the next up boots with it.
+type AttachedDisk struct {
+	Disk spec.Disk `json:"disk"`
+	// Bus is the root port (q35) or "pci.0" (pc) it was plugged into while
+	// the VM runs; "" once a later up made it a boot-time disk.
+	Bus string `json:"bus,omitempty"`
+}
+
+func (s *Supervisor) tools() storage.Tools {
+	return storage.Tools{}
+}
+
+// checkStorage checks every disk of f (and the disks attached to the VM
+// earlier, which the next start boots with) before anything is started:
+// one clear error naming the file, the disk field and the disk.
+func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
+	ctx, cancel := context.WithTimeout(ctx, storageCheckTimeout)
+	defer cancel()
+	t := s.tools()
+	_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
+	running := qmpErr == nil
+	for i, d := range f.VM.Disks {
+		err := t.Check(ctx, d)
+		if errors.Is(err, storage.ErrInUse) && running {
+			// The VM runs and holds its own images; up leaves it alone.
+			continue
+		}
+		if err != nil {
+			return diskFieldError(f, i, err)
+		}
+	}
 	return nil
 }
 
-// storageTeardown undoes storageSteps once QEMU is gone; idempotent.
+// diskFieldError places a storage error at the disk's key in f:
+// `web.toml:9:1: disk[1].backing: disk "data": base image /b.qcow2: no such file`.
+func diskFieldError(f *spec.File, i int, err error) error {
+	field := fmt.Sprintf("disk[%d]", i)
+	var se *storage.Error
+	if errors.As(err, &se) && se.Field != "" {
+		field += "." + se.Field
+	}
+	return f.Errorf(field, "%v", err)
+}
+
+// carriedDisks are the disks hot-plugged during an earlier run that the
+// next start of f's VM boots with, as recorded in its applied state.
+func (s *Supervisor) carriedDisks(f *spec.File) ([]spec.Disk, error) {
+	app, err := s.readApplied(f.VM.Name)
+	if err != nil {
+		return nil, nil // never started: nothing attached
+	}
+	names := map[string]bool{}
+	for _, d := range f.VM.Disks {
+		names[d.Name] = true
+	}
+	var out []spec.Disk
+	for _, a := range app.Attached {
+		if names[a.Disk.Name] {
+			return nil, f.Errorf("disk", "disk %q was attached to VM %q with `vmsup disk attach` and the file now has a disk of that name too; "+
+				"detach it (vmsup disk detach %s %s) or rename one", a.Disk.Name, f.VM.Name, f.VM.Name, a.Disk.Name)
+		}
+		out = append(out, a.Disk)
+	}
+	return out, nil
+}
+
+// bootFile returns f with the carried disks appended (f itself when there
+// are none), the VM as QEMU will see it at boot.
+func bootFile(f *spec.File, carried []spec.Disk) *spec.File {
+	if len(carried) == 0 {
+		return f
+	}
+	g := *f
+	g.VM.Disks = append(append([]spec.Disk(nil), f.VM.Disks...), carried...)
+	return &g
+}
+
+// storageSteps prepares the VM's disks: images created on demand, seeds
+// built, secrets copied into the state dir; undone on a failed start.
+func (s *Supervisor) storageSteps(f *spec.File, p vmPaths, plan *startPlan) []step {
+	var prepared []storage.Prepared
+	// The unit's device policy is closed: QEMU may open only the block
+	// devices of the VM's disks (and /dev/kvm, added by unitFor).
+	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) {
+		for _, d := range bootFile(f, plan.carried).VM.Disks {
+			if d.Type != spec.DiskBlock {
+				continue
+			}
+			access := "rw"
+			if d.ReadOnly {
+				access = "r"
+			}
+			path := d.File
+			if real, err := filepath.EvalSymlinks(path); err == nil {
+				path = real
+			}
+			u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: path, Access: access})
+		}
+	})
+	return []step{{
+		name: "storage",
+		do: func(ctx context.Context) error {
+			boot := bootFile(f, plan.carried)
+			for i, d := range boot.VM.Disks {
+				if i >= len(f.VM.Disks) {
+					// Attached earlier: checked at attach time, but the host
+					// may have changed since.
+					if err := s.tools().Check(ctx, d); err != nil {
+						return fmt.Errorf("attached disk (vmsup disk attach): %w", err)
+					}
+				}
+				pr, err := s.tools().Prepare(ctx, d, p.Dir)
+				if err != nil {
+					if i < len(f.VM.Disks) {
+						return diskFieldError(f, i, err)
+					}
+					return err
+				}
+				prepared = append(prepared, pr)
+			}
+			return nil
+		},
+		undo: func(context.Context) {
+			for i := len(prepared) - 1; i >= 0; i-- {
+				prepared[i].Undo()
+			}
+			prepared = nil
+		},
+	}}
+}
+
+// diskHosts names the files storage prepares for vm's disks in its state
+// dir; argv uses them whether or not they exist yet (vmsup argv).
+func diskHosts(p vmPaths, vm *spec.VM) map[string]qemuargs.DiskHost {
+	out := map[string]qemuargs.DiskHost{}
+	for _, d := range vm.Disks {
+		img, sec := storage.HostFiles(p.Dir, d)
+		if img != "" || sec != "" {
+			out[d.Name] = qemuargs.DiskHost{Image: img, SecretFile: sec}
+		}
+	}
+	return out
+}
+
+// storageTeardown undoes storageSteps once QEMU is gone: the copied secrets
+// go (QEMU read them when it started). Images and seeds stay. Idempotent.
 func (s *Supervisor) storageTeardown(ctx context.Context, name string) error {
+	if err := storage.Teardown(s.paths(name).Dir); err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
 	return nil
+}
+
+// recordBootDisks notes in the applied state which disks the VM boots with
+// beyond its file (carried, now boot-time disks) and which root ports stay
+// free for hotplug.
+func (a *applied) recordBootDisks(boot *spec.VM, carried []spec.Disk) {
+	a.Attached = nil
+	for _, d := range carried {
+		a.Attached = append(a.Attached, AttachedDisk{Disk: d})
+	}
+	a.HotplugPorts = qemuargs.SpareRootPorts(boot)
 }

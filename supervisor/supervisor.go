@@ -37,8 +37,24 @@ type Options struct {
 	// WaitForLock makes state-changing commands wait for a busy VM's lock
 	// (until their context ends) instead of failing with *BusyError.
 	WaitForLock bool
+	// Network says how NICs reach the host (tap owner, OVS, CNI, netns).
+	Network NetworkOptions
+	// QEMUUser is the unprivileged user QEMU runs as; created as a system
+	// user if missing. Default DefaultQEMUUser ("vmsup-qemu"); PerVMUser
+	// ("per-vm") gives each VM its own.
+	QEMUUser string
+	// ImageDirs are where disk images may lie for a VM with
+	// security.apparmor = "required". Default Root/images.
+	ImageDirs []string
+	// SystemdAnalyze is the systemd-analyze command (with leading arguments,
+	// e.g. an nsenter prefix) status uses to measure a VM unit's exposure.
+	// Default "systemd-analyze" talking to SystemdBus.
+	SystemdAnalyze []string
 	// Host facts; nil means ProbeHost() on first use.
 	Host *Host
+	// UnplugTimeout bounds how long a disk detach waits for the guest to
+	// release the device (DEVICE_DELETED). Default DefaultUnplugTimeout.
+	UnplugTimeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// AfterStep, when set, is called after each step of a multi-step
@@ -75,8 +91,17 @@ func New(opts Options) (*Supervisor, error) {
 			return nil, fmt.Errorf("find own executable for the stop hook: %w", err)
 		}
 	}
+	if opts.QEMUUser == "" {
+		opts.QEMUUser = DefaultQEMUUser
+	}
+	if len(opts.ImageDirs) == 0 {
+		opts.ImageDirs = []string{filepath.Join(opts.Root, "images")}
+	}
 	if opts.Slice == "" {
 		opts.Slice = "vmsup.slice"
+	}
+	if opts.UnplugTimeout <= 0 {
+		opts.UnplugTimeout = DefaultUnplugTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

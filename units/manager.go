@@ -252,3 +252,33 @@ func statusFrom(name string, p map[string]any) Status {
 	}
 	return s
 }
+
+// ServiceSecurity is the confinement systemd applies to a service, as its
+// properties say.
+type ServiceSecurity struct {
+	User            string
+	AppArmorProfile string
+	NoNewPrivileges bool
+	SyscallFilter   bool // a SystemCallFilter= is set
+	ProtectSystem   string
+}
+
+// Security reads the service's confinement properties.
+func (m *Manager) Security(ctx context.Context, name string) (ServiceSecurity, error) {
+	p, err := m.conn.GetUnitTypePropertiesContext(ctx, name, "Service")
+	if err != nil {
+		return ServiceSecurity{}, fmt.Errorf("unit %s: %w", name, err)
+	}
+	var s ServiceSecurity
+	s.User, _ = p["User"].(string)
+	s.NoNewPrivileges, _ = p["NoNewPrivileges"].(bool)
+	s.ProtectSystem, _ = p["ProtectSystem"].(string)
+	if aa, ok := p["AppArmorProfile"].([]any); ok && len(aa) == 2 {
+		s.AppArmorProfile, _ = aa[1].(string)
+	}
+	if f, ok := p["SystemCallFilter"].([]any); ok && len(f) == 2 {
+		names, _ := f[1].([]string)
+		s.SyscallFilter = len(names) > 0
+	}
+	return s, nil
+}

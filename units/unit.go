@@ -19,10 +19,14 @@ type Unit struct {
 	// where the graceful guest shutdown belongs. ExecStopPost always runs.
 	ExecStop     [][]string
 	ExecStopPost [][]string
-	TimeoutStop  time.Duration // outer bound for ExecStop + the stop signal
-	Environment  []string      // "K=V"
-	WorkingDir   string
-	UMask        uint32 // 0 = systemd's default (0022)
+	// ExecStopPostPrivileged runs ExecStopPost with full privileges (the
+	// "+" prefix) while the service itself runs as Sandbox.User: clean-up
+	// that takes back ACLs, profiles or taps needs root.
+	ExecStopPostPrivileged bool
+	TimeoutStop            time.Duration // outer bound for ExecStop + the stop signal
+	Environment            []string      // "K=V"
+	WorkingDir             string
+	UMask                  uint32 // 0 = systemd's default (0022)
 
 	MemoryMax   uint64 // bytes; 0 = no limit
 	CPUQuota    int    // percent of one CPU; 0 = none
@@ -30,6 +34,13 @@ type Unit struct {
 	TasksMax    int    // 0 = default
 	DeviceAll   bool   // true = DevicePolicy=auto; false = closed + DeviceAllow
 	DeviceAllow []DeviceRule
+
+	// NetworkNamespacePath puts every process of the unit (QEMU and its
+	// stop hooks) in the network namespace bind-mounted there.
+	NetworkNamespacePath string
+	// Sandbox, when set, confines the service (see Sandbox); its Devices
+	// are added to DeviceAllow.
+	Sandbox *Sandbox
 }
 
 // DeviceRule allows one device node ("/dev/kvm", "rw").
@@ -60,7 +71,11 @@ func (u Unit) properties() ([]sd.Property, error) {
 		p = append(p, execProp("ExecStop", u.ExecStop))
 	}
 	if len(u.ExecStopPost) > 0 {
-		p = append(p, execProp("ExecStopPost", u.ExecStopPost))
+		if u.ExecStopPostPrivileged {
+			p = append(p, execExProp("ExecStopPostEx", u.ExecStopPost, "privileged"))
+		} else {
+			p = append(p, execProp("ExecStopPost", u.ExecStopPost))
+		}
 	}
 	if u.TimeoutStop > 0 {
 		p = append(p, prop("TimeoutStopUSec", uint64(u.TimeoutStop/time.Microsecond)))
@@ -86,11 +101,23 @@ func (u Unit) properties() ([]sd.Property, error) {
 	if u.TasksMax > 0 {
 		p = append(p, prop("TasksAccounting", true), prop("TasksMax", uint64(u.TasksMax)))
 	}
+	if u.NetworkNamespacePath != "" {
+		p = append(p, prop("NetworkNamespacePath", u.NetworkNamespacePath))
+	}
+	devices := u.DeviceAllow
+	if u.Sandbox != nil {
+		sp, err := u.Sandbox.properties(&u)
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, sp...)
+		devices = append(append([]DeviceRule(nil), devices...), u.Sandbox.Devices...)
+	}
 	if !u.DeviceAll {
 		p = append(p, prop("DevicePolicy", "closed"))
 		type rule struct{ Path, Access string }
-		rules := make([]rule, 0, len(u.DeviceAllow))
-		for _, r := range u.DeviceAllow {
+		rules := make([]rule, 0, len(devices))
+		for _, r := range devices {
 			rules = append(rules, rule(r))
 		}
 		p = append(p, prop("DeviceAllow", rules))
@@ -113,6 +140,22 @@ func execProp(name string, cmds [][]string) sd.Property {
 	v := make([]execCommand, 0, len(cmds))
 	for _, c := range cmds {
 		v = append(v, execCommand{Path: c[0], Args: c})
+	}
+	return prop(name, v)
+}
+
+// execExCommand is systemd's (sasas) ExecStartEx-style tuple with flags
+// ("privileged" = the "+" prefix, "ignore-failure" = "-").
+type execExCommand struct {
+	Path  string
+	Args  []string
+	Flags []string
+}
+
+func execExProp(name string, cmds [][]string, flags ...string) sd.Property {
+	v := make([]execExCommand, 0, len(cmds))
+	for _, c := range cmds {
+		v = append(v, execExCommand{Path: c[0], Args: c, Flags: append([]string{}, flags...)})
 	}
 	return prop(name, v)
 }

@@ -39,7 +39,7 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "memory above host RAM", file: "d.toml", body: "name='d'\nmemory='64T'\n[boot]\nkernel='" + k + "'\n", want: "d.toml:2:1: memory: 64T is more than this host's RAM"},
 		{name: "missing kernel", file: "e.toml", body: "name='e'\nmemory='256M'\n[boot]\nkernel='/nonexistent/vmlinux'\n", want: "e.toml:4:1: boot.kernel: /nonexistent/vmlinux: no such file"},
 		{name: "missing initrd", file: "f.toml", body: "name='f'\nmemory='256M'\n[boot]\nkernel='" + k + "'\ninitrd='nope.img'\n", want: "f.toml:5:1: boot.initrd:"},
-		{name: "missing disk", file: "g.toml", body: "name='g'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='root'\nfile='/nope/root.qcow2'\n", want: "g.toml:7:1: disk[0].file: /nope/root.qcow2: no such file"},
+		{name: "missing disk", file: "g.toml", body: "name='g'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='root'\nfile='/nope/root.qcow2'\n", want: "g.toml:7:1: disk[0].file: disk \"root\": /nope/root.qcow2: no such file"},
 		{name: "kernel is a directory", file: "h.toml", body: "name='h'\nmemory='256M'\n[boot]\nkernel='/tmp'\n", want: "boot.kernel: /tmp is a directory"},
 		{name: "slash in name", file: "i.toml", body: "name='../etc'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "i.toml:1:1: name:"},
 		{name: "dotdot in name", file: "j.toml", body: "name='a..b'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "name: name \"a..b\" contains \"..\""},
@@ -49,7 +49,7 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "bad accel", file: "n.toml", body: "name='n'\nmemory='256M'\naccel='hvf'\n[boot]\nkernel='" + k + "'\n", want: "n.toml:3:1: accel: unknown accelerator"},
 		{name: "bad disk cache", file: "o.toml", body: "name='o'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\ncache='turbo'\n", want: "o.toml:8:1: disk[0].cache"},
 		{name: "duplicate disk names", file: "p.toml", body: "name='p'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n", want: "p.toml:9:1: disk[1].name: duplicate disk name"},
-		{name: "duplicate MAC", file: "q.toml", body: "name='q'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nmac='52:54:00:12:34:56'\n[[nic]]\nname='b'\nmac='52:54:00:12:34:56'\n", want: "q.toml:10:1: nic[1].mac: duplicate MAC"},
+		{name: "duplicate MAC", file: "q.toml", body: "name='q'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nmac='52:54:00:12:34:56'\n[[nic]]\nname='b'\nmac='52:54:00:12:34:56'\n", want: "q.toml:10:1: nic[1].mac: nic \"b\": duplicate MAC"},
 		{name: "bad duration", file: "r.toml", body: "name='r'\nmemory='256M'\nstop_timeout='forever'\n[boot]\nkernel='" + k + "'\n", want: "r.toml:3:14: stop_timeout: invalid duration"},
 		{name: "file does not exist", args: []string{"up", "/nonexistent/vm.toml"}, want: "/nonexistent/vm.toml: open /nonexistent/vm.toml: no such file or directory"},
 		{name: "duplicate names across files", file: "s.toml", body: guestTOML("keep", "cpus = 2"), args: []string{"up", good, "@s.toml"}, want: "s.toml:1:1: name: VM \"keep\" is also defined in " + good},
@@ -110,7 +110,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Fatalf("validate: %+v", r)
 	}
 	r := vmsup(t, root, "", "argv", file)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "/usr/bin/qemu-system-x86_64\n") || !strings.Contains(r.stdout, "\n-accel\ntcg\n") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "/usr/bin/qemu-system-x86_64\n") || !strings.Contains(r.stdout, "\n-accel\ntcg,split-wx=on\n") {
 		t.Fatalf("argv: %+v", r)
 	}
 	if r := vmsup(t, root, "", "up", file); r.code != 0 || !strings.Contains(r.stdout, "demo: started (accel tcg)") {
@@ -129,6 +129,12 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Fatalf("status --json: %+v %v", r, err)
 	}
 	waitFor(t, st.ConsoleLog, "VMSUP-SHELL-READY", time.Minute)
+	// status says how QEMU is confined (the exposure needs systemd-analyze
+	// inside the sandbox, so it may be "unknown" here).
+	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "confined: user vmsup-qemu (uid ") ||
+		!strings.Contains(r.stdout, "seccomp qemu -sandbox on") {
+		t.Fatalf("status lacks the confinement: %+v", r)
+	}
 
 	// A changed file is reported, not applied.
 	changed := write(t, dir, "demo.toml", guestTOML("demo", "cpus = 2\n[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"))

@@ -204,6 +204,13 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 			}
 			fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
+			printNICs(out, s.NICs)
+			if c := s.Confinement; c != nil {
+				fmt.Fprintf(out, "confined: %s\n", c)
+			}
+			if len(s.AttachedDisks) > 0 {
+				fmt.Fprintf(out, "attached: %s\n", strings.Join(s.AttachedDisks, ", "))
+			}
 			return nil
 		},
 	}

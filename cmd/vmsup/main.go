@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -20,7 +22,10 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	root, bus, journal, qemu string
+	ovsdb                    string
 	wait, json, verbose      bool
+	qemuUser, analyze        string
+	imageDirs                []string
 }
 
 func main() {
@@ -67,12 +72,16 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.bus, "systemd-bus", os.Getenv("VMSUP_SYSTEMD_BUS"), "D-Bus address of the systemd running VM units; empty = system bus (env VMSUP_SYSTEMD_BUS)")
 	pf.StringVar(&g.journal, "journal-dir", os.Getenv("VMSUP_JOURNAL_DIR"), "journal directory of that systemd, if not the host's (env VMSUP_JOURNAL_DIR)")
 	pf.StringVar(&g.qemu, "qemu", envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"), "QEMU binary (env VMSUP_QEMU)")
+	pf.StringVar(&g.ovsdb, "ovsdb", os.Getenv("VMSUP_OVSDB"), "OVSDB server for ovs NICs, e.g. unix:/run/openvswitch/db.sock; empty = ovs-vsctl's default (env VMSUP_OVSDB)")
 	pf.BoolVar(&g.wait, "wait", false, "wait for a busy VM instead of failing")
+	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "vmsup-qemu"), "unprivileged user QEMU runs as, created if missing; \"per-vm\" gives each VM its own (env VMSUP_QEMU_USER)")
+	pf.StringSliceVar(&g.imageDirs, "image-dir", filepath.SplitList(os.Getenv("VMSUP_IMAGE_DIRS")), "where disk images may lie for security.apparmor = \"required\"; default ROOT/images (env VMSUP_IMAGE_DIRS, colon-separated)")
+	pf.StringVar(&g.analyze, "systemd-analyze", os.Getenv("VMSUP_SYSTEMD_ANALYZE"), "systemd-analyze command status uses for the exposure figure, split at spaces (env VMSUP_SYSTEMD_ANALYZE)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
-		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g),
-		migrateCmd(g), migrateReceiveCmd(g),
+		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
+		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
 	)
 	return root
 }
@@ -83,11 +92,15 @@ func (g *globals) supervisor() (*supervisor.Supervisor, error) {
 		level = slog.LevelDebug
 	}
 	return supervisor.New(supervisor.Options{
-		Root:        g.root,
-		SystemdBus:  g.bus,
-		JournalDir:  g.journal,
-		QEMU:        g.qemu,
-		WaitForLock: g.wait,
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Root:           g.root,
+		SystemdBus:     g.bus,
+		JournalDir:     g.journal,
+		QEMU:           g.qemu,
+		WaitForLock:    g.wait,
+		QEMUUser:       g.qemuUser,
+		ImageDirs:      g.imageDirs,
+		SystemdAnalyze: strings.Fields(g.analyze),
+		Network:        supervisor.NetworkOptions{OVSDB: g.ovsdb},
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 }

@@ -186,3 +186,31 @@ func stopHookCmd(g *globals) *cobra.Command {
 		},
 	}
 }
+
+func profileCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "apparmor-profile FILE",
+		Short: "Print the AppArmor profile vmsup loads for the VM in FILE (disks, backing chains, boot files)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fs, err := loadFiles(args)
+			if err != nil {
+				return err
+			}
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			p, err := sup.AppArmorProfile(cmd.Context(), fs[0])
+			if err != nil {
+				return err
+			}
+			text, err := p.Render()
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(text)
+			return err
+		},
+	}
+}

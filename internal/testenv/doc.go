@@ -1,13 +1,19 @@
 // Package testenv is the shared test environment of vmsup: one place that brings up
 // the real components tests need and takes them down again.
 //
-// It owns two things:
+// It owns these:
 //
 //   - a tiny bootable guest (GuestImage: an uncompressed Debian kernel and a busybox
 //     initramfs with qemu-ga), built and cached by scripts/build-guest.sh;
 //   - a private systemd 252 (Systemd) in its own PID, mount and UTS namespace, reachable
 //     from the host over its D-Bus system bus, so tests can start transient units,
-//     read their journal and inspect their cgroups even where PID 1 is not systemd.
+//     read their journal and inspect their cgroups even where PID 1 is not systemd;
+//   - storage targets for disk tests: an iSCSI target (TGT: Debian's tgtd on
+//     127.0.0.1 with a private control socket, file-backed LUNs, optional CHAP) and a
+//     single-node Ceph cluster (Ceph: one monitor and one memstore OSD on loopback,
+//     cephx, pool "rbd"), each started by StartTGT/StartCeph in a private directory
+//     and stopped by pid. A package starts them once and shares them (see
+//     supervisor's storage tests).
 //
 // A test package typically starts both once in TestMain:
 //

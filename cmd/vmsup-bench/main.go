@@ -1,0 +1,394 @@
+// Command vmsup-bench measures vmsup side by side with raw QEMU and with
+// libvirt on this machine, in one run, interleaving the variants so noise
+// hits all alike: start, stop, boot to the guest's console marker, resident
+// memory, scale to many VMs, and QMP latency. It prints a table and writes it
+// as Markdown and JSON under -out (bench/results/DATE.{md,json}).
+//
+// It starts everything it measures and stops it again, by pid: a private
+// systemd (internal/testenv), libvirtd and virtlogd in their own namespaces,
+// and every QEMU. Run it as root through `make bench`, which installs the
+// packages it needs (scripts/install-bench-deps.sh) and builds bin/vmsup, the
+// CLI it measures. It is not part of `go test ./...`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/bench"
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/units"
+)
+
+type config struct {
+	out       string
+	vmsupBin  string
+	reps      int
+	bootReps  int
+	scale     []int
+	scaleReps int
+	memVMs    int
+	qmpCalls  int
+	only      map[string]bool
+}
+
+func main() {
+	var c config
+	var scale, only string
+	flag.StringVar(&c.out, "out", "bench/results", "directory for DATE.md and DATE.json")
+	flag.StringVar(&c.vmsupBin, "vmsup", "bin/vmsup", "the vmsup CLI to measure (also the units' stop hook)")
+	flag.IntVar(&c.reps, "reps", 10, "interleaved repetitions of start/stop and QMP rounds")
+	flag.IntVar(&c.bootReps, "boot-reps", 10, "interleaved repetitions of the TCG boot to the console marker")
+	flag.StringVar(&scale, "scale", "10,50,100", "VM counts brought up and down together")
+	flag.IntVar(&c.scaleReps, "scale-reps", 3, "repetitions of each scale step")
+	flag.IntVar(&c.memVMs, "mem-vms", 10, "VMs running while memory is measured")
+	flag.IntVar(&c.qmpCalls, "qmp-calls", 200, "QMP calls per client per round")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp); default all")
+	flag.Parse()
+	for _, s := range strings.Split(scale, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
+			c.scale = append(c.scale, n)
+		}
+	}
+	if only != "" {
+		c.only = map[string]bool{}
+		for _, s := range strings.Split(only, ",") {
+			c.only[strings.TrimSpace(s)] = true
+		}
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "vmsup-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// fixture is what every section shares.
+type fixture struct {
+	cfg     config
+	dir     string // everything of this run: specs, state roots, libvirt
+	blank   string // the idle VMs' blank read-only disk
+	guest   guestFiles
+	lvGuest guestFiles // copies of the guest that libvirt may relabel
+	env     *testenv.Env
+	sup     *supervisor.Supervisor // the API variant: one Supervisor, one D-Bus connection
+	trace   *stepTrace
+	// unitAfterJob: the bare unit's time from its start job's end to QMP
+	// running, to set against vmsup's confirm step.
+	unitAfterJob []time.Duration
+	// rawCgroup is the cgroup.procs file raw QEMUs join: a sibling of the
+	// sandbox's vmsup.slice in the cpu hierarchy, so that under load from
+	// other processes raw and unit QEMUs get the same CPU share.
+	rawCgroup string
+	rawSup    *supervisor.Supervisor // only for argv, with its own root
+	sd        *units.Manager         // for the bare-unit variant
+	lv        *libvirt
+	vmsupBin  string
+	cliEnv    []string
+	report    *bench.Report
+
+	mu  sync.Mutex
+	raw map[*rawVM]bool // raw QEMUs still running, for clean-up
+}
+
+func run(c config) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root: a systemd sandbox, libvirtd and QEMU with KVM")
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 40*time.Minute)
+	defer cancelT()
+	began := time.Now()
+	bin, err := filepath.Abs(c.vmsupBin)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("vmsup CLI: %w (run make bench, which builds it)", err)
+	}
+	// Short and world-traversable: socket paths, and libvirt-qemu reads here.
+	dir, err := os.MkdirTemp("/tmp", "vb-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	f := &fixture{cfg: c, dir: dir, vmsupBin: bin, report: &bench.Report{}, raw: map[*rawVM]bool{}, trace: &stepTrace{}}
+	f.report.Machine = machine()
+	fmt.Printf("vmsup-bench: %s, %d cores, KVM %s\n", f.report.Machine.QEMU, f.report.Machine.Cores, f.report.Machine.KVM)
+
+	step("starting the systemd sandbox and building the test guest")
+	if f.env, err = testenv.Start(ctx, filepath.Join(dir, "env")); err != nil {
+		return err
+	}
+	defer func() {
+		if err := f.env.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "vmsup-bench: stop systemd sandbox:", err)
+		}
+	}()
+	f.guest = guestFiles{f.env.Guest.Kernel, f.env.Guest.Initrd}
+	cpuDir := filepath.Join("/sys/fs/cgroup/cpu", f.env.Systemd.Cgroup, "bench-direct")
+	if err := os.Mkdir(cpuDir, 0o755); err != nil {
+		return fmt.Errorf("cgroup for raw QEMU: %w", err)
+	}
+	defer os.Remove(cpuDir) // before the sandbox's own clean-up, which would also remove it
+	f.rawCgroup = filepath.Join(cpuDir, "cgroup.procs")
+	if err := f.prepareFiles(); err != nil {
+		return err
+	}
+	if f.sup, err = supervisor.New(supervisor.Options{
+		Root: filepath.Join(dir, "root"), SystemdBus: f.env.Systemd.BusAddress, JournalDir: f.env.Systemd.JournalDir,
+		Self: bin, AfterStep: f.trace.after,
+	}); err != nil {
+		return err
+	}
+	defer f.sup.Close()
+	if f.rawSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "raw"), Self: bin}); err != nil {
+		return err
+	}
+	if f.sd, err = units.Connect(ctx, f.env.Systemd.BusAddress); err != nil {
+		return err
+	}
+	defer f.sd.Close()
+	f.cliEnv = append(os.Environ(), "VMSUP_ROOT="+filepath.Join(dir, "cliroot"),
+		"VMSUP_SYSTEMD_BUS="+f.env.Systemd.BusAddress, "VMSUP_JOURNAL_DIR="+f.env.Systemd.JournalDir)
+
+	step("starting libvirtd and virtlogd")
+	if f.lv, err = startLibvirt(ctx, filepath.Join(dir, "lv")); err != nil {
+		return err
+	}
+	defer func() {
+		if err := f.lv.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "vmsup-bench:", err)
+		}
+	}()
+	if err := f.copyGuestForLibvirt(); err != nil {
+		return err
+	}
+	defer f.cleanup()
+
+	sections := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"start", f.startStop},
+		{"boot", f.boot},
+		{"memory", f.memory},
+		{"scale", f.scale},
+		{"qmp", f.qmpLatency},
+	}
+	name := time.Now().UTC().Format("2006-01-02T1504Z")
+	for _, s := range sections {
+		if c.only != nil && !c.only[s.name] {
+			continue
+		}
+		if err := s.fn(ctx); err != nil {
+			f.cleanup()
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		f.cleanup()
+		// Keep what is measured so far if a later section fails.
+		f.report.Resolve()
+		if _, _, err := f.report.Write(c.out, name+".partial"); err != nil {
+			return err
+		}
+	}
+	os.Remove(filepath.Join(c.out, name+".partial.md"))
+	os.Remove(filepath.Join(c.out, name+".partial.json"))
+	f.report.Note("Variants run interleaved, order rotated each repetition. vmsup and the bare unit run QEMU in the sandbox systemd's vmsup.slice; raw QEMU runs in a cgroup beside it (same CPU share); libvirt puts its QEMUs in its own machine cgroup.")
+	f.report.Note("Idle VMs: no guest OS (SeaBIOS, a blank read-only disk), q35, 1 vCPU; KVM (PVM here) for one VM at a time (sections 1-2), TCG where many run at once or for long (4-6): an idle VM spins ~60%% of a core under this PVM KVM and ~1%% under TCG; the libvirt domain is the same machine (no USB, no balloon, serial on a unix socket with a log). Boot: the test guest (uncompressed kernel + busybox initramfs) under TCG.")
+	f.report.Note("vmsup Go API: one Supervisor (one D-Bus connection) in the bench process, spec.Load + Up per start. vmsup CLI: a bin/vmsup process per command, as a user runs it. virsh: a virsh process per command; libvirt API: one go-libvirt connection.")
+	f.report.Resolve()
+	f.report.Took = time.Since(began).Round(time.Second).String()
+	md, js, err := f.report.Write(c.out, name)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	fmt.Print(f.report.Markdown())
+	fmt.Printf("\nwrote %s and %s\n", md, js)
+	return nil
+}
+
+func step(msg string) { fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05"), msg) }
+
+// prepareFiles makes the blank disk of the idle VMs.
+func (f *fixture) prepareFiles() error {
+	f.blank = filepath.Join(f.dir, "blank.img")
+	fh, err := os.Create(f.blank)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	return fh.Truncate(1 << 20)
+}
+
+// copyGuestForLibvirt copies the guest kernel and initrd where libvirt's
+// DAC driver may chown them for libvirt-qemu without touching the shared
+// cache other users of the test guest read.
+func (f *fixture) copyGuestForLibvirt() error {
+	f.lvGuest = guestFiles{filepath.Join(f.lv.dir, "vmlinux"), filepath.Join(f.lv.dir, "initramfs.cpio.gz")}
+	for src, dst := range map[string]string{f.guest.kernel: f.lvGuest.kernel, f.guest.initrd: f.lvGuest.initrd} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fixture) trackRaw(v *rawVM, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if on {
+		f.raw[v] = true
+	} else {
+		delete(f.raw, v)
+	}
+}
+
+// cleanup ends whatever a section left running: raw QEMUs (by their pid),
+// vmsup VMs of both roots (kill their units), bare units, libvirt domains.
+func (f *fixture) cleanup() {
+	f.mu.Lock()
+	raws := make([]*rawVM, 0, len(f.raw))
+	for v := range f.raw {
+		raws = append(raws, v)
+	}
+	f.raw = map[*rawVM]bool{}
+	f.mu.Unlock()
+	for _, v := range raws {
+		v.kill()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if us, err := f.sd.List(ctx, "*.service"); err == nil {
+		for _, u := range us {
+			if strings.HasPrefix(u.Name, "vmsup-") || strings.HasPrefix(u.Name, "bench-") {
+				_ = f.sd.Kill(ctx, u.Name, syscall.SIGKILL)
+				for i := 0; i < 200; i++ {
+					st, err := f.sd.Status(ctx, u.Name)
+					if err != nil || !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				_ = f.sd.ResetFailed(ctx, u.Name)
+			}
+		}
+	}
+	if f.lv != nil && f.lv.conn != nil {
+		if doms, _, err := f.lv.conn.ConnectListAllDomains(1, 0); err == nil {
+			for _, d := range doms {
+				_ = f.lv.conn.DomainDestroy(d)
+			}
+		}
+	}
+}
+
+// stepTrace records how long each step of vmsup's Up took, for the
+// breakdown of where start-up time goes (Options.AfterStep).
+type stepTrace struct {
+	mu    sync.Mutex
+	on    bool
+	last  time.Time
+	steps map[string][]time.Duration
+	order []string
+}
+
+func (t *stepTrace) begin() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.on, t.last = true, time.Now()
+}
+
+func (t *stepTrace) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.on = false
+}
+
+func (t *stepTrace) after(_, step string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.on {
+		return
+	}
+	now := time.Now()
+	if t.steps == nil {
+		t.steps = map[string][]time.Duration{}
+	}
+	if _, ok := t.steps[step]; !ok {
+		t.order = append(t.order, step)
+	}
+	t.steps[step] = append(t.steps[step], now.Sub(t.last))
+	t.last = now
+}
+
+// machine records cores, CPU, memory, kernel, KVM kind and versions.
+func machine() bench.Machine {
+	m := bench.Machine{Date: time.Now().UTC().Format(time.RFC3339), Cores: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				m.CPU = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	h := supervisor.ProbeHost()
+	m.MemMiB = h.MemTotal >> 20
+	var u syscall.Utsname
+	if syscall.Uname(&u) == nil {
+		m.Kernel = cstr(u.Release[:])
+	}
+	switch {
+	case !h.KVMOpenable:
+		m.KVM = "none (" + h.KVMUnusable + "): KVM figures are missing"
+	case h.KVMUnusable != "":
+		m.KVM = "yes, but " + h.KVMUnusable + ": QEMU starts with it, the test guest boots only under TCG"
+	default:
+		m.KVM = "yes"
+	}
+	m.QEMU = firstLine("qemu-system-x86_64", "--version")
+	m.Systemd = strings.TrimPrefix(firstLine("systemctl", "--version"), "systemd ")
+	m.Libvirt = strings.TrimPrefix(firstLine("libvirtd", "--version"), "libvirtd (libvirt) ")
+	return m
+}
+
+func cstr(b []int8) string {
+	var s []byte
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s = append(s, byte(c))
+	}
+	return string(s)
+}
+
+func firstLine(name string, args ...string) string {
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		return name + ": " + err.Error()
+	}
+	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+}

@@ -1,0 +1,217 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Machine records where a run happened, so figures are read against it.
+type Machine struct {
+	Date    string `json:"date"` // RFC 3339, UTC
+	Cores   int    `json:"cores"`
+	CPU     string `json:"cpu"`
+	MemMiB  int64  `json:"mem_mib"`
+	Kernel  string `json:"kernel"`
+	KVM     string `json:"kvm"` // what /dev/kvm is here, e.g. PVM
+	QEMU    string `json:"qemu"`
+	Systemd string `json:"systemd"`
+	Libvirt string `json:"libvirt"`
+	Go      string `json:"go"`
+}
+
+// Row is one figure of one variant.
+type Row struct {
+	Section string `json:"section"` // "1. start", ...
+	Figure  string `json:"figure"`  // what is measured, e.g. "start until QMP running"
+	Variant string `json:"variant"`
+	Accel   string `json:"accel"` // kvm, tcg or "-"
+	Unit    string `json:"unit"`  // ms, MiB, count
+	Summary
+	ShowP99 bool `json:"-"`
+	// Baseline names the variant of the same section and figure whose median
+	// is the denominator of Ratio; Target, when > 0, is the highest ratio
+	// that meets the goal.
+	Baseline string  `json:"baseline,omitempty"`
+	Ratio    float64 `json:"ratio,omitempty"`
+	Target   float64 `json:"target,omitempty"`
+	Met      *bool   `json:"met,omitempty"`
+	Failures int     `json:"failures"`
+	Note     string  `json:"note,omitempty"`
+}
+
+// Report is one benchmark run.
+type Report struct {
+	Machine Machine  `json:"machine"`
+	Rows    []Row    `json:"rows"`
+	Notes   []string `json:"notes,omitempty"`
+	Took    string   `json:"took,omitempty"`
+}
+
+// Add appends a row.
+func (r *Report) Add(row Row) { r.Rows = append(r.Rows, row) }
+
+// Note appends a free-text note shown under the tables.
+func (r *Report) Note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// Resolve fills Ratio and Met of every row that names a baseline present in
+// the same section and figure.
+func (r *Report) Resolve() {
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		if row.Baseline == "" {
+			continue
+		}
+		for _, b := range r.Rows {
+			if b.Section == row.Section && b.Figure == row.Figure && b.Variant == row.Baseline {
+				row.Ratio = Ratio(row.Median, b.Median)
+				if row.Target > 0 && row.Ratio > 0 {
+					met := row.Ratio <= row.Target
+					row.Met = &met
+				}
+				break
+			}
+		}
+	}
+}
+
+// Find returns the row of a section, figure and variant.
+func (r *Report) Find(section, figure, variant string) (Row, bool) {
+	for _, row := range r.Rows {
+		if row.Section == section && row.Figure == figure && row.Variant == variant {
+			return row, true
+		}
+	}
+	return Row{}, false
+}
+
+// Markdown renders the machine, one table per section in order of first
+// appearance, and the notes.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "Run %s on %d cores (%s), %d MiB RAM, kernel %s; KVM: %s; %s; systemd %s; libvirt %s; %s.",
+		m.Date, m.Cores, m.CPU, m.MemMiB, m.Kernel, m.KVM, m.QEMU, m.Systemd, m.Libvirt, m.Go)
+	if r.Took != "" {
+		fmt.Fprintf(&b, " The run took %s.", r.Took)
+	}
+	b.WriteString("\n")
+	var sections []string
+	seen := map[string]bool{}
+	for _, row := range r.Rows {
+		if !seen[row.Section] {
+			seen[row.Section] = true
+			sections = append(sections, row.Section)
+		}
+	}
+	// A row is shown as "baseline" only when another row is measured against it.
+	base := map[[3]string]bool{}
+	for _, row := range r.Rows {
+		if row.Baseline != "" {
+			base[[3]string{row.Section, row.Figure, row.Baseline}] = true
+		}
+	}
+	for _, sec := range sections {
+		fmt.Fprintf(&b, "\n#### %s\n\n", sec)
+		p99 := false
+		for _, row := range r.Rows {
+			p99 = p99 || row.Section == sec && row.ShowP99
+		}
+		b.WriteString("| figure | variant | accel | n | min | median | max |")
+		if p99 {
+			b.WriteString(" p99 |")
+		}
+		b.WriteString(" ratio | target | fail | note |\n|---|---|---|---|---|---|---|")
+		if p99 {
+			b.WriteString("---|")
+		}
+		b.WriteString("---|---|---|---|\n")
+		for _, row := range r.Rows {
+			if row.Section != sec {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s |", row.Figure, row.Variant, row.Accel, row.N,
+				num(row.Min, row.Unit), num(row.Median, row.Unit), num(row.Max, row.Unit))
+			if p99 {
+				if row.ShowP99 {
+					fmt.Fprintf(&b, " %s |", num(row.P99, row.Unit))
+				} else {
+					b.WriteString(" |")
+				}
+			}
+			fmt.Fprintf(&b, " %s | %s | %d | %s |\n", ratio(row, base[[3]string{row.Section, row.Figure, row.Variant}]),
+				target(row), row.Failures, row.Note)
+		}
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	return b.String()
+}
+
+func num(v float64, unit string) string {
+	switch unit {
+	case "count":
+		return fmt.Sprintf("%.0f", v)
+	case "ms":
+		if v < 10 {
+			return fmt.Sprintf("%.2f ms", v)
+		}
+		return fmt.Sprintf("%.0f ms", v)
+	case "s":
+		return fmt.Sprintf("%.2f s", v)
+	default:
+		return fmt.Sprintf("%.1f %s", v, unit)
+	}
+}
+
+func ratio(r Row, isBase bool) string {
+	if isBase {
+		return "baseline"
+	}
+	if r.Baseline == "" {
+		return ""
+	}
+	if r.Ratio == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx %s", r.Ratio, r.Baseline)
+}
+
+func target(r Row) string {
+	if r.Target == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("<= %.2fx", r.Target)
+	if r.Met != nil {
+		if *r.Met {
+			return s + " met"
+		}
+		return s + " MISSED"
+	}
+	return s
+}
+
+// Write stores the report as dir/NAME.md and dir/NAME.json and returns the
+// two paths.
+func (r *Report) Write(dir, name string) (md, js string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	md, js = filepath.Join(dir, name+".md"), filepath.Join(dir, name+".json")
+	if err := os.WriteFile(md, []byte(r.Markdown()), 0o644); err != nil {
+		return "", "", err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	return md, js, os.WriteFile(js, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,267 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/google/renameio/v2"
+
+	"github.com/vmsup/vmsup/units"
+)
+
+// The confinement record (Root/security/NAME.json), hotplug changes to it,
+// and taking grants back, handing shared ones over to VMs still using them.
+
+// ConfinePaths extends a running VM's confinement by files it is about to
+// use (a hot-plugged disk and its backing chain): the QEMU user gets access
+// and the AppArmor profile, if loaded, is reloaded with them, before the
+// device is added. The unit's mount namespace is fixed at start, so a
+// hot-plugged file must lie under a path the unit already sees (an image
+// directory, not /tmp or /home).
+func (s *Supervisor) ConfinePaths(ctx context.Context, name string, rules ...units.PathRule) error {
+	return s.changeConfinement(ctx, name, func(c *confinement) error {
+		unlock, err := s.lockSecurity(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		for _, r := range rules {
+			if c.Profile != nil {
+				if err := c.Profile.AddPath(r); err != nil {
+					return err
+				}
+			}
+			if err := s.grantNeed(c, need{path: r.Path, mode: r.Mode}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ReleasePaths undoes ConfinePaths after a device was detached.
+func (s *Supervisor) ReleasePaths(ctx context.Context, name string, paths ...string) error {
+	return s.changeConfinement(ctx, name, func(c *confinement) error {
+		for _, p := range paths {
+			if c.Profile != nil {
+				c.Profile.RemovePath(p)
+			}
+		}
+		unlock, err := s.lockSecurity(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		var keep []aclGrant
+		for _, g := range c.Grants {
+			drop := false
+			for _, p := range paths {
+				drop = drop || g.Path == p
+			}
+			if !drop {
+				keep = append(keep, g)
+				continue
+			}
+			if err := s.releaseGrant(c, g); err != nil {
+				return err
+			}
+		}
+		c.Grants = keep
+		var uses []string
+		for _, u := range c.Uses {
+			if !contains(paths, u) {
+				uses = append(uses, u)
+			}
+		}
+		c.Uses = uses
+		return nil
+	})
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Supervisor) changeConfinement(ctx context.Context, name string, change func(*confinement) error) error {
+	c, err := s.readConfinement(name)
+	if err != nil {
+		return fmt.Errorf("vm %q: confinement: %w", name, err)
+	}
+	if err := change(c); err != nil {
+		return fmt.Errorf("vm %q: %w", name, err)
+	}
+	if c.AppArmor.Profile != "" {
+		if err := s.reloadProfile(ctx, name, c); err != nil {
+			return fmt.Errorf("vm %q: %w", name, err)
+		}
+	}
+	return s.writeConfinement(name, c)
+}
+
+func (s *Supervisor) readConfinement(name string) (*confinement, error) {
+	b, err := os.ReadFile(s.securityRecord(name))
+	if err != nil {
+		return nil, err
+	}
+	var c confinement
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.securityRecord(name), err)
+	}
+	return &c, nil
+}
+
+func (s *Supervisor) writeConfinement(name string, c *confinement) error {
+	if err := os.MkdirAll(s.securityDir(), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return renameio.WriteFile(s.securityRecord(name), b, 0o600)
+}
+
+// securityTeardown undoes securitySteps once QEMU is gone; idempotent.
+func (s *Supervisor) securityTeardown(ctx context.Context, name string) error {
+	c, err := s.readConfinement(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("confinement: %w", err)
+	}
+	var errs []error
+	if c.AppArmor.File != "" && s.hostFacts().AppArmorUnusable == "" {
+		if err := (units.Parser{}).Unload(ctx, c.AppArmor.File); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.releaseLocked(ctx, name, c); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AppArmor.File != "" {
+		os.Remove(c.AppArmor.File)
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(s.securityRecord(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Supervisor) releaseLocked(ctx context.Context, name string, c *confinement) error {
+	unlock, err := s.lockSecurity(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// This VM no longer uses anything: drop its record's uses first so the
+	// hand-over below never picks it.
+	os.Remove(s.securityRecord(name))
+	return s.release(c)
+}
+
+// release takes back what c was given: chowned state files get their owner
+// back, ACL entries are removed unless another VM's record still uses the
+// path, in which case that VM's record inherits the grant.
+func (s *Supervisor) release(c *confinement) error {
+	var errs []error
+	for i := len(c.Chowned) - 1; i >= 0; i-- {
+		ch := c.Chowned[i]
+		if err := os.Lchown(ch.Path, ch.UID, ch.GID); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		if fi, err := os.Lstat(ch.Path); err == nil && fi.IsDir() { // the state directory: what QEMU created there goes back too
+			ents, _ := os.ReadDir(ch.Path)
+			for _, e := range ents {
+				f := filepath.Join(ch.Path, e.Name())
+				if fi, err := os.Lstat(f); err == nil && fi.Sys().(*syscall.Stat_t).Uid == c.UID {
+					_ = os.Lchown(f, ch.UID, ch.GID)
+				}
+			}
+		}
+	}
+	others := s.otherConfinements(c)
+	for i := len(c.Grants) - 1; i >= 0; i-- {
+		g := c.Grants[i]
+		if heir := usedBy(others, g.Path, c.UID); heir != "" {
+			if oc, err := s.readConfinement(heir); err == nil {
+				oc.Grants = append(oc.Grants, g)
+				errs = append(errs, s.writeConfinement(heir, oc))
+				continue
+			}
+		}
+		if err := s.releaseGrant(c, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.Chowned, c.Grants = nil, nil
+	return errors.Join(errs...)
+}
+
+func (s *Supervisor) releaseGrant(c *confinement, g aclGrant) error {
+	if err := revokeUser(g.Path, c.UID, g.Prev); err != nil {
+		return fmt.Errorf("take back %s's access to %s: %w", c.User, g.Path, err)
+	}
+	return nil
+}
+
+// otherConfinements reads the records of the other VMs, by VM name.
+func (s *Supervisor) otherConfinements(self *confinement) map[string]*confinement {
+	out := map[string]*confinement{}
+	files, _ := filepath.Glob(filepath.Join(s.securityDir(), "*.json"))
+	sort.Strings(files)
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		if c, err := s.readConfinement(name); err == nil && c != self {
+			out[name] = c
+		}
+	}
+	return out
+}
+
+func usedBy(cs map[string]*confinement, path string, uid uint32) string {
+	names := make([]string, 0, len(cs))
+	for n := range cs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if cs[n].UID == uid && contains(cs[n].Uses, path) {
+			return n
+		}
+	}
+	return ""
+}
+
+// lockSecurity serializes grant bookkeeping across VMs and vmsup processes.
+func (s *Supervisor) lockSecurity(ctx context.Context) (func(), error) {
+	if err := os.MkdirAll(s.securityDir(), 0o700); err != nil {
+		return nil, err
+	}
+	l, ok, err := lockFile(ctx, filepath.Join(s.securityDir(), ".lock"), true)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("security lock: %v", orErr(err, ctx.Err()))
+	}
+	return l.unlock, nil
+}
+
+func orErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,182 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// TestACLGrantRevoke: a grant adds one named entry and revoking restores the
+// file exactly: no ACL and the old mode, or the entry the user had before.
+func TestACLGrantRevoke(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "img")
+	if err := os.WriteFile(f, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	const uid = 4242
+	if ok, _ := hasAccess(f, uid, uid, nil, 6); ok {
+		t.Fatal("stranger has rw on a 0640 root file")
+	}
+	prev, err := grantUser(f, uid, 6)
+	if err != nil || prev != -1 {
+		t.Fatalf("grant: prev %d %v", prev, err)
+	}
+	if ok, _ := hasAccess(f, uid, uid, nil, 6); !ok {
+		t.Fatal("grant did not give rw")
+	}
+	if ok, _ := hasAccess(f, 4343, 4343, nil, 4); ok {
+		t.Fatal("grant leaked to another user")
+	}
+	if err := revokeUser(f, uid, prev); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(f)
+	if _, err := unix.Getxattr(f, aclXattr, make([]byte, 64)); err == nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("after revoke: ACL err %v, mode %v", err, fi.Mode())
+	}
+	// The user already had r: the grant adds w, revoke leaves r.
+	if _, err := grantUser(f, uid, 4); err != nil {
+		t.Fatal(err)
+	}
+	prev, err = grantUser(f, uid, 2)
+	if err != nil || prev != 4 {
+		t.Fatalf("second grant: prev %d %v", prev, err)
+	}
+	if err := revokeUser(f, uid, prev); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := hasAccess(f, uid, uid, nil, 4); !ok {
+		t.Fatal("revoke took the user's own r")
+	}
+	if ok, _ := hasAccess(f, uid, uid, nil, 2); ok {
+		t.Fatal("revoke left w")
+	}
+}
+
+// TestSharedBaseGrant: two VMs share a base image below a private directory.
+// The first grants access; when it goes down the second keeps it (the grant
+// is handed over), and when the second goes down nothing is left.
+func TestSharedBaseGrant(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	imgs := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(imgs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kernel := filepath.Join(imgs, "vmlinux")
+	os.WriteFile(kernel, []byte("k"), 0o600)
+	s, err := New(Options{Root: root, Self: "/bin/true", Host: &Host{KVMUnusable: "test", AppArmorUnusable: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := map[string]*confinement{}
+	for _, name := range []string{"a", "b"} {
+		f, err := spec.Parse("/t/"+name+".toml", []byte("name = \""+name+"\"\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = \""+kernel+"\"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.paths(name)
+		os.MkdirAll(p.Dir, 0o700)
+		if cs[name], err = s.confine(ctx, f, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uid, gid := cs["a"].UID, cs["a"].GID
+	if len(cs["a"].Grants) == 0 {
+		t.Fatal("first VM granted nothing")
+	}
+	for _, g := range cs["b"].Grants {
+		if g.Path == kernel || g.Path == imgs {
+			t.Fatalf("second VM granted %s again", g.Path)
+		}
+	}
+	if err := s.securityTeardown(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := hasAccess(kernel, uid, gid, nil, 4); !ok {
+		t.Fatal("b lost access to the shared kernel when a went down")
+	}
+	if ok, _ := hasAccess(imgs, uid, gid, nil, 1); !ok {
+		t.Fatal("b lost search on the shared directory when a went down")
+	}
+	if err := s.securityTeardown(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{kernel, imgs, root} {
+		if _, err := unix.Getxattr(p, aclXattr, make([]byte, 64)); err == nil {
+			t.Errorf("%s keeps an ACL after both VMs went down", p)
+		}
+	}
+}
+
+// TestPerVMUsers: with QEMUUser "per-vm" two VMs run as two users; each
+// gets its own ACL entries, so neither can open the other's disk.
+func TestPerVMUsers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	imgs := filepath.Join(t.TempDir(), "imgs")
+	if err := os.Mkdir(imgs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kernel := filepath.Join(imgs, "vmlinux")
+	os.WriteFile(kernel, []byte("k"), 0o600)
+	s, err := New(Options{Root: root, Self: "/bin/true", QEMUUser: PerVMUser, Host: &Host{KVMUnusable: "test", AppArmorUnusable: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := map[string]*confinement{}
+	for _, name := range []string{"pa", "pb"} {
+		u := s.qemuUserName(name)
+		if len(u) > 32 || !strings.HasPrefix(u, "vmsupq-") {
+			t.Fatalf("per-VM user name %q", u)
+		}
+		if _, err := user.Lookup(u); err != nil { // created by this test: remove it after
+			t.Cleanup(func() { exec.Command("userdel", u).Run() })
+		}
+		disk := filepath.Join(imgs, name+".raw")
+		os.WriteFile(disk, nil, 0o600)
+		f, err := spec.Parse("/t/"+name+".toml", []byte(fmt.Sprintf("name = %q\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = %q\n[[disk]]\nname = \"d\"\nfile = %q\n", name, kernel, disk)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.paths(name)
+		os.MkdirAll(p.Dir, 0o700)
+		if cs[name], err = s.confine(ctx, f, p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.securityTeardown(context.Background(), name) })
+	}
+	a, b := cs["pa"], cs["pb"]
+	if a.UID == b.UID || a.UID == 0 || b.UID == 0 {
+		t.Fatalf("uids %d and %d", a.UID, b.UID)
+	}
+	for _, c := range []struct {
+		who  *confinement
+		disk string
+		want bool
+	}{{a, "pa.raw", true}, {a, "pb.raw", false}, {b, "pb.raw", true}, {b, "pa.raw", false}} {
+		ok, err := hasAccess(filepath.Join(imgs, c.disk), c.who.UID, c.who.GID, nil, 6)
+		if err != nil || ok != c.want {
+			t.Errorf("%s on %s: access %v (%v), want %v", c.who.User, c.disk, ok, err, c.want)
+		}
+	}
+	if err := s.securityTeardown(ctx, "pa"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := hasAccess(kernel, b.UID, b.GID, nil, 4); !ok {
+		t.Error("pb lost its own grant on the shared kernel when pa went down")
+	}
+}

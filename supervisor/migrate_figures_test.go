@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,11 +174,22 @@ func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw in
 	if err := json.Unmarshal(b, &app); err != nil {
 		t.Fatal(err)
 	}
-	rawDir, err := os.MkdirTemp("", "vmsup-raw-")
+	// Inside the VM's state directory, owned like it, and the destination
+	// run as that owner: a confined source QEMU sees only that directory
+	// and runs as that user.
+	rawDir, err := os.MkdirTemp(st.StateDir, "raw-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(rawDir)
+	fi, err := os.Stat(st.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := fi.Sys().(*syscall.Stat_t)
+	if err := os.Chown(rawDir, int(owner.Uid), int(owner.Gid)); err != nil {
+		t.Fatal(err)
+	}
 	// The recorded argv of a migrated VM has its incoming flags and socket
 	// directory: drop the flags, make the directories.
 	argv := make([]string, 0, len(app.Argv)+3)
@@ -196,6 +208,7 @@ func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw in
 	argv[0] = "/usr/bin/qemu-system-x86_64"
 	argv = append(argv, "-S", "-incoming", "defer")
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: owner.Uid, Gid: owner.Gid}}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -35,17 +35,23 @@ type migRelay struct {
 	conns map[net.Conn]struct{}
 	done  bool
 	wg    sync.WaitGroup
+	// QEMU 7.2 takes the first connection to its incoming socket as the
+	// main channel and the others as multifd channels: the destination
+	// dials QEMU in the order the source's QEMU connected (seq).
+	order  *sync.Cond
+	dialed int
 }
 
 // startRelay serves ln. hello, if set, runs on each accepted connection
 // before dialing (the destination checks the token there); greet, if set,
 // runs on each dialed connection before copying (the source sends it).
-func startRelay(ln net.Listener, dial func() (net.Conn, error), hello, greet func(net.Conn) error, log *slog.Logger) *migRelay {
+func startRelay(ln net.Listener, dial func() (net.Conn, error), hello func(net.Conn) (int, error), greet func(net.Conn, int) error, log *slog.Logger) *migRelay {
 	r := &migRelay{ln: ln, log: log, conns: map[net.Conn]struct{}{}}
+	r.order = sync.NewCond(&r.mu)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		for {
+		for seq := 0; ; seq++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
@@ -57,7 +63,7 @@ func startRelay(ln net.Listener, dial func() (net.Conn, error), hello, greet fun
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
-				r.bridge(c, dial, hello, greet)
+				r.bridge(c, seq, dial, hello, greet)
 			}()
 		}
 	}()
@@ -81,15 +87,31 @@ func (r *migRelay) untrack(c net.Conn) {
 	c.Close()
 }
 
-func (r *migRelay) bridge(in net.Conn, dial func() (net.Conn, error), hello, greet func(net.Conn) error) {
+func (r *migRelay) bridge(in net.Conn, seq int, dial func() (net.Conn, error), hello func(net.Conn) (int, error), greet func(net.Conn, int) error) {
 	defer r.untrack(in)
+	ordered := false
 	if hello != nil {
-		if err := hello(in); err != nil {
+		var err error
+		if seq, err = hello(in); err != nil {
 			r.log.Warn("migration relay: refused a connection", "from", in.RemoteAddr(), "err", err)
 			return
 		}
+		ordered = true
+	}
+	if ordered {
+		r.mu.Lock()
+		for r.dialed != seq && !r.done {
+			r.order.Wait()
+		}
+		r.mu.Unlock()
 	}
 	out, err := dial()
+	if ordered {
+		r.mu.Lock()
+		r.dialed++
+		r.order.Broadcast()
+		r.mu.Unlock()
+	}
 	if err != nil {
 		r.log.Warn("migration relay: dial", "err", err)
 		return
@@ -100,7 +122,7 @@ func (r *migRelay) bridge(in net.Conn, dial func() (net.Conn, error), hello, gre
 	}
 	defer r.untrack(out)
 	if greet != nil {
-		if err := greet(out); err != nil {
+		if err := greet(out, seq); err != nil {
 			return
 		}
 	}
@@ -134,6 +156,7 @@ func (r *migRelay) Close() {
 	for c := range r.conns {
 		c.Close()
 	}
+	r.order.Broadcast()
 	r.mu.Unlock()
 	r.ln.Close()
 	r.wg.Wait()
@@ -141,27 +164,35 @@ func (r *migRelay) Close() {
 
 func newRelayToken() string { return randHex(relayTokenLen) }
 
-// sendToken is the source's greeting on each TCP connection.
-func sendToken(tok string) func(net.Conn) error {
-	return func(c net.Conn) error {
-		_, err := c.Write([]byte(tok))
+// sendToken is the source's greeting on each TCP connection: the token,
+// then the connection's sequence number (4 bytes, big endian).
+func sendToken(tok string) func(net.Conn, int) error {
+	return func(c net.Conn, seq int) error {
+		b := append([]byte(tok), byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq))
+		_, err := c.Write(b)
 		return err
 	}
 }
 
-// checkToken reads and checks the greeting within a few seconds.
-func checkToken(tok string) func(net.Conn) error {
-	return func(c net.Conn) error {
-		buf := make([]byte, len(tok))
+// checkToken reads and checks the greeting within a few seconds and
+// returns the sequence number.
+func checkToken(tok string) func(net.Conn) (int, error) {
+	return func(c net.Conn) (int, error) {
+		buf := make([]byte, len(tok)+4)
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if _, err := io.ReadFull(c, buf); err != nil {
-			return fmt.Errorf("no token: %w", err)
+			return 0, fmt.Errorf("no token: %w", err)
 		}
 		_ = c.SetReadDeadline(time.Time{})
-		if subtle.ConstantTimeCompare(buf, []byte(tok)) != 1 {
-			return errors.New("wrong token " + hex.EncodeToString(bytes.TrimSpace(buf[:4])) + "...")
+		if subtle.ConstantTimeCompare(buf[:len(tok)], []byte(tok)) != 1 {
+			return 0, errors.New("wrong token " + hex.EncodeToString(bytes.TrimSpace(buf[:4])) + "...")
 		}
-		return nil
+		b := buf[len(tok):]
+		seq := int(b[0])<<24 | int(b[1])<<16 | int(b[2])<<8 | int(b[3])
+		if seq < 0 || seq > 1024 {
+			return 0, fmt.Errorf("bad sequence number %d", seq)
+		}
+		return seq, nil
 	}
 }
 

@@ -42,7 +42,7 @@ func TestRelayToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad.Write([]byte("0123456789abcdef0123456789abcdef"))
+	bad.Write([]byte("0123456789abcdef0123456789abcdef0000"))
 	bad.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := bad.Read(make([]byte, 1)); err == nil {
 		t.Fatalf("a connection with a wrong token got %d bytes", n)
@@ -58,7 +58,7 @@ func TestRelayToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer good.Close()
-	if err := sendToken(tok)(good); err != nil {
+	if err := sendToken(tok)(good, 0); err != nil {
 		t.Fatal(err)
 	}
 	good.Write([]byte("stream"))

@@ -38,6 +38,14 @@ type Options struct {
 	// Disks holds, by disk name, the host files vmsup prepared for disks
 	// that need them (a seed's built ISO, a secret file); see DiskHost.
 	Disks map[string]DiskHost
+
+	// Incoming starts QEMU as a live-migration destination: "-incoming
+	// defer" (the supervisor picks the address later with migrate-incoming)
+	// and "-S", so the guest stays paused after the stream ends until the
+	// supervisor has heard from the source that the migration completed:
+	// there is never a moment with two running copies. The console log is
+	// opened in append mode so the history already there is kept.
+	Incoming bool
 }
 
 // maxSocketPath is the longest unix socket path (sun_path is 108 bytes with
@@ -119,15 +127,15 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 
 	parts = append(parts,
-		socketChardev{QMPChardevID, o.QMPSocket, ""}, qmpMonitor{QMPChardevID},
-		socketChardev{EventsChardevID, o.EventSocket, ""}, qmpMonitor{EventsChardevID},
-		socketChardev{ConsoleChardevID, o.ConsoleSocket, o.ConsoleLog}, serialPort{ConsoleChardevID},
+		socketChardev{QMPChardevID, o.QMPSocket, "", false}, qmpMonitor{QMPChardevID},
+		socketChardev{EventsChardevID, o.EventSocket, "", false}, qmpMonitor{EventsChardevID},
+		socketChardev{ConsoleChardevID, o.ConsoleSocket, o.ConsoleLog, o.Incoming}, serialPort{ConsoleChardevID},
 	)
 	for _, rp := range l.rootPorts {
 		parts = append(parts, rp)
 	}
 	if vm.HasGuestAgent() {
-		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, ""})
+		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, "", false})
 		for _, d := range agentDevices(l.agent) {
 			parts = append(parts, d)
 		}
@@ -148,6 +156,9 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		}
 		dp.Devices[0].Addr = l.disks[i].addr
 		parts = append(parts, dp.renderers()...)
+	}
+	if o.Incoming {
+		parts = append(parts, flags{"-S", "-incoming", "defer"})
 	}
 	return parts, nil
 }

@@ -5,9 +5,12 @@ import "fmt"
 // socketChardev is a listening unix-socket chardev that does not wait for a
 // client: QEMU starts at once and the supervisor connects when it likes.
 // LogFile, when set, gets a copy of everything the chardev receives (QEMU
-// truncates it at start), so console output is kept while no client is
-// attached.
-type socketChardev struct{ ID, Path, LogFile string }
+// truncates it at start unless LogAppend), so console output is kept while
+// no client is attached.
+type socketChardev struct {
+	ID, Path, LogFile string
+	LogAppend         bool // a migration destination continues the log
+}
 
 func (c socketChardev) Args() ([]string, error) {
 	p, err := escapeValue(c.Path)
@@ -21,6 +24,9 @@ func (c socketChardev) Args() ([]string, error) {
 			return nil, fmt.Errorf("chardev %q logfile: %w", c.ID, err)
 		}
 		v += ",logfile=" + l
+		if c.LogAppend {
+			v += ",logappend=on"
+		}
 	}
 	return []string{"-chardev", v}, nil
 }

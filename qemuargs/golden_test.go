@@ -125,6 +125,10 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 			o.Accel = spec.Accel(v)
 			continue
 		}
+		if k == "Incoming" {
+			o.Incoming = v == "true"
+			continue
+		}
 		if k == "VhostNet" {
 			o.VhostNet = v == "true"
 			continue

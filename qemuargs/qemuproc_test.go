@@ -89,8 +89,12 @@ func checkInQEMU(t *testing.T, argv []string, o Options) {
 	defer cancel()
 	p, q := startQEMU(ctx, t, argv, o.QMPSocket, "-S")
 	var status struct{ Status string }
-	if err := q.run("query-status", nil, &status); err != nil || status.Status != "prelaunch" {
-		p.fail("query-status: %q, %v; want prelaunch", status.Status, err)
+	want := "prelaunch"
+	if o.Incoming {
+		want = "inmigrate" // waiting for migrate-incoming
+	}
+	if err := q.run("query-status", nil, &status); err != nil || status.Status != want {
+		p.fail("query-status: %q, %v; want %s", status.Status, err, want)
 	}
 	var kvm struct{ Enabled bool }
 	if err := q.run("query-kvm", nil, &kvm); err != nil || kvm.Enabled != (o.Accel == spec.AccelKVM) {

@@ -50,7 +50,7 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 		return res, err
 	}
 	defer lk.unlock()
-	unit := units.Name(name)
+	unit := s.unitOf(name)
 	st, err := sd.Status(ctx, unit)
 	if err != nil {
 		return res, err

@@ -17,6 +17,7 @@ import (
 	"github.com/google/renameio/v2"
 
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
 )
 
 // vmPaths are the files of one VM under Root/vms/NAME.
@@ -68,6 +69,22 @@ type applied struct {
 	// over restarts); HotplugPorts the root ports left empty at boot.
 	Attached     []AttachedDisk `json:"attached_disks,omitempty"`
 	HotplugPorts []string       `json:"hotplug_ports,omitempty"`
+	// Unit is the systemd unit running the VM when it is not the usual
+	// vmsup-NAME.service: after a migration on one host the new QEMU runs
+	// under the other of the two names (see migrate.go). "" means the usual.
+	Unit string `json:"unit,omitempty"`
+	// MigratedFrom says where the running QEMU came from ("local" or a
+	// host), empty for a VM started by up.
+	MigratedFrom string `json:"migrated_from,omitempty"`
+}
+
+// unitOf returns the unit that runs (or last ran) the VM: the name recorded
+// by a migration, else vmsup-NAME.service.
+func (s *Supervisor) unitOf(name string) string {
+	if a, err := s.readApplied(name); err == nil && a.Unit != "" {
+		return a.Unit
+	}
+	return units.Name(name)
 }
 
 func canonical(vm *spec.VM) json.RawMessage {

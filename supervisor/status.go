@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
 // State is a VM's state as vmsup reports it.
@@ -69,7 +68,7 @@ func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (St
 	if err != nil {
 		return Status{}, err
 	}
-	unit := units.Name(name)
+	unit := s.unitOf(name)
 	st, err := sd.Status(ctx, unit)
 	if err != nil {
 		return Status{}, err

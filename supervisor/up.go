@@ -132,7 +132,7 @@ func (s *Supervisor) Up(ctx context.Context, files ...*spec.File) ([]UpResult, e
 func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) {
 	name := f.VM.Name
 	res := UpResult{VM: name}
-	unit := units.Name(name)
+	unit := s.unitOf(name) // after a local migration, not vmsup-NAME.service
 	p := s.paths(name)
 	var (
 		sd      *units.Manager
@@ -163,6 +163,9 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			st, err := sd.Status(ctx, unit)
 			if err != nil {
 				return err
+			}
+			if !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
+				defer func() { unit = units.Name(name) }() // a fresh start uses the usual name
 			}
 			switch {
 			case st.Exists && st.ActiveState == "failed":
@@ -301,7 +304,7 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	p := s.paths(name)
-	unit := units.Name(name)
+	unit := s.unitOf(name)
 	// The step before has just seen the start job succeed or the unit
 	// active; a QEMU that dies before answering is seen within one check.
 	checked := time.Now()

@@ -81,7 +81,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
-		nicCmd(g), stopPostCmd(g), diskCmd(g),
+		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func migrateCmd(g *globals) *cobra.Command {
+	var (
+		o         supervisor.MigrateOptions
+		transport string
+		bandwidth string
+		cancel    bool
+		asJSON    bool
+	)
+	c := &cobra.Command{
+		Use:   "migrate NAME (--to HOST | --local) | migrate --cancel NAME",
+		Short: "Live-migrate a running VM to another host running vmsup, or into a new QEMU on this host",
+		Long: `Live-migrate a running VM. --to HOST runs "vmsup migrate-receive" on HOST through the
+transport (default: ssh -o BatchMode=yes HOST vmsup migrate-receive), which starts the VM there
+paused, waiting for the stream; the source streams to HOST's address (--address), and the
+source's QEMU stops only once the destination runs the guest. On any failure before that,
+the destination is torn down and the VM keeps running here. Disks must be on storage both
+hosts see (a shared path, RBD, iSCSI): storage migration is not supported.
+--local moves the VM into a fresh QEMU on this host (to pick up a new QEMU binary).
+Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := vmName(args[0])
+			if err != nil {
+				return err
+			}
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			defer sup.Close()
+			if cancel {
+				if err := sup.CancelMigration(cmd.Context(), name); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: migration cancelled\n", name)
+				return nil
+			}
+			if (o.To == "") == !o.Local {
+				return usageError{fmt.Errorf("give exactly one of --to HOST and --local")}
+			}
+			if transport != "" {
+				o.Transport = strings.Fields(transport)
+			}
+			if bandwidth != "" {
+				bw, err := spec.ParseSize(bandwidth)
+				if err != nil {
+					return usageError{fmt.Errorf("--bandwidth %q: %w", bandwidth, err)}
+				}
+				o.Bandwidth = int64(bw)
+			}
+			out := cmd.OutOrStdout()
+			o.Progress = progressPrinter(out, asJSON)
+			res, err := sup.Migrate(cmd.Context(), name, o)
+			if asJSON {
+				ev := map[string]any{"event": "done", "result": res}
+				if err != nil {
+					ev = map[string]any{"event": "failed", "error": err.Error()}
+				}
+				_ = json.NewEncoder(out).Encode(ev)
+				return err
+			}
+			if isTerminal(out) {
+				fmt.Fprintln(out)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: migrated to %s in %s (QEMU total %s, downtime %s, %s transferred)\n",
+				name, res.To, res.Wall.Round(time.Millisecond), res.TotalTime, res.Downtime, humanBytes(float64(res.Transferred)))
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.To, "to", "", "destination host")
+	f.BoolVar(&o.Local, "local", false, "migrate into a new QEMU process on this host")
+	f.StringVar(&transport, "transport", "", `command that runs "vmsup migrate-receive" on the destination, split on spaces (default "ssh -o BatchMode=yes HOST vmsup migrate-receive")`)
+	f.StringVar(&o.Address, "address", "", "address the destination QEMU listens on for the stream (default: HOST)")
+	f.StringVar(&bandwidth, "bandwidth", "", "bandwidth limit in bytes per second, e.g. 512M (default QEMU's 128M)")
+	f.DurationVar(&o.Downtime, "downtime", 0, "longest allowed pause at switch-over (default 300ms)")
+	f.IntVar(&o.Multifd, "multifd", 0, "stream over N parallel connections")
+	f.BoolVar(&o.AutoConverge, "auto-converge", false, "throttle the guest's vCPUs when it dirties memory faster than it can be sent")
+	f.BoolVar(&o.Postcopy, "postcopy", false, "switch to postcopy when precopy has not finished after --postcopy-after (no rollback after the switch)")
+	f.DurationVar(&o.PostcopyAfter, "postcopy-after", 0, "when to switch to postcopy (default 10s)")
+	f.DurationVar(&o.Timeout, "timeout", 0, "cancel when the stream has not completed by then (default 10m)")
+	f.DurationVar(&o.StallTimeout, "stall-timeout", 0, "cancel when nothing was transferred for this long (default 30s)")
+	f.BoolVar(&cancel, "cancel", false, "cancel the VM's migration in progress")
+	f.BoolVar(&asJSON, "json", false, "print progress and the result as JSON lines")
+	return c
+}
+
+func migrateReceiveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    "migrate-receive",
+		Short:  "Destination side of a migration: speaks the migration protocol on stdin/stdout (run by the source's transport)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			defer sup.Close()
+			return sup.Receive(cmd.Context(), os.Stdin, os.Stdout)
+		},
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progressPrinter renders progress as JSON lines, a bar redrawn in place
+// on a terminal, or one plain line per report otherwise.
+func progressPrinter(out io.Writer, asJSON bool) func(supervisor.MigrationProgress) {
+	enc := json.NewEncoder(out)
+	tty := isTerminal(out)
+	return func(p supervisor.MigrationProgress) {
+		if asJSON {
+			_ = enc.Encode(map[string]any{"event": "progress", "progress": p})
+			return
+		}
+		done := 0.0
+		if p.Transferred+p.Remaining > 0 {
+			done = float64(p.Transferred) / float64(p.Transferred+p.Remaining)
+		}
+		line := fmt.Sprintf("%-9s %s sent, %s left, %s/s, dirty %s/s, expected downtime %s, pass %d",
+			p.Status, humanBytes(float64(p.Transferred)), humanBytes(float64(p.Remaining)), humanBytes(p.Rate),
+			humanBytes(float64(p.DirtyRate)), p.ExpectedDowntime, p.Iterations)
+		if !tty {
+			fmt.Fprintf(out, "%6.1fs %s\n", p.Elapsed.Seconds(), line)
+			return
+		}
+		const width = 30
+		n := int(done * width)
+		fmt.Fprintf(out, "\r\x1b[K[%s%s] %3.0f%% %s", strings.Repeat("#", n), strings.Repeat(".", width-n), done*100, line)
+	}
+}
+
+func humanBytes(b float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", b, units[i])
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCLIMigrate: "vmsup migrate --local --json" prints progress events and
+// a result, status follows the new unit, "--cancel" stops a throttled
+// migration in another process (which then fails, the VM still running),
+// and bad invocations give one line and exit 2.
+func TestCLIMigrate(t *testing.T) {
+	root := t.TempDir()
+	spec := write(t, t.TempDir(), "cm.toml", guestTOML("cm", ""))
+	if r := vmsup(t, root, "", "up", spec); r.code != 0 {
+		t.Fatalf("up: %+v", r)
+	}
+	defer vmsup(t, root, "", "down", "cm")
+
+	if r := vmsup(t, root, "", "migrate", "cm"); r.code != 2 || !strings.Contains(r.stderr, "give exactly one of --to HOST and --local") {
+		t.Fatalf("migrate without a destination: %+v", r)
+	}
+	if r := vmsup(t, root, "", "migrate", "--cancel", "cm"); r.code != 1 || !strings.Contains(r.stderr, `vm "cm": no migration in progress`) {
+		t.Fatalf("cancel with nothing to cancel: %+v", r)
+	}
+
+	r := vmsup(t, root, "", "migrate", "cm", "--local", "--json")
+	if r.code != 0 {
+		t.Fatalf("migrate --local --json: %+v", r)
+	}
+	var last struct {
+		Event  string
+		Result struct {
+			Unit             string
+			TransferredBytes int64 `json:"transferred_bytes"`
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	for _, l := range lines {
+		if err := json.Unmarshal([]byte(l), &last); err != nil {
+			t.Fatalf("not a JSON line: %q (%v)", l, err)
+		}
+	}
+	if last.Event != "done" || last.Result.Unit != "vmsup-cm@migrated.service" || last.Result.TransferredBytes == 0 {
+		t.Fatalf("last event: %+v\n%s", last, r.stdout)
+	}
+	st := vmsup(t, root, "", "status", "cm", "--json")
+	if !strings.Contains(st.stdout, `"unit": "vmsup-cm@migrated.service"`) || !strings.Contains(st.stdout, `"state": "running"`) {
+		t.Fatalf("status after migrate: %s", st.stdout)
+	}
+
+	// A throttled migration, cancelled from another process.
+	cmd := exec.Command(vmsupBin, "migrate", "cm", "--local", "--bandwidth", "1M")
+	cmd.Env = append(os.Environ(), "VMSUP_ROOT="+root, "VMSUP_SYSTEMD_BUS="+env.Systemd.BusAddress, "VMSUP_JOURNAL_DIR="+env.Systemd.JournalDir)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var c result
+	for i := 0; i < 100; i++ {
+		time.Sleep(200 * time.Millisecond)
+		if c = vmsup(t, root, "", "migrate", "--cancel", "cm"); c.code == 0 {
+			break
+		}
+	}
+	if c.code != 0 {
+		t.Fatalf("cancel: %+v", c)
+	}
+	err := cmd.Wait()
+	if err == nil || !strings.Contains(errb.String(), "migration cancelled (the guest runs on: source)") {
+		t.Fatalf("cancelled migrate: %v\nstdout %s\nstderr %s", err, out.String(), errb.String())
+	}
+	if strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
+		t.Fatalf("want one line on stderr, got %q", errb.String())
+	}
+	st = vmsup(t, root, "", "status", "cm", "--json")
+	if !strings.Contains(st.stdout, `"unit": "vmsup-cm@migrated.service"`) || !strings.Contains(st.stdout, `"state": "running"`) {
+		t.Fatalf("status after cancel: %s", st.stdout)
+	}
+	if u := vmsupUnits(t); strings.Count(u, "vmsup-cm") != 1 {
+		t.Fatalf("units after cancel: %s", u)
+	}
+}

@@ -1,0 +1,191 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// The migration protocol: JSON lines between the source's vmsup and the
+// destination's "vmsup migrate-receive", over the receiver's stdin and
+// stdout. The transport (ssh, or nsenter in tests) is what authenticates:
+// the receiver listens on nothing and takes commands only from its stdin.
+// The source asks, the destination answers, one message at a time:
+//
+//	hello{version}            -> hello{version, host}
+//	prepare{spec, accel, ...} -> prepared{uri} | error   (QEMU -incoming, listening)
+//	  ... the source runs "migrate uri" and watches it ...
+//	run                       -> running                  (postcopy only: the guest runs here from now on)
+//	finalize{console}         -> finalized | error        (destination running)
+//	commit                    -> committed                (local only: sockets handed over)
+//	abort (or EOF)            -> the destination tears down what it set up, unless finalized
+//
+// A change that an older peer would misread bumps migProtoVersion; peers
+// refuse a version they do not speak.
+const migProtoVersion = 1
+
+// Message types.
+const (
+	msgHello     = "hello"
+	msgPrepare   = "prepare"
+	msgPrepared  = "prepared"
+	msgFinalize  = "finalize"
+	msgFinalized = "finalized"
+	msgCommit    = "commit"
+	msgCommitted = "committed"
+	msgRun       = "run" // postcopy started: run the guest here now
+	msgRunning   = "running"
+	msgAbort     = "abort"
+	msgError     = "error"
+)
+
+// migMsg is every protocol message; Type says which fields matter.
+type migMsg struct {
+	Type    string `json:"type"`
+	Version int    `json:"version,omitempty"`
+	Host    string `json:"host,omitempty"`
+	Error   string `json:"error,omitempty"`
+
+	// prepare
+	Name       string     `json:"name,omitempty"`
+	SourceFile string     `json:"source_file,omitempty"` // relative paths in Spec resolve against it
+	Spec       []byte     `json:"spec,omitempty"`        // spec.toml as applied on the source
+	Accel      spec.Accel `json:"accel,omitempty"`       // the source's resolved accelerator
+	Listen     string     `json:"listen,omitempty"`      // address the destination QEMU listens on
+	Multifd    int        `json:"multifd,omitempty"`
+	Postcopy   bool       `json:"postcopy,omitempty"`
+	// Markers maps each disk file to a file the source created beside it: the
+	// destination seeing it proves the directory is shared.
+	Markers map[string]string `json:"markers,omitempty"`
+	Local   bool              `json:"local,omitempty"` // in-process, same host
+	From    string            `json:"from,omitempty"`
+	// Timeout is the source's bound on the migration: the destination
+	// gives up waiting for finalize a little after it.
+	Timeout time.Duration `json:"timeout,omitempty"`
+
+	// UEFIVars is the VM's OVMF variable store (uefi firmware, cross-host).
+	UEFIVars []byte `json:"uefi_vars,omitempty"`
+
+	// prepared: where the destination's relay listens, and the token each
+	// stream connection must start with.
+	URI   string `json:"uri,omitempty"`
+	Token string `json:"token,omitempty"`
+
+	// finalize: the source's console log, continued by the destination.
+	Console []byte `json:"console,omitempty"`
+}
+
+// migPeer is one end of the protocol: it writes messages and reads the
+// other side's in a goroutine, so every wait has a deadline and EOF is seen
+// at once.
+type migPeer struct {
+	w    io.Writer
+	wmu  sync.Mutex
+	in   chan migMsg
+	errc chan error // the reason reading stopped (EOF, bad JSON)
+}
+
+func newMigPeer(r io.Reader, w io.Writer) *migPeer {
+	p := &migPeer{w: w, in: make(chan migMsg, 4), errc: make(chan error, 1)}
+	go func() {
+		br := bufio.NewReaderSize(r, 64<<10)
+		dec := json.NewDecoder(br)
+		for {
+			var m migMsg
+			if err := dec.Decode(&m); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.EOF
+				}
+				p.errc <- err
+				close(p.in)
+				return
+			}
+			p.in <- m
+		}
+	}()
+	return p
+}
+
+func (p *migPeer) send(m migMsg) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = p.w.Write(append(b, '\n'))
+	return err
+}
+
+// errPeerGone means the other side closed the stream (it exited, or its
+// transport died).
+var errPeerGone = errors.New("peer closed the connection")
+
+// recv waits for the next message up to d (or ctx).
+func (p *migPeer) recv(ctx context.Context, d time.Duration) (migMsg, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case m, ok := <-p.in:
+		if !ok {
+			err := <-p.errc
+			p.errc <- err
+			if errors.Is(err, io.EOF) {
+				return migMsg{}, errPeerGone
+			}
+			return migMsg{}, fmt.Errorf("protocol: %w", err)
+		}
+		return m, nil
+	case <-t.C:
+		return migMsg{}, fmt.Errorf("no answer within %s", d)
+	case <-ctx.Done():
+		return migMsg{}, ctx.Err()
+	}
+}
+
+// call sends m and waits for a reply of type want; an "error" reply becomes
+// an error.
+func (p *migPeer) call(ctx context.Context, m migMsg, want string, d time.Duration) (migMsg, error) {
+	if err := p.send(m); err != nil {
+		return migMsg{}, fmt.Errorf("%s: send: %w", m.Type, err)
+	}
+	r, err := p.recv(ctx, d)
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", m.Type, err)
+	}
+	if r.Type == msgError {
+		return r, &RemoteError{Step: m.Type, Msg: r.Error}
+	}
+	if r.Type != want {
+		return r, fmt.Errorf("%s: unexpected reply %q", m.Type, r.Type)
+	}
+	return r, nil
+}
+
+// RemoteError is a failure the destination reported.
+type RemoteError struct{ Step, Msg string }
+
+func (e *RemoteError) Error() string { return "destination: " + e.Step + ": " + e.Msg }
+
+// migrationCaps are the capabilities both sides enable for a migration.
+func migrationCaps(multifd int, postcopy, autoConverge bool) []qmp.MigrationCapability {
+	caps := []qmp.MigrationCapability{{Capability: "events", State: true}}
+	if multifd > 0 {
+		caps = append(caps, qmp.MigrationCapability{Capability: "multifd", State: true})
+	}
+	if postcopy {
+		caps = append(caps, qmp.MigrationCapability{Capability: "postcopy-ram", State: true})
+	}
+	if autoConverge {
+		caps = append(caps, qmp.MigrationCapability{Capability: "auto-converge", State: true})
+	}
+	return caps
+}

@@ -1,0 +1,70 @@
+package supervisor
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestRelayToken: the destination's relay bridges only connections that
+// start with the token; others are closed before anything reaches QEMU's
+// socket. Pure Go: a unix echo server stands in for QEMU.
+func TestRelayToken(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "qemu.sock")
+	qemu, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qemu.Close()
+	reached := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := qemu.Accept()
+			if err != nil {
+				return
+			}
+			reached <- struct{}{}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := newRelayToken()
+	r := startRelay(ln, func() (net.Conn, error) { return net.Dial("unix", sock) }, checkToken(tok), nil, slog.New(slog.DiscardHandler))
+	defer r.Close()
+
+	bad, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Write([]byte("0123456789abcdef0123456789abcdef0000"))
+	bad.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := bad.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("a connection with a wrong token got %d bytes", n)
+	}
+	select {
+	case <-reached:
+		t.Fatal("a connection with a wrong token reached QEMU's socket")
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	good, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	if err := sendToken(tok)(good, 0); err != nil {
+		t.Fatal(err)
+	}
+	good.Write([]byte("stream"))
+	buf := make([]byte, 6)
+	good.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "stream" {
+		t.Fatalf("bridged echo: %q %v", buf, err)
+	}
+}

@@ -262,7 +262,12 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			for _, o := range plan.unitOpts {
 				o(&u)
 			}
-			return sd.Start(ctx, u)
+			if err := sd.Start(ctx, u); err != nil {
+				// A QEMU that refuses at once can fail the start job
+				// itself: say why, as confirm would.
+				return fmt.Errorf("%w: %s", err, s.lastWords(ctx, u.Name))
+			}
+			return nil
 		}, undo: func(ctx context.Context) {
 			_ = sd.Kill(ctx, unit, 9)
 			waitGone(ctx, sd, unit)

@@ -36,9 +36,8 @@ func runMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	vmsupBin = filepath.Join(dir, "vmsup")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", vmsupBin, ".").CombinedOutput(); err != nil {
-		fmt.Printf("build vmsup: %v\n%s", err, out)
+	if vmsupBin, err = testenv.BuildVmsup(ctx, dir); err != nil {
+		fmt.Println(err)
 		return 1
 	}
 	env, err = testenv.Start(ctx, filepath.Join(dir, "env"))

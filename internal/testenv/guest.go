@@ -77,3 +77,19 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// BuildVmsup builds the vmsup CLI (cmd/vmsup) into dir and returns its path:
+// the binary the VM units call for their stop hooks and the CLI tests run.
+func BuildVmsup(ctx context.Context, dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "vmsup")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/vmsup")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("testenv: build vmsup: %v\n%s", err, out)
+	}
+	return bin, nil
+}

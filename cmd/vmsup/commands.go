@@ -32,27 +32,20 @@ func upCmd(g *globals) *cobra.Command {
 		Short: "Bring the VMs in FILEs up (idempotent: running VMs with the same spec are left alone)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fs, err := loadFiles(args)
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			res, err := sup.Up(cmd.Context(), fs...)
-			for _, r := range res {
-				line := fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel)
-				if r.Action == supervisor.Changed {
-					line += "; spec differs from the running VM, not restarted (vmsup down, then up, to apply)"
+			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+				res, err := sup.Up(cmd.Context(), fs...)
+				for _, r := range res {
+					line := fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel)
+					if r.Action == supervisor.Changed {
+						line += "; spec differs from the running VM, not restarted (vmsup down, then up, to apply)"
+					}
+					if r.Note != "" {
+						line += "; " + r.Note
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), line)
 				}
-				if r.Note != "" {
-					line += "; " + r.Note
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), line)
-			}
-			return err
+				return err
+			})
 		},
 	}
 }
@@ -78,42 +71,39 @@ func downCmd(g *globals) *cobra.Command {
 		Short: "Shut VMs down: ACPI powerdown, wait stop_timeout, then QMP quit, then kill",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			failed := 0
-			for _, a := range args {
-				name, err := vmName(a)
-				if err == nil {
-					var r supervisor.DownResult
-					r, err = sup.Down(cmd.Context(), name)
+			return g.with(func(sup *supervisor.Supervisor) error {
+				failed := 0
+				for _, a := range args {
+					name, err := vmName(a)
 					if err == nil {
-						msg := map[supervisor.StopStep]string{
-							supervisor.StoppedAlready: "already shut off",
-							supervisor.StoppedACPI:    "guest powered off (ACPI)",
-							supervisor.StoppedQuit:    "QEMU quit after the stop timeout",
-							supervisor.StoppedKill:    "QEMU killed",
-						}[r.Step]
-						if r.Note != "" {
-							msg += "; " + r.Note
+						var r supervisor.DownResult
+						r, err = sup.Down(cmd.Context(), name)
+						if err == nil {
+							msg := map[supervisor.StopStep]string{
+								supervisor.StoppedAlready: "already shut off",
+								supervisor.StoppedACPI:    "guest powered off (ACPI)",
+								supervisor.StoppedQuit:    "QEMU quit after the stop timeout",
+								supervisor.StoppedKill:    "QEMU killed",
+							}[r.Step]
+							if r.Note != "" {
+								msg += "; " + r.Note
+							}
+							fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%s)\n", name, msg, r.Duration.Round(time.Millisecond))
 						}
-						fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%s)\n", name, msg, r.Duration.Round(time.Millisecond))
+					}
+					if err != nil {
+						failed++
+						if len(args) == 1 {
+							return err
+						}
+						fmt.Fprintln(os.Stderr, "vmsup:", err)
 					}
 				}
-				if err != nil {
-					failed++
-					if len(args) == 1 {
-						return err
-					}
-					fmt.Fprintln(os.Stderr, "vmsup:", err)
+				if failed > 0 {
+					return fmt.Errorf("%d of %d VMs did not go down", failed, len(args))
 				}
-			}
-			if failed > 0 {
-				return fmt.Errorf("%d of %d VMs did not go down", failed, len(args))
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }
@@ -125,28 +115,25 @@ func lsCmd(g *globals) *cobra.Command {
 		Short: "List VMs with their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			sts, err := sup.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd, sts)
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tSTATE\tACCEL\tCPUS\tMEMORY\tPID")
-			for _, s := range sts {
-				state := string(s.State)
-				if s.Reason != "" {
-					state += " (" + s.Reason + ")"
+			return g.with(func(sup *supervisor.Supervisor) error {
+				sts, err := sup.List(cmd.Context())
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, state, s.Accel, s.CPUs, s.Memory, pid(s.MainPID))
-			}
-			return w.Flush()
+				if asJSON {
+					return printJSON(cmd, sts)
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tSTATE\tACCEL\tCPUS\tMEMORY\tPID")
+				for _, s := range sts {
+					state := string(s.State)
+					if s.Reason != "" {
+						state += " (" + s.Reason + ")"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, state, s.Accel, s.CPUs, s.Memory, pid(s.MainPID))
+				}
+				return w.Flush()
+			})
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -167,51 +154,44 @@ func statusCmd(g *globals) *cobra.Command {
 		Short: "Show a VM's state from systemd and QMP",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := vmName(args[0])
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			s, err := sup.Status(cmd.Context(), name)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd, s)
-			}
-			out := cmd.OutOrStdout()
-			state := string(s.State)
-			if s.Reason != "" {
-				state += " (" + s.Reason + ")"
-			}
-			fmt.Fprintf(out, "name:     %s\nstate:    %s\nunit:     %s %s\n", s.Name, state, s.Unit, s.UnitState)
-			if s.MainPID != 0 {
-				fmt.Fprintf(out, "pid:      %d\n", s.MainPID)
-			}
-			if s.Since != nil {
-				fmt.Fprintf(out, "since:    %s\n", s.Since.Format(time.RFC3339))
-			}
-			accel := string(s.Accel)
-			if s.AccelReason != "" {
-				accel += " (" + s.AccelReason + ")"
-			}
-			fmt.Fprintf(out, "accel:    %s\ncpus:     %d\nmemory:   %s\n", accel, s.CPUs, s.Memory)
-			if s.MemoryUsed > 0 {
-				fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
-			}
-			fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
-			printNICs(out, s.NICs)
-			if c := s.Confinement; c != nil {
-				fmt.Fprintf(out, "confined: %s\n", c)
-			}
-			if len(s.AttachedDisks) > 0 {
-				fmt.Fprintf(out, "attached: %s\n", strings.Join(s.AttachedDisks, ", "))
-			}
-			return nil
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				s, err := sup.Status(cmd.Context(), name)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd, s)
+				}
+				out := cmd.OutOrStdout()
+				state := string(s.State)
+				if s.Reason != "" {
+					state += " (" + s.Reason + ")"
+				}
+				fmt.Fprintf(out, "name:     %s\nstate:    %s\nunit:     %s %s\n", s.Name, state, s.Unit, s.UnitState)
+				if s.MainPID != 0 {
+					fmt.Fprintf(out, "pid:      %d\n", s.MainPID)
+				}
+				if s.Since != nil {
+					fmt.Fprintf(out, "since:    %s\n", s.Since.Format(time.RFC3339))
+				}
+				accel := string(s.Accel)
+				if s.AccelReason != "" {
+					accel += " (" + s.AccelReason + ")"
+				}
+				fmt.Fprintf(out, "accel:    %s\ncpus:     %d\nmemory:   %s\n", accel, s.CPUs, s.Memory)
+				if s.MemoryUsed > 0 {
+					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
+				}
+				fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
+				printNICs(out, s.NICs)
+				if c := s.Confinement; c != nil {
+					fmt.Fprintf(out, "confined: %s\n", c)
+				}
+				if len(s.AttachedDisks) > 0 {
+					fmt.Fprintf(out, "attached: %s\n", strings.Join(s.AttachedDisks, ", "))
+				}
+				return nil
+			})
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -235,24 +215,18 @@ func stateCmd(g *globals, op, short string) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := vmName(args[0])
-			if err != nil {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				var err error
+				if op == "pause" {
+					err = sup.Pause(cmd.Context(), name)
+				} else {
+					err = sup.Resume(cmd.Context(), name)
+				}
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", name, map[string]string{"pause": "paused", "resume": "running"}[op])
+				}
 				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			if op == "pause" {
-				err = sup.Pause(cmd.Context(), name)
-			} else {
-				err = sup.Resume(cmd.Context(), name)
-			}
-			if err == nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", name, map[string]string{"pause": "paused", "resume": "running"}[op])
-			}
-			return err
+			})
 		},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
 )
 
 // diskCmd is `vmsup disk attach|detach`: disk hotplug on a running VM.
@@ -35,60 +36,53 @@ TOML file with the keys of one [[disk]] table (any disk type: file, block, iso,
 seed, iscsi, rbd) at top level.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			vm, err := vmName(args[0])
-			if err != nil {
-				return err
-			}
-			var d *spec.Disk
-			switch {
-			case (specFile == "") == (file == ""):
-				return usageError{fmt.Errorf("give exactly one of --file and --spec")}
-			case specFile != "":
-				data, err := os.ReadFile(specFile)
-				if err != nil {
-					return err
-				}
-				if d, err = spec.ParseDisk(specFile, data, vm); err != nil {
-					return err
-				}
-			default:
-				abs, err := filepath.Abs(file)
-				if err != nil {
-					return err
-				}
-				if name == "" {
-					name = strings.TrimSuffix(filepath.Base(abs), filepath.Ext(abs))
-				}
-				fd := spec.Disk{Name: name, File: abs, Format: format, ReadOnly: readOnly, Serial: serial, Cache: cache}
-				if backing != "" {
-					if fd.Backing, err = filepath.Abs(backing); err != nil {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, vm string) error {
+				var d *spec.Disk
+				switch {
+				case (specFile == "") == (file == ""):
+					return usageError{fmt.Errorf("give exactly one of --file and --spec")}
+				case specFile != "":
+					data, err := os.ReadFile(specFile)
+					if err != nil {
+						return err
+					}
+					if d, err = spec.ParseDisk(specFile, data, vm); err != nil {
+						return err
+					}
+				default:
+					abs, err := filepath.Abs(file)
+					if err != nil {
+						return err
+					}
+					if name == "" {
+						name = strings.TrimSuffix(filepath.Base(abs), filepath.Ext(abs))
+					}
+					fd := spec.Disk{Name: name, File: abs, Format: format, ReadOnly: readOnly, Serial: serial, Cache: cache}
+					if backing != "" {
+						if fd.Backing, err = filepath.Abs(backing); err != nil {
+							return err
+						}
+					}
+					if size != "" {
+						if fd.Size, err = spec.ParseSize(size); err != nil {
+							return usageError{fmt.Errorf("--size: %w", err)}
+						}
+					}
+					if d, err = spec.CheckDisk("--file", fd, vm); err != nil {
 						return err
 					}
 				}
-				if size != "" {
-					if fd.Size, err = spec.ParseSize(size); err != nil {
-						return usageError{fmt.Errorf("--size: %w", err)}
-					}
-				}
-				if d, err = spec.CheckDisk("--file", fd, vm); err != nil {
+				res, err := sup.AttachDisk(cmd.Context(), vm, *d)
+				if err != nil {
 					return err
 				}
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			res, err := sup.AttachDisk(cmd.Context(), vm, *d)
-			if err != nil {
-				return err
-			}
-			if res.Bus == "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s recorded (%s); the VM is shut off, its next up boots with it\n", res.VM, res.Disk, d.Type)
+				if res.Bus == "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s recorded (%s); the VM is shut off, its next up boots with it\n", res.VM, res.Disk, d.Type)
+					return nil
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s attached (%s on %s)\n", res.VM, res.Disk, d.Type, res.Bus)
 				return nil
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s attached (%s on %s)\n", res.VM, res.Disk, d.Type, res.Bus)
-			return nil
+			})
 		},
 	}
 	f := c.Flags()
@@ -110,20 +104,13 @@ func diskDetachCmd(g *globals) *cobra.Command {
 		Short: "Hot-unplug a disk added with disk attach (waits for the guest to release it)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			vm, err := vmName(args[0])
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			if err := sup.DetachDisk(cmd.Context(), vm, args[1]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s detached\n", vm, args[1])
-			return nil
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, vm string) error {
+				if err := sup.DetachDisk(cmd.Context(), vm, args[1]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s detached\n", vm, args[1])
+				return nil
+			})
 		},
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -103,4 +104,32 @@ func (g *globals) supervisor() (*supervisor.Supervisor, error) {
 		Network:        supervisor.NetworkOptions{OVSDB: g.ovsdb},
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
+}
+
+// with runs fn with a supervisor made from the flags and closes it after.
+func (g *globals) with(fn func(*supervisor.Supervisor) error) error {
+	sup, err := g.supervisor()
+	if err != nil {
+		return err
+	}
+	defer sup.Close()
+	return fn(sup)
+}
+
+// withVM is with for a command on one VM, given by name or by its file.
+func (g *globals) withVM(arg string, fn func(sup *supervisor.Supervisor, name string) error) error {
+	name, err := vmName(arg)
+	if err != nil {
+		return err
+	}
+	return g.with(func(sup *supervisor.Supervisor) error { return fn(sup, name) })
+}
+
+// withFiles is with for a command on VM files, each parsed first.
+func (g *globals) withFiles(paths []string, fn func(*supervisor.Supervisor, []*spec.File) error) error {
+	fs, err := loadFiles(paths)
+	if err != nil {
+		return err
+	}
+	return g.with(func(sup *supervisor.Supervisor) error { return fn(sup, fs) })
 }

@@ -36,55 +36,48 @@ hosts see (a shared path, RBD, iSCSI): storage migration is not supported.
 Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := vmName(args[0])
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			if cancel {
-				if err := sup.CancelMigration(cmd.Context(), name); err != nil {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				if cancel {
+					if err := sup.CancelMigration(cmd.Context(), name); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: migration cancelled\n", name)
+					return nil
+				}
+				if (o.To == "") == !o.Local {
+					return usageError{fmt.Errorf("give exactly one of --to HOST and --local")}
+				}
+				if transport != "" {
+					o.Transport = strings.Fields(transport)
+				}
+				if bandwidth != "" {
+					bw, err := spec.ParseSize(bandwidth)
+					if err != nil {
+						return usageError{fmt.Errorf("--bandwidth %q: %w", bandwidth, err)}
+					}
+					o.Bandwidth = int64(bw)
+				}
+				out := cmd.OutOrStdout()
+				o.Progress = progressPrinter(out, asJSON)
+				res, err := sup.Migrate(cmd.Context(), name, o)
+				if asJSON {
+					ev := map[string]any{"event": "done", "result": res}
+					if err != nil {
+						ev = map[string]any{"event": "failed", "error": err.Error()}
+					}
+					_ = json.NewEncoder(out).Encode(ev)
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: migration cancelled\n", name)
+				if isTerminal(out) {
+					fmt.Fprintln(out)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "%s: migrated to %s in %s (QEMU total %s, downtime %s, %s transferred)\n",
+					name, res.To, res.Wall.Round(time.Millisecond), res.TotalTime, res.Downtime, humanBytes(float64(res.Transferred)))
 				return nil
-			}
-			if (o.To == "") == !o.Local {
-				return usageError{fmt.Errorf("give exactly one of --to HOST and --local")}
-			}
-			if transport != "" {
-				o.Transport = strings.Fields(transport)
-			}
-			if bandwidth != "" {
-				bw, err := spec.ParseSize(bandwidth)
-				if err != nil {
-					return usageError{fmt.Errorf("--bandwidth %q: %w", bandwidth, err)}
-				}
-				o.Bandwidth = int64(bw)
-			}
-			out := cmd.OutOrStdout()
-			o.Progress = progressPrinter(out, asJSON)
-			res, err := sup.Migrate(cmd.Context(), name, o)
-			if asJSON {
-				ev := map[string]any{"event": "done", "result": res}
-				if err != nil {
-					ev = map[string]any{"event": "failed", "error": err.Error()}
-				}
-				_ = json.NewEncoder(out).Encode(ev)
-				return err
-			}
-			if isTerminal(out) {
-				fmt.Fprintln(out)
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "%s: migrated to %s in %s (QEMU total %s, downtime %s, %s transferred)\n",
-				name, res.To, res.Wall.Round(time.Millisecond), res.TotalTime, res.Downtime, humanBytes(float64(res.Transferred)))
-			return nil
+			})
 		},
 	}
 	f := c.Flags()
@@ -112,12 +105,9 @@ func migrateReceiveCmd(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			return sup.Receive(cmd.Context(), os.Stdin, os.Stdout)
+			return g.with(func(sup *supervisor.Supervisor) error {
+				return sup.Receive(cmd.Context(), os.Stdin, os.Stdout)
+			})
 		},
 	}
 }

@@ -29,26 +29,19 @@ func nicAttachCmd(g *globals) *cobra.Command {
 			"  vmsup nic attach web uplink --type ovs --bridge ovsbr0 --mtu 9000",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := vmName(args[0])
-			if err != nil {
-				return err
-			}
-			n.Name = args[1]
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			got, err := sup.AttachNIC(cmd.Context(), name, n)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: nic %s attached (type %s, mac %s", name, got.Name, got.Type, got.MAC)
-			if got.Tap != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), ", tap %s", got.Tap)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), ")")
-			return nil
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				n.Name = args[1]
+				got, err := sup.AttachNIC(cmd.Context(), name, n)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: nic %s attached (type %s, mac %s", name, got.Name, got.Type, got.MAC)
+				if got.Tap != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), ", tap %s", got.Tap)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), ")")
+				return nil
+			})
 		},
 	}
 	f := c.Flags()
@@ -71,20 +64,13 @@ func nicDetachCmd(g *globals) *cobra.Command {
 		Short: "Unplug a hot-plugged NIC from a running VM and remove its tap",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := vmName(args[0])
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			if err := sup.DetachNIC(cmd.Context(), name, args[1]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: nic %s detached\n", name, args[1])
-			return nil
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				if err := sup.DetachNIC(cmd.Context(), name, args[1]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: nic %s detached\n", name, args[1])
+				return nil
+			})
 		},
 	}
 }
@@ -96,16 +82,13 @@ func stopPostCmd(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			defer sup.Close()
-			if err := sup.StopPost(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: network removed\n", args[0])
-			return nil
+			return g.with(func(sup *supervisor.Supervisor) error {
+				if err := sup.StopPost(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: network removed\n", args[0])
+				return nil
+			})
 		},
 	}
 }

@@ -10,6 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
 )
 
 func argvCmd(g *globals) *cobra.Command {
@@ -18,22 +21,16 @@ func argvCmd(g *globals) *cobra.Command {
 		Short: "Print the exact QEMU argv for FILE, one argument per line",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fs, err := loadFiles(args)
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			argv, err := sup.Argv(fs[0])
-			if err != nil {
-				return err
-			}
-			for _, a := range argv {
-				fmt.Fprintln(cmd.OutOrStdout(), a)
-			}
-			return nil
+			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+				argv, err := sup.Argv(fs[0])
+				if err != nil {
+					return err
+				}
+				for _, a := range argv {
+					fmt.Fprintln(cmd.OutOrStdout(), a)
+				}
+				return nil
+			})
 		},
 	}
 }
@@ -44,21 +41,15 @@ func validateCmd(g *globals) *cobra.Command {
 		Short: "Check FILEs (syntax, fields, referenced files, host limits) without starting anything",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fs, err := loadFiles(args)
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			if err := sup.Validate(fs...); err != nil {
-				return err
-			}
-			for _, f := range fs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (vm %q)\n", f.Path, f.VM.Name)
-			}
-			return nil
+			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+				if err := sup.Validate(fs...); err != nil {
+					return err
+				}
+				for _, f := range fs {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (vm %q)\n", f.Path, f.VM.Name)
+				}
+				return nil
+			})
 		},
 	}
 }
@@ -69,19 +60,13 @@ func qmpCmd(g *globals) *cobra.Command {
 		Short: `Send one raw QMP command, e.g. vmsup qmp web '{"execute":"query-status"}'`,
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := vmName(args[0])
-			if err != nil {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				reply, err := sup.QMP(cmd.Context(), name, []byte(args[1]))
+				if len(reply) > 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), string(reply))
+				}
 				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			reply, err := sup.QMP(cmd.Context(), name, []byte(args[1]))
-			if len(reply) > 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), string(reply))
-			}
-			return err
+			})
 		},
 	}
 }
@@ -97,22 +82,16 @@ func consoleCmd(g *globals) *cobra.Command {
 			"Without a terminal, stdin is sent to the console until it ends, and console output is copied to stdout.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := vmName(args[0])
-			if err != nil {
-				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			path := sup.ConsoleSocket(name)
-			d := net.Dialer{Timeout: 3 * time.Second}
-			conn, err := d.DialContext(cmd.Context(), "unix", path)
-			if err != nil {
-				return fmt.Errorf("vm %q: console: %w (is it running?)", name, err)
-			}
-			defer conn.Close()
-			return attach(cmd.Context(), conn, os.Stdin, cmd.OutOrStdout())
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				path := sup.ConsoleSocket(name)
+				d := net.Dialer{Timeout: 3 * time.Second}
+				conn, err := d.DialContext(cmd.Context(), "unix", path)
+				if err != nil {
+					return fmt.Errorf("vm %q: console: %w (is it running?)", name, err)
+				}
+				defer conn.Close()
+				return attach(cmd.Context(), conn, os.Stdin, cmd.OutOrStdout())
+			})
 		},
 	}
 }
@@ -176,13 +155,11 @@ func stopHookCmd(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sup, err := g.supervisor()
-			if err != nil {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				step, err := sup.StopHook(cmd.Context(), args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-hook %s: %s\n", args[0], step)
 				return err
-			}
-			step, err := sup.StopHook(cmd.Context(), args[0])
-			fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-hook %s: %s\n", args[0], step)
-			return err
+			})
 		},
 	}
 }
@@ -193,24 +170,18 @@ func profileCmd(g *globals) *cobra.Command {
 		Short: "Print the AppArmor profile vmsup loads for the VM in FILE (disks, backing chains, boot files)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fs, err := loadFiles(args)
-			if err != nil {
+			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+				p, err := sup.AppArmorProfile(cmd.Context(), fs[0])
+				if err != nil {
+					return err
+				}
+				text, err := p.Render()
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(text)
 				return err
-			}
-			sup, err := g.supervisor()
-			if err != nil {
-				return err
-			}
-			p, err := sup.AppArmorProfile(cmd.Context(), fs[0])
-			if err != nil {
-				return err
-			}
-			text, err := p.Render()
-			if err != nil {
-				return err
-			}
-			_, err = cmd.OutOrStdout().Write(text)
-			return err
+			})
 		},
 	}
 }

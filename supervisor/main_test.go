@@ -25,34 +25,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "-crash-helper" {
 		os.Exit(crashHelper(os.Args[2:]))
 	}
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		fmt.Println("supervisor tests need root (systemd sandbox, QEMU); skipping all")
-		return 0
-	}
-	dir, err := os.MkdirTemp("", "vmsup-sup-")
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if vmsupBin, err = testenv.BuildVmsup(ctx, dir); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	env, err = testenv.Start(ctx, filepath.Join(dir, "env"))
-	if err != nil {
-		fmt.Println("test environment:", err)
-		return 1
-	}
-	defer env.Close()
-	defer stopTargets() // tgt and Ceph, if a storage test started them
-	return m.Run()
+	code := testenv.Main(m, func(e *testenv.Env) (err error) {
+		env = e
+		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
+		return err
+	})
+	stopTargets() // tgt and Ceph, if a storage test started them
+	os.Exit(code)
 }
 
 // newSup returns a Supervisor with its own state root, wired to the sandbox.

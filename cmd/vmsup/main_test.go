@@ -21,32 +21,12 @@ var (
 	vmsupBin string
 )
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
-
-func runMain(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		fmt.Println("vmsup CLI tests need root (systemd sandbox, QEMU); skipping all")
-		return 0
-	}
-	dir, err := os.MkdirTemp("", "vmsup-cli-")
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if vmsupBin, err = testenv.BuildVmsup(ctx, dir); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	env, err = testenv.Start(ctx, filepath.Join(dir, "env"))
-	if err != nil {
-		fmt.Println("test environment:", err)
-		return 1
-	}
-	defer env.Close()
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, func(e *testenv.Env) (err error) {
+		env = e
+		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
+		return err
+	}))
 }
 
 type result struct {

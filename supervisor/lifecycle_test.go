@@ -114,14 +114,8 @@ func TestCrash(t *testing.T) {
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var st supervisor.Status
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		st, _ = sup.Status(ctx, "crash")
-		if st.State == supervisor.StateCrashed {
-			break
-		}
-	}
-	if st.State != supervisor.StateCrashed || st.Reason != "killed by signal KILL" {
+	st := waitState(t, ctx, sup, "crash", supervisor.StateCrashed, 30*time.Second)
+	if st.Reason != "killed by signal KILL" {
 		t.Fatalf("after kill -9: %+v", st)
 	}
 	res, err := sup.Up(ctx, f)
@@ -138,11 +132,7 @@ func TestCrash(t *testing.T) {
 	if err := syscall.Kill(qemuPIDs(t, "crash")[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if st, _ = sup.Status(ctx, "crash"); st.State == supervisor.StateCrashed {
-			break
-		}
-	}
+	st = waitState(t, ctx, sup, "crash", supervisor.StateCrashed, 30*time.Second)
 	dr, err := sup.Down(ctx, "crash")
 	if err != nil || dr.Step != supervisor.StoppedAlready || !strings.Contains(dr.Note, "killed by signal KILL") {
 		t.Fatalf("down of a crashed VM: %+v %v", dr, err)

@@ -100,6 +100,24 @@ func waitConsole(t testing.TB, st supervisor.Status, marker string, d time.Durat
 	t.Fatalf("vm %s: %q not on the console within %s; console:\n%s", st.Name, marker, d, tail(string(b), 2000))
 }
 
+// waitState polls Status until the VM reaches want: systemd settles a killed
+// unit asynchronously (its stop-post hook runs first), so one look may still
+// see "stopping".
+func waitState(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, name string, want supervisor.State, d time.Duration) supervisor.Status {
+	t.Helper()
+	var st supervisor.Status
+	var err error
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		st, err = sup.Status(ctx, name)
+		if err == nil && st.State == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vm %s: not %s within %s: %+v %v", name, want, d, st, err)
+		}
+	}
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]

@@ -398,10 +398,7 @@ func TestMigrateCrossHost(t *testing.T) {
 			t.Fatal("migration succeeded with its source killed")
 		}
 		t.Logf("as wanted: %v", err)
-		st, err := b.sup.Status(ctx, name)
-		if err != nil || st.State != supervisor.StateCrashed {
-			t.Fatalf("B after its QEMU was killed: %+v %v", st, err)
-		}
+		waitState(t, ctx, b.sup, name, supervisor.StateCrashed, 30*time.Second)
 		if _, err := a.sup.Status(ctx, name); !errors.Is(err, supervisor.ErrNotFound) {
 			t.Fatalf("A: want no such VM, got %v", err)
 		}

@@ -71,6 +71,10 @@ type migMsg struct {
 	// gives up waiting for finalize a little after it.
 	Timeout time.Duration `json:"timeout,omitempty"`
 
+	// Autostart: the VM is enabled for boot on the source; the destination
+	// enables it once it runs there (cross-host).
+	Autostart bool `json:"autostart,omitempty"`
+
 	// UEFIVars is the VM's OVMF variable store (uefi firmware, cross-host).
 	UEFIVars []byte `json:"uefi_vars,omitempty"`
 

@@ -242,7 +242,7 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	}
 	if o.Local {
 		prep.From = "local"
-	} else if f.VM.Boot.Firmware == spec.FirmwareUEFI {
+	} else if prep.Autostart = s.isEnabled(name); f.VM.Boot.Firmware == spec.FirmwareUEFI {
 		if prep.UEFIVars, err = os.ReadFile(p.UEFIVars); err != nil {
 			return fail("prepare", "source", fmt.Errorf("UEFI variable store: %w", err))
 		}
@@ -355,6 +355,11 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		}
 		if err := os.RemoveAll(p.Dir); err != nil {
 			s.opts.Logger.Warn("remove state after migration", "vm", name, "err", err)
+		}
+		if prep.Autostart { // the destination enabled it: a reboot here must not start a copy
+			if err := s.Disable(qctx, name); err != nil {
+				s.opts.Logger.Warn("disable autostart after migration", "vm", name, "err", err)
+			}
 		}
 	}
 	res.Wall = time.Since(start)

@@ -77,10 +77,15 @@ func (h *migHost) transport(qemu string, wrap ...string) []string {
 		qemu = h.qemu
 	}
 	argv := []string{"env", "VMSUP_ROOT=" + h.root, "VMSUP_SYSTEMD_BUS=" + h.sd.BusAddress,
-		"VMSUP_JOURNAL_DIR=" + h.sd.JournalDir, "VMSUP_QEMU=" + qemu, "nsenter", "--net=" + h.netns}
+		"VMSUP_JOURNAL_DIR=" + h.sd.JournalDir, "VMSUP_QEMU=" + qemu, "VMSUP_UNIT_DIR=" + h.unitDir(),
+		"VMSUP_BOOT_TARGET=" + testenv.BootTarget, "VMSUP_RUN_DIR=" + filepath.Join(h.root, "run"),
+		"nsenter", "--net=" + h.netns}
 	argv = append(argv, wrap...)
 	return append(argv, vmsupBin, "migrate-receive")
 }
+
+// unitDir stands for the host's /etc/systemd/system.
+func (h *migHost) unitDir() string { return filepath.Join(h.root, "etc-systemd") }
 
 func runCmd(t testing.TB, argv ...string) {
 	t.Helper()
@@ -124,13 +129,7 @@ func twoHosts(t *testing.T) (a, b *migHost) {
 		h.root = filepath.Join(dir, "root"+h.name)
 		h.qemu = "/usr/bin/qemu-system-x86_64"
 		h.dial = dialIn(h.netns)
-		s, err := supervisor.New(supervisor.Options{Root: h.root, SystemdBus: h.sd.BusAddress, JournalDir: h.sd.JournalDir,
-			Self: vmsupBin, QEMU: h.qemu})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		h.sup = s
+		h.sup = h.withHook(t, nil)
 	}
 	// The pair is made in the test's namespace and moved at once.
 	runCmd(t, "ip", "link", "add", a.dev, "type", "veth", "peer", "name", b.dev)
@@ -185,7 +184,8 @@ func afterPrepared(d time.Duration, fn func()) func(vm, step string) {
 // withHook returns a supervisor for host h whose AfterStep is hook.
 func (h *migHost) withHook(t *testing.T, hook func(vm, step string)) *supervisor.Supervisor {
 	s, err := supervisor.New(supervisor.Options{Root: h.root, SystemdBus: h.sd.BusAddress, JournalDir: h.sd.JournalDir,
-		Self: vmsupBin, QEMU: h.qemu, AfterStep: hook})
+		Self: vmsupBin, QEMU: h.qemu, AfterStep: hook, UnitDir: h.unitDir(), BootTarget: testenv.BootTarget,
+		RunDir: filepath.Join(h.root, "run")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,6 +359,11 @@ func TestMigrateCrossHost(t *testing.T) {
 	}
 
 	t.Run("success", func(t *testing.T) {
+		// Enabled for boot on A: the mark moves with the VM, so a reboot of
+		// A can never start a second copy.
+		if _, err := a.sup.Enable(ctx, f); err != nil {
+			t.Fatal(err)
+		}
 		n := lastCounter(t, stA.ConsoleLog)
 		var reports int
 		res, err := a.sup.Migrate(ctx, name, supervisor.MigrateOptions{To: "B", Address: b.addr, Transport: b.transport(""), Dial: a.dial,
@@ -383,6 +388,19 @@ func TestMigrateCrossHost(t *testing.T) {
 		// B now owns the VM: up with the same file leaves it alone.
 		if ur, err := b.sup.Up(ctx, f); err != nil || ur[0].Action != supervisor.Unchanged {
 			t.Fatalf("up on B after migration: %+v %v", ur, err)
+		}
+		if en, _ := a.sup.Enabled(); len(en) != 0 {
+			t.Fatalf("A still enabled for boot after the VM left: %v", en)
+		}
+		if _, err := os.Stat(filepath.Join(a.unitDir(), supervisor.BootUnitName)); !os.IsNotExist(err) {
+			t.Fatalf("A's boot unit left: %v", err)
+		}
+		if en, _ := b.sup.Enabled(); en[name] != filepath.Join(b.root, "vms", name, "spec.toml") {
+			t.Fatalf("B not enabled for boot from the applied spec: %v", en)
+		}
+		// B's boot brings it up from that spec (it runs: unchanged).
+		if ar, err := b.sup.Autostart(ctx); err != nil || len(ar) != 1 || ar[0].Action != supervisor.Unchanged {
+			t.Fatalf("autostart on B: %+v %v", ar, err)
 		}
 	})
 	if t.Failed() {

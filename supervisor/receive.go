@@ -60,7 +60,7 @@ func (s *Supervisor) receive(ctx context.Context, peer *migPeer, local bool) err
 		return fmt.Errorf("migrate-receive: want prepare, got %q", m.Type)
 	}
 	m.Local = local
-	d := &incomingVM{s: s, local: local}
+	d := &incomingVM{s: s, local: local, autostart: m.Autostart && !local}
 	defer func() {
 		if !d.finalized {
 			d.teardown(ctx)
@@ -111,6 +111,11 @@ func (s *Supervisor) receive(ctx context.Context, peer *migPeer, local bool) err
 		_ = peer.send(migMsg{Type: msgError, Error: err.Error()})
 		return err
 	}
+	if d.autostart {
+		if err := s.enableApplied(ctx, d.name); err != nil {
+			s.opts.Logger.Warn("enable autostart after migration", "vm", d.name, "err", err)
+		}
+	}
 	if err := peer.send(migMsg{Type: msgFinalized}); err != nil {
 		return err
 	}
@@ -144,6 +149,7 @@ type incomingVM struct {
 	mon       *qmp.Conn // the destination QEMU's event monitor
 	undo      []func(context.Context)
 	finalized bool
+	autostart bool      // enable for boot here once running (cross-host)
 	postcopy  bool      // the guest already runs here (postcopy)
 	relay     *migRelay // cross-host: TCP -> QEMU's unix socket
 	token     string

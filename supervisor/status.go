@@ -51,6 +51,8 @@ type Status struct {
 	// AttachedDisks are the disks added with `vmsup disk attach` (beyond the
 	// VM's file); the next up boots with them.
 	AttachedDisks []string `json:"attached_disks,omitempty"`
+	// Autostart: enabled to start at boot (vmsup enable).
+	Autostart bool `json:"autostart,omitempty"`
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
@@ -74,7 +76,7 @@ func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (St
 		return Status{}, err
 	}
 	p := s.paths(name)
-	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog}
+	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog, Autostart: s.isEnabled(name)}
 	if app, err := s.readApplied(name); err == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
 		for _, a := range app.Attached {

@@ -50,6 +50,15 @@ type Options struct {
 	// e.g. an nsenter prefix) status uses to measure a VM unit's exposure.
 	// Default "systemd-analyze" talking to SystemdBus.
 	SystemdAnalyze []string
+	// UnitDir is where vmsup enable installs the persistent boot unit
+	// (BootUnitName). Default /etc/systemd/system.
+	UnitDir string
+	// BootTarget is the target that pulls the boot unit in. Default
+	// multi-user.target.
+	BootTarget string
+	// RunDir holds what must not outlive a boot (which VMs autostart has
+	// already started). Default /run/vmsup.
+	RunDir string
 	// Host facts; nil means ProbeHost() on first use.
 	Host *Host
 	// UnplugTimeout bounds how long a disk detach waits for the guest to
@@ -100,6 +109,9 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Slice == "" {
 		opts.Slice = "vmsup.slice"
 	}
+	opts.UnitDir = orDefault(opts.UnitDir, "/etc/systemd/system")
+	opts.BootTarget = orDefault(opts.BootTarget, "multi-user.target")
+	opts.RunDir = orDefault(opts.RunDir, "/run/vmsup")
 	if opts.UnplugTimeout <= 0 {
 		opts.UnplugTimeout = DefaultUnplugTimeout
 	}

@@ -233,8 +233,10 @@ func (m *Manager) List(ctx context.Context, pattern string) ([]Status, error) {
 func statusFrom(name string, p map[string]any) Status {
 	str := func(k string) string { s, _ := p[k].(string); return s }
 	s := Status{
-		Name:         name,
-		Exists:       str("LoadState") == "loaded",
+		Name: name,
+		// A running unit whose file systemd lost on a daemon-reload is
+		// "not-found" but still runs: it exists.
+		Exists:       str("LoadState") == "loaded" || (str("ActiveState") != "" && str("ActiveState") != "inactive"),
 		ActiveState:  str("ActiveState"),
 		SubState:     str("SubState"),
 		Result:       str("Result"),

@@ -56,6 +56,9 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "same name as running VM, broken", file: "t.toml", body: "name='keep'\nmemory='256M'\nbogus=1\n", want: "t.toml:3:1: bogus: unknown key"},
 		{name: "status of unknown VM", args: []string{"status", "nosuch"}, want: `vm "nosuch": no such VM`},
 		{name: "down with bad name", args: []string{"down", "a,b"}, want: `vm "a,b": name "a,b" may only contain`},
+		{name: "enable a broken file", file: "u.toml", body: "name='u'\nmemory='256M'\ncolour='blue'\n", args: []string{"enable", "@u.toml"}, want: "u.toml:3:1: colour: unknown key"},
+		{name: "enable a file whose kernel is gone", file: "v.toml", body: "name='v'\nmemory='256M'\n[boot]\nkernel='/nonexistent/vmlinux'\n", args: []string{"enable", "@v.toml"}, want: "v.toml:4:1: boot.kernel: /nonexistent/vmlinux: no such file"},
+		{name: "disable with bad name", args: []string{"disable", "a,b"}, want: `vm "a,b": name "a,b" may only contain`},
 		{name: "unknown flag", args: []string{"up", "--frobnicate"}, want: "unknown flag: --frobnicate"},
 		{name: "no systemd on the bus", args: []string{"--systemd-bus", "unix:path=/nonexistent/bus", "ls"}, want: "no systemd answers on unix:path=/nonexistent/bus"},
 		{name: "qmp to a VM that is not running", args: []string{"qmp", "nosuch", `{"execute":"query-status"}`}, want: `vm "nosuch"`},
@@ -98,6 +101,11 @@ func TestCLIBadInput(t *testing.T) {
 	for _, e := range ents {
 		if e.IsDir() && e.Name() != "keep" {
 			t.Fatalf("a failed command left state dir %s", e.Name())
+		}
+	}
+	for _, d := range []string{"autostart", "etc-systemd"} {
+		if ents, _ := os.ReadDir(filepath.Join(root, d)); len(ents) != 0 {
+			t.Fatalf("a failed enable left %s/%s", d, ents[0].Name())
 		}
 	}
 }
@@ -170,12 +178,37 @@ func TestCLIEndToEnd(t *testing.T) {
 	if r := vmsup(t, root, "", "ls"); !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, "running") {
 		t.Fatalf("ls: %+v", r)
 	}
+
+	// Autostart: enable marks it and installs the boot unit; what the boot
+	// unit runs brings it up once per boot (TestAutostart reboots for real).
+	if r := vmsup(t, root, "", "enable", changed); r.code != 0 || r.stdout != "demo: enabled (starts at boot from "+changed+")\n" {
+		t.Fatalf("enable: %+v", r)
+	}
+	bootUnit := filepath.Join(root, "etc-systemd", "vmsup.service")
+	if b, err := os.ReadFile(bootUnit); err != nil || !strings.Contains(string(b), " autostart\n") {
+		t.Fatalf("boot unit: %v\n%s", err, b)
+	}
+	if r := vmsup(t, root, "", "ls"); !strings.Contains(r.stdout, "BOOT") || !strings.Contains(r.stdout, "enabled") {
+		t.Fatalf("ls after enable: %+v", r)
+	}
+	if r := vmsup(t, root, "", "autostart"); r.code != 0 || !strings.Contains(r.stdout, "demo: changed") {
+		t.Fatalf("autostart: %+v", r)
+	}
+	if r := vmsup(t, root, "", "autostart"); r.code != 0 || !strings.Contains(r.stdout, "already started once this boot") {
+		t.Fatalf("second autostart: %+v", r)
+	}
 	r = vmsup(t, root, "", "down", file)
 	if r.code != 0 || !strings.Contains(r.stdout, "demo: guest powered off (ACPI)") {
 		t.Fatalf("down: %+v", r)
 	}
-	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "state:    shut off") {
+	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "state:    shut off") || !strings.Contains(r.stdout, "boot:     enabled") {
 		t.Fatalf("status after down: %+v", r)
+	}
+	if r := vmsup(t, root, "", "disable", "demo"); r.code != 0 || r.stdout != "demo: disabled\n" {
+		t.Fatalf("disable: %+v", r)
+	}
+	if _, err := os.Stat(bootUnit); !os.IsNotExist(err) {
+		t.Fatalf("boot unit left after the last VM was disabled: %v", err)
 	}
 }
 

@@ -33,21 +33,26 @@ func upCmd(g *globals) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
-				res, err := sup.Up(cmd.Context(), fs...)
-				for _, r := range res {
-					line := fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel)
-					if r.Action == supervisor.Changed {
-						line += "; spec differs from the running VM, not restarted (vmsup down, then up, to apply)"
-					}
-					if r.Note != "" {
-						line += "; " + r.Note
-					}
-					fmt.Fprintln(cmd.OutOrStdout(), line)
-				}
-				return err
+				return printUp(cmd, sup, fs)
 			})
 		},
 	}
+}
+
+// printUp runs Up and prints a line per VM.
+func printUp(cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File) error {
+	res, err := sup.Up(cmd.Context(), fs...)
+	for _, r := range res {
+		line := fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel)
+		if r.Action == supervisor.Changed {
+			line += "; spec differs from the running VM, not restarted (vmsup down, then up, to apply)"
+		}
+		if r.Note != "" {
+			line += "; " + r.Note
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), line)
+	}
+	return err
 }
 
 // vmName accepts a VM name or a TOML file defining one.
@@ -124,13 +129,17 @@ func lsCmd(g *globals) *cobra.Command {
 					return printJSON(cmd, sts)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tSTATE\tACCEL\tCPUS\tMEMORY\tPID")
+				fmt.Fprintln(w, "NAME\tSTATE\tACCEL\tCPUS\tMEMORY\tPID\tBOOT")
 				for _, s := range sts {
 					state := string(s.State)
 					if s.Reason != "" {
 						state += " (" + s.Reason + ")"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, state, s.Accel, s.CPUs, s.Memory, pid(s.MainPID))
+					boot := "-"
+					if s.Autostart {
+						boot = "enabled"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, state, s.Accel, s.CPUs, s.Memory, pid(s.MainPID), boot)
 				}
 				return w.Flush()
 			})
@@ -170,6 +179,9 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(out, "name:     %s\nstate:    %s\nunit:     %s %s\n", s.Name, state, s.Unit, s.UnitState)
 				if s.MainPID != 0 {
 					fmt.Fprintf(out, "pid:      %d\n", s.MainPID)
+				}
+				if s.Autostart {
+					fmt.Fprintf(out, "boot:     enabled (vmsup disable %s to stop starting it at boot)\n", s.Name)
 				}
 				if s.Since != nil {
 					fmt.Fprintf(out, "since:    %s\n", s.Since.Format(time.RFC3339))

@@ -27,6 +27,8 @@ type globals struct {
 	wait, json, verbose      bool
 	qemuUser, analyze        string
 	imageDirs                []string
+	unitDir, bootTarget      string
+	runDir                   string
 }
 
 func main() {
@@ -78,11 +80,15 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "vmsup-qemu"), "unprivileged user QEMU runs as, created if missing; \"per-vm\" gives each VM its own (env VMSUP_QEMU_USER)")
 	pf.StringSliceVar(&g.imageDirs, "image-dir", filepath.SplitList(os.Getenv("VMSUP_IMAGE_DIRS")), "where disk images may lie for security.apparmor = \"required\"; default ROOT/images (env VMSUP_IMAGE_DIRS, colon-separated)")
 	pf.StringVar(&g.analyze, "systemd-analyze", os.Getenv("VMSUP_SYSTEMD_ANALYZE"), "systemd-analyze command status uses for the exposure figure, split at spaces (env VMSUP_SYSTEMD_ANALYZE)")
+	pf.StringVar(&g.unitDir, "unit-dir", envOr("VMSUP_UNIT_DIR", "/etc/systemd/system"), "where vmsup enable installs the boot unit (env VMSUP_UNIT_DIR)")
+	pf.StringVar(&g.bootTarget, "boot-target", envOr("VMSUP_BOOT_TARGET", "multi-user.target"), "target that pulls the boot unit in (env VMSUP_BOOT_TARGET)")
+	pf.StringVar(&g.runDir, "run-dir", envOr("VMSUP_RUN_DIR", "/run/vmsup"), "per-boot state: which VMs autostart already started (env VMSUP_RUN_DIR)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
 		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
+		enableCmd(g), disableCmd(g), autostartCmd(g),
 	)
 	return root
 }
@@ -100,6 +106,9 @@ func (g *globals) supervisor() (*supervisor.Supervisor, error) {
 		WaitForLock:    g.wait,
 		QEMUUser:       g.qemuUser,
 		ImageDirs:      g.imageDirs,
+		UnitDir:        g.unitDir,
+		BootTarget:     g.bootTarget,
+		RunDir:         g.runDir,
 		SystemdAnalyze: strings.Fields(g.analyze),
 		Network:        supervisor.NetworkOptions{OVSDB: g.ovsdb},
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),

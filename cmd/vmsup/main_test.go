@@ -43,7 +43,11 @@ func vmsup(t testing.TB, root string, stdin string, args ...string) result {
 	cmd.Env = append(os.Environ(),
 		"VMSUP_ROOT="+root,
 		"VMSUP_SYSTEMD_BUS="+env.Systemd.BusAddress,
-		"VMSUP_JOURNAL_DIR="+env.Systemd.JournalDir)
+		"VMSUP_JOURNAL_DIR="+env.Systemd.JournalDir,
+		// vmsup enable must not touch this machine's /etc/systemd or /run.
+		"VMSUP_UNIT_DIR="+filepath.Join(root, "etc-systemd"),
+		"VMSUP_BOOT_TARGET="+testenv.BootTarget,
+		"VMSUP_RUN_DIR="+filepath.Join(root, "run"))
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

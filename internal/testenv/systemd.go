@@ -85,12 +85,18 @@ if [ -d /var/log/journal ]; then mount -t tmpfs -o mode=0755 tmpfs /var/log/jour
 exec env -i container=vmsup-test SYSTEMD_UNIT_PATH="$VMSUP_UNITS" \
 	SYSTEMD_GENERATOR_PATH="$VMSUP_EMPTY" SYSTEMD_ENVIRONMENT_GENERATOR_PATH="$VMSUP_EMPTY" \
 	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-	/usr/lib/systemd/systemd --system --unit=vmsup-test.target`
+	/usr/lib/systemd/systemd --system --unit=` + BootTarget
+
+// BootTarget is the target the sandbox boots: a unit it wants starts at "boot".
+const BootTarget = "vmsup-test.target"
 
 // StartSystemd boots a sandboxed systemd with its state under dir (which must exist and
 // be short enough for a socket path) and waits, up to 20 s or ctx, until its bus answers
-// and its state is "running". Call Stop when done; after an error nothing is left to stop.
-func StartSystemd(ctx context.Context, dir string) (*Systemd, error) {
+// and its state is "running". unitDirs are searched for units before the stock ones, as
+// /etc/systemd/system is on a host. Transient units are searched first, as systemd
+// does without SYSTEMD_UNIT_PATH: else a daemon-reload loses their files ("not-found"). Call Stop when done; after an error nothing is left
+// to stop.
+func StartSystemd(ctx context.Context, dir string, unitDirs ...string) (*Systemd, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("testenv: systemd sandbox needs root")
 	}
@@ -132,7 +138,7 @@ func StartSystemd(ctx context.Context, dir string) (*Systemd, error) {
 	cmd := exec.Command("bash", "-c", outerScript, "vmsup-sandbox", innerScript)
 	cmd.Env = append(os.Environ(),
 		"VMSUP_PROCS="+strings.Join(s.cg.procsFiles(), "\n"),
-		"VMSUP_RUN="+s.RunDir, "VMSUP_CONSOLE="+s.ConsoleLog, "VMSUP_UNITS="+units, "VMSUP_EMPTY="+empty,
+		"VMSUP_RUN="+s.RunDir, "VMSUP_CONSOLE="+s.ConsoleLog, "VMSUP_UNITS="+strings.Join(append(append([]string{"/run/systemd/transient"}, unitDirs...), units), ":"), "VMSUP_EMPTY="+empty,
 		"VMSUP_CGSTAGE="+cgstage)
 	cmd.Stdout, cmd.Stderr = console, console
 	// If this test process dies, the kernel kills unshare, and unshare kills PID 1.
@@ -180,7 +186,7 @@ func layout(run, units, empty, cgstage, console string) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(units, "vmsup-test.target"), []byte(sandboxTarget), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(units, BootTarget), []byte(sandboxTarget), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(console, nil, 0o644)

@@ -1,0 +1,261 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/renameio/v2"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Autostart: the VMs' units are transient and end with the boot, so VMs that
+// must come back after a reboot are marked (Root/autostart/NAME.toml, a
+// symlink to the VM's file, like "systemctl enable"), and one persistent unit,
+// BootUnitName, runs "vmsup autostart" at boot to bring them up. The VMs'
+// own units stop gracefully at shutdown: systemd stops them before
+// shutdown.target and their stop hook powers the guest down over ACPI.
+
+// BootUnitName is the persistent unit vmsup enable installs. It cannot clash
+// with a VM's unit (vmsup-NAME.service).
+const BootUnitName = "vmsup.service"
+
+const bootUnitTimeout = 15 * time.Minute
+
+func (s *Supervisor) autostartDir() string { return filepath.Join(s.opts.Root, "autostart") }
+
+func (s *Supervisor) autostartMark(name string) string {
+	return filepath.Join(s.autostartDir(), name+".toml")
+}
+
+// bootedMark records that autostart brought the VM up in this boot: it lives
+// under RunDir (/run, emptied at every boot), so a VM the operator took down
+// after boot stays down when the boot unit is started again.
+func (s *Supervisor) bootedMark(name string) string {
+	return filepath.Join(s.opts.RunDir, "autostarted", name)
+}
+
+// EnableResult reports one VM of an Enable call.
+type EnableResult struct {
+	VM   string `json:"vm"`
+	File string `json:"file"`
+	Note string `json:"note,omitempty"` // e.g. "was enabled from /old.toml"
+}
+
+// Enable marks the VMs in files to start at every boot and installs the boot
+// unit. The files are checked as Up checks them first; an invalid one marks
+// nothing. Enabling does not start a VM (Up does).
+func (s *Supervisor) Enable(ctx context.Context, files ...*spec.File) ([]EnableResult, error) {
+	if err := s.Validate(files...); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.autostartDir(), 0o755); err != nil {
+		return nil, err
+	}
+	var out []EnableResult
+	for _, f := range files {
+		file := absPath(f.Path)
+		r := EnableResult{VM: f.VM.Name, File: file}
+		mark := s.autostartMark(f.VM.Name)
+		if old, err := os.Readlink(mark); err == nil && old != file {
+			r.Note = "was enabled from " + old
+		}
+		if err := renameio.Symlink(file, mark); err != nil {
+			return out, fmt.Errorf("vm %q: enable: %w", f.VM.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, s.syncBootUnit(ctx)
+}
+
+// Disable removes the boot marks of the named VMs; it does not stop them.
+// A VM that was not enabled is not an error. When no VM is left enabled the
+// boot unit is removed too.
+func (s *Supervisor) Disable(ctx context.Context, names ...string) error {
+	for _, n := range names {
+		if err := spec.ValidName(n); err != nil {
+			return fmt.Errorf("vm %q: %w", n, err)
+		}
+		if err := os.Remove(s.autostartMark(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("vm %q: disable: %w", n, err)
+		}
+	}
+	return s.syncBootUnit(ctx)
+}
+
+// Enabled lists the VMs marked for autostart, with the file each starts from.
+func (s *Supervisor) Enabled() (map[string]string, error) {
+	ents, err := os.ReadDir(s.autostartDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		n, ok := strings.CutSuffix(e.Name(), ".toml")
+		if !ok || spec.ValidName(n) != nil {
+			continue
+		}
+		if t, err := os.Readlink(filepath.Join(s.autostartDir(), e.Name())); err == nil {
+			out[n] = t
+		}
+	}
+	return out, nil
+}
+
+// syncBootUnit installs the boot unit while any VM is enabled and removes it
+// otherwise, then reloads systemd if its files changed.
+func (s *Supervisor) syncBootUnit(ctx context.Context) error {
+	enabled, err := s.Enabled()
+	if err != nil {
+		return err
+	}
+	b := s.bootUnit()
+	var changed bool
+	if len(enabled) > 0 {
+		changed, err = b.Install(s.opts.UnitDir)
+	} else {
+		changed, err = b.Uninstall(s.opts.UnitDir)
+	}
+	if err != nil {
+		return fmt.Errorf("boot unit %s in %s: %w", b.Name, s.opts.UnitDir, err)
+	}
+	if !changed {
+		return nil
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return err
+	}
+	return sd.Reload(ctx)
+}
+
+// bootUnit runs this vmsup with the options that matter for starting VMs;
+// it runs inside the booted system, so it talks to that system's bus and
+// journal (the defaults).
+func (s *Supervisor) bootUnit() units.BootUnit {
+	argv := []string{s.opts.Self, "--root", s.opts.Root, "--qemu", s.opts.QEMU, "--qemu-user", s.opts.QEMUUser}
+	for _, d := range s.opts.ImageDirs {
+		argv = append(argv, "--image-dir", d)
+	}
+	if s.opts.Network.OVSDB != "" {
+		argv = append(argv, "--ovsdb", s.opts.Network.OVSDB)
+	}
+	return units.BootUnit{
+		Name:        BootUnitName,
+		Description: "vmsup: start the VMs enabled for boot (vmsup enable)",
+		ExecStart:   append(argv, "autostart"),
+		Wants:       []string{"network-online.target"},
+		// Whatever VMs' disks and NICs may need, if this host has it.
+		After:    []string{"local-fs.target", "remote-fs.target", "dbus.service", "openvswitch-switch.service", "iscsid.service", "ceph.target"},
+		Timeout:  bootUnitTimeout,
+		WantedBy: s.opts.BootTarget,
+	}
+}
+
+// AutostartResult reports one enabled VM of an Autostart call.
+type AutostartResult struct {
+	VM     string   `json:"vm"`
+	File   string   `json:"file"`
+	Action UpAction `json:"action,omitempty"` // empty when skipped or failed
+	Note   string   `json:"note,omitempty"`
+}
+
+// Autostart brings up every enabled VM once per boot, each on its own: one
+// that fails (a missing file, a QEMU that refuses) does not keep the others
+// down. The error names every VM that failed.
+func (s *Supervisor) Autostart(ctx context.Context) ([]AutostartResult, error) {
+	enabled, err := s.Enabled()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(enabled))
+	for n := range enabled {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []AutostartResult
+	var errs []error
+	for _, n := range names {
+		r := AutostartResult{VM: n, File: enabled[n]}
+		if _, err := os.Stat(s.bootedMark(n)); err == nil {
+			r.Note = "already started once this boot; left as it is"
+			out = append(out, r)
+			continue
+		}
+		up, err := s.autostartOne(ctx, n, enabled[n])
+		if err != nil {
+			r.Note = err.Error()
+			errs = append(errs, err)
+			out = append(out, r)
+			continue
+		}
+		r.Action, r.Note = up.Action, up.Note
+		if err := os.MkdirAll(filepath.Dir(s.bootedMark(n)), 0o755); err == nil {
+			_ = os.WriteFile(s.bootedMark(n), nil, 0o644)
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+func (s *Supervisor) autostartOne(ctx context.Context, name, file string) (UpResult, error) {
+	f, err := s.loadEnabled(name, file)
+	if err != nil {
+		return UpResult{}, fmt.Errorf("vm %q: autostart: %w", name, err)
+	}
+	if f.VM.Name != name {
+		return UpResult{}, fmt.Errorf("vm %q: autostart: %s now defines VM %q; run vmsup enable again", name, file, f.VM.Name)
+	}
+	res, err := s.Up(ctx, f)
+	if err != nil {
+		return UpResult{}, err
+	}
+	return res[0], nil
+}
+
+// loadEnabled reads the file a mark points to. A VM that came here by
+// migration is enabled from its applied spec, whose relative paths resolve
+// against the file it was first started from.
+func (s *Supervisor) loadEnabled(name, file string) (*spec.File, error) {
+	if file != s.paths(name).Spec {
+		return spec.Load(file)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	app, err := s.readApplied(name)
+	if err != nil {
+		return nil, err
+	}
+	return spec.Parse(orDefault(app.SourceFile, file), raw)
+}
+
+// The autostart side of a migration: the source drops its mark (a reboot
+// there must not start a second copy) and the destination marks the VM's
+// applied spec (enableApplied).
+func (s *Supervisor) isEnabled(name string) bool {
+	_, err := os.Lstat(s.autostartMark(name))
+	return err == nil
+}
+
+func (s *Supervisor) enableApplied(ctx context.Context, name string) error {
+	if err := os.MkdirAll(s.autostartDir(), 0o755); err != nil {
+		return err
+	}
+	if err := renameio.Symlink(s.paths(name).Spec, s.autostartMark(name)); err != nil {
+		return err
+	}
+	return s.syncBootUnit(ctx)
+}

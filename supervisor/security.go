@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/renameio/v2"
 
+	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -460,14 +461,14 @@ func (s *Supervisor) grantNeed(c *confinement, n need) error {
 
 func (s *Supervisor) grantPath(c *confinement, path string, want uint16) error {
 	c.Uses = appendUnique(c.Uses, path)
-	ok, err := hasAccess(path, c.UID, c.GID, nil, want)
+	ok, err := posixacl.HasAccess(path, c.UID, c.GID, nil, want)
 	if err != nil {
 		return err
 	}
 	if ok {
 		return nil
 	}
-	prev, err := grantUser(path, c.UID, want)
+	prev, err := posixacl.GrantUser(path, c.UID, want)
 	if err != nil {
 		return fmt.Errorf("give %s access to %s: %w", c.User, path, err)
 	}

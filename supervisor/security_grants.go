@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/renameio/v2"
 
+	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -213,7 +214,7 @@ func (s *Supervisor) release(c *confinement) error {
 }
 
 func (s *Supervisor) releaseGrant(c *confinement, g aclGrant) error {
-	if err := revokeUser(g.Path, c.UID, g.Prev); err != nil {
+	if err := posixacl.RevokeUser(g.Path, c.UID, g.Prev); err != nil {
 		return fmt.Errorf("take back %s's access to %s: %w", c.User, g.Path, err)
 	}
 	return nil

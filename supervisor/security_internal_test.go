@@ -13,56 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/spec"
 )
-
-// TestACLGrantRevoke: a grant adds one named entry and revoking restores the
-// file exactly: no ACL and the old mode, or the entry the user had before.
-func TestACLGrantRevoke(t *testing.T) {
-	dir := t.TempDir()
-	f := filepath.Join(dir, "img")
-	if err := os.WriteFile(f, nil, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	const uid = 4242
-	if ok, _ := hasAccess(f, uid, uid, nil, 6); ok {
-		t.Fatal("stranger has rw on a 0640 root file")
-	}
-	prev, err := grantUser(f, uid, 6)
-	if err != nil || prev != -1 {
-		t.Fatalf("grant: prev %d %v", prev, err)
-	}
-	if ok, _ := hasAccess(f, uid, uid, nil, 6); !ok {
-		t.Fatal("grant did not give rw")
-	}
-	if ok, _ := hasAccess(f, 4343, 4343, nil, 4); ok {
-		t.Fatal("grant leaked to another user")
-	}
-	if err := revokeUser(f, uid, prev); err != nil {
-		t.Fatal(err)
-	}
-	fi, _ := os.Stat(f)
-	if _, err := unix.Getxattr(f, aclXattr, make([]byte, 64)); err == nil || fi.Mode().Perm() != 0o640 {
-		t.Fatalf("after revoke: ACL err %v, mode %v", err, fi.Mode())
-	}
-	// The user already had r: the grant adds w, revoke leaves r.
-	if _, err := grantUser(f, uid, 4); err != nil {
-		t.Fatal(err)
-	}
-	prev, err = grantUser(f, uid, 2)
-	if err != nil || prev != 4 {
-		t.Fatalf("second grant: prev %d %v", prev, err)
-	}
-	if err := revokeUser(f, uid, prev); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := hasAccess(f, uid, uid, nil, 4); !ok {
-		t.Fatal("revoke took the user's own r")
-	}
-	if ok, _ := hasAccess(f, uid, uid, nil, 2); ok {
-		t.Fatal("revoke left w")
-	}
-}
 
 // TestSharedBaseGrant: two VMs share a base image below a private directory.
 // The first grants access; when it goes down the second keeps it (the grant
@@ -105,17 +58,17 @@ func TestSharedBaseGrant(t *testing.T) {
 	if err := s.securityTeardown(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := hasAccess(kernel, uid, gid, nil, 4); !ok {
+	if ok, _ := posixacl.HasAccess(kernel, uid, gid, nil, 4); !ok {
 		t.Fatal("b lost access to the shared kernel when a went down")
 	}
-	if ok, _ := hasAccess(imgs, uid, gid, nil, 1); !ok {
+	if ok, _ := posixacl.HasAccess(imgs, uid, gid, nil, 1); !ok {
 		t.Fatal("b lost search on the shared directory when a went down")
 	}
 	if err := s.securityTeardown(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{kernel, imgs, root} {
-		if _, err := unix.Getxattr(p, aclXattr, make([]byte, 64)); err == nil {
+		if _, err := unix.Getxattr(p, "system.posix_acl_access", make([]byte, 64)); err == nil {
 			t.Errorf("%s keeps an ACL after both VMs went down", p)
 		}
 	}
@@ -168,7 +121,7 @@ func TestPerVMUsers(t *testing.T) {
 		disk string
 		want bool
 	}{{a, "pa.raw", true}, {a, "pb.raw", false}, {b, "pb.raw", true}, {b, "pa.raw", false}} {
-		ok, err := hasAccess(filepath.Join(imgs, c.disk), c.who.UID, c.who.GID, nil, 6)
+		ok, err := posixacl.HasAccess(filepath.Join(imgs, c.disk), c.who.UID, c.who.GID, nil, 6)
 		if err != nil || ok != c.want {
 			t.Errorf("%s on %s: access %v (%v), want %v", c.who.User, c.disk, ok, err, c.want)
 		}
@@ -176,7 +129,7 @@ func TestPerVMUsers(t *testing.T) {
 	if err := s.securityTeardown(ctx, "pa"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := hasAccess(kernel, b.UID, b.GID, nil, 4); !ok {
+	if ok, _ := posixacl.HasAccess(kernel, b.UID, b.GID, nil, 4); !ok {
 		t.Error("pb lost its own grant on the shared kernel when pa went down")
 	}
 }

@@ -93,6 +93,7 @@ type fixture struct {
 	// other processes raw and unit QEMUs get the same CPU share.
 	rawCgroup string
 	rawSup    *supervisor.Supervisor // only for argv, with its own root
+	confSup   *supervisor.Supervisor // the same, for the confined unit
 	sd        *units.Manager         // for the bare-unit variant
 	lv        *libvirt
 	vmsupBin  string
@@ -159,6 +160,9 @@ func run(c config) error {
 	}
 	defer f.sup.Close()
 	if f.rawSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "raw"), Self: bin}); err != nil {
+		return err
+	}
+	if f.confSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "conf"), Self: bin}); err != nil {
 		return err
 	}
 	if f.sd, err = units.Connect(ctx, f.env.Systemd.BusAddress); err != nil {

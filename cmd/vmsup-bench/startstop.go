@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/bench"
+	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -19,6 +20,7 @@ import (
 type variant struct {
 	name, accel string
 	start, stop func(ctx context.Context) error
+	prep        func() error // before each start, not timed
 }
 
 type samples struct {
@@ -42,9 +44,15 @@ func (f *fixture) interleave(ctx context.Context, what string, reps int, vs []va
 			}
 			v := vs[(i+r)%len(vs)]
 			s := out[v.name]
+			var err error
+			if v.prep != nil {
+				err = v.prep()
+			}
 			sctx, cancel := context.WithTimeout(ctx, timeout)
 			t0 := time.Now()
-			err := v.start(sctx)
+			if err == nil {
+				err = v.start(sctx)
+			}
 			d := time.Since(t0)
 			cancel()
 			if err != nil {
@@ -97,6 +105,7 @@ func (f *fixture) runCLI(ctx context.Context, args ...string) error {
 const (
 	vRaw    = "raw QEMU"
 	vUnit   = "systemd unit, no vmsup"
+	vConf   = "confined unit, no vmsup"
 	vAPI    = "vmsup Go API"
 	vCLI    = "vmsup CLI"
 	vVirsh  = "virsh"
@@ -146,43 +155,13 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 		}})
 
 	if withUnit {
-		unitPath, err := specFile(specDir, prefix+"unit", k, memMiB, f.blank, g)
-		if err != nil {
-			return nil, err
+		for _, confined := range []bool{false, true} {
+			v, err := f.unitVariant(specDir, prefix, k, memMiB, confined)
+			if err != nil {
+				return nil, err
+			}
+			vs = append(vs, v)
 		}
-		uargv, udir, err := rawArgv(f.rawSup, unitPath)
-		if err != nil {
-			return nil, err
-		}
-		u := bareUnit(prefix+"unit", uargv, memMiB)
-		vs = append(vs, variant{name: vUnit, accel: accel,
-			start: func(ctx context.Context) error {
-				for _, s := range []string{"qmp.sock", "events.sock", "console.sock"} {
-					os.Remove(filepath.Join(udir, s))
-				}
-				if err := f.sd.Start(ctx, u); err != nil {
-					return err
-				}
-				t0 := time.Now()
-				c, err := dialRawQMP(ctx, filepath.Join(udir, "qmp.sock"), nil)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				if err := c.expectRunning(); err != nil {
-					return err
-				}
-				if k == kindIdle {
-					f.unitAfterJob = append(f.unitAfterJob, time.Since(t0))
-				}
-				return nil
-			},
-			stop: func(ctx context.Context) error {
-				if err := f.sd.Stop(ctx, u.Name); err != nil {
-					return err
-				}
-				return f.sd.ResetFailed(ctx, u.Name)
-			}})
 	}
 
 	apiName := prefix + "api"
@@ -277,6 +256,7 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 // reports running, then stopped at once.
 func (f *fixture) startStop(ctx context.Context) error {
 	const sec1, sec2 = "1. start (no guest OS, until QMP reports running)", "2. stop"
+	defer keepKVMACL()()
 	vs, err := f.variants(kindIdle, 128, "s", true, true)
 	if err != nil {
 		return err
@@ -305,6 +285,15 @@ func (f *fixture) startStop(ctx context.Context) error {
 		r.Add(bench.Row{Section: sec1, Figure: "start vs libvirt", Variant: p.vm, Accel: "kvm", Unit: "ms",
 			Summary: bench.Summarize(bench.Millis(vm.start)), Failures: vm.startFail, Baseline: p.lv, Target: 0.40})
 	}
+	// vmsup's own cost: the same confined unit vmsup starts, without vmsup.
+	for _, v := range []string{vConf, vAPI, vCLI} {
+		row := bench.Row{Section: sec1, Figure: "start vs confined unit", Variant: v, Accel: "kvm", Unit: "ms",
+			Summary: bench.Summarize(bench.Millis(res[v].start)), Failures: res[v].startFail}
+		if v != vConf {
+			row.Baseline = vConf
+		}
+		r.Add(row)
+	}
 	for _, st := range f.trace.order {
 		r.Add(bench.Row{Section: sec1, Figure: "vmsup Up step: " + st, Variant: vAPI, Accel: "kvm", Unit: "ms",
 			Summary: bench.Summarize(bench.Millis(f.trace.steps[st]))})
@@ -315,6 +304,7 @@ func (f *fixture) startStop(ctx context.Context) error {
 	stopNote := map[string]string{
 		vRaw:   "QMP quit until the process exits",
 		vUnit:  "StopUnit (SIGTERM) until the job is done",
+		vConf:  "StopUnit (SIGTERM) until the job is done",
 		vAPI:   "Down with stop_timeout 1ms: powerdown, then quit; until the unit is gone",
 		vCLI:   "vmsup down, same",
 		vVirsh: "virsh destroy",
@@ -384,4 +374,70 @@ func joinNote(a, b string) string {
 		return a
 	}
 	return a + "; " + b
+}
+
+// unitVariant starts vmsup's argv as a transient unit without vmsup: bare
+// (root, no sandbox) or confined (the sandbox supervisor.sandboxUnit gives a
+// VM with one read-only disk and no NICs: the QEMU user, binds, hidden
+// state directories), to tell systemd's and the sandbox's cost from vmsup's.
+func (f *fixture) unitVariant(specDir, prefix string, k vmKind, memMiB int, confined bool) (variant, error) {
+	tag, name, sup := "unit", vUnit, f.rawSup
+	if confined {
+		tag, name, sup = "conf", vConf, f.confSup
+	}
+	path, err := specFile(specDir, prefix+tag, k, memMiB, f.blank, f.guest)
+	if err != nil {
+		return variant{}, err
+	}
+	argv, dir, err := rawArgv(sup, path)
+	if err != nil {
+		return variant{}, err
+	}
+	u := bareUnit(prefix+tag, argv, memMiB)
+	var prep func() error
+	if confined {
+		if u.Sandbox, err = confinedSandbox(dir, f.blank); err != nil {
+			return variant{}, err
+		}
+		// vmsup grants its QEMU user /dev/kvm (an ACL entry) while its VMs
+		// run and takes it back after; without vmsup, grant it here.
+		uid, _, err := qemuUser()
+		if err != nil {
+			return variant{}, err
+		}
+		prep = func() error {
+			if _, err := posixacl.GrantUser("/dev/kvm", uint32(uid), 6); err != nil {
+				return fmt.Errorf("grant /dev/kvm: %w", err)
+			}
+			return nil
+		}
+	}
+	return variant{name: name, accel: k.accel(), prep: prep,
+		start: func(ctx context.Context) error {
+			for _, s := range []string{"qmp.sock", "events.sock", "console.sock"} {
+				os.Remove(filepath.Join(dir, s))
+			}
+			if err := f.sd.Start(ctx, u); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			c, err := dialRawQMP(ctx, filepath.Join(dir, "qmp.sock"), nil)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.expectRunning(); err != nil {
+				return err
+			}
+			if k == kindIdle && !confined {
+				f.unitAfterJob = append(f.unitAfterJob, time.Since(t0))
+			}
+			return nil
+		},
+		stop: func(ctx context.Context) error {
+			if err := f.sd.Stop(ctx, u.Name); err != nil {
+				return err
+			}
+			return f.sd.ResetFailed(ctx, u.Name)
+		}}, nil
 }

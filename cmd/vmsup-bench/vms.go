@@ -10,12 +10,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/units"
@@ -284,6 +286,64 @@ func bareUnit(name string, argv []string, memMiB int) units.Unit {
 		UMask:       0o077,
 		DeviceAllow: []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}},
 	}
+}
+
+// confinedSandbox is the sandbox vmsup puts around a VM with the one
+// read-only disk and no NICs, for the VM state directory dir: QEMU runs as
+// supervisor.DefaultQEMUUser, which owns dir; the other VMs' directories are
+// hidden. The directories above dir must be traversable by that user.
+func confinedSandbox(dir, disk string) (*units.Sandbox, error) {
+	uid, gid, err := qemuUser()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	for d := filepath.Dir(dir); d != "/" && d != filepath.Dir(filepath.Dir(filepath.Dir(dir))); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return &units.Sandbox{
+		User: supervisor.DefaultQEMUUser, Group: supervisor.DefaultQEMUUser,
+		ReadWritePaths: []string{dir},
+		BindPaths:      []string{dir, disk},
+		HidePaths:      []string{filepath.Dir(dir)},
+		Devices:        []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}},
+	}, nil
+}
+
+// keepKVMACL returns a function that puts the QEMU user's ACL entry on
+// /dev/kvm back as it was before (the confined variant adds one).
+func keepKVMACL() func() {
+	uid, _, err := qemuUser()
+	if err != nil {
+		return func() {}
+	}
+	prev, err := posixacl.UserEntry("/dev/kvm", uint32(uid))
+	if err != nil {
+		return func() {}
+	}
+	return func() { _ = posixacl.RevokeUser("/dev/kvm", uint32(uid), prev) }
+}
+
+// qemuUser returns the QEMU user's ids, creating it as vmsup would.
+func qemuUser() (int, int, error) {
+	u, err := user.Lookup(supervisor.DefaultQEMUUser)
+	if err != nil {
+		out, cerr := exec.Command("useradd", "--system", "--user-group", "--no-create-home",
+			"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", supervisor.DefaultQEMUUser).CombinedOutput()
+		if cerr != nil {
+			return 0, 0, fmt.Errorf("create QEMU user: %v: %s", cerr, out)
+		}
+		if u, err = user.Lookup(supervisor.DefaultQEMUUser); err != nil {
+			return 0, 0, err
+		}
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return uid, gid, nil
 }
 
 // waitMarker polls a console log every 5 ms until it holds marker.

@@ -1,4 +1,9 @@
-package supervisor
+// Package posixacl reads and writes POSIX access ACLs as the
+// system.posix_acl_access xattr (no libacl or setfacl needed). vmsup gives
+// the QEMU user access to a file it names by adding one named-user entry and
+// takes exactly that entry back on down: owners and modes of the user's
+// files are never changed.
+package posixacl
 
 import (
 	"encoding/binary"
@@ -9,11 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// POSIX ACLs, read and written as the system.posix_acl_access xattr (no acl
-// package needed). vmsup gives the QEMU user access to a file it names by
-// adding one named-user entry and takes exactly that entry back on down:
-// owners and modes of the user's files are never changed.
 
 const (
 	aclXattr   = "system.posix_acl_access"
@@ -122,10 +122,10 @@ func writeACL(path string, es []aclEntry) error {
 	return nil
 }
 
-// hasAccess reports whether uid (primary group gid, supplementary groups
+// HasAccess reports whether uid (primary group gid, supplementary groups
 // groups) has every permission bit in want (4 r, 2 w, 1 x) on path, by the
 // kernel's ACL algorithm.
-func hasAccess(path string, uid, gid uint32, groups []uint32, want uint16) (bool, error) {
+func HasAccess(path string, uid, gid uint32, groups []uint32, want uint16) (bool, error) {
 	es, fi, err := readACL(path)
 	if err != nil {
 		return false, err
@@ -178,9 +178,9 @@ func hasAccess(path string, uid, gid uint32, groups []uint32, want uint16) (bool
 	return false, nil
 }
 
-// grantUser adds want to uid's named entry on path and returns that entry's
-// previous permissions (-1: there was none), for revokeUser.
-func grantUser(path string, uid uint32, want uint16) (int, error) {
+// GrantUser adds want to uid's named entry on path and returns that entry's
+// previous permissions (-1: there was none), for RevokeUser.
+func GrantUser(path string, uid uint32, want uint16) (int, error) {
 	es, _, err := readACL(path)
 	if err != nil {
 		return 0, err
@@ -194,8 +194,8 @@ func grantUser(path string, uid uint32, want uint16) (int, error) {
 	return -1, writeACL(path, append(es, aclEntry{aclUser, want, uid}))
 }
 
-// revokeUser restores uid's named entry on path to prev (-1 removes it).
-func revokeUser(path string, uid uint32, prev int) error {
+// RevokeUser restores uid's named entry on path to prev (-1 removes it).
+func RevokeUser(path string, uid uint32, prev int) error {
 	es, _, err := readACL(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -214,4 +214,19 @@ func revokeUser(path string, uid uint32, prev int) error {
 		out = append(out, e)
 	}
 	return writeACL(path, out)
+}
+
+// UserEntry returns uid's named entry's permissions on path (-1: none), the
+// value RevokeUser restores.
+func UserEntry(path string, uid uint32) (int, error) {
+	es, _, err := readACL(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range es {
+		if e.Tag == aclUser && e.ID == uid {
+			return int(e.Perm), nil
+		}
+	}
+	return -1, nil
 }

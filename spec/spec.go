@@ -20,7 +20,7 @@ type VM struct {
 	HotplugSlots *int     `toml:"hotplug_slots"`
 	StopTimeout  Duration `toml:"stop_timeout"` // graceful shutdown bound; default "60s"
 	GuestAgent   *bool    `toml:"guest_agent"`  // qemu-ga channel; default true
-	Autostart    bool     `toml:"autostart"`    // start at host boot (vmsup.target)
+	Autostart    bool     `toml:"autostart"`    // up also enables it for boot (vmsup enable)
 
 	Boot   Boot   `toml:"boot"`
 	Disks  []Disk `toml:"disk"`

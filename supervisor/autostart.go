@@ -57,6 +57,34 @@ func (s *Supervisor) Enable(ctx context.Context, files ...*spec.File) ([]EnableR
 	if err := s.Validate(files...); err != nil {
 		return nil, err
 	}
+	out, err := s.mark(files)
+	if err != nil {
+		return out, err
+	}
+	return out, s.syncBootUnit(ctx)
+}
+
+// enableDeclared is Up's part for files that say autostart = true: the same
+// as Enable, for VMs not enabled yet (a mark made by enable or a migration
+// is left as it is).
+func (s *Supervisor) enableDeclared(ctx context.Context, files []*spec.File) error {
+	var todo []*spec.File
+	for _, f := range files {
+		if f.VM.Autostart && !s.isEnabled(f.VM.Name) {
+			todo = append(todo, f)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	if _, err := s.mark(todo); err != nil {
+		return err
+	}
+	return s.syncBootUnit(ctx)
+}
+
+// mark links each VM's mark to its file.
+func (s *Supervisor) mark(files []*spec.File) ([]EnableResult, error) {
 	if err := os.MkdirAll(s.autostartDir(), 0o755); err != nil {
 		return nil, err
 	}
@@ -73,7 +101,7 @@ func (s *Supervisor) Enable(ctx context.Context, files ...*spec.File) ([]EnableR
 		}
 		out = append(out, r)
 	}
-	return out, s.syncBootUnit(ctx)
+	return out, nil
 }
 
 // Disable removes the boot marks of the named VMs; it does not stop them.

@@ -118,6 +118,22 @@ func TestAutostart(t *testing.T) {
 			t.Fatalf("%s left after disable: %v", p, err)
 		}
 	}
+
+	// autostart = true in the file: up enables it as enable would.
+	decl := guestFile(t, dir, "boot2", "autostart = true")
+	if _, err := sup.Up(ctx, decl); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Down(ctx, "boot2")
+	if en, _ := sup.Enabled(); en["boot2"] != decl.Path {
+		t.Fatalf("up of an autostart = true file did not enable it: %v", en)
+	}
+	if _, err := os.Stat(unitFile); err != nil {
+		t.Fatalf("boot unit: %v", err)
+	}
+	if err := sup.Disable(ctx, "boot2"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // bootAgain boots a fresh systemd sandbox that finds units in etc first, as

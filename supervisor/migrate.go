@@ -353,7 +353,7 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		if err := s.afterStop(qctx, name); err != nil {
 			s.opts.Logger.Warn("clean-up after migration", "vm", name, "err", err)
 		}
-		if err := os.RemoveAll(p.Dir); err != nil {
+		if err := p.removeAll(); err != nil {
 			s.opts.Logger.Warn("remove state after migration", "vm", name, "err", err)
 		}
 		if prep.Autostart { // the destination enabled it: a reboot here must not start a copy
@@ -740,9 +740,9 @@ func chownLike(path, ref string) error {
 	if !ok {
 		return nil
 	}
-	return os.Chown(path, int(st.Uid), int(st.Gid))
+	return os.Lchown(path, int(st.Uid), int(st.Gid))
 }
 
 // handover marks a local migration's handover: the old QEMU is quitting
 // and a new one already runs the guest with the same host resources.
-func (p vmPaths) handover() string { return filepath.Join(p.Dir, "handover") }
+func (p vmPaths) handover() string { return filepath.Join(p.Records, "handover") }

@@ -166,7 +166,7 @@ func TestMigrationFigures(t *testing.T) {
 // resumed, so the VM is where it was.
 func rawMigration(t *testing.T, ctx context.Context, st supervisor.Status, bw int64) (total, down time.Duration, bytes int64, wall time.Duration) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(st.StateDir, "state.json"))
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(st.StateDir)), "records", st.Name, "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,8 @@ func expectOnlyOn(t *testing.T, ctx context.Context, name string, on, off *migHo
 	if out, _ := off.sd.Systemctl(ctx, "list-units", "--all", "--no-legend", "vmsup-"+name+"*"); strings.TrimSpace(string(out)) != "" {
 		t.Fatalf("host %s: units left: %s", off.name, out)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(off.root, "vms")); len(ents) > 0 {
+	for _, d := range []string{"vms", "records"} {
+		ents, _ := os.ReadDir(filepath.Join(off.root, d))
 		var names []string
 		for _, e := range ents {
 			if !strings.HasPrefix(e.Name(), ".") { // lock files stay beside the VM directories
@@ -167,7 +168,7 @@ func expectOnlyOn(t *testing.T, ctx context.Context, name string, on, off *migHo
 			}
 		}
 		if len(names) > 0 {
-			t.Fatalf("host %s: state left: %v", off.name, names)
+			t.Fatalf("host %s: state left in %s: %v", off.name, d, names)
 		}
 	}
 }
@@ -395,7 +396,7 @@ func TestMigrateCrossHost(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(a.unitDir(), supervisor.BootUnitName)); !os.IsNotExist(err) {
 			t.Fatalf("A's boot unit left: %v", err)
 		}
-		if en, _ := b.sup.Enabled(); en[name] != filepath.Join(b.root, "vms", name, "spec.toml") {
+		if en, _ := b.sup.Enabled(); en[name] != filepath.Join(b.root, "records", name, "spec.toml") {
 			t.Fatalf("B not enabled for boot from the applied spec: %v", en)
 		}
 		// B's boot brings it up from that spec (it runs: unchanged).

@@ -63,9 +63,11 @@ type nicState struct {
 	Bus string `json:"bus,omitempty"`
 }
 
-func (p vmPaths) netState() string { return filepath.Join(p.Dir, "net.json") }
-func (p vmPaths) netLock() string  { return filepath.Join(p.Dir, "net.lock") }
-func (p vmPaths) cniCache() string { return filepath.Join(p.Dir, "cni-cache") }
+// The network record, its lock and libcni's cache are vmsup's (Records):
+// the privileged stop-post hook deletes what net.json names.
+func (p vmPaths) netState() string { return filepath.Join(p.Records, "net.json") }
+func (p vmPaths) netLock() string  { return filepath.Join(p.Records, "net.lock") }
+func (p vmPaths) cniCache() string { return filepath.Join(p.Records, "cni-cache") }
 
 func readNetState(p vmPaths) (*netState, error) {
 	b, err := os.ReadFile(p.netState())
@@ -82,6 +84,9 @@ func readNetState(p vmPaths) (*netState, error) {
 func writeNetState(p vmPaths, st *netState) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
+		return err
+	}
+	if err := p.makeRecords(); err != nil {
 		return err
 	}
 	return renameio.WriteFile(p.netState(), b, 0o600)
@@ -371,7 +376,7 @@ func (s *Supervisor) teardownNet(ctx context.Context, name string, inUnit bool) 
 	p := s.paths(name)
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := os.Stat(p.Dir); err != nil {
+	if _, err := os.Stat(p.Records); err != nil {
 		return nil
 	}
 	lk, ok, err := lockFile(lctx, p.netLock(), true)

@@ -254,7 +254,7 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 		}
 		d.undo = append(d.undo, func(context.Context) {
 			if !prevDir {
-				os.RemoveAll(d.p.Dir)
+				d.p.removeAll()
 				return
 			}
 			restoreFile(d.p.State, prevApp)

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -20,17 +19,24 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
-// vmPaths are the files of one VM under Root/vms/NAME.
+// vmPaths are the files of one VM: what QEMU uses under Root/vms/NAME
+// (Dir, which the QEMU user owns while the VM runs), and vmsup's own records
+// under Root/records/NAME (root only). Everything vmsup decides from as root
+// (the unit to stop, what to tear down) is read from Records, never from a
+// file QEMU could rewrite.
 type vmPaths struct {
-	Dir, Spec, State, QMP, Events, Console, ConsoleLog, Agent, QMPLock, UEFIVars string
+	Dir, QMP, Events, Console, ConsoleLog, Agent, QMPLock, UEFIVars string
+	Records, Spec, State                                            string
 }
 
 func (s *Supervisor) paths(name string) vmPaths {
 	d := filepath.Join(s.opts.Root, "vms", name)
+	r := filepath.Join(s.opts.Root, "records", name)
 	return vmPaths{
 		Dir:        d,
-		Spec:       filepath.Join(d, "spec.toml"),
-		State:      filepath.Join(d, "state.json"),
+		Records:    r,
+		Spec:       filepath.Join(r, "spec.toml"),
+		State:      filepath.Join(r, "state.json"),
 		QMP:        filepath.Join(d, "qmp.sock"),
 		Events:     filepath.Join(d, "events.sock"),
 		Console:    filepath.Join(d, "console.sock"),
@@ -79,12 +85,14 @@ type applied struct {
 }
 
 // unitOf returns the unit that runs (or last ran) the VM: the name recorded
-// by a migration, else vmsup-NAME.service.
+// by a migration, else vmsup-NAME.service. Only the VM's two names are
+// accepted, whatever the record says.
 func (s *Supervisor) unitOf(name string) string {
-	if a, err := s.readApplied(name); err == nil && a.Unit != "" {
+	usual := units.Name(name)
+	if a, err := s.readApplied(name); err == nil && a.Unit == altUnit(name, usual) {
 		return a.Unit
 	}
-	return units.Name(name)
+	return usual
 }
 
 func canonical(vm *spec.VM) json.RawMessage {
@@ -111,6 +119,9 @@ func (s *Supervisor) readApplied(name string) (*applied, error) {
 // replaced by rename, so a crash leaves the old or the new, never half).
 func (s *Supervisor) writeApplied(a *applied, raw []byte) error {
 	p := s.paths(a.Name)
+	if err := p.makeRecords(); err != nil {
+		return err
+	}
 	if err := renameio.WriteFile(p.Spec, raw, 0o600); err != nil {
 		return err
 	}
@@ -118,20 +129,21 @@ func (s *Supervisor) writeApplied(a *applied, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(p.State, b, 0o600); err != nil {
+	return renameio.WriteFile(p.State, b, 0o600)
+}
+
+// makeRecords creates Root/records/NAME, root only.
+func (p vmPaths) makeRecords() error {
+	if err := os.MkdirAll(p.Records, 0o700); err != nil {
 		return err
 	}
-	// Files in the state directory belong to its owner: the unprivileged
-	// QEMU user's stop hook reads the spec copy.
-	if fi, err := os.Stat(p.Dir); err == nil {
-		st := fi.Sys().(*syscall.Stat_t)
-		for _, f := range []string{p.Spec, p.State} {
-			if err := os.Chown(f, int(st.Uid), int(st.Gid)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return os.Chmod(filepath.Dir(p.Records), 0o700)
+}
+
+// removeAll removes the VM's state directory and records (after it moved to
+// another host, or when a first start failed).
+func (p vmPaths) removeAll() error {
+	return errors.Join(os.RemoveAll(p.Dir), os.RemoveAll(p.Records))
 }
 
 // knownVMs lists names that have a state directory.

@@ -523,7 +523,7 @@ func checkNoSecrets(t *testing.T, ctx context.Context, sup *supervisor.Superviso
 		t.Fatal(err)
 	}
 	journal, _ := env.Systemd.Journal(ctx, "vmsup-"+f.VM.Name+".service")
-	state, _ := os.ReadFile(filepath.Join(st.StateDir, "state.json"))
+	state, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(st.StateDir)), "records", st.Name, "state.json"))
 	for _, s := range secrets {
 		for what, text := range map[string]string{"vmsup argv": strings.Join(argv, " "), "QEMU cmdline": string(cmdline),
 			"journal": journal, "state.json": string(state)} {

@@ -23,12 +23,15 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 		Slice:       s.opts.Slice,
 		Argv:        argv,
 		ExecStop:    [][]string{stop},
-		TimeoutStop: vm.StopTimeout.D() + stopMargin,
-		MemoryMax:   uint64(vm.MaxMemory + vm.Limits.MemoryOverhead),
-		CPUQuota:    vm.Limits.CPUQuota,
-		CPUWeight:   vm.Limits.CPUWeight,
-		TasksMax:    vm.Limits.TasksMax,
-		UMask:       0o077, // QEMU's sockets and files: owner only
+		// vmsup's own hook talks QMP like vmsup itself; the sandbox is for
+		// QEMU, and setting it up again for the hook would slow every stop.
+		ExecStopPrivileged: true,
+		TimeoutStop:        vm.StopTimeout.D() + stopMargin,
+		MemoryMax:          uint64(vm.MaxMemory + vm.Limits.MemoryOverhead),
+		CPUQuota:           vm.Limits.CPUQuota,
+		CPUWeight:          vm.Limits.CPUWeight,
+		TasksMax:           vm.Limits.TasksMax,
+		UMask:              0o077, // QEMU's sockets and files: owner only
 	}
 	if accel == spec.AccelKVM {
 		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: "/dev/kvm", Access: "rw"})

@@ -126,6 +126,9 @@ func (s *Supervisor) Up(ctx context.Context, files ...*spec.File) ([]UpResult, e
 		}
 		out = append(out, r)
 	}
+	if err := s.enableDeclared(ctx, files); err != nil {
+		return out, fmt.Errorf("up, but not enabled for boot (autostart = true): %w", err)
+	}
 	return out, nil
 }
 
@@ -217,7 +220,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			return nil
 		}, undo: func(context.Context) {
 			if !prevDir {
-				os.RemoveAll(p.Dir)
+				p.removeAll()
 			}
 		}},
 	}

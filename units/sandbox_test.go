@@ -70,30 +70,38 @@ func TestSandboxRefusesRoot(t *testing.T) {
 	}
 }
 
-// TestStopPostPrivileged: a sandboxed service's ExecStopPost can run as root
-// (where clean-up of ACLs, profiles and taps belongs), its ExecStop not.
+// TestStopPostPrivileged: a sandboxed service's ExecStopPost and ExecStop
+// can each run as root (clean-up of ACLs, profiles and taps; vmsup's stop
+// hook, spared the sandbox set-up) or inside the sandbox.
 func TestStopPostPrivileged(t *testing.T) {
 	m, ctx := connect(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	u := units.Unit{Name: "vmsup-stoppost.service", Argv: []string{"/bin/sleep", "300"},
-		ExecStop:               [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/stop"}},
-		ExecStopPost:           [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/post"}},
-		ExecStopPostPrivileged: true,
-		Sandbox:                &units.Sandbox{User: "daemon", ReadWritePaths: []string{dir}, BindPaths: []string{dir}}}
-	if err := m.Start(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, m, ctx, u.Name, "active")
-	if err := m.Stop(ctx, u.Name); err != nil {
-		t.Fatal(err)
-	}
-	for f, want := range map[string]string{"stop": "1", "post": "0"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil || strings.TrimSpace(string(b)) != want {
-			t.Errorf("%s ran as uid %q (%v), want %s", f, b, err, want)
+	for _, stopPriv := range []bool{false, true} {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		u := units.Unit{Name: "vmsup-stoppost.service", Argv: []string{"/bin/sleep", "300"},
+			ExecStop:               [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/stop"}},
+			ExecStopPrivileged:     stopPriv,
+			ExecStopPost:           [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/post"}},
+			ExecStopPostPrivileged: true,
+			Sandbox:                &units.Sandbox{User: "daemon", ReadWritePaths: []string{dir}, BindPaths: []string{dir}}}
+		if err := m.Start(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, m, ctx, u.Name, "active")
+		if err := m.Stop(ctx, u.Name); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"stop": "1", "post": "0"}
+		if stopPriv {
+			want["stop"] = "0"
+		}
+		for f, w := range want {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil || strings.TrimSpace(string(b)) != w {
+				t.Errorf("ExecStopPrivileged %v: %s ran as uid %q (%v), want %s", stopPriv, f, b, err, w)
+			}
 		}
 	}
 }

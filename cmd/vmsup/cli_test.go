@@ -20,7 +20,7 @@ func TestCLIBadInput(t *testing.T) {
 		t.Fatalf("up keep: %+v", r)
 	}
 	defer vmsup(t, root, "", "down", "keep")
-	keepSpec := filepath.Join(root, "vms", "keep", "spec.toml")
+	keepSpec := filepath.Join(root, "records", "keep", "spec.toml")
 	before, err := os.ReadFile(keepSpec)
 	if err != nil {
 		t.Fatal(err)
@@ -97,10 +97,12 @@ func TestCLIBadInput(t *testing.T) {
 	if got := vmsupUnits(t); got != unitsBefore {
 		t.Fatalf("units changed by failed commands:\nbefore %s\nafter  %s", unitsBefore, got)
 	}
-	ents, _ := os.ReadDir(filepath.Join(root, "vms"))
-	for _, e := range ents {
-		if e.IsDir() && e.Name() != "keep" {
-			t.Fatalf("a failed command left state dir %s", e.Name())
+	for _, d := range []string{"vms", "records"} {
+		ents, _ := os.ReadDir(filepath.Join(root, d))
+		for _, e := range ents {
+			if e.IsDir() && e.Name() != "keep" {
+				t.Fatalf("a failed command left %s/%s", d, e.Name())
+			}
 		}
 	}
 	for _, d := range []string{"autostart", "etc-systemd"} {

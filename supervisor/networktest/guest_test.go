@@ -2,6 +2,7 @@ package networktest
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -281,7 +282,7 @@ cni_config = "`+cniConf+`"
 	if leases(t) != 0 || slices.Contains(sandboxNetns(t), "vmsup-cnivm") {
 		t.Fatalf("after down: leases %d, namespaces %v", leases(t), sandboxNetns(t))
 	}
-	if _, err := os.Stat(st.StateDir + "/net.json"); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(filepath.Dir(st.StateDir)), "records", st.Name, "net.json")); !os.IsNotExist(err) {
 		t.Fatalf("net.json left: %v", err)
 	}
 }

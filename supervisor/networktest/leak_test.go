@@ -107,7 +107,7 @@ func leftovers(t testing.TB, sup *supervisor.Supervisor, base map[string]bool, b
 	if n := leases(t); n > 0 {
 		out = append(out, fmt.Sprintf("%d leases", n))
 	}
-	if js, _ := filepath.Glob(filepath.Join(sup.Root(), "vms", "*", "net.json")); len(js) > 0 {
+	if js, _ := filepath.Glob(filepath.Join(sup.Root(), "records", "*", "net.json")); len(js) > 0 {
 		out = append(out, fmt.Sprintf("state %v", js))
 	}
 	return strings.Join(out, "; ")

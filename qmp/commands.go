@@ -212,3 +212,36 @@ func (c *Conn) ObjectDel(ctx context.Context, id string) error {
 	}{id}
 	return c.Execute(ctx, "object-del", args, nil)
 }
+
+// MemoryDevice is one entry of query-memory-devices: a DIMM (pc-dimm) and
+// its backend.
+type MemoryDevice struct {
+	Type string `json:"type"` // "dimm", "nvdimm", "virtio-mem", ...
+	Data struct {
+		ID      string `json:"id,omitempty"`
+		Size    int64  `json:"size"`
+		Memdev  string `json:"memdev"`
+		Hotplug bool   `json:"hotplugged"`
+	} `json:"data"`
+}
+
+// QueryMemoryDevices lists the plugged memory devices (not boot RAM).
+func (c *Conn) QueryMemoryDevices(ctx context.Context) ([]MemoryDevice, error) {
+	var ds []MemoryDevice
+	err := c.Execute(ctx, "query-memory-devices", nil, &ds)
+	return ds, err
+}
+
+// MemorySizeSummary is query-memory-size-summary: boot RAM and what DIMMs
+// add.
+type MemorySizeSummary struct {
+	BaseMemory    int64 `json:"base-memory"`
+	PluggedMemory int64 `json:"plugged-memory"`
+}
+
+// QueryMemorySizeSummary reports the guest's memory as QEMU sees it.
+func (c *Conn) QueryMemorySizeSummary(ctx context.Context) (MemorySizeSummary, error) {
+	var m MemorySizeSummary
+	err := c.Execute(ctx, "query-memory-size-summary", nil, &m)
+	return m, err
+}

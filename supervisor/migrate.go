@@ -197,6 +197,10 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		return res, fmt.Errorf("vm %q: migrate: %d hot-plugged disk(s) and %d NIC(s) are not migrated (the destination starts from the spec file): detach them first",
 			name, len(app.Attached), len(app.AttachedNICs))
 	}
+	if app.Resized != nil {
+		return res, fmt.Errorf("vm %q: migrate: its vCPUs or memory were changed live (vmsup set: %d vCPUs, %s); the destination starts from the spec file and could not take them: restart it with the new sizes in its file first",
+			name, app.Resized.CPUs, app.Resized.Memory)
+	}
 	// The event monitor, not qmp.sock: status, console and "migrate
 	// --cancel" keep working on the command monitor meanwhile.
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)

@@ -82,6 +82,8 @@ type applied struct {
 	// MigratedFrom says where the running QEMU came from ("local" or a
 	// host), empty for a VM started by up.
 	MigratedFrom string `json:"migrated_from,omitempty"`
+	// Resized: vCPUs and memory changed live (vmsup set), for this run.
+	Resized *resized `json:"resized,omitempty"`
 }
 
 // unitOf returns the unit that runs (or last ran) the VM: the name recorded

@@ -86,6 +86,9 @@ func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (St
 	if f, err := spec.Load(p.Spec); err == nil {
 		out.CPUs, out.Memory = f.VM.CPUs, f.VM.Memory.String()
 	}
+	if app, err := s.readApplied(name); err == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
+		out.CPUs, out.Memory = app.Resized.CPUs, app.Resized.Memory.String()
+	}
 	if !st.Exists || st.ActiveState == "inactive" {
 		if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
 			return out, fmt.Errorf("vm %q: %w", name, ErrNotFound)

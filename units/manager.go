@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -283,4 +284,37 @@ func (m *Manager) Security(ctx context.Context, name string) (ServiceSecurity, e
 		s.SyscallFilter = len(names) > 0
 	}
 	return s, nil
+}
+
+// Limits are cgroup limits changed on a running unit; a nil field is left
+// as it is. CPUQuota 0 removes the quota.
+type Limits struct {
+	CPUQuota  *int // percent of one CPU
+	CPUWeight *int // 1-10000
+}
+
+// SetLimits changes a running unit's limits at once ("systemctl
+// set-property --runtime"): they end with the unit, as the unit does.
+func (m *Manager) SetLimits(ctx context.Context, name string, l Limits) error {
+	var props []sd.Property
+	if l.CPUQuota != nil {
+		q := uint64(math.MaxUint64) // "infinity": no quota
+		if *l.CPUQuota > 0 {
+			q = uint64(*l.CPUQuota) * 10000
+		}
+		props = append(props, prop("CPUAccounting", true), prop("CPUQuotaPerSecUSec", q))
+	}
+	if l.CPUWeight != nil {
+		if *l.CPUWeight < 1 || *l.CPUWeight > 10000 {
+			return fmt.Errorf("unit %s: CPU weight %d is outside 1-10000", name, *l.CPUWeight)
+		}
+		props = append(props, prop("CPUWeight", uint64(*l.CPUWeight)))
+	}
+	if len(props) == 0 {
+		return nil
+	}
+	if err := m.conn.SetUnitPropertiesContext(ctx, name, true, props...); err != nil {
+		return fmt.Errorf("unit %s: set limits: %w", name, err)
+	}
+	return nil
 }

@@ -49,8 +49,7 @@ func DialAgent(ctx context.Context, socketPath string, opts ...Option) (*Agent, 
 		ctx, cancel = context.WithTimeout(ctx, o.connectTimeout)
 		defer cancel()
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", socketPath)
+	nc, err := dialSocket(ctx, socketPath, o.noSymlink)
 	if err != nil {
 		return nil, fmt.Errorf("qmp: guest agent: dial %s: %w", socketPath, err)
 	}

@@ -87,8 +87,7 @@ func Dial(ctx context.Context, socketPath string, opts ...Option) (*Conn, error)
 	ctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
 	defer cancel()
 
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", socketPath)
+	nc, err := dialSocket(ctx, socketPath, o.noSymlink)
 	if err != nil {
 		return nil, fmt.Errorf("qmp: dial %s: %w", socketPath, err)
 	}

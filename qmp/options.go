@@ -1,9 +1,15 @@
 package qmp
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Defaults for Dial and DialAgent.
@@ -38,6 +44,7 @@ type options struct {
 	logger         *slog.Logger
 	eventBuffer    int
 	capabilities   []string
+	noSymlink      bool
 }
 
 func buildOptions(opts []Option) options {
@@ -70,6 +77,15 @@ func (o *options) timeoutFor(command string, fallback time.Duration) time.Durati
 
 // Option configures Dial or DialAgent.
 type Option func(*options)
+
+// WithoutSymlink makes Dial and DialAgent refuse a socket path whose last
+// component is not a socket (a symlink, say) and connect to the very inode
+// they checked (through /proc/self/fd). A privileged client dialling a
+// socket in a directory a less trusted process can write (QEMU's own) is
+// then never redirected to another socket.
+func WithoutSymlink() Option {
+	return func(o *options) { o.noSymlink = true }
+}
 
 // WithConnectTimeout bounds dialing, the greeting and capability negotiation
 // (for the agent: the first guest-sync-delimited when ctx has no deadline).
@@ -115,4 +131,33 @@ func WithEventBuffer(n int) Option {
 // Only those QEMU offers in its greeting are enabled; see Conn.Capabilities.
 func WithCapabilities(caps ...string) Option {
 	return func(o *options) { o.capabilities = append(o.capabilities, caps...) }
+}
+
+// DialSocket connects to the unix socket found at path itself, never
+// through a symlink there (see WithoutSymlink): for the VM's other sockets
+// (serial console, migration stream) that a privileged process dials.
+func DialSocket(ctx context.Context, path string) (net.Conn, error) {
+	return dialSocket(ctx, path, true)
+}
+
+// dialSocket connects to the unix socket at path; with noSymlink only to a
+// socket inode found at path itself (see WithoutSymlink).
+func dialSocket(ctx context.Context, path string, noSymlink bool) (net.Conn, error) {
+	var d net.Dialer
+	if !noSymlink {
+		return d.DialContext(ctx, "unix", path)
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket (a symlink or other file put in its place is not followed)", path)
+	}
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }

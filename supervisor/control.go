@@ -3,6 +3,9 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"net"
+
+	"github.com/vmsup/vmsup/qmp"
 )
 
 // Pause stops the guest's vCPUs (QMP stop) and confirms QEMU reports paused.
@@ -57,3 +60,13 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte) ([]by
 
 // ConsoleSocket returns the path of the VM's serial console socket.
 func (s *Supervisor) ConsoleSocket(name string) string { return s.paths(name).Console }
+
+// DialConsole connects to the VM's serial console (never through a symlink
+// QEMU's user may have put in its place).
+func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, error) {
+	c, err := qmp.DialSocket(ctx, s.paths(name).Console)
+	if err != nil {
+		return nil, fmt.Errorf("vm %q: console: %w", name, err)
+	}
+	return c, nil
+}

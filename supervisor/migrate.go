@@ -204,7 +204,7 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	// The event monitor, not qmp.sock: status, console and "migrate
 	// --cancel" keep working on the command monitor meanwhile.
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
-	mon, err := qmp.Dial(dctx, p.Events, qmp.WithLogger(s.opts.Logger))
+	mon, err := qmp.Dial(dctx, p.Events, qmp.WithLogger(s.opts.Logger), qmp.WithoutSymlink())
 	dcancel()
 	if err != nil {
 		return res, fmt.Errorf("vm %q: event monitor: %w", name, err)

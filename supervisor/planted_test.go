@@ -1,8 +1,10 @@
 package supervisor_test
 
 import (
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +58,45 @@ func TestStateDirPlanted(t *testing.T) {
 	if err := sup.Pause(ctx, "planted"); err == nil {
 		t.Fatal("pause went through a symlinked lock file")
 	}
+	// Sockets swapped for symlinks to a decoy (another VM's monitor, say):
+	// vmsup refuses them and never connects to the decoy.
+	os.Remove(lock)
+	if err := os.WriteFile(lock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	decoy := filepath.Join(t.TempDir(), "decoy.sock")
+	ln, err := net.Listen("unix", decoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	for _, sock := range []string{"qmp.sock", "console.sock"} {
+		p := filepath.Join(st.StateDir, sock)
+		os.Remove(p)
+		if err := os.Symlink(decoy, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sup.Pause(ctx, "planted"); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("pause through a symlinked monitor: %v", err)
+	}
+	if c, err := sup.DialConsole(ctx, "planted"); err == nil {
+		c.Close()
+		t.Fatal("console through a symlink")
+	}
+	select {
+	case <-accepted:
+		t.Fatal("vmsup connected to the decoy socket")
+	case <-time.After(100 * time.Millisecond):
+	}
+
 	res, err := sup.Down(ctx, "planted")
 	if err != nil {
 		t.Fatalf("down with a planted lock: %v", err)

@@ -377,7 +377,7 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 		return "", fmt.Errorf("listen for the migration stream: %w", err)
 	}
 	d.token = newRelayToken()
-	relay := startRelay(ln, func() (net.Conn, error) { return net.Dial("unix", sock) }, checkToken(d.token), nil, s.opts.Logger)
+	relay := startRelay(ln, func() (net.Conn, error) { return qmp.DialSocket(context.Background(), sock) }, checkToken(d.token), nil, s.opts.Logger)
 	d.relay = relay
 	d.undo = append(d.undo, func(context.Context) { relay.Close() })
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
@@ -398,7 +398,7 @@ func (d *incomingVM) dialMonitor(ctx context.Context) error {
 		}
 		if _, err := os.Stat(d.in.Events); err == nil {
 			dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
-			c, err := qmp.Dial(dctx, d.in.Events, qmp.WithLogger(d.s.opts.Logger))
+			c, err := qmp.Dial(dctx, d.in.Events, qmp.WithLogger(d.s.opts.Logger), qmp.WithoutSymlink())
 			dcancel()
 			if err == nil {
 				d.mon = c

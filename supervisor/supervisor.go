@@ -194,7 +194,9 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 	}
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
 	defer dcancel()
-	c, err := qmp.Dial(dctx, p.QMP, qmp.WithLogger(s.opts.Logger))
+	// WithoutSymlink: the QEMU user owns the directory; it must not be able
+	// to point root vmsup at another VM's monitor.
+	c, err := qmp.Dial(dctx, p.QMP, qmp.WithLogger(s.opts.Logger), qmp.WithoutSymlink())
 	if err != nil {
 		fl.unlock()
 		return nil, nil, fmt.Errorf("vm %q: QMP: %w", name, err)

@@ -83,11 +83,11 @@ func consoleCmd(g *globals) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
-				path := sup.ConsoleSocket(name)
-				d := net.Dialer{Timeout: 3 * time.Second}
-				conn, err := d.DialContext(cmd.Context(), "unix", path)
+				dctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+				conn, err := sup.DialConsole(dctx, name)
+				cancel()
 				if err != nil {
-					return fmt.Errorf("vm %q: console: %w (is it running?)", name, err)
+					return fmt.Errorf("%w (is it running?)", err)
 				}
 				defer conn.Close()
 				return attach(cmd.Context(), conn, os.Stdin, cmd.OutOrStdout())

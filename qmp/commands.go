@@ -245,3 +245,19 @@ func (c *Conn) QueryMemorySizeSummary(ctx context.Context) (MemorySizeSummary, e
 	err := c.Execute(ctx, "query-memory-size-summary", nil, &m)
 	return m, err
 }
+
+// ChardevInfo is one entry of query-chardev. FrontendOpen is, for a
+// virtio-serial port, whether the guest has the port open (for the agent's
+// port: whether qemu-ga runs).
+type ChardevInfo struct {
+	Label        string `json:"label"`
+	Filename     string `json:"filename"`
+	FrontendOpen bool   `json:"frontend-open"`
+}
+
+// QueryChardev lists QEMU's character devices.
+func (c *Conn) QueryChardev(ctx context.Context) ([]ChardevInfo, error) {
+	var cs []ChardevInfo
+	err := c.Execute(ctx, "query-chardev", nil, &cs)
+	return cs, err
+}

@@ -53,6 +53,9 @@ type Status struct {
 	AttachedDisks []string `json:"attached_disks,omitempty"`
 	// Autostart: enabled to start at boot (vmsup enable).
 	Autostart bool `json:"autostart,omitempty"`
+	// GuestAgent: the guest ping (running VMs with an agent channel; not
+	// in List).
+	GuestAgent *AgentStatus `json:"guest_agent,omitempty"`
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
@@ -60,9 +63,9 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 	return s.status(ctx, name, true)
 }
 
-// status is Status; exposure says whether to measure the unit's exposure
-// (a systemd-analyze run, left out of List).
-func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (Status, error) {
+// status is Status; detail says whether to measure the unit's exposure (a
+// systemd-analyze run) and ping the guest agent, both left out of List.
+func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Status, error) {
 	if err := spec.ValidName(name); err != nil {
 		return Status{}, fmt.Errorf("vm %q: %w", name, err)
 	}
@@ -115,7 +118,7 @@ func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (St
 		out.State = StateStopping
 		return out, nil
 	}
-	out.Confinement = s.confinementStatus(ctx, sd, name, unit, st.MainPID, exposure)
+	out.Confinement = s.confinementStatus(ctx, sd, name, unit, st.MainPID, detail)
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
@@ -135,6 +138,11 @@ func (s *Supervisor) status(ctx context.Context, name string, exposure bool) (St
 	switch {
 	case qs.Running:
 		out.State = StateRunning
+		if detail {
+			if a, err := s.guestPing(ctx, name, c); err == nil {
+				out.GuestAgent = &a
+			}
+		}
 	case qs.Status == "paused" || qs.Status == "suspended":
 		out.State = StatePaused
 	case qs.Status == "shutdown" || qs.Status == "guest-panicked" || qs.Status == "internal-error" || qs.Status == "io-error":

@@ -149,6 +149,21 @@ func TestCLIEndToEnd(t *testing.T) {
 		!strings.Contains(r.stdout, "seccomp qemu -sandbox on") {
 		t.Fatalf("status lacks the confinement: %+v", r)
 	}
+	// The guest ping: the test guest starts qemu-ga as it comes up (until
+	// then, ping says the guest has not opened the agent channel).
+	r = vmsup(t, root, "", "ping", "demo")
+	for deadline := time.Now().Add(20 * time.Second); r.code != 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if !strings.Contains(r.stderr, "has not opened the agent channel") {
+			break
+		}
+		r = vmsup(t, root, "", "ping", "demo")
+	}
+	if r.code != 0 || !strings.Contains(r.stdout, "demo: qemu-ga 7.2") || !strings.Contains(r.stdout, "responding in") {
+		t.Fatalf("ping: %+v", r)
+	}
+	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "agent:    qemu-ga 7.2") {
+		t.Fatalf("status lacks the guest ping: %+v", r)
+	}
 
 	// A changed file is reported, not applied.
 	changed := write(t, dir, "demo.toml", guestTOML("demo", "cpus = 2\n[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"))
@@ -172,6 +187,10 @@ func TestCLIEndToEnd(t *testing.T) {
 	}
 	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "state:    paused") {
 		t.Fatalf("status after pause: %+v", r)
+	}
+	// A paused guest's agent cannot answer: ping says so within its bound.
+	if r := vmsup(t, root, "", "ping", "demo"); r.code != 1 || !strings.Contains(r.stderr, `vm "demo": guest agent: no answer within`) {
+		t.Fatalf("ping of a paused guest: %+v", r)
 	}
 	if r := vmsup(t, root, "", "resume", "demo"); r.code != 0 {
 		t.Fatalf("resume: %+v", r)

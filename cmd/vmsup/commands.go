@@ -202,6 +202,9 @@ func statusCmd(g *globals) *cobra.Command {
 				if len(s.AttachedDisks) > 0 {
 					fmt.Fprintf(out, "attached: %s\n", strings.Join(s.AttachedDisks, ", "))
 				}
+				if a := s.GuestAgent; a != nil {
+					fmt.Fprintf(out, "agent:    %s\n", agentLine(*a))
+				}
 				return nil
 			})
 		},

@@ -185,3 +185,44 @@ func profileCmd(g *globals) *cobra.Command {
 		},
 	}
 }
+
+func pingCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "ping NAME",
+		Short: "Ping the guest agent (qemu-ga) in the VM; exits 1 when it does not answer",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				a, err := sup.GuestPing(cmd.Context(), name)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if err := printJSON(cmd, a); err != nil {
+						return err
+					}
+				} else if a.Responding {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", name, agentLine(a))
+				}
+				if !a.Responding {
+					return fmt.Errorf("vm %q: guest agent: %s", name, a.Error)
+				}
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func agentLine(a supervisor.AgentStatus) string {
+	if !a.Responding {
+		return "not responding: " + a.Error
+	}
+	line := fmt.Sprintf("qemu-ga %s responding in %.1f ms", a.Version, a.PingMillis)
+	if a.OS != "" {
+		line += "; " + a.OS
+	}
+	return line
+}

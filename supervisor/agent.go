@@ -1,0 +1,111 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// agentTimeout bounds status's guest ping: a guest without a running agent
+// must not slow status down for long (Proxmox's agent waits that hang
+// automation are the complaint to avoid).
+const agentTimeout = 700 * time.Millisecond
+
+// AgentStatus is the guest ping status reports: whether qemu-ga answers in
+// the guest, and what it says of itself.
+type AgentStatus struct {
+	Responding bool    `json:"responding"`
+	Version    string  `json:"version,omitempty"`
+	OS         string  `json:"os,omitempty"`
+	PingMillis float64 `json:"ping_ms,omitempty"`
+	Error      string  `json:"error,omitempty"`
+}
+
+func (p vmPaths) agentLock() string { return filepath.Join(p.Records, "agent.lock") }
+
+// GuestPing asks the VM's guest agent for guest-ping, guest-info and
+// guest-get-osinfo, all within agentTimeout. One client at a time: QEMU
+// serves the agent's channel to one connection, so callers take turns
+// through a lock instead of timing out in its backlog.
+func (s *Supervisor) GuestPing(ctx context.Context, name string) (AgentStatus, error) {
+	if err := spec.ValidName(name); err != nil {
+		return AgentStatus{}, fmt.Errorf("vm %q: %w", name, err)
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return AgentStatus{}, err
+	}
+	defer release()
+	return s.guestPing(ctx, name, c)
+}
+
+// guestPing is GuestPing over the VM's open monitor c, which first tells
+// whether the guest has the agent's port open at all (qemu-ga running):
+// if not, there is nothing to wait for.
+func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (AgentStatus, error) {
+	p := s.paths(name)
+	app, err := s.readApplied(name)
+	if err != nil {
+		return AgentStatus{}, fmt.Errorf("vm %q: %w", name, ErrNotFound)
+	}
+	var vm spec.VM
+	if err := json.Unmarshal(app.Spec, &vm); err != nil {
+		return AgentStatus{}, fmt.Errorf("vm %q: %w", name, err)
+	}
+	if !vm.HasGuestAgent() {
+		return AgentStatus{}, fmt.Errorf("vm %q: guest_agent = false: it has no agent channel", name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	fail := func(err error) (AgentStatus, error) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s (is qemu-ga running in the guest?)", agentTimeout)
+		}
+		return AgentStatus{Error: err.Error()}, nil
+	}
+	if chs, err := c.QueryChardev(ctx); err == nil {
+		for _, ch := range chs {
+			if ch.Label == qemuargs.AgentChardevID && !ch.FrontendOpen {
+				return AgentStatus{Error: "the guest has not opened the agent channel (qemu-ga is not running)"}, nil
+			}
+		}
+	}
+	if err := p.makeRecords(); err != nil {
+		return AgentStatus{}, err
+	}
+	lk, ok, err := lockFile(ctx, p.agentLock(), true)
+	if err != nil {
+		return AgentStatus{}, fmt.Errorf("vm %q: agent lock: %w", name, err)
+	}
+	if !ok {
+		return fail(errors.New("another vmsup command is talking to the agent"))
+	}
+	defer lk.unlock()
+	start := time.Now()
+	a, err := qmp.DialAgent(ctx, p.Agent, qmp.WithoutSymlink(), qmp.WithConnectTimeout(agentTimeout))
+	if err != nil {
+		return fail(err)
+	}
+	defer a.Close()
+	if err := a.Ping(ctx); err != nil {
+		return fail(err)
+	}
+	st := AgentStatus{Responding: true, PingMillis: float64(time.Since(start).Microseconds()) / 1000}
+	if info, err := a.Info(ctx); err == nil {
+		st.Version = info.Version
+	}
+	if osi, err := a.OSInfo(ctx); err == nil {
+		st.OS = orDefault(osi.PrettyName, osi.Name)
+		if osi.KernelRelease != "" {
+			st.OS += " (kernel " + osi.KernelRelease + ")"
+		}
+	}
+	return st, nil
+}

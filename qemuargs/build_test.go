@@ -1,6 +1,7 @@
 package qemuargs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -186,5 +187,24 @@ func TestSpareRootPorts(t *testing.T) {
 	vm := validVM(t, "hotplug_slots = 3\n[[disk]]\nname = \"root\"\nfile = \"root.img\"\n[[nic]]\nname = \"n\"\n")
 	if got, want := SpareRootPorts(vm), []string{"rp3", "rp4", "rp5"}; !cmp.Equal(got, want) {
 		t.Errorf("SpareRootPorts = %q, want %q", got, want)
+	}
+}
+
+// TestBlockDeviceFromFDSet: a block device vmsup opened and passed to QEMU
+// is opened as /dev/fdset/N; without a passed descriptor, by its path.
+func TestBlockDeviceFromFDSet(t *testing.T) {
+	d, err := spec.CheckDisk("t.toml", spec.Disk{Name: "lv", Type: spec.DiskBlock, File: "/dev/vg0/lv", Format: "raw"}, "vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{"/dev/fdset/3": `"filename":"/dev/fdset/3"`, "": `"filename":"/dev/vg0/lv"`} {
+		p, err := Disk(*d, DiskHost{Image: host}, "rp0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(p.Blockdevs)
+		if !strings.Contains(string(b), want) || !strings.Contains(string(b), `"driver":"host_device"`) {
+			t.Fatalf("host %q: blockdevs %s, want %s", host, b, want)
+		}
 	}
 }

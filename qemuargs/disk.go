@@ -87,7 +87,9 @@ type BlockdevCache struct {
 // storage makes them; Build and hotplug only name them).
 type DiskHost struct {
 	// Image is the file QEMU opens for a disk whose image vmsup builds (a
-	// seed ISO); ignored for other types, which use the spec's file.
+	// seed ISO), or for a block device vmsup opened and passed to QEMU
+	// ("/dev/fdset/N"); other types, and block devices without it, use the
+	// spec's file.
 	Image string
 	// SecretFile holds the disk's CHAP password or cephx key (mode 0600), for
 	// disks with NeedsSecret. The secret reaches QEMU only through it.
@@ -263,6 +265,9 @@ func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
 		proto.Driver, proto.Filename, proto.AIO = "file", h.Image, d.AIO
 	case spec.DiskBlock:
 		proto.Driver, proto.Filename, proto.AIO = "host_device", d.File, d.AIO
+		if h.Image != "" {
+			proto.Filename = h.Image
+		}
 	case spec.DiskISCSI:
 		lun := d.LUN
 		proto.Driver, proto.Transport, proto.Portal, proto.Target, proto.LUN = "iscsi", "tcp", d.Portal, d.Target, &lun

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -79,10 +80,6 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		}
 		return res, nil
 	}
-	if d.Type == spec.DiskBlock {
-		// The unit's device policy (DeviceAllow=) is fixed when it starts.
-		return fail(errors.New("a block device cannot be hot-plugged (the VM's unit may open only the devices it started with); add it to the VM's file"))
-	}
 	if err := t.Check(ctx, d); err != nil {
 		return fail(err)
 	}
@@ -112,9 +109,20 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 	if err != nil {
 		return fail(err)
 	}
-	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: prep.Image, SecretFile: prep.SecretFile}, bus)
+	undo, image := prep.Undo, prep.Image
+	var fdset *int64
+	if d.Type == spec.DiskBlock {
+		id, err := passBlockDevice(ctx, c, d)
+		if err != nil {
+			undo()
+			return fail(err)
+		}
+		fdset, image = &id, fmt.Sprintf("/dev/fdset/%d", id)
+		undo = func() { _ = c.RemoveFD(context.WithoutCancel(ctx), id, nil); prep.Undo() }
+	}
+	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: image, SecretFile: prep.SecretFile}, bus)
 	if err != nil {
-		prep.Undo()
+		undo()
 		return fail(err)
 	}
 	// The unprivileged QEMU (and its AppArmor profile) must be able to open
@@ -122,14 +130,14 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 	// secret file made by Prepare.
 	rules, err := diskRules(ctx, d)
 	if err != nil {
-		prep.Undo()
+		undo()
 		return fail(err)
 	}
 	if prep.SecretFile != "" {
 		rules = append(rules, units.PathRule{Path: prep.SecretFile, Mode: "r"})
 	}
 	if err := s.ConfinePaths(ctx, name, rules...); err != nil {
-		prep.Undo()
+		undo()
 		return fail(err)
 	}
 	unconfine := func() {
@@ -141,16 +149,16 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 	}
 	if err := plugDisk(ctx, c, parts, s.opts.UnplugTimeout); err != nil {
 		unconfine()
-		prep.Undo()
+		undo()
 		return fail(err)
 	}
-	app.Attached = append(app.Attached, AttachedDisk{Disk: d, Bus: bus})
+	app.Attached = append(app.Attached, AttachedDisk{Disk: d, Bus: bus, FDSet: fdset})
 	if err := s.rewriteApplied(app); err != nil {
 		// QEMU has the disk but vmsup could not record it: take it out again
 		// so the record and the VM agree.
 		_ = unplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
 		unconfine()
-		prep.Undo()
+		undo()
 		return fail(fmt.Errorf("record: %w", err))
 	}
 	return res, nil
@@ -192,6 +200,9 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 			return fail(err)
 		}
 		err = unplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
+		if err == nil && a.FDSet != nil {
+			err = c.RemoveFD(ctx, *a.FDSet, nil)
+		}
 		release()
 		if err != nil {
 			return fail(err)
@@ -334,4 +345,26 @@ func (s *Supervisor) rewriteApplied(app *applied) error {
 		return err
 	}
 	return s.writeApplied(app, raw)
+}
+
+// passBlockDevice opens a block device for QEMU and hands it over (add-fd):
+// the running unit may open only the devices it started with (DeviceAllow=
+// and PrivateDevices= are fixed at start), and a descriptor is not opened
+// again, so QEMU uses /dev/fdset/N instead of the path (as Incus does).
+// vmsup's own copy is closed once QEMU holds one.
+func passBlockDevice(ctx context.Context, c *qmp.Conn, d spec.Disk) (int64, error) {
+	flags := os.O_RDWR
+	if d.ReadOnly {
+		flags = os.O_RDONLY
+	}
+	f, err := os.OpenFile(d.File, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open %s for QEMU: %w", d.File, err)
+	}
+	defer f.Close()
+	info, err := c.AddFD(ctx, nil, "vmsup disk "+d.Name, f)
+	if err != nil {
+		return 0, fmt.Errorf("pass %s to QEMU (add-fd): %w", d.File, err)
+	}
+	return info.FDSetID, nil
 }

@@ -25,6 +25,9 @@ type AttachedDisk struct {
 	// Bus is the root port (q35) or "pci.0" (pc) it was plugged into while
 	// the VM runs; "" once a later up made it a boot-time disk.
 	Bus string `json:"bus,omitempty"`
+	// FDSet is the QEMU fd set holding a hot-plugged block device that
+	// vmsup opened for QEMU (see passBlockDevice); removed on detach.
+	FDSet *int64 `json:"fdset,omitempty"`
 }
 
 func (s *Supervisor) tools() storage.Tools {

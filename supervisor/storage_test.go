@@ -422,6 +422,42 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 			t.Errorf("guest still has %s 10 s after detach", name)
 		}
 	}
+	// A raw block device (a loop device standing for an LVM volume): the
+	// running unit cannot open new devices, so vmsup passes QEMU an fd.
+	hbDev, hbFile := loopDevice(t, 8<<20)
+	hb, err := spec.CheckDisk("test", spec.Disk{Name: "hb", Type: spec.DiskBlock, File: hbDev, Format: "raw", Serial: "hb"}, "kinds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.AttachDisk(ctx, "kinds", *hb); err != nil {
+		t.Fatal(err)
+	}
+	hbPattern := randPattern("hb")
+	dev := g.devOf("hb")
+	g.write(dev, hbPattern)
+	if got := g.read(dev, len(hbPattern)); got != hbPattern {
+		t.Errorf("hot-plugged block device reads %q in the guest, want %q", got, hbPattern)
+	}
+	if got := readAt(t, hbDev, patternOff, len(hbPattern)); got != hbPattern {
+		t.Errorf("host reads %q from %s, want %q", got, hbDev, hbPattern)
+	}
+	if fds, _ := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-fdsets"}`)); !strings.Contains(string(fds), "vmsup disk hb") {
+		t.Errorf("no fd set for hb: %s", fds)
+	}
+	if err := sup.DetachDisk(ctx, "kinds", "hb"); err != nil {
+		t.Fatal(err)
+	}
+	if !g.gone("hb", 10*time.Second) {
+		t.Errorf("guest still has hb 10 s after detach")
+	}
+	if fds, _ := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-fdsets"}`)); strings.Contains(string(fds), "vmsup disk hb") {
+		t.Errorf("fd set of hb left after detach: %s", fds)
+	}
+	// Closed by QEMU, the device's cache is written through to the loop's file.
+	if got := readAt(t, hbFile, patternOff, len(hbPattern)); got != hbPattern {
+		t.Errorf("loop file after detach has %q, want %q", got, hbPattern)
+	}
+
 	nodes, err := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -430,7 +466,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, stale := range []string{`"file-hq"`, `"fmt-hq"`, `"file-hi"`, `"fmt-hi"`} {
+	for _, stale := range []string{`"file-hq"`, `"fmt-hq"`, `"file-hi"`, `"fmt-hi"`, `"file-hb"`, `"fmt-hb"`} {
 		if strings.Contains(string(nodes), stale) {
 			t.Errorf("stale node %s after detach: %s", stale, nodes)
 		}

@@ -36,5 +36,22 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 	if accel == spec.AccelKVM {
 		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: "/dev/kvm", Access: "rw"})
 	}
+	u.After = shutdownAfter(vm)
 	return u
+}
+
+// shutdownAfter is what a VM's unit is ordered after, so that at host
+// shutdown the guest powers off (and stop-post removes its taps and ports)
+// before the network and Open vSwitch go down.
+func shutdownAfter(vm *spec.VM) []string {
+	var after []string
+	if len(vm.NICs) > 0 || hasNetworkDisk(vm) {
+		after = append(after, "network.target")
+	}
+	for _, n := range vm.NICs {
+		if n.Type == spec.NICOVS {
+			return append(after, "openvswitch-switch.service")
+		}
+	}
+	return after
 }

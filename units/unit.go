@@ -29,6 +29,10 @@ type Unit struct {
 	// that takes back ACLs, profiles or taps needs root.
 	ExecStopPostPrivileged bool
 	TimeoutStop            time.Duration // outer bound for ExecStop + the stop signal
+	// After orders the unit after these: at start, if they start in the same
+	// transaction (boot); at shutdown the unit stops first, so what the VM
+	// needs (the network, Open vSwitch) outlives its graceful stop.
+	After []string
 	Environment            []string      // "K=V"
 	WorkingDir             string
 	UMask                  uint32 // 0 = systemd's default (0022)
@@ -71,6 +75,9 @@ func (u Unit) properties() ([]sd.Property, error) {
 	}
 	if u.Slice != "" {
 		p = append(p, sd.PropSlice(u.Slice))
+	}
+	if len(u.After) > 0 {
+		p = append(p, sd.PropAfter(u.After...))
 	}
 	if len(u.ExecStop) > 0 {
 		if u.ExecStopPrivileged {

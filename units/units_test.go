@@ -194,3 +194,50 @@ func TestBadUnit(t *testing.T) {
 		t.Fatal("empty argv accepted")
 	}
 }
+
+// TestAfter: a unit ordered After= another stops first when both stop in
+// one transaction (host shutdown): the VM before the network it needs.
+func TestAfter(t *testing.T) {
+	m, ctx := connect(t)
+	log := filepath.Join(t.TempDir(), "order")
+	dep := units.Unit{Name: "vmsup-dep.service", Argv: []string{"/bin/sleep", "300"},
+		ExecStop: [][]string{{"/bin/sh", "-c", "echo dep >> " + log}}}
+	vm := units.Unit{Name: "vmsup-after.service", Argv: []string{"/bin/sleep", "300"}, After: []string{dep.Name},
+		// No ";" in the command: systemd's transient file keeps it as "\;",
+		// which the daemon-reload below would hand the shell literally.
+		ExecStop: [][]string{{"/bin/sh", "-c", "sleep 0.3 && echo vm >> " + log}}}
+	for _, u := range []units.Unit{dep, vm} {
+		if err := m.Start(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, m, ctx, u.Name, "active")
+	}
+	// Like shutdown.target: one target conflicting with both stops them in
+	// one transaction, where ordering applies.
+	target := filepath.Join(sandbox.RunDir, "systemd", "transient", "vmsup-stopboth.target")
+	if err := os.WriteFile(target, []byte("[Unit]\nConflicts="+dep.Name+" "+vm.Name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(target)
+	if out, err := sandbox.Systemctl(ctx, "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v %s", err, out)
+	}
+	if out, err := sandbox.Systemctl(ctx, "start", "vmsup-stopboth.target"); err != nil {
+		t.Fatalf("stop both: %v %s", err, out)
+	}
+	for _, u := range []units.Unit{dep, vm} {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			st, err := m.Status(ctx, u.Name)
+			if err != nil || !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still %s", u.Name, st.ActiveState)
+			}
+		}
+		_ = m.ResetFailed(ctx, u.Name)
+	}
+	if b, _ := os.ReadFile(log); string(b) != "vm\ndep\n" {
+		t.Fatalf("stop order %q, want the After= unit first", b)
+	}
+}

@@ -32,10 +32,10 @@ type Unit struct {
 	// After orders the unit after these: at start, if they start in the same
 	// transaction (boot); at shutdown the unit stops first, so what the VM
 	// needs (the network, Open vSwitch) outlives its graceful stop.
-	After []string
-	Environment            []string      // "K=V"
-	WorkingDir             string
-	UMask                  uint32 // 0 = systemd's default (0022)
+	After       []string
+	Environment []string // "K=V"
+	WorkingDir  string
+	UMask       uint32 // 0 = systemd's default (0022)
 
 	MemoryMax   uint64 // bytes; 0 = no limit
 	CPUQuota    int    // percent of one CPU; 0 = none

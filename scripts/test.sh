@@ -8,4 +8,6 @@ export PATH=$PATH:/usr/local/go/bin
 scripts/install-deps.sh
 scripts/build-guest.sh
 go vet ./...
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then echo "gofmt: not formatted: $unformatted" >&2; exit 1; fi
 exec go test -count=1 -timeout 60m ./... "$@"

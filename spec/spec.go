@@ -19,6 +19,10 @@ type VM struct {
 	// NIC hotplug on q35 (default 8). q35 cannot hotplug onto pcie.0 itself.
 	HotplugSlots *int     `toml:"hotplug_slots"`
 	StopTimeout  Duration `toml:"stop_timeout"` // graceful shutdown bound; default "60s"
+	// Shutdown is how down and systemctl stop ask the guest to power off:
+	// "acpi" (the power button; default) or "agent" (qemu-ga's
+	// guest-shutdown, falling back to ACPI when the agent does not answer).
+	Shutdown string `toml:"shutdown"`
 	GuestAgent   *bool    `toml:"guest_agent"`  // qemu-ga channel; default true
 	Autostart    bool     `toml:"autostart"`    // up also enables it for boot (vmsup enable)
 
@@ -194,6 +198,9 @@ func (vm *VM) applyDefaults() {
 		t := true
 		vm.GuestAgent = &t
 	}
+	if vm.Shutdown == "" {
+		vm.Shutdown = ShutdownACPI
+	}
 	if vm.Boot.Firmware == "" {
 		vm.Boot.Firmware = FirmwareBIOS
 	}
@@ -218,3 +225,9 @@ func (vm *VM) applyDefaults() {
 	}
 	vm.Security.applyDefaults()
 }
+
+// Shutdown methods.
+const (
+	ShutdownACPI  = "acpi"
+	ShutdownAgent = "agent"
+)

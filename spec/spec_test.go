@@ -95,6 +95,8 @@ func TestBadInput(t *testing.T) {
 		{"bad nic type", base + "[[nic]]\nname='n'\ntype='vde'\n", "nic[0].type: nic \"n\": unknown NIC type"},
 		{"bad forward", base + "[[nic]]\nname='n'\nforwards=['tcp:22']\n", "nic[0].forwards[0]: invalid forward"},
 		{"bad duration", "name='web'\nmemory='1G'\nstop_timeout='soon'\n[boot]\nkernel='k'\n", "stop_timeout"},
+		{"unknown shutdown", "name='web'\nmemory='1G'\nshutdown='pull-the-plug'\n[boot]\nkernel='k'\n", `shutdown: unknown method "pull-the-plug"`},
+		{"agent shutdown without agent", "name='web'\nmemory='1G'\nshutdown='agent'\nguest_agent=false\n[boot]\nkernel='k'\n", `shutdown: "agent" needs the guest agent channel`},
 		{"syntax error", "name = 'web\nmemory='1G'\n", "web.toml:1:"},
 		{"hotplug on pc", "name='web'\nmemory='1G'\nmachine='pc'\nhotplug_slots=4\n[boot]\nkernel='k'\n", "hotplug_slots: root ports exist only on q35"},
 		{"tasks too low", base + "[limits]\ntasks_max=3\n", "limits.tasks_max: 3 is too low"},

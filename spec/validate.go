@@ -78,6 +78,15 @@ func (f *File) validate() error {
 	if vm.StopTimeout < 0 {
 		return f.Errorf("stop_timeout", "must not be negative")
 	}
+	switch vm.Shutdown {
+	case ShutdownACPI:
+	case ShutdownAgent:
+		if !vm.HasGuestAgent() {
+			return f.Errorf("shutdown", "\"agent\" needs the guest agent channel (guest_agent = false)")
+		}
+	default:
+		return f.Errorf("shutdown", "unknown method %q (want \"acpi\" or \"agent\")", vm.Shutdown)
+	}
 	if err := f.validateBoot(); err != nil {
 		return err
 	}

@@ -80,20 +80,12 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 	if err := p.makeRecords(); err != nil {
 		return AgentStatus{}, err
 	}
-	lk, ok, err := lockFile(ctx, p.agentLock(), true)
-	if err != nil {
-		return AgentStatus{}, fmt.Errorf("vm %q: agent lock: %w", name, err)
-	}
-	if !ok {
-		return fail(errors.New("another vmsup command is talking to the agent"))
-	}
-	defer lk.unlock()
 	start := time.Now()
-	a, err := qmp.DialAgent(ctx, p.Agent, qmp.WithoutSymlink(), qmp.WithConnectTimeout(agentTimeout))
+	a, done, err := s.agentSession(ctx, name)
 	if err != nil {
 		return fail(err)
 	}
-	defer a.Close()
+	defer done()
 	if err := a.Ping(ctx); err != nil {
 		return fail(err)
 	}
@@ -108,4 +100,42 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 		}
 	}
 	return st, nil
+}
+
+// agentSession connects to the VM's guest agent, one client at a time.
+func (s *Supervisor) agentSession(ctx context.Context, name string) (*qmp.Agent, func(), error) {
+	p := s.paths(name)
+	if err := p.makeRecords(); err != nil {
+		return nil, nil, err
+	}
+	lk, ok, err := lockFile(ctx, p.agentLock(), true)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent lock: %w", err)
+	}
+	if !ok {
+		return nil, nil, errors.New("another vmsup command is talking to the agent")
+	}
+	a, err := qmp.DialAgent(ctx, p.Agent, qmp.WithoutSymlink(), qmp.WithConnectTimeout(agentTimeout))
+	if err != nil {
+		lk.unlock()
+		return nil, nil, err
+	}
+	return a, func() { a.Close(); lk.unlock() }, nil
+}
+
+// agentShutdown asks qemu-ga for guest-shutdown (powerdown) if it answers a
+// ping; false means it was not asked (no agent, or it did not answer).
+func (s *Supervisor) agentShutdown(ctx context.Context, name string, c *qmp.Conn) bool {
+	if st, err := s.guestPing(ctx, name, c); err != nil || !st.Responding {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
+	defer cancel()
+	a, done, err := s.agentSession(ctx, name)
+	if err != nil {
+		return false
+	}
+	defer done()
+	// qemu-ga answers guest-shutdown only on failure.
+	return a.Shutdown(ctx, "powerdown") == nil
 }

@@ -20,6 +20,7 @@ type StopStep string
 const (
 	StoppedAlready StopStep = "already-off" // nothing was running
 	StoppedACPI    StopStep = "acpi"        // the guest powered off after an ACPI powerdown
+	StoppedAgent   StopStep = "agent"       // the guest powered off after qemu-ga's guest-shutdown
 	StoppedQuit    StopStep = "quit"        // QMP quit after the stop timeout
 	StoppedKill    StopStep = "kill"        // SIGKILL after quit did not end QEMU
 )
@@ -107,6 +108,13 @@ func (s *Supervisor) stopTimeout(name string) time.Duration {
 	return spec.DefaultStopTimeout
 }
 
+func (s *Supervisor) shutdownMethod(name string) string {
+	if f, err := spec.Load(s.paths(name).Spec); err == nil {
+		return f.VM.Shutdown
+	}
+	return spec.ShutdownACPI
+}
+
 // gracefulStop is the shared graceful path of Down and of the unit's
 // ExecStop= hook: powerdown, wait up to timeout for QEMU to go, then quit.
 // It returns "" when QEMU is still there afterwards.
@@ -116,12 +124,15 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, timeout time
 		return "", err
 	}
 	defer release()
-	if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
+	step := StoppedACPI
+	if s.shutdownMethod(name) == spec.ShutdownAgent && s.agentShutdown(ctx, name, c) {
+		step = StoppedAgent
+	} else if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
 		return "", err
 	}
 	select {
 	case <-c.Done():
-		return StoppedACPI, nil
+		return step, nil
 	case <-time.After(timeout):
 	case <-ctx.Done():
 		return "", ctx.Err()

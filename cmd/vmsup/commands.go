@@ -87,6 +87,7 @@ func downCmd(g *globals) *cobra.Command {
 							msg := map[supervisor.StopStep]string{
 								supervisor.StoppedAlready: "already shut off",
 								supervisor.StoppedACPI:    "guest powered off (ACPI)",
+								supervisor.StoppedAgent:   "guest powered off (guest agent)",
 								supervisor.StoppedQuit:    "QEMU quit after the stop timeout",
 								supervisor.StoppedKill:    "QEMU killed",
 							}[r.Step]

@@ -22,9 +22,9 @@ type VM struct {
 	// Shutdown is how down and systemctl stop ask the guest to power off:
 	// "acpi" (the power button; default) or "agent" (qemu-ga's
 	// guest-shutdown, falling back to ACPI when the agent does not answer).
-	Shutdown string `toml:"shutdown"`
-	GuestAgent   *bool    `toml:"guest_agent"`  // qemu-ga channel; default true
-	Autostart    bool     `toml:"autostart"`    // up also enables it for boot (vmsup enable)
+	Shutdown   string `toml:"shutdown"`
+	GuestAgent *bool  `toml:"guest_agent"` // qemu-ga channel; default true
+	Autostart  bool   `toml:"autostart"`   // up also enables it for boot (vmsup enable)
 
 	Boot   Boot   `toml:"boot"`
 	Disks  []Disk `toml:"disk"`

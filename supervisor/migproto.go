@@ -30,7 +30,7 @@ import (
 //
 // A change that an older peer would misread bumps migProtoVersion; peers
 // refuse a version they do not speak.
-const migProtoVersion = 1
+const migProtoVersion = 2 // 2: the cross-host stream is TLS (CertPin)
 
 // Message types.
 const (
@@ -82,6 +82,8 @@ type migMsg struct {
 	// stream connection must start with.
 	URI   string `json:"uri,omitempty"`
 	Token string `json:"token,omitempty"`
+	// CertPin is the SHA-256 of the relay's TLS certificate (migtls.go).
+	CertPin string `json:"cert_pin,omitempty"`
 
 	// finalize: the source's console log, continued by the destination.
 	Console []byte `json:"console,omitempty"`

@@ -27,8 +27,9 @@ func TestReceiveProtocolEdges(t *testing.T) {
 		name, send, wantReply, wantErr string
 	}{
 		{"newer version", `{"type":"hello","version":99}` + "\n", `"type":"error"`, "protocol version 99 not supported"},
-		{"not hello", `{"type":"prepare","version":1}` + "\n", `speaks migration protocol version 1`, "not supported"},
-		{"eof after hello", `{"type":"hello","version":1}` + "\n", `"type":"hello"`, "aborted"},
+		{"not hello", `{"type":"prepare","version":2}` + "\n", `speaks migration protocol version 2`, "not supported"},
+		{"older version (plaintext stream)", `{"type":"hello","version":1}` + "\n", `"type":"error"`, "protocol version 1 not supported"},
+		{"eof after hello", `{"type":"hello","version":2}` + "\n", `"type":"hello"`, "aborted"},
 		{"garbage", "not json\n", "", "hello"},
 	}
 	for _, c := range cases {

@@ -280,7 +280,11 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		dial := func() (net.Conn, error) {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			return o.Dial(dctx, "tcp", addr)
+			c, err := o.Dial(dctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return dialRelayTLS(dctx, c, r.CertPin)
 		}
 		relay := startRelay(ln, dial, nil, sendToken(r.Token), s.opts.Logger)
 		defer func() { relay.Close(); os.Remove(sock) }()

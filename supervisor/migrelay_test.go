@@ -1,10 +1,12 @@
 package supervisor
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,5 +68,84 @@ func TestRelayToken(t *testing.T) {
 	good.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "stream" {
 		t.Fatalf("bridged echo: %q %v", buf, err)
+	}
+}
+
+// TestRelayTLS: the destination's relay speaks only TLS with the certificate
+// it announced: a plaintext connection carrying the right token and a TLS
+// client pinning another certificate never reach QEMU's socket; the pinned
+// client with the token is bridged.
+func TestRelayTLS(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "qemu.sock")
+	qemu, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qemu.Close()
+	reached := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := qemu.Accept()
+			if err != nil {
+				return
+			}
+			reached <- struct{}{}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := newRelayTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := newRelayTLS()
+	tok := newRelayToken()
+	r := startRelay(rt.listen(ln), func() (net.Conn, error) { return net.Dial("unix", sock) }, checkToken(tok), nil, slog.New(slog.DiscardHandler))
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	plain, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendToken(tok)(plain, 0)
+	plain.SetReadDeadline(time.Now().Add(5 * time.Second))
+	plain.Read(make([]byte, 64)) // the server's TLS alert, or EOF
+	plain.Close()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialRelayTLS(ctx, c, other.pin); err == nil || !strings.Contains(err.Error(), "not the one it announced") {
+		t.Fatalf("TLS with another pin: %v", err)
+	}
+	select {
+	case <-reached:
+		t.Fatal("a plaintext or mis-pinned connection reached QEMU's socket")
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	c, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := dialRelayTLS(ctx, c, rt.pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	if err := sendToken(tok)(good, 0); err != nil {
+		t.Fatal(err)
+	}
+	good.Write([]byte("stream"))
+	buf := make([]byte, 6)
+	good.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "stream" {
+		t.Fatalf("bridged echo over TLS: %q %v", buf, err)
 	}
 }

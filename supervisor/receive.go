@@ -78,7 +78,7 @@ func (s *Supervisor) receive(ctx context.Context, peer *migPeer, local bool) err
 		_ = peer.send(migMsg{Type: msgError, Error: err.Error()})
 		return err
 	}
-	if err := peer.send(migMsg{Type: msgPrepared, URI: uri, Token: d.token}); err != nil {
+	if err := peer.send(migMsg{Type: msgPrepared, URI: uri, Token: d.token, CertPin: d.certPin}); err != nil {
 		return err
 	}
 	// The migration runs between the QEMUs now; the source bounds it with
@@ -153,6 +153,7 @@ type incomingVM struct {
 	postcopy  bool      // the guest already runs here (postcopy)
 	relay     *migRelay // cross-host: TCP -> QEMU's unix socket
 	token     string
+	certPin   string // the relay's TLS certificate, for the source to pin
 	wait      time.Duration // how long to wait for finalize
 }
 
@@ -376,8 +377,13 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listen for the migration stream: %w", err)
 	}
-	d.token = newRelayToken()
-	relay := startRelay(ln, func() (net.Conn, error) { return qmp.DialSocket(context.Background(), sock) }, checkToken(d.token), nil, s.opts.Logger)
+	rt, err := newRelayTLS()
+	if err != nil {
+		ln.Close()
+		return "", fmt.Errorf("relay certificate: %w", err)
+	}
+	d.token, d.certPin = newRelayToken(), rt.pin
+	relay := startRelay(rt.listen(ln), func() (net.Conn, error) { return qmp.DialSocket(context.Background(), sock) }, checkToken(d.token), nil, s.opts.Logger)
 	d.relay = relay
 	d.undo = append(d.undo, func(context.Context) { relay.Close() })
 	_, port, _ := net.SplitHostPort(ln.Addr().String())

@@ -153,7 +153,7 @@ type incomingVM struct {
 	postcopy  bool      // the guest already runs here (postcopy)
 	relay     *migRelay // cross-host: TCP -> QEMU's unix socket
 	token     string
-	certPin   string // the relay's TLS certificate, for the source to pin
+	certPin   string        // the relay's TLS certificate, for the source to pin
 	wait      time.Duration // how long to wait for finalize
 }
 

@@ -50,7 +50,9 @@ func (g *GuestShell) Run(ctx context.Context, cmd string) (string, int, error) {
 	if _, err := g.conn.Write([]byte(line)); err != nil {
 		return "", 0, err
 	}
-	re := regexp.MustCompile(`(?s)` + regexp.QuoteMeta(tag+"S") + `\n(.*)\n` + regexp.QuoteMeta(tag+"E") + ` (\d+)`)
+	// Kernel messages on the console can land right after the start tag
+	// (a hotplugged device being probed): skip the rest of that line.
+	re := regexp.MustCompile(`(?s)` + regexp.QuoteMeta(tag+"S") + `[^\n]*\n(.*?)\n?` + regexp.QuoteMeta(tag+"E") + ` (\d+)`)
 	buf := make([]byte, 4096)
 	for {
 		if dl, ok := ctx.Deadline(); ok {

@@ -1,10 +1,13 @@
 package testenv
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +58,42 @@ func TestGuestShell(t *testing.T) {
 	out, _, err = sh.Run(ctx, "seq 1 2000 | tail -1")
 	if err != nil || out != "2000" {
 		t.Fatalf("seq: %q %v", out, err)
+	}
+}
+
+// TestGuestShellKernelNoise: a kernel message printed right after the start
+// tag, on its line (a device probed while the command runs), does not hide
+// the answer. A fake console stands in for the guest.
+func TestGuestShellKernelNoise(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "c.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		m := regexp.MustCompile(`printf '%s%s\\n' '(\S+)' '(\S+)S'`).FindStringSubmatch(line)
+		if m == nil {
+			return
+		}
+		tag := m[1] + m[2]
+		c.Write([]byte(line + tag + "S[    4.994799] virtio-pci 0000:02:00.0: enabling device\r\nhello\r\n\r\n" + tag + "E 0\r\nvmsup-guest# "))
+		time.Sleep(time.Second)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sh, err := DialConsole(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	if out, code, err := sh.Run(ctx, "echo hello"); err != nil || code != 0 || out != "hello" {
+		t.Fatalf("Run = %q, %d, %v", out, code, err)
 	}
 }

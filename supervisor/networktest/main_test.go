@@ -246,6 +246,10 @@ func shell(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, name s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
+	// Keep kernel messages (hotplug) off the console the commands run on.
+	if _, _, err := g.Run(ctx, "dmesg -n 1"); err != nil {
+		t.Fatal(err)
+	}
 	return g
 }
 

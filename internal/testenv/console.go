@@ -54,12 +54,15 @@ func (g *GuestShell) Run(ctx context.Context, cmd string) (string, int, error) {
 	// (a hotplugged device being probed): skip the rest of that line.
 	re := regexp.MustCompile(`(?s)` + regexp.QuoteMeta(tag+"S") + `[^\n]*\n(.*?)\n?` + regexp.QuoteMeta(tag+"E") + ` (\d+)`)
 	buf := make([]byte, 4096)
+	start := time.Now()
 	for {
-		if dl, ok := ctx.Deadline(); ok {
-			_ = g.conn.SetReadDeadline(dl)
-		} else {
-			_ = g.conn.SetReadDeadline(time.Now().Add(time.Minute))
+		// Bounded even under a long test context: a command that never
+		// answers fails in two minutes, not when the whole test times out.
+		dl := start.Add(2 * time.Minute)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
 		}
+		_ = g.conn.SetReadDeadline(dl)
 		n, err := g.conn.Read(buf)
 		g.buf.Write(buf[:n])
 		text := ansi.ReplaceAllString(strings.ReplaceAll(g.buf.String(), "\r", ""), "")

@@ -44,6 +44,8 @@ log=$VMSUP_ROOT/vms/demo/console.log
 step "waiting for the guest's console"
 for _ in $(seq 600); do grep -q VMSUP-SHELL-READY "$log" 2>/dev/null && break; sleep 0.1; done
 grep -a -E 'Linux version|VMSUP-' "$log" | head -5
+step "vmsup ping demo (the guest agent)"
+for _ in $(seq 50); do bin/vmsup ping demo 2>/dev/null && break; sleep 0.2; done
 step "vmsup status demo"; bin/vmsup status demo
 step "systemctl status vmsup-demo.service"; systemctl status --no-pager vmsup-demo.service | head -8 || true
 step "vmsup pause demo"; bin/vmsup pause demo

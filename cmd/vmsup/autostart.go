@@ -95,3 +95,30 @@ func autostartCmd(g *globals) *cobra.Command {
 		},
 	}
 }
+
+func rmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME|FILE...",
+		Short: "Forget VMs that are not running: state, records, autostart mark (disk images stay)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var names []string
+			for _, a := range args {
+				n, err := vmName(a)
+				if err != nil {
+					return err
+				}
+				names = append(names, n)
+			}
+			return g.with(func(sup *supervisor.Supervisor) error {
+				for _, n := range names {
+					if err := sup.Remove(cmd.Context(), n); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: removed (its disk images are kept)\n", n)
+				}
+				return nil
+			})
+		},
+	}
+}

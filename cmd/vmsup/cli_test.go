@@ -63,6 +63,8 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "set above max_cpus", args: []string{"set", "keep", "--cpus", "9"}, want: `vm "keep": set: cpus 9 is above max_cpus 1`},
 		{name: "set a bad size", args: []string{"set", "keep", "--memory", "lots"}, want: `--memory "lots": want a size`},
 		{name: "set a VM that is not running", args: []string{"set", "nosuch", "--cpus", "2"}, want: `vm "nosuch": set:`},
+		{name: "rm a running VM", args: []string{"rm", "keep"}, want: `vm "keep": it is active (unit vmsup-keep.service); vmsup down it first`},
+		{name: "rm an unknown VM", args: []string{"rm", "nosuch"}, want: `vm "nosuch": no such VM`},
 		{name: "unknown flag", args: []string{"up", "--frobnicate"}, want: "unknown flag: --frobnicate"},
 		{name: "no systemd on the bus", args: []string{"--systemd-bus", "unix:path=/nonexistent/bus", "ls"}, want: "no systemd answers on unix:path=/nonexistent/bus"},
 		{name: "qmp to a VM that is not running", args: []string{"qmp", "nosuch", `{"execute":"query-status"}`}, want: `vm "nosuch"`},

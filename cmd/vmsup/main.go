@@ -88,7 +88,7 @@ func newRoot() *cobra.Command {
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
 		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
-		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g),
+		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g),
 	)
 	return root
 }

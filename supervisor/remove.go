@@ -1,0 +1,63 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// Remove forgets a VM that is not running ("virsh undefine"): its state
+// directory, vmsup's records, leftovers of its host set-up and its autostart
+// mark. Disk images are the user's and stay. A running VM is refused.
+func (s *Supervisor) Remove(ctx context.Context, name string) error {
+	if err := spec.ValidName(name); err != nil {
+		return fmt.Errorf("vm %q: %w", name, err)
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return err
+	}
+	lk, err := s.lock(ctx, name, "rm")
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	unit := s.unitOf(name)
+	st, err := sd.Status(ctx, unit)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.ActiveState == "failed":
+		if err := sd.ResetFailed(ctx, unit); err != nil {
+			return fmt.Errorf("vm %q: %w", name, err)
+		}
+	case st.Exists && st.ActiveState != "inactive":
+		return fmt.Errorf("vm %q: it is %s (unit %s); vmsup down it first", name, st.ActiveState, unit)
+	}
+	p := s.paths(name)
+	known := s.isEnabled(name)
+	for _, d := range []string{p.Dir, p.Records} {
+		if _, err := os.Stat(d); err == nil {
+			known = true
+		}
+	}
+	if !known {
+		return fmt.Errorf("vm %q: %w", name, ErrNotFound)
+	}
+	// What a crash may have left: taps, grants, secrets.
+	if err := s.afterStop(ctx, name); err != nil {
+		return err
+	}
+	if s.isEnabled(name) {
+		if err := s.Disable(ctx, name); err != nil {
+			return err
+		}
+	}
+	if err := p.removeAll(); err != nil {
+		return fmt.Errorf("vm %q: %w", name, err)
+	}
+	return nil
+}

@@ -42,20 +42,12 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 		return res, fmt.Errorf("vm %q: %w", name, err)
 	}
 	start := time.Now()
-	sd, err := s.systemd(ctx)
+	lu, err := s.lockUnit(ctx, name, "down")
 	if err != nil {
 		return res, err
 	}
-	lk, err := s.lock(ctx, name, "down")
-	if err != nil {
-		return res, err
-	}
-	defer lk.unlock()
-	unit := s.unitOf(name)
-	st, err := sd.Status(ctx, unit)
-	if err != nil {
-		return res, err
-	}
+	defer lu.unlock()
+	sd, unit, st := lu.sd, lu.unit, lu.st
 	if !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
 		if st.ActiveState == "failed" {
 			res.Note = "was crashed: " + st.ExitReason()

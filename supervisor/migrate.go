@@ -161,20 +161,12 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	fail := func(step, running string, err error) (MigrateResult, error) {
 		return res, &MigrateError{VM: name, Step: step, Running: running, Err: err}
 	}
-	sd, err := s.systemd(ctx)
+	lu, err := s.lockUnit(ctx, name, "migrate")
 	if err != nil {
 		return res, err
 	}
-	lk, err := s.lock(ctx, name, "migrate")
-	if err != nil {
-		return res, err
-	}
-	defer lk.unlock()
-	unit := s.unitOf(name)
-	st, err := sd.Status(ctx, unit)
-	if err != nil {
-		return res, err
-	}
+	defer lu.unlock()
+	sd, unit, st := lu.sd, lu.unit, lu.st
 	if !st.Exists || st.ActiveState != "active" {
 		return res, fmt.Errorf("vm %q: %w", name, ErrNotRunning)
 	}

@@ -15,23 +15,7 @@ import (
 // start with the token; others are closed before anything reaches QEMU's
 // socket. Pure Go: a unix echo server stands in for QEMU.
 func TestRelayToken(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "qemu.sock")
-	qemu, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qemu.Close()
-	reached := make(chan struct{}, 4)
-	go func() {
-		for {
-			c, err := qemu.Accept()
-			if err != nil {
-				return
-			}
-			reached <- struct{}{}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	sock, reached := fakeQEMUSocket(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,23 +60,7 @@ func TestRelayToken(t *testing.T) {
 // client pinning another certificate never reach QEMU's socket; the pinned
 // client with the token is bridged.
 func TestRelayTLS(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "qemu.sock")
-	qemu, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qemu.Close()
-	reached := make(chan struct{}, 4)
-	go func() {
-		for {
-			c, err := qemu.Accept()
-			if err != nil {
-				return
-			}
-			reached <- struct{}{}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	sock, reached := fakeQEMUSocket(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -148,4 +116,27 @@ func TestRelayTLS(t *testing.T) {
 	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "stream" {
 		t.Fatalf("bridged echo over TLS: %q %v", buf, err)
 	}
+}
+
+// fakeQEMUSocket stands in for QEMU's incoming socket: an echo server that
+// reports each connection that reaches it.
+func fakeQEMUSocket(t *testing.T) (string, <-chan struct{}) {
+	sock := filepath.Join(t.TempDir(), "qemu.sock")
+	qemu, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qemu.Close() })
+	reached := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := qemu.Accept()
+			if err != nil {
+				return
+			}
+			reached <- struct{}{}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return sock, reached
 }

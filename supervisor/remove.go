@@ -15,20 +15,12 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 	if err := spec.ValidName(name); err != nil {
 		return fmt.Errorf("vm %q: %w", name, err)
 	}
-	sd, err := s.systemd(ctx)
+	lu, err := s.lockUnit(ctx, name, "rm")
 	if err != nil {
 		return err
 	}
-	lk, err := s.lock(ctx, name, "rm")
-	if err != nil {
-		return err
-	}
-	defer lk.unlock()
-	unit := s.unitOf(name)
-	st, err := sd.Status(ctx, unit)
-	if err != nil {
-		return err
-	}
+	defer lu.unlock()
+	sd, unit, st := lu.sd, lu.unit, lu.st
 	switch {
 	case st.ActiveState == "failed":
 		if err := sd.ResetFailed(ctx, unit); err != nil {

@@ -223,3 +223,32 @@ func readHolder(name, path string) error {
 	}
 	return e
 }
+
+// lockedUnit is the prologue of the commands that change whether a VM runs
+// (down, migrate, rm): the systemd connection, the VM's lock (held until
+// unlock) and its unit's state read under it.
+type lockedUnit struct {
+	sd   *units.Manager
+	lk   *vmLock
+	unit string
+	st   units.Status
+}
+
+func (s *Supervisor) lockUnit(ctx context.Context, name, op string) (*lockedUnit, error) {
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lk, err := s.lock(ctx, name, op)
+	if err != nil {
+		return nil, err
+	}
+	u := &lockedUnit{sd: sd, lk: lk, unit: s.unitOf(name)}
+	if u.st, err = sd.Status(ctx, u.unit); err != nil {
+		lk.unlock()
+		return nil, err
+	}
+	return u, nil
+}
+
+func (u *lockedUnit) unlock() { u.lk.unlock() }

@@ -47,13 +47,9 @@ func disableCmd(g *globals) *cobra.Command {
 		Short: "Stop starting VMs at boot (they keep running; the boot unit goes when no VM is left enabled)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var names []string
-			for _, a := range args {
-				n, err := vmName(a)
-				if err != nil {
-					return err
-				}
-				names = append(names, n)
+			names, err := vmNames(args)
+			if err != nil {
+				return err
 			}
 			return g.with(func(sup *supervisor.Supervisor) error {
 				if err := sup.Disable(cmd.Context(), names...); err != nil {
@@ -102,13 +98,9 @@ func rmCmd(g *globals) *cobra.Command {
 		Short: "Forget VMs that are not running: state, records, autostart mark (disk images stay)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var names []string
-			for _, a := range args {
-				n, err := vmName(a)
-				if err != nil {
-					return err
-				}
-				names = append(names, n)
+			names, err := vmNames(args)
+			if err != nil {
+				return err
 			}
 			return g.with(func(sup *supervisor.Supervisor) error {
 				for _, n := range names {
@@ -121,4 +113,17 @@ func rmCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+}
+
+// vmNames is vmName for each argument.
+func vmNames(args []string) ([]string, error) {
+	var names []string
+	for _, a := range args {
+		n, err := vmName(a)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, n)
+	}
+	return names, nil
 }

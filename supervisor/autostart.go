@@ -259,15 +259,7 @@ func (s *Supervisor) loadEnabled(name, file string) (*spec.File, error) {
 	if file != s.paths(name).Spec {
 		return spec.Load(file)
 	}
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	app, err := s.readApplied(name)
-	if err != nil {
-		return nil, err
-	}
-	return spec.Parse(orDefault(app.SourceFile, file), raw)
+	return s.appliedFile(name)
 }
 
 // The autostart side of a migration: the source drops its mark (a reboot

@@ -68,8 +68,12 @@ func (c CNI) Load(ctx context.Context, path string) (*libcni.NetworkConfigList, 
 	if strings.HasSuffix(path, ".conflist") {
 		list, err = libcni.ConfListFromFile(path)
 	} else {
+		// Single-plugin .conf files are deprecated in libcni but still what
+		// many set-ups ship; libcni turns one into a list.
 		var one *libcni.PluginConfig
+		//lint:ignore SA1019 see above
 		if one, err = libcni.ConfFromFile(path); err == nil {
+			//lint:ignore SA1019 see above
 			list, err = libcni.ConfListFromConf(one)
 		}
 	}

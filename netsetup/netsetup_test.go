@@ -166,19 +166,6 @@ func TestOVSStalePort(t *testing.T) {
 	}
 }
 
-func waitFor(ctx context.Context, ok func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for !ok() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
 // TestCNIWireTap: ADD of a bridge + host-local conflist into a namespace
 // vmsup makes, a tap joined to the CNI interface, CHECK, DEL; no lease is
 // left and the namespace goes.

@@ -30,7 +30,7 @@ vhost = 'off'
 	if up.Queues != 3 || up.Vhost != VhostOff || up.Tap == lan.Tap {
 		t.Errorf("up defaults: %+v", up)
 	}
-	if DeriveTap("web", "lan") != DeriveTap("web", "lan") || DeriveTap("web", "lan") == DeriveTap("web2", "lan") {
+	if a, b := DeriveTap("web", "lan"), DeriveTap("web", "lan"); a != b || a == DeriveTap("web2", "lan") {
 		t.Error("DeriveTap is not stable or not distinct")
 	}
 	g, err := Parse("/etc/vmsup/web.toml", []byte(nicBase+"[[nic]]\nname='pod'\ntype='cni'\ncni_config='net.d/pod.conflist'\n"))

@@ -24,7 +24,7 @@ import (
 type globals struct {
 	root, bus, journal, qemu string
 	ovsdb                    string
-	wait, json, verbose      bool
+	wait, verbose            bool
 	qemuUser, analyze        string
 	imageDirs                []string
 	unitDir, bootTarget      string

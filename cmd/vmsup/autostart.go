@@ -47,11 +47,7 @@ func disableCmd(g *globals) *cobra.Command {
 		Short: "Stop starting VMs at boot (they keep running; the boot unit goes when no VM is left enabled)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			names, err := vmNames(args)
-			if err != nil {
-				return err
-			}
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.withVMs(args, func(sup *supervisor.Supervisor, names []string) error {
 				if err := sup.Disable(cmd.Context(), names...); err != nil {
 					return err
 				}
@@ -98,11 +94,7 @@ func rmCmd(g *globals) *cobra.Command {
 		Short: "Forget VMs that are not running: state, records, autostart mark (disk images stay)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			names, err := vmNames(args)
-			if err != nil {
-				return err
-			}
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.withVMs(args, func(sup *supervisor.Supervisor, names []string) error {
 				for _, n := range names {
 					if err := sup.Remove(cmd.Context(), n); err != nil {
 						return err
@@ -113,17 +105,4 @@ func rmCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-}
-
-// vmNames is vmName for each argument.
-func vmNames(args []string) ([]string, error) {
-	var names []string
-	for _, a := range args {
-		n, err := vmName(a)
-		if err != nil {
-			return nil, err
-		}
-		names = append(names, n)
-	}
-	return names, nil
 }

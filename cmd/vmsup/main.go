@@ -134,6 +134,28 @@ func (g *globals) withVM(arg string, fn func(sup *supervisor.Supervisor, name st
 	return g.with(func(sup *supervisor.Supervisor) error { return fn(sup, name) })
 }
 
+// withVMs is withVM for several VMs.
+func (g *globals) withVMs(args []string, fn func(*supervisor.Supervisor, []string) error) error {
+	names, err := vmNames(args)
+	if err != nil {
+		return err
+	}
+	return g.with(func(sup *supervisor.Supervisor) error { return fn(sup, names) })
+}
+
+// vmNames is vmName for each argument.
+func vmNames(args []string) ([]string, error) {
+	var names []string
+	for _, a := range args {
+		n, err := vmName(a)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, n)
+	}
+	return names, nil
+}
+
 // withFiles is with for a command on VM files, each parsed first.
 func (g *globals) withFiles(paths []string, fn func(*supervisor.Supervisor, []*spec.File) error) error {
 	fs, err := loadFiles(paths)

@@ -246,6 +246,12 @@ while read -r m when; do
 done </etc/modules.order
 
 acpid -c /etc/acpi -l /run/acpid.log
+# acpid opens the input devices only after it daemonized: wait until it has,
+# or a power-button press right after the marker below is lost.
+for i in $(seq 60); do
+	p=$(pidof acpid) && ls -l "/proc/$p/fd" 2>/dev/null | grep -q /dev/input/event && break
+	sleep 0.05
+done
 
 start_qga() {
 	for i in $(seq 100); do

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -50,13 +49,8 @@ func (s *Supervisor) GuestPing(ctx context.Context, name string) (AgentStatus, e
 // whether the guest has the agent's port open at all (qemu-ga running):
 // if not, there is nothing to wait for.
 func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (AgentStatus, error) {
-	p := s.paths(name)
-	app, err := s.readApplied(name)
+	_, vm, err := s.runningSpec(name)
 	if err != nil {
-		return AgentStatus{}, fmt.Errorf("vm %q: %w", name, ErrNotFound)
-	}
-	var vm spec.VM
-	if err := json.Unmarshal(app.Spec, &vm); err != nil {
 		return AgentStatus{}, fmt.Errorf("vm %q: %w", name, err)
 	}
 	if !vm.HasGuestAgent() {
@@ -70,15 +64,8 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 		}
 		return AgentStatus{Error: err.Error()}, nil
 	}
-	if chs, err := c.QueryChardev(ctx); err == nil {
-		for _, ch := range chs {
-			if ch.Label == qemuargs.AgentChardevID && !ch.FrontendOpen {
-				return AgentStatus{Error: "the guest has not opened the agent channel (qemu-ga is not running)"}, nil
-			}
-		}
-	}
-	if err := p.makeRecords(); err != nil {
-		return AgentStatus{}, err
+	if !agentPortOpen(ctx, c) {
+		return AgentStatus{Error: "the guest has not opened the agent channel (qemu-ga is not running)"}, nil
 	}
 	start := time.Now()
 	a, done, err := s.agentSession(ctx, name)
@@ -123,19 +110,37 @@ func (s *Supervisor) agentSession(ctx context.Context, name string) (*qmp.Agent,
 	return a, func() { a.Close(); lk.unlock() }, nil
 }
 
+// agentPortOpen reports whether the guest has the agent's port open
+// (qemu-ga runs), from QEMU's side: nothing to wait for if not.
+func agentPortOpen(ctx context.Context, c *qmp.Conn) bool {
+	chs, err := c.QueryChardev(ctx)
+	if err != nil {
+		return true // unknown: let the bounded ping find out
+	}
+	for _, ch := range chs {
+		if ch.Label == qemuargs.AgentChardevID {
+			return ch.FrontendOpen
+		}
+	}
+	return false
+}
+
 // agentShutdown asks qemu-ga for guest-shutdown (powerdown) if it answers a
 // ping; false means it was not asked (no agent, or it did not answer).
 func (s *Supervisor) agentShutdown(ctx context.Context, name string, c *qmp.Conn) bool {
-	if st, err := s.guestPing(ctx, name, c); err != nil || !st.Responding {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
 	defer cancel()
+	if !agentPortOpen(ctx, c) {
+		return false
+	}
 	a, done, err := s.agentSession(ctx, name)
 	if err != nil {
 		return false
 	}
 	defer done()
+	if a.Ping(ctx) != nil {
+		return false
+	}
 	// qemu-ga answers guest-shutdown only on failure.
 	return a.Shutdown(ctx, "powerdown") == nil
 }

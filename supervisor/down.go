@@ -61,7 +61,7 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 		res.Step = StoppedAlready
 		return res, s.afterStop(ctx, name)
 	}
-	res.Step, err = s.gracefulStop(ctx, name, s.stopTimeout(name))
+	res.Step, err = s.gracefulStop(ctx, name)
 	if err != nil || res.Step == "" {
 		s.opts.Logger.Warn("graceful stop failed, killing", "vm", name, "err", err)
 		res.Step = StoppedKill
@@ -93,31 +93,28 @@ func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 // ErrNotFound means vmsup knows no VM of that name.
 var ErrNotFound = errors.New("no such VM")
 
-func (s *Supervisor) stopTimeout(name string) time.Duration {
+// stopSettings are the VM's stop_timeout and shutdown method, from the spec
+// it runs with (defaults if that cannot be read).
+func (s *Supervisor) stopSettings(name string) (time.Duration, string) {
 	if f, err := spec.Load(s.paths(name).Spec); err == nil {
-		return f.VM.StopTimeout.D()
+		return f.VM.StopTimeout.D(), f.VM.Shutdown
 	}
-	return spec.DefaultStopTimeout
-}
-
-func (s *Supervisor) shutdownMethod(name string) string {
-	if f, err := spec.Load(s.paths(name).Spec); err == nil {
-		return f.VM.Shutdown
-	}
-	return spec.ShutdownACPI
+	return spec.DefaultStopTimeout, spec.ShutdownACPI
 }
 
 // gracefulStop is the shared graceful path of Down and of the unit's
-// ExecStop= hook: powerdown, wait up to timeout for QEMU to go, then quit.
-// It returns "" when QEMU is still there afterwards.
-func (s *Supervisor) gracefulStop(ctx context.Context, name string, timeout time.Duration) (StopStep, error) {
+// ExecStop= hook: powerdown (ACPI or the guest agent), wait up to the VM's
+// stop_timeout for QEMU to go, then quit. It returns "" when QEMU is still
+// there afterwards.
+func (s *Supervisor) gracefulStop(ctx context.Context, name string) (StopStep, error) {
+	timeout, method := s.stopSettings(name)
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return "", err
 	}
 	defer release()
 	step := StoppedACPI
-	if s.shutdownMethod(name) == spec.ShutdownAgent && s.agentShutdown(ctx, name, c) {
+	if method == spec.ShutdownAgent && s.agentShutdown(ctx, name, c) {
 		step = StoppedAgent
 	} else if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
 		return "", err
@@ -148,7 +145,7 @@ func (s *Supervisor) StopHook(ctx context.Context, name string) (StopStep, error
 	if os.Getenv("MAINPID") == "" {
 		return StoppedAlready, nil
 	}
-	step, err := s.gracefulStop(ctx, name, s.stopTimeout(name))
+	step, err := s.gracefulStop(ctx, name)
 	if err != nil {
 		return step, fmt.Errorf("vm %q: stop hook: %w (systemd will signal QEMU)", name, err)
 	}

@@ -88,16 +88,7 @@ cmdline = "console=ttyS0"
 // waitConsole waits until the VM's console log contains marker.
 func waitConsole(t testing.TB, st supervisor.Status, marker string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(st.ConsoleLog)
-		if strings.Contains(string(b), marker) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(st.ConsoleLog)
-	t.Fatalf("vm %s: %q not on the console within %s; console:\n%s", st.Name, marker, d, tail(string(b), 2000))
+	testenv.WaitLog(t, st.ConsoleLog, marker, d)
 }
 
 // waitState polls Status until the VM reaches want: systemd settles a killed

@@ -44,15 +44,7 @@ func TestRelayToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer good.Close()
-	if err := sendToken(tok)(good, 0); err != nil {
-		t.Fatal(err)
-	}
-	good.Write([]byte("stream"))
-	buf := make([]byte, 6)
-	good.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "stream" {
-		t.Fatalf("bridged echo: %q %v", buf, err)
-	}
+	expectBridged(t, good, tok)
 }
 
 // TestRelayTLS: the destination's relay speaks only TLS with the certificate
@@ -107,15 +99,7 @@ func TestRelayTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer good.Close()
-	if err := sendToken(tok)(good, 0); err != nil {
-		t.Fatal(err)
-	}
-	good.Write([]byte("stream"))
-	buf := make([]byte, 6)
-	good.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "stream" {
-		t.Fatalf("bridged echo over TLS: %q %v", buf, err)
-	}
+	expectBridged(t, good, tok)
 }
 
 // fakeQEMUSocket stands in for QEMU's incoming socket: an echo server that
@@ -139,4 +123,19 @@ func fakeQEMUSocket(t *testing.T) (string, <-chan struct{}) {
 		}
 	}()
 	return sock, reached
+}
+
+// expectBridged sends the token on c and checks that what follows comes back
+// from the fake QEMU's echo.
+func expectBridged(t *testing.T, c net.Conn, tok string) {
+	t.Helper()
+	if err := sendToken(tok)(c, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("stream"))
+	buf := make([]byte, 6)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "stream" {
+		t.Fatalf("bridged echo: %q %v", buf, err)
+	}
 }

@@ -80,7 +80,8 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	}
 	p := s.paths(name)
 	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog, Autostart: s.isEnabled(name)}
-	if app, err := s.readApplied(name); err == nil {
+	app, appErr := s.readApplied(name)
+	if appErr == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
 		for _, a := range app.Attached {
 			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
@@ -89,7 +90,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if f, err := spec.Load(p.Spec); err == nil {
 		out.CPUs, out.Memory = f.VM.CPUs, f.VM.Memory.String()
 	}
-	if app, err := s.readApplied(name); err == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
+	if appErr == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
 		out.CPUs, out.Memory = app.Resized.CPUs, app.Resized.Memory.String()
 	}
 	if !st.Exists || st.ActiveState == "inactive" {

@@ -310,15 +310,7 @@ func (f *fixture) startStop(ctx context.Context) error {
 		vVirsh: "virsh destroy",
 		vLvAPI: "DomainDestroy",
 	}
-	for _, v := range vs {
-		s := res[v.name]
-		row := bench.Row{Section: sec2, Figure: "forced stop (no guest OS)", Variant: v.name, Accel: v.accel, Unit: "ms",
-			Summary: bench.Summarize(bench.Millis(s.stop)), Failures: s.stopFail, Note: joinNote(stopNote[v.name], s.note())}
-		if v.name != vRaw {
-			row.Baseline = vRaw
-		}
-		r.Add(row)
-	}
+	f.stopRows(sec2, "forced stop (no guest OS)", vs, res, stopNote)
 	return nil
 }
 
@@ -354,15 +346,7 @@ func (f *fixture) boot(ctx context.Context) error {
 		vCLI:   "vmsup down, same",
 		vVirsh: "virsh shutdown, then until the domain is gone",
 	}
-	for _, v := range vs {
-		s := res[v.name]
-		row := bench.Row{Section: sec2, Figure: "graceful stop (ACPI; test guest, TCG)", Variant: v.name, Accel: v.accel, Unit: "ms",
-			Summary: bench.Summarize(bench.Millis(s.stop)), Failures: s.stopFail, Note: joinNote(stopNote[v.name], s.note())}
-		if v.name != vRaw {
-			row.Baseline = vRaw
-		}
-		r.Add(row)
-	}
+	f.stopRows(sec2, "graceful stop (ACPI; test guest, TCG)", vs, res, stopNote)
 	return nil
 }
 
@@ -440,4 +424,17 @@ func (f *fixture) unitVariant(specDir, prefix string, k vmKind, memMiB int, conf
 			}
 			return f.sd.ResetFailed(ctx, u.Name)
 		}}, nil
+}
+
+// stopRows adds one stop row per variant, against raw QEMU.
+func (f *fixture) stopRows(sec, figure string, vs []variant, res map[string]*samples, notes map[string]string) {
+	for _, v := range vs {
+		s := res[v.name]
+		row := bench.Row{Section: sec, Figure: figure, Variant: v.name, Accel: v.accel, Unit: "ms",
+			Summary: bench.Summarize(bench.Millis(s.stop)), Failures: s.stopFail, Note: joinNote(notes[v.name], s.note())}
+		if v.name != vRaw {
+			row.Baseline = vRaw
+		}
+		f.report.Add(row)
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
 )
 
 // TestCLIBadInput: every broken input gives one line on stderr naming the
@@ -241,11 +243,5 @@ func TestCLIEndToEnd(t *testing.T) {
 
 func waitFor(t *testing.T, path, marker string, d time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(path); strings.Contains(string(b), marker) {
-			return
-		}
-	}
-	b, _ := os.ReadFile(path)
-	t.Fatalf("%q not in %s within %s:\n%s", marker, path, d, b)
+	testenv.WaitLog(t, path, marker, d)
 }

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -75,4 +76,21 @@ func (g *GuestShell) Run(ctx context.Context, cmd string) (string, int, error) {
 			return text, 0, fmt.Errorf("testenv: console: %q: %w", cmd, err)
 		}
 	}
+}
+
+// WaitLog waits until the file at path (a VM's console log) contains marker,
+// and fails t with the file's last 2000 bytes if it does not within d.
+func WaitLog(t testing.TB, path, marker string, d time.Duration) {
+	t.Helper()
+	var b []byte
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b, _ = os.ReadFile(path); strings.Contains(string(b), marker) {
+			return
+		}
+	}
+	b, _ = os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	t.Fatalf("%q not in %s within %s; it ends:\n%s", marker, path, d, b)
 }

@@ -217,20 +217,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 // waitConsole waits until the VM's console log contains marker.
 func waitConsole(t testing.TB, st supervisor.Status, marker string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(st.ConsoleLog)
-		if strings.Contains(string(b), marker) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(st.ConsoleLog)
-	s := string(b)
-	if len(s) > 2000 {
-		s = s[len(s)-2000:]
-	}
-	t.Fatalf("vm %s: %q not on the console within %s; console:\n%s", st.Name, marker, d, s)
+	testenv.WaitLog(t, st.ConsoleLog, marker, d)
 }
 
 // shell waits for the guest's shell and connects to it.

@@ -111,7 +111,8 @@ func waitCounterPast(t testing.TB, log string, n int, d time.Duration) []int {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: counter did not pass %d within %s (last values %v)", log, n, d, lastN(c, 5))
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s: counter did not pass %d within %s (last values %v); log tail:\n%s", log, n, d, lastN(c, 5), tail(string(b), 1500))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -124,7 +124,10 @@ func (s *Supervisor) receive(ctx context.Context, peer *migPeer, local bool) err
 	}
 	// Local: the source's QEMU quits, then its sockets' names become ours.
 	m, err = peer.recv(ctx, finalizeTimeout)
-	if err != nil || m.Type != msgCommit {
+	if err == nil && m.Type != msgCommit {
+		err = fmt.Errorf("got %q", m.Type)
+	}
+	if err != nil {
 		return fmt.Errorf("vm %q: source did not hand over (%v); the new QEMU runs as %s", d.name, err, d.unit)
 	}
 	if err := d.commit(); err != nil {
@@ -351,8 +354,10 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 	if err := d.dialMonitor(ctx); err != nil {
 		return "", err
 	}
-	if qs, err := d.mon.QueryStatus(ctx); err != nil || qs.Status != "inmigrate" {
-		return "", fmt.Errorf("new QEMU is %q, not waiting for a migration (%v)", qs.Status, err)
+	if qs, err := d.mon.QueryStatus(ctx); err != nil {
+		return "", fmt.Errorf("new QEMU: query-status: %w", err)
+	} else if qs.Status != "inmigrate" {
+		return "", fmt.Errorf("new QEMU is %q, not waiting for a migration", qs.Status)
 	}
 	if err := d.mon.MigrateSetCapabilities(ctx, migrationCaps(m.Multifd, m.Postcopy, false)); err != nil {
 		return "", fmt.Errorf("migration capabilities: %w", err)
@@ -458,8 +463,11 @@ func (d *incomingVM) finalize(ctx context.Context, m migMsg) error {
 		}
 	}
 	qs, err := d.mon.QueryStatus(ctx)
-	if err != nil || !qs.Running {
-		return fmt.Errorf("after cont QEMU is %q (%v)", qs.Status, err)
+	if err != nil {
+		return fmt.Errorf("after cont: query-status: %w", err)
+	}
+	if !qs.Running {
+		return fmt.Errorf("after cont QEMU is %q", qs.Status)
 	}
 	if d.local {
 		d.finalized = true // the guest runs here now: never tear it down

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -13,12 +14,23 @@ type step struct {
 	undo func(ctx context.Context) // nil when there is nothing to revert
 }
 
+// errStopHere, returned by a step, ends the sequence successfully after it:
+// nothing later runs and nothing is undone (up of a VM that already exists).
+var errStopHere = errors.New("stop here")
+
 // runSteps runs steps in order. When one fails, the ones before it are undone
 // in reverse order and the error names the failing step. afterStep, when set,
 // is called after each successful step (fault injection, tracing).
 func runSteps(ctx context.Context, vm string, steps []step, afterStep func(vm, step string)) error {
 	for i, s := range steps {
-		if err := s.do(ctx); err != nil {
+		err := s.do(ctx)
+		if errors.Is(err, errStopHere) {
+			if afterStep != nil {
+				afterStep(vm, s.name)
+			}
+			return nil
+		}
+		if err != nil {
 			// Undo with a fresh context: the caller's may be what failed.
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 			for j := i - 1; j >= 0; j-- {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -36,6 +37,9 @@ type UpResult struct {
 	Accel       spec.Accel
 	AccelReason string
 	Note        string // e.g. "previous run crashed: killed by signal KILL"
+	// State is the VM's state after Up: running, or for a VM that already
+	// existed, the state Up found and left it in (paused, ...).
+	State State
 }
 
 // Validate checks files as Up would, without starting anything: each parses,
@@ -165,7 +169,6 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 		prevApp []byte
 		prevRaw []byte
 		app     = &applied{Name: name, SourceFile: absPath(f.Path), Spec: canonical(&f.VM)}
-		done    bool // the VM already runs: nothing more to do
 		plan    = &startPlan{}
 	)
 	steps := []step{
@@ -199,20 +202,23 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 					return fmt.Errorf("unit %s is %s; try again when it settles", unit, st.ActiveState)
 				}
 				old, err := s.readApplied(name)
-				res.Action, done = Changed, true
+				res.Action = Changed
 				if err == nil && sameJSON(old.Spec, app.Spec) {
 					res.Action = Unchanged
 				}
 				if err == nil {
 					res.Accel, res.AccelReason = old.Accel, old.AccelReason
 				}
+				// The VM exists: report it as it is, whatever its state,
+				// and touch nothing (no later step, no undo).
+				if err := s.reportExisting(ctx, sd, name, unit, &res); err != nil {
+					return err
+				}
+				return errStopHere
 			}
 			return nil
 		}},
 		{name: "state-dir", do: func(ctx context.Context) error {
-			if done {
-				return nil
-			}
 			var err error
 			if plan.carried, err = s.carriedDisks(f); err != nil {
 				return err
@@ -245,20 +251,10 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 		}},
 	}
 	// What QEMU needs on the host (disks, NICs, confinement), each concern's
-	// steps with their undo; skipped for a VM that already runs.
-	for _, hs := range s.hostSteps(f, p, plan) {
-		steps = append(steps, step{name: hs.name, do: func(ctx context.Context) error {
-			if done {
-				return nil
-			}
-			return hs.do(ctx)
-		}, undo: hs.undo})
-	}
+	// steps with their undo.
+	steps = append(steps, s.hostSteps(f, p, plan)...)
 	steps = append(steps, []step{
 		{name: "argv", do: func(ctx context.Context) (err error) {
-			if done {
-				return nil
-			}
 			boot := bootFile(f, plan.carried)
 			argv, err = s.argv(boot, app.Accel, plan.argvOpts...)
 			app.Argv = argv
@@ -266,9 +262,6 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			return err
 		}},
 		{name: "record", do: func(ctx context.Context) error {
-			if done {
-				return nil
-			}
 			app.StartedAt = time.Now().UTC()
 			return s.writeApplied(app, f.Raw)
 		}, undo: func(context.Context) {
@@ -278,9 +271,6 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			}
 		}},
 		{name: "unit", do: func(ctx context.Context) error {
-			if done {
-				return nil
-			}
 			u := s.unitFor(f, argv, app.Accel)
 			for _, o := range plan.unitOpts {
 				o(&u)
@@ -297,8 +287,6 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			_ = sd.ResetFailed(ctx, unit)
 		}},
 		{name: "confirm", do: func(ctx context.Context) error {
-			// Also for a VM found running: a previous up may have died
-			// before confirming it.
 			return s.confirmRunning(ctx, sd, name)
 		}},
 	}...)
@@ -311,8 +299,8 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 		lk = nil // unlocked by the undo
 		return res, err
 	}
-	if !done {
-		res.Action = Started
+	if res.Action == "" {
+		res.Action, res.State = Started, StateRunning
 	}
 	return res, nil
 }
@@ -366,6 +354,64 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 		case <-time.After(confirmPoll):
 		}
 	}
+}
+
+// reportExisting fills res for a VM that up found existing (its unit
+// active): the state QEMU reports and what to do about it. It never changes
+// the VM. A QEMU that has not answered yet (a previous up died before
+// confirming it) is waited for, up to confirmTimeout.
+func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name, unit string, res *UpResult) error {
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	for {
+		c, release, err := s.qmpSession(ctx, name)
+		if err == nil {
+			var qs qmp.StatusInfo
+			qs, err = c.QueryStatus(ctx)
+			release()
+			if err == nil {
+				res.State, res.Note = existingState(name, qs.Status, res.Note)
+				return nil
+			}
+		}
+		st, serr := sd.Status(ctx, unit)
+		if serr == nil && (!st.Exists || st.ActiveState == "failed" || st.ActiveState == "inactive") {
+			return fmt.Errorf("QEMU exited while up looked at it (%s); run up again", orDefault(st.ExitReason(), st.ActiveState))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("unit %s is active but QEMU does not answer on QMP within %s (%v); left as it is: see vmsup status %s",
+				unit, confirmTimeout, err, name)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// existingState maps QEMU's run state of a VM up left alone to vmsup's
+// state and a note saying what to do, appended to note.
+func existingState(name, qemuStatus, note string) (State, string) {
+	add := func(n string) string {
+		if note == "" {
+			return n
+		}
+		return note + "; " + n
+	}
+	switch qemuStatus {
+	case "running":
+		return StateRunning, note
+	case "paused":
+		return StatePaused, add("paused: vmsup resume " + name)
+	case "suspended":
+		return StatePaused, add("suspended by the guest (ACPI S3): QMP system_wakeup wakes it")
+	case "postmigrate":
+		return StatePaused, add("postmigrate: a migration of it completed and the guest may run elsewhere; " +
+			"check the destination before vmsup resume " + name)
+	case "inmigrate":
+		return State(qemuStatus), add("inmigrate: waiting for an incoming migration")
+	case "prelaunch":
+		return StatePaused, add("prelaunch: QEMU has not started the guest yet: vmsup resume " + name)
+	}
+	return State(strings.ReplaceAll(qemuStatus, "-", " ")), add(qemuStatus + ": left as it is (vmsup status " + name + ")")
 }
 
 // lastWords returns the last error line QEMU wrote to the unit's journal.

@@ -48,7 +48,7 @@ func upCmd(g *globals) *cobra.Command {
 func printUp(cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, restart bool) error {
 	res, err := sup.Up(cmd.Context(), fs...)
 	for _, r := range res {
-		if r.Action == supervisor.Changed && restart {
+		if r.Action == supervisor.Changed && restart && r.State == supervisor.StateRunning {
 			i := slices.IndexFunc(fs, func(f *spec.File) bool { return f.VM.Name == r.VM })
 			var rerr error
 			if r, rerr = sup.Restart(cmd.Context(), fs[i]); rerr != nil {
@@ -58,6 +58,9 @@ func printUp(cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, re
 		line := fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel)
 		if r.Action == supervisor.Changed {
 			line += "; spec differs from the running VM, not restarted (up --restart-changed, or down then up, to apply)"
+			if r.State != supervisor.StateRunning && restart {
+				line += "; not restarted while it is " + string(r.State)
+			}
 		}
 		if r.Note != "" {
 			line += "; " + r.Note

@@ -1,6 +1,7 @@
 package qemuargs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -38,6 +39,14 @@ type Options struct {
 	// Disks holds, by disk name, the host files vmsup prepared for disks
 	// that need them (a seed's built ISO, a secret file); see DiskHost.
 	Disks map[string]DiskHost
+
+	// CPU is the CPU model the caller chose for the host (from its probe)
+	// when the spec names none; "" means host under KVM, max under TCG.
+	CPU string
+	// CPUFeaturesOff are CPU features turned off on the model
+	// ("arch-capabilities"): what the host's KVM needs masked for the
+	// model to start (the caller's probe finds them).
+	CPUFeaturesOff []string
 
 	// Incoming starts QEMU as a live-migration destination: "-incoming
 	// defer" (the supervisor picks the address later with migrate-incoming)
@@ -109,14 +118,11 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		}
 		m.PFlash0, m.PFlash1 = OVMFCodeNodeName, OVMFVarsNodeName
 	}
-	model := vm.CPUModel
-	if model == "" {
-		model = "max"
-		if o.Accel == spec.AccelKVM {
-			model = "host"
-		}
+	model := cmp.Or(vm.CPUModel, o.CPU, "max")
+	if model == "max" && vm.CPUModel == "" && o.CPU == "" && o.Accel == spec.AccelKVM {
+		model = "host"
 	}
-	parts = append(parts, m, accel{o.Accel}, cpu{model},
+	parts = append(parts, m, accel{o.Accel}, cpu{model, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
 		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs})
 	if vm.Boot.Firmware == spec.FirmwareQboot {
@@ -190,6 +196,16 @@ func checkOptions(vm *spec.VM, o Options) error {
 	}
 	if err := path("Binary", o.Binary); err != nil {
 		return err
+	}
+	if o.CPU != "" {
+		if err := spec.ValidCPUModel(o.CPU); err != nil {
+			return errorf("Options.CPU", "%v", err)
+		}
+	}
+	for _, f := range o.CPUFeaturesOff {
+		if err := spec.ValidCPUModel(f); err != nil {
+			return errorf("Options.CPUFeaturesOff", "invalid CPU feature %q", f)
+		}
 	}
 	switch o.Accel {
 	case spec.AccelKVM, spec.AccelTCG:

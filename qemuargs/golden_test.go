@@ -133,6 +133,14 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 			o.VhostNet = v == "true"
 			continue
 		}
+		if k == "CPUFeaturesOff" {
+			o.CPUFeaturesOff = strings.Split(v, ",")
+			continue
+		}
+		if k == "CPU" {
+			o.CPU = v
+			continue
+		}
 		p, ok := fields[k]
 		if !ok {
 			t.Fatalf("%s: unknown header Options.%s", c.file, k)

@@ -61,11 +61,20 @@ func (a accel) Args() ([]string, error) {
 	return []string{"-accel", string(a.Name)}, nil
 }
 
-// cpu is -cpu MODEL. The model was checked to be a plain name (a comma would
-// add CPU properties).
-type cpu struct{ Model string }
+// cpu is -cpu MODEL[,FEATURE=off...]. The model and features were checked
+// to be plain names (a comma would add CPU properties).
+type cpu struct {
+	Model string
+	Off   []string
+}
 
-func (c cpu) Args() ([]string, error) { return []string{"-cpu", c.Model}, nil }
+func (c cpu) Args() ([]string, error) {
+	v := c.Model
+	for _, f := range c.Off {
+		v += "," + f + "=off"
+	}
+	return []string{"-cpu", v}, nil
+}
 
 // MemorySlots is the number of DIMM slots a VM with memory hotplug
 // (max_memory > memory) gets.

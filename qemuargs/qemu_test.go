@@ -1,25 +1,43 @@
 package qemuargs
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/spec"
 )
 
 // qemuEnv is what the acceptance test found on the host.
 type qemuEnv struct {
 	qemu, qemuImg  string
-	kvm            bool   // /dev/kvm opens read-write
-	kernel, initrd string // for kernel-boot goldens
+	caps           *hostcaps.Caps // what this host's QEMU and KVM can run
+	kernel, initrd string         // for kernel-boot goldens
+}
+
+// probeHost is the host probe, once per test binary.
+var probeHost = sync.OnceValues(func() (*hostcaps.Caps, error) {
+	return hostcaps.Probe(context.Background(), hostcaps.Options{QEMU: testQEMU()})
+})
+
+// testQEMU is the QEMU the tests run: VMSUP_TEST_QEMU (a stand-in, see
+// scripts/testing) or the installed one.
+func testQEMU() string {
+	if q := os.Getenv("VMSUP_TEST_QEMU"); q != "" {
+		return q
+	}
+	q, _ := exec.LookPath("qemu-system-x86_64")
+	return q
 }
 
 // TestGoldenArgsStartInQEMU starts QEMU (stopped, -S) with every golden argv,
@@ -49,17 +67,17 @@ func needQEMU(t *testing.T) qemuEnv {
 	}
 	var env qemuEnv
 	var err error
-	if env.qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+	if env.qemu = testQEMU(); env.qemu == "" {
 		t.Skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
 	}
 	if env.qemuImg, err = exec.LookPath("qemu-img"); err != nil {
 		t.Skip("qemu-img is not installed (apt-get install qemu-utils)")
 	}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		env.kvm = true
-	} else {
-		t.Logf("KVM goldens run under TCG: %v", err)
+	if env.caps, err = probeHost(); err != nil {
+		t.Fatalf("host probe: %v", err)
+	}
+	if ok, why := env.caps.KVM.Starts(); !ok {
+		t.Logf("KVM goldens run under TCG: %s", why)
 	}
 	return env
 }
@@ -239,11 +257,24 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		t.Skipf("qboot ROM %s is missing", o.FirmwareCode)
 	}
 	golden := !forceTCG // the argv must equal the golden one, paths mapped back
-	if o.Accel == spec.AccelKVM && (forceTCG || !env.kvm) {
+	kvmOK, why := env.caps.KVM.Starts()
+	switch {
+	case o.Accel != spec.AccelKVM:
+	case forceTCG || !kvmOK:
 		if vm.CPUModel == "host" {
-			t.Skip("cpu_model \"host\" needs a usable /dev/kvm")
+			t.Skipf("cpu_model \"host\" needs KVM, and here %s", orDefault(why, "the guest boots under TCG"))
 		}
 		o.Accel, vm.Accel, golden = spec.AccelTCG, spec.AccelTCG, false
+	case o.CPU == "" && len(o.CPUFeaturesOff) == 0:
+		// What the supervisor would do: the probe's model and masks.
+		model, masks, err := env.caps.CPU(spec.AccelKVM, vm.CPUModel)
+		if err != nil {
+			t.Skipf("under this host's KVM: %v", err)
+		}
+		if len(masks) > 0 || vm.CPUModel == "" && model != "host" {
+			t.Logf("-cpu %s with %v off, as the host probe found", model, masks)
+			o.CPU, o.CPUFeaturesOff, golden = model, masks, false
+		}
 	}
 	o.Binary = env.qemu
 
@@ -274,4 +305,11 @@ func mapBack(argv []string, g, s, run string) []string {
 		out = append(out, r.Replace(a))
 	}
 	return out
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
 }

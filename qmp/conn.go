@@ -91,7 +91,22 @@ func Dial(ctx context.Context, socketPath string, opts ...Option) (*Conn, error)
 	if err != nil {
 		return nil, fmt.Errorf("qmp: dial %s: %w", socketPath, err)
 	}
-	uc := nc.(*net.UnixConn)
+	return openConn(ctx, nc.(*net.UnixConn), socketPath, o)
+}
+
+// NewConn runs QMP over uc, a unix socket already connected to a QEMU
+// monitor (for example one end of a socketpair whose other end is QEMU's
+// "-qmp stdio"): it reads the greeting and negotiates capabilities, bounded
+// by ctx and the connect timeout. name labels errors and logs. The Conn
+// owns uc from then on, also when NewConn fails.
+func NewConn(ctx context.Context, uc *net.UnixConn, name string, opts ...Option) (*Conn, error) {
+	o := buildOptions(opts)
+	ctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+	defer cancel()
+	return openConn(ctx, uc, name, o)
+}
+
+func openConn(ctx context.Context, uc *net.UnixConn, socketPath string, o options) (*Conn, error) {
 
 	// Read the greeting under the deadline; cancellation forces the read out.
 	dl, _ := ctx.Deadline()
@@ -101,7 +116,7 @@ func Dial(ctx context.Context, socketPath string, opts ...Option) (*Conn, error)
 	var g struct {
 		QMP *Greeting `json:"QMP"`
 	}
-	err = dec.Decode(&g)
+	err := dec.Decode(&g)
 	if !stop() || errors.Is(err, os.ErrDeadlineExceeded) {
 		// The socket deadline may fire a moment before ctx's timer.
 		cerr := ctx.Err()

@@ -23,7 +23,7 @@ func TestAutostart(t *testing.T) {
 	etc := filepath.Join(dir, "etc") // this "host's" /etc/systemd/system
 	root := filepath.Join(dir, "root")
 	opts := func(sd *testenv.Systemd) supervisor.Options {
-		return supervisor.Options{Root: root, SystemdBus: sd.BusAddress, JournalDir: sd.JournalDir, Self: vmsupBin,
+		return supervisor.Options{Root: root, SystemdBus: sd.BusAddress, JournalDir: sd.JournalDir, Self: vmsupBin, QEMU: env.QEMU, HostCaps: env.Caps,
 			UnitDir: etc, BootTarget: testenv.BootTarget, RunDir: filepath.Join(dir, "run")}
 	}
 	sup, err := supervisor.New(opts(env.Systemd))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 
 	"github.com/vmsup/vmsup/qmp"
 )
@@ -30,6 +31,17 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 	}
 	defer release()
 	if run {
+		if _, err := os.Stat(s.paths(name).stoppedByMigration()); err == nil {
+			// Paused by a stop-and-copy migration whose vmsup died: resume
+			// only if that migration did not complete (two copies).
+			resumed, err := s.recoverStoppedSource(ctx, name, c, true)
+			if err != nil {
+				return fmt.Errorf("vm %q: %s: %w", name, op, err)
+			}
+			if !resumed {
+				return fmt.Errorf("vm %q: %s: a migration paused it and has not failed (it completed, or is still going): the guest may run on the destination; not resuming a second copy", name, op)
+			}
+		}
 		err = c.Cont(ctx)
 	} else {
 		err = c.Stop(ctx)

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,28 +10,37 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
-// Host facts the start path depends on. Probed by probeHost; tests and
-// embedders may pass their own through Options.Host.
+// Host facts the start path depends on, derived from the host probe
+// (HostCaps). Tests and embedders may pass their own through Options.Host;
+// the probe then does not run.
 type Host struct {
 	MemTotal int64 // bytes of RAM
 	// KVM is "" when /dev/kvm can run a stock guest, else why not
 	// ("no /dev/kvm", "PVM: runs only PVM guest kernels", ...).
 	KVMUnusable string
-	// KVMOpenable: /dev/kvm opens read-write (QEMU can start with it even if
-	// it cannot run a stock guest, as on PVM hosts).
+	// KVMOpenable: QEMU starts under KVM (even if it cannot run a stock
+	// guest, as on PVM hosts).
 	KVMOpenable bool
 	// AppArmorUnusable is "" when the kernel enforces AppArmor and
 	// apparmor_parser is there, else why not.
 	AppArmorUnusable string
 }
 
-// ProbeHost reads the host facts from /proc, /sys and /dev.
+// HostCaps is what this host's QEMU and KVM can run, as the host probe
+// found (see internal/hostcaps).
+type HostCaps = hostcaps.Caps
+
+// HostFact is one yes/no fact of HostCaps, with what was found or why not.
+type HostFact = hostcaps.Fact
+
+// ProbeHost reads the host facts from /proc, /sys and /dev, without asking
+// QEMU (Supervisor.HostCaps does).
 func ProbeHost() Host {
-	h := Host{MemTotal: memTotal(), AppArmorUnusable: units.AppArmorState()}
+	h := Host{MemTotal: memTotal(), AppArmorUnusable: hostcaps.AppArmorReason()}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	switch {
 	case err != nil:
@@ -42,14 +52,92 @@ func ProbeHost() Host {
 		f.Close()
 		h.KVMOpenable = true
 		if _, err := os.Stat("/sys/module/kvm_pvm"); err == nil {
-			// PVM (kvm_pvm) starts QEMU but boots only PVM-built guest
-			// kernels: "auto" must not pick it.
 			h.KVMUnusable = "/dev/kvm is PVM (kvm_pvm), which runs only PVM guest kernels"
-		} else if !cpuHasVirt() {
-			h.KVMUnusable = "CPU has no vmx/svm"
 		}
 	}
 	return h
+}
+
+// HostCaps returns the host probe's record: from Options.HostCaps, else
+// from the cache under Root/cache (kept while the QEMU binary, the kernel
+// and /dev/kvm stay the same), else by probing. refresh probes again.
+func (s *Supervisor) HostCaps(ctx context.Context, refresh bool) (*HostCaps, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.caps != nil && !refresh {
+		return s.caps, nil
+	}
+	if s.opts.HostCaps != nil && !refresh {
+		s.caps = s.opts.HostCaps
+		return s.caps, nil
+	}
+	c, err := hostcaps.Probe(ctx, hostcaps.Options{QEMU: s.opts.QEMU, Refresh: refresh, CacheFile: s.opts.HostCapsCache})
+	if err != nil {
+		return nil, err
+	}
+	s.caps = c
+	return c, nil
+}
+
+// hostFacts are the Host facts: Options.Host, or what the probe says.
+func (s *Supervisor) hostFacts() Host {
+	if s.opts.Host != nil {
+		return *s.opts.Host
+	}
+	h := Host{MemTotal: memTotal()}
+	c, err := s.HostCaps(context.Background(), false)
+	if err != nil {
+		h.KVMUnusable, h.AppArmorUnusable = err.Error(), err.Error()
+		return h
+	}
+	h.AppArmorUnusable = c.Facts.AppArmor.Reason
+	h.KVMOpenable, h.KVMUnusable = c.KVM.Starts()
+	if h.KVMOpenable && c.KVM.Kind != hostcaps.KVMFull {
+		h.KVMUnusable = c.KVM.Reason
+	}
+	return h
+}
+
+// cpuChoice is the CPU model and masks a VM runs with under accel.
+type cpuChoice struct {
+	Model string
+	Masks []string
+}
+
+// resolveHost turns the spec's accelerator and CPU model into what this
+// host runs: from the probe, or from Options.Host (no probe: no masks).
+// Errors name the field and say what would work instead.
+func (s *Supervisor) resolveHost(f *spec.File) (spec.Accel, string, cpuChoice, error) {
+	if s.opts.Host != nil && s.opts.HostCaps == nil {
+		a, why, err := resolveAccel(f, *s.opts.Host)
+		return a, why, cpuChoice{}, err
+	}
+	c, err := s.HostCaps(context.Background(), false)
+	if err != nil {
+		return "", "", cpuChoice{}, fmt.Errorf("%s: %w", f.Path, err)
+	}
+	if err := c.Check(); err != nil {
+		return "", "", cpuChoice{}, fmt.Errorf("%s: %w", f.Path, err)
+	}
+	if !c.HasMachine(f.VM.Machine) {
+		return "", "", cpuChoice{}, f.Errorf("machine", "QEMU %s has no machine type %q (q35 and pc are what vmsup lays out)", c.QEMU.Version, f.VM.Machine)
+	}
+	accel, why, err := c.Accel(f.VM.Accel)
+	if err != nil {
+		return "", "", cpuChoice{}, f.Errorf("accel", "%v", err)
+	}
+	model, masks, err := c.CPU(accel, f.VM.CPUModel)
+	if err != nil {
+		field := "cpu_model"
+		if f.VM.CPUModel == "" {
+			field = "accel"
+		}
+		return "", "", cpuChoice{}, f.Errorf(field, "%v", err)
+	}
+	if len(masks) > 0 {
+		why = strings.TrimPrefix(why+"; ", "; ") + fmt.Sprintf("-cpu %s with %s off (this KVM refuses it otherwise)", model, strings.Join(masks, ", "))
+	}
+	return accel, why, cpuChoice{Model: model, Masks: masks}, nil
 }
 
 func memTotal() int64 {
@@ -69,26 +157,9 @@ func memTotal() int64 {
 	return 0
 }
 
-func cpuHasVirt() bool {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "flags") {
-			for _, f := range strings.Fields(line) {
-				if f == "vmx" || f == "svm" {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	return false
-}
-
-// resolveAccel turns the spec's accelerator choice into kvm or tcg, with the
-// reason when it is not what the user might expect.
+// resolveAccel turns the spec's accelerator choice into kvm or tcg from
+// Host facts alone (Options.Host), with the reason when it is not what the
+// user might expect.
 func resolveAccel(f *spec.File, h Host) (spec.Accel, string, error) {
 	switch f.VM.Accel {
 	case spec.AccelKVM:

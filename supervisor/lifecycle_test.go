@@ -207,14 +207,14 @@ func TestConcurrentUp(t *testing.T) {
 	}
 }
 
-// TestKVM: where /dev/kvm opens, a VM with accel "kvm" starts under KVM in its
-// unit (DevicePolicy=closed with /dev/kvm allowed). No guest OS is needed:
-// on PVM hosts a stock kernel does not boot, so it is stopped by quit.
+// TestKVM: where the host probe says QEMU starts under KVM, a VM with accel
+// "kvm" starts under KVM in its unit (DevicePolicy=closed with /dev/kvm
+// allowed), with the CPU model and masks the probe found (an AMD host with
+// PVM KVM needs arch-capabilities off for -cpu host), and status says so.
+// No guest OS is needed: on PVM hosts a stock kernel does not boot, so it
+// is stopped by quit.
 func TestKVM(t *testing.T) {
-	h := supervisor.ProbeHost()
-	if !h.KVMOpenable {
-		t.Skipf("no usable /dev/kvm here (%s)", h.KVMUnusable)
-	}
+	env.KVMSkip(t)
 	ctx := ctxT(t, time.Minute)
 	sup := newSup(t, "")
 	f := guestFile(t, t.TempDir(), "kvm", "stop_timeout = \"1s\"")
@@ -234,7 +234,12 @@ func TestKVM(t *testing.T) {
 	if st.Accel != "kvm" || st.State != supervisor.StateRunning {
 		t.Fatalf("status: %+v", st)
 	}
-	t.Logf("KVM: %s, auto would say: %q", reply, h.KVMUnusable)
+	model, masks, _ := env.Caps.CPU("kvm", "")
+	if st.CPUModel != model || strings.Join(st.CPUMasks, ",") != strings.Join(masks, ",") {
+		t.Fatalf("status says -cpu %s with %v off; the probe chose %s with %v", st.CPUModel, st.CPUMasks, model, masks)
+	}
+	_, autoWhy, _ := env.Caps.Accel("auto")
+	t.Logf("KVM: %s, -cpu %s %v; auto would say: %q", reply, st.CPUModel, st.CPUMasks, autoWhy)
 	if _, err := sup.Down(ctx, "kvm"); err != nil {
 		t.Fatal(err)
 	}

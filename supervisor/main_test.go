@@ -42,7 +42,7 @@ func newSup(t testing.TB, root string) *supervisor.Supervisor {
 	}
 	s, err := supervisor.New(supervisor.Options{
 		Root:       root,
-		SystemdBus: env.Systemd.BusAddress,
+		SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps,
 		JournalDir: env.Systemd.JournalDir,
 		Self:       vmsupBin,
 	})
@@ -83,6 +83,27 @@ cmdline = "console=ttyS0"
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// refusedFile writes a spec that passes validation but that QEMU refuses at
+// start: its kernel is a file that is not a kernel.
+func refusedFile(t testing.TB, dir, name, extra string) *spec.File {
+	t.Helper()
+	path := filepath.Join(dir, name+".toml")
+	writeGuestTOML(t, path, name, extra)
+	bogus := filepath.Join(dir, name+".notakernel")
+	if err := os.WriteFile(bogus, []byte("not a kernel\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), env.Guest.Kernel, bogus, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // waitConsole waits until the VM's console log contains marker.

@@ -59,9 +59,13 @@ type migMsg struct {
 	SourceFile string     `json:"source_file,omitempty"` // relative paths in Spec resolve against it
 	Spec       []byte     `json:"spec,omitempty"`        // spec.toml as applied on the source
 	Accel      spec.Accel `json:"accel,omitempty"`       // the source's resolved accelerator
-	Listen     string     `json:"listen,omitempty"`      // address the destination QEMU listens on
-	Multifd    int        `json:"multifd,omitempty"`
-	Postcopy   bool       `json:"postcopy,omitempty"`
+	// CPUModel and CPUMasks: the source's -cpu choice (host probe), which
+	// the destination runs with too (absent from older sources).
+	CPUModel string   `json:"cpu_model,omitempty"`
+	CPUMasks []string `json:"cpu_masks,omitempty"`
+	Listen   string   `json:"listen,omitempty"` // address the destination QEMU listens on
+	Multifd  int      `json:"multifd,omitempty"`
+	Postcopy bool     `json:"postcopy,omitempty"`
 	// Markers maps each disk file to a file the source created beside it: the
 	// destination seeing it proves the directory is shared.
 	Markers map[string]string `json:"markers,omitempty"`

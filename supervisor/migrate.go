@@ -74,8 +74,9 @@ type MigrateOptions struct {
 	Postcopy      bool
 	PostcopyAfter time.Duration
 	// stopFirst pauses the source's vCPUs before the stream starts (set for
-	// TCG guests by Migrate; see tcgStopAndCopy).
-	stopFirst bool
+	// TCG guests by Migrate; see tcgStopAndCopy), recorded in stoppedMark.
+	stopFirst   bool
+	stoppedMark string
 	// Timeout bounds the migration stream; when it passes, the migration is
 	// cancelled (default 10 min).
 	Timeout time.Duration
@@ -252,6 +253,7 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	host, _ := os.Hostname()
 	prep := migMsg{
 		Type: msgPrepare, Name: name, SourceFile: app.SourceFile, Spec: raw, Accel: app.Accel,
+		CPUModel: app.CPUModel, CPUMasks: app.CPUMasks,
 		Listen: o.Address, Multifd: o.Multifd, Postcopy: o.Postcopy, Markers: markers,
 		From: host, Timeout: o.Timeout,
 	}
@@ -302,6 +304,8 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 		uri = "unix:" + sock
 	}
 	o.stopFirst = tcgStopAndCopy && app.Accel == spec.AccelTCG
+	o.stoppedMark = p.stoppedByMigration()
+	defer os.Remove(o.stoppedMark) // however this migration ends, it ends here
 	res.StopAndCopy = o.stopFirst
 	onPostcopy := func() error {
 		_, err := peer.call(context.WithoutCancel(ctx), migMsg{Type: msgRun}, msgRunning, finalizeTimeout)
@@ -509,7 +513,15 @@ func (s *Supervisor) stream(ctx context.Context, mon *qmp.Conn, uri string, o Mi
 	sub, unsub := mon.Subscribe(context.WithoutCancel(ctx))
 	defer unsub()
 	if o.stopFirst {
+		// Recorded before the stop: if this vmsup dies mid-stream, the
+		// next command on the VM resumes a source whose migration failed
+		// (recoverStoppedSource); QEMU itself resumes only a source that
+		// was running when the migration began.
+		if err := os.WriteFile(o.stoppedMark, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
+			return qmp.MigrationInfo{}, false, fmt.Errorf("record the paused source: %w", err)
+		}
 		if err := mon.Stop(ctx); err != nil {
+			os.Remove(o.stoppedMark)
 			return qmp.MigrationInfo{}, false, fmt.Errorf("stop the source's vCPUs: %w", err)
 		}
 	}
@@ -772,3 +784,43 @@ func chownLike(path, ref string) error {
 // handover marks a local migration's handover: the old QEMU is quitting
 // and a new one already runs the guest with the same host resources.
 func (p vmPaths) handover() string { return filepath.Join(p.Records, "handover") }
+
+// stoppedByMigration marks a source whose vCPUs vmsup stopped for a
+// stop-and-copy migration (TCG), until that migration has ended.
+func (p vmPaths) stoppedByMigration() string { return filepath.Join(p.Records, "stopped-by-migration") }
+
+// recoverStoppedSource resumes a source that a stop-and-copy migration left
+// paused when its vmsup died: the mark is there, no vmsup holds the VM's
+// lock any more, and QEMU says the migration failed or was cancelled. A
+// completed one is left paused: the guest may run on the destination.
+// locked says the caller holds the VM's lock.
+func (s *Supervisor) recoverStoppedSource(ctx context.Context, name string, c *qmp.Conn, locked bool) (bool, error) {
+	p := s.paths(name)
+	if _, err := os.Stat(p.stoppedByMigration()); err != nil {
+		return false, nil
+	}
+	if !locked {
+		lk, err := s.tryLock(ctx, name, "recover")
+		if err != nil || lk == nil {
+			return false, err // the migration is still going
+		}
+		defer lk.unlock()
+	}
+	info, err := c.QueryMigrate(ctx)
+	if err != nil {
+		return false, err
+	}
+	switch info.Status {
+	case "completed", "postcopy-active", "postcopy-paused", "postcopy-recover":
+		return false, nil
+	case "failed", "cancelled", "":
+	default:
+		return false, nil // still active: a QEMU whose vmsup died mid-stream fails it soon
+	}
+	if err := c.Cont(ctx); err != nil {
+		return false, fmt.Errorf("resume the source after its migration %s: %w", orDefault(info.Status, "ended"), err)
+	}
+	os.Remove(p.stoppedByMigration())
+	s.opts.Logger.Warn("resumed a source left paused by a migration whose vmsup died", "vm", name, "migration", info.Status)
+	return true, nil
+}

@@ -127,7 +127,7 @@ func twoHosts(t *testing.T) (a, b *migHost) {
 		})
 		h.netns = fmt.Sprintf("/proc/%d/root/run/netns/%s", h.sd.PID1, h.ns)
 		h.root = filepath.Join(dir, "root"+h.name)
-		h.qemu = "/usr/bin/qemu-system-x86_64"
+		h.qemu = env.QEMU
 		h.dial = dialIn(h.netns)
 		h.sup = h.withHook(t, nil)
 	}
@@ -184,7 +184,7 @@ func afterPrepared(d time.Duration, fn func()) func(vm, step string) {
 
 // withHook returns a supervisor for host h whose AfterStep is hook.
 func (h *migHost) withHook(t *testing.T, hook func(vm, step string)) *supervisor.Supervisor {
-	s, err := supervisor.New(supervisor.Options{Root: h.root, SystemdBus: h.sd.BusAddress, JournalDir: h.sd.JournalDir,
+	s, err := supervisor.New(supervisor.Options{Root: h.root, SystemdBus: h.sd.BusAddress, JournalDir: h.sd.JournalDir, HostCaps: env.Caps,
 		Self: vmsupBin, QEMU: h.qemu, AfterStep: hook, UnitDir: h.unitDir(), BootTarget: testenv.BootTarget,
 		RunDir: filepath.Join(h.root, "run")})
 	if err != nil {

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/vmsup/vmsup/qemuargs"
@@ -313,11 +315,16 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 		o.QMPSocket, o.EventSocket, o.ConsoleSocket, o.AgentSocket = d.in.QMP, d.in.Events, d.in.Console, d.in.Agent
 		o.ConsoleLog = d.p.ConsoleLog
 	})
-	argv, err := s.argv(f, m.Accel, opts...)
+	cpu := cpuChoice{m.CPUModel, m.CPUMasks}
+	if err := s.checkIncomingCPU(m.Accel, f.VM.CPUModel, cpu); err != nil {
+		return "", err
+	}
+	argv, err := s.argv(f, m.Accel, cpu, opts...)
 	if err != nil {
 		return "", err
 	}
-	d.app = &applied{Name: d.name, SourceFile: m.SourceFile, Spec: canonical(&f.VM), Accel: m.Accel, Argv: argv, MigratedFrom: m.From}
+	d.app = &applied{Name: d.name, SourceFile: m.SourceFile, Spec: canonical(&f.VM), Accel: m.Accel, Argv: argv, MigratedFrom: m.From,
+		CPUModel: cpu.Model, CPUMasks: cpu.Masks}
 	d.app.recordBootDisks(&f.VM, nil) // the spare root ports, as up records them
 	// QEMU binds its sockets there: same owner as the state directory (the
 	// host steps may have given that to an unprivileged QEMU user).
@@ -393,6 +400,34 @@ func (d *incomingVM) prepare(ctx context.Context, m migMsg) (string, error) {
 	d.undo = append(d.undo, func(context.Context) { relay.Close() })
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return "tcp:" + net.JoinHostPort(m.Listen, port), nil
+}
+
+// checkIncomingCPU: the destination runs the guest with the source's CPU
+// model and masks (the guest must see the same CPU); this host's KVM must
+// start that model with those masks.
+func (s *Supervisor) checkIncomingCPU(accel spec.Accel, specModel string, cpu cpuChoice) error {
+	if accel != spec.AccelKVM || s.opts.Host != nil && s.opts.HostCaps == nil {
+		return nil
+	}
+	c, err := s.HostCaps(context.Background(), false)
+	if err != nil {
+		return err
+	}
+	model := cmp.Or(specModel, cpu.Model, "host")
+	m, ok := c.KVM.Mode(model)
+	if !ok {
+		return nil // a named model: not probed, QEMU decides
+	}
+	if !m.Starts {
+		return fmt.Errorf("-cpu %s does not start under KVM on this host (%s)", model, m.Error)
+	}
+	for _, need := range m.Masks {
+		if !slices.Contains(cpu.Masks, need) {
+			return fmt.Errorf("this host's KVM needs %s masked for -cpu %s, which the source does not mask: the guest would see its CPU change; "+
+				"migrate between hosts whose KVMs take the same CPU, or give the VM a named cpu_model", need, model)
+		}
+	}
+	return nil
 }
 
 // dialMonitor waits for the new QEMU's event monitor (or its unit failing).

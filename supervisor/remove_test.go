@@ -21,7 +21,7 @@ func TestRemove(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root")
 	etc := filepath.Join(dir, "etc")
-	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir,
+	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
 		Self: vmsupBin, UnitDir: etc, BootTarget: testenv.BootTarget, RunDir: filepath.Join(dir, "run")})
 	if err != nil {
 		t.Fatal(err)

@@ -46,9 +46,9 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("QEMU's vCPUs after restart: %s %v", out, err)
 	}
 
-	// QEMU refuses this one at start (no such CPU model): the VM comes back
-	// with the spec it ran with.
-	bad := load("cpus = 2\ncpu_model = \"nosuchcpu\"")
+	// QEMU refuses this one at start (its kernel is not one): the VM comes
+	// back with the spec it ran with.
+	bad := refusedFile(t, filepath.Dir(path), "rs", "stop_timeout = \"1s\"\nmax_cpus = 2\ncpus = 2")
 	_, err = sup.Restart(ctx, bad)
 	if err == nil || !strings.Contains(err.Error(), "the VM runs again with its previous spec") {
 		t.Fatalf("restart with a spec QEMU refuses: %v", err)

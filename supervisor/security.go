@@ -229,7 +229,7 @@ func (s *Supervisor) vmNeeds(ctx context.Context, f *spec.File, p vmPaths) ([]ne
 	// the state directory (the profile lists it on its own).
 	ns = append(ns, need{path: s.opts.Self, mode: "rx", field: "vmsup binary (stop hook)", noProfile: true},
 		need{path: p.Dir, mode: "rwx", field: "state directory", noProfile: true})
-	accel, _, _ := resolveAccel(f, s.hostFacts())
+	accel, _, _, _ := s.resolveHost(f)
 	if accel == spec.AccelKVM {
 		ns = append(ns, need{path: "/dev/kvm", mode: "rw", field: f.Path + ": accel kvm"})
 	}

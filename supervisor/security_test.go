@@ -34,7 +34,7 @@ func analyzeCmd() []string {
 func confinedSup(t *testing.T, root string, host *supervisor.Host) *supervisor.Supervisor {
 	t.Helper()
 	s, err := supervisor.New(supervisor.Options{
-		Root: root, SystemdBus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir,
+		Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
 		Self: vmsupBin, SystemdAnalyze: analyzeCmd(), Host: host,
 	})
 	if err != nil {
@@ -429,7 +429,7 @@ func TestProfileMatchesLibvirt(t *testing.T) {
 func TestPerVMUserBoots(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	sup, err := supervisor.New(supervisor.Options{
-		Root: t.TempDir(), SystemdBus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir,
+		Root: t.TempDir(), SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
 		Self: vmsupBin, QEMUUser: supervisor.PerVMUser, SystemdAnalyze: analyzeCmd(),
 	})
 	if err != nil {

@@ -66,8 +66,12 @@ type applied struct {
 	Spec        json.RawMessage `json:"spec"` // canonical form of the parsed spec
 	Accel       spec.Accel      `json:"accel"`
 	AccelReason string          `json:"accel_reason,omitempty"`
-	Argv        []string        `json:"argv"`
-	StartedAt   time.Time       `json:"started_at"`
+	// CPUModel and CPUMasks are the -cpu model the host probe chose when
+	// the spec names none, and the features turned off for this host's KVM.
+	CPUModel  string    `json:"cpu_model,omitempty"`
+	CPUMasks  []string  `json:"cpu_masks,omitempty"`
+	Argv      []string  `json:"argv"`
+	StartedAt time.Time `json:"started_at"`
 	// AttachedNICs were hot-plugged into the running VM (vmsup nic attach),
 	// in order; Spec stays what the VM booted with.
 	AttachedNICs []spec.NIC `json:"attached_nics,omitempty"`
@@ -199,6 +203,18 @@ func (s *Supervisor) lock(ctx context.Context, name, op string) (*vmLock, error)
 	}
 	if !ok {
 		return nil, readHolder(name, path)
+	}
+	l.setHolder(fmt.Sprintf("%s %d %d\n", op, os.Getpid(), time.Now().Unix()))
+	return l, nil
+}
+
+// tryLock takes the VM's lock if it is free now; nil without error when
+// another vmsup holds it.
+func (s *Supervisor) tryLock(ctx context.Context, name, op string) (*vmLock, error) {
+	path := filepath.Join(s.opts.Root, "vms", "."+name+".lock")
+	l, ok, err := lockFile(ctx, path, false)
+	if err != nil || !ok {
+		return nil, err
 	}
 	l.setHolder(fmt.Sprintf("%s %d %d\n", op, os.Getpid(), time.Now().Unix()))
 	return l, nil

@@ -28,24 +28,28 @@ const (
 
 // Status is what vmsup knows about one VM.
 type Status struct {
-	Name        string      `json:"name"`
-	State       State       `json:"state"`
-	Reason      string      `json:"reason,omitempty"` // why crashed/unknown
-	QEMUStatus  string      `json:"qemu_status,omitempty"`
-	Unit        string      `json:"unit"`
-	UnitState   string      `json:"unit_state,omitempty"` // ActiveState/SubState
-	MainPID     uint32      `json:"main_pid,omitempty"`
-	Since       *time.Time  `json:"since,omitempty"`
-	Accel       spec.Accel  `json:"accel,omitempty"`
-	AccelReason string      `json:"accel_reason,omitempty"`
-	SpecFile    string      `json:"spec_file,omitempty"`
-	CPUs        int         `json:"cpus,omitempty"`
-	Memory      string      `json:"memory,omitempty"`
-	MemoryUsed  uint64      `json:"memory_used_bytes,omitempty"` // the unit's cgroup
-	StateDir    string      `json:"state_dir"`
-	Console     string      `json:"console_socket"`
-	ConsoleLog  string      `json:"console_log"`    // everything the guest printed on its serial console
-	NICs        []NICStatus `json:"nics,omitempty"` // host side of tap NICs (network.go)
+	Name        string     `json:"name"`
+	State       State      `json:"state"`
+	Reason      string     `json:"reason,omitempty"` // why crashed/unknown
+	QEMUStatus  string     `json:"qemu_status,omitempty"`
+	Unit        string     `json:"unit"`
+	UnitState   string     `json:"unit_state,omitempty"` // ActiveState/SubState
+	MainPID     uint32     `json:"main_pid,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	Accel       spec.Accel `json:"accel,omitempty"`
+	AccelReason string     `json:"accel_reason,omitempty"`
+	// CPUModel is the -cpu model the VM runs with; CPUMasks the features
+	// turned off because this host's KVM refuses the model otherwise.
+	CPUModel   string      `json:"cpu_model,omitempty"`
+	CPUMasks   []string    `json:"cpu_masks,omitempty"`
+	SpecFile   string      `json:"spec_file,omitempty"`
+	CPUs       int         `json:"cpus,omitempty"`
+	Memory     string      `json:"memory,omitempty"`
+	MemoryUsed uint64      `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir   string      `json:"state_dir"`
+	Console    string      `json:"console_socket"`
+	ConsoleLog string      `json:"console_log"`    // everything the guest printed on its serial console
+	NICs       []NICStatus `json:"nics,omitempty"` // host side of tap NICs (network.go)
 	// Confinement in force while QEMU runs (user, AppArmor, seccomp, exposure).
 	Confinement *Confinement `json:"confinement,omitempty"`
 	// AttachedDisks are the disks added with `vmsup disk attach` (beyond the
@@ -83,6 +87,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	app, appErr := s.readApplied(name)
 	if appErr == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
+		out.CPUModel, out.CPUMasks = app.CPUModel, app.CPUMasks
 		for _, a := range app.Attached {
 			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
 		}
@@ -134,6 +139,13 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
 		return out, nil
+	}
+	if !qs.Running {
+		if resumed, err := s.recoverStoppedSource(ctx, name, c, false); err != nil {
+			s.opts.Logger.Warn("recover a source paused by a migration", "vm", name, "err", err)
+		} else if resumed {
+			qs, _ = c.QueryStatus(ctx)
+		}
 	}
 	out.QEMUStatus = qs.Status
 	switch {

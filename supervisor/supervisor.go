@@ -59,8 +59,14 @@ type Options struct {
 	// RunDir holds what must not outlive a boot (which VMs autostart has
 	// already started). Default /run/vmsup.
 	RunDir string
-	// Host facts; nil means ProbeHost() on first use.
+	// Host facts; nil means the host probe's (HostCaps). Given without
+	// HostCaps, nothing is probed and -cpu host gets no masks.
 	Host *Host
+	// HostCaps, when set, is used instead of probing this host.
+	HostCaps *HostCaps
+	// HostCapsCache is where the host probe's record is kept. Default
+	// Root/cache/hostcaps.json.
+	HostCapsCache string
 	// UnplugTimeout bounds how long a disk detach waits for the guest to
 	// release the device (DEVICE_DELETED). Default DefaultUnplugTimeout.
 	UnplugTimeout time.Duration
@@ -76,9 +82,9 @@ type Options struct {
 type Supervisor struct {
 	opts Options
 
-	mu   sync.Mutex // guards sd and host, filled on first use
+	mu   sync.Mutex // guards sd and caps, filled on first use
 	sd   *units.Manager
-	host *Host
+	caps *HostCaps
 }
 
 // New returns a Supervisor. It does not connect to systemd until a command
@@ -112,13 +118,14 @@ func New(opts Options) (*Supervisor, error) {
 	opts.UnitDir = orDefault(opts.UnitDir, "/etc/systemd/system")
 	opts.BootTarget = orDefault(opts.BootTarget, "multi-user.target")
 	opts.RunDir = orDefault(opts.RunDir, "/run/vmsup")
+	opts.HostCapsCache = orDefault(opts.HostCapsCache, filepath.Join(opts.Root, "cache", "hostcaps.json"))
 	if opts.UnplugTimeout <= 0 {
 		opts.UnplugTimeout = DefaultUnplugTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Supervisor{opts: opts, host: opts.Host}, nil
+	return &Supervisor{opts: opts}, nil
 }
 
 // Close releases the systemd connection.
@@ -149,16 +156,6 @@ func (s *Supervisor) systemd(ctx context.Context) (*units.Manager, error) {
 	}
 	s.sd = m
 	return m, nil
-}
-
-func (s *Supervisor) hostFacts() Host {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.host == nil {
-		h := ProbeHost()
-		s.host = &h
-	}
-	return *s.host
 }
 
 // Timeouts for the parts of vmsup's own work.

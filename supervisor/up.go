@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,11 +52,10 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 			return f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
 		}
 		seen[f.VM.Name] = f.Path
-		h := s.hostFacts()
-		if err := checkHost(f, h, s.opts.QEMU); err != nil {
+		if err := checkHost(f, s.hostFacts(), s.opts.QEMU); err != nil {
 			return err
 		}
-		if _, _, err := resolveAccel(f, h); err != nil {
+		if _, _, _, err := s.resolveHost(f); err != nil {
 			return err
 		}
 		if err := s.checkStorage(context.Background(), f); err != nil {
@@ -79,25 +79,27 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 
 // Argv returns the exact QEMU command line vmsup would run for f.
 func (s *Supervisor) Argv(f *spec.File) ([]string, error) {
-	accel, _, err := resolveAccel(f, s.hostFacts())
+	accel, _, cpu, err := s.resolveHost(f)
 	if err != nil {
 		return nil, err
 	}
-	return s.argv(f, accel)
+	return s.argv(f, accel, cpu)
 }
 
-func (s *Supervisor) argv(f *spec.File, accel spec.Accel, extra ...func(*qemuargs.Options)) ([]string, error) {
+func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra ...func(*qemuargs.Options)) ([]string, error) {
 	p := s.paths(f.VM.Name)
 	o := qemuargs.Options{
-		Binary:        s.opts.QEMU,
-		Accel:         accel,
-		QMPSocket:     p.QMP,
-		EventSocket:   p.Events,
-		ConsoleSocket: p.Console,
-		AgentSocket:   p.Agent,
-		ConsoleLog:    p.ConsoleLog,
-		VhostNet:      s.vhostNet(),
-		Disks:         diskHosts(p, &f.VM),
+		Binary:         s.opts.QEMU,
+		Accel:          accel,
+		CPU:            cpu.Model,
+		CPUFeaturesOff: cpu.Masks,
+		QMPSocket:      p.QMP,
+		EventSocket:    p.Events,
+		ConsoleSocket:  p.Console,
+		AgentSocket:    p.Agent,
+		ConsoleLog:     p.ConsoleLog,
+		VhostNet:       s.vhostNet(),
+		Disks:          diskHosts(p, &f.VM),
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
@@ -173,7 +175,9 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 	)
 	steps := []step{
 		{name: "validate", do: func(ctx context.Context) (err error) {
-			app.Accel, app.AccelReason, err = resolveAccel(f, s.hostFacts())
+			var cpu cpuChoice
+			app.Accel, app.AccelReason, cpu, err = s.resolveHost(f)
+			app.CPUModel, app.CPUMasks = cmp.Or(f.VM.CPUModel, cpu.Model), cpu.Masks
 			res.Accel, res.AccelReason = app.Accel, app.AccelReason
 			if err != nil {
 				return err
@@ -256,7 +260,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 	steps = append(steps, []step{
 		{name: "argv", do: func(ctx context.Context) (err error) {
 			boot := bootFile(f, plan.carried)
-			argv, err = s.argv(boot, app.Accel, plan.argvOpts...)
+			argv, err = s.argv(boot, app.Accel, cpuChoice{app.CPUModel, app.CPUMasks}, plan.argvOpts...)
 			app.Argv = argv
 			app.recordBootDisks(&boot.VM, plan.carried)
 			return err
@@ -368,6 +372,12 @@ func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name
 		if err == nil {
 			var qs qmp.StatusInfo
 			qs, err = c.QueryStatus(ctx)
+			if err == nil && !qs.Running {
+				// A source a dead migration left paused runs again.
+				if resumed, rerr := s.recoverStoppedSource(ctx, name, c, true); rerr == nil && resumed {
+					qs, err = c.QueryStatus(ctx)
+				}
+			}
 			release()
 			if err == nil {
 				res.State, res.Note = existingState(name, qs.Status, res.Note)
@@ -431,7 +441,9 @@ func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
 			return hint
 		}
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if strings.Contains(l, "qemu-system") {
+			// QEMU prefixes its errors with its name: "qemu-system-x86_64:"
+			// from most of it, "qemu:" from the loaders.
+			if strings.Contains(l, "qemu-system") || strings.HasPrefix(l, "qemu:") {
 				last = l
 			}
 		}

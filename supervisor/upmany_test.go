@@ -18,7 +18,7 @@ func TestUpMany(t *testing.T) {
 	dir := t.TempDir()
 	files := []*spec.File{
 		guestFile(t, dir, "many1", "stop_timeout = \"1s\""),
-		guestFile(t, dir, "manybad", "stop_timeout = \"1s\"\ncpu_model = \"nosuchcpu\""),
+		refusedFile(t, dir, "manybad", "stop_timeout = \"1s\""),
 		guestFile(t, dir, "many2", "stop_timeout = \"1s\""),
 	}
 	res, err := sup.Up(ctx, files...)

@@ -3,13 +3,14 @@ package units
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/vmsup/vmsup/internal/hostcaps"
 )
 
 // PathRule is one file a confined process may use and how, in AppArmor's
@@ -163,21 +164,7 @@ func (p *Profile) Render() ([]byte, error) {
 
 // AppArmorState says whether the running kernel enforces AppArmor: "" when
 // it does, otherwise why not.
-func AppArmorState() string {
-	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return "this kernel has no AppArmor (/sys/module/apparmor/parameters/enabled does not exist)"
-	case err != nil:
-		return "cannot tell whether AppArmor is enabled: " + err.Error()
-	case strings.TrimSpace(string(b)) != "Y":
-		return "AppArmor is disabled in this kernel (/sys/module/apparmor/parameters/enabled = " + strings.TrimSpace(string(b)) + ")"
-	}
-	if _, err := exec.LookPath("apparmor_parser"); err != nil {
-		return "apparmor_parser is not installed (package apparmor)"
-	}
-	return ""
-}
+func AppArmorState() string { return hostcaps.AppArmorReason() }
 
 // Parser runs apparmor_parser.
 type Parser struct {

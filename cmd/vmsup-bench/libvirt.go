@@ -25,6 +25,7 @@ import (
 // and tmpfs over /run, /var/lib, /var/cache and /var/log's libvirt
 // directories so the run leaves nothing behind. Its sockets live in dir.
 type libvirt struct {
+	cpuMasks       []string // features -cpu host needs off here (host probe)
 	dir, sock, uri string
 	tini           *exec.Cmd
 	done           chan struct{}
@@ -280,7 +281,11 @@ func (l *libvirt) destroy(name string) error {
 // the same memory, serial console on a unix socket with a log file, the same
 // read-only raw disk or direct kernel boot, no USB, no balloon.
 func (l *libvirt) domainXML(name string, k vmKind, memMiB int, disk string, g guestFiles) string {
-	typ, cpu := "kvm", `<cpu mode='host-passthrough'/>`
+	typ, cpu := "kvm", `<cpu mode='host-passthrough'>`
+	for _, m := range l.cpuMasks { // what the host probe found this KVM refuses
+		cpu += `<feature policy='disable' name='` + m + `'/>`
+	}
+	cpu += `</cpu>`
 	osx := `<os><type arch='x86_64' machine='q35'>hvm</type></os>`
 	dev := fmt.Sprintf(`<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='%s'/><target dev='vda' bus='virtio'/><readonly/></disk>`, disk)
 	if k != kindIdle {

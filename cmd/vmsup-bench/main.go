@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/bench"
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/units"
@@ -98,7 +99,10 @@ type fixture struct {
 	lv        *libvirt
 	vmsupBin  string
 	cliEnv    []string
-	report    *bench.Report
+	// idle is kindIdle where the host probe says QEMU starts under KVM,
+	// else kindIdleTCG: the start and stop figures use what this host has.
+	idle   vmKind
+	report *bench.Report
 
 	mu  sync.Mutex
 	raw map[*rawVM]bool // raw QEMUs still running, for clean-up
@@ -130,13 +134,16 @@ func run(c config) error {
 		return err
 	}
 	f := &fixture{cfg: c, dir: dir, vmsupBin: bin, report: &bench.Report{}, raw: map[*rawVM]bool{}, trace: &stepTrace{}}
-	f.report.Machine = machine()
-	fmt.Printf("vmsup-bench: %s, %d cores, KVM %s\n", f.report.Machine.QEMU, f.report.Machine.Cores, f.report.Machine.KVM)
-
-	step("starting the systemd sandbox and building the test guest")
+	step("starting the systemd sandbox, building the test guest and probing the host")
 	if f.env, err = testenv.Start(ctx, filepath.Join(dir, "env")); err != nil {
 		return err
 	}
+	f.report.Machine = machine(f.env.Caps)
+	f.idle = kindIdleTCG
+	if ok, _ := f.env.Caps.KVM.Starts(); ok {
+		f.idle = kindIdle
+	}
+	fmt.Printf("vmsup-bench: %s, %d cores, KVM %s; start and stop figures under %s\n", f.report.Machine.QEMU, f.report.Machine.Cores, f.report.Machine.KVM, f.idle.accel())
 	defer func() {
 		if err := f.env.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "vmsup-bench: stop systemd sandbox:", err)
@@ -154,15 +161,15 @@ func run(c config) error {
 	}
 	if f.sup, err = supervisor.New(supervisor.Options{
 		Root: filepath.Join(dir, "root"), SystemdBus: f.env.Systemd.BusAddress, JournalDir: f.env.Systemd.JournalDir,
-		Self: bin, AfterStep: f.trace.after,
+		Self: bin, AfterStep: f.trace.after, QEMU: f.env.QEMU, HostCaps: f.env.Caps,
 	}); err != nil {
 		return err
 	}
 	defer f.sup.Close()
-	if f.rawSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "raw"), Self: bin}); err != nil {
+	if f.rawSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "raw"), Self: bin, QEMU: f.env.QEMU, HostCaps: f.env.Caps}); err != nil {
 		return err
 	}
-	if f.confSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "conf"), Self: bin}); err != nil {
+	if f.confSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "conf"), Self: bin, QEMU: f.env.QEMU, HostCaps: f.env.Caps}); err != nil {
 		return err
 	}
 	if f.sd, err = units.Connect(ctx, f.env.Systemd.BusAddress); err != nil {
@@ -171,11 +178,13 @@ func run(c config) error {
 	defer f.sd.Close()
 	f.cliEnv = append(os.Environ(), "VMSUP_ROOT="+filepath.Join(dir, "cliroot"),
 		"VMSUP_SYSTEMD_BUS="+f.env.Systemd.BusAddress, "VMSUP_JOURNAL_DIR="+f.env.Systemd.JournalDir)
+	f.cliEnv = append(f.cliEnv, f.env.CLIEnv()...)
 
 	step("starting libvirtd and virtlogd")
 	if f.lv, err = startLibvirt(ctx, filepath.Join(dir, "lv")); err != nil {
 		return err
 	}
+	_, f.lv.cpuMasks, _ = f.env.Caps.CPU("kvm", "")
 	defer func() {
 		if err := f.lv.stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "vmsup-bench:", err)
@@ -215,7 +224,7 @@ func run(c config) error {
 	os.Remove(filepath.Join(c.out, name+".partial.md"))
 	os.Remove(filepath.Join(c.out, name+".partial.json"))
 	f.report.Note("Variants run interleaved, order rotated each repetition. vmsup and the bare unit run QEMU in the sandbox systemd's vmsup.slice; raw QEMU runs in a cgroup beside it (same CPU share); libvirt puts its QEMUs in its own machine cgroup.")
-	f.report.Note("Idle VMs: no guest OS (SeaBIOS, a blank read-only disk), q35, 1 vCPU; KVM (PVM here) for one VM at a time (sections 1-2), TCG where many run at once or for long (4-6): an idle VM spins ~60%% of a core under this PVM KVM and ~1%% under TCG; the libvirt domain is the same machine (no USB, no balloon, serial on a unix socket with a log). Boot: the test guest (uncompressed kernel + busybox initramfs) under TCG.")
+	f.report.Note("Idle VMs: no guest OS (SeaBIOS, a blank read-only disk), q35, 1 vCPU; for one VM at a time (sections 1-2) KVM where the host probe says QEMU starts under it, else TCG (the accel column says which); TCG where many run at once or for long (4-6): an idle VM spins ~60%% of a core under PVM KVM and ~1%% under TCG; the libvirt domain is the same machine (no USB, no balloon, serial on a unix socket with a log). Boot: the test guest (uncompressed kernel + busybox initramfs) under TCG.")
 	f.report.Note("vmsup Go API: one Supervisor (one D-Bus connection) in the bench process, spec.Load + Up per start. vmsup CLI: a bin/vmsup process per command, as a user runs it. virsh: a virsh process per command; libvirt API: one go-libvirt connection.")
 	f.report.Resolve()
 	f.report.Took = time.Since(began).Round(time.Second).String()
@@ -348,7 +357,7 @@ func (t *stepTrace) after(_, step string) {
 }
 
 // machine records cores, CPU, memory, kernel, KVM kind and versions.
-func machine() bench.Machine {
+func machine(caps *supervisor.HostCaps) bench.Machine {
 	m := bench.Machine{Date: time.Now().UTC().Format(time.RFC3339), Cores: runtime.NumCPU(), Go: runtime.Version()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
@@ -364,13 +373,18 @@ func machine() bench.Machine {
 	if syscall.Uname(&u) == nil {
 		m.Kernel = cstr(u.Release[:])
 	}
+	starts, why := caps.KVM.Starts()
+	_, masks, _ := caps.CPU("kvm", "")
 	switch {
-	case !h.KVMOpenable:
-		m.KVM = "none (" + h.KVMUnusable + "): KVM figures are missing"
-	case h.KVMUnusable != "":
-		m.KVM = "yes, but " + h.KVMUnusable + ": QEMU starts with it, the test guest boots only under TCG"
+	case !starts:
+		m.KVM = "none (" + why + "): start and stop figures under TCG"
+	case caps.KVM.Kind != hostcaps.KVMFull:
+		m.KVM = "yes, but " + caps.KVM.Reason + ": QEMU starts with it, the test guest boots only under TCG"
 	default:
 		m.KVM = "yes"
+	}
+	if starts && len(masks) > 0 {
+		m.KVM += "; -cpu host needs " + strings.Join(masks, ", ") + " off"
 	}
 	m.QEMU = firstLine("qemu-system-x86_64", "--version")
 	m.Systemd = strings.TrimPrefix(firstLine("systemctl", "--version"), "systemd ")

@@ -256,8 +256,8 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 // reports running, then stopped at once.
 func (f *fixture) startStop(ctx context.Context) error {
 	const sec1, sec2 = "1. start (no guest OS, until QMP reports running)", "2. stop"
-	defer keepKVMACL()()
-	vs, err := f.variants(kindIdle, 128, "s", true, true)
+	defer keepKVMACL(f.idle == kindIdle)()
+	vs, err := f.variants(f.idle, 128, "s", true, true)
 	if err != nil {
 		return err
 	}
@@ -280,14 +280,14 @@ func (f *fixture) startStop(ctx context.Context) error {
 	// (vmsup CLI vs virsh) and one long-lived connection (Go API vs libvirt's).
 	for _, p := range []struct{ vm, lv string }{{vAPI, vLvAPI}, {vCLI, vVirsh}} {
 		lv, vm := res[p.lv], res[p.vm]
-		r.Add(bench.Row{Section: sec1, Figure: "start vs libvirt", Variant: p.lv, Accel: "kvm", Unit: "ms",
+		r.Add(bench.Row{Section: sec1, Figure: "start vs libvirt", Variant: p.lv, Accel: f.idle.accel(), Unit: "ms",
 			Summary: bench.Summarize(bench.Millis(lv.start)), Failures: lv.startFail})
-		r.Add(bench.Row{Section: sec1, Figure: "start vs libvirt", Variant: p.vm, Accel: "kvm", Unit: "ms",
+		r.Add(bench.Row{Section: sec1, Figure: "start vs libvirt", Variant: p.vm, Accel: f.idle.accel(), Unit: "ms",
 			Summary: bench.Summarize(bench.Millis(vm.start)), Failures: vm.startFail, Baseline: p.lv, Target: 0.40})
 	}
 	// vmsup's own cost: the same confined unit vmsup starts, without vmsup.
 	for _, v := range []string{vConf, vAPI, vCLI} {
-		row := bench.Row{Section: sec1, Figure: "start vs confined unit", Variant: v, Accel: "kvm", Unit: "ms",
+		row := bench.Row{Section: sec1, Figure: "start vs confined unit", Variant: v, Accel: f.idle.accel(), Unit: "ms",
 			Summary: bench.Summarize(bench.Millis(res[v].start)), Failures: res[v].startFail}
 		if v != vConf {
 			row.Baseline = vConf
@@ -295,10 +295,10 @@ func (f *fixture) startStop(ctx context.Context) error {
 		r.Add(row)
 	}
 	for _, st := range f.trace.order {
-		r.Add(bench.Row{Section: sec1, Figure: "vmsup Up step: " + st, Variant: vAPI, Accel: "kvm", Unit: "ms",
+		r.Add(bench.Row{Section: sec1, Figure: "vmsup Up step: " + st, Variant: vAPI, Accel: f.idle.accel(), Unit: "ms",
 			Summary: bench.Summarize(bench.Millis(f.trace.steps[st]))})
 	}
-	r.Add(bench.Row{Section: sec1, Figure: "vmsup Up step: confirm", Variant: vUnit, Accel: "kvm", Unit: "ms",
+	r.Add(bench.Row{Section: sec1, Figure: "vmsup Up step: confirm", Variant: vUnit, Accel: f.idle.accel(), Unit: "ms",
 		Summary: bench.Summarize(bench.Millis(f.unitAfterJob)), Note: "the same wait after the start job, raw QMP client polling every 1 ms"})
 	f.trace.steps, f.trace.order, f.unitAfterJob = nil, nil, nil
 	stopNote := map[string]string{
@@ -377,10 +377,10 @@ func (f *fixture) unitVariant(specDir, prefix string, k vmKind, memMiB int, conf
 	if err != nil {
 		return variant{}, err
 	}
-	u := bareUnit(prefix+tag, argv, memMiB)
+	u := bareUnit(prefix+tag, argv, memMiB, k.accel() == "kvm")
 	var prep func() error
 	if confined {
-		if u.Sandbox, err = confinedSandbox(dir, f.blank); err != nil {
+		if u.Sandbox, err = confinedSandbox(dir, f.blank, k.accel() == "kvm"); err != nil {
 			return variant{}, err
 		}
 		// vmsup grants its QEMU user /dev/kvm (an ACL entry) while its VMs
@@ -390,6 +390,9 @@ func (f *fixture) unitVariant(specDir, prefix string, k vmKind, memMiB int, conf
 			return variant{}, err
 		}
 		prep = func() error {
+			if k.accel() != "kvm" {
+				return nil
+			}
 			if _, err := posixacl.GrantUser("/dev/kvm", uint32(uid), 6); err != nil {
 				return fmt.Errorf("grant /dev/kvm: %w", err)
 			}
@@ -413,7 +416,7 @@ func (f *fixture) unitVariant(specDir, prefix string, k vmKind, memMiB int, conf
 			if err := c.expectRunning(); err != nil {
 				return err
 			}
-			if k == kindIdle && !confined {
+			if k != kindGuest && !confined {
 				f.unitAfterJob = append(f.unitAfterJob, time.Since(t0))
 			}
 			return nil

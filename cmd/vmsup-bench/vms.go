@@ -28,7 +28,8 @@ type vmKind int
 
 const (
 	// kindIdle: no guest OS, KVM, SeaBIOS finds a blank read-only disk and
-	// waits; only start-up, QMP and memory are measured.
+	// waits; only start-up, QMP and memory are measured. Used where the host
+	// probe says QEMU starts under KVM (fixture.idle), else kindIdleTCG.
 	kindIdle vmKind = iota
 	// kindIdleTCG: the same under TCG. Many idle VMs at once use it: an idle
 	// KVM VM on this PVM host spins (~60% of a core each, measured), an idle
@@ -275,8 +276,8 @@ func (c *rawClient) expectRunning() error {
 
 // bareUnit is the same argv in a transient systemd unit without vmsup: the
 // same properties as vmsup's unit but no ExecStop= hook.
-func bareUnit(name string, argv []string, memMiB int) units.Unit {
-	return units.Unit{
+func bareUnit(name string, argv []string, memMiB int, kvm bool) units.Unit {
+	u := units.Unit{
 		Name:        "bench-" + name + ".service",
 		Description: "bench bare unit " + name,
 		Slice:       "vmsup.slice",
@@ -284,15 +285,18 @@ func bareUnit(name string, argv []string, memMiB int) units.Unit {
 		MemoryMax:   uint64(memMiB+256) << 20,
 		TasksMax:    4096,
 		UMask:       0o077,
-		DeviceAllow: []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}},
 	}
+	if kvm {
+		u.DeviceAllow = []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}}
+	}
+	return u
 }
 
 // confinedSandbox is the sandbox vmsup puts around a VM with the one
 // read-only disk and no NICs, for the VM state directory dir: QEMU runs as
 // supervisor.DefaultQEMUUser, which owns dir; the other VMs' directories are
 // hidden. The directories above dir must be traversable by that user.
-func confinedSandbox(dir, disk string) (*units.Sandbox, error) {
+func confinedSandbox(dir, disk string, kvm bool) (*units.Sandbox, error) {
 	uid, gid, err := qemuUser()
 	if err != nil {
 		return nil, err
@@ -305,18 +309,24 @@ func confinedSandbox(dir, disk string) (*units.Sandbox, error) {
 			return nil, err
 		}
 	}
-	return &units.Sandbox{
+	sb := &units.Sandbox{
 		User: supervisor.DefaultQEMUUser, Group: supervisor.DefaultQEMUUser,
 		ReadWritePaths: []string{dir},
 		BindPaths:      []string{dir, disk},
 		HidePaths:      []string{filepath.Dir(dir)},
-		Devices:        []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}},
-	}, nil
+	}
+	if kvm {
+		sb.Devices = []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}}
+	}
+	return sb, nil
 }
 
 // keepKVMACL returns a function that puts the QEMU user's ACL entry on
 // /dev/kvm back as it was before (the confined variant adds one).
-func keepKVMACL() func() {
+func keepKVMACL(kvm bool) func() {
+	if !kvm {
+		return func() {}
+	}
 	uid, _, err := qemuUser()
 	if err != nil {
 		return func() {}

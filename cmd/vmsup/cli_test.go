@@ -70,6 +70,19 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "unknown flag", args: []string{"up", "--frobnicate"}, want: "unknown flag: --frobnicate"},
 		{name: "no systemd on the bus", args: []string{"--systemd-bus", "unix:path=/nonexistent/bus", "ls"}, want: "no systemd answers on unix:path=/nonexistent/bus"},
 		{name: "qmp to a VM that is not running", args: []string{"qmp", "nosuch", `{"execute":"query-status"}`}, want: `vm "nosuch"`},
+		{name: "CPU model QEMU lacks", file: "w.toml", body: "name='w'\nmemory='256M'\naccel='tcg'\ncpu_model='nosuchcpu'\n[boot]\nkernel='" + k + "'\n",
+			args: []string{"validate", "@w.toml"}, want: `w.toml:4:1: cpu_model: QEMU ` + env.Caps.QEMU.Version + ` has no CPU model "nosuchcpu"; these would: max`},
+	}
+	if ok, why := env.Caps.KVM.Starts(); !ok {
+		// What does not work here, and what would.
+		cases = append(cases, struct {
+			name, file, body string
+			args             []string
+			want             string
+		}{name: "kvm where KVM does not start", file: "x.toml", body: "name='x'\nmemory='256M'\naccel='kvm'\n[boot]\nkernel='" + k + "'\n",
+			args: []string{"validate", "@x.toml"}, want: "x.toml:3:1: accel: kvm requested but " + why + "; accel = \"tcg\" runs it emulated"})
+	} else {
+		t.Logf("KVM starts here: the \"kvm where KVM does not start\" row cannot happen (probe: %s)", env.Caps.KVM.Kind)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -244,4 +257,33 @@ func TestCLIEndToEnd(t *testing.T) {
 func waitFor(t *testing.T, path, marker string, d time.Duration) {
 	t.Helper()
 	testenv.WaitLog(t, path, marker, d)
+}
+
+// TestCLIHost: vmsup host prints the probe's record with a reason for every
+// "no", from the cache the second time; --json has the whole record.
+func TestCLIHost(t *testing.T) {
+	root := t.TempDir()
+	r := vmsup(t, root, "", "--host-cache", filepath.Join(root, "hc.json"), "host", "--refresh")
+	if r.code != 0 || !strings.Contains(r.stdout, "qemu:        "+env.QEMU) || !strings.Contains(r.stdout, "kvm:         ") ||
+		!strings.Contains(r.stdout, "accel auto:  ") || !strings.Contains(r.stdout, "helpers:     ") {
+		t.Fatalf("vmsup host: %+v", r)
+	}
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.Contains(l, ": no") && !strings.Contains(l, "no: ") && !strings.Contains(l, "starts: no: ") {
+			t.Errorf("a no without its reason: %q", l)
+		}
+	}
+	t.Logf("vmsup host:\n%s", r.stdout)
+	r = vmsup(t, root, "", "--host-cache", filepath.Join(root, "hc.json"), "host")
+	if r.code != 0 || !strings.Contains(r.stdout, "read from the cache in") {
+		t.Fatalf("second vmsup host: %+v", r)
+	}
+	r = vmsup(t, root, "", "--host-cache", filepath.Join(root, "hc.json"), "host", "--json")
+	var rec struct {
+		QEMU struct{ Version string }
+		KVM  struct{ Kind string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.QEMU.Version == "" || rec.KVM.Kind == "" {
+		t.Fatalf("vmsup host --json: %v: %s", err, r.stdout)
+	}
 }

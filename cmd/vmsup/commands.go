@@ -207,6 +207,13 @@ func statusCmd(g *globals) *cobra.Command {
 					accel += " (" + s.AccelReason + ")"
 				}
 				fmt.Fprintf(out, "accel:    %s\ncpus:     %d\nmemory:   %s\n", accel, s.CPUs, s.Memory)
+				if s.CPUModel != "" {
+					cpu := s.CPUModel
+					if len(s.CPUMasks) > 0 {
+						cpu += " (masked: " + strings.Join(s.CPUMasks, ", ") + ", which this host's KVM refuses)"
+					}
+					fmt.Fprintf(out, "cpu:      %s\n", cpu)
+				}
 				if s.MemoryUsed > 0 {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}

@@ -29,6 +29,7 @@ type globals struct {
 	imageDirs                []string
 	unitDir, bootTarget      string
 	runDir                   string
+	hostCache                string
 }
 
 func main() {
@@ -83,12 +84,13 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.unitDir, "unit-dir", envOr("VMSUP_UNIT_DIR", "/etc/systemd/system"), "where vmsup enable installs the boot unit (env VMSUP_UNIT_DIR)")
 	pf.StringVar(&g.bootTarget, "boot-target", envOr("VMSUP_BOOT_TARGET", "multi-user.target"), "target that pulls the boot unit in (env VMSUP_BOOT_TARGET)")
 	pf.StringVar(&g.runDir, "run-dir", envOr("VMSUP_RUN_DIR", "/run/vmsup"), "per-boot state: which VMs autostart already started (env VMSUP_RUN_DIR)")
+	pf.StringVar(&g.hostCache, "host-cache", os.Getenv("VMSUP_HOST_CACHE"), "where the host probe's record is kept; default ROOT/cache/hostcaps.json (env VMSUP_HOST_CACHE)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
 		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
-		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g),
+		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 	)
 	return root
 }
@@ -109,6 +111,7 @@ func (g *globals) supervisor() (*supervisor.Supervisor, error) {
 		UnitDir:        g.unitDir,
 		BootTarget:     g.bootTarget,
 		RunDir:         g.runDir,
+		HostCapsCache:  g.hostCache,
 		SystemdAnalyze: strings.Fields(g.analyze),
 		Network:        supervisor.NetworkOptions{OVSDB: g.ovsdb},
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),

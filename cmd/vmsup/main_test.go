@@ -48,6 +48,7 @@ func vmsup(t testing.TB, root string, stdin string, args ...string) result {
 		"VMSUP_UNIT_DIR="+filepath.Join(root, "etc-systemd"),
 		"VMSUP_BOOT_TARGET="+testenv.BootTarget,
 		"VMSUP_RUN_DIR="+filepath.Join(root, "run"))
+	cmd.Env = append(cmd.Env, env.CLIEnv()...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/vmsup/vmsup/internal/hostcaps"
 )
 
 // Env is what a test package shares: one systemd sandbox and the guest image.
@@ -14,6 +16,11 @@ type Env struct {
 	Systemd *Systemd
 	Guest   GuestImage
 	Dir     string // the directory given to Start (Main makes and removes its own)
+	// QEMU is the binary the tests run (QEMUBinary); Caps is the host
+	// probe's record for it, cached in CapsCache.
+	QEMU      string
+	Caps      *hostcaps.Caps
+	CapsCache string
 }
 
 // Start builds (or reuses) the guest image and boots a systemd sandbox under dir.
@@ -25,15 +32,24 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 	}
 	gc := make(chan guestResult, 1)
 	go func() { g, err := Guest(ctx); gc <- guestResult{g, err} }()
+	e := &Env{Dir: dir, QEMU: QEMUBinary()}
+	var capsErr error
+	capsDone := make(chan struct{})
+	go func() { e.Caps, e.CapsCache, capsErr = probeHost(ctx, dir); close(capsDone) }()
 	sd, sdErr := StartSystemd(ctx, dir)
 	gr := <-gc
-	if err := errors.Join(sdErr, gr.err); err != nil {
+	<-capsDone
+	if err := errors.Join(sdErr, gr.err, capsErr); err != nil {
 		if sd != nil {
 			sd.Stop()
 		}
 		return nil, err
 	}
-	return &Env{Systemd: sd, Guest: gr.g, Dir: dir}, nil
+	e.Systemd, e.Guest = sd, gr.g
+	if ok, why := e.Caps.KVM.Starts(); !ok {
+		fmt.Printf("testenv: QEMU %s: no KVM here (%s): tests that need it skip\n", e.QEMU, why)
+	}
+	return e, nil
 }
 
 // Close stops the sandbox. It is safe to call twice.

@@ -141,7 +141,7 @@ func newSupLog(t testing.TB) (*supervisor.Supervisor, *syncBuffer) {
 	s, err := supervisor.New(supervisor.Options{
 		Logger:     slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Root:       t.TempDir(),
-		SystemdBus: env.Systemd.BusAddress,
+		SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps,
 		JournalDir: env.Systemd.JournalDir,
 		Self:       vmsupBin,
 		Network: supervisor.NetworkOptions{

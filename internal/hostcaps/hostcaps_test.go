@@ -1,0 +1,215 @@
+package hostcaps
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+const realQEMU = "/usr/bin/qemu-system-x86_64"
+
+func needQEMU(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(realQEMU); err != nil {
+		t.Skipf("no %s: %v", realQEMU, err)
+	}
+}
+
+// standinQEMU writes an executable that runs this test binary as the
+// stand-in QEMU in mode.
+func standinQEMU(t *testing.T, mode string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "qemu-"+strings.ReplaceAll(mode, ":", "-"))
+	script := "#!/bin/sh\n" + standinEnv + "='" + mode + "' exec '" + self + "' \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fakeHost is a /proc and /sys tree of a host with module (kvm_amd,
+// kvm_pvm) loaded and an svm CPU, whose /dev/kvm opens.
+func fakeHost(t *testing.T, module string) (string, func(string) (string, bool, string)) {
+	t.Helper()
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "proc"), 0o755)
+	os.WriteFile(filepath.Join(root, "proc/cpuinfo"), []byte("vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 svm\n"), 0o644)
+	os.MkdirAll(filepath.Join(root, "sys/module", module), 0o755)
+	return root, func(string) (string, bool, string) { return "char 10:232 0666 opens (stand-in)", true, "" }
+}
+
+func probe(t *testing.T, mode, module string) *Caps {
+	t.Helper()
+	needQEMU(t)
+	root, dev := fakeHost(t, module)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := Probe(ctx, Options{QEMU: standinQEMU(t, mode), Root: root, kvmDevice: dev})
+	if err != nil {
+		t.Fatalf("probe (%s): %v", mode, err)
+	}
+	t.Logf("%s: kvm %s %q; modes %+v; cost %s", mode, c.KVM.Kind, c.KVM.Reason, c.KVM.Modes, c.ProbeCost)
+	return c
+}
+
+// TestProbeStandins: the probe's decisions against stand-in QEMUs for each
+// kind of host.
+func TestProbeStandins(t *testing.T) {
+	t.Parallel()
+	t.Run("full-kvm", func(t *testing.T) {
+		t.Parallel()
+		c := probe(t, "full", "kvm_amd")
+		if a, why, err := c.Accel(spec.AccelAuto); a != spec.AccelKVM || err != nil {
+			t.Fatalf("auto: %s %q %v", a, why, err)
+		}
+		if m, masks, err := c.CPU(spec.AccelKVM, ""); m != "host" || len(masks) != 0 || err != nil {
+			t.Fatalf("cpu: %s %v %v", m, masks, err)
+		}
+	})
+	t.Run("needs-mask", func(t *testing.T) {
+		t.Parallel()
+		c := probe(t, "mask", "kvm_amd")
+		host, _ := c.KVM.Mode("host")
+		if !host.Starts || strings.Join(host.Masks, ",") != "arch-capabilities" || !strings.Contains(host.Error, "failed to set MSR 0x10a") {
+			t.Fatalf("host mode: %+v", host)
+		}
+		if a, _, err := c.Accel(spec.AccelAuto); a != spec.AccelKVM || err != nil {
+			t.Fatalf("auto: %s %v", a, err)
+		}
+		m, masks, err := c.CPU(spec.AccelKVM, "")
+		if m != "host" || strings.Join(masks, ",") != "arch-capabilities" || err != nil {
+			t.Fatalf("cpu: %s %v %v", m, masks, err)
+		}
+		if max, _ := c.KVM.Mode("max"); !max.Starts || strings.Join(max.Masks, ",") != "arch-capabilities" {
+			t.Fatalf("max mode: %+v", max)
+		}
+	})
+	t.Run("aborts-on-host", func(t *testing.T) {
+		t.Parallel()
+		c := probe(t, "abort", "kvm_amd")
+		if host, _ := c.KVM.Mode("host"); host.Starts {
+			t.Fatalf("host starts: %+v", host)
+		}
+		// KVM itself works (a baseline model starts): auto still uses
+		// it, with the model that starts; asking for host says what would.
+		m, _, err := c.CPU(spec.AccelKVM, "")
+		if err != nil || m != fallbackModel {
+			t.Fatalf("default model: %q %v", m, err)
+		}
+		_, _, err = c.CPU(spec.AccelKVM, "host")
+		if err == nil || !strings.Contains(err.Error(), "does not start under KVM here") || !strings.Contains(err.Error(), "these would: "+fallbackModel) {
+			t.Fatalf("cpu host: %v", err)
+		}
+	})
+	t.Run("kvm-absent", func(t *testing.T) {
+		t.Parallel()
+		needQEMU(t)
+		root, _ := fakeHost(t, "kvm_amd")
+		c, err := Probe(context.Background(), Options{QEMU: realQEMU, Root: root, KVMDevice: filepath.Join(root, "no-kvm")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.KVM.Kind != KVMNone || len(c.KVM.Modes) != 0 || !strings.Contains(c.KVM.Reason, "no ") {
+			t.Fatalf("kvm: %+v", c.KVM)
+		}
+		if a, why, _ := c.Accel(spec.AccelAuto); a != spec.AccelTCG || !strings.Contains(why, "no ") {
+			t.Fatalf("auto: %s %q", a, why)
+		}
+		_, _, err = c.Accel(spec.AccelKVM)
+		if err == nil || !strings.Contains(err.Error(), "kvm requested but no ") || !strings.Contains(err.Error(), "accel = \"tcg\"") {
+			t.Fatalf("explicit kvm: %v", err)
+		}
+	})
+	t.Run("kvm-fails", func(t *testing.T) {
+		t.Parallel()
+		c := probe(t, "nokvm", "kvm_amd")
+		ok, why := c.KVM.Starts()
+		if ok || !strings.Contains(why, "failed to initialize kvm") {
+			t.Fatalf("starts %v: %s", ok, why)
+		}
+		if a, reason, _ := c.Accel(spec.AccelAuto); a != spec.AccelTCG || !strings.Contains(reason, "failed to initialize kvm") {
+			t.Fatalf("auto: %s %q", a, reason)
+		}
+	})
+	t.Run("pvm", func(t *testing.T) {
+		t.Parallel()
+		c := probe(t, "full", "kvm_pvm")
+		if c.KVM.Kind != KVMPVM {
+			t.Fatalf("kind %s", c.KVM.Kind)
+		}
+		// auto never picks a KVM that cannot boot a stock guest; asked for
+		// explicitly, QEMU starts on it.
+		if a, why, _ := c.Accel(spec.AccelAuto); a != spec.AccelTCG || !strings.Contains(why, "PVM") {
+			t.Fatalf("auto: %s %q", a, why)
+		}
+		if a, _, err := c.Accel(spec.AccelKVM); a != spec.AccelKVM || err != nil {
+			t.Fatalf("explicit: %s %v", a, err)
+		}
+	})
+	t.Run("missing-command", func(t *testing.T) {
+		t.Parallel()
+		c := probe(t, "missing:blockdev-add", "kvm_amd")
+		err := c.Check()
+		if err == nil || !strings.Contains(err.Error(), `lacks the QMP command "blockdev-add" that vmsup needs`) {
+			t.Fatalf("check: %v", err)
+		}
+	})
+}
+
+// TestProbeCache: a second probe reads the record; a changed QEMU binary
+// (its mtime) makes a new one.
+func TestProbeCache(t *testing.T) {
+	needQEMU(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "qemu")
+	os.Symlink(realQEMU, filepath.Join(dir, "link"))
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexec "+realQEMU+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{QEMU: bin, CacheFile: filepath.Join(dir, "cache", "host.json")}
+	cold, err := Probe(context.Background(), o)
+	if err != nil || cold.Cached {
+		t.Fatalf("cold: %+v %v", cold, err)
+	}
+	warm, err := Probe(context.Background(), o)
+	if err != nil || !warm.Cached || warm.ProbeCost != cold.ProbeCost {
+		t.Fatalf("warm: cached %v %v", warm.Cached, err)
+	}
+	t.Logf("probe: cold %s, cached %s", cold.ProbeCost, warm.LoadCost)
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(bin, later, later)
+	again, err := Probe(context.Background(), o)
+	if err != nil || again.Cached {
+		t.Fatalf("after the binary changed: cached %v %v", again.Cached, err)
+	}
+	if again.QEMU.Version == "" || len(again.QEMU.Models) == 0 || len(again.QEMU.Machines) == 0 || len(again.QEMU.Missing) != 0 {
+		t.Fatalf("record: %+v", again.QEMU)
+	}
+}
+
+// TestCPUChoices: model choices and their errors, on a record.
+func TestCPUChoices(t *testing.T) {
+	c := &Caps{QEMU: QEMU{Version: "7.2.0", Models: []CPUModel{{Name: "EPYC"}, {Name: "EPYC-Rome"}, {Name: "max"}, {Name: "qemu64"}}}}
+	if m, _, err := c.CPU(spec.AccelTCG, ""); m != "max" || err != nil {
+		t.Fatalf("tcg default: %s %v", m, err)
+	}
+	if m, _, err := c.CPU(spec.AccelTCG, "EPYC"); m != "EPYC" || err != nil {
+		t.Fatalf("tcg EPYC: %s %v", m, err)
+	}
+	_, _, err := c.CPU(spec.AccelTCG, "EPYX")
+	if err == nil || !strings.Contains(err.Error(), `has no CPU model "EPYX"`) || !strings.Contains(err.Error(), "EPYC") {
+		t.Fatalf("unknown model: %v", err)
+	}
+	if _, _, err := c.CPU(spec.AccelTCG, "host"); err == nil || !strings.Contains(err.Error(), "needs KVM") {
+		t.Fatalf("host under tcg: %v", err)
+	}
+}

@@ -60,8 +60,10 @@ for d in /run/libvirt /var/lib/libvirt /var/cache/libvirt /var/log/libvirt; do
 done
 mkdir -p /var/log/libvirt/qemu /var/lib/libvirt/qemu
 mount -t tmpfs -o mode=0755 tmpfs "$LV_DIR/dev"
-mknod -m 0666 "$LV_DIR/dev/kvm" c 10 232
-mount --bind "$LV_DIR/dev/kvm" /dev/kvm
+if [ -e /dev/kvm ]; then # hosts without KVM: the domains run under TCG
+	mknod -m 0666 "$LV_DIR/dev/kvm" c 10 232
+	mount --bind "$LV_DIR/dev/kvm" /dev/kvm
+fi
 ip link set lo up
 virtlogd --pid-file "$LV_DIR/virtlogd.pid" &
 for i in $(seq 200); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.05; done

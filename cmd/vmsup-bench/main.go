@@ -143,7 +143,7 @@ func run(c config) error {
 	if ok, _ := f.env.Caps.KVM.Starts(); ok {
 		f.idle = kindIdle
 	}
-	fmt.Printf("vmsup-bench: %s, %d cores, KVM %s; start and stop figures under %s\n", f.report.Machine.QEMU, f.report.Machine.Cores, f.report.Machine.KVM, f.idle.accel())
+	fmt.Printf("vmsup-bench: %s, %d cores, KVM %s\n", f.report.Machine.QEMU, f.report.Machine.Cores, f.report.Machine.KVM)
 	defer func() {
 		if err := f.env.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "vmsup-bench: stop systemd sandbox:", err)

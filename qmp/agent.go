@@ -2,6 +2,7 @@ package qmp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -403,4 +404,20 @@ func (a *Agent) GetVCPUs(ctx context.Context) ([]GuestVCPU, error) {
 	var v []GuestVCPU
 	err := a.Execute(ctx, "guest-get-vcpus", nil, &v)
 	return v, err
+}
+
+// Describe is the agent's version and the guest's OS as one line ("Debian
+// GNU/Linux 12 (kernel 6.1.0-57-amd64)"); what the agent does not say is
+// left empty.
+func (a *Agent) Describe(ctx context.Context) (version, os string) {
+	if info, err := a.Info(ctx); err == nil {
+		version = info.Version
+	}
+	if osi, err := a.OSInfo(ctx); err == nil {
+		os = cmp.Or(osi.PrettyName, osi.Name)
+		if osi.KernelRelease != "" {
+			os += " (kernel " + osi.KernelRelease + ")"
+		}
+	}
+	return version, os
 }

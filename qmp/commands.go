@@ -255,9 +255,50 @@ type ChardevInfo struct {
 	FrontendOpen bool   `json:"frontend-open"`
 }
 
+// FrontendOpen reports whether the guest has the character device label's
+// port open (for the guest agent's: whether qemu-ga runs). Unknown (QEMU
+// did not answer) counts as open: the caller's bounded wait finds out.
+func (c *Conn) FrontendOpen(ctx context.Context, label string) bool {
+	chs, err := c.QueryChardev(ctx)
+	if err != nil {
+		return true
+	}
+	for _, ch := range chs {
+		if ch.Label == label {
+			return ch.FrontendOpen
+		}
+	}
+	return false
+}
+
 // QueryChardev lists QEMU's character devices.
 func (c *Conn) QueryChardev(ctx context.Context) ([]ChardevInfo, error) {
 	var cs []ChardevInfo
 	err := c.Execute(ctx, "query-chardev", nil, &cs)
 	return cs, err
+}
+
+// PCIDevice is one device of query-pci: the part vmsup reads (which root
+// ports have something behind them).
+type PCIDevice struct {
+	QdevID    string     `json:"qdev_id"`
+	PCIBridge *PCIBridge `json:"pci_bridge,omitempty"`
+}
+
+// PCIBridge is what sits behind a bridge or root port.
+type PCIBridge struct {
+	Devices []PCIDevice `json:"devices"`
+}
+
+// PCIBus is one bus of query-pci.
+type PCIBus struct {
+	Bus     int         `json:"bus"`
+	Devices []PCIDevice `json:"devices"`
+}
+
+// QueryPCI lists the PCI buses and their devices.
+func (c *Conn) QueryPCI(ctx context.Context) ([]PCIBus, error) {
+	var bs []PCIBus
+	err := c.Execute(ctx, "query-pci", nil, &bs)
+	return bs, err
 }

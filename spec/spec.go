@@ -167,6 +167,17 @@ func (vm *VM) Slots() int {
 // HasGuestAgent reports whether the guest-agent channel is configured.
 func (vm *VM) HasGuestAgent() bool { return vm.GuestAgent == nil || *vm.GuestAgent }
 
+// HasNetworkDisk reports whether a disk is reached over the network (iSCSI,
+// RBD): QEMU then needs the host network even without NICs.
+func (vm *VM) HasNetworkDisk() bool {
+	for _, d := range vm.Disks {
+		if d.Type == DiskISCSI || d.Type == DiskRBD {
+			return true
+		}
+	}
+	return false
+}
+
 // applyDefaults fills the documented defaults in place.
 func (vm *VM) applyDefaults() {
 	if vm.Machine == "" {

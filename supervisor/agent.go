@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -27,15 +27,13 @@ type AgentStatus struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-func (p vmPaths) agentLock() string { return filepath.Join(p.Records, "agent.lock") }
-
 // GuestPing asks the VM's guest agent for guest-ping, guest-info and
 // guest-get-osinfo, all within agentTimeout. One client at a time: QEMU
 // serves the agent's channel to one connection, so callers take turns
 // through a lock instead of timing out in its backlog.
 func (s *Supervisor) GuestPing(ctx context.Context, name string) (AgentStatus, error) {
 	if err := spec.ValidName(name); err != nil {
-		return AgentStatus{}, fmt.Errorf("vm %q: %w", name, err)
+		return AgentStatus{}, vmErr(name, err)
 	}
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
@@ -51,10 +49,10 @@ func (s *Supervisor) GuestPing(ctx context.Context, name string) (AgentStatus, e
 func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (AgentStatus, error) {
 	_, vm, err := s.runningSpec(name)
 	if err != nil {
-		return AgentStatus{}, fmt.Errorf("vm %q: %w", name, err)
+		return AgentStatus{}, vmErr(name, err)
 	}
 	if !vm.HasGuestAgent() {
-		return AgentStatus{}, fmt.Errorf("vm %q: guest_agent = false: it has no agent channel", name)
+		return AgentStatus{}, vmErr(name, errors.New("guest_agent = false: it has no agent channel"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
@@ -64,7 +62,7 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 		}
 		return AgentStatus{Error: err.Error()}, nil
 	}
-	if !agentPortOpen(ctx, c) {
+	if !c.FrontendOpen(ctx, qemuargs.AgentChardevID) {
 		return AgentStatus{Error: "the guest has not opened the agent channel (qemu-ga is not running)"}, nil
 	}
 	start := time.Now()
@@ -77,25 +75,17 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 		return fail(err)
 	}
 	st := AgentStatus{Responding: true, PingMillis: float64(time.Since(start).Microseconds()) / 1000}
-	if info, err := a.Info(ctx); err == nil {
-		st.Version = info.Version
-	}
-	if osi, err := a.OSInfo(ctx); err == nil {
-		st.OS = orDefault(osi.PrettyName, osi.Name)
-		if osi.KernelRelease != "" {
-			st.OS += " (kernel " + osi.KernelRelease + ")"
-		}
-	}
+	st.Version, st.OS = a.Describe(ctx)
 	return st, nil
 }
 
 // agentSession connects to the VM's guest agent, one client at a time.
 func (s *Supervisor) agentSession(ctx context.Context, name string) (*qmp.Agent, func(), error) {
 	p := s.paths(name)
-	if err := p.makeRecords(); err != nil {
+	if err := p.MakeRecords(); err != nil {
 		return nil, nil, err
 	}
-	lk, ok, err := lockFile(ctx, p.agentLock(), true)
+	lk, ok, err := vmstate.LockFile(ctx, p.AgentLock(), true)
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent lock: %w", err)
 	}
@@ -104,25 +94,10 @@ func (s *Supervisor) agentSession(ctx context.Context, name string) (*qmp.Agent,
 	}
 	a, err := qmp.DialAgent(ctx, p.Agent, qmp.WithoutSymlink(), qmp.WithConnectTimeout(agentTimeout))
 	if err != nil {
-		lk.unlock()
+		lk.Unlock()
 		return nil, nil, err
 	}
-	return a, func() { a.Close(); lk.unlock() }, nil
-}
-
-// agentPortOpen reports whether the guest has the agent's port open
-// (qemu-ga runs), from QEMU's side: nothing to wait for if not.
-func agentPortOpen(ctx context.Context, c *qmp.Conn) bool {
-	chs, err := c.QueryChardev(ctx)
-	if err != nil {
-		return true // unknown: let the bounded ping find out
-	}
-	for _, ch := range chs {
-		if ch.Label == qemuargs.AgentChardevID {
-			return ch.FrontendOpen
-		}
-	}
-	return false
+	return a, func() { a.Close(); lk.Unlock() }, nil
 }
 
 // agentShutdown asks qemu-ga for guest-shutdown (powerdown) if it answers a
@@ -130,7 +105,7 @@ func agentPortOpen(ctx context.Context, c *qmp.Conn) bool {
 func (s *Supervisor) agentShutdown(ctx context.Context, name string, c *qmp.Conn) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
 	defer cancel()
-	if !agentPortOpen(ctx, c) {
+	if !c.FrontendOpen(ctx, qemuargs.AgentChardevID) {
 		return false
 	}
 	a, done, err := s.agentSession(ctx, name)

@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
-
-	"github.com/google/renameio/v2"
 
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -29,12 +25,6 @@ import (
 const BootUnitName = "vmsup.service"
 
 const bootUnitTimeout = 15 * time.Minute
-
-func (s *Supervisor) autostartDir() string { return filepath.Join(s.opts.Root, "autostart") }
-
-func (s *Supervisor) autostartMark(name string) string {
-	return filepath.Join(s.autostartDir(), name+".toml")
-}
 
 // bootedMark records that autostart brought the VM up in this boot: it lives
 // under RunDir (/run, emptied at every boot), so a VM the operator took down
@@ -54,7 +44,7 @@ type EnableResult struct {
 // unit. The files are checked as Up checks them first; an invalid one marks
 // nothing. Enabling does not start a VM (Up does).
 func (s *Supervisor) Enable(ctx context.Context, files ...*spec.File) ([]EnableResult, error) {
-	if err := s.Validate(files...); err != nil {
+	if err := s.ValidateContext(ctx, files...); err != nil {
 		return nil, err
 	}
 	out, err := s.mark(files)
@@ -85,19 +75,16 @@ func (s *Supervisor) enableDeclared(ctx context.Context, files []*spec.File) err
 
 // mark links each VM's mark to its file.
 func (s *Supervisor) mark(files []*spec.File) ([]EnableResult, error) {
-	if err := os.MkdirAll(s.autostartDir(), 0o755); err != nil {
-		return nil, err
-	}
 	var out []EnableResult
 	for _, f := range files {
 		file := absPath(f.Path)
 		r := EnableResult{VM: f.VM.Name, File: file}
-		mark := s.autostartMark(f.VM.Name)
-		if old, err := os.Readlink(mark); err == nil && old != file {
-			r.Note = "was enabled from " + old
+		old, err := s.state.Mark(f.VM.Name, file)
+		if err != nil {
+			return out, vmErr(f.VM.Name, fmt.Errorf("enable: %w", err))
 		}
-		if err := renameio.Symlink(file, mark); err != nil {
-			return out, fmt.Errorf("vm %q: enable: %w", f.VM.Name, err)
+		if old != "" && old != file {
+			r.Note = "was enabled from " + old
 		}
 		out = append(out, r)
 	}
@@ -110,10 +97,10 @@ func (s *Supervisor) mark(files []*spec.File) ([]EnableResult, error) {
 func (s *Supervisor) Disable(ctx context.Context, names ...string) error {
 	for _, n := range names {
 		if err := spec.ValidName(n); err != nil {
-			return fmt.Errorf("vm %q: %w", n, err)
+			return vmErr(n, err)
 		}
-		if err := os.Remove(s.autostartMark(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("vm %q: disable: %w", n, err)
+		if err := s.state.Unmark(n); err != nil {
+			return vmErr(n, fmt.Errorf("disable: %w", err))
 		}
 	}
 	return s.syncBootUnit(ctx)
@@ -121,24 +108,7 @@ func (s *Supervisor) Disable(ctx context.Context, names ...string) error {
 
 // Enabled lists the VMs marked for autostart, with the file each starts from.
 func (s *Supervisor) Enabled() (map[string]string, error) {
-	ents, err := os.ReadDir(s.autostartDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, e := range ents {
-		n, ok := strings.CutSuffix(e.Name(), ".toml")
-		if !ok || spec.ValidName(n) != nil {
-			continue
-		}
-		if t, err := os.Readlink(filepath.Join(s.autostartDir(), e.Name())); err == nil {
-			out[n] = t
-		}
-	}
-	return out, nil
+	return s.state.Marked()
 }
 
 // syncBootUnit installs the boot unit while any VM is enabled and removes it
@@ -240,10 +210,10 @@ func (s *Supervisor) Autostart(ctx context.Context) ([]AutostartResult, error) {
 func (s *Supervisor) autostartOne(ctx context.Context, name, file string) (UpResult, error) {
 	f, err := s.loadEnabled(name, file)
 	if err != nil {
-		return UpResult{}, fmt.Errorf("vm %q: autostart: %w", name, err)
+		return UpResult{}, vmErr(name, fmt.Errorf("autostart: %w", err))
 	}
 	if f.VM.Name != name {
-		return UpResult{}, fmt.Errorf("vm %q: autostart: %s now defines VM %q; run vmsup enable again", name, file, f.VM.Name)
+		return UpResult{}, vmErr(name, fmt.Errorf("autostart: %s now defines VM %q; run vmsup enable again", file, f.VM.Name))
 	}
 	res, err := s.Up(ctx, f)
 	if err != nil {
@@ -265,16 +235,10 @@ func (s *Supervisor) loadEnabled(name, file string) (*spec.File, error) {
 // The autostart side of a migration: the source drops its mark (a reboot
 // there must not start a second copy) and the destination marks the VM's
 // applied spec (enableApplied).
-func (s *Supervisor) isEnabled(name string) bool {
-	_, err := os.Lstat(s.autostartMark(name))
-	return err == nil
-}
+func (s *Supervisor) isEnabled(name string) bool { return s.state.IsMarked(name) }
 
 func (s *Supervisor) enableApplied(ctx context.Context, name string) error {
-	if err := os.MkdirAll(s.autostartDir(), 0o755); err != nil {
-		return err
-	}
-	if err := renameio.Symlink(s.paths(name).Spec, s.autostartMark(name)); err != nil {
+	if _, err := s.state.Mark(name, s.paths(name).Spec); err != nil {
 		return err
 	}
 	return s.syncBootUnit(ctx)

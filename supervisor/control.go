@@ -24,22 +24,22 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer release()
 	if run {
-		if _, err := os.Stat(s.paths(name).stoppedByMigration()); err == nil {
+		if _, err := os.Stat(s.paths(name).StoppedByMigration()); err == nil {
 			// Paused by a stop-and-copy migration whose vmsup died: resume
 			// only if that migration did not complete (two copies).
 			resumed, err := s.recoverStoppedSource(ctx, name, c, true)
 			if err != nil {
-				return fmt.Errorf("vm %q: %s: %w", name, op, err)
+				return vmErr(name, fmt.Errorf("%s: %w", op, err))
 			}
 			if !resumed {
-				return fmt.Errorf("vm %q: %s: a migration paused it and has not failed (it completed, or is still going): the guest may run on the destination; not resuming a second copy", name, op)
+				return vmErr(name, fmt.Errorf("%s: a migration paused it and has not failed (it completed, or is still going): the guest may run on the destination; not resuming a second copy", op))
 			}
 		}
 		err = c.Cont(ctx)
@@ -47,14 +47,14 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 		err = c.Stop(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("vm %q: %s: %w", name, op, err)
+		return vmErr(name, fmt.Errorf("%s: %w", op, err))
 	}
 	qs, err := c.QueryStatus(ctx)
 	if err != nil {
-		return fmt.Errorf("vm %q: %s: confirm: %w", name, op, err)
+		return vmErr(name, fmt.Errorf("%s: confirm: %w", op, err))
 	}
 	if qs.Running != run {
-		return fmt.Errorf("vm %q: %s: QEMU reports %q", name, op, qs.Status)
+		return vmErr(name, fmt.Errorf("%s: QEMU reports %q", op, qs.Status))
 	}
 	return nil
 }
@@ -78,7 +78,7 @@ func (s *Supervisor) ConsoleSocket(name string) string { return s.paths(name).Co
 func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, error) {
 	c, err := qmp.DialSocket(ctx, s.paths(name).Console)
 	if err != nil {
-		return nil, fmt.Errorf("vm %q: console: %w", name, err)
+		return nil, vmErr(name, fmt.Errorf("console: %w", err))
 	}
 	return c, nil
 }

@@ -51,7 +51,9 @@ func TestKilledBetweenSteps(t *testing.T) {
 	sup := newSup(t, root)
 	// The guest need not boot: down ends by quit after 1 s.
 	f := guestFile(t, t.TempDir(), "killed", "stop_timeout = \"1s\"")
-	for _, step := range []string{"validate", "lock", "check", "state-dir", "argv", "record", "unit", "confirm"} {
+	steps := sup.StartSteps(f, supervisor.StartFresh) // the real list, host steps included
+	t.Logf("up's steps: %v", steps)
+	for _, step := range steps {
 		t.Run(step, func(t *testing.T) {
 			cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, f.Path, step)
 			out, err := cmd.CombinedOutput()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
 // StopStep says what ended a VM on Down.
@@ -39,7 +38,7 @@ type DownResult struct {
 func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) {
 	res := DownResult{VM: name}
 	if err := spec.ValidName(name); err != nil {
-		return res, fmt.Errorf("vm %q: %w", name, err)
+		return res, vmErr(name, err)
 	}
 	start := time.Now()
 	lu, err := s.lockUnit(ctx, name, "down")
@@ -48,7 +47,7 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 	}
 	defer lu.unlock()
 	sd, unit, st := lu.sd, lu.unit, lu.st
-	if !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
+	if st.Gone() {
 		if st.ActiveState == "failed" {
 			res.Note = "was crashed: " + st.ExitReason()
 			if err := sd.ResetFailed(ctx, unit); err != nil {
@@ -56,7 +55,7 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 			}
 		}
 		if _, err := os.Stat(s.paths(name).Dir); err != nil && !st.Exists {
-			return res, fmt.Errorf("vm %q: %w", name, ErrNotFound)
+			return res, vmErr(name, ErrNotFound)
 		}
 		res.Step = StoppedAlready
 		return res, s.afterStop(ctx, name)
@@ -66,13 +65,13 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 		s.opts.Logger.Warn("graceful stop failed, killing", "vm", name, "err", err)
 		res.Step = StoppedKill
 		if err := sd.Kill(ctx, unit, syscall.SIGKILL); err != nil {
-			return res, fmt.Errorf("vm %q: kill: %w", name, err)
+			return res, vmErr(name, fmt.Errorf("kill: %w", err))
 		}
 	}
 	kctx, cancel := context.WithTimeout(ctx, killTimeout)
 	defer cancel()
-	if err := waitUnitGone(kctx, sd, unit); err != nil {
-		return res, fmt.Errorf("vm %q: unit did not go away: %w", name, err)
+	if err := sd.WaitStopped(kctx, unit); err != nil {
+		return res, vmErr(name, fmt.Errorf("unit did not go away: %w", err))
 	}
 	res.Duration = time.Since(start)
 	return res, s.afterStop(ctx, name)
@@ -81,11 +80,11 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 // afterStop cleans up after a QEMU that is gone: stale sockets and what the
 // host steps set up.
 func (s *Supervisor) afterStop(ctx context.Context, name string) error {
-	if err := s.paths(name).removeSockets(); err != nil {
-		return fmt.Errorf("vm %q: %w", name, err)
+	if err := s.paths(name).RemoveSockets(); err != nil {
+		return vmErr(name, err)
 	}
 	if err := s.hostTeardown(ctx, name); err != nil {
-		return fmt.Errorf("vm %q: %w", name, err)
+		return vmErr(name, err)
 	}
 	return nil
 }
@@ -147,28 +146,7 @@ func (s *Supervisor) StopHook(ctx context.Context, name string) (StopStep, error
 	}
 	step, err := s.gracefulStop(ctx, name)
 	if err != nil {
-		return step, fmt.Errorf("vm %q: stop hook: %w (systemd will signal QEMU)", name, err)
+		return step, vmErr(name, fmt.Errorf("stop hook: %w (systemd will signal QEMU)", err))
 	}
 	return step, nil
-}
-
-func waitUnitGone(ctx context.Context, sd *units.Manager, unit string) error {
-	for {
-		st, err := sd.Status(ctx, unit)
-		if err != nil {
-			return err
-		}
-		if !st.Exists || st.ActiveState == "inactive" {
-			return nil // an inactive transient unit is collected by systemd
-		}
-		if st.ActiveState == "failed" {
-			// Killed units end failed; forget them so the name is free.
-			return sd.ResetFailed(ctx, unit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }

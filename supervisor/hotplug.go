@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	goqmp "github.com/digitalocean/go-qemu/qmp"
-	"golang.org/x/sys/unix"
-
+	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -20,9 +20,9 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
-// DefaultUnplugTimeout is how long DetachDisk waits for the guest to
-// release a disk (DEVICE_DELETED) before it gives up and leaves the disk
-// attached (Options.UnplugTimeout).
+// DefaultUnplugTimeout is how long an unplug (a disk, a NIC, a DIMM) waits
+// for the guest to release the device (DEVICE_DELETED) before it gives up
+// and leaves the device attached (Options.UnplugTimeout).
 const DefaultUnplugTimeout = 20 * time.Second
 
 // AttachResult reports a hot-plugged disk.
@@ -43,13 +43,13 @@ type AttachResult struct {
 func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (AttachResult, error) {
 	res := AttachResult{VM: name, Disk: d.Name}
 	fail := func(err error) (AttachResult, error) {
-		return res, fmt.Errorf("vm %q: attach disk %q: %w", name, d.Name, err)
+		return res, vmErr(name, fmt.Errorf("attach disk %q: %w", d.Name, err))
 	}
 	lk, err := s.lock(ctx, name, "disk-attach")
 	if err != nil {
 		return res, err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	app, vm, err := s.runningSpec(name)
 	stopped := errors.Is(err, ErrNotRunning)
 	if err != nil && !stopped {
@@ -75,7 +75,7 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 			return fail(err)
 		}
 		app.Attached = append(app.Attached, AttachedDisk{Disk: d})
-		if err := s.rewriteApplied(app); err != nil {
+		if err := s.state.RewriteApplied(app); err != nil {
 			return fail(fmt.Errorf("record: %w", err))
 		}
 		return res, nil
@@ -88,7 +88,7 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		return fail(err)
 	}
 	defer release()
-	bus, err := freeRootPort(ctx, c, vm, app)
+	bus, err := devices.FreeRootPort(ctx, c, vm, app.HotplugPorts)
 	if err != nil {
 		return fail(err)
 	}
@@ -99,69 +99,87 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		if path == "" || d.Type == spec.DiskBlock {
 			continue
 		}
-		if in, err := s.inImageDirs(path); err != nil || !in {
+		if in, err := s.confiner().InImageDirs(path); err != nil || !in {
 			return fail(fmt.Errorf("%s is outside the image directories (%s), the only places a running VM can open new images; move it there, or add the disk to the VM's file and restart",
 				path, strings.Join(s.opts.ImageDirs, ", ")))
 		}
 	}
-	p := s.paths(name)
-	prep, err := t.Prepare(ctx, d, p.Dir)
+	a := &diskAttach{s: s, name: name, d: d, c: c, bus: bus}
+	undo, err := runSteps(ctx, name, a.hostSteps(), s.opts.AfterStep)
 	if err != nil {
+		return fail(stepCause(err))
+	}
+	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: a.image, SecretFile: a.prep.SecretFile}, bus)
+	if err != nil {
+		undo(ctx)
 		return fail(err)
 	}
-	undo, image := prep.Undo, prep.Image
-	var fdset *int64
-	if d.Type == spec.DiskBlock {
-		id, err := passBlockDevice(ctx, c, d)
-		if err != nil {
-			undo()
-			return fail(err)
+	// Plugged part by part, each undone if a later one fails; last, the
+	// record, so that the record and the VM agree.
+	plug := append(devices.PlugDisk(c, d.Name, parts, s.opts.UnplugTimeout), step{Name: fmt.Sprintf("disk %q: record", d.Name), Do: func(context.Context) error {
+		app.Attached = append(app.Attached, AttachedDisk{Disk: d, Bus: bus, FDSet: a.fdset})
+		if err := s.state.RewriteApplied(app); err != nil {
+			return fmt.Errorf("record: %w", err)
 		}
-		fdset, image = &id, fmt.Sprintf("/dev/fdset/%d", id)
-		undo = func() { _ = c.RemoveFD(context.WithoutCancel(ctx), id, nil); prep.Undo() }
+		return nil
+	}})
+	if _, err := runSteps(ctx, name, plug, s.opts.AfterStep); err != nil {
+		undo(ctx)
+		return fail(stepCause(err))
 	}
-	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: image, SecretFile: prep.SecretFile}, bus)
-	if err != nil {
-		undo()
-		return fail(err)
+	return res, nil
+}
+
+// diskAttach is the host side of one disk hot-plug: what boot does for a
+// disk (storage.Prepare, the confinement's grants), plus handing a block
+// device to QEMU as a descriptor.
+type diskAttach struct {
+	s     *Supervisor
+	name  string
+	d     spec.Disk
+	c     *qmp.Conn
+	bus   string
+	prep  storage.Prepared
+	image string
+	fdset *int64
+	rules []units.PathRule
+}
+
+func (a *diskAttach) hostSteps() []step {
+	d := a.d
+	steps := []step{{Name: fmt.Sprintf("disk %q: prepare", d.Name), Do: func(ctx context.Context) (err error) {
+		a.prep, err = a.s.tools().Prepare(ctx, d, a.s.paths(a.name).Dir)
+		a.image = a.prep.Image
+		return err
+	}, Undo: func(context.Context) { a.prep.Undo() }}}
+	if d.Type == spec.DiskBlock {
+		steps = append(steps, step{Name: fmt.Sprintf("disk %q: add-fd", d.Name), Do: func(ctx context.Context) error {
+			id, err := devices.PassBlockDevice(ctx, a.c, d)
+			if err != nil {
+				return err
+			}
+			a.fdset, a.image = &id, fmt.Sprintf("/dev/fdset/%d", id)
+			return nil
+		}, Undo: func(ctx context.Context) { _ = a.c.RemoveFD(ctx, *a.fdset, nil) }})
 	}
 	// The unprivileged QEMU (and its AppArmor profile) must be able to open
 	// the disk's files before blockdev-add: the image and its chain, and a
 	// secret file made by Prepare.
-	rules, err := diskRules(ctx, d)
-	if err != nil {
-		undo()
-		return fail(err)
-	}
-	if prep.SecretFile != "" {
-		rules = append(rules, units.PathRule{Path: prep.SecretFile, Mode: "r"})
-	}
-	if err := s.ConfinePaths(ctx, name, rules...); err != nil {
-		undo()
-		return fail(err)
-	}
-	unconfine := func() {
-		paths := make([]string, len(rules))
-		for i, r := range rules {
+	return append(steps, step{Name: fmt.Sprintf("disk %q: confine", d.Name), Do: func(ctx context.Context) (err error) {
+		if a.rules, err = confine.DiskRules(ctx, d); err != nil {
+			return err
+		}
+		if a.prep.SecretFile != "" {
+			a.rules = append(a.rules, units.PathRule{Path: a.prep.SecretFile, Mode: "r"})
+		}
+		return a.s.ConfinePaths(ctx, a.name, a.rules...)
+	}, Undo: func(ctx context.Context) {
+		paths := make([]string, len(a.rules))
+		for i, r := range a.rules {
 			paths[i] = r.Path
 		}
-		_ = s.ReleasePaths(context.WithoutCancel(ctx), name, paths...)
-	}
-	if err := plugDisk(ctx, c, parts, s.opts.UnplugTimeout); err != nil {
-		unconfine()
-		undo()
-		return fail(err)
-	}
-	app.Attached = append(app.Attached, AttachedDisk{Disk: d, Bus: bus, FDSet: fdset})
-	if err := s.rewriteApplied(app); err != nil {
-		// QEMU has the disk but vmsup could not record it: take it out again
-		// so the record and the VM agree.
-		_ = unplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
-		unconfine()
-		undo()
-		return fail(fmt.Errorf("record: %w", err))
-	}
-	return res, nil
+		_ = a.s.ReleasePaths(ctx, a.name, paths...)
+	}})
 }
 
 // DetachDisk hot-unplugs a disk attached with AttachDisk: device_del, wait
@@ -175,7 +193,7 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	app, vm, err := s.runningSpec(name)
 	if err != nil && !errors.Is(err, ErrNotRunning) {
 		return fail(err)
@@ -199,7 +217,7 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 		if err != nil {
 			return fail(err)
 		}
-		err = unplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
+		err = devices.UnplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
 		if err == nil && a.FDSet != nil {
 			err = c.RemoveFD(ctx, *a.FDSet, nil)
 		}
@@ -208,7 +226,7 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 			return fail(err)
 		}
 		// Shrink the confinement again (ConfinePaths in AttachDisk).
-		rules, _ := diskRules(ctx, a.Disk)
+		rules, _ := confine.DiskRules(ctx, a.Disk)
 		paths := []string{}
 		for _, r := range rules {
 			paths = append(paths, r.Path)
@@ -221,7 +239,7 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 		}
 	}
 	app.Attached = slices.Delete(app.Attached, i, i+1)
-	if err := s.rewriteApplied(app); err != nil {
+	if err := s.state.RewriteApplied(app); err != nil {
 		return fail(fmt.Errorf("record: %w", err))
 	}
 	return errors.Join(storage.RemoveSecret(p.Dir, disk))
@@ -229,8 +247,8 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 
 // runningSpec returns the applied state and the VM as it was started. The
 // error wraps ErrNotRunning when no QEMU runs (app is still returned).
-func (s *Supervisor) runningSpec(name string) (*applied, *spec.VM, error) {
-	app, err := s.readApplied(name)
+func (s *Supervisor) runningSpec(name string) (*vmstate.Applied, *spec.VM, error) {
+	app, err := s.state.ReadApplied(name)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil, ErrNotFound
@@ -245,126 +263,4 @@ func (s *Supervisor) runningSpec(name string) (*applied, *spec.VM, error) {
 		return app, &vm, ErrNotRunning
 	}
 	return app, &vm, nil
-}
-
-// plugDisk adds the parts in order; on failure it removes what it added.
-func plugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts, unplugTimeout time.Duration) error {
-	var undo []func(context.Context)
-	rollback := func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-		defer cancel()
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i](uctx)
-		}
-	}
-	for _, o := range p.Objects {
-		if err := c.ObjectAdd(ctx, o); err != nil {
-			rollback()
-			return fmt.Errorf("object-add %s: %w", o.ID, err)
-		}
-		id := o.ID
-		undo = append(undo, func(ctx context.Context) { _ = c.ObjectDel(ctx, id) })
-	}
-	for _, b := range p.Blockdevs {
-		if err := c.BlockdevAdd(ctx, b); err != nil {
-			rollback()
-			return fmt.Errorf("blockdev-add %s: %w", b.NodeName, err)
-		}
-		node := b.NodeName
-		undo = append(undo, func(ctx context.Context) { _ = c.BlockdevDel(ctx, node) })
-	}
-	for i, d := range p.Devices {
-		if err := c.DeviceAdd(ctx, d); err != nil {
-			rollback()
-			return fmt.Errorf("device_add %s: %w", d.ID, err)
-		}
-		if i == 0 { // removing the PCI device removes what sits on it
-			dev := d.ID
-			undo = append(undo, func(ctx context.Context) { _ = unplugDevice(ctx, c, dev, unplugTimeout) })
-		}
-	}
-	return nil
-}
-
-// unplugDisk removes the parts: the PCI device (and what sits on it), then
-// the nodes, top first, then the objects.
-func unplugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts, timeout time.Duration) error {
-	if len(p.Devices) > 0 {
-		if err := unplugDevice(ctx, c, p.Devices[0].ID, timeout); err != nil {
-			return err
-		}
-	}
-	var errs []error
-	for i := len(p.Blockdevs) - 1; i >= 0; i-- {
-		if err := c.BlockdevDel(ctx, p.Blockdevs[i].NodeName); err != nil {
-			errs = append(errs, fmt.Errorf("blockdev-del %s: %w", p.Blockdevs[i].NodeName, err))
-		}
-	}
-	for i := len(p.Objects) - 1; i >= 0; i-- {
-		if err := c.ObjectDel(ctx, p.Objects[i].ID); err != nil {
-			errs = append(errs, fmt.Errorf("object-del %s: %w", p.Objects[i].ID, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unplugDevice asks the guest to release device id and waits for
-// DEVICE_DELETED.
-func unplugDevice(ctx context.Context, c *qmp.Conn, id string, timeout time.Duration) error {
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	sub, unsub := c.Subscribe(wctx)
-	defer unsub()
-	if err := c.DeviceDel(ctx, id); err != nil {
-		if qmp.IsClass(err, qmp.ClassDeviceNotFound) {
-			// Already gone: a guest that released it after an earlier
-			// detach timed out.
-			return nil
-		}
-		return fmt.Errorf("device_del %s: %w", id, err)
-	}
-	_, err := qmp.WaitEvent(wctx, sub, "DEVICE_DELETED", func(ev goqmp.Event) bool {
-		dev, _ := ev.Data["device"].(string)
-		return dev == id
-	})
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return fmt.Errorf("the guest did not release device %s within %s (does its OS support PCIe hot-unplug, "+
-				"and is the disk unmounted?); the disk stays attached", id, timeout)
-		}
-		return fmt.Errorf("device %s: %w", id, err)
-	}
-	return nil
-}
-
-// rewriteApplied stores a changed applied record beside the unchanged spec
-// copy.
-func (s *Supervisor) rewriteApplied(app *applied) error {
-	raw, err := os.ReadFile(s.paths(app.Name).Spec)
-	if err != nil {
-		return err
-	}
-	return s.writeApplied(app, raw)
-}
-
-// passBlockDevice opens a block device for QEMU and hands it over (add-fd):
-// the running unit may open only the devices it started with (DeviceAllow=
-// and PrivateDevices= are fixed at start), and a descriptor is not opened
-// again, so QEMU uses /dev/fdset/N instead of the path (as Incus does).
-// vmsup's own copy is closed once QEMU holds one.
-func passBlockDevice(ctx context.Context, c *qmp.Conn, d spec.Disk) (int64, error) {
-	flags := os.O_RDWR
-	if d.ReadOnly {
-		flags = os.O_RDONLY
-	}
-	f, err := os.OpenFile(d.File, flags|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("open %s for QEMU: %w", d.File, err)
-	}
-	defer f.Close()
-	info, err := c.AddFD(ctx, nil, "vmsup disk "+d.Name, f)
-	if err != nil {
-		return 0, fmt.Errorf("pass %s to QEMU (add-fd): %w", d.File, err)
-	}
-	return info.FDSetID, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -18,16 +19,18 @@ type startPlan struct {
 	// carried are disks hot-plugged during an earlier run that this start
 	// boots with (storage.go).
 	carried []spec.Disk
+	// accel is the accelerator the start resolved (validate).
+	accel spec.Accel
 }
 
 // hostSteps are the steps that make the host ready for QEMU before its unit
 // starts, in order, each with its undo. Each concern (storage, network,
 // confinement) contributes its own steps from its own file.
-func (s *Supervisor) hostSteps(f *spec.File, p vmPaths, plan *startPlan) []step {
+func (s *Supervisor) hostSteps(f *spec.File, p vmstate.Paths, plan *startPlan) []step {
 	var steps []step
 	steps = append(steps, s.storageSteps(f, p, plan)...)
-	steps = append(steps, s.networkSteps(f, p, plan)...)
-	steps = append(steps, s.securitySteps(f, p, plan)...)
+	steps = append(steps, s.networkSteps(f, plan)...)
+	steps = append(steps, s.confineSteps(f, plan)...)
 	return steps
 }
 
@@ -36,7 +39,7 @@ func (s *Supervisor) hostSteps(f *spec.File, p vmPaths, plan *startPlan) []step 
 func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
 	return errors.Join(
 		s.networkTeardown(ctx, name),
-		s.securityTeardown(ctx, name),
+		s.confiner().Teardown(ctx, name),
 		s.storageTeardown(ctx, name),
 	)
 }

@@ -13,7 +13,7 @@ import (
 // mark. Disk images are the user's and stay. A running VM is refused.
 func (s *Supervisor) Remove(ctx context.Context, name string) error {
 	if err := spec.ValidName(name); err != nil {
-		return fmt.Errorf("vm %q: %w", name, err)
+		return vmErr(name, err)
 	}
 	lu, err := s.lockUnit(ctx, name, "rm")
 	if err != nil {
@@ -24,10 +24,10 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 	switch {
 	case st.ActiveState == "failed":
 		if err := sd.ResetFailed(ctx, unit); err != nil {
-			return fmt.Errorf("vm %q: %w", name, err)
+			return vmErr(name, err)
 		}
 	case st.Exists && st.ActiveState != "inactive":
-		return fmt.Errorf("vm %q: it is %s (unit %s); vmsup down it first", name, st.ActiveState, unit)
+		return vmErr(name, fmt.Errorf("it is %s (unit %s); vmsup down it first", st.ActiveState, unit))
 	}
 	p := s.paths(name)
 	known := s.isEnabled(name)
@@ -37,7 +37,7 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 		}
 	}
 	if !known {
-		return fmt.Errorf("vm %q: %w", name, ErrNotFound)
+		return vmErr(name, ErrNotFound)
 	}
 	// What a crash may have left: taps, grants, secrets.
 	if err := s.afterStop(ctx, name); err != nil {
@@ -48,8 +48,8 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	if err := p.removeAll(); err != nil {
-		return fmt.Errorf("vm %q: %w", name, err)
+	if err := p.RemoveAll(); err != nil {
+		return vmErr(name, err)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ const Restarted UpAction = "restarted"
 // down; the error says so.
 func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error) {
 	name := f.VM.Name
-	if err := s.Validate(f); err != nil {
+	if err := s.ValidateContext(ctx, f); err != nil {
 		return UpResult{VM: name}, err
 	}
 	st, err := s.status(ctx, name, false)
@@ -33,10 +33,10 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 	}
 	old, err := s.appliedFile(name)
 	if err != nil {
-		return UpResult{VM: name}, fmt.Errorf("vm %q: restart: the spec it runs with: %w", name, err)
+		return UpResult{VM: name}, vmErr(name, fmt.Errorf("restart: the spec it runs with: %w", err))
 	}
 	if _, err := s.Down(ctx, name); err != nil {
-		return UpResult{VM: name}, fmt.Errorf("vm %q: restart: %w", name, err)
+		return UpResult{VM: name}, vmErrIn(name, "restart", err)
 	}
 	res, err := s.Up(ctx, f)
 	if err == nil {
@@ -45,7 +45,7 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 		return r, nil
 	}
 	if _, rerr := s.Up(context.WithoutCancel(ctx), old); rerr != nil {
-		return UpResult{VM: name}, fmt.Errorf("%w; starting the previous spec again failed too: %v (the VM is down)", err, rerr)
+		return UpResult{VM: name}, fmt.Errorf("%w; starting the previous spec again failed too: %s (the VM is down)", err, unnamed(name, rerr))
 	}
 	return UpResult{VM: name, Action: Unchanged}, fmt.Errorf("%w; the VM runs again with its previous spec", err)
 }
@@ -65,7 +65,7 @@ func (s *Supervisor) appliedFile(name string) (*spec.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	app, err := s.readApplied(name)
+	app, err := s.state.ReadApplied(name)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -71,20 +70,20 @@ func (s *Supervisor) Status(ctx context.Context, name string) (Status, error) {
 // systemd-analyze run) and ping the guest agent, both left out of List.
 func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Status, error) {
 	if err := spec.ValidName(name); err != nil {
-		return Status{}, fmt.Errorf("vm %q: %w", name, err)
+		return Status{}, vmErr(name, err)
 	}
 	sd, err := s.systemd(ctx)
 	if err != nil {
 		return Status{}, err
 	}
-	unit := s.unitOf(name)
+	unit := s.state.UnitOf(name)
 	st, err := sd.Status(ctx, unit)
 	if err != nil {
 		return Status{}, err
 	}
 	p := s.paths(name)
 	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog, Autostart: s.isEnabled(name)}
-	app, appErr := s.readApplied(name)
+	app, appErr := s.state.ReadApplied(name)
 	if appErr == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
 		out.CPUModel, out.CPUMasks = app.CPUModel, app.CPUMasks
@@ -98,9 +97,9 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if appErr == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
 		out.CPUs, out.Memory = app.Resized.CPUs, app.Resized.Memory.String()
 	}
-	if !st.Exists || st.ActiveState == "inactive" {
+	if st.Stopped() {
 		if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
-			return out, fmt.Errorf("vm %q: %w", name, ErrNotFound)
+			return out, vmErr(name, ErrNotFound)
 		}
 		out.State = StateShutOff
 		return out, nil
@@ -169,7 +168,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 // List reports every VM vmsup knows: those with a state directory and those
 // with a vmsup unit (even if their directory is gone).
 func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
-	names, err := s.knownVMs()
+	names, err := s.state.Known()
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -17,18 +18,6 @@ import (
 // storageCheckTimeout bounds the checks of all of a VM's disks (each
 // qemu-img call has its own, shorter bound).
 const storageCheckTimeout = 2 * time.Minute
-
-// AttachedDisk is a disk hot-plugged into a running VM, recorded in the
-// applied state so that status shows it and the next up boots with it.
-type AttachedDisk struct {
-	Disk spec.Disk `json:"disk"`
-	// Bus is the root port (q35) or "pci.0" (pc) it was plugged into while
-	// the VM runs; "" once a later up made it a boot-time disk.
-	Bus string `json:"bus,omitempty"`
-	// FDSet is the QEMU fd set holding a hot-plugged block device that
-	// vmsup opened for QEMU (see passBlockDevice); removed on detach.
-	FDSet *int64 `json:"fdset,omitempty"`
-}
 
 func (s *Supervisor) tools() storage.Tools {
 	return storage.Tools{}
@@ -70,7 +59,7 @@ func diskFieldError(f *spec.File, i int, err error) error {
 // carriedDisks are the disks hot-plugged during an earlier run that the
 // next start of f's VM boots with, as recorded in its applied state.
 func (s *Supervisor) carriedDisks(f *spec.File) ([]spec.Disk, error) {
-	app, err := s.readApplied(f.VM.Name)
+	app, err := s.state.ReadApplied(f.VM.Name)
 	if err != nil {
 		return nil, nil // never started: nothing attached
 	}
@@ -102,29 +91,12 @@ func bootFile(f *spec.File, carried []spec.Disk) *spec.File {
 
 // storageSteps prepares the VM's disks: images created on demand, seeds
 // built, secrets copied into the state dir; undone on a failed start.
-func (s *Supervisor) storageSteps(f *spec.File, p vmPaths, plan *startPlan) []step {
+func (s *Supervisor) storageSteps(f *spec.File, p vmstate.Paths, plan *startPlan) []step {
 	var prepared []storage.Prepared
-	// The unit's device policy is closed: QEMU may open only the block
-	// devices of the VM's disks (and /dev/kvm, added by unitFor).
-	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) {
-		for _, d := range bootFile(f, plan.carried).VM.Disks {
-			if d.Type != spec.DiskBlock {
-				continue
-			}
-			access := "rw"
-			if d.ReadOnly {
-				access = "r"
-			}
-			path := d.File
-			if real, err := filepath.EvalSymlinks(path); err == nil {
-				path = real
-			}
-			u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: path, Access: access})
-		}
-	})
+	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { blockDevices(u, &bootFile(f, plan.carried).VM) })
 	return []step{{
-		name: "storage",
-		do: func(ctx context.Context) error {
+		Name: "storage",
+		Do: func(ctx context.Context) error {
 			boot := bootFile(f, plan.carried)
 			for i, d := range boot.VM.Disks {
 				if i >= len(f.VM.Disks) {
@@ -145,7 +117,7 @@ func (s *Supervisor) storageSteps(f *spec.File, p vmPaths, plan *startPlan) []st
 			}
 			return nil
 		},
-		undo: func(context.Context) {
+		Undo: func(context.Context) {
 			for i := len(prepared) - 1; i >= 0; i-- {
 				prepared[i].Undo()
 			}
@@ -154,9 +126,28 @@ func (s *Supervisor) storageSteps(f *spec.File, p vmPaths, plan *startPlan) []st
 	}}
 }
 
+// blockDevices opens the unit's closed device policy to the block devices
+// of the VM's disks (/dev/kvm is added by unitFor).
+func blockDevices(u *units.Unit, vm *spec.VM) {
+	for _, d := range vm.Disks {
+		if d.Type != spec.DiskBlock {
+			continue
+		}
+		access := "rw"
+		if d.ReadOnly {
+			access = "r"
+		}
+		path := d.File
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real
+		}
+		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: path, Access: access})
+	}
+}
+
 // diskHosts names the files storage prepares for vm's disks in its state
 // dir; argv uses them whether or not they exist yet (vmsup argv).
-func diskHosts(p vmPaths, vm *spec.VM) map[string]qemuargs.DiskHost {
+func diskHosts(p vmstate.Paths, vm *spec.VM) map[string]qemuargs.DiskHost {
 	out := map[string]qemuargs.DiskHost{}
 	for _, d := range vm.Disks {
 		img, sec := storage.HostFiles(p.Dir, d)
@@ -179,7 +170,7 @@ func (s *Supervisor) storageTeardown(ctx context.Context, name string) error {
 // recordBootDisks notes in the applied state which disks the VM boots with
 // beyond its file (carried, now boot-time disks) and which root ports stay
 // free for hotplug.
-func (a *applied) recordBootDisks(boot *spec.VM, carried []spec.Disk) {
+func recordBootDisks(a *vmstate.Applied, boot *spec.VM, carried []spec.Disk) {
 	a.Attached = nil
 	for _, d := range carried {
 		a.Attached = append(a.Attached, AttachedDisk{Disk: d})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
 )
@@ -67,20 +68,25 @@ type Options struct {
 	// HostCapsCache is where the host probe's record is kept. Default
 	// Root/cache/hostcaps.json.
 	HostCapsCache string
-	// UnplugTimeout bounds how long a disk detach waits for the guest to
-	// release the device (DEVICE_DELETED). Default DefaultUnplugTimeout.
+	// UnplugTimeout bounds how long an unplug (disk, NIC, DIMM) waits for
+	// the guest to release the device (DEVICE_DELETED). Default
+	// DefaultUnplugTimeout.
 	UnplugTimeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// AfterStep, when set, is called after each step of a multi-step
-	// operation ("up": validate, lock, state-dir, argv, unit, qmp, confirm,
-	// record). Used to trace and to inject faults in tests.
+	// operation: a start (StartSteps lists them), a hot-plug (`nic "X":
+	// tap` ... `nic "X": record`, `disk "D": prepare` ... `disk "D":
+	// record`), a migration (migrate-prepared, migrate-completed). Used to
+	// trace and to inject faults in tests.
 	AfterStep func(vm, step string)
 }
 
 // Supervisor manages the VMs under one Root.
 type Supervisor struct {
 	opts Options
+
+	state vmstate.Store // the state root: paths, records, locks
 
 	mu   sync.Mutex // guards sd and caps, filled on first use
 	sd   *units.Manager
@@ -125,7 +131,7 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Supervisor{opts: opts}, nil
+	return &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}}, nil
 }
 
 // Close releases the systemd connection.
@@ -179,15 +185,15 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 	p := s.paths(name)
 	lctx, cancel := context.WithTimeout(ctx, qmpLockTimeout)
 	defer cancel()
-	fl, ok, err := lockFile(lctx, p.QMPLock, true)
+	fl, ok, err := vmstate.LockFile(lctx, p.QMPLock, true)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("vm %q: %w", name, ErrNotRunning)
+		return nil, nil, vmErr(name, ErrNotRunning)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("vm %q: QMP lock: %w", name, err)
+		return nil, nil, vmErr(name, fmt.Errorf("QMP lock: %w", err))
 	}
 	if !ok {
-		return nil, nil, fmt.Errorf("vm %q: QMP monitor busy for %s (another vmsup command is using it)", name, qmpLockTimeout)
+		return nil, nil, vmErr(name, fmt.Errorf("QMP monitor busy for %s (another vmsup command is using it)", qmpLockTimeout))
 	}
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
 	defer dcancel()
@@ -195,8 +201,8 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 	// to point root vmsup at another VM's monitor.
 	c, err := qmp.Dial(dctx, p.QMP, qmp.WithLogger(s.opts.Logger), qmp.WithoutSymlink())
 	if err != nil {
-		fl.unlock()
-		return nil, nil, fmt.Errorf("vm %q: QMP: %w", name, err)
+		fl.Unlock()
+		return nil, nil, vmErr(name, fmt.Errorf("QMP: %w", err))
 	}
-	return c, func() { c.Close(); fl.unlock() }, nil
+	return c, func() { c.Close(); fl.Unlock() }, nil
 }

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -18,7 +19,7 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 	vm := &f.VM
 	stop := []string{s.opts.Self, "stop-hook", "--root", s.opts.Root, vm.Name}
 	u := units.Unit{
-		Name:        units.Name(vm.Name),
+		Name:        vmstate.UnitName(vm.Name),
 		Description: "vmsup VM " + vm.Name,
 		Slice:       s.opts.Slice,
 		Argv:        argv,
@@ -45,7 +46,7 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 // before the network and Open vSwitch go down.
 func shutdownAfter(vm *spec.VM) []string {
 	var after []string
-	if len(vm.NICs) > 0 || hasNetworkDisk(vm) {
+	if len(vm.NICs) > 0 || vm.HasNetworkDisk() {
 		after = append(after, "network.target")
 	}
 	for _, n := range vm.NICs {

@@ -2,19 +2,17 @@ package supervisor
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -45,7 +43,14 @@ type UpResult struct {
 
 // Validate checks files as Up would, without starting anything: each parses,
 // names are unique across files, and what they refer to exists on this host.
+// It is ValidateContext without a deadline of the caller's.
 func (s *Supervisor) Validate(files ...*spec.File) error {
+	return s.ValidateContext(context.Background(), files...)
+}
+
+// ValidateContext is Validate bounded by ctx (each check has its own bound
+// too: storage probes, NIC targets, the confinement's image rule).
+func (s *Supervisor) ValidateContext(ctx context.Context, files ...*spec.File) error {
 	seen := map[string]string{}
 	for _, f := range files {
 		if prev, dup := seen[f.VM.Name]; dup {
@@ -55,20 +60,21 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 		if err := checkHost(f, s.hostFacts(), s.opts.QEMU); err != nil {
 			return err
 		}
-		if _, _, _, err := s.resolveHost(f); err != nil {
+		accel, _, _, err := s.resolveHost(f)
+		if err != nil {
 			return err
 		}
-		if err := s.checkStorage(context.Background(), f); err != nil {
+		if err := s.checkStorage(ctx, f); err != nil {
 			return err
 		}
 		if _, err := s.Argv(f); err != nil {
 			return err
 		}
-		if err := s.validateNICs(f); err != nil {
+		if err := s.validateNICs(ctx, f); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s.checkSecurity(ctx, f)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel)
 		cancel()
 		if err != nil {
 			return err
@@ -103,9 +109,9 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
-		o.FirmwareCode, o.FirmwareVars = firstExisting(ovmfCode), p.UEFIVars
+		o.FirmwareCode, o.FirmwareVars = hostcaps.FirmwareCode(spec.FirmwareUEFI), p.UEFIVars
 	case spec.FirmwareQboot:
-		o.FirmwareCode = firstExisting(qbootROM)
+		o.FirmwareCode = hostcaps.FirmwareCode(spec.FirmwareQboot)
 	}
 	for _, e := range extra {
 		e(&o)
@@ -128,7 +134,7 @@ const upParallel = 8
 // spec is reported as Changed and not touched. Results are in file order,
 // for the VMs that came up; the error joins every VM's failure.
 func (s *Supervisor) Up(ctx context.Context, files ...*spec.File) ([]UpResult, error) {
-	if err := s.Validate(files...); err != nil {
+	if err := s.ValidateContext(ctx, files...); err != nil {
 		return nil, err
 	}
 	res := make([]UpResult, len(files))
@@ -158,155 +164,21 @@ func (s *Supervisor) Up(ctx context.Context, files ...*spec.File) ([]UpResult, e
 	return out, errors.Join(errs...)
 }
 
+// upOne brings one VM up through the start pipeline (start.go).
 func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) {
-	name := f.VM.Name
-	res := UpResult{VM: name}
-	unit := s.unitOf(name) // after a local migration, not vmsup-NAME.service
-	p := s.paths(name)
-	var (
-		sd      *units.Manager
-		lk      *vmLock
-		argv    []string
-		prevDir bool
-		prevApp []byte
-		prevRaw []byte
-		app     = &applied{Name: name, SourceFile: absPath(f.Path), Spec: canonical(&f.VM)}
-		plan    = &startPlan{}
-	)
-	steps := []step{
-		{name: "validate", do: func(ctx context.Context) (err error) {
-			var cpu cpuChoice
-			app.Accel, app.AccelReason, cpu, err = s.resolveHost(f)
-			app.CPUModel, app.CPUMasks = cmp.Or(f.VM.CPUModel, cpu.Model), cpu.Masks
-			res.Accel, res.AccelReason = app.Accel, app.AccelReason
-			if err != nil {
-				return err
-			}
-			sd, err = s.systemd(ctx)
-			return err
-		}},
-		{name: "lock", do: func(ctx context.Context) (err error) {
-			lk, err = s.lock(ctx, name, "up")
-			return err
-		}, undo: func(context.Context) { lk.unlock() }},
-		{name: "check", do: func(ctx context.Context) error {
-			st, err := sd.Status(ctx, unit)
-			if err != nil {
-				return err
-			}
-			if !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
-				defer func() { unit = units.Name(name) }() // a fresh start uses the usual name
-			}
-			switch {
-			case st.Exists && st.ActiveState == "failed":
-				res.Note = "previous run crashed: " + st.ExitReason()
-				return sd.ResetFailed(ctx, unit)
-			case st.Exists && st.ActiveState != "inactive":
-				if st.ActiveState != "active" {
-					return fmt.Errorf("unit %s is %s; try again when it settles", unit, st.ActiveState)
-				}
-				old, err := s.readApplied(name)
-				res.Action = Changed
-				if err == nil && sameJSON(old.Spec, app.Spec) {
-					res.Action = Unchanged
-				}
-				if err == nil {
-					res.Accel, res.AccelReason = old.Accel, old.AccelReason
-				}
-				// The VM exists: report it as it is, whatever its state,
-				// and touch nothing (no later step, no undo).
-				if err := s.reportExisting(ctx, sd, name, unit, &res); err != nil {
-					return err
-				}
-				return errStopHere
-			}
-			return nil
-		}},
-		{name: "state-dir", do: func(ctx context.Context) error {
-			var err error
-			if plan.carried, err = s.carriedDisks(f); err != nil {
-				return err
-			}
-			_, err = os.Stat(p.Dir)
-			prevDir = err == nil
-			prevApp, _ = os.ReadFile(p.State)
-			prevRaw, _ = os.ReadFile(p.Spec)
-			if err := os.MkdirAll(p.Dir, 0o700); err != nil {
-				return err
-			}
-			if err := os.Chmod(p.Dir, 0o700); err != nil {
-				return err
-			}
-			if err := p.removeSockets(); err != nil {
-				return err
-			}
-			if f.VM.Boot.Firmware == spec.FirmwareUEFI {
-				if _, err := os.Stat(p.UEFIVars); errors.Is(err, os.ErrNotExist) {
-					if err := copyFile(firstExisting(ovmfVars), p.UEFIVars); err != nil {
-						return fmt.Errorf("UEFI variable store: %w", err)
-					}
-				}
-			}
-			return nil
-		}, undo: func(context.Context) {
-			if !prevDir {
-				p.removeAll()
-			}
-		}},
-	}
-	// What QEMU needs on the host (disks, NICs, confinement), each concern's
-	// steps with their undo.
-	steps = append(steps, s.hostSteps(f, p, plan)...)
-	steps = append(steps, []step{
-		{name: "argv", do: func(ctx context.Context) (err error) {
-			boot := bootFile(f, plan.carried)
-			argv, err = s.argv(boot, app.Accel, cpuChoice{app.CPUModel, app.CPUMasks}, plan.argvOpts...)
-			app.Argv = argv
-			app.recordBootDisks(&boot.VM, plan.carried)
-			return err
-		}},
-		{name: "record", do: func(ctx context.Context) error {
-			app.StartedAt = time.Now().UTC()
-			return s.writeApplied(app, f.Raw)
-		}, undo: func(context.Context) {
-			if prevDir {
-				restoreFile(p.State, prevApp)
-				restoreFile(p.Spec, prevRaw)
-			}
-		}},
-		{name: "unit", do: func(ctx context.Context) error {
-			u := s.unitFor(f, argv, app.Accel)
-			for _, o := range plan.unitOpts {
-				o(&u)
-			}
-			if err := sd.Start(ctx, u); err != nil {
-				// A QEMU that refuses at once can fail the start job
-				// itself: say why, as confirm would.
-				return fmt.Errorf("%w: %s", err, s.lastWords(ctx, u.Name))
-			}
-			return nil
-		}, undo: func(ctx context.Context) {
-			_ = sd.Kill(ctx, unit, 9)
-			waitGone(ctx, sd, unit)
-			_ = sd.ResetFailed(ctx, unit)
-		}},
-		{name: "confirm", do: func(ctx context.Context) error {
-			return s.confirmRunning(ctx, sd, name)
-		}},
-	}...)
+	r := s.newStart(f, StartFresh, incomingArgs{})
 	defer func() {
-		if lk != nil {
-			lk.unlock()
+		if r.lk != nil {
+			r.lk.Unlock()
 		}
 	}()
-	if err := runSteps(ctx, name, steps, s.opts.AfterStep); err != nil {
-		lk = nil // unlocked by the undo
-		return res, err
+	if _, err := runSteps(ctx, r.name, r.steps(), s.opts.AfterStep); err != nil {
+		return r.res, err
 	}
-	if res.Action == "" {
-		res.Action, res.State = Started, StateRunning
+	if r.res.Action == "" {
+		r.res.Action, r.res.State = Started, StateRunning
 	}
-	return res, nil
+	return r.res, nil
 }
 
 // How confirmRunning polls: the QMP socket often (a stat is nearly free and
@@ -324,7 +196,7 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	p := s.paths(name)
-	unit := s.unitOf(name)
+	unit := s.state.UnitOf(name)
 	// The step before has just seen the start job succeed or the unit
 	// active; a QEMU that dies before answering is seen within one check.
 	checked := time.Now()
@@ -335,7 +207,7 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 				return err
 			}
 			checked = time.Now()
-			if !st.Exists || st.ActiveState == "failed" || st.ActiveState == "inactive" {
+			if st.Gone() {
 				return fmt.Errorf("QEMU exited (%s): %s", orDefault(st.ExitReason(), st.ActiveState), s.lastWords(ctx, unit))
 			}
 		}
@@ -385,7 +257,7 @@ func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name
 			}
 		}
 		st, serr := sd.Status(ctx, unit)
-		if serr == nil && (!st.Exists || st.ActiveState == "failed" || st.ActiveState == "inactive") {
+		if serr == nil && st.Gone() {
 			return fmt.Errorf("QEMU exited while up looked at it (%s); run up again", orDefault(st.ExitReason(), st.ActiveState))
 		}
 		select {
@@ -426,33 +298,7 @@ func existingState(name, qemuStatus, note string) (State, string) {
 
 // lastWords returns the last error line QEMU wrote to the unit's journal.
 func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
-	args := []string{"-u", unit, "-o", "cat", "--no-pager", "-n", "20"}
-	if s.opts.JournalDir != "" {
-		args = append([]string{"-D", s.opts.JournalDir}, args...)
-	}
-	hint := "see journalctl -u " + unit
-	var last string
-	// journald may not have the lines yet when the unit has already failed.
-	for range 10 {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		out, err := exec.CommandContext(cctx, "journalctl", args...).Output()
-		cancel()
-		if err != nil {
-			return hint
-		}
-		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			// QEMU prefixes its errors with its name: "qemu-system-x86_64:"
-			// from most of it, "qemu:" from the loaders.
-			if strings.Contains(l, "qemu-system") || strings.HasPrefix(l, "qemu:") {
-				last = l
-			}
-		}
-		if last != "" {
-			return last
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return hint
+	return units.LastWords(ctx, s.opts.JournalDir, unit)
 }
 
 func sameJSON(a, b []byte) bool {
@@ -472,40 +318,4 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
-}
-
-func waitGone(ctx context.Context, sd *units.Manager, unit string) {
-	for ctx.Err() == nil {
-		st, err := sd.Status(ctx, unit)
-		if err != nil || !st.Exists || st.ActiveState == "inactive" || st.ActiveState == "failed" {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(dst)
-		return err
-	}
-	return out.Close()
-}
-
-func restoreFile(path string, old []byte) {
-	if old == nil {
-		os.Remove(path)
-		return
-	}
-	_ = os.WriteFile(path, old, 0o600)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
 // PathRule is one file a confined process may use and how, in AppArmor's
@@ -36,7 +37,10 @@ type Profile struct {
 }
 
 // ProfileName is the AppArmor profile name of the VM called vm.
-func ProfileName(vm string) string { return "vmsup-" + vm }
+//
+// Deprecated: units renders profiles, it does not name VMs' ones; kept for
+// existing callers.
+func ProfileName(vm string) string { return vmstate.ProfileName(vm) }
 
 // validModes are the permission sets vmsup grants: nothing executable but
 // the QEMU binary, which Render adds itself.

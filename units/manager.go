@@ -179,6 +179,16 @@ type Status struct {
 // Crashed reports whether the unit's process ended abnormally.
 func (s Status) Crashed() bool { return s.ActiveState == "failed" }
 
+// Gone reports whether nothing runs in the unit: not loaded, inactive, or
+// failed (kept only to say why).
+func (s Status) Gone() bool {
+	return !s.Exists || s.ActiveState == "inactive" || s.ActiveState == "failed"
+}
+
+// Stopped reports whether the unit is not loaded or inactive (a failed one
+// is not: it still holds its name until reset).
+func (s Status) Stopped() bool { return !s.Exists || s.ActiveState == "inactive" }
+
 // ExitReason says how the main process ended: "killed by signal KILL",
 // "exited with status 1". Empty while it runs or when it ended cleanly.
 func (s Status) ExitReason() string {

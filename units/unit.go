@@ -7,6 +7,8 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
 // Unit describes one transient service.
@@ -177,4 +179,7 @@ func execExProp(name string, cmds [][]string, flags ...string) sd.Property {
 }
 
 // Name returns the unit name of the VM called vm.
-func Name(vm string) string { return "vmsup-" + vm + ".service" }
+//
+// Deprecated: units knows units, not VMs; use the name the supervisor
+// reports (Status.Unit). Kept for existing callers.
+func Name(vm string) string { return vmstate.UnitName(vm) }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/bench"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
 // fleet is n idle VMs of one variant, brought up and down together.
@@ -298,7 +298,7 @@ func (f *fixture) memory(ctx context.Context) error {
 	vmsupRSS := qemuRSS(vmsupF.names)
 	var cgroup []float64
 	for _, nm := range vmsupF.names {
-		d, err := f.env.Systemd.CgroupDir("memory", units.Name(nm))
+		d, err := f.env.Systemd.CgroupDir("memory", vmstate.UnitName(nm))
 		if err != nil {
 			continue
 		}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -166,4 +167,25 @@ func (g *globals) withFiles(paths []string, fn func(*supervisor.Supervisor, []*s
 		return err
 	}
 	return g.with(func(sup *supervisor.Supervisor) error { return fn(sup, fs) })
+}
+
+// vmName accepts a VM name or a TOML file defining one.
+func vmName(arg string) (string, error) {
+	if strings.HasSuffix(arg, ".toml") || strings.ContainsRune(arg, '/') {
+		f, err := spec.Load(arg)
+		if err != nil {
+			return "", err
+		}
+		return f.VM.Name, nil
+	}
+	if err := spec.ValidName(arg); err != nil {
+		return "", fmt.Errorf("vm %q: %w", arg, err)
+	}
+	return arg, nil
+}
+
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -98,20 +98,6 @@ Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
 	return c
 }
 
-func migrateReceiveCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:    "migrate-receive",
-		Short:  "Destination side of a migration: speaks the migration protocol on stdin/stdout (run by the source's transport)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
-				return sup.Receive(cmd.Context(), os.Stdin, os.Stdout)
-			})
-		},
-	}
-}
-
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -72,44 +70,5 @@ func nicDetachCmd(g *globals) *cobra.Command {
 				return nil
 			})
 		},
-	}
-}
-
-func stopPostCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:    "stop-post NAME",
-		Short:  "Network clean-up run by the VM's unit (ExecStopPost=); not for direct use",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
-				if err := sup.StopPost(cmd.Context(), args[0]); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: network removed\n", args[0])
-				return nil
-			})
-		},
-	}
-}
-
-// printNICs adds the host side of each tap NIC to status output.
-func printNICs(out io.Writer, nics []supervisor.NICStatus) {
-	for _, n := range nics {
-		where := n.Bridge
-		if where == "" {
-			where = "-"
-		}
-		fmt.Fprintf(out, "nic:      %s %s tap %s (present %v) on %s", n.Name, n.Type, n.Tap, n.TapUp, where)
-		if len(n.Addrs) > 0 {
-			fmt.Fprintf(out, " addr %s gw %s", strings.Join(n.Addrs, ","), n.Gateway)
-		}
-		if n.CNICheck != "" {
-			fmt.Fprintf(out, " cni-check %s", n.CNICheck)
-		}
-		if n.Hotplug {
-			fmt.Fprint(out, " hot-plugged")
-		}
-		fmt.Fprintln(out)
 	}
 }

@@ -1,4 +1,4 @@
-package supervisor
+package migration
 
 import (
 	"bufio"
@@ -28,27 +28,27 @@ import (
 //	commit                    -> committed                (local only: sockets handed over)
 //	abort (or EOF)            -> the destination tears down what it set up, unless finalized
 //
-// A change that an older peer would misread bumps migProtoVersion; peers
+// A change that an older peer would misread bumps Version; peers
 // refuse a version they do not speak.
-const migProtoVersion = 2 // 2: the cross-host stream is TLS (CertPin)
+const Version = 2 // 2: the cross-host stream is TLS (CertPin)
 
 // Message types.
 const (
-	msgHello     = "hello"
-	msgPrepare   = "prepare"
-	msgPrepared  = "prepared"
-	msgFinalize  = "finalize"
-	msgFinalized = "finalized"
-	msgCommit    = "commit"
-	msgCommitted = "committed"
-	msgRun       = "run" // postcopy started: run the guest here now
-	msgRunning   = "running"
-	msgAbort     = "abort"
-	msgError     = "error"
+	MsgHello     = "hello"
+	MsgPrepare   = "prepare"
+	MsgPrepared  = "prepared"
+	MsgFinalize  = "finalize"
+	MsgFinalized = "finalized"
+	MsgCommit    = "commit"
+	MsgCommitted = "committed"
+	MsgRun       = "run" // postcopy started: run the guest here now
+	MsgRunning   = "running"
+	MsgAbort     = "abort"
+	MsgError     = "error"
 )
 
-// migMsg is every protocol message; Type says which fields matter.
-type migMsg struct {
+// Msg is every protocol message; Type says which fields matter.
+type Msg struct {
 	Type    string `json:"type"`
 	Version int    `json:"version,omitempty"`
 	Host    string `json:"host,omitempty"`
@@ -93,23 +93,23 @@ type migMsg struct {
 	Console []byte `json:"console,omitempty"`
 }
 
-// migPeer is one end of the protocol: it writes messages and reads the
+// Peer is one end of the protocol: it writes messages and reads the
 // other side's in a goroutine, so every wait has a deadline and EOF is seen
 // at once.
-type migPeer struct {
+type Peer struct {
 	w    io.Writer
 	wmu  sync.Mutex
-	in   chan migMsg
+	in   chan Msg
 	errc chan error // the reason reading stopped (EOF, bad JSON)
 }
 
-func newMigPeer(r io.Reader, w io.Writer) *migPeer {
-	p := &migPeer{w: w, in: make(chan migMsg, 4), errc: make(chan error, 1)}
+func NewPeer(r io.Reader, w io.Writer) *Peer {
+	p := &Peer{w: w, in: make(chan Msg, 4), errc: make(chan error, 1)}
 	go func() {
 		br := bufio.NewReaderSize(r, 64<<10)
 		dec := json.NewDecoder(br)
 		for {
-			var m migMsg
+			var m Msg
 			if err := dec.Decode(&m); err != nil {
 				if errors.Is(err, io.EOF) {
 					err = io.EOF
@@ -124,7 +124,7 @@ func newMigPeer(r io.Reader, w io.Writer) *migPeer {
 	return p
 }
 
-func (p *migPeer) send(m migMsg) error {
+func (p *Peer) Send(m Msg) error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	b, err := json.Marshal(m)
@@ -135,12 +135,12 @@ func (p *migPeer) send(m migMsg) error {
 	return err
 }
 
-// errPeerGone means the other side closed the stream (it exited, or its
+// ErrPeerGone means the other side closed the stream (it exited, or its
 // transport died).
-var errPeerGone = errors.New("peer closed the connection")
+var ErrPeerGone = errors.New("peer closed the connection")
 
 // recv waits for the next message up to d (or ctx).
-func (p *migPeer) recv(ctx context.Context, d time.Duration) (migMsg, error) {
+func (p *Peer) Recv(ctx context.Context, d time.Duration) (Msg, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -149,29 +149,29 @@ func (p *migPeer) recv(ctx context.Context, d time.Duration) (migMsg, error) {
 			err := <-p.errc
 			p.errc <- err
 			if errors.Is(err, io.EOF) {
-				return migMsg{}, errPeerGone
+				return Msg{}, ErrPeerGone
 			}
-			return migMsg{}, fmt.Errorf("protocol: %w", err)
+			return Msg{}, fmt.Errorf("protocol: %w", err)
 		}
 		return m, nil
 	case <-t.C:
-		return migMsg{}, fmt.Errorf("no answer within %s", d)
+		return Msg{}, fmt.Errorf("no answer within %s", d)
 	case <-ctx.Done():
-		return migMsg{}, ctx.Err()
+		return Msg{}, ctx.Err()
 	}
 }
 
 // call sends m and waits for a reply of type want; an "error" reply becomes
 // an error.
-func (p *migPeer) call(ctx context.Context, m migMsg, want string, d time.Duration) (migMsg, error) {
-	if err := p.send(m); err != nil {
-		return migMsg{}, fmt.Errorf("%s: send: %w", m.Type, err)
+func (p *Peer) Call(ctx context.Context, m Msg, want string, d time.Duration) (Msg, error) {
+	if err := p.Send(m); err != nil {
+		return Msg{}, fmt.Errorf("%s: send: %w", m.Type, err)
 	}
-	r, err := p.recv(ctx, d)
+	r, err := p.Recv(ctx, d)
 	if err != nil {
 		return r, fmt.Errorf("%s: %w", m.Type, err)
 	}
-	if r.Type == msgError {
+	if r.Type == MsgError {
 		return r, &RemoteError{Step: m.Type, Msg: r.Error}
 	}
 	if r.Type != want {
@@ -185,8 +185,8 @@ type RemoteError struct{ Step, Msg string }
 
 func (e *RemoteError) Error() string { return "destination: " + e.Step + ": " + e.Msg }
 
-// migrationCaps are the capabilities both sides enable for a migration.
-func migrationCaps(multifd int, postcopy, autoConverge bool) []qmp.MigrationCapability {
+// Caps are the capabilities both sides enable for a migration.
+func Caps(multifd int, postcopy, autoConverge bool) []qmp.MigrationCapability {
 	caps := []qmp.MigrationCapability{{Capability: "events", State: true}}
 	if multifd > 0 {
 		caps = append(caps, qmp.MigrationCapability{Capability: "multifd", State: true})

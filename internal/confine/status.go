@@ -1,4 +1,4 @@
-package supervisor
+package confine
 
 import (
 	"bytes"
@@ -12,9 +12,9 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
-// Confinement is the confinement in force for a running VM, as systemd,
-// the kernel and vmsup's record say.
-type Confinement struct {
+// Status is the confinement in force for a running VM, as systemd, the
+// kernel and vmsup's record say.
+type Status struct {
 	// User QEMU runs as (systemd's User=); UID from /proc when QEMU's
 	// process is visible there, else from vmsup's record.
 	User string `json:"user"`
@@ -32,10 +32,13 @@ type Confinement struct {
 	ExposureError string          `json:"exposure_error,omitempty"`
 }
 
-// confinementStatus reads what confines the running VM.
-func (s *Supervisor) confinementStatus(ctx context.Context, sd *units.Manager, name, unit string, mainPID uint32, exposure bool) *Confinement {
-	c := &Confinement{}
-	rec, recErr := s.readConfinement(name)
+// Status reads what confines the running VM: from its unit (sd), its
+// process (mainPID), the record, and whether its QEMU runs -sandbox on.
+// analyze, when set, measures the unit's exposure (systemd-analyze).
+func (m *Manager) Status(ctx context.Context, sd *units.Manager, name, unit string, mainPID uint32, sandboxOn bool,
+	analyze func(context.Context) (units.Exposure, error)) *Status {
+	c := &Status{}
+	rec, recErr := m.Read(name)
 	if recErr == nil {
 		c.AppArmorMode, c.UID = rec.AppArmor.Mode, rec.UID
 	}
@@ -55,7 +58,7 @@ func (s *Supervisor) confinementStatus(ctx context.Context, sd *units.Manager, n
 		c.AppArmor = "unconfined"
 	}
 	var parts []string
-	if app, err := s.readApplied(name); err == nil && containsArg(app.Argv, "-sandbox") {
+	if sandboxOn {
 		parts = append(parts, "qemu -sandbox on")
 	} else {
 		parts = append(parts, "qemu -sandbox off")
@@ -70,13 +73,13 @@ func (s *Supervisor) confinementStatus(ctx context.Context, sd *units.Manager, n
 	if uid, filters, ok := qemuProc(mainPID, name); ok {
 		c.UID, c.SeccompFilters = uid, filters
 	}
-	if !exposure {
+	if analyze == nil {
 		c.ExposureError = "not measured"
 		return c
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if e, err := units.AnalyzeSecurity(actx, s.opts.SystemdAnalyze, s.opts.SystemdBus, unit); err == nil {
+	if e, err := analyze(actx); err == nil {
 		c.Exposure = &e
 	} else {
 		c.ExposureError = err.Error()
@@ -127,17 +130,8 @@ func profileMode(name string) string {
 	return "not loaded"
 }
 
-func containsArg(argv []string, a string) bool {
-	for _, x := range argv {
-		if x == a {
-			return true
-		}
-	}
-	return false
-}
-
 // String is the one-line form status prints.
-func (c *Confinement) String() string {
+func (c *Status) String() string {
 	exp := "exposure unknown (" + c.ExposureError + ")"
 	if c.Exposure != nil {
 		exp = fmt.Sprintf("exposure %.1f %s", c.Exposure.Level, c.Exposure.Rating)

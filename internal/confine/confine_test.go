@@ -1,4 +1,4 @@
-package supervisor
+package confine
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -30,19 +31,18 @@ func TestSharedBaseGrant(t *testing.T) {
 	}
 	kernel := filepath.Join(imgs, "vmlinux")
 	os.WriteFile(kernel, []byte("k"), 0o600)
-	s, err := New(Options{Root: root, Self: "/bin/true", Host: &Host{KVMUnusable: "test", AppArmorUnusable: "test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := map[string]*confinement{}
+	needRoot(t)
+	s := &Manager{Root: root, Self: "/bin/true", QEMUUser: DefaultQEMUUser, AppArmorUnusable: "test"}
+	st := vmstate.Store{Root: root}
+	cs := map[string]*Record{}
 	for _, name := range []string{"a", "b"} {
 		f, err := spec.Parse("/t/"+name+".toml", []byte("name = \""+name+"\"\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = \""+kernel+"\"\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := s.paths(name)
+		p := st.Paths(name)
 		os.MkdirAll(p.Dir, 0o700)
-		if cs[name], err = s.confine(ctx, f, p); err != nil {
+		if cs[name], err = s.Confine(ctx, f, p, spec.AccelTCG); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -55,7 +55,7 @@ func TestSharedBaseGrant(t *testing.T) {
 			t.Fatalf("second VM granted %s again", g.Path)
 		}
 	}
-	if err := s.securityTeardown(ctx, "a"); err != nil {
+	if err := s.Teardown(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _ := posixacl.HasAccess(kernel, uid, gid, nil, 4); !ok {
@@ -64,7 +64,7 @@ func TestSharedBaseGrant(t *testing.T) {
 	if ok, _ := posixacl.HasAccess(imgs, uid, gid, nil, 1); !ok {
 		t.Fatal("b lost search on the shared directory when a went down")
 	}
-	if err := s.securityTeardown(ctx, "b"); err != nil {
+	if err := s.Teardown(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{kernel, imgs, root} {
@@ -86,11 +86,10 @@ func TestPerVMUsers(t *testing.T) {
 	}
 	kernel := filepath.Join(imgs, "vmlinux")
 	os.WriteFile(kernel, []byte("k"), 0o600)
-	s, err := New(Options{Root: root, Self: "/bin/true", QEMUUser: PerVMUser, Host: &Host{KVMUnusable: "test", AppArmorUnusable: "test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := map[string]*confinement{}
+	needRoot(t)
+	s := &Manager{Root: root, Self: "/bin/true", QEMUUser: PerVMUser, AppArmorUnusable: "test"}
+	st := vmstate.Store{Root: root}
+	cs := map[string]*Record{}
 	for _, name := range []string{"pa", "pb"} {
 		u := s.qemuUserName(name)
 		if len(u) > 32 || !strings.HasPrefix(u, "vmsupq-") {
@@ -105,19 +104,19 @@ func TestPerVMUsers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := s.paths(name)
+		p := st.Paths(name)
 		os.MkdirAll(p.Dir, 0o700)
-		if cs[name], err = s.confine(ctx, f, p); err != nil {
+		if cs[name], err = s.Confine(ctx, f, p, spec.AccelTCG); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.securityTeardown(context.Background(), name) })
+		t.Cleanup(func() { s.Teardown(context.Background(), name) })
 	}
 	a, b := cs["pa"], cs["pb"]
 	if a.UID == b.UID || a.UID == 0 || b.UID == 0 {
 		t.Fatalf("uids %d and %d", a.UID, b.UID)
 	}
 	for _, c := range []struct {
-		who  *confinement
+		who  *Record
 		disk string
 		want bool
 	}{{a, "pa.raw", true}, {a, "pb.raw", false}, {b, "pb.raw", true}, {b, "pa.raw", false}} {
@@ -126,10 +125,19 @@ func TestPerVMUsers(t *testing.T) {
 			t.Errorf("%s on %s: access %v (%v), want %v", c.who.User, c.disk, ok, err, c.want)
 		}
 	}
-	if err := s.securityTeardown(ctx, "pa"); err != nil {
+	if err := s.Teardown(ctx, "pa"); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _ := posixacl.HasAccess(kernel, b.UID, b.GID, nil, 4); !ok {
 		t.Error("pb lost its own grant on the shared kernel when pa went down")
+	}
+}
+
+// needRoot skips where chown, ACLs on others' files and useradd are not
+// allowed: these tests give a system user access to files, as vmsup does.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it chowns files and adds ACL entries for the QEMU user")
 	}
 }

@@ -1,4 +1,4 @@
-package supervisor
+package migration
 
 import (
 	"context"
@@ -20,8 +20,8 @@ func TestRelayToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := newRelayToken()
-	r := startRelay(ln, func() (net.Conn, error) { return net.Dial("unix", sock) }, checkToken(tok), nil, slog.New(slog.DiscardHandler))
+	tok := NewToken()
+	r := StartRelay(ln, func() (net.Conn, error) { return net.Dial("unix", sock) }, CheckToken(tok), nil, slog.New(slog.DiscardHandler))
 	defer r.Close()
 
 	bad, err := net.Dial("tcp", ln.Addr().String())
@@ -57,13 +57,13 @@ func TestRelayTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := newRelayTLS()
+	rt, err := NewTLS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := newRelayTLS()
-	tok := newRelayToken()
-	r := startRelay(rt.listen(ln), func() (net.Conn, error) { return net.Dial("unix", sock) }, checkToken(tok), nil, slog.New(slog.DiscardHandler))
+	other, _ := NewTLS()
+	tok := NewToken()
+	r := StartRelay(rt.Listen(ln), func() (net.Conn, error) { return net.Dial("unix", sock) }, CheckToken(tok), nil, slog.New(slog.DiscardHandler))
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -72,7 +72,7 @@ func TestRelayTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sendToken(tok)(plain, 0)
+	SendToken(tok)(plain, 0)
 	plain.SetReadDeadline(time.Now().Add(5 * time.Second))
 	plain.Read(make([]byte, 64)) // the server's TLS alert, or EOF
 	plain.Close()
@@ -81,7 +81,7 @@ func TestRelayTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dialRelayTLS(ctx, c, other.pin); err == nil || !strings.Contains(err.Error(), "not the one it announced") {
+	if _, err := DialTLS(ctx, c, other.Pin); err == nil || !strings.Contains(err.Error(), "not the one it announced") {
 		t.Fatalf("TLS with another pin: %v", err)
 	}
 	select {
@@ -94,7 +94,7 @@ func TestRelayTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, err := dialRelayTLS(ctx, c, rt.pin)
+	good, err := DialTLS(ctx, c, rt.Pin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func fakeQEMUSocket(t *testing.T) (string, <-chan struct{}) {
 // from the fake QEMU's echo.
 func expectBridged(t *testing.T, c net.Conn, tok string) {
 	t.Helper()
-	if err := sendToken(tok)(c, 0); err != nil {
+	if err := SendToken(tok)(c, 0); err != nil {
 		t.Fatal(err)
 	}
 	c.Write([]byte("stream"))

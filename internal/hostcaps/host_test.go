@@ -1,4 +1,4 @@
-package supervisor
+package hostcaps
 
 import (
 	"strings"
@@ -26,7 +26,7 @@ func TestResolveAccel(t *testing.T) {
 	}
 	for _, c := range cases {
 		f := &spec.File{Path: "web.toml", VM: spec.VM{Accel: c.accel}}
-		got, reason, err := resolveAccel(f, c.host)
+		got, reason, err := c.host.Accel(f)
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Errorf("%s on %+v: err %v, want %q", c.accel, c.host, err, c.wantErr)

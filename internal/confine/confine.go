@@ -1,29 +1,6 @@
-package supervisor
-
-import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"syscall"
-
-	"github.com/google/renameio/v2"
-
-	"github.com/vmsup/vmsup/internal/posixacl"
-	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
-)
-
-// Confinement, vmsup's version of libvirt's sVirt:
+// Package confine is vmsup's version of libvirt's sVirt: what keeps each
+// VM's QEMU to its own files.
+//
 //   - QEMU runs as an unprivileged user (Options.QEMUUser, default
 //     vmsup-qemu, created if missing) in a systemd sandbox (units.Sandbox).
 //   - That user gets exactly the files the VM needs: it owns the VM's state
@@ -35,8 +12,49 @@ import (
 //     systemd 253's OpenFile=; this host has systemd 252.)
 //   - A per-VM AppArmor profile lists the same files where the kernel has
 //     AppArmor.
+//
 // What vmsup did is recorded in Root/security/NAME.json, outside the state
 // directory QEMU can write, so a compromised QEMU cannot widen its own grants.
+package confine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/google/renameio/v2"
+
+	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Manager confines the QEMUs of the VMs under one state root.
+type Manager struct {
+	Root      string   // the state root: records in Root/security
+	QEMUUser  string   // the user QEMU runs as, or PerVMUser
+	QEMU      string   // the QEMU binary (the AppArmor profile's)
+	Self      string   // the vmsup binary the unit's stop hook runs
+	ImageDirs []string // where "required" mode lets images lie
+	// AppArmorUnusable is "" where the kernel enforces AppArmor, else why
+	// not (the host probe's).
+	AppArmorUnusable string
+	Logger           *slog.Logger
+}
 
 // DefaultQEMUUser is the system user QEMU runs as.
 const DefaultQEMUUser = "vmsup-qemu"
@@ -50,16 +68,17 @@ const DefaultQEMUUser = "vmsup-qemu"
 const PerVMUser = "per-vm"
 
 // qemuUserName is the user QEMU of VM vm runs as.
-func (s *Supervisor) qemuUserName(vm string) string {
-	if s.opts.QEMUUser != PerVMUser {
-		return s.opts.QEMUUser
+func (m *Manager) qemuUserName(vm string) string {
+	if m.QEMUUser != PerVMUser {
+		return m.QEMUUser
 	}
 	h := sha256.Sum256([]byte(vm))
 	return "vmsupq-" + hex.EncodeToString(h[:5])
 }
 
-// confinement is the record of one VM's confinement.
-type confinement struct {
+// Record is what vmsup did to confine one VM's QEMU, kept in
+// Root/security/NAME.json.
+type Record struct {
 	User     string          `json:"user"`
 	UID      uint32          `json:"uid"`
 	GID      uint32          `json:"gid"`
@@ -97,90 +116,77 @@ type need struct {
 	noProfile         bool // not QEMU's: left out of the AppArmor profile
 }
 
-func (s *Supervisor) securityDir() string { return filepath.Join(s.opts.Root, "security") }
-func (s *Supervisor) securityRecord(name string) string {
-	return filepath.Join(s.securityDir(), name+".json")
+func (m *Manager) securityDir() string { return filepath.Join(m.Root, "security") }
+func (m *Manager) securityRecord(name string) string {
+	return filepath.Join(m.securityDir(), name+".json")
 }
 
-// securitySteps prepares the VM's confinement: QEMU user, file access,
-// AppArmor, and the unit's sandbox.
-func (s *Supervisor) securitySteps(f *spec.File, p vmPaths, plan *startPlan) []step {
-	var c *confinement
-	return []step{{name: "confine", do: func(ctx context.Context) (err error) {
-		// The default image directory is where disks hot-plugged later must
-		// lie (the unit binds it at start): make sure it exists.
-		if def := filepath.Join(s.opts.Root, "images"); slices.Contains(s.opts.ImageDirs, def) {
-			if err := os.MkdirAll(def, 0o755); err != nil {
-				return err
-			}
-		}
-		// Confine what QEMU will really open: the file's disks plus those
-		// carried over from earlier attaches (storage.go).
-		boot := bootFile(f, plan.carried)
-		c, err = s.confine(ctx, boot, p)
-		if err != nil {
-			return err
-		}
-		plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { s.sandboxUnit(u, boot, p, c) })
-		return nil
-	}, undo: func(ctx context.Context) { _ = s.securityTeardown(ctx, f.VM.Name) }}}
-}
-
-// checkSecurity is what Validate checks of the confinement: the
-// "required" refusals, without touching anything.
-func (s *Supervisor) checkSecurity(ctx context.Context, f *spec.File) error {
+// Check is what Validate checks of the confinement: the "required"
+// refusals, without touching anything.
+func (m *Manager) Check(ctx context.Context, f *spec.File, p vmstate.Paths, accel spec.Accel) error {
 	if f.VM.Security.AppArmor != spec.AppArmorRequired {
 		return nil
 	}
-	needs, err := s.vmNeeds(ctx, f, s.paths(f.VM.Name))
+	needs, err := m.vmNeeds(ctx, f, p, accel)
 	if err != nil {
 		return err
 	}
-	if err := s.checkImageDirs(f, needs); err != nil {
+	if err := m.checkImageDirs(f, needs); err != nil {
 		return err
 	}
-	if why := s.hostFacts().AppArmorUnusable; why != "" {
+	if why := m.AppArmorUnusable; why != "" {
 		return f.Errorf("security.apparmor", "\"required\" but %s: refusing to start VM %q unconfined", why, f.VM.Name)
 	}
 	return nil
 }
 
-func (s *Supervisor) confine(ctx context.Context, f *spec.File, p vmPaths) (*confinement, error) {
+// Confine gives the QEMU of f's VM what it needs and nothing more (f is the
+// VM as it boots, with disks carried over from earlier attaches) and
+// records it: the user, the state directory, ACL entries, the AppArmor
+// profile. A previous run's leftovers are released first.
+func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, accel spec.Accel) (*Record, error) {
 	vm := &f.VM
+	// The default image directory is where disks hot-plugged later must
+	// lie (the unit binds it at start): make sure it exists.
+	if def := filepath.Join(m.Root, "images"); slices.Contains(m.ImageDirs, def) {
+		if err := os.MkdirAll(def, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	// A previous run that crashed may have left its grants: release them.
-	if err := s.securityTeardown(ctx, vm.Name); err != nil {
+	if err := m.Teardown(ctx, vm.Name); err != nil {
 		return nil, err
 	}
-	needs, err := s.vmNeeds(ctx, f, p)
+	needs, err := m.vmNeeds(ctx, f, p, accel)
 	if err != nil {
 		return nil, err
 	}
 	mode := vm.Security.AppArmor
-	aaWhy := s.hostFacts().AppArmorUnusable
-	if err := s.checkSecurity(ctx, f); err != nil {
+	aaWhy := m.AppArmorUnusable
+	if err := m.Check(ctx, f, p, accel); err != nil {
 		return nil, err
 	}
-	qu, uid, gid, err := s.qemuIdentity(ctx, vm.Name)
+	qu, uid, gid, err := m.Identity(ctx, vm.Name)
 	if err != nil {
 		return nil, err
 	}
-	c := &confinement{User: qu, UID: uid, GID: gid, Seccomp: vm.Security.HasSeccomp(),
+	c := &Record{User: qu, UID: uid, GID: gid, Seccomp: vm.Security.HasSeccomp(),
 		AppArmor: appArmorRecord{Mode: mode}}
 	ok := false
 	defer func() {
 		if !ok {
-			s.release(c)
+			m.release(c)
 		}
 	}()
-	if err := s.giveStateDir(c, p); err != nil {
+	if err := m.giveStateDir(c, p); err != nil {
 		return nil, err
 	}
-	unlock, err := s.lockSecurity(ctx)
+	unlock, err := m.lock(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range needs {
-		if err := s.grantNeed(c, n); err != nil {
+		if err := m.grantNeed(c, n); err != nil {
 			unlock()
 			return nil, fmt.Errorf("%s: %w", n.field, err)
 		}
@@ -192,11 +198,11 @@ func (s *Supervisor) confine(ctx context.Context, f *spec.File, p vmPaths) (*con
 	case aaWhy != "":
 		c.AppArmor.Reason = aaWhy
 	default:
-		if err := s.loadProfile(ctx, c, vm, p, needs); err != nil {
+		if err := m.loadProfile(ctx, c, vm, p, needs); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.writeConfinement(vm.Name, c); err != nil {
+	if err := m.writeConfinement(vm.Name, c); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -204,16 +210,16 @@ func (s *Supervisor) confine(ctx context.Context, f *spec.File, p vmPaths) (*con
 }
 
 // vmNeeds lists every host path the VM's QEMU and stop hook use.
-func (s *Supervisor) vmNeeds(ctx context.Context, f *spec.File, p vmPaths) ([]need, error) {
+func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, accel spec.Accel) ([]need, error) {
 	vm := &f.VM
 	var ns []need
 	for i, d := range vm.Disks {
 		field := fmt.Sprintf("%s: disk[%d] %q", f.Path, i, d.Name)
-		rules, err := diskRules(ctx, d)
+		files, err := storage.DiskFiles(ctx, d)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
-		for _, r := range rules {
+		for _, r := range files {
 			ns = append(ns, need{path: r.Path, mode: r.Mode, field: field, disk: true})
 		}
 	}
@@ -222,14 +228,13 @@ func (s *Supervisor) vmNeeds(ctx context.Context, f *spec.File, p vmPaths) ([]ne
 			ns = append(ns, need{path: b.path, mode: "r", field: f.Path + ": " + b.field})
 		}
 	}
-	if fw := firmwareCode(vm.Boot.Firmware); fw != "" {
+	if fw := hostcaps.FirmwareCode(vm.Boot.Firmware); fw != "" {
 		ns = append(ns, need{path: fw, mode: "r", field: f.Path + ": boot.firmware"})
 	}
 	// The unit's ExecStop= runs vmsup itself as the QEMU user; both need
 	// the state directory (the profile lists it on its own).
-	ns = append(ns, need{path: s.opts.Self, mode: "rx", field: "vmsup binary (stop hook)", noProfile: true},
+	ns = append(ns, need{path: m.Self, mode: "rx", field: "vmsup binary (stop hook)", noProfile: true},
 		need{path: p.Dir, mode: "rwx", field: "state directory", noProfile: true})
-	accel, _, _, _ := s.resolveHost(f)
 	if accel == spec.AccelKVM {
 		ns = append(ns, need{path: "/dev/kvm", mode: "rw", field: f.Path + ": accel kvm"})
 	}
@@ -242,100 +247,29 @@ func (s *Supervisor) vmNeeds(ctx context.Context, f *spec.File, p vmPaths) ([]ne
 	return ns, nil
 }
 
-// diskRules lists the host files QEMU opens for disk d, with their modes:
-// an image file and its whole backing chain (bases only read), a block
-// device or an ISO. Network disks open no host file, and a seed's ISO and
-// disk secrets live in the state directory, which QEMU's user owns.
-func diskRules(ctx context.Context, d spec.Disk) ([]units.PathRule, error) {
-	switch d.Type {
-	case spec.DiskISCSI, spec.DiskRBD, spec.DiskSeed:
-		return nil, nil
-	case spec.DiskBlock, spec.DiskISO:
-		m := "rwk"
-		if d.ReadOnly || d.Type == spec.DiskISO {
-			m = "rk"
-		}
-		return []units.PathRule{{Path: d.File, Mode: m}}, nil
-	}
-	chain := []string{d.File}
-	if d.Format == spec.FormatQcow2 {
-		var err error
-		if chain, err = backingChain(ctx, d.File); err != nil {
-			return nil, err
-		}
-	}
-	var out []units.PathRule
-	for j, file := range chain {
-		m := "rwk"
-		if d.ReadOnly || j > 0 { // bases of a chain are only read
-			m = "rk"
-		}
-		out = append(out, units.PathRule{Path: file, Mode: m})
-	}
-	return out, nil
-}
-
-func firmwareCode(fw string) string {
-	switch fw {
-	case spec.FirmwareUEFI:
-		return firstExisting(ovmfCode)
-	case spec.FirmwareQboot:
-		return firstExisting(qbootROM)
-	}
-	return ""
-}
-
-// backingChain returns the image and every file below it, top first, as
-// qemu-img reads them (so a relative backing name resolves as QEMU will).
-func backingChain(ctx context.Context, file string) ([]string, error) {
-	out, err := exec.CommandContext(ctx, "qemu-img", "info", "--backing-chain", "--output=json", "-U", file).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
-		}
-		return nil, fmt.Errorf("read backing chain of %s: %w", file, err)
-	}
-	var infos []struct {
-		Filename string `json:"filename"`
-	}
-	if err := json.Unmarshal(out, &infos); err != nil {
-		return nil, fmt.Errorf("read backing chain of %s: %w", file, err)
-	}
-	chain := make([]string, 0, len(infos))
-	for _, in := range infos {
-		a, err := filepath.Abs(in.Filename)
-		if err != nil || strings.Contains(in.Filename, ":") && !strings.HasPrefix(in.Filename, "/") {
-			return nil, fmt.Errorf("backing file %q of %s is not a local file", in.Filename, file)
-		}
-		chain = append(chain, a)
-	}
-	return chain, nil
-}
-
 // checkImageDirs enforces the image-directory rule of "required" mode: every
 // disk image and backing file lies, after resolving symlinks, under one of
 // Options.ImageDirs.
-func (s *Supervisor) checkImageDirs(f *spec.File, ns []need) error {
+func (m *Manager) checkImageDirs(f *spec.File, ns []need) error {
 	for _, n := range ns {
 		if !n.disk {
 			continue
 		}
-		inside, err := s.inImageDirs(n.path)
+		inside, err := m.InImageDirs(n.path)
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.field, err)
 		}
 		if !inside {
 			return fmt.Errorf("%s: %s is outside the image directories (%s): security.apparmor = \"required\" confines QEMU to them",
-				n.field, n.path, strings.Join(s.opts.ImageDirs, ", "))
+				n.field, n.path, strings.Join(m.ImageDirs, ", "))
 		}
 	}
 	return nil
 }
 
-// inImageDirs reports whether path (symlinks resolved) lies in one of the
+// InImageDirs reports whether path (symlinks resolved) lies in one of the
 // image directories.
-func (s *Supervisor) inImageDirs(path string) (bool, error) {
+func (m *Manager) InImageDirs(path string) (bool, error) {
 	// The file itself may not exist yet (created on attach): resolve its
 	// directory.
 	dir, err := filepath.EvalSymlinks(filepath.Dir(path))
@@ -346,7 +280,7 @@ func (s *Supervisor) inImageDirs(path string) (bool, error) {
 	if r, err := filepath.EvalSymlinks(path); err == nil {
 		real = r
 	}
-	for _, d := range s.opts.ImageDirs {
+	for _, d := range m.ImageDirs {
 		dr, err := filepath.EvalSymlinks(d)
 		if err != nil {
 			continue
@@ -358,17 +292,17 @@ func (s *Supervisor) inImageDirs(path string) (bool, error) {
 	return false, nil
 }
 
-// qemuIdentity is the user QEMU of VM vm runs as, created if missing: what
+// Identity is the user QEMU of VM vm runs as, created if missing: what
 // another host step needs before confine runs (a tap's owner, TUNSETOWNER).
-func (s *Supervisor) qemuIdentity(ctx context.Context, vm string) (name string, uid, gid uint32, err error) {
-	name = s.qemuUserName(vm)
-	uid, gid, err = s.qemuUser(ctx, name)
+func (m *Manager) Identity(ctx context.Context, vm string) (name string, uid, gid uint32, err error) {
+	name = m.qemuUserName(vm)
+	uid, gid, err = m.qemuUser(ctx, name)
 	return name, uid, gid, err
 }
 
 // qemuUser looks the QEMU user up and creates it as a system user if
 // missing (as scripts/install-deps.sh does).
-func (s *Supervisor) qemuUser(ctx context.Context, name string) (uint32, uint32, error) {
+func (m *Manager) qemuUser(ctx context.Context, name string) (uint32, uint32, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		out, cerr := exec.CommandContext(ctx, "useradd", "--system", "--user-group", "--no-create-home",
@@ -392,24 +326,22 @@ func (s *Supervisor) qemuUser(ctx context.Context, name string) (uint32, uint32,
 // giveStateDir makes the QEMU user the owner of the VM's state directory
 // and what is in it (sockets, console log, UEFI variables, spec copy), so
 // QEMU and its stop hook work there without further grants.
-func (s *Supervisor) giveStateDir(c *confinement, p vmPaths) error {
+func (m *Manager) giveStateDir(c *Record, p vmstate.Paths) error {
 	// The QMP lock is taken by vmsup commands and by the stop hook.
 	if lf, err := os.OpenFile(p.QMPLock, os.O_CREATE|os.O_RDONLY, 0o600); err == nil {
 		lf.Close()
 	}
-	ents, err := os.ReadDir(p.Dir)
+	// Everything in it, whatever the other concerns put there (a seed ISO,
+	// disk secrets one level down): WalkDir does not follow symlinks.
+	var paths []string
+	err := filepath.WalkDir(p.Dir, func(path string, _ fs.DirEntry, err error) error {
+		if err == nil {
+			paths = append(paths, path)
+		}
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	paths := []string{p.Dir}
-	for _, e := range ents {
-		paths = append(paths, filepath.Join(p.Dir, e.Name()))
-	}
-	// Disk secrets (storage.go) sit one level down, in secrets/.
-	if subs, err := os.ReadDir(filepath.Join(p.Dir, "secrets")); err == nil {
-		for _, e := range subs {
-			paths = append(paths, filepath.Join(p.Dir, "secrets", e.Name()))
-		}
 	}
 	for _, path := range paths {
 		fi, err := os.Lstat(path)
@@ -431,7 +363,7 @@ func (s *Supervisor) giveStateDir(c *confinement, p vmPaths) error {
 // grantNeed gives the QEMU user search on every directory above n.path and
 // the permissions n.mode asks for on it, adding ACL entries only where the
 // user lacks them.
-func (s *Supervisor) grantNeed(c *confinement, n need) error {
+func (m *Manager) grantNeed(c *Record, n need) error {
 	want := uint16(0)
 	for _, l := range n.mode {
 		switch l {
@@ -452,15 +384,17 @@ func (s *Supervisor) grantNeed(c *confinement, n need) error {
 		}
 	}
 	for _, d := range chain {
-		if err := s.grantPath(c, d, 1); err != nil {
+		if err := m.grantPath(c, d, 1); err != nil {
 			return err
 		}
 	}
-	return s.grantPath(c, path, want)
+	return m.grantPath(c, path, want)
 }
 
-func (s *Supervisor) grantPath(c *confinement, path string, want uint16) error {
-	c.Uses = appendUnique(c.Uses, path)
+func (m *Manager) grantPath(c *Record, path string, want uint16) error {
+	if !slices.Contains(c.Uses, path) {
+		c.Uses = append(c.Uses, path)
+	}
 	ok, err := posixacl.HasAccess(path, c.UID, c.GID, nil, want)
 	if err != nil {
 		return err
@@ -476,26 +410,17 @@ func (s *Supervisor) grantPath(c *confinement, path string, want uint16) error {
 	return nil
 }
 
-func appendUnique(l []string, s string) []string {
-	for _, x := range l {
-		if x == s {
-			return l
-		}
-	}
-	return append(l, s)
-}
-
-func (s *Supervisor) loadProfile(ctx context.Context, c *confinement, vm *spec.VM, p vmPaths, ns []need) error {
-	prof, err := s.buildProfile(vm, p, ns)
+func (m *Manager) loadProfile(ctx context.Context, c *Record, vm *spec.VM, p vmstate.Paths, ns []need) error {
+	prof, err := m.buildProfile(vm, p, ns)
 	if err != nil {
 		return err
 	}
 	c.Profile = prof
-	return s.reloadProfile(ctx, vm.Name, c)
+	return m.reloadProfile(ctx, vm.Name, c)
 }
 
-func (s *Supervisor) buildProfile(vm *spec.VM, p vmPaths, ns []need) (*units.Profile, error) {
-	prof := &units.Profile{Name: units.ProfileName(vm.Name), Binary: s.opts.QEMU, Network: len(vm.NICs) > 0}
+func (m *Manager) buildProfile(vm *spec.VM, p vmstate.Paths, ns []need) (*units.Profile, error) {
+	prof := &units.Profile{Name: vmstate.ProfileName(vm.Name), Binary: m.QEMU, Network: len(vm.NICs) > 0}
 	if err := prof.AddPath(units.PathRule{Path: p.Dir + "/", Mode: "rwk"}); err != nil {
 		return nil, err
 	}
@@ -510,26 +435,25 @@ func (s *Supervisor) buildProfile(vm *spec.VM, p vmPaths, ns []need) (*units.Pro
 	return prof, nil
 }
 
-// AppArmorProfile returns the AppArmor profile vmsup loads for f where the
-// kernel has AppArmor (disks with their backing chains, boot files, the
-// state directory), whatever this host has.
-func (s *Supervisor) AppArmorProfile(ctx context.Context, f *spec.File) (*units.Profile, error) {
-	p := s.paths(f.VM.Name)
-	ns, err := s.vmNeeds(ctx, f, p)
+// Profile returns the AppArmor profile vmsup loads for f where the kernel
+// has AppArmor (disks with their backing chains, boot files, the state
+// directory), whatever this host has.
+func (m *Manager) Profile(ctx context.Context, f *spec.File, p vmstate.Paths, accel spec.Accel) (*units.Profile, error) {
+	ns, err := m.vmNeeds(ctx, f, p, accel)
 	if err != nil {
 		return nil, err
 	}
-	return s.buildProfile(&f.VM, p, ns)
+	return m.buildProfile(&f.VM, p, ns)
 }
 
 // reloadProfile writes the VM's profile and loads (or replaces) it.
-func (s *Supervisor) reloadProfile(ctx context.Context, name string, c *confinement) error {
+func (m *Manager) reloadProfile(ctx context.Context, name string, c *Record) error {
 	text, err := c.Profile.Render()
 	if err != nil {
 		return err
 	}
-	file := filepath.Join(s.securityDir(), name+".apparmor")
-	if err := os.MkdirAll(s.securityDir(), 0o700); err != nil {
+	file := filepath.Join(m.securityDir(), name+".apparmor")
+	if err := os.MkdirAll(m.securityDir(), 0o700); err != nil {
 		return err
 	}
 	if err := renameio.WriteFile(file, text, 0o600); err != nil {
@@ -542,19 +466,9 @@ func (s *Supervisor) reloadProfile(ctx context.Context, name string, c *confinem
 	return nil
 }
 
-// hasNetworkDisk: iSCSI and RBD disks need the host network (their targets
-// are reached over TCP) even for a VM without NICs.
-func hasNetworkDisk(vm *spec.VM) bool {
-	for _, d := range vm.Disks {
-		if d.Type == spec.DiskISCSI || d.Type == spec.DiskRBD {
-			return true
-		}
-	}
-	return false
-}
-
-// sandboxUnit confines the VM's unit: QEMU's user, the sandbox, its files.
-func (s *Supervisor) sandboxUnit(u *units.Unit, f *spec.File, p vmPaths, c *confinement) {
+// Sandbox is the VM's unit sandbox for a confinement record c: QEMU's
+// user, the systemd sandbox, its files.
+func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandbox {
 	sb := &units.Sandbox{
 		User: c.User, Group: c.User,
 		ReadWritePaths: []string{p.Dir},
@@ -562,7 +476,7 @@ func (s *Supervisor) sandboxUnit(u *units.Unit, f *spec.File, p vmPaths, c *conf
 		// Other VMs' state directories (their QMP sockets!) belong to the
 		// same user: hide them all and bind this VM's own back in.
 		HidePaths:       []string{filepath.Dir(p.Dir)},
-		HostNetwork:     len(f.VM.NICs) > 0 || hasNetworkDisk(&f.VM),
+		HostNetwork:     len(f.VM.NICs) > 0 || f.VM.HasNetworkDisk(),
 		AppArmorProfile: c.AppArmor.Profile,
 	}
 	seen := map[string]bool{p.Dir: true}
@@ -585,11 +499,23 @@ func (s *Supervisor) sandboxUnit(u *units.Unit, f *spec.File, p vmPaths, c *conf
 	// Disks hot-plugged later come from the image directories: the unit's
 	// mount namespace is fixed at start, so they are visible and writable
 	// there (each file still needs its ACL entry and profile rule).
-	for _, d := range s.opts.ImageDirs {
+	for _, d := range m.ImageDirs {
 		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, d)
 			sb.BindPaths = append(sb.BindPaths, d)
 		}
 	}
-	u.Sandbox = sb
+	return sb
+}
+
+// DiskRules are the files QEMU opens for d (its image and backing chain, a
+// block device or an ISO), as confinement rules: what a disk hot-plug
+// grants before blockdev-add.
+func DiskRules(ctx context.Context, d spec.Disk) ([]units.PathRule, error) {
+	files, err := storage.DiskFiles(ctx, d)
+	rules := make([]units.PathRule, len(files))
+	for i, f := range files {
+		rules[i] = units.PathRule{Path: f.Path, Mode: f.Mode}
+	}
+	return rules, err
 }

@@ -1,4 +1,4 @@
-package supervisor
+package confine
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -14,21 +15,22 @@ import (
 	"github.com/google/renameio/v2"
 
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/units"
 )
 
 // The confinement record (Root/security/NAME.json), hotplug changes to it,
 // and taking grants back, handing shared ones over to VMs still using them.
 
-// ConfinePaths extends a running VM's confinement by files it is about to
+// Extend extends a running VM's confinement by files it is about to
 // use (a hot-plugged disk and its backing chain): the QEMU user gets access
 // and the AppArmor profile, if loaded, is reloaded with them, before the
 // device is added. The unit's mount namespace is fixed at start, so a
 // hot-plugged file must lie under a path the unit already sees (an image
 // directory, not /tmp or /home).
-func (s *Supervisor) ConfinePaths(ctx context.Context, name string, rules ...units.PathRule) error {
-	return s.changeConfinement(ctx, name, func(c *confinement) error {
-		unlock, err := s.lockSecurity(ctx)
+func (m *Manager) Extend(ctx context.Context, name string, rules ...units.PathRule) error {
+	return m.changeConfinement(ctx, name, func(c *Record) error {
+		unlock, err := m.lock(ctx)
 		if err != nil {
 			return err
 		}
@@ -39,7 +41,7 @@ func (s *Supervisor) ConfinePaths(ctx context.Context, name string, rules ...uni
 					return err
 				}
 			}
-			if err := s.grantNeed(c, need{path: r.Path, mode: r.Mode}); err != nil {
+			if err := m.grantNeed(c, need{path: r.Path, mode: r.Mode}); err != nil {
 				return err
 			}
 		}
@@ -47,37 +49,33 @@ func (s *Supervisor) ConfinePaths(ctx context.Context, name string, rules ...uni
 	})
 }
 
-// ReleasePaths undoes ConfinePaths after a device was detached.
-func (s *Supervisor) ReleasePaths(ctx context.Context, name string, paths ...string) error {
-	return s.changeConfinement(ctx, name, func(c *confinement) error {
+// Shrink undoes Extend after a device was detached.
+func (m *Manager) Shrink(ctx context.Context, name string, paths ...string) error {
+	return m.changeConfinement(ctx, name, func(c *Record) error {
 		for _, p := range paths {
 			if c.Profile != nil {
 				c.Profile.RemovePath(p)
 			}
 		}
-		unlock, err := s.lockSecurity(ctx)
+		unlock, err := m.lock(ctx)
 		if err != nil {
 			return err
 		}
 		defer unlock()
 		var keep []aclGrant
 		for _, g := range c.Grants {
-			drop := false
-			for _, p := range paths {
-				drop = drop || g.Path == p
-			}
-			if !drop {
+			if !slices.Contains(paths, g.Path) {
 				keep = append(keep, g)
 				continue
 			}
-			if err := s.releaseGrant(c, g); err != nil {
+			if err := m.releaseGrant(c, g); err != nil {
 				return err
 			}
 		}
 		c.Grants = keep
 		var uses []string
 		for _, u := range c.Uses {
-			if !contains(paths, u) {
+			if !slices.Contains(paths, u) {
 				uses = append(uses, u)
 			}
 		}
@@ -86,17 +84,8 @@ func (s *Supervisor) ReleasePaths(ctx context.Context, name string, paths ...str
 	})
 }
 
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Supervisor) changeConfinement(ctx context.Context, name string, change func(*confinement) error) error {
-	c, err := s.readConfinement(name)
+func (m *Manager) changeConfinement(ctx context.Context, name string, change func(*Record) error) error {
+	c, err := m.Read(name)
 	if err != nil {
 		return fmt.Errorf("vm %q: confinement: %w", name, err)
 	}
@@ -104,39 +93,39 @@ func (s *Supervisor) changeConfinement(ctx context.Context, name string, change 
 		return fmt.Errorf("vm %q: %w", name, err)
 	}
 	if c.AppArmor.Profile != "" {
-		if err := s.reloadProfile(ctx, name, c); err != nil {
+		if err := m.reloadProfile(ctx, name, c); err != nil {
 			return fmt.Errorf("vm %q: %w", name, err)
 		}
 	}
-	return s.writeConfinement(name, c)
+	return m.writeConfinement(name, c)
 }
 
-func (s *Supervisor) readConfinement(name string) (*confinement, error) {
-	b, err := os.ReadFile(s.securityRecord(name))
+func (m *Manager) Read(name string) (*Record, error) {
+	b, err := os.ReadFile(m.securityRecord(name))
 	if err != nil {
 		return nil, err
 	}
-	var c confinement
+	var c Record
 	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.securityRecord(name), err)
+		return nil, fmt.Errorf("%s: %w", m.securityRecord(name), err)
 	}
 	return &c, nil
 }
 
-func (s *Supervisor) writeConfinement(name string, c *confinement) error {
-	if err := os.MkdirAll(s.securityDir(), 0o700); err != nil {
+func (m *Manager) writeConfinement(name string, c *Record) error {
+	if err := os.MkdirAll(m.securityDir(), 0o700); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(s.securityRecord(name), b, 0o600)
+	return renameio.WriteFile(m.securityRecord(name), b, 0o600)
 }
 
-// securityTeardown undoes securitySteps once QEMU is gone; idempotent.
-func (s *Supervisor) securityTeardown(ctx context.Context, name string) error {
-	c, err := s.readConfinement(name)
+// Teardown takes back what Confine gave once QEMU is gone; idempotent.
+func (m *Manager) Teardown(ctx context.Context, name string) error {
+	c, err := m.Read(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -144,41 +133,41 @@ func (s *Supervisor) securityTeardown(ctx context.Context, name string) error {
 		return fmt.Errorf("confinement: %w", err)
 	}
 	var errs []error
-	if c.AppArmor.File != "" && s.hostFacts().AppArmorUnusable == "" {
+	if c.AppArmor.File != "" && m.AppArmorUnusable == "" {
 		if err := (units.Parser{}).Unload(ctx, c.AppArmor.File); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := s.releaseLocked(ctx, name, c); err != nil {
+	if err := m.releaseLocked(ctx, name, c); err != nil {
 		errs = append(errs, err)
 	}
 	if c.AppArmor.File != "" {
 		os.Remove(c.AppArmor.File)
 	}
 	if len(errs) == 0 {
-		if err := os.Remove(s.securityRecord(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(m.securityRecord(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (s *Supervisor) releaseLocked(ctx context.Context, name string, c *confinement) error {
-	unlock, err := s.lockSecurity(ctx)
+func (m *Manager) releaseLocked(ctx context.Context, name string, c *Record) error {
+	unlock, err := m.lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	// This VM no longer uses anything: drop its record's uses first so the
 	// hand-over below never picks it.
-	os.Remove(s.securityRecord(name))
-	return s.release(c)
+	os.Remove(m.securityRecord(name))
+	return m.release(c)
 }
 
 // release takes back what c was given: chowned state files get their owner
 // back, ACL entries are removed unless another VM's record still uses the
 // path, in which case that VM's record inherits the grant.
-func (s *Supervisor) release(c *confinement) error {
+func (m *Manager) release(c *Record) error {
 	var errs []error
 	for i := len(c.Chowned) - 1; i >= 0; i-- {
 		ch := c.Chowned[i]
@@ -195,17 +184,17 @@ func (s *Supervisor) release(c *confinement) error {
 			}
 		}
 	}
-	others := s.otherConfinements(c)
+	others := m.otherConfinements(c)
 	for i := len(c.Grants) - 1; i >= 0; i-- {
 		g := c.Grants[i]
 		if heir := usedBy(others, g.Path, c.UID); heir != "" {
-			if oc, err := s.readConfinement(heir); err == nil {
+			if oc, err := m.Read(heir); err == nil {
 				oc.Grants = append(oc.Grants, g)
-				errs = append(errs, s.writeConfinement(heir, oc))
+				errs = append(errs, m.writeConfinement(heir, oc))
 				continue
 			}
 		}
-		if err := s.releaseGrant(c, g); err != nil {
+		if err := m.releaseGrant(c, g); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -213,7 +202,7 @@ func (s *Supervisor) release(c *confinement) error {
 	return errors.Join(errs...)
 }
 
-func (s *Supervisor) releaseGrant(c *confinement, g aclGrant) error {
+func (m *Manager) releaseGrant(c *Record, g aclGrant) error {
 	if err := posixacl.RevokeUser(g.Path, c.UID, g.Prev); err != nil {
 		return fmt.Errorf("take back %s's access to %s: %w", c.User, g.Path, err)
 	}
@@ -221,43 +210,43 @@ func (s *Supervisor) releaseGrant(c *confinement, g aclGrant) error {
 }
 
 // otherConfinements reads the records of the other VMs, by VM name.
-func (s *Supervisor) otherConfinements(self *confinement) map[string]*confinement {
-	out := map[string]*confinement{}
-	files, _ := filepath.Glob(filepath.Join(s.securityDir(), "*.json"))
+func (m *Manager) otherConfinements(self *Record) map[string]*Record {
+	out := map[string]*Record{}
+	files, _ := filepath.Glob(filepath.Join(m.securityDir(), "*.json"))
 	sort.Strings(files)
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		if c, err := s.readConfinement(name); err == nil && c != self {
+		if c, err := m.Read(name); err == nil && c != self {
 			out[name] = c
 		}
 	}
 	return out
 }
 
-func usedBy(cs map[string]*confinement, path string, uid uint32) string {
+func usedBy(cs map[string]*Record, path string, uid uint32) string {
 	names := make([]string, 0, len(cs))
 	for n := range cs {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if cs[n].UID == uid && contains(cs[n].Uses, path) {
+		if cs[n].UID == uid && slices.Contains(cs[n].Uses, path) {
 			return n
 		}
 	}
 	return ""
 }
 
-// lockSecurity serializes grant bookkeeping across VMs and vmsup processes.
-func (s *Supervisor) lockSecurity(ctx context.Context) (func(), error) {
-	if err := os.MkdirAll(s.securityDir(), 0o700); err != nil {
+// lock serializes grant bookkeeping across VMs and vmsup processes.
+func (m *Manager) lock(ctx context.Context) (func(), error) {
+	if err := os.MkdirAll(m.securityDir(), 0o700); err != nil {
 		return nil, err
 	}
-	l, ok, err := lockFile(ctx, filepath.Join(s.securityDir(), ".lock"), true)
+	l, ok, err := vmstate.LockFile(ctx, filepath.Join(m.securityDir(), ".lock"), true)
 	if err != nil || !ok {
 		return nil, fmt.Errorf("security lock: %v", orErr(err, ctx.Err()))
 	}
-	return l.unlock, nil
+	return l.Unlock, nil
 }
 
 func orErr(a, b error) error {

@@ -1,8 +1,9 @@
-package supervisor
+package migration
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
@@ -26,9 +27,9 @@ import (
 
 const relayTokenLen = 16
 
-// migRelay accepts on ln and bridges each connection to a fresh one from
+// Relay accepts on ln and bridges each connection to a fresh one from
 // dial. Close stops it and cuts every bridged connection.
-type migRelay struct {
+type Relay struct {
 	ln    net.Listener
 	log   *slog.Logger
 	mu    sync.Mutex
@@ -42,11 +43,11 @@ type migRelay struct {
 	dialed int
 }
 
-// startRelay serves ln. hello, if set, runs on each accepted connection
+// StartRelay serves ln. hello, if set, runs on each accepted connection
 // before dialing (the destination checks the token there); greet, if set,
 // runs on each dialed connection before copying (the source sends it).
-func startRelay(ln net.Listener, dial func() (net.Conn, error), hello func(net.Conn) (int, error), greet func(net.Conn, int) error, log *slog.Logger) *migRelay {
-	r := &migRelay{ln: ln, log: log, conns: map[net.Conn]struct{}{}}
+func StartRelay(ln net.Listener, dial func() (net.Conn, error), hello func(net.Conn) (int, error), greet func(net.Conn, int) error, log *slog.Logger) *Relay {
+	r := &Relay{ln: ln, log: log, conns: map[net.Conn]struct{}{}}
 	r.order = sync.NewCond(&r.mu)
 	r.wg.Add(1)
 	go func() {
@@ -70,7 +71,7 @@ func startRelay(ln net.Listener, dial func() (net.Conn, error), hello func(net.C
 	return r
 }
 
-func (r *migRelay) track(c net.Conn) bool {
+func (r *Relay) track(c net.Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done {
@@ -80,14 +81,14 @@ func (r *migRelay) track(c net.Conn) bool {
 	return true
 }
 
-func (r *migRelay) untrack(c net.Conn) {
+func (r *Relay) untrack(c net.Conn) {
 	r.mu.Lock()
 	delete(r.conns, c)
 	r.mu.Unlock()
 	c.Close()
 }
 
-func (r *migRelay) bridge(in net.Conn, seq int, dial func() (net.Conn, error), hello func(net.Conn) (int, error), greet func(net.Conn, int) error) {
+func (r *Relay) bridge(in net.Conn, seq int, dial func() (net.Conn, error), hello func(net.Conn) (int, error), greet func(net.Conn, int) error) {
 	defer r.untrack(in)
 	ordered := false
 	if hello != nil {
@@ -150,7 +151,7 @@ func (r *migRelay) bridge(in net.Conn, seq int, dial func() (net.Conn, error), h
 
 // Close stops accepting, cuts all bridged connections and waits for the
 // relay's goroutines.
-func (r *migRelay) Close() {
+func (r *Relay) Close() {
 	r.mu.Lock()
 	r.done = true
 	for c := range r.conns {
@@ -162,11 +163,11 @@ func (r *migRelay) Close() {
 	r.wg.Wait()
 }
 
-func newRelayToken() string { return randHex(relayTokenLen) }
+func NewToken() string { return RandHex(relayTokenLen) }
 
-// sendToken is the source's greeting on each TCP connection: the token,
+// SendToken is the source's greeting on each TCP connection: the token,
 // then the connection's sequence number (4 bytes, big endian).
-func sendToken(tok string) func(net.Conn, int) error {
+func SendToken(tok string) func(net.Conn, int) error {
 	return func(c net.Conn, seq int) error {
 		b := append([]byte(tok), byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq))
 		_, err := c.Write(b)
@@ -174,9 +175,9 @@ func sendToken(tok string) func(net.Conn, int) error {
 	}
 }
 
-// checkToken reads and checks the greeting within a few seconds and
+// CheckToken reads and checks the greeting within a few seconds and
 // returns the sequence number.
-func checkToken(tok string) func(net.Conn) (int, error) {
+func CheckToken(tok string) func(net.Conn) (int, error) {
 	return func(c net.Conn) (int, error) {
 		buf := make([]byte, len(tok)+4)
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -196,8 +197,15 @@ func checkToken(tok string) func(net.Conn) (int, error) {
 	}
 }
 
-// defaultDial is MigrateOptions.Dial's default.
-func defaultDial(ctx context.Context, network, address string) (net.Conn, error) {
+// DefaultDial is MigrateOptions.Dial's default.
+func DefaultDial(ctx context.Context, network, address string) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, network, address)
+}
+
+// RandHex returns n random bytes in hex (tokens, one-off file names).
+func RandHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -1,4 +1,4 @@
-package supervisor
+package vmstate
 
 import (
 	"context"
@@ -9,17 +9,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fileLock is an flock(2) lock on an open file. The kernel drops it when the
+// FileLock is an flock(2) lock on an open file. The kernel drops it when the
 // holder dies, so a killed vmsup never leaves a VM locked. (gofrs/flock does
 // not expose its file, and the holder's name is written into the lock file.)
-type fileLock struct {
+type FileLock struct {
 	f      *os.File
 	holder bool // setHolder wrote into the file: unlock empties it
 }
 
-// lockFile takes an exclusive lock on path (created 0600). With wait, it
+// LockFile takes an exclusive lock on path (created 0600). With wait, it
 // polls until ctx ends; without, it tries once. ok is false when held.
-func lockFile(ctx context.Context, path string, wait bool) (l *fileLock, ok bool, err error) {
+func LockFile(ctx context.Context, path string, wait bool) (l *FileLock, ok bool, err error) {
 	// O_NOFOLLOW: some lock files sit where the QEMU user can write; a
 	// symlink planted there must not lead root to open another file.
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
@@ -29,7 +29,7 @@ func lockFile(ctx context.Context, path string, wait bool) (l *fileLock, ok bool
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return &fileLock{f: f}, true, nil
+			return &FileLock{f: f}, true, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
@@ -48,14 +48,14 @@ func lockFile(ctx context.Context, path string, wait bool) (l *fileLock, ok bool
 	}
 }
 
-// setHolder records who holds the lock, for BusyError.
-func (l *fileLock) setHolder(s string) {
+// SetHolder records who holds the lock, for BusyError.
+func (l *FileLock) SetHolder(s string) {
 	l.holder = true
 	_ = l.f.Truncate(0)
 	_, _ = l.f.WriteAt([]byte(s), 0)
 }
 
-func (l *fileLock) unlock() {
+func (l *FileLock) Unlock() {
 	if l.holder {
 		_ = l.f.Truncate(0)
 	}

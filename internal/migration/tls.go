@@ -1,4 +1,4 @@
-package supervisor
+package migration
 
 import (
 	"context"
@@ -27,13 +27,13 @@ import (
 
 const relayServerName = "vmsup-migration"
 
-// relayTLS is the destination's side: a fresh certificate and its pin.
-type relayTLS struct {
+// TLS is the destination's side: a fresh certificate and its pin.
+type TLS struct {
 	config *tls.Config
-	pin    string // hex SHA-256 of the certificate (DER)
+	Pin    string // hex SHA-256 of the certificate (DER)
 }
 
-func newRelayTLS() (*relayTLS, error) {
+func NewTLS() (*TLS, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -57,21 +57,21 @@ func newRelayTLS() (*relayTLS, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(der)
-	return &relayTLS{
+	return &TLS{
 		config: &tls.Config{
 			MinVersion:   tls.VersionTLS13,
 			Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
 		},
-		pin: hex.EncodeToString(sum[:]),
+		Pin: hex.EncodeToString(sum[:]),
 	}, nil
 }
 
 // listen wraps the destination's TCP listener.
-func (t *relayTLS) listen(ln net.Listener) net.Listener { return tls.NewListener(ln, t.config) }
+func (t *TLS) Listen(ln net.Listener) net.Listener { return tls.NewListener(ln, t.config) }
 
-// dialRelayTLS is the source's side: TLS over a connection from dial,
+// DialTLS is the source's side: TLS over a connection from dial,
 // accepting only the certificate whose SHA-256 is pin.
-func dialRelayTLS(ctx context.Context, conn net.Conn, pin string) (net.Conn, error) {
+func DialTLS(ctx context.Context, conn net.Conn, pin string) (net.Conn, error) {
 	want, err := hex.DecodeString(pin)
 	if err != nil || len(want) != sha256.Size {
 		conn.Close()

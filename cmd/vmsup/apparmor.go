@@ -1,0 +1,30 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func profileCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "apparmor-profile FILE",
+		Short: "Print the AppArmor profile vmsup loads for the VM in FILE (disks, backing chains, boot files)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+				p, err := sup.AppArmorProfile(cmd.Context(), fs[0])
+				if err != nil {
+					return err
+				}
+				text, err := p.Render()
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(text)
+				return err
+			})
+		},
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// detachKey is Ctrl-] (as telnet and virsh console use).
+const detachKey = 0x1d
+
+func consoleCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "console NAME",
+		Short: "Attach to the VM's serial console (detach with Ctrl-])",
+		Long: "Attach to the VM's serial console socket. On a terminal, Ctrl-] detaches and leaves the VM running.\n" +
+			"Without a terminal, stdin is sent to the console until it ends, and console output is copied to stdout.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				dctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+				conn, err := sup.DialConsole(dctx, name)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("%w (is it running?)", err)
+				}
+				defer conn.Close()
+				return attach(cmd.Context(), conn, os.Stdin, cmd.OutOrStdout())
+			})
+		},
+	}
+}
+
+func attach(ctx context.Context, conn net.Conn, in *os.File, out io.Writer) error {
+	fd := int(in.Fd())
+	isTTY := term.IsTerminal(fd)
+	if isTTY {
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			return err
+		}
+		defer term.Restore(fd, old)
+		fmt.Fprint(out, "Connected to the console; Ctrl-] detaches.\r\n")
+	}
+	done := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(out, conn)
+		done <- err
+	}()
+	go func() {
+		buf := make([]byte, 1024)
+		for {
+			n, err := in.Read(buf)
+			for i := 0; i < n; i++ {
+				if isTTY && buf[i] == detachKey {
+					_, _ = conn.Write(buf[:i])
+					done <- nil
+					return
+				}
+			}
+			if n > 0 {
+				if _, werr := conn.Write(buf[:n]); werr != nil {
+					done <- werr
+					return
+				}
+			}
+			if err != nil {
+				// stdin ended: give the guest a moment to answer, then leave.
+				time.Sleep(500 * time.Millisecond)
+				done <- nil
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if isTTY {
+			fmt.Fprint(out, "\r\nDetached.\r\n")
+		}
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}

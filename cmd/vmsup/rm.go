@@ -1,0 +1,28 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func rmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME|FILE...",
+		Short: "Forget VMs that are not running: state, records, autostart mark (disk images stay)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVMs(args, func(sup *supervisor.Supervisor, names []string) error {
+				for _, n := range names {
+					if err := sup.Remove(cmd.Context(), n); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: removed (its disk images are kept)\n", n)
+				}
+				return nil
+			})
+		},
+	}
+}

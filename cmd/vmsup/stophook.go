@@ -1,0 +1,43 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func stopPostCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    "stop-post NAME",
+		Short:  "Network clean-up run by the VM's unit (ExecStopPost=); not for direct use",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				if err := sup.StopPost(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: network removed\n", args[0])
+				return nil
+			})
+		},
+	}
+}
+
+func stopHookCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    "stop-hook NAME",
+		Short:  "Graceful stop run by the VM's unit (ExecStop=); not for direct use",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				step, err := sup.StopHook(cmd.Context(), args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-hook %s: %s\n", args[0], step)
+				return err
+			})
+		},
+	}
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func loadFiles(paths []string) ([]*spec.File, error) {
+	var fs []*spec.File
+	for _, p := range paths {
+		f, err := spec.Load(p)
+		if err != nil {
+			return nil, err
+		}
+		fs = append(fs, f)
+	}
+	return fs, nil
+}
+
+func upCmd(g *globals) *cobra.Command {
+	var restart bool
+	c := &cobra.Command{
+		Use:   "up FILE...",
+		Short: "Bring the VMs in FILEs up (idempotent: running VMs with the same spec are left alone)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+				return printUp(cmd, sup, fs, restart)
+			})
+		},
+	}
+	c.Flags().BoolVar(&restart, "restart-changed", false, "restart running VMs whose file changed (graceful down, then up; the previous spec comes back if the new one fails)")
+	return c
+}
+
+// printUp runs Up and prints a line per VM; with restart, running VMs whose
+// spec changed are restarted with it.
+func printUp(cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, restart bool) error {
+	res, err := sup.Up(cmd.Context(), fs...)
+	for _, r := range res {
+		if r.Action == supervisor.Changed && restart && r.State == supervisor.StateRunning {
+			i := slices.IndexFunc(fs, func(f *spec.File) bool { return f.VM.Name == r.VM })
+			var rerr error
+			if r, rerr = sup.Restart(cmd.Context(), fs[i]); rerr != nil {
+				return rerr
+			}
+		}
+		line := fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel)
+		if r.Action == supervisor.Changed {
+			line += "; spec differs from the running VM, not restarted (up --restart-changed, or down then up, to apply)"
+			if r.State != supervisor.StateRunning && restart {
+				line += "; not restarted while it is " + string(r.State)
+			}
+		}
+		if r.Note != "" {
+			line += "; " + r.Note
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), line)
+	}
+	return err
+}

@@ -1,0 +1,166 @@
+// Package devices adds and removes devices of a running QEMU over QMP: a
+// disk's parts (objects, block nodes, devices) built by qemuargs exactly as
+// at boot, a block device passed as a descriptor, free hotplug root ports,
+// vCPUs and DIMMs within the VM's ceilings, and the one unplug that waits
+// for the guest to release a device. It decides nothing about records or
+// confinement: the supervisor orchestrates around it.
+package devices
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	goqmp "github.com/digitalocean/go-qemu/qmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// PlugDisk is the steps that add a disk's parts in order (objects, block nodes, devices),
+// each with its Undo: removing the PCI device removes what sits on it.
+func PlugDisk(c *qmp.Conn, disk string, p qemuargs.DiskParts, unplugTimeout time.Duration) []steps.Step {
+	var list []steps.Step
+	for _, o := range p.Objects {
+		list = append(list, steps.Step{Name: fmt.Sprintf("disk %q: object-add %s", disk, o.ID), Do: func(ctx context.Context) error {
+			if err := c.ObjectAdd(ctx, o); err != nil {
+				return fmt.Errorf("object-add %s: %w", o.ID, err)
+			}
+			return nil
+		}, Undo: func(ctx context.Context) { _ = c.ObjectDel(ctx, o.ID) }})
+	}
+	for _, b := range p.Blockdevs {
+		list = append(list, steps.Step{Name: fmt.Sprintf("disk %q: blockdev-add %s", disk, b.NodeName), Do: func(ctx context.Context) error {
+			if err := c.BlockdevAdd(ctx, b); err != nil {
+				return fmt.Errorf("blockdev-add %s: %w", b.NodeName, err)
+			}
+			return nil
+		}, Undo: func(ctx context.Context) { _ = c.BlockdevDel(ctx, b.NodeName) }})
+	}
+	for i, d := range p.Devices {
+		st := steps.Step{Name: fmt.Sprintf("disk %q: device_add %s", disk, d.ID), Do: func(ctx context.Context) error {
+			if err := c.DeviceAdd(ctx, d); err != nil {
+				return fmt.Errorf("device_add %s: %w", d.ID, err)
+			}
+			return nil
+		}}
+		if i == 0 {
+			st.Undo = func(ctx context.Context) { _ = Unplug(ctx, c, "disk", d.ID, unplugTimeout) }
+		}
+		list = append(list, st)
+	}
+	return list
+}
+
+// UnplugDisk removes the parts: the PCI device (and what sits on it), then
+// the nodes, top first, then the objects.
+func UnplugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts, timeout time.Duration) error {
+	if len(p.Devices) > 0 {
+		if err := Unplug(ctx, c, "disk", p.Devices[0].ID, timeout); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for i := len(p.Blockdevs) - 1; i >= 0; i-- {
+		if err := c.BlockdevDel(ctx, p.Blockdevs[i].NodeName); err != nil {
+			errs = append(errs, fmt.Errorf("blockdev-del %s: %w", p.Blockdevs[i].NodeName, err))
+		}
+	}
+	for i := len(p.Objects) - 1; i >= 0; i-- {
+		if err := c.ObjectDel(ctx, p.Objects[i].ID); err != nil {
+			errs = append(errs, fmt.Errorf("object-del %s: %w", p.Objects[i].ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Unplug asks the guest to release device id and waits for
+// DEVICE_DELETED.
+// what names the device in the error ("disk", "NIC", "DIMM").
+func Unplug(ctx context.Context, c *qmp.Conn, what, id string, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sub, unsub := c.Subscribe(wctx)
+	defer unsub()
+	if err := c.DeviceDel(ctx, id); err != nil {
+		if qmp.IsClass(err, qmp.ClassDeviceNotFound) {
+			// Already gone: a guest that released it after an earlier
+			// detach timed out.
+			return nil
+		}
+		return fmt.Errorf("device_del %s: %w", id, err)
+	}
+	_, err := qmp.WaitEvent(wctx, sub, "DEVICE_DELETED", func(ev goqmp.Event) bool {
+		dev, _ := ev.Data["device"].(string)
+		return dev == id
+	})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return fmt.Errorf("the guest did not release device %s within %s (does its OS support PCIe hot-unplug, "+
+				"and is the %s unused there?); the %s stays attached", id, timeout, what, what)
+		}
+		return fmt.Errorf("device %s: %w", id, err)
+	}
+	return nil
+}
+
+// PassBlockDevice opens a block device for QEMU and hands it over (add-fd):
+// the running unit may open only the devices it started with (DeviceAllow=
+// and PrivateDevices= are fixed at start), and a descriptor is not opened
+// again, so QEMU uses /dev/fdset/N instead of the path (as Incus does).
+// vmsup's own copy is closed once QEMU holds one.
+func PassBlockDevice(ctx context.Context, c *qmp.Conn, d spec.Disk) (int64, error) {
+	flags := os.O_RDWR
+	if d.ReadOnly {
+		flags = os.O_RDONLY
+	}
+	f, err := os.OpenFile(d.File, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open %s for QEMU: %w", d.File, err)
+	}
+	defer f.Close()
+	info, err := c.AddFD(ctx, nil, "vmsup disk "+d.Name, f)
+	if err != nil {
+		return 0, fmt.Errorf("pass %s to QEMU (add-fd): %w", d.File, err)
+	}
+	return info.FDSetID, nil
+}
+
+// FreeRootPort returns the first spare root port (as Build laid them out
+// at boot: spare, the recorded ports, which count disks carried into the boot spec)
+// with nothing behind it, asking QEMU, so that NICs and disks hot-plugged by
+// any vmsup command never collide. On pc, devices go on pci.0.
+func FreeRootPort(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string) (string, error) {
+	if len(spare) == 0 {
+		spare = qemuargs.SpareRootPorts(vm)
+	}
+	if vm.Machine == "pc" {
+		return qemuargs.PCIRootBus, nil
+	}
+	if len(spare) == 0 {
+		return "", errors.New("no hotplug root ports (hotplug_slots = 0)")
+	}
+	buses, err := c.QueryPCI(ctx)
+	if err != nil {
+		return "", fmt.Errorf("query-pci: %w", err)
+	}
+	used := map[string]bool{}
+	for _, b := range buses {
+		for _, d := range b.Devices {
+			if d.PCIBridge != nil && len(d.PCIBridge.Devices) > 0 {
+				used[d.QdevID] = true
+			}
+		}
+	}
+	for _, id := range spare {
+		if !used[id] {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("all %d hotplug root ports are in use", len(spare))
+}

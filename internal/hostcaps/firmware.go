@@ -1,0 +1,50 @@
+package hostcaps
+
+import (
+	"os"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// Firmware files of Debian's ovmf and qemu-system-data packages, first
+// found first.
+func firmwareCandidates(kind string) []string {
+	switch kind {
+	case "ovmf-code":
+		return []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"}
+	case "ovmf-vars":
+		return []string{"/usr/share/OVMF/OVMF_VARS_4M.fd", "/usr/share/OVMF/OVMF_VARS.fd"}
+	case "qboot":
+		return []string{"/usr/share/qemu/qboot.rom"}
+	}
+	return nil
+}
+
+func firstExisting(paths []string) string {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// FirmwareCode is the code image QEMU runs for the spec's firmware: OVMF for
+// "uefi", the qboot ROM for "qboot"; "" for "bios" (QEMU's own SeaBIOS) or
+// when the package is not installed.
+func FirmwareCode(firmware string) string {
+	switch firmware {
+	case spec.FirmwareUEFI:
+		return firstExisting(firmwareCandidates("ovmf-code"))
+	case spec.FirmwareQboot:
+		return firstExisting(firmwareCandidates("qboot"))
+	}
+	return ""
+}
+
+// OVMFVars is the template each UEFI VM's variable store is copied from, ""
+// when OVMF is not installed.
+func OVMFVars() string { return firstExisting(firmwareCandidates("ovmf-vars")) }
+
+// QbootROM is where the qboot ROM is looked for first.
+func QbootROM() string { return firmwareCandidates("qboot")[0] }

@@ -1,0 +1,79 @@
+package hostcaps
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// MemTotal is the host's RAM in bytes (0 if /proc/meminfo does not say).
+func MemTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 2 && fs[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fs[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// CheckSpec checks what the spec refers to on this host: QEMU, files that
+// exist and are readable, memory that fits in memTotal bytes (0: unknown),
+// firmware packages. Errors name the field.
+func CheckSpec(f *spec.File, memTotal int64, qemu string) error {
+	vm := &f.VM
+	if _, err := exec.LookPath(qemu); err != nil {
+		return fmt.Errorf("%s: QEMU binary %q not found (install qemu-system-x86)", f.Path, qemu)
+	}
+	if memTotal > 0 && int64(vm.Memory) > memTotal {
+		return f.Errorf("memory", "%s is more than this host's RAM (%s)", vm.Memory, spec.Size(memTotal))
+	}
+	if err := fileReadable(f, "boot.kernel", vm.Boot.Kernel); err != nil {
+		return err
+	}
+	if err := fileReadable(f, "boot.initrd", vm.Boot.Initrd); err != nil {
+		return err
+	}
+	// Disks are checked by checkStorage (images may be created on demand).
+	switch vm.Boot.Firmware {
+	case spec.FirmwareUEFI:
+		if FirmwareCode(spec.FirmwareUEFI) == "" || OVMFVars() == "" {
+			return f.Errorf("boot.firmware", "uefi needs OVMF (install the ovmf package)")
+		}
+	case spec.FirmwareQboot:
+		if FirmwareCode(spec.FirmwareQboot) == "" {
+			return f.Errorf("boot.firmware", "qboot needs %s (qemu-system-data)", QbootROM())
+		}
+	}
+	return nil
+}
+
+func fileReadable(f *spec.File, field, path string) error {
+	if path == "" {
+		return nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return f.Errorf(field, "%s: no such file", path)
+		}
+		return f.Errorf(field, "%v", err)
+	}
+	if st.IsDir() {
+		return f.Errorf(field, "%s is a directory", path)
+	}
+	return nil
+}

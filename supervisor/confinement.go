@@ -1,0 +1,87 @@
+package supervisor
+
+import (
+	"context"
+	"slices"
+
+	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Confinement lives in internal/confine; these are the supervisor's handles
+// on it and the exported API that predates the move.
+
+// DefaultQEMUUser is the system user QEMU runs as.
+const DefaultQEMUUser = confine.DefaultQEMUUser
+
+// PerVMUser as Options.QEMUUser gives each VM its own system user.
+const PerVMUser = confine.PerVMUser
+
+// Confinement is the confinement in force for a running VM, as systemd,
+// the kernel and vmsup's record say.
+type Confinement = confine.Status
+
+// confiner is the confinement manager for this supervisor's options and
+// host.
+func (s *Supervisor) confiner() *confine.Manager {
+	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
+		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, Logger: s.opts.Logger}
+}
+
+// ConfinePaths extends a running VM's confinement by files it is about to
+// use (a hot-plugged disk and its backing chain): the QEMU user gets access
+// and the AppArmor profile, if loaded, is reloaded with them, before the
+// device is added. The unit's mount namespace is fixed at start, so a
+// hot-plugged file must lie under a path the unit already sees (an image
+// directory, not /tmp or /home).
+func (s *Supervisor) ConfinePaths(ctx context.Context, name string, rules ...units.PathRule) error {
+	return s.confiner().Extend(ctx, name, rules...)
+}
+
+// ReleasePaths undoes ConfinePaths after a device was detached.
+func (s *Supervisor) ReleasePaths(ctx context.Context, name string, paths ...string) error {
+	return s.confiner().Shrink(ctx, name, paths...)
+}
+
+// AppArmorProfile returns the AppArmor profile vmsup loads for f where the
+// kernel has AppArmor (disks with their backing chains, boot files, the
+// state directory), whatever this host has.
+func (s *Supervisor) AppArmorProfile(ctx context.Context, f *spec.File) (*units.Profile, error) {
+	accel, _, _, _ := s.resolveHost(f)
+	return s.confiner().Profile(ctx, f, s.paths(f.VM.Name), accel)
+}
+
+// confineSteps prepares the VM's confinement (QEMU user, file access,
+// AppArmor) and gives the unit its sandbox.
+func (s *Supervisor) confineSteps(f *spec.File, plan *startPlan) []step {
+	p := s.paths(f.VM.Name)
+	return []step{{Name: "confine", Do: func(ctx context.Context) error {
+		// Confine what QEMU will really open: the file's disks plus those
+		// carried over from earlier attaches (storage.go).
+		boot := bootFile(f, plan.carried)
+		c, err := s.confiner().Confine(ctx, boot, p, plan.accel)
+		if err != nil {
+			return err
+		}
+		sb := s.confiner().Sandbox(boot, p, c)
+		plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { u.Sandbox = sb })
+		return nil
+	}, Undo: func(ctx context.Context) { _ = s.confiner().Teardown(ctx, f.VM.Name) }}}
+}
+
+// confinementStatus reads what confines the running VM; detail measures
+// the unit's exposure too (a systemd-analyze run).
+func (s *Supervisor) confinementStatus(ctx context.Context, sd *units.Manager, name, unit string, mainPID uint32, detail bool) *Confinement {
+	sandboxOn := false
+	if app, err := s.state.ReadApplied(name); err == nil {
+		sandboxOn = slices.Contains(app.Argv, "-sandbox")
+	}
+	var analyze func(context.Context) (units.Exposure, error)
+	if detail {
+		analyze = func(ctx context.Context) (units.Exposure, error) {
+			return units.AnalyzeSecurity(ctx, s.opts.SystemdAnalyze, s.opts.SystemdBus, unit)
+		}
+	}
+	return s.confiner().Status(ctx, sd, name, unit, mainPID, sandboxOn, analyze)
+}

@@ -1,0 +1,430 @@
+package supervisor
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/vmnet"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// The one start pipeline: up, restart, autostart and the migration
+// destination all start QEMU through it. It is a list of named steps, each
+// with its undo; a failed step undoes the ones before it. The mode says
+// what the start makes; each host concern (storage, network, confinement)
+// adds its own steps, and its unit and argv options as data (startPlan),
+// which the argv and unit steps apply in one place.
+
+// StartMode is what a start makes.
+type StartMode int
+
+// Start modes.
+const (
+	// StartFresh: a new QEMU running the guest from its file (up).
+	StartFresh StartMode = iota
+	// StartIncoming: a migration destination on another host than the
+	// source: QEMU waits with -incoming, the host is made ready as for up.
+	StartIncoming
+	// StartIncomingLocal: a migration destination on the source's host: the
+	// new QEMU runs under the VM's other unit name and reuses the host
+	// resources the running one has (taps, grants, namespace).
+	StartIncomingLocal
+)
+
+func (m StartMode) String() string {
+	return [...]string{"fresh", "incoming", "incoming-local"}[m]
+}
+
+// Steps of a start, in order, as AfterStep sees them. The host concerns'
+// steps come between state-dir and argv: storage, net-check, netns (with
+// CNI NICs), `nic "NAME"` for each tap NIC, confine; a local migration
+// destination has reuse instead.
+const (
+	StepValidate = "validate" // resolve the accelerator and CPU; checks that touch nothing
+	StepLock     = "lock"     // the VM's lock (a local destination runs under the source's)
+	StepCheck    = "check"    // the unit's state: an existing VM is left alone
+	StepStateDir = "state-dir"
+	StepStorage  = "storage"
+	StepNetCheck = "net-check"
+	StepNetns    = "netns"
+	StepConfine  = "confine"
+	StepReuse    = "reuse" // a local destination: the running QEMU's host resources
+	StepArgv     = "argv"
+	StepRecord   = "record"
+	StepUnit     = "unit"
+	StepConfirm  = "confirm"  // fresh: QEMU answers QMP and runs
+	StepIncoming = "incoming" // destination: QEMU listens for the stream
+)
+
+// StartSteps lists the steps a start of f runs in mode: what AfterStep sees,
+// in order.
+func (s *Supervisor) StartSteps(f *spec.File, mode StartMode) []string {
+	r := s.newStart(f, mode, incomingArgs{})
+	var names []string
+	for _, st := range r.steps() {
+		names = append(names, st.Name)
+	}
+	return names
+}
+
+// incomingArgs are what the source tells a migration destination.
+type incomingArgs struct {
+	accel      spec.Accel
+	cpu        cpuChoice
+	sourceFile string
+	from       string
+	markers    map[string]string // disk file -> the source's marker beside it
+	uefiVars   []byte
+	// listen makes QEMU listen for the stream (the incoming step).
+	listen func(ctx context.Context, r *startRun) error
+}
+
+// startRun is one start: what its steps share.
+type startRun struct {
+	s    *Supervisor
+	mode StartMode
+	f    *spec.File
+	name string
+	p    vmstate.Paths // the VM's paths
+	sock vmstate.Paths // where this QEMU's sockets go: p, or a fresh incoming directory
+	unit string
+	sd   *units.Manager
+	lk   *vmstate.FileLock
+	app  *vmstate.Applied
+	plan startPlan
+	argv []string
+	res  UpResult
+	in   incomingArgs
+	prev struct {
+		dir      bool
+		app, raw []byte
+	}
+}
+
+func (s *Supervisor) newStart(f *spec.File, mode StartMode, in incomingArgs) *startRun {
+	name := f.VM.Name
+	r := &startRun{s: s, mode: mode, f: f, name: name, p: s.paths(name), in: in, res: UpResult{VM: name}}
+	r.sock = r.p
+	r.app = &vmstate.Applied{Name: name, SourceFile: absPath(f.Path), Spec: vmstate.Canonical(&f.VM)}
+	switch mode {
+	case StartFresh:
+		r.unit = s.state.UnitOf(name) // after a local migration, not vmsup-NAME.service
+	case StartIncoming:
+		r.unit = vmstate.UnitName(name)
+		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
+	case StartIncomingLocal:
+		r.unit = vmstate.AltUnit(name, s.state.UnitOf(name))
+		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
+	}
+	return r
+}
+
+// steps is the pipeline for this start's mode.
+func (r *startRun) steps() []step {
+	steps := []step{{Name: StepValidate, Do: r.validate}}
+	if r.mode != StartIncomingLocal {
+		steps = append(steps, step{Name: StepLock, Do: r.takeLock, Undo: func(context.Context) { r.lk.Unlock(); r.lk = nil }})
+	}
+	steps = append(steps,
+		step{Name: StepCheck, Do: r.check},
+		step{Name: StepStateDir, Do: r.stateDir, Undo: r.undoStateDir})
+	if r.mode == StartIncomingLocal {
+		steps = append(steps, step{Name: StepReuse, Do: r.reuse})
+	} else {
+		steps = append(steps, r.s.hostSteps(r.f, r.p, &r.plan)...)
+	}
+	steps = append(steps,
+		step{Name: StepArgv, Do: r.makeArgv},
+		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord},
+		step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
+	if r.mode == StartFresh {
+		return append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
+			return r.s.confirmRunning(ctx, r.sd, r.name)
+		}})
+	}
+	return append(steps, step{Name: StepIncoming, Do: func(ctx context.Context) error {
+		if r.in.listen == nil {
+			return errors.New("no listener for the migration stream")
+		}
+		return r.in.listen(ctx, r)
+	}})
+}
+
+// validate resolves what the VM runs with here and checks what can be
+// checked without touching anything.
+func (r *startRun) validate(ctx context.Context) (err error) {
+	s := r.s
+	var cpu cpuChoice
+	if r.mode == StartFresh {
+		r.app.Accel, r.app.AccelReason, cpu, err = s.resolveHost(r.f)
+		r.res.Accel, r.res.AccelReason = r.app.Accel, r.app.AccelReason
+		if err != nil {
+			return err
+		}
+	} else {
+		r.app.Accel, cpu = r.in.accel, r.in.cpu
+	}
+	if r.mode == StartIncoming {
+		if err := s.checkIncoming(r.f, r.in); err != nil {
+			return err
+		}
+		if err := s.checkIncomingCPU(r.in.accel, r.f.VM.CPUModel, cpu); err != nil {
+			return err
+		}
+	}
+	r.app.CPUModel, r.app.CPUMasks = cmp.Or(r.f.VM.CPUModel, cpu.Model), cpu.Masks
+	r.plan.accel = r.app.Accel
+	r.sd, err = s.systemd(ctx)
+	return err
+}
+
+// checkIncoming is what a destination on another host checks before taking
+// anything: KVM if the source uses it, the files the spec names, and that
+// the disks are the source's (shared storage).
+func (s *Supervisor) checkIncoming(f *spec.File, in incomingArgs) error {
+	h := s.hostFacts()
+	if in.accel == spec.AccelKVM && !h.KVMOpenable {
+		return fmt.Errorf("the source runs it under kvm but here %s", h.KVMUnusable)
+	}
+	if err := checkHost(f, h, s.opts.QEMU); err != nil {
+		return err
+	}
+	for i, disk := range f.VM.Disks {
+		mk, ok := in.markers[disk.File]
+		if !ok {
+			continue // the source could not mark it; it exists here (checkHost)
+		}
+		if _, err := os.Stat(mk); err != nil {
+			return fmt.Errorf("disk[%d] %s: not on storage shared with the source (its marker %s is not visible here); "+
+				"migrating local-only disks needs storage migration, which vmsup does not do", i, disk.File, mk)
+		}
+	}
+	return nil
+}
+
+func (r *startRun) takeLock(ctx context.Context) (err error) {
+	op := "up"
+	if r.mode != StartFresh {
+		op = "migrate-receive"
+	}
+	r.lk, err = r.s.lock(ctx, r.name, op)
+	return err
+}
+
+// check reads the unit's state: a fresh start leaves an existing VM as it
+// is (errStopHere) and clears a crashed one; a destination refuses a unit
+// that is active here.
+func (r *startRun) check(ctx context.Context) error {
+	if r.mode == StartIncoming {
+		if cur := r.s.state.UnitOf(r.name); cur != r.unit {
+			if st, err := r.sd.Status(ctx, cur); err == nil && !st.Gone() {
+				return fmt.Errorf("already running on this host as %s", cur)
+			}
+		}
+	}
+	st, err := r.sd.Status(ctx, r.unit)
+	if err != nil {
+		return err
+	}
+	if r.mode != StartFresh {
+		switch {
+		case st.Exists && st.ActiveState == "failed":
+			return r.sd.ResetFailed(ctx, r.unit)
+		case st.Exists && st.ActiveState != "inactive":
+			return fmt.Errorf("unit %s is %s on this host", r.unit, st.ActiveState)
+		}
+		return nil
+	}
+	if st.Gone() {
+		defer func() { r.unit = vmstate.UnitName(r.name) }() // a fresh start uses the usual name
+	}
+	switch {
+	case st.Exists && st.ActiveState == "failed":
+		r.res.Note = "previous run crashed: " + st.ExitReason()
+		return r.sd.ResetFailed(ctx, r.unit)
+	case st.Exists && st.ActiveState != "inactive":
+		if st.ActiveState != "active" {
+			return fmt.Errorf("unit %s is %s; try again when it settles", r.unit, st.ActiveState)
+		}
+		old, err := r.s.state.ReadApplied(r.name)
+		r.res.Action = Changed
+		if err == nil && sameJSON(old.Spec, r.app.Spec) {
+			r.res.Action = Unchanged
+		}
+		if err == nil {
+			r.res.Accel, r.res.AccelReason = old.Accel, old.AccelReason
+		}
+		// The VM exists: report it as it is, whatever its state, and touch
+		// nothing (no later step, no undo).
+		if err := r.s.reportExisting(ctx, r.sd, r.name, r.unit, &r.res); err != nil {
+			return err
+		}
+		return errStopHere
+	}
+	return nil
+}
+
+// stateDir makes the VM's state directory (an old one keeps its files, and
+// gets them back on failure) and, for a destination, the directory its
+// QEMU's sockets go to until it takes over.
+func (r *startRun) stateDir(ctx context.Context) error {
+	p, f := r.p, r.f
+	if r.mode != StartIncomingLocal {
+		if r.mode == StartFresh {
+			var err error
+			if r.plan.carried, err = r.s.carriedDisks(f); err != nil {
+				return err
+			}
+		}
+		_, err := os.Stat(p.Dir)
+		r.prev.dir = err == nil
+		r.prev.app, _ = os.ReadFile(p.State)
+		r.prev.raw, _ = os.ReadFile(p.Spec)
+		if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(p.Dir, 0o700); err != nil {
+			return err
+		}
+		if err := p.RemoveSockets(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case r.mode == StartFresh && f.VM.Boot.Firmware == spec.FirmwareUEFI:
+		if _, err := os.Stat(p.UEFIVars); errors.Is(err, os.ErrNotExist) {
+			if err := vmstate.CopyNew(hostcaps.OVMFVars(), p.UEFIVars); err != nil {
+				return fmt.Errorf("UEFI variable store: %w", err)
+			}
+		}
+	case r.mode == StartIncoming:
+		if f.VM.Boot.Firmware == spec.FirmwareUEFI {
+			// The flash contents also travel in the stream (pflash is
+			// RAM-backed); the file is what later writes go to.
+			if err := os.WriteFile(p.UEFIVars, r.in.uefiVars, 0o600); err != nil {
+				return fmt.Errorf("UEFI variable store: %w", err)
+			}
+		}
+		// The source's console history replaces this host's old one.
+		if err := os.WriteFile(p.ConsoleLog, nil, 0o600); err != nil {
+			return err
+		}
+	}
+	if r.mode == StartFresh {
+		return nil
+	}
+	// A fresh directory each time: a QEMU unlinks the socket paths it bound
+	// when it exits, and the previous destination (the source now) bound
+	// its sockets under an incoming directory too.
+	in := filepath.Join(p.Dir, "incoming-"+migration.RandHex(6))
+	r.sock = vmstate.Paths{Dir: in, QMP: filepath.Join(in, "qmp.sock"), Events: filepath.Join(in, "events.sock"),
+		Console: filepath.Join(in, "console.sock"), Agent: filepath.Join(in, "qga.sock")}
+	return os.Mkdir(in, 0o700)
+}
+
+func (r *startRun) undoStateDir(context.Context) {
+	if r.sock.Dir != r.p.Dir {
+		os.RemoveAll(r.sock.Dir)
+	}
+	switch {
+	case r.mode == StartIncomingLocal:
+	case !r.prev.dir:
+		r.p.RemoveAll()
+	case r.mode == StartIncoming:
+		vmstate.Restore(r.p.State, r.prev.app)
+		vmstate.Restore(r.p.Spec, r.prev.raw)
+	}
+}
+
+// reuse gives a local destination's unit what the running QEMU's host
+// steps made: its confinement (user, sandbox, profile), its network hooks
+// and namespace, its disks' devices. Nothing is made again.
+func (r *startRun) reuse(context.Context) error {
+	s, f, p := r.s, r.f, r.p
+	r.plan.unitOpts = append(r.plan.unitOpts, func(u *units.Unit) {
+		blockDevices(u, &f.VM)
+		if c, err := s.confiner().Read(r.name); err == nil && c != nil {
+			u.Sandbox = s.confiner().Sandbox(f, p, c)
+		}
+		if st, err := vmnet.ReadRecord(p); err == nil && st.Netns != nil {
+			u.NetworkNamespacePath = st.Netns.Unit
+		}
+		s.networkUnit(u, r.name)
+	})
+	return nil
+}
+
+func (r *startRun) makeArgv(context.Context) (err error) {
+	boot := bootFile(r.f, r.plan.carried)
+	opts := r.plan.argvOpts
+	if r.mode != StartFresh {
+		opts = append(opts, func(o *qemuargs.Options) {
+			o.Incoming = true
+			o.QMPSocket, o.EventSocket, o.ConsoleSocket, o.AgentSocket = r.sock.QMP, r.sock.Events, r.sock.Console, r.sock.Agent
+			o.ConsoleLog = r.p.ConsoleLog
+		})
+	}
+	r.argv, err = r.s.argv(boot, r.app.Accel, cpuChoice{r.app.CPUModel, r.app.CPUMasks}, opts...)
+	r.app.Argv = r.argv
+	recordBootDisks(r.app, &boot.VM, r.plan.carried)
+	return err
+}
+
+// record writes what the VM runs with; a destination's record is written
+// when the guest runs there (commit).
+func (r *startRun) record(context.Context) error {
+	if r.mode != StartFresh {
+		return nil
+	}
+	r.app.StartedAt = time.Now().UTC()
+	return r.s.state.WriteApplied(r.app, r.f.Raw)
+}
+
+func (r *startRun) undoRecord(context.Context) {
+	if r.mode == StartFresh && r.prev.dir {
+		vmstate.Restore(r.p.State, r.prev.app)
+		vmstate.Restore(r.p.Spec, r.prev.raw)
+	}
+}
+
+// startUnit starts QEMU's unit with the options the host steps returned.
+func (r *startRun) startUnit(ctx context.Context) error {
+	u := r.s.unitFor(r.f, r.argv, r.app.Accel)
+	u.Name = r.unit
+	for _, o := range r.plan.unitOpts {
+		o(&u)
+	}
+	if r.mode != StartFresh {
+		// QEMU binds its sockets there: same owner as the state directory
+		// (the host steps may have given that to an unprivileged QEMU user).
+		if err := vmstate.ChownLike(r.sock.Dir, r.p.Dir); err != nil {
+			return err
+		}
+	}
+	if err := r.sd.Start(ctx, u); err != nil {
+		// A QEMU that refuses at once can fail the start job itself: say
+		// why, as confirm would, and leave no failed unit behind.
+		err = fmt.Errorf("%w: %s", err, r.s.lastWords(ctx, u.Name))
+		r.removeUnit(context.WithoutCancel(ctx))
+		return err
+	}
+	return nil
+}
+
+func (r *startRun) removeUnit(ctx context.Context) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	_ = r.sd.Kill(uctx, r.unit, 9)
+	r.sd.WaitGone(uctx, r.unit)
+	_ = r.sd.ResetFailed(uctx, r.unit)
+}

@@ -302,3 +302,22 @@ func (c *Conn) QueryPCI(ctx context.Context) ([]PCIBus, error) {
 	err := c.Execute(ctx, "query-pci", nil, &bs)
 	return bs, err
 }
+
+// QOMProperty is one entry of qom-list: a child object ("child<...>"
+// types) or a property.
+type QOMProperty struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// QOMList lists the children and properties of the QOM object at path:
+// /machine/peripheral has the devices added with an id, /objects the
+// objects added with object-add.
+func (c *Conn) QOMList(ctx context.Context, path string) ([]QOMProperty, error) {
+	args := struct {
+		Path string `json:"path"`
+	}{path}
+	var ps []QOMProperty
+	err := c.Execute(ctx, "qom-list", args, &ps)
+	return ps, err
+}

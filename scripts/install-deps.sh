@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-static
 	qemu-guest-agent xz-utils dbus systemd util-linux iproute2 apparmor apparmor-utils
 	openvswitch-switch containernetworking-plugins
-	make gcc ca-certificates
+	make gcc ca-certificates acl # acl: getfacl, the fault suite reads grants with it
 	tgt ceph-mon ceph-osd ceph-common) # storage tests: iSCSI target, single-node Ceph
 missing=()
 for p in "${PKGS[@]}"; do

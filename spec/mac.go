@@ -25,3 +25,17 @@ func validMAC(s string) error {
 	}
 	return nil
 }
+
+// AllocMAC picks the MAC of a NIC added to VM vm after it started: derived
+// from the VM's and the NIC's names (so the same NIC gets the same MAC
+// again), and never one that taken reports in use; a collision moves to the
+// next candidate. Boot NICs keep DeriveMAC's index-based MACs.
+func AllocMAC(vm, nic string, taken func(mac string) bool) string {
+	for i := 0; ; i++ {
+		h := sha256.Sum256([]byte(vm + "/nic/" + nic + "/" + strconv.Itoa(i)))
+		mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
+		if !taken(mac) {
+			return mac
+		}
+	}
+}

@@ -104,7 +104,7 @@ func checkWriteLock(d spec.Disk) error {
 	if d.ReadOnly {
 		return nil
 	}
-	locked, err := writeLocked(d.File)
+	locked, err := WriteLocked(d.File)
 	if err != nil {
 		return diskErr(d.Name, "file", err, "%v", err)
 	}

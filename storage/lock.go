@@ -18,12 +18,12 @@ const (
 	permWriteBit   = 1
 )
 
-// writeLocked reports whether another process holds QEMU's image lock in a
+// WriteLocked reports whether another process holds QEMU's image lock in a
 // way that stops a new writer: it writes the image itself, or it does not
 // let anybody else write (a running VM with the disk, a qemu-img
 // convert...). The check only asks the kernel (F_OFD_GETLK); it takes no
 // lock. It works for every format, since the locks sit on the file itself.
-func writeLocked(path string) (bool, error) {
+func WriteLocked(path string) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err

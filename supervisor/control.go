@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 
 	"github.com/vmsup/vmsup/qmp"
 )
@@ -24,6 +23,8 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 	if err != nil {
 		return err
 	}
+	// (lock settled a migration killed midway: the guest may run on the
+	// destination, and a resume here must not make a second copy.)
 	defer lk.Unlock()
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
@@ -31,17 +32,6 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 	}
 	defer release()
 	if run {
-		if _, err := os.Stat(s.paths(name).StoppedByMigration()); err == nil {
-			// Paused by a stop-and-copy migration whose vmsup died: resume
-			// only if that migration did not complete (two copies).
-			resumed, err := s.recoverStoppedSource(ctx, name, c, true)
-			if err != nil {
-				return vmErr(name, fmt.Errorf("%s: %w", op, err))
-			}
-			if !resumed {
-				return vmErr(name, fmt.Errorf("%s: a migration paused it and has not failed (it completed, or is still going): the guest may run on the destination; not resuming a second copy", op))
-			}
-		}
 		err = c.Cont(ctx)
 	} else {
 		err = c.Stop(ctx)

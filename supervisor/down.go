@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,9 @@ const (
 	StoppedAgent   StopStep = "agent"       // the guest powered off after qemu-ga's guest-shutdown
 	StoppedQuit    StopStep = "quit"        // QMP quit after the stop timeout
 	StoppedKill    StopStep = "kill"        // SIGKILL after quit did not end QEMU
+	// StoppedNotCurrent: the stop hook of a unit that is not the VM's
+	// current QEMU left the guest alone (systemd signals its own QEMU).
+	StoppedNotCurrent StopStep = "not-current"
 )
 
 // DownResult reports a Down.
@@ -40,16 +44,23 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 	if err := spec.ValidName(name); err != nil {
 		return res, vmErr(name, err)
 	}
-	start := time.Now()
 	lu, err := s.lockUnit(ctx, name, "down")
 	if err != nil {
 		return res, err
 	}
 	defer lu.unlock()
+	return s.down(ctx, name, lu)
+}
+
+// down is Down under the VM's lock (lu).
+func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit) (DownResult, error) {
+	res := DownResult{VM: name, Note: lu.note}
+	start := time.Now()
 	sd, unit, st := lu.sd, lu.unit, lu.st
+	var err error
 	if st.Gone() {
 		if st.ActiveState == "failed" {
-			res.Note = "was crashed: " + st.ExitReason()
+			res.Note = strings.TrimPrefix(res.Note+"; was crashed: "+st.ExitReason(), "; ")
 			if err := sd.ResetFailed(ctx, unit); err != nil {
 				return res, err
 			}
@@ -136,13 +147,25 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string) (StopStep, e
 	}
 }
 
-// StopHook is what the unit's ExecStop= runs (as "vmsup stop-hook NAME"):
-// on "systemctl stop" or host shutdown it gives the guest the same graceful
-// powerdown as Down. systemd also runs it after QEMU exited by itself
-// ($MAINPID unset); then it returns at once.
-func (s *Supervisor) StopHook(ctx context.Context, name string) (StopStep, error) {
+// isCurrentUnit reports whether unit runs the VM's QEMU (as recorded).
+func (s *Supervisor) isCurrentUnit(name, unit string) bool {
+	return unit == "" || unit == s.state.UnitOf(name)
+}
+
+// StopHook is what the unit's ExecStop= runs (as "vmsup stop-hook --unit
+// UNIT NAME"): on "systemctl stop" or host shutdown it gives the guest the
+// same graceful powerdown as Down. systemd also runs it after QEMU exited by
+// itself ($MAINPID unset); then it returns at once. It acts only if unit is
+// the VM's current QEMU: the hook of another (an orphan migration
+// destination) must never power off the live guest; systemd then stops
+// that QEMU by signal. An empty unit (a unit started by an older vmsup)
+// is taken as current.
+func (s *Supervisor) StopHook(ctx context.Context, name, unit string) (StopStep, error) {
 	if os.Getenv("MAINPID") == "" {
 		return StoppedAlready, nil
+	}
+	if !s.isCurrentUnit(name, unit) {
+		return StoppedNotCurrent, nil
 	}
 	step, err := s.gracefulStop(ctx, name)
 	if err != nil {

@@ -104,8 +104,13 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 				path, strings.Join(s.opts.ImageDirs, ", ")))
 		}
 	}
-	a := &diskAttach{s: s, name: name, d: d, c: c, bus: bus}
-	undo, err := runSteps(ctx, name, a.hostSteps(), s.opts.AfterStep)
+	op, err := s.beginOp(ctx, name, opDiskAttach, newDiskIntent(d, bus))
+	if err != nil {
+		return fail(err)
+	}
+	defer op.End() // done or undone here; a kill leaves it to recover
+	a := &diskAttach{s: s, name: name, d: d, c: c, bus: bus, op: op}
+	undo, err := runSteps(ctx, name, a.hostSteps(), s.traced(op))
 	if err != nil {
 		return fail(stepCause(err))
 	}
@@ -123,7 +128,7 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		}
 		return nil
 	}})
-	if _, err := runSteps(ctx, name, plug, s.opts.AfterStep); err != nil {
+	if _, err := runSteps(ctx, name, plug, s.traced(op)); err != nil {
 		undo(ctx)
 		return fail(stepCause(err))
 	}
@@ -139,6 +144,7 @@ type diskAttach struct {
 	d     spec.Disk
 	c     *qmp.Conn
 	bus   string
+	op    *vmstate.Op
 	prep  storage.Prepared
 	image string
 	fdset *int64
@@ -172,14 +178,15 @@ func (a *diskAttach) hostSteps() []step {
 		if a.prep.SecretFile != "" {
 			a.rules = append(a.rules, units.PathRule{Path: a.prep.SecretFile, Mode: "r"})
 		}
-		return a.s.ConfinePaths(ctx, a.name, a.rules...)
-	}, Undo: func(ctx context.Context) {
-		paths := make([]string, len(a.rules))
-		for i, r := range a.rules {
-			paths[i] = r.Path
+		// Journaled before the grants, so that a kill between them leaves
+		// nothing unknown.
+		in := newDiskIntent(d, a.bus)
+		in.Rules = rulePaths(a.rules)
+		if err := a.op.SetIntent(in); err != nil {
+			return err
 		}
-		_ = a.s.ReleasePaths(ctx, a.name, paths...)
-	}})
+		return a.s.ConfinePaths(ctx, a.name, a.rules...)
+	}, Undo: func(ctx context.Context) { _ = a.s.ReleasePaths(ctx, a.name, rulePaths(a.rules)...) }})
 }
 
 // DetachDisk hot-unplugs a disk attached with AttachDisk: device_del, wait
@@ -205,44 +212,67 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 		}
 		return fail(errors.New("no such attached disk"))
 	}
-	a := app.Attached[i]
-	p := s.paths(name)
-	if err == nil { // running: plugged in now, or at boot (its own root port either way)
-		img, sec := storage.HostFiles(p.Dir, a.Disk)
-		parts, err := qemuargs.Disk(a.Disk, qemuargs.DiskHost{Image: img, SecretFile: sec}, a.Bus)
-		if err != nil {
+	if err != nil { // shut off: only the record
+		if err := s.forgetDisk(name, app, disk); err != nil {
 			return fail(err)
 		}
-		c, release, err := s.qmpSession(ctx, name)
-		if err != nil {
-			return fail(err)
-		}
-		err = devices.UnplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
-		if err == nil && a.FDSet != nil {
-			err = c.RemoveFD(ctx, *a.FDSet, nil)
-		}
-		release()
-		if err != nil {
-			return fail(err)
-		}
-		// Shrink the confinement again (ConfinePaths in AttachDisk).
-		rules, _ := confine.DiskRules(ctx, a.Disk)
-		paths := []string{}
-		for _, r := range rules {
-			paths = append(paths, r.Path)
-		}
-		if sec != "" {
-			paths = append(paths, sec)
-		}
-		if err := s.ReleasePaths(ctx, name, paths...); err != nil {
-			return fail(err)
-		}
+		return nil
 	}
-	app.Attached = slices.Delete(app.Attached, i, i+1)
+	// Running: plugged in now, or at boot (its own root port either way).
+	if err := s.unplugDisk(ctx, name, app, app.Attached[i]); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// forgetDisk drops an attached disk from the record and its secret copy.
+func (s *Supervisor) forgetDisk(name string, app *vmstate.Applied, disk string) error {
+	app.Attached = slices.DeleteFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
 	if err := s.state.RewriteApplied(app); err != nil {
-		return fail(fmt.Errorf("record: %w", err))
+		return fmt.Errorf("record: %w", err)
 	}
-	return errors.Join(storage.RemoveSecret(p.Dir, disk))
+	return storage.RemoveSecret(s.paths(name).Dir, disk)
+}
+
+// unplugDisk takes an attached disk out of the running VM, journaled:
+// device_del and the wait for the guest, its nodes and objects, its fd set,
+// its grants, then the record.
+func (s *Supervisor) unplugDisk(ctx context.Context, name string, app *vmstate.Applied, a AttachedDisk) error {
+	in := newDiskIntent(a.Disk, a.Bus)
+	rules, _ := confine.DiskRules(ctx, a.Disk)
+	in.Rules = rulePaths(rules)
+	if _, sec := storage.HostFiles(s.paths(name).Dir, a.Disk); sec != "" {
+		in.Rules = append(in.Rules, sec)
+	}
+	op, err := s.beginOp(ctx, name, opDiskDetach, in)
+	if err != nil {
+		return err
+	}
+	defer op.End()
+	img, sec := storage.HostFiles(s.paths(name).Dir, a.Disk)
+	parts, err := qemuargs.Disk(a.Disk, qemuargs.DiskHost{Image: img, SecretFile: sec}, a.Bus)
+	if err != nil {
+		return err
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	err = devices.UnplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
+	if err == nil && a.FDSet != nil {
+		err = c.RemoveFD(ctx, *a.FDSet, nil)
+	}
+	release()
+	if err != nil {
+		return err
+	}
+	s.traced(op)(name, fmt.Sprintf("disk %q: unplugged", a.Disk.Name))
+	// Shrink the confinement again (ConfinePaths in AttachDisk).
+	if err := s.ReleasePaths(ctx, name, in.Rules...); err != nil {
+		return err
+	}
+	s.traced(op)(name, fmt.Sprintf("disk %q: released", a.Disk.Name))
+	return s.forgetDisk(name, app, a.Disk.Name)
 }
 
 // runningSpec returns the applied state and the VM as it was started. The

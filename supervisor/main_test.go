@@ -25,6 +25,14 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "-crash-helper" {
 		os.Exit(crashHelper(os.Args[2:]))
 	}
+	if len(os.Args) > 2 && os.Args[1] == "-fault-helper" {
+		os.Exit(faultHelper(os.Args[2]))
+	}
+	// A network namespace of its own: the fault suite's bridge and taps
+	// stay out of the host's.
+	if code, ok := testenv.InPrivateNetns(); ok {
+		os.Exit(code)
+	}
 	code := testenv.Main(m, func(e *testenv.Env) (err error) {
 		env = e
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)

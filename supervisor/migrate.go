@@ -92,6 +92,9 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	if err := m.load(ctx); err != nil {
 		return m.res, vmErr(name, err)
 	}
+	if err := m.journal(ctx); err != nil {
+		return m.res, vmErr(name, err)
+	}
 	r, err := m.prepare(ctx)
 	if err != nil {
 		return m.res, err
@@ -124,13 +127,19 @@ type outgoing struct {
 	peer  *migration.Peer
 	prep  migration.Msg
 	res   MigrateResult
+	op    *vmstate.Op // the journal: a killed migration is settled by the next command
+	in    migrateIntent
 	// finalized: the destination answered finalize (or may have): from
 	// then on no way out aborts it.
 	finalized bool
+	// unsettled: it failed with the guest not surely running here; the
+	// journal stays for the next command to settle (recoverMigrateOut).
+	unsettled bool
 	cleanups  []func() // run by close, newest first
 }
 
 func (m *outgoing) fail(step, running string, err error) error {
+	m.unsettled = running != "source"
 	return &MigrateError{VM: m.name, Step: step, Running: running, Err: err}
 }
 
@@ -166,6 +175,15 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 		return fmt.Errorf("migrate: %d hot-plugged disk(s) and %d NIC(s) are not migrated (the destination starts from the spec file): detach them first",
 			len(m.app.Attached), len(m.app.AttachedNICs))
 	}
+	if m.o.Local {
+		for _, n := range m.f.VM.NICs {
+			if n.UsesTap() {
+				// A tap takes one QEMU at a time: the new one could not open it
+				// while the old one runs.
+				return fmt.Errorf("migrate --local: nic %q is a tap (%s), which only one QEMU can hold at a time: migrate to another host, or restart the VM instead", n.Name, n.Type)
+			}
+		}
+	}
 	if r := m.app.Resized; r != nil {
 		return fmt.Errorf("migrate: its vCPUs or memory were changed live (vmsup set: %d vCPUs, %s); the destination starts from the spec file and could not take them: restart it with the new sizes in its file first",
 			r.CPUs, r.Memory)
@@ -187,14 +205,46 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	return nil
 }
 
-// prepare starts the receiver and has it start the destination QEMU.
-func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
-	s, name, o := m.s, m.name, m.o
-	if !o.Local {
-		markers, cleanup := migration.DiskMarkers(name, m.f)
+// journal records the migration's intent before anything is made: the
+// next command on the VM settles a migration whose vmsup died
+// (recoverMigrateOut). The markers are made here, recorded first.
+func (m *outgoing) journal(ctx context.Context) (err error) {
+	m.in = migrateIntent{Local: m.o.Local, To: m.o.To, Transport: m.o.Transport, Unit: m.lu.unit,
+		StopAndCopy: migration.TCGStopAndCopy && m.app.Accel == spec.AccelTCG, Autostart: !m.o.Local && m.s.isEnabled(m.name)}
+	if m.o.Local {
+		m.in.DestUnit = vmstate.AltUnit(m.name, m.lu.unit)
+	}
+	if m.op, err = m.s.beginOp(ctx, m.name, opMigrateOut, m.in); err != nil {
+		return err
+	}
+	stopGuard := m.s.guard(ctx, m.name)
+	m.cleanups = append(m.cleanups, func() {
+		if !m.unsettled { // else the guardian settles it once this command is gone
+			stopGuard()
+			m.op.End()
+		}
+	})
+	if !m.o.Local {
+		plan := migration.PlanMarkers(m.name, m.f)
+		for _, mk := range plan {
+			m.in.Markers = append(m.in.Markers, mk)
+		}
+		if err := m.op.SetIntent(m.in); err != nil {
+			return err
+		}
+		markers, cleanup := migration.MakeMarkers(plan)
 		m.cleanups = append(m.cleanups, cleanup)
 		m.prep.Markers = markers
 	}
+	return nil
+}
+
+// step journals a step of the migration, then Options.AfterStep sees it.
+func (m *outgoing) step(name string) { m.s.traced(m.op)(m.name, name) }
+
+// prepare starts the receiver and has it start the destination QEMU.
+func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
+	s, name, o := m.s, m.name, m.o
 	peer, closePeer, err := s.openTransport(ctx, o)
 	if err != nil {
 		return migration.Msg{}, m.fail("transport", "source", err)
@@ -232,9 +282,7 @@ func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
 		return r, m.fail("prepare", "source", err)
 	}
 	s.opts.Logger.Debug("destination ready", "vm", name, "uri", r.URI)
-	if s.opts.AfterStep != nil {
-		s.opts.AfterStep(name, "migrate-prepared")
-	}
+	m.step(stepMigPrepared)
 	return r, nil
 }
 
@@ -250,6 +298,10 @@ func (m *outgoing) relay(ctx context.Context, r migration.Msg) (string, error) {
 		return "", m.fail("prepare", "source", fmt.Errorf("destination gave %q, want tcp:HOST:PORT", r.URI))
 	}
 	sock := filepath.Join(m.p.Dir, "migrate-out-"+migration.RandHex(6)+".sock")
+	m.in.RelaySock = sock
+	if err := m.op.SetIntent(m.in); err != nil {
+		return "", m.fail("relay", "source", err)
+	}
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return "", m.fail("relay", "source", err)
@@ -279,9 +331,9 @@ func (m *outgoing) stream(ctx context.Context, r migration.Msg) error {
 		return err
 	}
 	stopped := "" // a live copy
-	if migration.TCGStopAndCopy && m.app.Accel == spec.AccelTCG {
+	if m.in.StopAndCopy {
 		stopped = m.p.StoppedByMigration()
-		m.cleanups = append(m.cleanups, func() { os.Remove(stopped) }) // however this migration ends, it ends here
+		m.cleanups = append(m.cleanups, func() { os.Remove(stopped) })
 	}
 	m.res.StopAndCopy = stopped != ""
 	onPostcopy := func() error {
@@ -307,9 +359,7 @@ func (m *outgoing) stream(ctx context.Context, r migration.Msg) error {
 	if info.RAM != nil {
 		m.res.Transferred = info.RAM.Transferred
 	}
-	if m.s.opts.AfterStep != nil {
-		m.s.opts.AfterStep(m.name, "migrate-completed")
-	}
+	m.step(stepMigCompleted)
 	return nil
 }
 
@@ -320,6 +370,9 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	if !m.o.Local {
 		fin.Console = migration.ConsoleTail(m.p.ConsoleLog, 4<<20)
 	}
+	// Journaled before it is sent: from here the destination may run the
+	// guest, and only it can say whether it does.
+	m.step(stepMigFinalizeSent)
 	if _, err := m.peer.Call(ctx, fin, migration.MsgFinalized, finalizeTimeout); err != nil {
 		var re *RemoteError
 		if errors.As(err, &re) {
@@ -335,6 +388,7 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	}
 	m.finalized = true
 	m.res.Handover = time.Since(handoverStart)
+	m.step(stepMigFinalized)
 	return nil
 }
 
@@ -357,6 +411,7 @@ func (m *outgoing) handOver(ctx context.Context) error {
 		_ = sd.Kill(qctx, unit, syscall.SIGKILL)
 		_ = sd.WaitStopped(qctx, unit)
 	}
+	m.step(stepMigSourceQuit)
 	if m.o.Local {
 		if _, err := m.peer.Call(qctx, migration.Msg{Type: migration.MsgCommit}, migration.MsgCommitted, finalizeTimeout); err != nil {
 			return m.fail("commit", "destination (new QEMU; sockets not handed over)", err)
@@ -421,38 +476,3 @@ func (s *Supervisor) CancelMigration(ctx context.Context, name string) error {
 	return nil
 }
 
-// recoverStoppedSource resumes a source that a stop-and-copy migration left
-// paused when its vmsup died: the mark is there, no vmsup holds the VM's
-// lock any more, and QEMU says the migration failed or was cancelled. A
-// completed one is left paused: the guest may run on the destination.
-// locked says the caller holds the VM's lock.
-func (s *Supervisor) recoverStoppedSource(ctx context.Context, name string, c *qmp.Conn, locked bool) (bool, error) {
-	p := s.paths(name)
-	if _, err := os.Stat(p.StoppedByMigration()); err != nil {
-		return false, nil
-	}
-	if !locked {
-		lk, err := s.state.TryLock(ctx, name, "recover")
-		if err != nil || lk == nil {
-			return false, err // the migration is still going
-		}
-		defer lk.Unlock()
-	}
-	info, err := c.QueryMigrate(ctx)
-	if err != nil {
-		return false, err
-	}
-	switch info.Status {
-	case "completed", "postcopy-active", "postcopy-paused", "postcopy-recover":
-		return false, nil
-	case "failed", "cancelled", "":
-	default:
-		return false, nil // still active: a QEMU whose vmsup died mid-stream fails it soon
-	}
-	if err := c.Cont(ctx); err != nil {
-		return false, fmt.Errorf("resume the source after its migration %s: %w", orDefault(info.Status, "ended"), err)
-	}
-	os.Remove(p.StoppedByMigration())
-	s.opts.Logger.Warn("resumed a source left paused by a migration whose vmsup died", "vm", name, "migration", info.Status)
-	return true, nil
-}

@@ -115,9 +115,14 @@ func (s *Supervisor) networkTeardown(ctx context.Context, name string) error {
 // VM's namespace for cni VMs; it moves to the namespace of PID 1 (the
 // host's, as systemd sees it) so CNI plugins find the host side there.
 // It does not take the VM lock: Down holds it while it waits for the unit.
-func (s *Supervisor) StopPost(ctx context.Context, name string) error {
+// Like StopHook it acts only for the VM's current unit: another one (a
+// migration's other QEMU) shares the network with it.
+func (s *Supervisor) StopPost(ctx context.Context, name, unit string) error {
 	if err := spec.ValidName(name); err != nil {
 		return vmErr(name, err)
+	}
+	if !s.isCurrentUnit(name, unit) {
+		return nil
 	}
 	if _, err := os.Stat(s.paths(name).Handover()); err == nil {
 		// A local migration's old QEMU: the new one uses the network.

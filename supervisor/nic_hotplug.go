@@ -18,8 +18,8 @@ import (
 // AttachNIC hot-plugs n into the running VM: the host side exactly as at
 // boot (nicUp), then netdev_add and device_add with the values qemuargs
 // renders for the command line, into a free spare root port. Defaults are
-// filled as for a NIC in the file (MAC from the VM name and the NIC's index
-// among all its NICs). The NIC is recorded in state.json (AttachedNICs) and
+// filled as for a NIC in the file, but the MAC (spec.AllocMAC): from the
+// VM's and the NIC's names, never one of the VM's other NICs. The NIC is recorded in state.json (AttachedNICs) and
 // net.json, so detach, down and the stop hook remove it. On failure every
 // step is undone.
 func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (spec.NIC, error) {
@@ -33,6 +33,13 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 		return n, vmErr(name, err)
 	}
 	all := append(slices.Clone(vm.NICs), app.AttachedNICs...)
+	if n.MAC == "" {
+		// Not by index (a detach frees an index another NIC's MAC came
+		// from): by name, never a MAC a NIC of the VM has.
+		n.MAC = spec.AllocMAC(name, n.Name, func(mac string) bool {
+			return slices.ContainsFunc(all, func(o spec.NIC) bool { return strings.EqualFold(o.MAC, mac) })
+		})
+	}
 	n.ApplyDefaults(vm, len(all))
 	fail := func(field string, err error) error {
 		return vmErr(name, fmt.Errorf("nic %q: %s: %w", n.Name, field, err))
@@ -53,6 +60,10 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 	}
 	if err := spec.CheckNICs(append(all, n)); err != nil {
 		return n, vmErr(name, err)
+	}
+	if c, err := s.confiner().Read(name); err == nil && n.UsesTap() && !slices.Contains(c.Uses, "/dev/net/tun") {
+		// Its sandbox was made at start without the host's network.
+		return n, fail("type", errors.New("the VM was started without a tap NIC, so its QEMU cannot reach the host's taps (no /dev/net/tun, no host network in its sandbox): give it a NIC in its file and restart it"))
 	}
 	vhost := s.vhostNet()
 	if err := s.net().CheckNIC(ctx, n, vhost); err != nil {
@@ -84,6 +95,11 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 	if err != nil {
 		return n, err
 	}
+	op, err := s.beginOp(ctx, name, opNICAttach, nicIntent{NIC: n, Bus: bus, Netdev: nd.ID, Device: dev.ID})
+	if err != nil {
+		return n, vmErr(name, err)
+	}
+	defer op.End() // done or undone here; a kill leaves it to recover
 	steps := []step{
 		{Name: fmt.Sprintf("nic %q: tap", n.Name), Do: func(ctx context.Context) error {
 			if !n.UsesTap() {
@@ -100,13 +116,18 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 		}, Undo: func(ctx context.Context) { _ = c.NetdevDel(ctx, nd.ID) }},
 		{Name: fmt.Sprintf("nic %q: device_add", n.Name), Do: func(ctx context.Context) error {
 			return c.DeviceAdd(ctx, dev)
+		}, Undo: func(ctx context.Context) {
+			// The record failed (a full filesystem): the guest gives it back.
+			if err := devices.Unplug(ctx, c, "nic", dev.ID, s.opts.UnplugTimeout); err != nil {
+				s.opts.Logger.Warn("undo device_add", "vm", name, "nic", n.Name, "err", err)
+			}
 		}},
 		{Name: fmt.Sprintf("nic %q: record", n.Name), Do: func(ctx context.Context) error {
 			app.AttachedNICs = append(app.AttachedNICs, n)
 			return s.state.RewriteApplied(app)
 		}},
 	}
-	if _, err := runSteps(ctx, name, steps, s.opts.AfterStep); err != nil {
+	if _, err := runSteps(ctx, name, steps, s.traced(op)); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -132,6 +153,11 @@ func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
 		}
 		return vmErr(name, fmt.Errorf("no hot-plugged nic %q", nic))
 	}
+	op, err := s.beginOp(ctx, name, opNICDetach, nicIntent{NIC: app.AttachedNICs[i], Netdev: qemuargs.NetdevID(nic), Device: qemuargs.NICDeviceID(nic)})
+	if err != nil {
+		return vmErr(name, err)
+	}
+	defer op.End()
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return err
@@ -140,6 +166,7 @@ func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
 	if err := devices.Unplug(ctx, c, "NIC", qemuargs.NICDeviceID(nic), s.opts.UnplugTimeout); err != nil {
 		return vmErr(name, fmt.Errorf("nic %q: %w", nic, err))
 	}
+	s.traced(op)(name, fmt.Sprintf("nic %q: unplugged", nic))
 	if err := c.NetdevDel(ctx, qemuargs.NetdevID(nic)); err != nil && !qmp.IsClass(err, qmp.ClassDeviceNotFound) {
 		return vmErr(name, fmt.Errorf("nic %q: netdev_del: %w", nic, err))
 	}

@@ -55,6 +55,9 @@ func (s *Supervisor) receive(ctx context.Context, peer *migration.Peer, local bo
 	if err != nil || m.Type == migration.MsgAbort {
 		return errAborted
 	}
+	if m.Type == migration.MsgQuery {
+		return s.answerQuery(ctx, peer, m.Name)
+	}
 	if m.Type != migration.MsgPrepare {
 		return fmt.Errorf("migrate-receive: want prepare, got %q", m.Type)
 	}
@@ -199,7 +202,7 @@ func (d *incomingVM) prepare(ctx context.Context, s *Supervisor, m migration.Msg
 	}
 	d.startRun = s.newStart(f, mode, incomingArgs{
 		accel: m.Accel, cpu: cpuChoice{m.CPUModel, m.CPUMasks}, sourceFile: m.SourceFile, from: m.From,
-		markers: m.Markers, uefiVars: m.UEFIVars,
+		markers: m.Markers, uefiVars: m.UEFIVars, autostart: d.autostart,
 		listen: func(ctx context.Context, _ *startRun) error { return d.listen(ctx, m) },
 	})
 	undo, err := runSteps(ctx, d.name, d.steps(), s.opts.AfterStep)
@@ -353,12 +356,10 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 		return err
 	}
 	d.finalized = true
-	// The guest runs here: keep all of it, and let the VM's lock go.
+	// The guest runs here: keep all of it, end the journal, and let the
+	// VM's lock go.
 	d.undo = nil
-	if d.lk != nil {
-		d.lk.Unlock()
-		d.lk = nil
-	}
+	d.unlock(ctx)
 	return nil
 }
 

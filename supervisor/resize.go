@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -74,19 +75,44 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 		return fail(err)
 	}
 	defer release()
-	if res.CPUs, err = devices.SetCPUs(ctx, c, vm, o.CPUs); err != nil {
+	op, err := s.beginOp(ctx, name, opResize, o)
+	if err != nil {
 		return fail(err)
 	}
-	if res.Memory, err = devices.SetMemory(ctx, c, vm, o.Memory, s.opts.UnplugTimeout); err != nil {
+	defer op.End()
+	_, cpuErr := devices.SetCPUs(ctx, c, vm, o.CPUs)
+	s.traced(op)(name, "cpus")
+	var memErr error
+	if cpuErr == nil {
+		_, memErr = devices.SetMemory(ctx, c, vm, o.Memory, s.opts.UnplugTimeout)
+		s.traced(op)(name, "memory")
+	}
+	// What QEMU has now is recorded, whether all of it went or not.
+	if res.CPUs, res.Memory, err = s.recordResize(ctx, c, app, vm); err != nil {
+		return fail(errors.Join(cpuErr, memErr, err))
+	}
+	if err := errors.Join(cpuErr, memErr); err != nil {
 		return fail(err)
 	}
-	app.Resized = nil
-	if res.CPUs != vm.CPUs || res.Memory != vm.Memory {
-		app.Resized = &vmstate.Resized{CPUs: res.CPUs, Memory: res.Memory}
+	if app.Resized != nil {
 		res.Note = fmt.Sprintf("live only: the next up starts with the file's cpus = %d, memory = %q", vm.CPUs, vm.Memory)
 	}
-	if err := s.state.RewriteApplied(app); err != nil {
-		return fail(fmt.Errorf("record: %w", err))
-	}
 	return res, nil
+}
+
+// recordResize records the vCPUs and memory the running QEMU has (a DIMM
+// backend left without its device is removed first) and returns them.
+func (s *Supervisor) recordResize(ctx context.Context, c *qmp.Conn, app *vmstate.Applied, vm *spec.VM) (int, spec.Size, error) {
+	cpus, mem, err := devices.Actual(ctx, c)
+	if err != nil {
+		return 0, 0, err
+	}
+	app.Resized = nil
+	if cpus != vm.CPUs || mem != vm.Memory {
+		app.Resized = &vmstate.Resized{CPUs: cpus, Memory: mem}
+	}
+	if err := s.state.RewriteApplied(app); err != nil {
+		return cpus, mem, fmt.Errorf("record: %w", err)
+	}
+	return cpus, mem, nil
 }

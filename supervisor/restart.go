@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -35,19 +36,52 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 	if err != nil {
 		return UpResult{VM: name}, vmErr(name, fmt.Errorf("restart: the spec it runs with: %w", err))
 	}
-	if _, err := s.Down(ctx, name); err != nil {
+	// Down and up under one lock, journaled: a restart killed between them
+	// is finished by the next command (recoverRestart).
+	lu, err := s.lockUnit(ctx, name, "restart")
+	if err != nil {
+		return UpResult{VM: name}, err
+	}
+	defer lu.unlock()
+	op, err := s.beginOp(ctx, name, opRestart, restartIntent{File: absPath(f.Path), Raw: f.Raw})
+	if err != nil {
+		return UpResult{VM: name}, vmErr(name, err)
+	}
+	defer op.End()
+	if _, err := s.down(ctx, name, lu); err != nil {
 		return UpResult{VM: name}, vmErrIn(name, "restart", err)
 	}
-	res, err := s.Up(ctx, f)
+	s.traced(op)(name, restartDown)
+	r, err := s.startLocked(ctx, f, op)
 	if err == nil {
-		r := first(res, name)
 		r.Action = Restarted
 		return r, nil
 	}
-	if _, rerr := s.Up(context.WithoutCancel(ctx), old); rerr != nil {
+	if _, rerr := s.startLocked(context.WithoutCancel(ctx), old, nil); rerr != nil {
 		return UpResult{VM: name}, fmt.Errorf("%w; starting the previous spec again failed too: %s (the VM is down)", err, unnamed(name, rerr))
 	}
 	return UpResult{VM: name, Action: Unchanged}, fmt.Errorf("%w; the VM runs again with its previous spec", err)
+}
+
+// restartDown is the step of a restart after which the VM is down.
+const restartDown = "down"
+
+// startLocked starts f's VM through the start pipeline when the caller
+// holds its lock; op, if set, journals its steps.
+func (s *Supervisor) startLocked(ctx context.Context, f *spec.File, op *vmstate.Op) (UpResult, error) {
+	r := s.newStart(f, StartFresh, incomingArgs{})
+	r.locked = true
+	after := s.opts.AfterStep
+	if op != nil {
+		after = s.traced(op)
+	}
+	if _, err := runSteps(ctx, r.name, r.steps(), after); err != nil {
+		return r.res, err
+	}
+	if r.res.Action == "" {
+		r.res.Action, r.res.State = Started, StateRunning
+	}
+	return r.res, nil
 }
 
 func first(res []UpResult, name string) UpResult {

@@ -85,6 +85,7 @@ type incomingArgs struct {
 	from       string
 	markers    map[string]string // disk file -> the source's marker beside it
 	uefiVars   []byte
+	autostart  bool // enabled for boot on the source (cross-host)
 	// listen makes QEMU listen for the stream (the incoming step).
 	listen func(ctx context.Context, r *startRun) error
 }
@@ -105,7 +106,13 @@ type startRun struct {
 	argv []string
 	res  UpResult
 	in   incomingArgs
-	prev struct {
+	// locked: the caller holds the VM's lock (restart, recovery).
+	locked bool
+	// op journals a destination on another host (its receiver may die),
+	// and its guardian settles it then.
+	op        *vmstate.Op
+	stopGuard func()
+	prev   struct {
 		dir      bool
 		app, raw []byte
 	}
@@ -132,8 +139,8 @@ func (s *Supervisor) newStart(f *spec.File, mode StartMode, in incomingArgs) *st
 // steps is the pipeline for this start's mode.
 func (r *startRun) steps() []step {
 	steps := []step{{Name: StepValidate, Do: r.validate}}
-	if r.mode != StartIncomingLocal {
-		steps = append(steps, step{Name: StepLock, Do: r.takeLock, Undo: func(context.Context) { r.lk.Unlock(); r.lk = nil }})
+	if r.mode != StartIncomingLocal && !r.locked {
+		steps = append(steps, step{Name: StepLock, Do: r.takeLock, Undo: r.unlock})
 	}
 	steps = append(steps,
 		step{Name: StepCheck, Do: r.check},
@@ -212,13 +219,48 @@ func (s *Supervisor) checkIncoming(f *spec.File, in incomingArgs) error {
 	return nil
 }
 
+// takeLock takes the VM's lock and settles what a killed command left; a
+// destination on another host then journals itself, so that the next
+// command here tears it down or records it if its receiver dies.
 func (r *startRun) takeLock(ctx context.Context) (err error) {
 	op := "up"
 	if r.mode != StartFresh {
 		op = "migrate-receive"
 	}
-	r.lk, err = r.s.lock(ctx, r.name, op)
-	return err
+	var note string
+	if r.lk, note, err = r.s.lockRecover(ctx, r.name, op); err != nil {
+		return err
+	}
+	if r.mode == StartIncoming {
+		if r.op, err = r.s.state.BeginOp(r.name, opMigrateIn, r.incomingIntent()); err == nil {
+			r.stopGuard = r.s.guard(ctx, r.name)
+		}
+	}
+	if err != nil {
+		r.unlock(ctx)
+		return err
+	}
+	r.res.Note = note
+	return nil
+}
+
+// unlock ends a destination's journal (all it made is undone by now), then
+// lets the VM's lock go.
+func (r *startRun) unlock(context.Context) {
+	if r.op != nil {
+		r.stopGuard()
+		r.op.End()
+		r.op = nil
+	}
+	if r.lk != nil {
+		r.lk.Unlock()
+		r.lk = nil
+	}
+}
+
+func (r *startRun) incomingIntent() incomingIntent {
+	_, err := os.Stat(r.p.Dir)
+	return incomingIntent{Unit: r.unit, Existed: err == nil, Autostart: r.in.autostart}
 }
 
 // check reads the unit's state: a fresh start leaves an existing VM as it
@@ -250,7 +292,7 @@ func (r *startRun) check(ctx context.Context) error {
 	}
 	switch {
 	case st.Exists && st.ActiveState == "failed":
-		r.res.Note = "previous run crashed: " + st.ExitReason()
+		r.res.Note = joinNote(r.res.Note, "previous run crashed: "+st.ExitReason())
 		return r.sd.ResetFailed(ctx, r.unit)
 	case st.Exists && st.ActiveState != "inactive":
 		if st.ActiveState != "active" {
@@ -383,6 +425,13 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 // record writes what the VM runs with; a destination's record is written
 // when the guest runs there (commit).
 func (r *startRun) record(context.Context) error {
+	if r.op != nil {
+		// What the receiver's commit would record, for recovery.
+		in := r.incomingIntent()
+		in.Existed = r.prev.dir
+		in.App, in.Raw = r.app, r.f.Raw
+		return r.op.SetIntent(in)
+	}
 	if r.mode != StartFresh {
 		return nil
 	}
@@ -404,6 +453,7 @@ func (r *startRun) startUnit(ctx context.Context) error {
 	for _, o := range r.plan.unitOpts {
 		o(&u)
 	}
+	r.s.bindHooks(&u)
 	if r.mode != StartFresh {
 		// QEMU binds its sockets there: same owner as the state directory
 		// (the host steps may have given that to an unprivileged QEMU user).
@@ -427,4 +477,24 @@ func (r *startRun) removeUnit(ctx context.Context) {
 	_ = r.sd.Kill(uctx, r.unit, 9)
 	r.sd.WaitGone(uctx, r.unit)
 	_ = r.sd.ResetFailed(uctx, r.unit)
+}
+
+// joinNote joins two notes for the user ("" is none).
+func joinNote(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
+}
+
+// bindHooks tells vmsup's stop hooks which unit they belong to, so that
+// they act only for the VM's current QEMU (StopHook).
+func (s *Supervisor) bindHooks(u *units.Unit) {
+	for _, cmds := range [][][]string{u.ExecStop, u.ExecStopPost} {
+		for i, c := range cmds {
+			if len(c) > 1 && c[0] == s.opts.Self {
+				cmds[i] = append(c[:len(c)-1:len(c)-1], "--unit", u.Name, c[len(c)-1])
+			}
+		}
+	}
 }

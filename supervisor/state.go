@@ -20,9 +20,25 @@ type AttachedDisk = vmstate.AttachedDisk
 func (s *Supervisor) paths(name string) vmstate.Paths { return s.state.Paths(name) }
 
 // lock takes the VM's lock for a state-changing command (waiting for it
-// with Options.WaitForLock).
+// with Options.WaitForLock), then finishes or undoes what a killed command
+// left (journal.go), so that every command starts from a settled VM.
 func (s *Supervisor) lock(ctx context.Context, name, op string) (*vmstate.FileLock, error) {
-	return s.state.Lock(ctx, name, op, s.opts.WaitForLock)
+	lk, _, err := s.lockRecover(ctx, name, op)
+	return lk, err
+}
+
+// lockRecover is lock, and says what recovery did ("" for nothing).
+func (s *Supervisor) lockRecover(ctx context.Context, name, op string) (*vmstate.FileLock, string, error) {
+	lk, err := s.state.Lock(ctx, name, op, s.opts.WaitForLock)
+	if err != nil {
+		return nil, "", err
+	}
+	note, err := s.recover(ctx, name, op)
+	if err != nil {
+		lk.Unlock()
+		return nil, "", err
+	}
+	return lk, note, nil
 }
 
 // lockedUnit is the prologue of the commands that change whether a VM runs
@@ -33,6 +49,7 @@ type lockedUnit struct {
 	lk   *vmstate.FileLock
 	unit string
 	st   units.Status
+	note string // what recovery did, if anything
 }
 
 func (s *Supervisor) lockUnit(ctx context.Context, name, op string) (*lockedUnit, error) {
@@ -40,11 +57,12 @@ func (s *Supervisor) lockUnit(ctx context.Context, name, op string) (*lockedUnit
 	if err != nil {
 		return nil, err
 	}
-	lk, err := s.lock(ctx, name, op)
+	lk, note, err := s.lockRecover(ctx, name, op)
 	if err != nil {
 		return nil, err
 	}
-	u := &lockedUnit{sd: sd, lk: lk, unit: s.state.UnitOf(name)}
+	u := &lockedUnit{sd: sd, lk: lk, note: note}
+	u.unit = s.state.UnitOf(name)
 	if u.st, err = sd.Status(ctx, u.unit); err != nil {
 		lk.Unlock()
 		return nil, err

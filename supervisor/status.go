@@ -56,6 +56,9 @@ type Status struct {
 	AttachedDisks []string `json:"attached_disks,omitempty"`
 	// Autostart: enabled to start at boot (vmsup enable).
 	Autostart bool `json:"autostart,omitempty"`
+	// Recovery: what this status did about an operation a killed command
+	// left unfinished (or why it could not).
+	Recovery string `json:"recovery,omitempty"`
 	// GuestAgent: the guest ping (running VMs with an agent channel; not
 	// in List).
 	GuestAgent *AgentStatus `json:"guest_agent,omitempty"`
@@ -76,6 +79,9 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if err != nil {
 		return Status{}, err
 	}
+	// What a killed command left is settled first, so that status tells
+	// the truth (unless a command is at work on the VM now).
+	recovered, recErr := s.recoverUnlocked(ctx, name)
 	unit := s.state.UnitOf(name)
 	st, err := sd.Status(ctx, unit)
 	if err != nil {
@@ -83,6 +89,10 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	}
 	p := s.paths(name)
 	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog, Autostart: s.isEnabled(name)}
+	out.Recovery = recovered
+	if recErr != nil {
+		out.Recovery = recErr.Error()
+	}
 	app, appErr := s.state.ReadApplied(name)
 	if appErr == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
@@ -138,13 +148,6 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
 		return out, nil
-	}
-	if !qs.Running {
-		if resumed, err := s.recoverStoppedSource(ctx, name, c, false); err != nil {
-			s.opts.Logger.Warn("recover a source paused by a migration", "vm", name, "err", err)
-		} else if resumed {
-			qs, _ = c.QueryStatus(ctx)
-		}
 	}
 	out.QEMUStatus = qs.Status
 	switch {

@@ -244,12 +244,6 @@ func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name
 		if err == nil {
 			var qs qmp.StatusInfo
 			qs, err = c.QueryStatus(ctx)
-			if err == nil && !qs.Running {
-				// A source a dead migration left paused runs again.
-				if resumed, rerr := s.recoverStoppedSource(ctx, name, c, true); rerr == nil && resumed {
-					qs, err = c.QueryStatus(ctx)
-				}
-			}
 			release()
 			if err == nil {
 				res.State, res.Note = existingState(name, qs.Status, res.Note)

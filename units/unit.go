@@ -38,6 +38,9 @@ type Unit struct {
 	Environment []string // "K=V"
 	WorkingDir  string
 	UMask       uint32 // 0 = systemd's default (0022)
+	// Collect: the unit goes as soon as it ends, failed or not (a helper
+	// whose result nobody reads; VMs keep theirs until vmsup resets it).
+	Collect bool
 
 	MemoryMax   uint64 // bytes; 0 = no limit
 	CPUQuota    int    // percent of one CPU; 0 = none
@@ -72,8 +75,12 @@ func (u Unit) properties() ([]sd.Property, error) {
 		prop("Type", "exec"),
 		prop("KillMode", "mixed"),
 		prop("Restart", "no"),
+	}
+	if u.Collect {
+		p = append(p, prop("CollectMode", "inactive-or-failed"))
+	} else {
 		// Keep a failed unit (and its exit reason) until vmsup resets it.
-		prop("CollectMode", "inactive"),
+		p = append(p, prop("CollectMode", "inactive"))
 	}
 	if u.Slice != "" {
 		p = append(p, sd.PropSlice(u.Slice))

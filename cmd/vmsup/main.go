@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -38,8 +39,24 @@ func main() {
 }
 
 func run(args []string) int {
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a dropped ssh session must cancel a command as cleanly as
+	// Ctrl-C does, not kill it between two steps.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer cancel()
+	go func() {
+		// A command undoes what it made when cancelled; one that takes
+		// longer than that (or a second signal) ends at once, and its
+		// journal and the guardian settle the rest.
+		<-ctx.Done()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		select {
+		case <-again:
+		case <-time.After(cancelGrace):
+		}
+		fmt.Fprintln(os.Stderr, "vmsup: interrupted")
+		os.Exit(130)
+	}()
 	root := newRoot()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -55,6 +72,9 @@ func run(args []string) int {
 }
 
 type usageError struct{ error }
+
+// cancelGrace bounds the undo of a cancelled command.
+const cancelGrace = 10 * time.Second
 
 func envOr(k, d string) string {
 	if v := os.Getenv(k); v != "" {
@@ -92,6 +112,7 @@ func newRoot() *cobra.Command {
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
 		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
+		settleCmd(g),
 	)
 	return root
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +17,10 @@ func migrateReceiveCmd(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The source's end of the transport can vanish at any moment: a
+			// write to it must fail (EPIPE), not kill this process before it
+			// tears its QEMU down.
+			signal.Ignore(syscall.SIGPIPE, syscall.SIGHUP)
 			return g.with(func(sup *supervisor.Supervisor) error {
 				return sup.Receive(cmd.Context(), os.Stdin, os.Stdout)
 			})

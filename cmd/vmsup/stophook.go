@@ -9,35 +9,41 @@ import (
 )
 
 func stopPostCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var unit string
+	cmd := &cobra.Command{
 		Use:    "stop-post NAME",
 		Short:  "Network clean-up run by the VM's unit (ExecStopPost=); not for direct use",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				if err := sup.StopPost(cmd.Context(), args[0]); err != nil {
+				if err := sup.StopPost(cmd.Context(), args[0], unit); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: network removed\n", args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: done\n", args[0])
 				return nil
 			})
 		},
 	}
+	cmd.Flags().StringVar(&unit, "unit", "", "the unit this hook belongs to: it acts only if that is the VM's current QEMU")
+	return cmd
 }
 
 func stopHookCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var unit string
+	cmd := &cobra.Command{
 		Use:    "stop-hook NAME",
 		Short:  "Graceful stop run by the VM's unit (ExecStop=); not for direct use",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				step, err := sup.StopHook(cmd.Context(), args[0])
+				step, err := sup.StopHook(cmd.Context(), args[0], unit)
 				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-hook %s: %s\n", args[0], step)
 				return err
 			})
 		},
 	}
+	cmd.Flags().StringVar(&unit, "unit", "", "the unit this hook belongs to: it acts only if that is the VM's current QEMU")
+	return cmd
 }

@@ -185,13 +185,11 @@ func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range needs {
-		if err := m.grantNeed(c, n); err != nil {
-			unlock()
-			return nil, fmt.Errorf("%s: %w", n.field, err)
-		}
-	}
+	err = m.grantNeeds(vm.Name, c, needs)
 	unlock()
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case mode == spec.AppArmorOff:
 		c.AppArmor.Reason = "security.apparmor is \"off\""
@@ -360,12 +358,79 @@ func (m *Manager) giveStateDir(c *Record, p vmstate.Paths) error {
 	return nil
 }
 
-// grantNeed gives the QEMU user search on every directory above n.path and
-// the permissions n.mode asks for on it, adding ACL entries only where the
-// user lacks them.
-func (m *Manager) grantNeed(c *Record, n need) error {
+// grantNeeds gives the QEMU user search on every directory above each
+// need's path and the permissions its mode asks for on it, adding ACL
+// entries only where the user lacks them. Written ahead: the grants are
+// recorded (with what each path had before) before any is made, so that a
+// vmsup killed in between, or a record that cannot be written, never
+// leaves a grant nothing knows of. Taking back a grant that was recorded
+// but not made restores what the path has anyway.
+func (m *Manager) grantNeeds(name string, c *Record, ns []need) error {
+	type grant struct {
+		path string
+		want uint16
+	}
+	var plan []grant
+	at := map[string]int{}
+	add := func(path string, want uint16) {
+		if !slices.Contains(c.Uses, path) {
+			c.Uses = append(c.Uses, path)
+		}
+		if i, ok := at[path]; ok {
+			plan[i].want |= want
+			return
+		}
+		at[path] = len(plan)
+		plan = append(plan, grant{path, want})
+	}
+	for _, n := range ns {
+		path := filepath.Clean(n.path)
+		var chain []string
+		for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+			chain = append([]string{d}, chain...)
+			if d == "/" {
+				break
+			}
+		}
+		for _, d := range chain {
+			add(d, 1)
+		}
+		add(path, modeBits(n.mode))
+	}
+	var todo []aclGrant
+	for _, g := range plan {
+		ok, err := posixacl.HasAccess(g.path, c.UID, c.GID, nil, g.want)
+		if err != nil {
+			return err
+		}
+		if ok {
+			continue
+		}
+		prev, err := posixacl.UserEntry(g.path, c.UID)
+		if err != nil {
+			return err
+		}
+		todo = append(todo, aclGrant{Path: g.path, Perm: g.want, Prev: prev})
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	c.Grants = append(c.Grants, todo...)
+	if err := m.writeConfinement(name, c); err != nil {
+		c.Grants = c.Grants[:len(c.Grants)-len(todo)]
+		return fmt.Errorf("record the grants before making them: %w", err)
+	}
+	for _, g := range todo {
+		if _, err := posixacl.GrantUser(g.Path, c.UID, g.Perm); err != nil {
+			return fmt.Errorf("give %s access to %s: %w", c.User, g.Path, err)
+		}
+	}
+	return nil
+}
+
+func modeBits(mode string) uint16 {
 	want := uint16(0)
-	for _, l := range n.mode {
+	for _, l := range mode {
 		switch l {
 		case 'r':
 			want |= 4
@@ -375,39 +440,7 @@ func (m *Manager) grantNeed(c *Record, n need) error {
 			want |= 1
 		}
 	}
-	path := filepath.Clean(n.path)
-	var chain []string
-	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
-		chain = append([]string{d}, chain...)
-		if d == "/" {
-			break
-		}
-	}
-	for _, d := range chain {
-		if err := m.grantPath(c, d, 1); err != nil {
-			return err
-		}
-	}
-	return m.grantPath(c, path, want)
-}
-
-func (m *Manager) grantPath(c *Record, path string, want uint16) error {
-	if !slices.Contains(c.Uses, path) {
-		c.Uses = append(c.Uses, path)
-	}
-	ok, err := posixacl.HasAccess(path, c.UID, c.GID, nil, want)
-	if err != nil {
-		return err
-	}
-	if ok {
-		return nil
-	}
-	prev, err := posixacl.GrantUser(path, c.UID, want)
-	if err != nil {
-		return fmt.Errorf("give %s access to %s: %w", c.User, path, err)
-	}
-	c.Grants = append(c.Grants, aclGrant{Path: path, Perm: want, Prev: prev})
-	return nil
+	return want
 }
 
 func (m *Manager) loadProfile(ctx context.Context, c *Record, vm *spec.VM, p vmstate.Paths, ns []need) error {

@@ -35,17 +35,16 @@ func (m *Manager) Extend(ctx context.Context, name string, rules ...units.PathRu
 			return err
 		}
 		defer unlock()
+		var ns []need
 		for _, r := range rules {
 			if c.Profile != nil {
 				if err := c.Profile.AddPath(r); err != nil {
 					return err
 				}
 			}
-			if err := m.grantNeed(c, need{path: r.Path, mode: r.Mode}); err != nil {
-				return err
-			}
+			ns = append(ns, need{path: r.Path, mode: r.Mode})
 		}
-		return nil
+		return m.grantNeeds(name, c, ns)
 	})
 }
 

@@ -124,7 +124,7 @@ func PassBlockDevice(ctx context.Context, c *qmp.Conn, d spec.Disk) (int64, erro
 		return 0, fmt.Errorf("open %s for QEMU: %w", d.File, err)
 	}
 	defer f.Close()
-	info, err := c.AddFD(ctx, nil, "vmsup disk "+d.Name, f)
+	info, err := c.AddFD(ctx, nil, FDOpaque(d.Name), f)
 	if err != nil {
 		return 0, fmt.Errorf("pass %s to QEMU (add-fd): %w", d.File, err)
 	}
@@ -164,3 +164,7 @@ func FreeRootPort(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string)
 	}
 	return "", fmt.Errorf("all %d hotplug root ports are in use", len(spare))
 }
+
+// FDOpaque is the note on the fd set of disk's block device, by which it is
+// found again (query-fdsets).
+func FDOpaque(disk string) string { return "vmsup disk " + disk }

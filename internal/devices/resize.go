@@ -160,3 +160,39 @@ func hotpluggedDIMMs(ctx context.Context, c *qmp.Conn) ([]dimm, error) {
 	}
 	return out, nil
 }
+
+// Actual is what the running QEMU has: vCPUs plugged and memory (boot plus
+// DIMMs). A DIMM backend without its device (an add cut short) is removed
+// on the way.
+func Actual(ctx context.Context, c *qmp.Conn) (int, spec.Size, error) {
+	slots, err := c.QueryHotpluggableCPUs(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("query-hotpluggable-cpus: %w", err)
+	}
+	cpus := 0
+	for _, sl := range slots {
+		if sl.QOMPath != "" {
+			cpus += int(sl.VCPUsCount)
+		}
+	}
+	dimms, err := hotpluggedDIMMs(ctx, c)
+	if err != nil {
+		return 0, 0, err
+	}
+	objs, err := c.QOMList(ctx, "/objects")
+	if err != nil {
+		return 0, 0, fmt.Errorf("qom-list /objects: %w", err)
+	}
+	for _, o := range objs {
+		if strings.HasPrefix(o.Name, "mem-dimm") && !slices.ContainsFunc(dimms, func(d dimm) bool { return d.Memdev == o.Name }) {
+			if err := c.ObjectDel(ctx, o.Name); err != nil {
+				return 0, 0, fmt.Errorf("remove the orphan memory backend %s: %w", o.Name, err)
+			}
+		}
+	}
+	sum, err := c.QueryMemorySizeSummary(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("query-memory-size-summary: %w", err)
+	}
+	return cpus, spec.Size(sum.BaseMemory + sum.PluggedMemory), nil
+}

@@ -28,6 +28,11 @@ import (
 //	commit                    -> committed                (local only: sockets handed over)
 //	abort (or EOF)            -> the destination tears down what it set up, unless finalized
 //
+// or, instead of prepare, from a source settling a migration its vmsup
+// did not finish (supervisor recovery):
+//
+//	query{name}               -> state{state}             (after settling this host's side)
+//
 // A change that an older peer would misread bumps Version; peers
 // refuse a version they do not speak.
 const Version = 2 // 2: the cross-host stream is TLS (CertPin)
@@ -44,7 +49,15 @@ const (
 	MsgRun       = "run" // postcopy started: run the guest here now
 	MsgRunning   = "running"
 	MsgAbort     = "abort"
+	MsgQuery     = "query" // does the guest run here?
+	MsgState     = "state"
 	MsgError     = "error"
+)
+
+// States a query answers.
+const (
+	StateRunning = "running" // the guest runs here
+	StateAbsent  = "absent"  // it does not (no QEMU, or one that never took over)
 )
 
 // Msg is every protocol message; Type says which fields matter.
@@ -91,6 +104,9 @@ type Msg struct {
 
 	// finalize: the source's console log, continued by the destination.
 	Console []byte `json:"console,omitempty"`
+
+	// state: the answer to a query.
+	State string `json:"state,omitempty"`
 }
 
 // Peer is one end of the protocol: it writes messages and reads the

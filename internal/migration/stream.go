@@ -261,13 +261,15 @@ func ResumeSource(mon *qmp.Conn) error {
 	}
 }
 
-// DiskMarkers creates a marker file beside each disk so the destination can
-// prove it sees the same directory (shared storage). Disks in directories
-// vmsup cannot write get no marker; the destination then only checks that
-// the file exists.
-func DiskMarkers(name string, f *spec.File) (map[string]string, func()) {
+// Disk markers: the source drops a marker file beside each file disk, so
+// that the destination can prove it sees the same directory (shared
+// storage). Disks in directories vmsup cannot write get no marker; the
+// destination then only checks that the file exists.
+
+// PlanMarkers names the marker to put beside each file disk (disk file ->
+// marker), without making them: the journal records them first.
+func PlanMarkers(name string, f *spec.File) map[string]string {
 	m := map[string]string{}
-	var made []string
 	for _, d := range f.VM.Disks {
 		if d.File == "" || !filepath.IsAbs(d.File) {
 			continue // network storage (RBD, iSCSI) is shared by nature
@@ -275,11 +277,21 @@ func DiskMarkers(name string, f *spec.File) (map[string]string, func()) {
 		if st, err := os.Stat(d.File); err != nil || !st.Mode().IsRegular() {
 			continue // a block device path: its directory says nothing
 		}
-		mk := filepath.Join(filepath.Dir(d.File), ".vmsup-migrate-"+name+"-"+RandHex(8))
+		m[d.File] = filepath.Join(filepath.Dir(d.File), ".vmsup-migrate-"+name+"-"+RandHex(8))
+	}
+	return m
+}
+
+// MakeMarkers makes the planned markers; those that cannot be made (a
+// directory vmsup cannot write) are left out. cleanup removes them.
+func MakeMarkers(plan map[string]string) (map[string]string, func()) {
+	m := map[string]string{}
+	var made []string
+	for disk, mk := range plan {
 		if err := os.WriteFile(mk, nil, 0o600); err != nil {
 			continue
 		}
-		m[d.File] = mk
+		m[disk] = mk
 		made = append(made, mk)
 	}
 	return m, func() {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -167,14 +168,27 @@ func (s Store) WriteApplied(a *Applied, raw []byte) error {
 	if err := p.MakeRecords(); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(p.Spec, raw, 0o600); err != nil {
+	if err := p.writeRecord(p.Spec, raw); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(p.State, b, 0o600)
+	return p.writeRecord(p.State, b)
+}
+
+// writeRecord replaces a record file. On a full filesystem an operation in
+// progress gives its reserve back (op.go) and the write is tried again: the
+// record that finishes an operation must not be the write that fails.
+func (p Paths) writeRecord(path string, b []byte) error {
+	err := renameio.WriteFile(path, b, 0o600)
+	if errors.Is(err, syscall.ENOSPC) {
+		if os.Remove(p.reserveFile()) == nil {
+			err = renameio.WriteFile(path, b, 0o600)
+		}
+	}
+	return err
 }
 
 // RewriteApplied stores a changed record beside the unchanged spec copy.
@@ -207,6 +221,10 @@ func (s Store) Known() ([]string, error) {
 
 // UnitName is the systemd unit of the VM called vm.
 func UnitName(vm string) string { return "vmsup-" + vm + ".service" }
+
+// SettleUnit is the unit of the guardian that settles an operation whose
+// command died (supervisor: guard). "@" keeps it out of the VM list.
+func SettleUnit(vm string) string { return "vmsup-" + vm + "@settle.service" }
 
 // AltUnit is the unit a local migration's new QEMU runs under: the other of
 // the VM's two names. A unit name cannot change while its process lives, so
@@ -269,6 +287,8 @@ func (s Store) Lock(ctx context.Context, name, op string, wait bool) (*FileLock,
 		return nil, readHolder(name, path)
 	}
 	l.SetHolder(fmt.Sprintf("%s %d %d\n", op, os.Getpid(), time.Now().Unix()))
+	p := s.Paths(name)
+	l.drop = func() bool { return !exists(p.Dir) && !exists(p.Records) } // rm, or a failed first up
 	return l, nil
 }
 
@@ -301,4 +321,9 @@ func readHolder(name, path string) error {
 		e.Since = time.Unix(sec, 0)
 	}
 	return e
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -1,0 +1,162 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// loopFS mounts a fresh ext4 filesystem of size bytes at a new directory,
+// both here and in the systemd sandbox's mount namespace (QEMU's units see
+// the VM's state directory there), and returns the directory.
+func loopFS(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, "fs.img"), filepath.Join(dir, "root")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	runCmd(t, "mkfs.ext4", "-q", "-m", "0", img)
+	out, err := exec.Command("losetup", "--find", "--show", img).Output()
+	if err != nil {
+		t.Fatalf("losetup: %v", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
+	runCmd(t, "mount", dev, mnt)
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	pid1 := fmt.Sprint(env.Systemd.PID1)
+	runCmd(t, "nsenter", "-t", pid1, "-m", "mount", dev, mnt)
+	t.Cleanup(func() { exec.Command("nsenter", "-t", pid1, "-m", "umount", "-l", mnt).Run() })
+	return mnt
+}
+
+// fill takes all but leave bytes of the filesystem at dir; the returned
+// func gives them back.
+func fill(t *testing.T, dir string, leave int64) func() {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n := int64(st.Bavail)*st.Bsize - leave; n > 0 {
+		syscall.Fallocate(int(f.Fd()), 0, 0, n)
+	}
+	// What fallocate could not take (metadata blocks), in small writes.
+	for {
+		syscall.Statfs(dir, &st)
+		if int64(st.Bavail)*st.Bsize <= leave {
+			break
+		}
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	return func() { os.Remove(path) }
+}
+
+// TestFullStateFS: the state root on a small filesystem that is full, then
+// nearly full (room for a journal, not for much more): every multi-step
+// command either succeeds or fails with one line naming the cause, and
+// afterwards the VM is as the fault suite requires: one QEMU, a truthful
+// status, no half-made device, grant or tap, and the command can be
+// repeated once there is room again.
+func TestFullStateFS(t *testing.T) {
+	ctx := ctxT(t, 10*time.Minute)
+	root := loopFS(t, 96<<20)
+	a := sideOf(t, "A", env.Systemd, root, filepath.Join(root, "etc-systemd"), nil)
+	const vm = "ffull"
+	h := newHotVM(t, ctx, a.sup, root, vm, "vmsfullbr0")
+	// A second guest without a tap NIC for migrate --local (a tap takes one
+	// QEMU at a time).
+	const vm2 = "ffmig"
+	f2 := counterGuest(t, t.TempDir(), vm2, "")
+	if _, err := a.sup.Up(ctx, f2); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.sup.Down(context.Background(), vm2) })
+	cmds := []struct {
+		name string
+		run  func(context.Context) error
+		undo func(*testing.T, context.Context, supervisor.Status)
+	}{
+		{"disk-attach", func(ctx context.Context) error { _, err := h.sup.AttachDisk(ctx, vm, *h.disk); return err },
+			func(t *testing.T, ctx context.Context, st supervisor.Status) {
+				if h.hasDisk(st) {
+					h.detach(t, ctx)
+				}
+				os.Remove(h.disk.File)
+			}},
+		{"nic-attach", func(ctx context.Context) error { _, err := h.sup.AttachNIC(ctx, vm, h.nic); return err },
+			func(t *testing.T, ctx context.Context, st supervisor.Status) {
+				if h.hasNIC(st) {
+					h.nicDetach(t, ctx)
+				}
+			}},
+		{"set", func(ctx context.Context) error {
+			_, err := h.sup.Resize(ctx, vm, supervisor.ResizeOptions{Memory: bigMem})
+			return err
+		}, func(t *testing.T, ctx context.Context, st supervisor.Status) {
+			if st.Memory != smallMem.String() {
+				h.setMem(t, ctx, smallMem)
+			}
+		}},
+		{"migrate-local", func(ctx context.Context) error {
+			_, err := h.sup.Migrate(ctx, vm2, supervisor.MigrateOptions{Local: true})
+			return err
+		}, nil},
+		{"restart", func(ctx context.Context) error { _, err := h.sup.Restart(ctx, h.f); return err }, nil},
+	}
+	for _, leave := range []int64{0, 1400 << 10} {
+		for _, c := range cmds {
+			t.Run(fmt.Sprintf("%s/free-%dK", c.name, leave>>10), func(t *testing.T) {
+				unfill := fill(t, root, leave)
+				t0 := time.Now()
+				err := c.run(ctx)
+				took := time.Since(t0)
+				unfill()
+				switch {
+				case err == nil:
+					t.Logf("succeeded (%s)", took.Round(time.Millisecond))
+				case strings.Contains(err.Error(), "\n"):
+					t.Fatalf("error of more than one line: %q", err)
+				case !errors.Is(err, syscall.ENOSPC) && !strings.Contains(strings.ToLower(err.Error()), "no space left on device"):
+					t.Fatalf("error does not say the filesystem is full: %v", err)
+				default:
+					t.Logf("refused in %s: %v", took.Round(time.Millisecond), err)
+				}
+				if c.name == "migrate-local" {
+					settle(t, ctx, faultOp{vm: vm2, sides: []*faultSide{a}}, nil)
+					return
+				}
+				var st supervisor.Status
+				on := settle(t, ctx, faultOp{vm: vm, sides: []*faultSide{a}}, &st)
+				h.checkAll(t, ctx, on, st)
+				if c.undo != nil {
+					c.undo(t, ctx, st)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Every command that takes several steps on a running VM journals them
+// (internal/vmstate: intent first, each step as it is done), so that the
+// next command on the VM can finish or undo what a killed one left: it
+// calls recover under the VM's lock, before it does its own work.
+
+// Operation kinds in the journal.
+const (
+	opDiskAttach = "disk-attach"
+	opDiskDetach = "disk-detach"
+	opNICAttach  = "nic-attach"
+	opNICDetach  = "nic-detach"
+	opResize     = "set"
+	opRestart    = "restart"
+	opMigrateOut = "migrate"
+	opMigrateIn  = "migrate-receive"
+)
+
+// beginOp journals an operation's intent before it acts. A pending one (its
+// command died) is recovered first; the caller holds the VM's lock.
+func (s *Supervisor) beginOp(ctx context.Context, name, kind string, intent any) (*vmstate.Op, error) {
+	if _, err := s.recover(ctx, name, kind); err != nil {
+		return nil, err
+	}
+	op, err := s.state.BeginOp(name, kind, intent)
+	if err != nil {
+		return nil, fmt.Errorf("%w (nothing was done)", err)
+	}
+	return op, nil
+}
+
+// traced is the AfterStep of an operation: each step is journaled as done,
+// then Options.AfterStep sees it.
+func (s *Supervisor) traced(op *vmstate.Op) func(vm, step string) {
+	return func(vm, step string) {
+		if err := op.Step(step); err != nil {
+			s.opts.Logger.Warn("journal", "vm", vm, "step", step, "err", err)
+		}
+		if s.opts.AfterStep != nil {
+			s.opts.AfterStep(vm, step)
+		}
+	}
+}
+
+// recover finishes or undoes the VM's unfinished operation, if a command
+// left one: what it did is read from QEMU's and systemd's real state, and
+// the intent says what it meant to do. The caller holds the VM's lock (so
+// the operation's own command is gone); by is the command recovering. The
+// note says what was done ("" when there was nothing).
+func (s *Supervisor) recover(ctx context.Context, name, by string) (string, error) {
+	op, err := s.state.PendingOp(name)
+	if err != nil || op == nil {
+		return "", err
+	}
+	var note string
+	switch op.Kind {
+	case opDiskAttach:
+		note, err = s.recoverDiskAttach(ctx, name, op)
+	case opDiskDetach:
+		note, err = s.recoverDiskDetach(ctx, name, op)
+	case opNICAttach:
+		note, err = s.recoverNICAttach(ctx, name, op)
+	case opNICDetach:
+		note, err = s.recoverNICDetach(ctx, name, op)
+	case opResize:
+		note, err = s.recoverResize(ctx, name, op)
+	case opRestart:
+		note, err = s.recoverRestart(ctx, name, op, by)
+	case opMigrateOut:
+		note, err = s.recoverMigrateOut(ctx, name, op)
+	case opMigrateIn:
+		note, err = s.recoverMigrateIn(ctx, name, op)
+	default:
+		note = "dropped an unreadable journal (" + op.Kind + ")"
+	}
+	if err != nil {
+		return "", vmErr(name, fmt.Errorf("an interrupted %s (pid %d, %s) could not be recovered: %w",
+			op.Kind, op.PID, op.Started.Format("15:04:05"), err))
+	}
+	if err := op.End(); err != nil {
+		return note, vmErr(name, fmt.Errorf("journal: %w", err))
+	}
+	s.opts.Logger.Warn("recovered an interrupted operation", "vm", name, "op", op.Kind, "pid", op.PID, "done", op.Done, "note", note)
+	return fmt.Sprintf("recovered an interrupted %s: %s", op.Kind, note), nil
+}
+
+// recoverUnlocked is recover for a command that does not take the VM's lock
+// (status): it recovers only when no other command holds the lock, which
+// means the operation's command is gone.
+func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, error) {
+	if _, err := os.Stat(s.paths(name).Records); err != nil {
+		return "", nil
+	}
+	if op, err := s.state.PendingOp(name); err != nil || op == nil {
+		return "", err
+	}
+	lk, err := s.state.TryLock(ctx, name, "recover")
+	if err != nil || lk == nil {
+		return "", err // the operation is still going
+	}
+	defer lk.Unlock()
+	return s.recover(ctx, name, "status")
+}
+
+// guard starts the operation's guardian, for the operations that can leave
+// a guest frozen if their command dies (a migration): a transient unit
+// running "vmsup settle NAME", which waits for the VM's lock (held by this
+// command until it ends) and settles what the command left. So a killed
+// or hung-up CLI is only a viewer that went away: nobody needs to run the
+// next command for the guest to run again. stop ends the guardian; a
+// command that ends cleanly calls it before it lets the lock go.
+func (s *Supervisor) guard(ctx context.Context, name string) (stop func()) {
+	if s.opts.Self == "" {
+		return func() {}
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return func() {}
+	}
+	argv := []string{s.opts.Self, "settle", "--root", s.opts.Root}
+	if s.opts.SystemdBus != "" {
+		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
+	}
+	u := units.Unit{Name: vmstate.SettleUnit(name), Description: "vmsup: settle an interrupted operation on " + name,
+		Argv: append(argv, name), Collect: true, DeviceAll: true}
+	if err := sd.Start(ctx, u); err != nil {
+		// One may already wait (from a killed command): it serves this one too.
+		s.opts.Logger.Debug("guardian", "vm", name, "err", err)
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		_ = sd.Kill(sctx, u.Name, syscall.SIGKILL)
+		sd.WaitGone(sctx, u.Name)
+	}
+}
+
+// Settle is the guardian's work ("vmsup settle NAME"): it waits for the
+// VM's lock, then settles any operation left unfinished. The note says
+// what was done ("" when the command had ended cleanly).
+func (s *Supervisor) Settle(ctx context.Context, name string) (string, error) {
+	if err := spec.ValidName(name); err != nil {
+		return "", vmErr(name, err)
+	}
+	lk, err := s.state.Lock(ctx, name, "settle", true)
+	if err != nil {
+		return "", err
+	}
+	defer lk.Unlock()
+	return s.recover(ctx, name, "settle")
+}
+
+func intentOf[T any](op *vmstate.Op) (T, error) {
+	var in T
+	if len(op.Intent) == 0 {
+		return in, errors.New("the journal has no intent")
+	}
+	err := json.Unmarshal(op.Intent, &in)
+	return in, err
+}

@@ -1,0 +1,476 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Settling a migration whose vmsup died: exactly one QEMU may run the
+// guest afterwards. Which one is read from the QEMUs themselves (their run
+// state), systemd (their units), and, across hosts, the destination's own
+// answer (a query over the same transport) or, failing that, the write
+// locks on the shared disks.
+
+// Steps of the source side of a migration, as journaled and as AfterStep
+// sees them.
+const (
+	stepMigPrepared     = "migrate-prepared"      // the destination QEMU waits for the stream
+	stepMigCompleted    = "migrate-completed"     // the stream completed
+	stepMigFinalizeSent = "migrate-finalize-sent" // from here the destination may run the guest
+	stepMigFinalized    = "migrate-finalized"     // the destination runs the guest
+	stepMigSourceQuit   = "migrate-source-quit"   // the source's QEMU is gone
+)
+
+// MigrateSteps are the steps of the source side of a migration, in order,
+// as AfterStep sees them.
+func MigrateSteps() []string {
+	return []string{stepMigPrepared, stepMigCompleted, stepMigFinalizeSent, stepMigFinalized, stepMigSourceQuit}
+}
+
+// migrateIntent is the source side's journal of a migration.
+type migrateIntent struct {
+	Local       bool     `json:"local"`
+	To          string   `json:"to,omitempty"`
+	Transport   []string `json:"transport,omitempty"`
+	Unit        string   `json:"unit"`                // the source QEMU's
+	DestUnit    string   `json:"dest_unit,omitempty"` // local: the new QEMU's
+	Markers     []string `json:"markers,omitempty"`
+	RelaySock   string   `json:"relay_sock,omitempty"`
+	StopAndCopy bool     `json:"stop_and_copy,omitempty"`
+	Autostart   bool     `json:"autostart,omitempty"`
+}
+
+func (s *Supervisor) recoverMigrateOut(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+	in, err := intentOf[migrateIntent](op)
+	if err != nil {
+		return "", err
+	}
+	for _, mk := range in.Markers {
+		os.Remove(mk)
+	}
+	if in.RelaySock != "" {
+		os.Remove(in.RelaySock)
+	}
+	os.Remove(s.paths(name).StoppedByMigration())
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return "", err
+	}
+	src, err := sd.Status(ctx, in.Unit)
+	if err != nil {
+		return "", err
+	}
+	if in.Local {
+		return s.settleLocal(ctx, name, in, sd, src)
+	}
+	return s.settleRemote(ctx, name, in, op, sd, src)
+}
+
+// runStateAt asks the QEMU listening at sock for its run state ("" when it
+// does not answer).
+func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
+	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
+	defer cancel()
+	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(s.opts.Logger))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	qs, err := c.QueryStatus(dctx)
+	if err != nil {
+		return ""
+	}
+	return qs.Status
+}
+
+// incomingDir is the newest incoming directory of a destination QEMU.
+func incomingDir(p vmstate.Paths) string {
+	dirs, _ := filepath.Glob(filepath.Join(p.Dir, "incoming-*"))
+	sort.Slice(dirs, func(i, j int) bool { return modTime(dirs[i]).Before(modTime(dirs[j])) })
+	if len(dirs) == 0 {
+		return ""
+	}
+	return dirs[len(dirs)-1]
+}
+
+func modTime(p string) time.Time {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}
+
+// settleLocal settles a migration on one host: the new QEMU keeps the
+// guest if it runs it (the hand-over is finished), else the source does
+// (the new QEMU is removed).
+func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateIntent, sd *units.Manager, src units.Status) (string, error) {
+	p := s.paths(name)
+	app, err := s.state.ReadApplied(name)
+	if err != nil {
+		return "", err
+	}
+	if app.Unit == in.DestUnit || in.DestUnit == vmstate.UnitName(name) && app.Unit == "" && src.Gone() {
+		return "the new QEMU had taken over and was recorded", nil
+	}
+	dest, err := sd.Status(ctx, in.DestUnit)
+	if err != nil {
+		return "", err
+	}
+	inDir := incomingDir(p)
+	destState := ""
+	if !dest.Gone() && inDir != "" {
+		destState = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock"))
+	}
+	switch {
+	case destState == "running" || src.Gone() && destState == "paused":
+		// The new QEMU has the guest: the source goes, the new one takes
+		// the VM's names.
+		if !src.Gone() {
+			if err := s.quitSource(ctx, sd, name, in.Unit, true); err != nil {
+				return "", err
+			}
+		}
+		if destState == "paused" {
+			if err := s.contAt(ctx, filepath.Join(inDir, "qmp.sock")); err != nil {
+				return "", err
+			}
+		}
+		if err := s.commitLocal(name, app, in.DestUnit, inDir); err != nil {
+			return "", err
+		}
+		return "the new QEMU runs the guest: the hand-over is finished", nil
+	case !src.Gone():
+		s.removeUnit(ctx, sd, in.DestUnit)
+		if inDir != "" {
+			os.RemoveAll(inDir)
+		}
+		if err := s.resumeHere(ctx, name); err != nil {
+			return "", err
+		}
+		return "the guest runs on in the source QEMU; the new QEMU was removed", nil
+	}
+	s.removeUnit(ctx, sd, in.DestUnit)
+	return "", errors.New("neither QEMU runs the guest any more (the source's is gone, the new one had not received it all)")
+}
+
+// commitLocal gives the new QEMU the VM's socket names and records it.
+func (s *Supervisor) commitLocal(name string, app *vmstate.Applied, unit, inDir string) error {
+	p := s.paths(name)
+	for _, f := range []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"} {
+		if _, err := os.Stat(filepath.Join(inDir, f)); err == nil {
+			if err := os.Rename(filepath.Join(inDir, f), filepath.Join(p.Dir, f)); err != nil {
+				return fmt.Errorf("hand over %s: %w", f, err)
+			}
+		}
+	}
+	app.Unit, app.MigratedFrom, app.StartedAt = "", "local", time.Now().UTC()
+	if unit != vmstate.UnitName(name) {
+		app.Unit = unit
+	}
+	raw, err := os.ReadFile(p.Spec)
+	if err != nil {
+		return err
+	}
+	if err := s.state.WriteApplied(app, raw); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	os.RemoveAll(inDir)
+	return nil
+}
+
+// settleRemote settles a migration to another host: the source resumes
+// unless the destination may run the guest; then this host's copy goes.
+func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIntent, op *vmstate.Op, sd *units.Manager, src units.Status) (string, error) {
+	if src.Gone() {
+		if op.Has(stepMigSourceQuit) || op.Has(stepMigFinalized) {
+			s.dropMigrated(ctx, name, in)
+			return fmt.Sprintf("the guest runs on %s: this host's records are removed", in.To), nil
+		}
+		return "the source's QEMU ended during the migration", nil
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	qs, err := c.QueryStatus(ctx)
+	release()
+	if err != nil {
+		return "", err
+	}
+	if qs.Running {
+		return "the guest runs on the source; the destination tears its QEMU down when its transport closes", nil
+	}
+	destRuns := false
+	switch {
+	case op.Has(stepMigFinalized):
+		destRuns = true
+	case op.Has(stepMigFinalizeSent):
+		var known bool
+		if destRuns, known = s.askDestination(ctx, name, in); !known {
+			if destRuns, known = s.lockedElsewhere(name); !known {
+				return "", fmt.Errorf("the destination %s may run the guest and cannot be asked (its transport fails) nor told by the disks' locks: "+
+					"the source stays paused; check %s, then vmsup resume here or vmsup down here", in.To, in.To)
+			}
+		}
+	}
+	if destRuns {
+		if err := s.quitSource(ctx, sd, name, in.Unit, false); err != nil {
+			return "", err
+		}
+		s.dropMigrated(ctx, name, in)
+		return fmt.Sprintf("the guest runs on %s: this host's copy is removed", in.To), nil
+	}
+	if err := s.resumeHere(ctx, name); err != nil {
+		return "", err
+	}
+	return "the destination does not run the guest: it runs on the source again", nil
+}
+
+// dropMigrated removes what is left here of a VM that now runs elsewhere.
+func (s *Supervisor) dropMigrated(ctx context.Context, name string, in migrateIntent) {
+	if err := s.afterStop(ctx, name); err != nil {
+		s.opts.Logger.Warn("clean-up after migration", "vm", name, "err", err)
+	}
+	if err := s.paths(name).RemoveAll(); err != nil {
+		s.opts.Logger.Warn("remove state after migration", "vm", name, "err", err)
+	}
+	if in.Autostart {
+		_ = s.state.Unmark(name)
+		_ = s.syncBootUnit(ctx)
+	}
+}
+
+// quitSource ends the source's QEMU (quit, then kill). handover: its
+// stop-post hook must leave the network and grants to the new QEMU.
+func (s *Supervisor) quitSource(ctx context.Context, sd *units.Manager, name, unit string, handover bool) error {
+	p := s.paths(name)
+	if handover {
+		if err := os.WriteFile(p.Handover(), nil, 0o600); err != nil {
+			return err
+		}
+		defer os.Remove(p.Handover())
+	}
+	qctx, cancel := context.WithTimeout(ctx, killTimeout)
+	defer cancel()
+	if c, release, err := s.qmpSession(qctx, name); err == nil {
+		_ = c.Quit(qctx)
+		release()
+	}
+	if err := sd.WaitStopped(qctx, unit); err != nil {
+		_ = sd.Kill(qctx, unit, syscall.SIGKILL)
+		return sd.WaitStopped(qctx, unit)
+	}
+	return nil
+}
+
+// removeUnit kills a unit (a destination QEMU nobody will use) and clears
+// its failed state.
+func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
+	st, err := sd.Status(ctx, unit)
+	if err != nil || !st.Exists {
+		return
+	}
+	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
+	defer cancel()
+	_ = sd.Kill(uctx, unit, 9)
+	sd.WaitGone(uctx, unit)
+	_ = sd.ResetFailed(uctx, unit)
+}
+
+// resumeHere makes the source's guest run (after a failed or abandoned
+// migration QEMU resumes it itself, except after a stop-and-copy or a
+// completed stream).
+func (s *Supervisor) resumeHere(ctx context.Context, name string) error {
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if info, err := c.QueryMigrate(ctx); err == nil && info.Status == "active" {
+		_ = c.MigrateCancel(ctx) // its vmsup is gone: nobody would finalize it
+	}
+	return migration.ResumeSource(c)
+}
+
+func (s *Supervisor) contAt(ctx context.Context, sock string) error {
+	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
+	defer cancel()
+	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(s.opts.Logger))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Cont(dctx)
+}
+
+// askDestination asks the destination's vmsup, over the migration's
+// transport, whether it runs the guest. known is false when it cannot say.
+func (s *Supervisor) askDestination(ctx context.Context, name string, in migrateIntent) (runs, known bool) {
+	if len(in.Transport) == 0 {
+		return false, false
+	}
+	peer, closePeer, err := migration.Command(in.Transport, io.Discard)
+	if err != nil {
+		return false, false
+	}
+	defer closePeer()
+	if r, err := peer.Call(ctx, migration.Msg{Type: migration.MsgHello, Version: migration.Version}, migration.MsgHello, helloTimeout); err != nil || r.Version != migration.Version {
+		return false, false
+	}
+	r, err := peer.Call(ctx, migration.Msg{Type: migration.MsgQuery, Name: name}, migration.MsgState, queryTimeout)
+	if err != nil {
+		return false, false
+	}
+	return r.State == migration.StateRunning, true
+}
+
+// queryTimeout bounds a destination's answer: it first waits for its own
+// receiver (which holds the VM's lock) to finish or give up.
+const queryTimeout = 2 * time.Minute
+
+// answerQuery is the destination's side of askDestination: it settles its
+// own side first (its receiver may still be at work: it waits for the VM's
+// lock), then says whether the guest runs here.
+func (s *Supervisor) answerQuery(ctx context.Context, peer *migration.Peer, name string) error {
+	reply := func(state string, err error) error {
+		if err != nil {
+			_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
+			return err
+		}
+		return peer.Send(migration.Msg{Type: migration.MsgState, State: state})
+	}
+	if err := spec.ValidName(name); err != nil {
+		return reply("", vmErr(name, err))
+	}
+	lctx, cancel := context.WithTimeout(ctx, queryTimeout-15*time.Second)
+	defer cancel()
+	lk, err := s.state.Lock(lctx, name, "migrate-query", true)
+	if err != nil {
+		return reply("", err)
+	}
+	defer lk.Unlock()
+	if _, err := s.recover(ctx, name, "migrate-query"); err != nil {
+		return reply("", err)
+	}
+	// The VM's own sockets (not an incoming directory's): a QEMU that took
+	// the guest over, running or paused since by its operator.
+	if _, err := os.Stat(s.paths(name).QMP); err != nil {
+		return reply(migration.StateAbsent, nil)
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return reply("", vmErr(name, err))
+	}
+	defer release()
+	qs, err := c.QueryStatus(ctx)
+	if err != nil {
+		return reply("", vmErr(name, err))
+	}
+	if qs.Status == "inmigrate" || qs.Status == "postmigrate" {
+		return reply(migration.StateAbsent, nil)
+	}
+	return reply(migration.StateRunning, nil)
+}
+
+// lockedElsewhere tells from the shared file disks whether another QEMU
+// (the destination's) holds their write locks. known is false when the VM
+// has no such disk.
+func (s *Supervisor) lockedElsewhere(name string) (locked, known bool) {
+	_, vm, err := s.runningSpec(name)
+	if vm == nil {
+		return false, false
+	}
+	_ = err
+	for _, d := range vm.Disks {
+		if d.File == "" || d.ReadOnly {
+			continue
+		}
+		l, err := storage.WriteLocked(d.File)
+		if err != nil {
+			continue
+		}
+		if l {
+			return true, true
+		}
+		known = true
+	}
+	return false, known
+}
+
+// incomingIntent is a migration destination's journal (another host).
+type incomingIntent struct {
+	Unit      string            `json:"unit"`
+	Existed   bool              `json:"existed"` // the VM had a state directory here before
+	Autostart bool              `json:"autostart,omitempty"`
+	App       *vmstate.Applied  `json:"app,omitempty"` // what commit records
+	Raw       []byte            `json:"raw,omitempty"`
+	Markers   map[string]string `json:"-"`
+}
+
+// recoverMigrateIn settles a destination whose receiver died: the guest
+// runs here if its QEMU was started (then it is recorded); else all of it
+// is torn down and the source keeps the guest.
+func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+	in, err := intentOf[incomingIntent](op)
+	if err != nil {
+		return "", err
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return "", err
+	}
+	st, err := sd.Status(ctx, in.Unit)
+	if err != nil {
+		return "", err
+	}
+	p := s.paths(name)
+	inDir := incomingDir(p)
+	state := ""
+	if !st.Gone() && inDir != "" {
+		state = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock"))
+	}
+	if state == "running" && in.App != nil {
+		for _, f := range []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"} {
+			if _, err := os.Stat(filepath.Join(inDir, f)); err == nil {
+				_ = os.Rename(filepath.Join(inDir, f), filepath.Join(p.Dir, f))
+			}
+		}
+		in.App.StartedAt = time.Now().UTC()
+		if err := s.state.WriteApplied(in.App, in.Raw); err != nil {
+			return "", fmt.Errorf("record: %w", err)
+		}
+		os.RemoveAll(inDir)
+		if in.Autostart {
+			_ = s.enableApplied(ctx, name)
+		}
+		return "the guest runs here: the migration is finished and recorded", nil
+	}
+	s.removeUnit(ctx, sd, in.Unit)
+	if err := s.afterStop(ctx, name); err != nil {
+		return "", err
+	}
+	if inDir != "" {
+		os.RemoveAll(inDir)
+	}
+	if !in.Existed {
+		if err := p.RemoveAll(); err != nil {
+			return "", err
+		}
+	}
+	return "the incoming QEMU had not taken over: it is torn down", nil
+}

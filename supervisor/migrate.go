@@ -475,4 +475,3 @@ func (s *Supervisor) CancelMigration(ctx context.Context, name string) error {
 	}
 	return nil
 }
-

@@ -112,7 +112,7 @@ type startRun struct {
 	// and its guardian settles it then.
 	op        *vmstate.Op
 	stopGuard func()
-	prev   struct {
+	prev      struct {
 		dir      bool
 		app, raw []byte
 	}

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/vmsup/vmsup/internal/userfile"
 )
 
 // File is a parsed VM description together with where it came from, so later
@@ -60,23 +62,39 @@ func (e *Error) Unwrap() error { return e.Err }
 // Load reads and parses the TOML file at path. Relative paths inside it are
 // resolved against the file's directory.
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := userfile.Read(path, userfile.MaxSpec)
 	if err != nil {
-		return nil, &Error{File: path, Msg: err.Error(), Err: err}
+		return nil, &Error{File: path, Msg: strings.TrimPrefix(err.Error(), path+": "), Err: err}
 	}
 	return Parse(path, data)
 }
+
+// MaxKeys bounds the keys of one file: a VM with many disks has a few
+// hundred; strict decoding of unknown keys costs more than linear time.
+const MaxKeys = 4096
 
 // Parse parses data as if it were the file at path: strict (unknown keys are
 // errors), defaults filled, relative paths made absolute against path's
 // directory, and the result validated.
 func Parse(path string, data []byte) (*File, error) {
 	f := &File{Path: path, Raw: data}
+	if len(data) > userfile.MaxSpec {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("%d bytes, more than the %d KiB vmsup reads", len(data), userfile.MaxSpec>>10)}
+	}
+	// Positions first: one linear pass that also bounds the key count
+	// before the (costlier) strict decode.
+	f.pos = positions(data)
+	if len(f.pos) > MaxKeys {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("%d keys, more than the %d vmsup reads", len(f.pos), MaxKeys)}
+	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&f.VM); err != nil {
 		return nil, f.decodeError(err)
 	}
-	f.pos = positions(data)
+	if _, set := f.pos["stop_timeout"]; set && f.VM.StopTimeout == 0 {
+		// Not "the default": a zero that meant 60 s surprised users.
+		return nil, f.Errorf("stop_timeout", "0s: must be more than 0s (leave it out for the default %s)", DefaultStopTimeout)
+	}
 	f.VM.applyDefaults()
 	f.resolvePaths()
 	if err := f.validate(); err != nil {
@@ -129,7 +147,7 @@ func (f *File) decodeError(err error) error {
 	// true) come without a position: find the key whose value was that text.
 	var ve *valueError
 	if errors.As(err, &ve) {
-		for k, p := range positions(f.Raw) {
+		for k, p := range f.pos {
 			if p.value == ve.text {
 				return &Error{File: f.Path, Pos: p.Position, Field: k, Msg: ve.Error(), Err: err}
 			}
@@ -165,6 +183,8 @@ func positions(data []byte) map[string]keyPos {
 	out := map[string]keyPos{}
 	var p unstable.Parser
 	p.Reset(data)
+	lines := lineStarts(data)
+	nodePos := func(it unstable.Iterator) Position { return nodePosition(&p, lines, it) }
 	table := ""
 	arrays := map[string]int{}
 	for p.NextExpression() {
@@ -178,13 +198,16 @@ func positions(data []byte) map[string]keyPos {
 				name = name + "[" + strconv.Itoa(idx) + "]"
 			}
 			table = name
-			out[table] = keyPos{Position: nodePos(&p, n.Key())}
+			out[table] = keyPos{Position: nodePos(n.Key())}
 		case unstable.KeyValue:
 			k := joinKey(n.Key())
 			if table != "" {
 				k = table + "." + k
 			}
-			out[k] = keyPos{Position: nodePos(&p, n.Key()), value: string(n.Value().Data)}
+			out[k] = keyPos{Position: nodePos(n.Key()), value: string(n.Value().Data)}
+			if len(out) > MaxKeys {
+				return out // Parse refuses the file
+			}
 		}
 	}
 	return out
@@ -198,7 +221,10 @@ func joinKey(it unstable.Iterator) string {
 	return strings.Join(parts, ".")
 }
 
-func nodePos(p *unstable.Parser, it unstable.Iterator) Position {
+// nodePosition is where a key starts. Computed from its offset with the
+// file's line starts (the parser's own Shape rescans the file from the
+// start for each key: quadratic in the file's size).
+func nodePosition(p *unstable.Parser, lines []int, it unstable.Iterator) Position {
 	if !it.Next() {
 		return Position{}
 	}
@@ -207,8 +233,20 @@ func nodePos(p *unstable.Parser, it unstable.Iterator) Position {
 	if r.Length == 0 {
 		r = p.Range(n.Data)
 	}
-	s := p.Shape(r)
-	return Position{s.Start.Line, s.Start.Column}
+	off := int(r.Offset)
+	i := sort.SearchInts(lines, off+1) - 1 // the last line starting at or before off
+	return Position{Line: i + 1, Col: off - lines[i] + 1}
+}
+
+// lineStarts are the offsets where the lines of data start.
+func lineStarts(data []byte) []int {
+	starts := []int{0}
+	for i, c := range data {
+		if c == '\n' {
+			starts = append(starts, i+1)
+		}
+	}
+	return starts
 }
 
 func oneLine(s string) string {

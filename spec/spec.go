@@ -58,6 +58,9 @@ type Boot struct {
 	Kernel   string `toml:"kernel"`   // path; relative paths are relative to the TOML file
 	Initrd   string `toml:"initrd"`   // path; needs kernel
 	Cmdline  string `toml:"cmdline"`  // kernel command line; needs kernel
+	// CmdlineMax raises the cmdline's limit (DefaultCmdlineMax) up to
+	// MaxCmdline, for the rare kernel that takes more.
+	CmdlineMax int `toml:"cmdline_max"`
 }
 
 // Disk formats.
@@ -154,6 +157,12 @@ const (
 	DefaultMemoryOverhead = 256 * MiB
 	DefaultTasksMax       = 4096
 	MaxNameLen            = 64
+	// DefaultCmdlineMax is the kernel command line's limit (x86 Linux
+	// takes 2 KiB by default); MaxCmdline is as far as cmdline_max goes.
+	// Both are far below what systemd can carry in a unit's properties.
+	DefaultCmdlineMax = 4 << 10
+	MaxCmdline        = 64 << 10
+	MaxStopTimeout    = 24 * time.Hour
 )
 
 // Slots returns the number of hotplug root ports.

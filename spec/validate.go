@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strings"
@@ -75,8 +76,8 @@ func (f *File) validate() error {
 	if vm.Machine != "q35" && vm.Slots() != 0 {
 		return f.Errorf("hotplug_slots", "root ports exist only on q35; machine %q hotplugs onto pci.0", vm.Machine)
 	}
-	if vm.StopTimeout < 0 {
-		return f.Errorf("stop_timeout", "must not be negative")
+	if vm.StopTimeout <= 0 || vm.StopTimeout > Duration(MaxStopTimeout) {
+		return f.Errorf("stop_timeout", "%s is out of range: more than 0s, at most %s", vm.StopTimeout.D(), MaxStopTimeout)
 	}
 	switch vm.Shutdown {
 	case ShutdownACPI:
@@ -130,6 +131,12 @@ func (f *File) validateBoot() error {
 	}
 	if strings.ContainsAny(b.Cmdline, "\n\x00") {
 		return f.Errorf("boot.cmdline", "contains a newline or NUL")
+	}
+	if b.CmdlineMax < 0 || b.CmdlineMax > MaxCmdline {
+		return f.Errorf("boot.cmdline_max", "%d is out of range 0..%d", b.CmdlineMax, MaxCmdline)
+	}
+	if limit := cmp.Or(b.CmdlineMax, DefaultCmdlineMax); len(b.Cmdline) > limit {
+		return f.Errorf("boot.cmdline", "%d bytes, more than the limit of %d (boot.cmdline_max raises it, up to %d)", len(b.Cmdline), limit, MaxCmdline)
 	}
 	return nil
 }

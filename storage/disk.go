@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/userfile"
+
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -45,6 +47,11 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 	fail := func(err error, format string, args ...any) error {
 		return diskErr(d.Name, "file", err, format, args...)
 	}
+	if d.SecretFile != "" { // first: it is read (bounded) before anything is asked of the network
+		if _, err := readSecret(d.SecretFile); err != nil {
+			return diskErr(d.Name, "secret_file", err, "%v", err)
+		}
+	}
 	switch d.Type {
 	case spec.DiskFile:
 		st, err := os.Stat(d.File)
@@ -53,8 +60,9 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 			return t.checkNew(ctx, d)
 		case err != nil:
 			return fail(err, "%v", err)
-		case st.IsDir():
-			return fail(nil, "%s is a directory", d.File)
+		case !st.Mode().IsRegular():
+			// A FIFO would block every open (and hold the VM's lock).
+			return fail(nil, "%s is %s, not an image file (use type \"block\" for a block device)", d.File, userfile.Kind(st.Mode()))
 		}
 		if err := checkWriteLock(d); err != nil {
 			return err
@@ -81,8 +89,8 @@ func (t Tools) Check(ctx context.Context, d spec.Disk) error {
 		if err != nil {
 			return fail(err, "%v", err)
 		}
-		if !st.Mode().IsRegular() && st.Mode()&os.ModeDevice == 0 {
-			return fail(nil, "%s is not a file", d.File)
+		if !st.Mode().IsRegular() && (st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0) {
+			return fail(nil, "%s is %s, not an ISO image or a block device", d.File, userfile.Kind(st.Mode()))
 		}
 	case spec.DiskSeed:
 		if _, err := seedFiles(d); err != nil {
@@ -243,7 +251,7 @@ func seedFiles(d spec.Disk) (map[string][]byte, error) {
 	} {
 		switch {
 		case f.path != "":
-			b, err := os.ReadFile(f.path)
+			b, err := userfile.Read(f.path, userfile.MaxSeedFile)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", strings.ReplaceAll(f.name, "-", "_")+"_file", err)
 			}

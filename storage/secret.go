@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmsup/vmsup/internal/userfile"
+
 	"github.com/google/renameio/v2"
 )
 
@@ -13,7 +15,7 @@ import (
 // takes the file's bytes verbatim, so the trailing newline an editor adds
 // (which would make a CHAP password wrong) is dropped.
 func readSecret(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := userfile.Read(path, userfile.MaxSecret)
 	if err != nil {
 		return nil, err
 	}

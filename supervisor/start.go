@@ -417,9 +417,28 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 		})
 	}
 	r.argv, err = r.s.argv(boot, r.app.Accel, cpuChoice{r.app.CPUModel, r.app.CPUMasks}, opts...)
+	if err != nil {
+		return err
+	}
+	if n := argvBytes(r.argv); n > maxArgv {
+		// systemd carries it in one D-Bus message and asserts on huge
+		// properties: refuse here, with the spec's limits as the real bound.
+		return fmt.Errorf("the QEMU command line would be %d bytes, more than %d", n, maxArgv)
+	}
 	r.app.Argv = r.argv
 	recordBootDisks(r.app, &boot.VM, r.plan.carried)
-	return err
+	return nil
+}
+
+// maxArgv bounds QEMU's command line (a large VM's is a few KiB).
+const maxArgv = 256 << 10
+
+func argvBytes(argv []string) int {
+	n := 0
+	for _, a := range argv {
+		n += len(a) + 1
+	}
+	return n
 }
 
 // record writes what the VM runs with; a destination's record is written

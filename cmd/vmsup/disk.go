@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vmsup/vmsup/internal/userfile"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +43,7 @@ seed, iscsi, rbd) at top level.`,
 				case (specFile == "") == (file == ""):
 					return usageError{fmt.Errorf("give exactly one of --file and --spec")}
 				case specFile != "":
-					data, err := os.ReadFile(specFile)
+					data, err := userfile.Read(specFile, userfile.MaxSpec)
 					if err != nil {
 						return err
 					}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmsup/vmsup/internal/userfile"
+
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -72,8 +74,9 @@ func fileReadable(f *spec.File, field, path string) error {
 		}
 		return f.Errorf(field, "%v", err)
 	}
-	if st.IsDir() {
-		return f.Errorf(field, "%s is a directory", path)
+	if !st.Mode().IsRegular() {
+		// QEMU would block on a FIFO, and read a device without end.
+		return f.Errorf(field, "%s is %s, not a regular file", path, userfile.Kind(st.Mode()))
 	}
 	return nil
 }

@@ -284,7 +284,11 @@ func (s Store) Lock(ctx context.Context, name, op string, wait bool) (*FileLock,
 		return nil, fmt.Errorf("vm %q: lock: %w", name, err)
 	}
 	if !ok {
-		return nil, readHolder(name, path)
+		err := readHolder(name, path)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("interrupted while waiting for the lock: %w", err)
+		}
+		return nil, err
 	}
 	l.SetHolder(fmt.Sprintf("%s %d %d\n", op, os.Getpid(), time.Now().Unix()))
 	p := s.Paths(name)

@@ -7,6 +7,14 @@ cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 scripts/install-deps.sh
 scripts/build-guest.sh
+# Each test VM's QEMU runs as its own system user (vmsupq-*, made by vmsup);
+# remove the ones this run made when it ends.
+users_before=$(getent passwd | cut -d: -f1 | grep '^vmsupq-' | sort || true)
+remove_test_users() {
+	comm -13 <(echo "$users_before") <(getent passwd | cut -d: -f1 | grep '^vmsupq-' | sort || true) |
+		while read -r u; do [ -n "$u" ] && userdel "$u" 2>/dev/null || true; done
+}
+trap remove_test_users EXIT
 go vet ./...
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt: not formatted: $unformatted" >&2; exit 1; fi

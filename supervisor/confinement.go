@@ -12,8 +12,11 @@ import (
 // Confinement lives in internal/confine; these are the supervisor's handles
 // on it and the exported API that predates the move.
 
-// DefaultQEMUUser is the system user QEMU runs as.
+// DefaultQEMUUser is the default Options.QEMUUser: PerVMUser.
 const DefaultQEMUUser = confine.DefaultQEMUUser
+
+// SharedQEMUUser as Options.QEMUUser runs every VM's QEMU as one user.
+const SharedQEMUUser = confine.SharedQEMUUser
 
 // PerVMUser as Options.QEMUUser gives each VM its own system user.
 const PerVMUser = confine.PerVMUser

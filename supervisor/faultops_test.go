@@ -310,7 +310,7 @@ func diskParts(t *testing.T, d spec.Disk) []string {
 // rawQMP runs one QMP command on the VM and decodes the reply into out.
 func rawQMP(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, vm, cmd string, out any) {
 	t.Helper()
-	b, err := sup.QMP(ctx, vm, []byte(cmd))
+	b, err := sup.QMP(ctx, vm, []byte(cmd), false)
 	if err != nil {
 		t.Fatalf("%s: %v", cmd, err)
 	}

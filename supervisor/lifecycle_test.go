@@ -226,7 +226,7 @@ func TestKVM(t *testing.T) {
 	if res[0].Accel != "kvm" {
 		t.Fatalf("accel %q", res[0].Accel)
 	}
-	reply, err := sup.QMP(ctx, "kvm", []byte(`{"execute":"query-kvm"}`))
+	reply, err := sup.QMP(ctx, "kvm", []byte(`{"execute":"query-kvm"}`), false)
 	if err != nil || !strings.Contains(string(reply), `"enabled":true`) {
 		t.Fatalf("query-kvm: %s %v", reply, err)
 	}

@@ -202,7 +202,7 @@ func TestMigrateLocal(t *testing.T) {
 	if res.Unit != "vmsup-mloc.service" {
 		t.Fatalf("second local migration: unit %q", res.Unit)
 	}
-	if reply, err := sup.QMP(ctx, "mloc", []byte(`{"execute":"query-status"}`)); err != nil {
+	if reply, err := sup.QMP(ctx, "mloc", []byte(`{"execute":"query-status"}`), false); err != nil {
 		ents, _ := os.ReadDir(st.StateDir)
 		for _, e := range ents {
 			t.Logf("state dir: %s", e.Name())

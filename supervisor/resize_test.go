@@ -110,7 +110,7 @@ cmdline = "console=ttyS0 vmsup.online memhp_default_state=online_movable"
 	if _, err := sup.Resize(ctx, "resize", supervisor.ResizeOptions{CPUs: 1}); err == nil || !strings.Contains(err.Error(), "removing vCPUs") {
 		t.Fatalf("vCPU removal: %v", err)
 	}
-	if r, err := sup.QMP(ctx, "resize", []byte(`{"execute":"query-memory-devices"}`)); err != nil || !strings.Contains(string(r), `"return": []`) && !strings.Contains(string(r), `"return":[]`) {
+	if r, err := sup.QMP(ctx, "resize", []byte(`{"execute":"query-memory-devices"}`), false); err != nil || !strings.Contains(string(r), `"return": []`) && !strings.Contains(string(r), `"return":[]`) {
 		t.Fatalf("memory devices left: %s %v", r, err)
 	}
 }

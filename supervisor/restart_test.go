@@ -42,7 +42,7 @@ func TestRestart(t *testing.T) {
 	if st, _ := sup.Status(ctx, "rs"); st.State != supervisor.StateRunning || st.CPUs != 2 {
 		t.Fatalf("after restart: %+v", st)
 	}
-	if out, err := sup.QMP(ctx, "rs", []byte(`{"execute":"query-cpus-fast"}`)); err != nil || strings.Count(string(out), "cpu-index") != 2 {
+	if out, err := sup.QMP(ctx, "rs", []byte(`{"execute":"query-cpus-fast"}`), false); err != nil || strings.Count(string(out), "cpu-index") != 2 {
 		t.Fatalf("QEMU's vCPUs after restart: %s %v", out, err)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	osuser "os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,7 +71,7 @@ func guestRun(t *testing.T, ctx context.Context, sh *testenv.GuestShell, cmd str
 }
 
 // TestConfinedGuest: a real guest boots with every measure on (QEMU as
-// vmsup-qemu, its seccomp sandbox, the systemd sandbox with exposure <=
+// its own user (the per-VM default), its seccomp sandbox, the systemd sandbox with exposure <=
 // maxExposure), writes to a raw disk whose path has a space, a quote and a
 // comma and to a qcow2 disk on a 3-file backing chain, and fetches a page
 // from a host server through its user-mode NIC. The state root sits below
@@ -202,7 +203,7 @@ name = "net0"
 		t.Fatal("status has no confinement")
 	}
 	t.Logf("status confinement: %s", c)
-	if c.User != supervisor.DefaultQEMUUser || c.UID == 0 || !strings.Contains(c.Seccomp, "qemu -sandbox on") {
+	if !strings.HasPrefix(c.User, "vmsupq-") || c.UID == 0 || !strings.Contains(c.Seccomp, "qemu -sandbox on") {
 		t.Errorf("confinement %+v", c)
 	}
 	if want := "unconfined: this kernel has no AppArmor"; os.Getenv("VMSUP_EXPECT_APPARMOR") == "" && !strings.HasPrefix(c.AppArmor, want) {
@@ -250,16 +251,16 @@ name = "net0"
 	hot := filepath.Join(images, "hot.raw")
 	run(t, ctx, "qemu-img", "create", "-q", "-f", "raw", hot, "1M")
 	add := []byte(fmt.Sprintf(`{"execute":"blockdev-add","arguments":{"driver":"file","node-name":"hot","filename":%q}}`, hot))
-	if _, err := sup.QMP(ctx, "sec", add); err == nil || !strings.Contains(err.Error(), "ermission denied") {
+	if _, err := sup.QMP(ctx, "sec", add, true); err == nil || !strings.Contains(err.Error(), "ermission denied") {
 		t.Errorf("blockdev-add of an ungranted file: %v, want permission denied", err)
 	}
 	if err := sup.ConfinePaths(ctx, "sec", units.PathRule{Path: hot, Mode: "rwk"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sup.QMP(ctx, "sec", add); err != nil {
+	if _, err := sup.QMP(ctx, "sec", add, true); err != nil {
 		t.Errorf("blockdev-add after ConfinePaths: %v", err)
 	}
-	if _, err := sup.QMP(ctx, "sec", []byte(`{"execute":"blockdev-del","arguments":{"node-name":"hot"}}`)); err != nil {
+	if _, err := sup.QMP(ctx, "sec", []byte(`{"execute":"blockdev-del","arguments":{"node-name":"hot"}}`), false); err != nil {
 		t.Error(err)
 	}
 	if err := sup.ReleasePaths(ctx, "sec", hot); err != nil {
@@ -425,38 +426,80 @@ func TestProfileMatchesLibvirt(t *testing.T) {
 	}
 }
 
-// TestPerVMUserBoots: with QEMUUser "per-vm" the guest boots as the VM's
-// own user.
-func TestPerVMUserBoots(t *testing.T) {
+// TestIsolationDefault: with the default settings (a user per VM) VM A's
+// QEMU can neither read nor write VM B's image, tried from inside A's
+// namespaces as A's user, while it can use its own; the images vmsup
+// creates are owner-only; a file QEMU makes in /dev/shm stays in its own.
+func TestIsolationDefault(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
+	root := t.TempDir()
 	sup, err := supervisor.New(supervisor.Options{
-		Root: t.TempDir(), SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
-		Self: vmsupBin, QEMUUser: supervisor.PerVMUser, SystemdAnalyze: analyzeCmd(),
+		Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
+		Self: vmsupBin, SystemdAnalyze: analyzeCmd(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sup.Close()
-	f := guestFile(t, t.TempDir(), "pervm", "")
-	if _, err := sup.Up(ctx, f); err != nil {
+	img := func(vm string) string { return filepath.Join(root, "images", vm+".qcow2") }
+	if err := os.MkdirAll(filepath.Join(root, "images"), 0o711); err != nil {
 		t.Fatal(err)
 	}
-	defer sup.Down(context.Background(), "pervm")
-	st, err := sup.Status(ctx, "pervm")
-	if err != nil || st.Confinement == nil {
-		t.Fatalf("status %+v %v", st, err)
+	pid := map[string]int{}
+	user := map[string]*supervisor.Confinement{}
+	for _, vm := range []string{"isoa", "isob"} {
+		f := guestFile(t, t.TempDir(), vm, fmt.Sprintf("stop_timeout = \"1s\"\n[[disk]]\nname = \"data\"\nfile = %q\nsize = \"16M\"\n", img(vm)))
+		if _, err := sup.Up(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		defer sup.Down(context.Background(), vm)
+		st, err := sup.Status(ctx, vm)
+		if err != nil || st.Confinement == nil {
+			t.Fatalf("status %+v %v", st, err)
+		}
+		u := st.Confinement.User
+		t.Cleanup(func() { exec.Command("userdel", u).Run() })
+		pid[vm], user[vm] = qemuPIDs(t, vm)[0], st.Confinement
+		// Owner only, plus the VM user's ACL entry (whose mask shows as
+		// the group bits): no access for the file's group or others.
+		fi, err := os.Stat(img(vm))
+		acl, _ := exec.Command("getfacl", "-cp", img(vm)).Output()
+		if err != nil || fi.Mode().Perm()&0o007 != 0 || !strings.Contains(string(acl), "group::---") {
+			t.Errorf("%s: image %s mode %v (%v), ACL %q, want owner only", vm, img(vm), fi.Mode(), err, acl)
+		}
 	}
-	u := st.Confinement.User
-	t.Cleanup(func() { exec.Command("userdel", u).Run() })
-	waitConsole(t, st, testenv.ShellMarker, 90*time.Second)
-	pids := qemuPIDs(t, "pervm")
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pids[0]))
-	want := fmt.Sprintf("Uid:\t%d\t", st.Confinement.UID)
-	if !strings.HasPrefix(u, "vmsupq-") || st.Confinement.UID == 0 || !strings.Contains(string(b), want) {
-		t.Errorf("confinement %s; /proc says:\n%s", st.Confinement, b)
+	a, b := user["isoa"], user["isob"]
+	if a.User == b.User || a.UID == b.UID || !strings.HasPrefix(a.User, "vmsupq-") {
+		t.Fatalf("the two VMs run as %s and %s", a, b)
 	}
-	t.Logf("per-VM user: %s", st.Confinement)
-	if _, err := sup.Down(ctx, "pervm"); err != nil {
+	ua, err := osuser.Lookup(a.User)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// asA runs a shell command inside A's QEMU's namespaces, as its user.
+	asA := func(cmd string) (string, error) {
+		out, err := exec.Command("nsenter", "-t", fmt.Sprint(pid["isoa"]), "-m", "-n", "-i", "-u",
+			"-S", fmt.Sprint(a.UID), "-G", ua.Gid, "sh", "-c", cmd).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := asA("head -c 4 " + img("isoa") + " | od -c | head -1"); err != nil || !strings.Contains(out, "Q   F   I") {
+		t.Fatalf("A cannot read its own image (the probe is broken): %v %s", err, out)
+	}
+	if out, err := asA("head -c 4 " + img("isob")); err == nil {
+		t.Errorf("A read B's image: %q", out)
+	} else {
+		t.Logf("A reading B's image: %s", out)
+	}
+	if out, err := asA("printf x >> " + img("isob")); err == nil {
+		t.Errorf("A wrote B's image: %q", out)
+	} else {
+		t.Logf("A writing B's image: %s", out)
+	}
+	if out, err := asA("touch /dev/shm/vmsup-isolation-probe && ls /dev/shm"); err != nil {
+		t.Logf("A cannot write /dev/shm at all: %s", out)
+	}
+	if _, err := os.Stat("/dev/shm/vmsup-isolation-probe"); err == nil {
+		os.Remove("/dev/shm/vmsup-isolation-probe")
+		t.Error("a file QEMU made in /dev/shm reached the host's")
 	}
 }

@@ -441,7 +441,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 	if got := readAt(t, hbDev, patternOff, len(hbPattern)); got != hbPattern {
 		t.Errorf("host reads %q from %s, want %q", got, hbDev, hbPattern)
 	}
-	if fds, _ := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-fdsets"}`)); !strings.Contains(string(fds), "vmsup disk hb") {
+	if fds, _ := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-fdsets"}`), false); !strings.Contains(string(fds), "vmsup disk hb") {
 		t.Errorf("no fd set for hb: %s", fds)
 	}
 	if err := sup.DetachDisk(ctx, "kinds", "hb"); err != nil {
@@ -450,7 +450,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 	if !g.gone("hb", 10*time.Second) {
 		t.Errorf("guest still has hb 10 s after detach")
 	}
-	if fds, _ := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-fdsets"}`)); strings.Contains(string(fds), "vmsup disk hb") {
+	if fds, _ := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-fdsets"}`), false); strings.Contains(string(fds), "vmsup disk hb") {
 		t.Errorf("fd set of hb left after detach: %s", fds)
 	}
 	// Closed by QEMU, the device's cache is written through to the loop's file.
@@ -458,11 +458,11 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 		t.Errorf("loop file after detach has %q, want %q", got, hbPattern)
 	}
 
-	nodes, err := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`))
+	nodes, err := sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := sup.QMP(ctx, "kinds", []byte(`{"execute":"qom-list","arguments":{"path":"/objects"}}`))
+	objs, err := sup.QMP(ctx, "kinds", []byte(`{"execute":"qom-list","arguments":{"path":"/objects"}}`), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 		t.Fatalf("attach with a clashing boot index: %v", err)
 	}
 	t.Logf("failed attach: %v", err)
-	nodes, _ = sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`))
+	nodes, _ = sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`), false)
 	if strings.Contains(string(nodes), `-hx"`) {
 		t.Errorf("half-added nodes after a failed attach: %s", nodes)
 	}
@@ -535,7 +535,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 	if !g.gone("hz", 10*time.Second) {
 		t.Error("guest still has hz")
 	}
-	nodes, _ = sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`))
+	nodes, _ = sup.QMP(ctx, "kinds", []byte(`{"execute":"query-named-block-nodes","arguments":{"flat":true}}`), false)
 	if strings.Contains(string(nodes), `-hz"`) {
 		t.Errorf("stale nodes of hz: %s", nodes)
 	}

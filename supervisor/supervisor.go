@@ -41,8 +41,9 @@ type Options struct {
 	// Network says how NICs reach the host (tap owner, OVS, CNI, netns).
 	Network NetworkOptions
 	// QEMUUser is the unprivileged user QEMU runs as; created as a system
-	// user if missing. Default DefaultQEMUUser ("vmsup-qemu"); PerVMUser
-	// ("per-vm") gives each VM its own.
+	// user if missing. Default PerVMUser ("per-vm"): each VM its own, so
+	// that no VM's QEMU can open another's images. A user name (e.g.
+	// SharedQEMUUser) runs them all as that one user.
 	QEMUUser string
 	// ImageDirs are where disk images may lie for a VM with
 	// security.apparmor = "required". Default Root/images.

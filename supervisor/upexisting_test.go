@@ -107,7 +107,7 @@ func TestUpLeavesExistingVM(t *testing.T) {
 
 func qmpJSON(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, cmd string) []byte {
 	t.Helper()
-	out, err := sup.QMP(ctx, "keep", []byte(cmd))
+	out, err := sup.QMP(ctx, "keep", []byte(cmd), false)
 	if err != nil {
 		t.Fatalf("%s: %s %v", cmd, out, err)
 	}

@@ -116,13 +116,13 @@ func (s *Sandbox) properties(u *Unit) ([]sd.Property, error) {
 	if len(s.ReadWritePaths) > 0 {
 		p = append(p, prop("ReadWritePaths", s.ReadWritePaths))
 	}
-	if len(s.HidePaths) > 0 {
-		v := make([]tmpfsPath, 0, len(s.HidePaths))
-		for _, h := range s.HidePaths {
-			v = append(v, tmpfsPath{Path: h, Options: "ro,mode=0755"})
-		}
-		p = append(p, prop("TemporaryFileSystem", v))
+	// A private /dev/shm: PrivateDevices= binds the host's into the new
+	// /dev, where QEMU could leave files for other services.
+	v := []tmpfsPath{{Path: "/dev/shm", Options: "mode=1777,size=16m,nosuid,nodev,noexec"}}
+	for _, h := range s.HidePaths {
+		v = append(v, tmpfsPath{Path: h, Options: "ro,mode=0755"})
 	}
+	p = append(p, prop("TemporaryFileSystem", v))
 	binds := append([]string(nil), s.BindPaths...)
 	for _, d := range s.Devices {
 		binds = append(binds, d.Path)

@@ -294,7 +294,7 @@ func bareUnit(name string, argv []string, memMiB int, kvm bool) units.Unit {
 
 // confinedSandbox is the sandbox vmsup puts around a VM with the one
 // read-only disk and no NICs, for the VM state directory dir: QEMU runs as
-// supervisor.DefaultQEMUUser, which owns dir; the other VMs' directories are
+// supervisor.SharedQEMUUser, which owns dir; the other VMs' directories are
 // hidden. The directories above dir must be traversable by that user.
 func confinedSandbox(dir, disk string, kvm bool) (*units.Sandbox, error) {
 	uid, gid, err := qemuUser()
@@ -310,7 +310,7 @@ func confinedSandbox(dir, disk string, kvm bool) (*units.Sandbox, error) {
 		}
 	}
 	sb := &units.Sandbox{
-		User: supervisor.DefaultQEMUUser, Group: supervisor.DefaultQEMUUser,
+		User: supervisor.SharedQEMUUser, Group: supervisor.SharedQEMUUser,
 		ReadWritePaths: []string{dir},
 		BindPaths:      []string{dir, disk},
 		HidePaths:      []string{filepath.Dir(dir)},
@@ -340,14 +340,14 @@ func keepKVMACL(kvm bool) func() {
 
 // qemuUser returns the QEMU user's ids, creating it as vmsup would.
 func qemuUser() (int, int, error) {
-	u, err := user.Lookup(supervisor.DefaultQEMUUser)
+	u, err := user.Lookup(supervisor.SharedQEMUUser)
 	if err != nil {
 		out, cerr := exec.Command("useradd", "--system", "--user-group", "--no-create-home",
-			"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", supervisor.DefaultQEMUUser).CombinedOutput()
+			"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", supervisor.SharedQEMUUser).CombinedOutput()
 		if cerr != nil {
 			return 0, 0, fmt.Errorf("create QEMU user: %v: %s", cerr, out)
 		}
-		if u, err = user.Lookup(supervisor.DefaultQEMUUser); err != nil {
+		if u, err = user.Lookup(supervisor.SharedQEMUUser); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -162,7 +162,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	waitFor(t, st.ConsoleLog, "VMSUP-SHELL-READY", time.Minute)
 	// status says how QEMU is confined (the exposure needs systemd-analyze
 	// inside the sandbox, so it may be "unknown" here).
-	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "confined: user vmsup-qemu (uid ") ||
+	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "confined: user vmsupq-") ||
 		!strings.Contains(r.stdout, "seccomp qemu -sandbox on") {
 		t.Fatalf("status lacks the confinement: %+v", r)
 	}

@@ -75,7 +75,7 @@ func TestCLIHostileInput(t *testing.T) {
 		})
 	}
 
-	t.Run("disk-attach-fifo", func(t *testing.T) {
+	t.Run("running-vm", func(t *testing.T) {
 		path := write(t, dir, "att.toml", strings.Replace(guestTOML("att", ""), `"20s"`, `"1s"`, 1)) // down need not wait for the guest
 		if r := vmsup(t, root, "", "up", path); r.code != 0 {
 			t.Fatalf("up: %s", r.stderr)
@@ -94,6 +94,46 @@ func TestCLIHostileInput(t *testing.T) {
 		t.Logf("disk attach: %s in %s", strings.TrimSpace(r.stderr), took.Round(time.Millisecond))
 		if st := vmsup(t, root, "", "status", "att", "--json"); !strings.Contains(st.stdout, `"state": "running"`) || strings.Contains(st.stdout, "attached_disks") {
 			t.Fatalf("the VM after the refused attach: %s", st.stdout)
+		}
+
+		// The raw QMP policy: what leaves the confinement or ends the VM is
+		// refused (one line, exit 1), the VM runs on, and every command is
+		// logged with its verdict.
+		for _, c := range []struct{ cmd, want string }{
+			{`{"execute":"human-monitor-command","arguments":{"command-line":"gdbserver tcp::4321"}}`, `only "info ..." passes`},
+			{`{"execute":"human-monitor-command","arguments":{"command-line":"hostfwd_add tcp::2222-:22"}}`, `only "info ..." passes`},
+			{`{"execute":"migrate","arguments":{"uri":"exec:cat >/tmp/vmsup-mig"}}`, "runs a program"},
+			{`{"execute":"chardev-add","arguments":{"id":"c0","backend":{"type":"file","data":{"out":"/tmp/vmsup-chardev"}}}}`, "a host path outside the VM's state directory"},
+			{`{"execute":"chardev-add","arguments":{"id":"c1","backend":{"type":"socket","data":{"addr":{"type":"inet","data":{"host":"127.0.0.1","port":"4322"}},"server":true,"wait":false}}}}`, "network socket"},
+			{`{"execute":"object-add","arguments":{"qom-type":"memory-backend-file","id":"m0","mem-path":"/tmp/vmsup-mem","size":1048576}}`, "a host path outside"},
+			{`{"execute":"quit"}`, "use vmsup down"},
+		} {
+			r := vmsup(t, root, "", "qmp", "att", c.cmd)
+			if r.code != 1 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
+				t.Errorf("qmp %s: exit %d, %q; want refused with %q", c.cmd, r.code, r.stderr, c.want)
+			}
+		}
+		if r := vmsup(t, root, "", "qmp", "att", `{"execute":"human-monitor-command","arguments":{"command-line":"info status"}}`); r.code != 0 || !strings.Contains(r.stdout, "running") {
+			t.Errorf("qmp info status: %+v", r)
+		}
+		if r := vmsup(t, root, "", "qmp", "att", "--unsafe", `{"execute":"human-monitor-command","arguments":{"command-line":"help info"}}`); r.code != 0 {
+			t.Errorf("qmp --unsafe: %+v", r)
+		}
+		for _, f := range []string{"/tmp/vmsup-mig", "/tmp/vmsup-chardev", "/tmp/vmsup-mem"} {
+			if _, err := os.Stat(f); err == nil {
+				t.Errorf("%s was made", f)
+			}
+		}
+		if st := vmsup(t, root, "", "status", "att", "--json"); !strings.Contains(st.stdout, `"state": "running"`) {
+			t.Fatalf("the VM after the refused commands: %s", st.stdout)
+		}
+		log, err := os.ReadFile(filepath.Join(root, "records", "att", "qmp.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(log), `"verdict":"refused"`); n != 7 || !strings.Contains(string(log), `"verdict":"passed (--unsafe:`) ||
+			!strings.Contains(string(log), `gdbserver tcp::4321`) {
+			t.Errorf("qmp.log (%d refused):\n%s", n, log)
 		}
 	})
 

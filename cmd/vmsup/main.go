@@ -99,7 +99,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.qemu, "qemu", envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"), "QEMU binary (env VMSUP_QEMU)")
 	pf.StringVar(&g.ovsdb, "ovsdb", os.Getenv("VMSUP_OVSDB"), "OVSDB server for ovs NICs, e.g. unix:/run/openvswitch/db.sock; empty = ovs-vsctl's default (env VMSUP_OVSDB)")
 	pf.BoolVar(&g.wait, "wait", false, "wait for a busy VM instead of failing")
-	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "vmsup-qemu"), "unprivileged user QEMU runs as, created if missing; \"per-vm\" gives each VM its own (env VMSUP_QEMU_USER)")
+	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "per-vm"), "unprivileged user QEMU runs as, created if missing: \"per-vm\" (default) gives each VM its own, a user name (e.g. vmsup-qemu) runs all VMs as that one (env VMSUP_QEMU_USER)")
 	pf.StringSliceVar(&g.imageDirs, "image-dir", filepath.SplitList(os.Getenv("VMSUP_IMAGE_DIRS")), "where disk images may lie for security.apparmor = \"required\"; default ROOT/images (env VMSUP_IMAGE_DIRS, colon-separated)")
 	pf.StringVar(&g.analyze, "systemd-analyze", os.Getenv("VMSUP_SYSTEMD_ANALYZE"), "systemd-analyze command status uses for the exposure figure, split at spaces (env VMSUP_SYSTEMD_ANALYZE)")
 	pf.StringVar(&g.unitDir, "unit-dir", envOr("VMSUP_UNIT_DIR", "/etc/systemd/system"), "where vmsup enable installs the boot unit (env VMSUP_UNIT_DIR)")

@@ -56,8 +56,13 @@ type Manager struct {
 	Logger           *slog.Logger
 }
 
-// DefaultQEMUUser is the system user QEMU runs as.
-const DefaultQEMUUser = "vmsup-qemu"
+// SharedQEMUUser is the one system user all VMs' QEMUs run as when asked
+// for (Options.QEMUUser = "vmsup-qemu"): fewer users on the host, but one
+// VM's QEMU can then open every file granted to another's.
+const SharedQEMUUser = "vmsup-qemu"
+
+// DefaultQEMUUser is the default: a user per VM.
+const DefaultQEMUUser = PerVMUser
 
 // PerVMUser as Options.QEMUUser gives each VM its own system user,
 // "vmsupq-" and 10 hex digits of the SHA-256 of its name (useradd allows 32
@@ -149,7 +154,7 @@ func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	// The default image directory is where disks hot-plugged later must
 	// lie (the unit binds it at start): make sure it exists.
 	if def := filepath.Join(m.Root, "images"); slices.Contains(m.ImageDirs, def) {
-		if err := os.MkdirAll(def, 0o755); err != nil {
+		if err := os.MkdirAll(def, 0o711); err != nil { // QEMU users may search it, not list it
 			return nil, err
 		}
 	}

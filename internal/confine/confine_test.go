@@ -32,7 +32,7 @@ func TestSharedBaseGrant(t *testing.T) {
 	kernel := filepath.Join(imgs, "vmlinux")
 	os.WriteFile(kernel, []byte("k"), 0o600)
 	needRoot(t)
-	s := &Manager{Root: root, Self: "/bin/true", QEMUUser: DefaultQEMUUser, AppArmorUnusable: "test"}
+	s := &Manager{Root: root, Self: "/bin/true", QEMUUser: SharedQEMUUser, AppArmorUnusable: "test"}
 	st := vmstate.Store{Root: root}
 	cs := map[string]*Record{}
 	for _, name := range []string{"a", "b"} {

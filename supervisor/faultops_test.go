@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -452,6 +453,38 @@ func TestFaultsMigrate(t *testing.T) {
 				}
 			}})
 		counts = append(counts, fmt.Sprintf("cross-host %d+%d", n.stepKills, n.randomKills+n.randomMissed))
+	})
+	if t.Failed() {
+		return
+	}
+	t.Run("receiver-killed", func(t *testing.T) {
+		// The destination's receiver dies mid-stream (SIGKILL): the source
+		// runs on, and the destination's guardian tears its QEMU down.
+		op := faultOp{name: "receiver-killed", vm: vm, sides: []*faultSide{a, b}, markers: dir}
+		for i := range 5 {
+			on := settle(t, ctx, op, nil)
+			to := other(on)
+			pidf := filepath.Join(t.TempDir(), "pid")
+			o := opts(on)
+			o.Transport = host[to].transport("", "sh", "-c", `echo $$ >`+pidf+`; exec "$@"`, "sh")
+			o.Bandwidth = 8 << 20 // a stream long enough to be cut
+			delay := time.Duration(200+150*i) * time.Millisecond
+			sup := host[on].withHook(t, afterPrepared(delay, func() {
+				b, _ := os.ReadFile(pidf)
+				var pid int
+				fmt.Sscan(string(b), &pid)
+				if pid > 0 {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}))
+			_, err := sup.Migrate(ctx, vm, o)
+			t.Logf("receiver on %s killed %s after prepare: %v", to.name, delay, err)
+			after := settle(t, ctx, op, nil)
+			if err != nil && after != on {
+				t.Fatalf("the migration failed but the guest runs on %s", after.name)
+			}
+		}
+		counts = append(counts, "receiver-killed 5")
 	})
 	t.Logf("FAULTS migrate (step kills + random kills): %s", strings.Join(counts, ", "))
 }

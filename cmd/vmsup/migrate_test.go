@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -85,5 +89,42 @@ func TestCLIMigrate(t *testing.T) {
 	}
 	if u := vmsupUnits(t); strings.Count(u, "vmsup-cm") != 1 {
 		t.Fatalf("units after cancel: %s", u)
+	}
+
+	// SIGHUP (a dropped ssh session) and SIGTERM mid-stream cancel as
+	// cleanly as Ctrl-C: the command ends, the guest runs on the source,
+	// and nothing of the migration is left (unit, journal, guardian).
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM} {
+		cmd := exec.Command(vmsupBin, "migrate", "cm", "--local", "--bandwidth", "1M", "--json")
+		cmd.Env = append(os.Environ(), "VMSUP_ROOT="+root, "VMSUP_SYSTEMD_BUS="+env.Systemd.BusAddress, "VMSUP_JOURNAL_DIR="+env.Systemd.JournalDir)
+		var errb bytes.Buffer
+		pr, pw := io.Pipe()
+		cmd.Stdout, cmd.Stderr = pw, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() && !strings.Contains(sc.Text(), `"active"`) {
+		}
+		go io.Copy(io.Discard, pr)
+		t0 := time.Now()
+		cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		pw.Close()
+		took := time.Since(t0)
+		if err == nil || !strings.Contains(errb.String(), "the guest runs on: source") {
+			t.Fatalf("%v mid-stream: %v after %s: %q", sig, err, took, errb.String())
+		}
+		t.Logf("%v mid-stream: ended in %s: %s", sig, took.Round(time.Millisecond), strings.TrimSpace(errb.String()))
+		st := vmsup(t, root, "", "status", "cm", "--json")
+		if !strings.Contains(st.stdout, `"state": "running"`) || strings.Contains(st.stdout, "recovery") {
+			t.Fatalf("status after %v: %s", sig, st.stdout)
+		}
+		if u := vmsupUnits(t); strings.Count(u, "vmsup-cm") != 1 {
+			t.Fatalf("units after %v: %s", sig, u)
+		}
+		if _, err := os.Stat(filepath.Join(root, "records", "cm", "op.json")); err == nil {
+			t.Fatalf("a journal is left after %v", sig)
+		}
 	}
 }

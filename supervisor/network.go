@@ -2,9 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/vmsup/vmsup/storage"
 
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/netsetup"
@@ -110,8 +113,8 @@ func (s *Supervisor) networkTeardown(ctx context.Context, name string) error {
 }
 
 // StopPost is the unit's ExecStopPost= hook ("vmsup stop-post NAME"): it
-// removes the VM's taps, ports, CNI attachments and namespace however QEMU
-// ended (down, systemctl stop, crash). It runs inside the unit, so in the
+// removes the VM's taps, ports, CNI attachments and namespace, and its
+// disks' secret copies, however QEMU ended (down, systemctl stop, crash). It runs inside the unit, so in the
 // VM's namespace for cni VMs; it moves to the namespace of PID 1 (the
 // host's, as systemd sees it) so CNI plugins find the host side there.
 // It does not take the VM lock: Down holds it while it waits for the unit.
@@ -135,6 +138,9 @@ func (s *Supervisor) StopPost(ctx context.Context, name, unit string) error {
 	} else {
 		err = netsetup.InNetns("/proc/1/ns/net", run)
 	}
+	// QEMU has read its disks' secrets: the copies go now, not at the next
+	// down (a crashed VM would keep them).
+	err = errors.Join(err, storage.Teardown(s.paths(name).Dir))
 	if err != nil {
 		return vmErr(name, fmt.Errorf("stop-post: %w", err))
 	}

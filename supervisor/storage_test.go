@@ -348,6 +348,16 @@ serial = "vol"
 		}
 	})
 
+	// A crash (QEMU killed): its stop-post hook removes the CHAP and Ceph
+	// key copies at once, not at the next down.
+	if _, err := os.Stat(filepath.Join(st.StateDir, "secrets")); err != nil {
+		t.Fatalf("no secrets dir while running: %v", err)
+	}
+	killUnit(t, env.Systemd, "vmsup-kinds.service")
+	waitState(t, ctx, sup, "kinds", supervisor.StateCrashed, 30*time.Second)
+	if _, err := os.Stat(filepath.Join(st.StateDir, "secrets")); !os.IsNotExist(err) {
+		t.Errorf("secrets left in the state dir after a crash: %v", err)
+	}
 	if _, err := sup.Down(ctx, "kinds"); err != nil {
 		t.Fatal(err)
 	}

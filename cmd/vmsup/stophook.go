@@ -20,7 +20,7 @@ func stopPostCmd(g *globals) *cobra.Command {
 				if err := sup.StopPost(cmd.Context(), args[0], unit); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: done\n", args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: network removed, secret copies removed\n", args[0])
 				return nil
 			})
 		},

@@ -51,7 +51,7 @@ func Check(raw []byte, stateDir string) error {
 	case "quit":
 		return refuse(cmd.Execute, "it ends the VM without its stop steps: use vmsup down")
 	}
-	if p := outsidePath(cmd.Arguments, filepath.Clean(stateDir)); p != "" {
+	if p := outsidePath(cmd.Execute, "", cmd.Arguments, filepath.Clean(stateDir)); p != "" {
 		return refuse(cmd.Execute, fmt.Sprintf("it names %s, a host path outside the VM's state directory %s", p, stateDir))
 	}
 	return nil
@@ -78,10 +78,15 @@ func addrType(args map[string]any) string {
 }
 
 // outsidePath returns the first string in v that names a host path outside
-// dir: an absolute path, or one behind a "file:" prefix.
-func outsidePath(v any, dir string) string {
+// dir: an absolute path, or one behind a "file:" prefix. QOM paths
+// ("/machine/peripheral/disk-a") look alike but name QEMU's objects: they
+// are the "path" of the qom-* commands, any "qom-path", and device_del's id.
+func outsidePath(execute, key string, v any, dir string) string {
 	switch x := v.(type) {
 	case string:
+		if key == "qom-path" || key == "path" && strings.HasPrefix(execute, "qom-") || key == "id" && execute == "device_del" {
+			return ""
+		}
 		p := strings.TrimPrefix(x, "file:")
 		if !filepath.IsAbs(p) {
 			return ""
@@ -91,14 +96,14 @@ func outsidePath(v any, dir string) string {
 		}
 		return p
 	case map[string]any:
-		for _, e := range x {
-			if p := outsidePath(e, dir); p != "" {
+		for k, e := range x {
+			if p := outsidePath(execute, k, e, dir); p != "" {
 				return p
 			}
 		}
 	case []any:
 		for _, e := range x {
-			if p := outsidePath(e, dir); p != "" {
+			if p := outsidePath(execute, key, e, dir); p != "" {
 				return p
 			}
 		}

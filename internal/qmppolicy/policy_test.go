@@ -24,6 +24,10 @@ func TestCheck(t *testing.T) {
 		{`{"execute":"object-add","arguments":{"qom-type":"memory-backend-file","id":"m","mem-path":"/var/lib/vmsup/vms/web/../other/m","size":1}}`, "outside"},
 		{`{"execute":"dump-guest-memory","arguments":{"paging":false,"protocol":"file:/root/dump"}}`, "/root/dump"},
 		{`{"execute":"quit"}`, "use vmsup down"},
+		{`{"execute":"qom-list","arguments":{"path":"/machine/peripheral"}}`, ""},
+		{`{"execute":"qom-get","arguments":{"path":"/objects/mem-dimm0","property":"size"}}`, ""},
+		{`{"execute":"device_del","arguments":{"id":"/machine/peripheral/disk-a"}}`, ""},
+		{`{"execute":"chardev-add","arguments":{"id":"c","backend":{"type":"serial","data":{"device":"/dev/ttyS0"}}}}`, "/dev/ttyS0"},
 		{`not json`, "not a QMP command"},
 	} {
 		err := Check([]byte(c.cmd), dir)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -210,6 +211,9 @@ func runFaults(t *testing.T, ctx context.Context, op faultOp) faultCounts {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	t.Logf("%s: random kills within %s (seed %d)", op.name, took.Round(time.Millisecond), seed)
+	if n, err := strconv.Atoi(os.Getenv("VMSUP_FAULTS_RANDOM")); err == nil {
+		op.random = n // more (or fewer) random kills, for a longer hunt
+	}
 	for i := 0; i < op.random; i++ {
 		on = settle(t, ctx, op, nil)
 		op.before(t, ctx, on)
@@ -300,7 +304,13 @@ func settle(t *testing.T, ctx context.Context, op faultOp, stOut *supervisor.Sta
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("vm %s did not settle: %s", vm, why)
+			for _, s := range op.sides {
+				opj, _ := os.ReadFile(filepath.Join(s.root, "records", vm, "op.json"))
+				holder, _ := os.ReadFile(filepath.Join(s.root, "vms", "."+vm+".lock"))
+				journal, _ := s.sd.Journal(ctx, "vmsup-"+vm+"@settle.service")
+				t.Logf("%s: journal %s; lock holder %q; guardian:\n%s", s.name, strings.TrimSpace(string(opj)), holder, tail(journal, 2000))
+			}
+			t.Fatalf("vm %s did not settle: %s (last recovery: %s)", vm, why, recovery)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/vmnet"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -32,47 +33,11 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 	if err != nil {
 		return n, vmErr(name, err)
 	}
-	all := append(slices.Clone(vm.NICs), app.AttachedNICs...)
-	if n.MAC == "" {
-		// Not by index (a detach frees an index another NIC's MAC came
-		// from): by name, never a MAC a NIC of the VM has.
-		n.MAC = spec.AllocMAC(name, n.Name, func(mac string) bool {
-			return slices.ContainsFunc(all, func(o spec.NIC) bool { return strings.EqualFold(o.MAC, mac) })
-		})
-	}
-	n.ApplyDefaults(vm, len(all))
-	fail := func(field string, err error) error {
-		return vmErr(name, fmt.Errorf("nic %q: %s: %w", n.Name, field, err))
-	}
-	if err := spec.ValidName(n.Name); err != nil {
-		return n, fail("name", err)
-	}
-	if field, err := n.Check(); err != nil {
-		return n, fail(field, err)
-	}
-	for _, o := range all {
-		if o.Name == n.Name {
-			return n, fail("name", errors.New("the VM already has a NIC of this name"))
-		}
-		if strings.EqualFold(o.MAC, n.MAC) {
-			return n, fail("mac", fmt.Errorf("duplicate MAC %s (also nic %q)", n.MAC, o.Name))
-		}
-	}
-	if err := spec.CheckNICs(append(all, n)); err != nil {
-		return n, vmErr(name, err)
-	}
-	if c, err := s.confiner().Read(name); err == nil && n.UsesTap() && !slices.Contains(c.Uses, "/dev/net/tun") {
-		// Its sandbox was made at start without the host's network.
-		return n, fail("type", errors.New("the VM was started without a tap NIC, so its QEMU cannot reach the host's taps (no /dev/net/tun, no host network in its sandbox): give it a NIC in its file and restart it"))
+	n, err = s.newNIC(ctx, name, app, vm, n)
+	if err != nil {
+		return n, err
 	}
 	vhost := s.vhostNet()
-	if err := s.net().CheckNIC(ctx, n, vhost); err != nil {
-		var fe *vmnet.FieldError
-		if errors.As(err, &fe) {
-			return n, fail(fe.Field, fe.Err)
-		}
-		return n, fail("type", err)
-	}
 	nd, err := qemuargs.NICNetdev(n, vhost)
 	if err != nil {
 		return n, vmErr(name, err)
@@ -175,4 +140,50 @@ func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
 	}
 	app.AttachedNICs = slices.Delete(app.AttachedNICs, i, i+1)
 	return s.state.RewriteApplied(app)
+}
+
+// newNIC fills n's defaults (its MAC from spec.AllocMAC) and checks it
+// against the VM's other NICs, its sandbox and the host, touching nothing.
+func (s *Supervisor) newNIC(ctx context.Context, name string, app *vmstate.Applied, vm *spec.VM, n spec.NIC) (spec.NIC, error) {
+	all := append(slices.Clone(vm.NICs), app.AttachedNICs...)
+	if n.MAC == "" {
+		// Not by index (a detach frees an index another NIC's MAC came
+		// from): by name, never a MAC a NIC of the VM has.
+		n.MAC = spec.AllocMAC(name, n.Name, func(mac string) bool {
+			return slices.ContainsFunc(all, func(o spec.NIC) bool { return strings.EqualFold(o.MAC, mac) })
+		})
+	}
+	n.ApplyDefaults(vm, len(all))
+	fail := func(field string, err error) error {
+		return vmErr(name, fmt.Errorf("nic %q: %s: %w", n.Name, field, err))
+	}
+	if err := spec.ValidName(n.Name); err != nil {
+		return n, fail("name", err)
+	}
+	if field, err := n.Check(); err != nil {
+		return n, fail(field, err)
+	}
+	for _, o := range all {
+		if o.Name == n.Name {
+			return n, fail("name", errors.New("the VM already has a NIC of this name"))
+		}
+		if strings.EqualFold(o.MAC, n.MAC) {
+			return n, fail("mac", fmt.Errorf("duplicate MAC %s (also nic %q)", n.MAC, o.Name))
+		}
+	}
+	if err := spec.CheckNICs(append(all, n)); err != nil {
+		return n, vmErr(name, err)
+	}
+	if c, err := s.confiner().Read(name); err == nil && n.UsesTap() && !slices.Contains(c.Uses, "/dev/net/tun") {
+		// Its sandbox was made at start without the host's network.
+		return n, fail("type", errors.New("the VM was started without a tap NIC, so its QEMU cannot reach the host's taps (no /dev/net/tun, no host network in its sandbox): give it a NIC in its file and restart it"))
+	}
+	if err := s.net().CheckNIC(ctx, n, s.vhostNet()); err != nil {
+		var fe *vmnet.FieldError
+		if errors.As(err, &fe) {
+			return n, fail(fe.Field, fe.Err)
+		}
+		return n, fail("type", err)
+	}
+	return n, nil
 }

@@ -134,7 +134,10 @@ func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateInt
 	inDir := incomingDir(p)
 	destState := ""
 	if !dest.Gone() && inDir != "" {
-		destState = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock"))
+		if destState = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock")); destState == "" {
+			// It may run the guest: never guess (the next command tries again).
+			return "", fmt.Errorf("the new QEMU (%s) does not answer its monitor", in.DestUnit)
+		}
 	}
 	switch {
 	case destState == "running" || src.Gone() && destState == "paused":
@@ -440,9 +443,15 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmst
 	}
 	p := s.paths(name)
 	inDir := incomingDir(p)
+	if !st.Gone() && inDir == "" {
+		// The incoming directory goes last, after the record: committed.
+		return "the guest runs here: the migration had been recorded", nil
+	}
 	state := ""
 	if !st.Gone() && inDir != "" {
-		state = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock"))
+		if state = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock")); state == "" {
+			return "", fmt.Errorf("the incoming QEMU (%s) does not answer its monitor", in.Unit)
+		}
 	}
 	if state == "running" && in.App != nil {
 		for _, f := range []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"} {

@@ -44,6 +44,7 @@ type config struct {
 	memVMs    int
 	qmpCalls  int
 	only      map[string]bool
+	compare   string
 }
 
 func main() {
@@ -57,6 +58,7 @@ func main() {
 	flag.IntVar(&c.scaleReps, "scale-reps", 3, "repetitions of each scale step")
 	flag.IntVar(&c.memVMs, "mem-vms", 10, "VMs running while memory is measured")
 	flag.IntVar(&c.qmpCalls, "qmp-calls", 200, "QMP calls per client per round")
+	flag.StringVar(&c.compare, "compare", "", "an earlier run's .json: its medians are shown beside this run's")
 	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp); default all")
 	flag.Parse()
 	for _, s := range strings.Split(scale, ",") {
@@ -125,6 +127,12 @@ func run(c config) error {
 		return fmt.Errorf("vmsup CLI: %w (run make bench, which builds it)", err)
 	}
 	// Short and world-traversable: socket paths, and libvirt-qemu reads here.
+	var prev *bench.Report
+	if c.compare != "" { // read first: a bad path should not cost a sandbox start
+		if prev, err = bench.Load(c.compare); err != nil {
+			return err
+		}
+	}
 	dir, err := os.MkdirTemp("/tmp", "vb-")
 	if err != nil {
 		return err
@@ -139,6 +147,7 @@ func run(c config) error {
 		return err
 	}
 	f.report.Machine = machine(f.env.Caps)
+	f.report.Previous, f.report.PreviousName = prev, c.compare
 	f.idle = kindIdleTCG
 	if ok, _ := f.env.Caps.KVM.Starts(); ok {
 		f.idle = kindIdle

@@ -135,3 +135,35 @@ func TestWrite(t *testing.T) {
 		t.Errorf("JSON round trip lost data: %+v", back)
 	}
 }
+
+func TestAgainst(t *testing.T) {
+	row := func(fig, variant string, med float64) Row {
+		return Row{Section: "1. start", Figure: fig, Variant: variant, Accel: "tcg", Unit: "ms", Summary: Summary{N: 1, Median: med}}
+	}
+	prev := &Report{Rows: []Row{row("start", "vmsup CLI", 100), row("start", "raw QEMU", 100)}}
+	prev.Machine.Date = "2026-12-01T16:25:07Z"
+	cur := &Report{Rows: []Row{row("start", "vmsup CLI", 115), row("start", "raw QEMU", 104), row("stop", "raw QEMU", 9)},
+		Previous: prev, PreviousName: "bench/results/old.json"}
+	md := cur.Markdown()
+	for _, want := range []string{
+		"#### against bench/results/old.json (run 2026-12-01T16:25:07Z)",
+		"| 1. start | start | vmsup CLI | tcg | 100 ms | 115 ms | +15% | worse > 10% |",
+		"| 1. start | start | raw QEMU | tcg | 100 ms | 104 ms | +4% |  |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| 1. start | stop |") {
+		t.Errorf("a row the previous run lacks is compared:\n%s", md)
+	}
+	dir := t.TempDir()
+	_, js, err := cur.Write(dir, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(js)
+	if err != nil || len(back.Rows) != 3 || back.PreviousName != "bench/results/old.json" {
+		t.Fatalf("Load = %+v, %v", back, err)
+	}
+}

@@ -48,6 +48,52 @@ type Report struct {
 	Rows    []Row    `json:"rows"`
 	Notes   []string `json:"notes,omitempty"`
 	Took    string   `json:"took,omitempty"`
+	// Previous, when set, is an earlier run (named PreviousName) whose medians
+	// are shown beside this run's, so a change's cost is read off one table.
+	Previous     *Report `json:"-"`
+	PreviousName string  `json:"previous,omitempty"`
+}
+
+// Load reads a report written by Write (its .json file).
+func Load(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// Worse is the relative change beyond which a figure counts as a regression.
+const Worse = 0.10
+
+// Against renders this run's medians beside the previous run's, for every row
+// both have (same section, figure, variant and accel). Times and memory are
+// better when lower; a rise of more than Worse is marked for a reason.
+func (r *Report) Against() string {
+	if r.Previous == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n#### against %s (run %s)\n\n", r.PreviousName, r.Previous.Machine.Date)
+	b.WriteString("| section | figure | variant | accel | before | now | change | |\n|---|---|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		old, ok := r.Previous.Find(row.Section, row.Figure, row.Variant)
+		if !ok || old.Accel != row.Accel || old.Median == 0 {
+			continue
+		}
+		change := (row.Median - old.Median) / old.Median
+		mark := ""
+		if row.Unit != "count" && change > Worse {
+			mark = "worse > 10%"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %+.0f%% | %s |\n", row.Section, row.Figure, row.Variant,
+			row.Accel, num(old.Median, old.Unit), num(row.Median, row.Unit), 100*change, mark)
+	}
+	return b.String()
 }
 
 // Add appends a row.
@@ -147,6 +193,7 @@ func (r *Report) Markdown() string {
 				target(row), row.Failures, row.Note)
 		}
 	}
+	b.WriteString(r.Against())
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
 		for _, n := range r.Notes {

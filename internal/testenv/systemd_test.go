@@ -348,6 +348,11 @@ func TestSandboxKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
+	// The start job is done once systemd forked, maybe before sh ran its trap; a
+	// SIGTERM then ends the unit at once and systemd exits cleanly (seen in CI).
+	if !ignoresTERM(t, pids[0], 10*time.Second) {
+		t.Fatalf("unit process %d never ignored SIGTERM", pids[0])
+	}
 
 	sd.StopTimeout = 2 * time.Second
 	t0 := time.Now()
@@ -364,4 +369,26 @@ func TestSandboxKilled(t *testing.T) {
 			t.Errorf("cgroup %s left behind (%v)", filepath.Join(m, sd.Cgroup), err)
 		}
 	}
+}
+
+// ignoresTERM waits until pid's SigIgn mask in /proc has SIGTERM set.
+func ignoresTERM(t *testing.T, pid int, within time.Duration) bool {
+	t.Helper()
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			hex, ok := strings.CutPrefix(line, "SigIgn:")
+			if !ok {
+				continue
+			}
+			mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			if err == nil && mask&(1<<(uint(unix.SIGTERM)-1)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -106,6 +106,26 @@ bridge = "`+linuxBridge+`"
 	// The boot-time NIC still works.
 	guestRun(t, ctx, g, "ping -c 1 -W 5 "+linuxHost)
 
+	// Default MACs never collide: attach a, attach b, detach a, attach c
+	// (a MAC derived from a count gave c the MAC of b).
+	macs := map[string]string{}
+	for _, s := range []struct{ op, nic string }{{"attach", "ma"}, {"attach", "mb"}, {"detach", "ma"}, {"attach", "mc"}, {"detach", "mb"}, {"detach", "mc"}} {
+		if s.op == "detach" {
+			if err := sup.DetachNIC(ctx, "brvm", s.nic); err != nil {
+				t.Fatalf("detach %s: %v", s.nic, err)
+			}
+			continue
+		}
+		n, err := sup.AttachNIC(ctx, "brvm", spec.NIC{Name: s.nic, Type: spec.NICBridge, Bridge: linuxBridge})
+		if err != nil {
+			t.Fatalf("attach %s: %v", s.nic, err)
+		}
+		macs[s.nic] = n.MAC
+	}
+	if macs["mc"] == macs["mb"] || macs["ma"] == macs["mb"] {
+		t.Fatalf("default MACs collide: %v", macs)
+	}
+
 	// The same through the CLI: attach, status, detach.
 	out = vmsup(t, ctx, sup, "nic", "attach", "brvm", "hot2", "--type", "bridge", "--bridge", linuxBridge, "--mtu", "1400")
 	if !strings.Contains(out, "brvm: nic hot2 attached (type bridge") {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
+
 	"github.com/vmsup/vmsup/qmp"
 )
 

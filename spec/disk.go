@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -229,7 +230,7 @@ func ParseDisk(path string, data []byte, vmName string) (*Disk, error) {
 	var d Disk
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return nil, f.decodeError(err)
+		return nil, f.decodeError(err, reflect.TypeOf(Disk{}))
 	}
 	f.pos = positions(data)
 	return f.finishDisk(&d, vmName)

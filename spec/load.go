@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +28,8 @@ type File struct {
 
 type keyPos struct {
 	Position
-	value string // raw value text, for KeyValue entries
+	value string       // raw value text, for KeyValue entries
+	kind  unstable.Kind // the value's TOML kind, for KeyValue entries
 }
 
 // Position is a place in a TOML file (1-based).
@@ -64,7 +67,11 @@ func (e *Error) Unwrap() error { return e.Err }
 func Load(path string) (*File, error) {
 	data, err := userfile.Read(path, userfile.MaxSpec)
 	if err != nil {
-		return nil, &Error{File: path, Msg: strings.TrimPrefix(err.Error(), path+": "), Err: err}
+		msg := strings.TrimPrefix(err.Error(), path+": ")
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Path == path {
+			msg = pe.Err.Error() // "no such file or directory", not "open PATH: ..."
+		}
+		return nil, &Error{File: path, Msg: msg, Err: err}
 	}
 	return Parse(path, data)
 }
@@ -87,9 +94,12 @@ func Parse(path string, data []byte) (*File, error) {
 	if len(f.pos) > MaxKeys {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("%d keys, more than the %d vmsup reads", len(f.pos), MaxKeys)}
 	}
+	if errs := f.bareDurations(); len(errs) > 0 {
+		return nil, f.joinErrors(errs)
+	}
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&f.VM); err != nil {
-		return nil, f.decodeError(err)
+		return nil, f.decodeError(err, reflect.TypeOf(VM{}))
 	}
 	if _, set := f.pos["stop_timeout"]; set && f.VM.StopTimeout == 0 {
 		// Not "the default": a zero that meant 60 s surprised users.
@@ -129,19 +139,26 @@ func (f *File) lookup(field string) Position {
 	return Position{}
 }
 
-func (f *File) decodeError(err error) error {
+func (f *File) decodeError(err error, root reflect.Type) error {
 	var sm *toml.StrictMissingError
 	if errors.As(err, &sm) && len(sm.Errors) > 0 {
-		de := sm.Errors[0]
-		row, col := de.Position()
-		return &Error{File: f.Path, Pos: Position{row, col}, Field: keyString(de.Key()),
-			Msg: "unknown key (see testdata/example.toml for the keys vmsup knows)", Err: err}
+		known := map[string]bool{}
+		knownKeys(root, "", known)
+		var errs []*Error
+		for _, de := range sm.Errors {
+			row, col := de.Position()
+			k, pos := f.keyAt(de.Key(), row, col)
+			errs = append(errs, &Error{File: f.Path, Pos: pos, Field: k,
+				Msg: unknownKeyMsg(indexRE.ReplaceAllString(k, "[]"), known), Err: err})
+		}
+		return f.joinErrors(errs)
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		row, col := de.Position()
-		return &Error{File: f.Path, Pos: Position{row, col}, Field: keyString(de.Key()),
-			Msg: strings.TrimPrefix(de.Error(), "toml: "), Err: err}
+		k, _ := f.keyAt(de.Key(), row, col)
+		return &Error{File: f.Path, Pos: Position{row, col}, Field: k,
+			Msg: plainDecodeMsg(strings.TrimPrefix(de.Error(), "toml: ")), Err: err}
 	}
 	// Errors from a value's UnmarshalText for a non-string TOML value (memory =
 	// true) come without a position: find the key whose value was that text.
@@ -159,7 +176,12 @@ func (f *File) decodeError(err error) error {
 func keyString(k toml.Key) string { return strings.Join(k, ".") }
 
 func (f *File) resolvePaths() {
-	dir := filepath.Dir(f.Path)
+	// Against the file's absolute directory: "vmsup up rel.toml" must mean
+	// the same as "vmsup up $PWD/rel.toml".
+	dir, err := filepath.Abs(filepath.Dir(f.Path))
+	if err != nil {
+		dir = filepath.Dir(f.Path)
+	}
 	abs := func(p string) string {
 		if p == "" || filepath.IsAbs(p) {
 			return p
@@ -204,7 +226,7 @@ func positions(data []byte) map[string]keyPos {
 			if table != "" {
 				k = table + "." + k
 			}
-			out[k] = keyPos{Position: nodePos(n.Key()), value: string(n.Value().Data)}
+			out[k] = keyPos{Position: nodePos(n.Key()), value: string(n.Value().Data), kind: n.Value().Kind}
 			if len(out) > MaxKeys {
 				return out // Parse refuses the file
 			}

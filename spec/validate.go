@@ -2,6 +2,7 @@ package spec
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -26,19 +27,70 @@ func ValidName(s string) error {
 	return nil
 }
 
+// validate runs every independent check and returns all their errors, in
+// file order (an *Errors): a user fixing a file wants the whole list at once.
+// Checks that depend on each other stay in one function, which stops at its
+// first error.
 func (f *File) validate() error {
-	vm := &f.VM
-	if vm.Name == "" {
+	var errs []*Error
+	add := func(err error) {
+		if err == nil {
+			return
+		}
+		var list *Errors
+		if errors.As(err, &list) {
+			errs = append(errs, list.List...)
+			return
+		}
+		var e *Error
+		if !errors.As(err, &e) {
+			e = &Error{File: f.Path, Msg: err.Error(), Err: err}
+		}
+		errs = append(errs, e)
+	}
+	for _, check := range []func() error{
+		f.validateName, f.validateMachine, f.validateCPUs, f.validateMemory, f.validateStop,
+		f.validateBoot, f.validateSecurity, f.validateLimits,
+	} {
+		add(check())
+	}
+	for _, err := range f.validateDisks() {
+		add(err)
+	}
+	for _, err := range f.validateNICs() {
+		add(err)
+	}
+	return f.joinErrors(errs)
+}
+
+func (f *File) validateName() error {
+	if f.VM.Name == "" {
 		return f.Errorf("name", "missing (every VM needs a name)")
 	}
-	if err := ValidName(vm.Name); err != nil {
+	if err := ValidName(f.VM.Name); err != nil {
 		return f.Errorf("name", "%v", err)
 	}
+	return nil
+}
+
+func (f *File) validateMachine() error {
+	vm := &f.VM
 	switch vm.Machine {
 	case "q35", "pc":
 	default:
 		return f.Errorf("machine", "unknown machine %q (want \"q35\" or \"pc\")", vm.Machine)
 	}
+	if s := vm.Slots(); s < 0 || s > 32 {
+		return f.Errorf("hotplug_slots", "%d is out of range 0..32", s)
+	}
+	if vm.Machine != "q35" && vm.Slots() != 0 {
+		return f.Errorf("hotplug_slots", "root ports exist only on q35; machine %q hotplugs onto pci.0", vm.Machine)
+	}
+	return nil
+}
+
+func (f *File) validateCPUs() error {
+	vm := &f.VM
 	switch vm.Accel {
 	case AccelAuto, AccelKVM, AccelTCG:
 	default:
@@ -58,24 +110,28 @@ func (f *File) validate() error {
 	if vm.MaxCPUs < vm.CPUs || vm.MaxCPUs > 255 {
 		return f.Errorf("max_cpus", "%d must be between cpus (%d) and 255", vm.MaxCPUs, vm.CPUs)
 	}
+	return nil
+}
+
+func (f *File) validateMemory() error {
+	vm := &f.VM
 	if vm.Memory == 0 {
 		return f.Errorf("memory", "missing (e.g. memory = \"512M\")")
 	}
 	if vm.Memory < 16*MiB {
-		return f.Errorf("memory", "%s is below the minimum of 16M", vm.Memory)
+		return f.Errorf("memory", "%s is below the minimum of 16M%s", vm.Memory, f.bytesHint("memory"))
 	}
 	if vm.Memory%MiB != 0 {
-		return f.Errorf("memory", "%s is not a whole number of MiB", vm.Memory)
+		return f.Errorf("memory", "%s is not a whole number of MiB%s", vm.Memory, f.bytesHint("memory"))
 	}
 	if vm.MaxMemory < vm.Memory || vm.MaxMemory%MiB != 0 {
-		return f.Errorf("max_memory", "%s must be a whole number of MiB and at least memory (%s)", vm.MaxMemory, vm.Memory)
+		return f.Errorf("max_memory", "%s must be a whole number of MiB and at least memory (%s)%s", vm.MaxMemory, vm.Memory, f.bytesHint("max_memory"))
 	}
-	if s := vm.Slots(); s < 0 || s > 32 {
-		return f.Errorf("hotplug_slots", "%d is out of range 0..32", s)
-	}
-	if vm.Machine != "q35" && vm.Slots() != 0 {
-		return f.Errorf("hotplug_slots", "root ports exist only on q35; machine %q hotplugs onto pci.0", vm.Machine)
-	}
+	return nil
+}
+
+func (f *File) validateStop() error {
+	vm := &f.VM
 	if vm.StopTimeout <= 0 || vm.StopTimeout > Duration(MaxStopTimeout) {
 		return f.Errorf("stop_timeout", "%s is out of range: more than 0s, at most %s", vm.StopTimeout.D(), MaxStopTimeout)
 	}
@@ -88,19 +144,11 @@ func (f *File) validate() error {
 	default:
 		return f.Errorf("shutdown", "unknown method %q (want \"acpi\" or \"agent\")", vm.Shutdown)
 	}
-	if err := f.validateBoot(); err != nil {
-		return err
-	}
-	if err := f.validateDisks(); err != nil {
-		return err
-	}
-	if err := f.validateNICs(); err != nil {
-		return err
-	}
-	if err := f.validateSecurity(); err != nil {
-		return err
-	}
-	l := vm.Limits
+	return nil
+}
+
+func (f *File) validateLimits() error {
+	l := f.VM.Limits
 	if l.CPUQuota < 0 {
 		return f.Errorf("limits.cpu_quota", "must not be negative")
 	}
@@ -141,56 +189,74 @@ func (f *File) validateBoot() error {
 	return nil
 }
 
-func (f *File) validateDisks() error {
+func (f *File) validateDisks() []error {
+	var errs []error
 	seen := map[string]int{}
 	for i, d := range f.VM.Disks {
 		field := fmt.Sprintf("disk[%d]", i)
 		if err := ValidName(d.Name); err != nil {
-			return f.Errorf(field+".name", "%v", err)
+			errs = append(errs, f.Errorf(field+".name", "%v", err))
+			continue
 		}
 		if j, dup := seen[d.Name]; dup {
-			return f.Errorf(field+".name", "duplicate disk name %q (also disk[%d])", d.Name, j)
+			errs = append(errs, f.Errorf(field+".name", "duplicate disk name %q (also disk[%d])", d.Name, j))
+			continue
 		}
 		seen[d.Name] = i
 		if err := f.validateDisk(field+".", &d); err != nil {
-			return err
+			errs = append(errs, err)
 		}
+	}
+	return errs
+}
+
+func (f *File) validateNICs() []error {
+	var errs []error
+	names := map[string]int{}
+	macs := map[string]int{}
+	for i, n := range f.VM.NICs {
+		if err := f.validateNIC(i, n, names, macs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errs // the cross-NIC checks below assume each NIC is sound
+	}
+	err := checkNetns(f.VM.NICs, func(i int, field, format string, args ...any) error {
+		return f.Errorf(fmt.Sprintf("nic[%d].%s", i, field), format, args...)
+	})
+	if err != nil {
+		return []error{err}
 	}
 	return nil
 }
 
-func (f *File) validateNICs() error {
-	names := map[string]int{}
-	macs := map[string]int{}
-	for i, n := range f.VM.NICs {
-		field := fmt.Sprintf("nic[%d]", i)
-		if err := ValidName(n.Name); err != nil {
-			return f.Errorf(field+".name", "%v", err)
-		}
-		if j, dup := names[n.Name]; dup {
-			return f.Errorf(field+".name", "duplicate NIC name %q (also nic[%d])", n.Name, j)
-		}
-		names[n.Name] = i
-		if fld, err := n.Check(); err != nil {
-			return f.Errorf(field+"."+fld, "nic %q: %v", n.Name, err)
-		}
-		if err := validMAC(n.MAC); err != nil {
-			return f.Errorf(field+".mac", "%v", err)
-		}
-		m := strings.ToLower(n.MAC)
-		if j, dup := macs[m]; dup {
-			return f.Errorf(field+".mac", "nic %q: duplicate MAC %s (also nic[%d] %q)", n.Name, n.MAC, j, f.VM.NICs[j].Name)
-		}
-		macs[m] = i
-		for k, fw := range n.Forwards {
-			if err := ValidForward(fw); err != nil {
-				return f.Errorf(fmt.Sprintf("%s.forwards[%d]", field, k), "%v", err)
-			}
+func (f *File) validateNIC(i int, n NIC, names, macs map[string]int) error {
+	field := fmt.Sprintf("nic[%d]", i)
+	if err := ValidName(n.Name); err != nil {
+		return f.Errorf(field+".name", "%v", err)
+	}
+	if j, dup := names[n.Name]; dup {
+		return f.Errorf(field+".name", "duplicate NIC name %q (also nic[%d])", n.Name, j)
+	}
+	names[n.Name] = i
+	if fld, err := n.Check(); err != nil {
+		return f.Errorf(field+"."+fld, "nic %q: %v", n.Name, err)
+	}
+	if err := validMAC(n.MAC); err != nil {
+		return f.Errorf(field+".mac", "%v", err)
+	}
+	m := strings.ToLower(n.MAC)
+	if j, dup := macs[m]; dup {
+		return f.Errorf(field+".mac", "nic %q: duplicate MAC %s (also nic[%d] %q)", n.Name, n.MAC, j, f.VM.NICs[j].Name)
+	}
+	macs[m] = i
+	for k, fw := range n.Forwards {
+		if err := ValidForward(fw); err != nil {
+			return f.Errorf(fmt.Sprintf("%s.forwards[%d]", field, k), "%v", err)
 		}
 	}
-	return checkNetns(f.VM.NICs, func(i int, field, format string, args ...any) error {
-		return f.Errorf(fmt.Sprintf("nic[%d].%s", i, field), format, args...)
-	})
+	return nil
 }
 
 var forwardRE = regexp.MustCompile(`^(tcp|udp):[0-9.]*:[0-9]{1,5}-[0-9.]*:[0-9]{1,5}$`)

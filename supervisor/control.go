@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/journal"
@@ -147,6 +149,9 @@ func (s *Supervisor) ConsoleSocket(name string) string { return s.paths(name).Co
 // QEMU's user may have put in its place).
 func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, error) {
 	c, err := qmp.DialSocket(ctx, s.paths(name).Console)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, s.absent(name)
+	}
 	if err != nil {
 		return nil, vmErr(name, fmt.Errorf("console: %w", err))
 	}

@@ -171,6 +171,9 @@ func (r *startRun) steps() []step {
 // checked without touching anything.
 func (r *startRun) validate(ctx context.Context) (err error) {
 	s := r.s
+	if s.opts.Self == "" {
+		return ErrNoSelf
+	}
 	var cpu cpuChoice
 	if r.mode == StartFresh {
 		r.app.Accel, r.app.AccelReason, cpu, err = s.resolveHost(r.f)

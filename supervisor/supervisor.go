@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -27,8 +28,12 @@ type Options struct {
 	SystemdBus string
 	// QEMU is the QEMU binary. Default /usr/bin/qemu-system-x86_64.
 	QEMU string
-	// Self is the vmsup binary the units call for their graceful stop
-	// (ExecStop=). Default: the running executable.
+	// Self is the binary the units call back into: the graceful stop
+	// (ExecStop=), the network clean-up (ExecStopPost=) and the guardian of
+	// an interrupted command, with the arguments HandleHook takes. Default:
+	// the running program if it is vmsup, else /usr/local/bin/vmsup or
+	// /usr/bin/vmsup. A program that sets it to itself must call HandleHook
+	// first in main.
 	Self string
 	// JournalDir, when set, is passed to journalctl -D to read a failed
 	// QEMU's last words (for a systemd whose journal is not the host's).
@@ -109,9 +114,7 @@ func New(opts Options) (*Supervisor, error) {
 		opts.QEMU = "/usr/bin/qemu-system-x86_64"
 	}
 	if opts.Self == "" {
-		if opts.Self, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("find own executable for the stop hook: %w", err)
-		}
+		opts.Self = defaultSelf() // "" fails a start with ErrNoSelf
 	}
 	if opts.QEMUUser == "" {
 		opts.QEMUUser = DefaultQEMUUser
@@ -175,8 +178,20 @@ const (
 	killTimeout       = 10 * time.Second
 )
 
-// ErrNotRunning means the VM has no running QEMU to talk to.
+// ErrNotRunning means the VM is known but has no running QEMU to talk to.
+// A name vmsup does not know at all is ErrNotFound instead.
 var ErrNotRunning = errors.New("not running")
+
+// absent is the error for a VM whose QEMU can't be reached because it
+// does not run: ErrNotFound when vmsup knows no VM of that name (no state
+// directory), else ErrNotRunning. One wording for each, whatever socket was
+// missing.
+func (s *Supervisor) absent(name string) error {
+	if _, err := os.Stat(s.paths(name).Dir); errors.Is(err, os.ErrNotExist) {
+		return vmErr(name, ErrNotFound)
+	}
+	return vmErr(name, ErrNotRunning)
+}
 
 // qmpSession connects to the VM's command monitor. QEMU serves one client
 // per monitor socket at a time, so vmsup processes take turns through a file
@@ -188,7 +203,7 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 	defer cancel()
 	fl, ok, err := vmstate.LockFile(lctx, p.QMPLock, true)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, vmErr(name, ErrNotRunning)
+		return nil, nil, s.absent(name)
 	}
 	if err != nil {
 		return nil, nil, vmErr(name, fmt.Errorf("QMP lock: %w", err))
@@ -203,6 +218,9 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 	c, err := qmp.Dial(dctx, p.QMP, qmp.WithLogger(s.opts.Logger), qmp.WithoutSymlink())
 	if err != nil {
 		fl.Unlock()
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, nil, s.absent(name) // QEMU gone, its lock file left
+		}
 		return nil, nil, vmErr(name, fmt.Errorf("QMP: %w", err))
 	}
 	return c, func() { c.Close(); fl.Unlock() }, nil

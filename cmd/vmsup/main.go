@@ -63,12 +63,33 @@ func run(args []string) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(os.Stderr, "vmsup:", err)
+	printErr(os.Stderr, err)
+	return exitCode(err)
+}
+
+// Exit codes, documented in the root command's help and the README.
+const (
+	exitFailed     = 1 // anything else
+	exitUsage      = 2 // bad flags or arguments
+	exitNotFound   = 3 // no VM of that name
+	exitBusy       = 4 // another vmsup command holds the VM
+	exitNotRunning = 5 // the VM exists but its QEMU does not run
+)
+
+func exitCode(err error) int {
 	var ue usageError
-	if errors.As(err, &ue) {
-		return 2
+	var be *supervisor.BusyError
+	switch {
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command "):
+		return exitUsage
+	case errors.Is(err, supervisor.ErrNotFound):
+		return exitNotFound
+	case errors.As(err, &be):
+		return exitBusy
+	case errors.Is(err, supervisor.ErrNotRunning):
+		return exitNotRunning
 	}
-	return 1
+	return exitFailed
 }
 
 type usageError struct{ error }
@@ -88,6 +109,9 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "vmsup",
 		Short:         "Run QEMU VMs from TOML files as systemd units, controlled over QMP",
+		Long: "Run QEMU VMs from TOML files as systemd units, controlled over QMP.\n\n" +
+			"Exit codes: 0 done, 1 failed, 2 usage (bad flags or arguments), 3 no such VM,\n" +
+			"4 busy (another vmsup command holds the VM), 5 the VM is not running.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -114,7 +138,23 @@ func newRoot() *cobra.Command {
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g),
 	)
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes a wrong argument count a usage error (exit 2), like a bad flag.
+func usageArgs(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
 }
 
 func (g *globals) supervisor() (*supervisor.Supervisor, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -10,16 +11,20 @@ import (
 	"github.com/vmsup/vmsup/supervisor"
 )
 
+// loadFiles parses every file and reports the errors of all of them, in
+// file order, before anything is started.
 func loadFiles(paths []string) ([]*spec.File, error) {
 	var fs []*spec.File
+	var errs []error
 	for _, p := range paths {
 		f, err := spec.Load(p)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		fs = append(fs, f)
 	}
-	return fs, nil
+	return fs, errors.Join(errs...)
 }
 
 func upCmd(g *globals) *cobra.Command {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,17 +15,43 @@ func validateCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check FILEs (syntax, fields, referenced files, host limits) without starting anything",
-		Args:  cobra.MinimumNArgs(1),
+		Long: "Check FILEs (syntax, fields, referenced files, host limits) without starting anything.\n" +
+			"Every file is checked and every error of each is printed, in file order.",
+		Example: "  vmsup validate web.toml db.toml",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
-				if err := sup.ValidateContext(cmd.Context(), fs...); err != nil {
-					return err
-				}
-				for _, f := range fs {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				bad := 0
+				seen := map[string]string{}
+				for _, p := range args {
+					f, err := spec.Load(p)
+					if err == nil {
+						if prev, dup := seen[f.VM.Name]; dup {
+							err = f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+						} else {
+							seen[f.VM.Name] = f.Path
+							err = sup.ValidateContext(cmd.Context(), f)
+						}
+					}
+					if err != nil {
+						bad++
+						printErr(cmd.ErrOrStderr(), err)
+						continue
+					}
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (vm %q)\n", f.Path, f.VM.Name)
+				}
+				if bad > 0 {
+					return fmt.Errorf("%d of %d files have errors", bad, len(args))
 				}
 				return nil
 			})
 		},
+	}
+}
+
+// printErr writes each line of err as its own "vmsup: " line.
+func printErr(w io.Writer, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintln(w, "vmsup:", line)
 	}
 }

@@ -1,0 +1,108 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+// Hook commands: what a VM's units run as Options.Self (ExecStop=,
+// ExecStopPost=, the guardian unit), as "SELF HOOK --root ROOT [--unit U]
+// [--systemd-bus B] NAME".
+const (
+	HookStop   = "stop-hook"
+	HookPost   = "stop-post"
+	HookSettle = "settle"
+)
+
+// ErrNoSelf is returned by a start when Options.Self is unset and no vmsup
+// binary was found: a unit must have something to call for its graceful stop.
+var ErrNoSelf = errors.New("no stop hook: Options.Self is unset and no vmsup binary is installed (set Self to a vmsup binary, or to your program if its main calls supervisor.HandleHook first)")
+
+// defaultSelf is the binary the units call back into when Options.Self is
+// unset: the running program if it is vmsup itself, else an installed vmsup.
+// Never another embedding program: systemd would run it as root with hook
+// arguments it does not know.
+func defaultSelf() string {
+	if exe, err := os.Executable(); err == nil && filepath.Base(exe) == "vmsup" {
+		return exe
+	}
+	for _, p := range []string{"/usr/local/bin/vmsup", "/usr/bin/vmsup"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// HandleHook runs a hook command when args (os.Args[1:]) are one, and
+// reports whether they were. A program that embeds the supervisor and sets
+// Options.Self to itself calls it first thing in main:
+//
+//	func main() {
+//		if code, ok := supervisor.HandleHook(os.Args[1:]); ok {
+//			os.Exit(code)
+//		}
+//		...
+//	}
+func HandleHook(args []string) (code int, handled bool) {
+	if len(args) == 0 || (args[0] != HookStop && args[0] != HookPost && args[0] != HookSettle) {
+		return 0, false
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+	if err := RunHook(ctx, args, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", args[0], err)
+		return 1, true
+	}
+	return 0, true
+}
+
+// RunHook is HandleHook's work, with a context and where to write its note.
+func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	root := fs.String("root", "/var/lib/vmsup", "")
+	unit := fs.String("unit", "", "")
+	bus := fs.String("systemd-bus", "", "")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("want one VM name, got %q", fs.Args())
+	}
+	name := fs.Arg(0)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	s, err := New(Options{Root: *root, SystemdBus: *bus, Self: self})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	switch args[0] {
+	case HookStop:
+		step, err := s.StopHook(ctx, name, *unit)
+		fmt.Fprintf(stdout, "%s %s: %s\n", HookStop, name, step)
+		return err
+	case HookPost:
+		if err := s.StopPost(ctx, name, *unit); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s: network removed, secret copies removed\n", HookPost, name)
+	default:
+		note, err := s.Settle(ctx, name)
+		if note != "" {
+			fmt.Fprintf(stdout, "%s: %s\n", name, note)
+		}
+		return err
+	}
+	return nil
+}

@@ -28,7 +28,7 @@ type File struct {
 
 type keyPos struct {
 	Position
-	value string       // raw value text, for KeyValue entries
+	value string        // raw value text, for KeyValue entries
 	kind  unstable.Kind // the value's TOML kind, for KeyValue entries
 }
 

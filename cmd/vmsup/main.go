@@ -107,8 +107,8 @@ func envOr(k, d string) string {
 func newRoot() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
-		Use:           "vmsup",
-		Short:         "Run QEMU VMs from TOML files as systemd units, controlled over QMP",
+		Use:   "vmsup",
+		Short: "Run QEMU VMs from TOML files as systemd units, controlled over QMP",
 		Long: "Run QEMU VMs from TOML files as systemd units, controlled over QMP.\n\n" +
 			"Exit codes: 0 done, 1 failed, 2 usage (bad flags or arguments), 3 no such VM,\n" +
 			"4 busy (another vmsup command holds the VM), 5 the VM is not running.",

@@ -3,7 +3,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build demo test guest vet bench clean
+.PHONY: build demo test guest vet bench clean man
 build:
 	$(GO) build -o bin/vmsup ./cmd/vmsup
 
@@ -23,6 +23,10 @@ bench:
 	$(GO) build -o bin/vmsup ./cmd/vmsup
 	$(GO) build -o bin/vmsup-bench ./cmd/vmsup-bench
 	./bin/vmsup-bench -vmsup bin/vmsup -out bench/results $(BENCH_FLAGS)
+
+# man: the man pages of every command, generated from the command tree, into man/.
+man: build
+	rm -rf man && mkdir -p man && ./bin/vmsup gen-man man
 
 vet:
 	$(GO) vet ./...

@@ -154,6 +154,8 @@ func (a *Agent) roundTrip(payload []byte) (m message, sent bool, err error) {
 	if _, err := a.uc.Write(payload); err != nil {
 		return m, false, err
 	}
+	a.in.limit(MaxAgentReply)
+	defer a.in.limit(0)
 	err = a.dec.Decode(&m)
 	return m, true, err
 }
@@ -236,8 +238,10 @@ func (a *Agent) sync() error {
 
 // pushback reads from r after returning any bytes put back with unread.
 type pushback struct {
-	buf []byte
-	r   io.Reader
+	buf    []byte
+	r      io.Reader
+	budget bool  // left bounds reads from r
+	left   int64 // bytes r may still give while budget
 }
 
 func (p *pushback) Read(b []byte) (int, error) {
@@ -246,8 +250,27 @@ func (p *pushback) Read(b []byte) (int, error) {
 		p.buf = p.buf[n:]
 		return n, nil
 	}
-	return p.r.Read(b)
+	if p.budget {
+		if p.left <= 0 {
+			return 0, ErrReplyTooLarge
+		}
+		b = b[:min(int64(len(b)), p.left)]
+	}
+	n, err := p.r.Read(b)
+	p.left -= int64(n)
+	return n, err
 }
+
+// limit bounds what the next reply may read from the guest (0: no bound).
+func (p *pushback) limit(n int64) { p.budget, p.left = n > 0, n }
+
+// MaxAgentReply bounds one reply of the guest agent: the guest writes it,
+// and root vmsup must not buffer whatever a hostile guest sends. 16 MiB
+// holds a 12 MiB file chunk or exec output in base64.
+const MaxAgentReply = 16 << 20
+
+// ErrReplyTooLarge is a guest agent reply over MaxAgentReply.
+var ErrReplyTooLarge = errors.New("qmp: guest agent: reply larger than 16 MiB")
 
 // unread puts the rest of r back in front of the stream.
 func (p *pushback) unread(r io.Reader) {
@@ -420,4 +443,72 @@ func (a *Agent) Describe(ctx context.Context) (version, os string) {
 		}
 	}
 	return version, os
+}
+
+// FileOpen opens path in the guest (guest-file-open); mode is fopen's
+// ("r", "w", ...). The handle must be closed with FileClose.
+func (a *Agent) FileOpen(ctx context.Context, path, mode string) (int64, error) {
+	args := struct {
+		Path string `json:"path"`
+		Mode string `json:"mode,omitempty"`
+	}{path, mode}
+	var h int64
+	err := a.Execute(ctx, "guest-file-open", args, &h)
+	return h, err
+}
+
+// FileRead reads up to count bytes (guest-file-read) and says whether the
+// end of the file was reached.
+func (a *Agent) FileRead(ctx context.Context, handle int64, count int) ([]byte, bool, error) {
+	args := struct {
+		Handle int64 `json:"handle"`
+		Count  int   `json:"count"`
+	}{handle, count}
+	var r struct {
+		Count int    `json:"count"`
+		Data  []byte `json:"buf-b64"` // encoding/json decodes base64 into []byte
+		EOF   bool   `json:"eof"`
+	}
+	err := a.Execute(ctx, "guest-file-read", args, &r)
+	return r.Data, r.EOF, err
+}
+
+// FileWrite writes data at the file's position (guest-file-write) and
+// returns how many bytes were written.
+func (a *Agent) FileWrite(ctx context.Context, handle int64, data []byte) (int, error) {
+	args := struct {
+		Handle int64  `json:"handle"`
+		Data   []byte `json:"buf-b64"`
+	}{handle, data}
+	var r struct {
+		Count int `json:"count"`
+	}
+	err := a.Execute(ctx, "guest-file-write", args, &r)
+	return r.Count, err
+}
+
+// FileClose closes a handle from FileOpen (guest-file-close).
+func (a *Agent) FileClose(ctx context.Context, handle int64) error {
+	args := struct {
+		Handle int64 `json:"handle"`
+	}{handle}
+	return a.Execute(ctx, "guest-file-close", args, nil)
+}
+
+// GuestInterface is one entry of guest-network-get-interfaces.
+type GuestInterface struct {
+	Name      string `json:"name"`
+	MAC       string `json:"hardware-address,omitempty"`
+	Addresses []struct {
+		Type    string `json:"ip-address-type"` // "ipv4" or "ipv6"
+		Address string `json:"ip-address"`
+		Prefix  int    `json:"prefix"`
+	} `json:"ip-addresses,omitempty"`
+}
+
+// NetworkInterfaces lists the guest's interfaces and their addresses.
+func (a *Agent) NetworkInterfaces(ctx context.Context) ([]GuestInterface, error) {
+	var v []GuestInterface
+	err := a.Execute(ctx, "guest-network-get-interfaces", nil, &v)
+	return v, err
 }

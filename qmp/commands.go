@@ -321,3 +321,17 @@ func (c *Conn) QOMList(ctx context.Context, path string) ([]QOMProperty, error) 
 	err := c.Execute(ctx, "qom-list", args, &ps)
 	return ps, err
 }
+
+// Actions say what QEMU does on guest events (set-action, QEMU 6.0+); an
+// empty field is left as it is.
+type Actions struct {
+	Reboot   string `json:"reboot,omitempty"`   // "reset" (default) or "shutdown"
+	Shutdown string `json:"shutdown,omitempty"` // "poweroff" (default) or "pause"
+	Panic    string `json:"panic,omitempty"`    // "pause", "shutdown", "exit-failure" or "none"
+	Watchdog string `json:"watchdog,omitempty"`
+}
+
+// SetAction changes what QEMU does on guest events.
+func (c *Conn) SetAction(ctx context.Context, a Actions) error {
+	return c.Execute(ctx, "set-action", a, nil)
+}

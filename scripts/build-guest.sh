@@ -197,7 +197,9 @@ mkdir -p "$ROOT/etc/qemu"
 rm -f "$ROOT/sbin/shutdown"
 cat >"$ROOT/sbin/shutdown" <<'EOF'
 #!/bin/sh
-# qemu-ga's guest-shutdown runs "shutdown -h -P +0 ...": busybox has no shutdown.
+# qemu-ga's guest-shutdown runs "shutdown -h -P +0 ..." or "shutdown -r +0 ...":
+# busybox has no shutdown.
+case " $* " in *" -r "*) sync; reboot -f ;; esac
 sync; poweroff -f
 EOF
 cat >"$ROOT/etc/acpi/PWRF/00000080" <<'EOF'

@@ -25,6 +25,8 @@ type AgentStatus struct {
 	OS         string  `json:"os,omitempty"`
 	PingMillis float64 `json:"ping_ms,omitempty"`
 	Error      string  `json:"error,omitempty"`
+	// Addresses are the guest's IP addresses (loopback left out).
+	Addresses []GuestAddress `json:"addresses,omitempty"`
 }
 
 // GuestPing asks the VM's guest agent for guest-ping, guest-info and
@@ -76,6 +78,9 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 	}
 	st := AgentStatus{Responding: true, PingMillis: float64(time.Since(start).Microseconds()) / 1000}
 	st.Version, st.OS = a.Describe(ctx)
+	if ifs, err := a.NetworkInterfaces(ctx); err == nil {
+		st.Addresses = guestAddrs(ifs)
+	}
 	return st, nil
 }
 

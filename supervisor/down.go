@@ -36,10 +36,30 @@ type DownResult struct {
 	Note     string // e.g. "was crashed: killed by signal KILL"
 }
 
+// DownOptions change how Down ends a VM.
+type DownOptions struct {
+	// Timeout is how long the guest gets to power off; 0 means the
+	// spec's stop_timeout.
+	Timeout time.Duration
+	// Force skips the powerdown: QMP quit at once (QEMU flushes its
+	// disks and exits), SIGKILL if it does not.
+	Force bool
+	// Kill sends SIGKILL at once: no grace, no flush.
+	Kill bool
+	// Waiting, when set, is called about once a second while the guest is
+	// given time to power off, with the time waited and the bound.
+	Waiting func(waited, timeout time.Duration)
+}
+
 // Down shuts the VM down gracefully: ACPI powerdown over QMP, wait up to the
 // spec's stop timeout for QEMU to exit, then QMP quit, then SIGKILL. The unit
 // is gone when Down returns; the state directory and applied spec stay.
 func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) {
+	return s.DownWith(ctx, name, DownOptions{})
+}
+
+// DownWith is Down with options: another timeout, quit or kill at once.
+func (s *Supervisor) DownWith(ctx context.Context, name string, o DownOptions) (DownResult, error) {
 	res := DownResult{VM: name}
 	if err := spec.ValidName(name); err != nil {
 		return res, vmErr(name, err)
@@ -49,11 +69,11 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 		return res, err
 	}
 	defer lu.unlock()
-	return s.down(ctx, name, lu)
+	return s.down(ctx, name, lu, o)
 }
 
 // down is Down under the VM's lock (lu).
-func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit) (DownResult, error) {
+func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit, o DownOptions) (DownResult, error) {
 	res := DownResult{VM: name, Note: lu.note}
 	start := time.Now()
 	sd, unit, st := lu.sd, lu.unit, lu.st
@@ -71,7 +91,9 @@ func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit) (Dow
 		res.Step = StoppedAlready
 		return res, s.afterStop(ctx, name)
 	}
-	res.Step, err = s.gracefulStop(ctx, name)
+	if !o.Kill {
+		res.Step, err = s.gracefulStop(ctx, name, o)
+	}
 	if err != nil || res.Step == "" {
 		s.opts.Logger.Warn("graceful stop failed, killing", "vm", name, "err", err)
 		res.Step = StoppedKill
@@ -116,25 +138,30 @@ func (s *Supervisor) stopSettings(name string) (time.Duration, string) {
 // ExecStop= hook: powerdown (ACPI or the guest agent), wait up to the VM's
 // stop_timeout for QEMU to go, then quit. It returns "" when QEMU is still
 // there afterwards.
-func (s *Supervisor) gracefulStop(ctx context.Context, name string) (StopStep, error) {
+func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOptions) (StopStep, error) {
 	timeout, method := s.stopSettings(name)
+	if o.Timeout > 0 {
+		timeout = o.Timeout
+	}
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return "", err
 	}
 	defer release()
-	step := StoppedACPI
-	if method == spec.ShutdownAgent && s.agentShutdown(ctx, name, c) {
-		step = StoppedAgent
-	} else if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
-		return "", err
-	}
-	select {
-	case <-c.Done():
-		return step, nil
-	case <-time.After(timeout):
-	case <-ctx.Done():
-		return "", ctx.Err()
+	if !o.Force {
+		step := StoppedACPI
+		if method == spec.ShutdownAgent && s.agentShutdown(ctx, name, c) {
+			step = StoppedAgent
+		} else if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
+			return "", err
+		}
+		done, err := waitGone(ctx, c.Done(), timeout, o.Waiting)
+		if err != nil {
+			return "", err
+		}
+		if done {
+			return step, nil
+		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, quitTimeout)
 	defer cancel()
@@ -144,6 +171,29 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string) (StopStep, e
 		return StoppedQuit, nil
 	case <-qctx.Done():
 		return "", fmt.Errorf("QEMU ignored quit")
+	}
+}
+
+// waitGone waits up to timeout for gone to close, calling waiting each second.
+func waitGone(ctx context.Context, gone <-chan struct{}, timeout time.Duration, waiting func(waited, timeout time.Duration)) (bool, error) {
+	start := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-gone:
+			return true, nil
+		case <-deadline.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-tick.C:
+			if waiting != nil {
+				waiting(time.Since(start), timeout)
+			}
+		}
 	}
 }
 
@@ -167,7 +217,7 @@ func (s *Supervisor) StopHook(ctx context.Context, name, unit string) (StopStep,
 	if !s.isCurrentUnit(name, unit) {
 		return StoppedNotCurrent, nil
 	}
-	step, err := s.gracefulStop(ctx, name)
+	step, err := s.gracefulStop(ctx, name, DownOptions{})
 	if err != nil {
 		return step, vmErr(name, fmt.Errorf("stop hook: %w (systemd will signal QEMU)", err))
 	}

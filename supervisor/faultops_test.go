@@ -81,7 +81,7 @@ func (h *hotVM) status(t *testing.T, ctx context.Context) supervisor.Status {
 
 func (h *hotVM) hasDisk(st supervisor.Status) bool { return slices.Contains(st.AttachedDisks, "fd") }
 func (h *hotVM) hasNIC(st supervisor.Status) bool {
-	return slices.ContainsFunc(st.NICs, func(n supervisor.NICStatus) bool { return n.Name == "fn" })
+	return slices.ContainsFunc(st.NICs, func(n supervisor.NICInfo) bool { return n.Name == "fn" && n.Tap != "" }) // its host side recorded
 }
 
 func (h *hotVM) attach(t *testing.T, ctx context.Context) {

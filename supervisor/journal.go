@@ -84,6 +84,8 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverMigrateOut(ctx, name, op)
 	case opMigrateIn:
 		note, err = s.recoverMigrateIn(ctx, name, op)
+	case opReboot:
+		note, err = s.recoverReboot(ctx, name, op)
 	default:
 		note = "dropped an unreadable journal (" + op.Kind + ")"
 	}

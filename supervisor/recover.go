@@ -341,7 +341,7 @@ func (s *Supervisor) recoverRestart(ctx context.Context, name string, op *vmstat
 		return "left for " + by, nil
 	}
 	if !op.Has(restartDown) && !st.Gone() {
-		if _, err := s.down(ctx, name, &lockedUnit{sd: sd, unit: unit, st: st}); err != nil {
+		if _, err := s.down(ctx, name, &lockedUnit{sd: sd, unit: unit, st: st}, DownOptions{}); err != nil {
 			return "", err
 		}
 	}

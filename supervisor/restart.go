@@ -48,7 +48,7 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 		return UpResult{VM: name}, vmErr(name, err)
 	}
 	defer op.End()
-	if _, err := s.down(ctx, name, lu); err != nil {
+	if _, err := s.down(ctx, name, lu, DownOptions{}); err != nil {
 		return UpResult{VM: name}, vmErrIn(name, "restart", err)
 	}
 	s.traced(op)(name, restartDown)
@@ -104,4 +104,17 @@ func (s *Supervisor) appliedFile(name string) (*spec.File, error) {
 		return nil, err
 	}
 	return spec.Parse(orDefault(app.SourceFile, p.Spec), raw)
+}
+
+// AppliedSpec is the spec the VM was last started with (as vmsup recorded
+// it, not the file as it is now).
+func (s *Supervisor) AppliedSpec(name string) (*spec.File, error) {
+	if err := spec.ValidName(name); err != nil {
+		return nil, vmErr(name, err)
+	}
+	f, err := s.appliedFile(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, vmErr(name, ErrNotFound)
+	}
+	return f, vmErr(name, err)
 }

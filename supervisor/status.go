@@ -48,7 +48,11 @@ type Status struct {
 	StateDir   string      `json:"state_dir"`
 	Console    string      `json:"console_socket"`
 	ConsoleLog string      `json:"console_log"`    // everything the guest printed on its serial console
-	NICs       []NICStatus `json:"nics,omitempty"` // host side of tap NICs (network.go)
+	Description string `json:"description"`
+	// Disks and NICs: boot-time and hot-plugged, NICs with the host side
+	// of their taps.
+	Disks []DiskInfo `json:"disks"`
+	NICs  []NICInfo  `json:"nics"`
 	// Confinement in force while QEMU runs (user, AppArmor, seccomp, exposure).
 	Confinement *Confinement `json:"confinement,omitempty"`
 	// AttachedDisks are the disks added with `vmsup disk attach` (beyond the
@@ -59,8 +63,8 @@ type Status struct {
 	// Recovery: what this status did about an operation a killed command
 	// left unfinished (or why it could not).
 	Recovery string `json:"recovery,omitempty"`
-	// GuestAgent: the guest ping (running VMs with an agent channel; not
-	// in List).
+	// GuestAgent: the guest ping (running VMs with an agent channel; in
+	// List only when the agent answers).
 	GuestAgent *AgentStatus `json:"guest_agent,omitempty"`
 }
 
@@ -102,8 +106,9 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		}
 	}
 	if f, err := spec.Load(p.Spec); err == nil {
-		out.CPUs, out.Memory = f.VM.CPUs, f.VM.Memory.String()
+		out.CPUs, out.Memory, out.Description = f.VM.CPUs, f.VM.Memory.String(), f.VM.Description
 	}
+	out.Disks, out.NICs = s.devices(ctx, name)
 	if appErr == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
 		out.CPUs, out.Memory = app.Resized.CPUs, app.Resized.Memory.String()
 	}
@@ -114,7 +119,6 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		out.State = StateShutOff
 		return out, nil
 	}
-	out.NICs = s.nicStatuses(ctx, name)
 	out.UnitState = st.ActiveState + "/" + st.SubState
 	out.MainPID = st.MainPID
 	out.MemoryUsed = st.MemoryCurrent
@@ -205,8 +209,19 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
 			return nil, err
 		}
 		if err == nil {
+			if st.State == StateRunning {
+				// The guest's addresses, when its agent answers (at once
+				// if the guest has not opened the channel).
+				if a, err := s.GuestPing(ctx, n); err == nil && a.Responding {
+					st.GuestAgent = &a
+				}
+			}
 			out = append(out, st)
 		}
 	}
 	return out, nil
 }
+
+// Names lists the VMs vmsup has a state directory for, without asking
+// systemd (shell completion).
+func (s *Supervisor) Names() ([]string, error) { return s.state.Known() }

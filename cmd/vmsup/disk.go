@@ -19,7 +19,7 @@ func diskCmd(g *globals) *cobra.Command {
 		Use:   "disk",
 		Short: "Hot-plug and hot-unplug disks of a running VM",
 	}
-	c.AddCommand(diskAttachCmd(g), diskDetachCmd(g))
+	c.AddCommand(diskAttachCmd(g), diskDetachCmd(g), diskLsCmd(g))
 	return c
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,7 @@ func lsCmd(g *globals) *cobra.Command {
 					return printJSON(cmd, sts)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tSTATE\tACCEL\tCPUS\tMEMORY\tPID\tBOOT")
+				fmt.Fprintln(w, "NAME\tSTATE\tIPV4\tCPUS\tMEMORY\tUPTIME\tPORTS\tBOOT\tPID")
 				for _, s := range sts {
 					state := string(s.State)
 					if s.Reason != "" {
@@ -35,7 +36,11 @@ func lsCmd(g *globals) *cobra.Command {
 					if s.Autostart {
 						boot = "enabled"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, state, s.Accel, s.CPUs, s.Memory, pid(s.MainPID), boot)
+					up := "-"
+					if s.Since != nil && (s.State == supervisor.StateRunning || s.State == supervisor.StatePaused) {
+						up = uptime(*s.Since)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, state, ipv4s(s), s.CPUs, s.Memory, up, ports(s), boot, pid(s.MainPID))
 				}
 				return w.Flush()
 			})
@@ -50,4 +55,38 @@ func pid(p uint32) string {
 		return "-"
 	}
 	return fmt.Sprint(p)
+}
+
+// ipv4s are the guest's IPv4 addresses (from its agent), or "-".
+func ipv4s(s supervisor.Status) string {
+	var out []string
+	if s.GuestAgent != nil {
+		for _, a := range s.GuestAgent.Addresses {
+			if !strings.Contains(a.Address, ":") {
+				out = append(out, a.Address+" ("+a.Interface+")")
+			}
+		}
+	}
+	return dash(strings.Join(out, ", "))
+}
+
+// ports are the user NICs' host forwards, as "127.0.0.1:2222->22/tcp".
+func ports(s supervisor.Status) string {
+	var out []string
+	for _, n := range s.NICs {
+		for _, f := range n.Forwards {
+			out = append(out, forwardShort(f))
+		}
+	}
+	return dash(strings.Join(out, ", "))
+}
+
+// forwardShort renders "tcp:127.0.0.1:2222-:22" as docker does: "127.0.0.1:2222->22/tcp".
+func forwardShort(f string) string {
+	proto, rest, ok := strings.Cut(f, ":")
+	host, guest, ok2 := strings.Cut(rest, "-")
+	if !ok || !ok2 {
+		return f
+	}
+	return host + "->" + strings.TrimPrefix(guest, ":") + "/" + proto
 }

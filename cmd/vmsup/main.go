@@ -57,11 +57,19 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "vmsup: interrupted")
 		os.Exit(130)
 	}()
+	if len(args) == 1 && args[0] == "--version" {
+		printVersion(os.Stdout, envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"))
+		return 0
+	}
 	root := newRoot()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code // the guest command's: its own output said why
 	}
 	printErr(os.Stderr, err)
 	return exitCode(err)
@@ -136,9 +144,12 @@ func newRoot() *cobra.Command {
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
 		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
-		settleCmd(g),
+		settleCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
+		execCmd(g), cpCmd(g), logsCmd(g), versionCmd(g), manCmd(),
 	)
 	usageArgs(root)
+	completions(g, root)
+	root.SetUsageTemplate(usageTemplate)
 	return root
 }
 
@@ -230,9 +241,14 @@ func (g *globals) withFiles(paths []string, fn func(*supervisor.Supervisor, []*s
 	return g.with(func(sup *supervisor.Supervisor) error { return fn(sup, fs) })
 }
 
+// isFileArg says whether a NAME|FILE argument is a file.
+func isFileArg(arg string) bool {
+	return strings.HasSuffix(arg, ".toml") || strings.ContainsRune(arg, '/')
+}
+
 // vmName accepts a VM name or a TOML file defining one.
 func vmName(arg string) (string, error) {
-	if strings.HasSuffix(arg, ".toml") || strings.ContainsRune(arg, '/') {
+	if isFileArg(arg) {
 		f, err := spec.Load(arg)
 		if err != nil {
 			return "", err
@@ -250,3 +266,35 @@ func printJSON(cmd *cobra.Command, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// usageTemplate is cobra's, with the global flags listed only in the root
+// command's help: each command's help is about that command.
+const usageTemplate = `Usage:{{if .Runnable}}
+  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
+  {{.CommandPath}} [command]{{end}}{{if gt (len .Aliases) 0}}
+
+Aliases:
+  {{.NameAndAliases}}{{end}}{{if .HasExample}}
+
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}{{$cmds := .Commands}}{{if eq (len .Groups) 0}}
+
+Available Commands:{{range $cmds}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{else}}{{range $group := .Groups}}
+
+{{.Title}}{{range $cmds}}{{if (and (eq .GroupID $group.ID) (or .IsAvailableCommand (eq .Name "help")))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if not .AllChildCommandsHaveGroup}}
+
+Additional Commands:{{range $cmds}}{{if (and (eq .GroupID "") (or .IsAvailableCommand (eq .Name "help")))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
+
+Flags:
+{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableInheritedFlags}}
+
+Global flags (--root, --systemd-bus, --wait, -v, ...): see "vmsup --help".{{end}}{{if .HasHelpSubCommands}}
+
+Additional help topics:{{range .Commands}}{{if .IsAdditionalHelpTopicCommand}}
+  {{rpad .CommandPath .CommandPathPadding}} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableSubCommands}}
+
+Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
+`

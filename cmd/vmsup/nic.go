@@ -14,7 +14,7 @@ func nicCmd(g *globals) *cobra.Command {
 		Use:   "nic",
 		Short: "Hot-plug NICs into a running VM and unplug them",
 	}
-	c.AddCommand(nicAttachCmd(g), nicDetachCmd(g))
+	c.AddCommand(nicAttachCmd(g), nicDetachCmd(g), nicLsCmd(g))
 	return c
 }
 

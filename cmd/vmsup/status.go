@@ -39,8 +39,11 @@ func statusCmd(g *globals) *cobra.Command {
 				if s.Autostart {
 					fmt.Fprintf(out, "boot:     enabled (vmsup disable %s to stop starting it at boot)\n", s.Name)
 				}
+				if s.Description != "" {
+					fmt.Fprintf(out, "about:    %s\n", s.Description)
+				}
 				if s.Since != nil {
-					fmt.Fprintf(out, "since:    %s\n", s.Since.Format(time.RFC3339))
+					fmt.Fprintf(out, "since:    %s (up %s)\n", s.Since.Format(time.RFC3339), uptime(*s.Since))
 				}
 				accel := string(s.Accel)
 				if s.AccelReason != "" {
@@ -58,15 +61,16 @@ func statusCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}
 				fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
+				printDisks(out, s.Disks)
 				printNICs(out, s.NICs)
 				if c := s.Confinement; c != nil {
 					fmt.Fprintf(out, "confined: %s\n", c)
 				}
-				if len(s.AttachedDisks) > 0 {
-					fmt.Fprintf(out, "attached: %s\n", strings.Join(s.AttachedDisks, ", "))
-				}
 				if a := s.GuestAgent; a != nil {
 					fmt.Fprintf(out, "agent:    %s\n", agentLine(*a))
+					for _, ad := range a.Addresses {
+						fmt.Fprintf(out, "ip:       %s on %s (%s)\n", ad.Address, ad.Interface, ad.MAC)
+					}
 				}
 				return nil
 			})
@@ -76,14 +80,37 @@ func statusCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// printNICs adds the host side of each tap NIC to status output.
-func printNICs(out io.Writer, nics []supervisor.NICStatus) {
-	for _, n := range nics {
-		where := n.Bridge
-		if where == "" {
-			where = "-"
+// printDisks adds the VM's disks to status output.
+func printDisks(out io.Writer, disks []supervisor.DiskInfo) {
+	for _, d := range disks {
+		fmt.Fprintf(out, "disk:     %s %s %s", d.Name, d.Type, d.Source)
+		if d.Format != "" {
+			fmt.Fprintf(out, " (%s)", d.Format)
 		}
-		fmt.Fprintf(out, "nic:      %s %s tap %s (present %v) on %s", n.Name, n.Type, n.Tap, n.TapUp, where)
+		if d.ReadOnly {
+			fmt.Fprint(out, " read-only")
+		}
+		if d.Hotplugged {
+			fmt.Fprint(out, " hot-plugged")
+		}
+		fmt.Fprintln(out)
+	}
+}
+
+// printNICs adds the VM's NICs, with the host side of tap NICs, to status output.
+func printNICs(out io.Writer, nics []supervisor.NICInfo) {
+	for _, n := range nics {
+		fmt.Fprintf(out, "nic:      %s %s mac %s", n.Name, n.Type, n.MAC)
+		if n.Tap != "" {
+			where := n.Bridge
+			if where == "" {
+				where = "-"
+			}
+			fmt.Fprintf(out, " tap %s (present %v) on %s", n.Tap, n.TapUp, where)
+		}
+		if len(n.Forwards) > 0 {
+			fmt.Fprintf(out, " forwards %s", strings.Join(n.Forwards, ","))
+		}
 		if len(n.Addrs) > 0 {
 			fmt.Fprintf(out, " addr %s gw %s", strings.Join(n.Addrs, ","), n.Gateway)
 		}
@@ -95,6 +122,20 @@ func printNICs(out io.Writer, nics []supervisor.NICStatus) {
 		}
 		fmt.Fprintln(out)
 	}
+}
+
+// uptime is a short duration since t: "3d4h", "2h5m", "42s".
+func uptime(t time.Time) string {
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d >= 24*time.Hour:
+		return fmt.Sprintf("%dd%dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh%dm", d/time.Hour, d%time.Hour/time.Minute)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm%ds", d/time.Minute, d%time.Minute/time.Second)
+	}
+	return d.String()
 }
 
 func agentLine(a supervisor.AgentStatus) string {

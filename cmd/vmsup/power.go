@@ -1,0 +1,164 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// fileOrApplied is the spec for a restart: the FILE given, or the spec the
+// VM NAME was last started with.
+func fileOrApplied(sup *supervisor.Supervisor, arg string) (*spec.File, error) {
+	if isFileArg(arg) {
+		return spec.Load(arg)
+	}
+	if err := spec.ValidName(arg); err != nil {
+		return nil, fmt.Errorf("vm %q: %w", arg, err)
+	}
+	return sup.AppliedSpec(arg)
+}
+
+func restartCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "restart NAME|FILE...",
+		Short: "Gracefully shut VMs down and bring them up again (with FILE's spec, or the one NAME last ran with)",
+		Example: "  vmsup restart web\n" +
+			"  vmsup restart web.toml   # applies the edited file",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				return eachVM(cmd, args, "restart", func(a string) (string, error) {
+					f, err := fileOrApplied(sup, a)
+					if err != nil {
+						return "", err
+					}
+					r, err := sup.Restart(cmd.Context(), f)
+					return fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel), err
+				})
+			})
+		},
+	}
+}
+
+func rebootCmd(g *globals) *cobra.Command {
+	var mode string
+	c := &cobra.Command{
+		Use:   "reboot NAME|FILE...",
+		Short: "Ask guests to reboot (guest agent, else ACPI); QEMU keeps running",
+		Example: "  vmsup reboot web\n  vmsup reboot --mode acpi web",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				return eachVM(cmd, args, "reboot", func(a string) (string, error) {
+					name, err := vmName(a)
+					if err != nil {
+						return "", err
+					}
+					r, err := sup.Reboot(cmd.Context(), name, supervisor.RebootMode(mode))
+					return fmt.Sprintf("%s: rebooted (%s)", name, r.Via), err
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&mode, "mode", "", "\"agent\" or \"acpi\" (default: the guest agent if it answers, else ACPI)")
+	return c
+}
+
+func resetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "reset NAME|FILE...",
+		Short:   "Hard-reset guests at once, like the reset button; QEMU keeps running",
+		Example: "  vmsup reset web",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				return eachVM(cmd, args, "reset", func(a string) (string, error) {
+					name, err := vmName(a)
+					if err != nil {
+						return "", err
+					}
+					return name + ": reset", sup.Reset(cmd.Context(), name)
+				})
+			})
+		},
+	}
+}
+
+func killCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "kill NAME|FILE...",
+		Aliases: []string{"destroy"},
+		Short:   "End VMs now with SIGKILL: no shutdown, no grace (down --force quits QEMU cleanly instead)",
+		Example: "  vmsup kill web",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				return eachVM(cmd, args, "kill", func(a string) (string, error) {
+					name, err := vmName(a)
+					if err != nil {
+						return "", err
+					}
+					r, err := sup.Kill(cmd.Context(), name)
+					return downLine(r), err
+				})
+			})
+		},
+	}
+}
+
+// eachVM runs fn for each argument, printing its line; a failure does not
+// stop the others, and the command fails if any did.
+func eachVM(cmd *cobra.Command, args []string, verb string, fn func(arg string) (string, error)) error {
+	failed := 0
+	var last error
+	for _, a := range args {
+		line, err := fn(a)
+		if err != nil {
+			failed++
+			last = err
+			if len(args) > 1 {
+				printErr(cmd.ErrOrStderr(), err)
+			}
+			continue
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), line)
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case len(args) == 1:
+		return last
+	}
+	return fmt.Errorf("%s: %d of %d VMs failed", verb, failed, len(args))
+}
+
+// downLine is the line down and kill print for a VM.
+func downLine(r supervisor.DownResult) string {
+	msg := map[supervisor.StopStep]string{
+		supervisor.StoppedAlready: "already shut off",
+		supervisor.StoppedACPI:    "guest powered off (ACPI)",
+		supervisor.StoppedAgent:   "guest powered off (guest agent)",
+		supervisor.StoppedQuit:    "QEMU quit",
+		supervisor.StoppedKill:    "QEMU killed",
+	}[r.Step]
+	if r.Note != "" {
+		msg += "; " + r.Note
+	}
+	return fmt.Sprintf("%s: %s (%s)", r.VM, msg, r.Duration.Round(time.Millisecond))
+}
+
+// waitingPrinter tells the user what down is waiting for: after a second,
+// then every 5 s.
+func waitingPrinter(w io.Writer, name string) func(waited, timeout time.Duration) {
+	return func(waited, timeout time.Duration) {
+		s := int(waited.Round(time.Second) / time.Second)
+		if s == 1 || s%5 == 0 {
+			fmt.Fprintf(w, "%s: waiting for the guest to power off (%ds of %s)…\n", name, s, timeout)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+)
+
+// version is vmsup's own version: the module version, or the VCS revision
+// it was built from.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if v == "" || v == "(devel)" {
+		if rev == "" {
+			return "devel"
+		}
+		return "devel " + rev[:min(12, len(rev))] + dirty
+	}
+	return strings.TrimSpace(v + " " + dirty)
+}
+
+// printVersion writes vmsup's version and those of the QEMU and systemd it
+// uses (their first lines of --version).
+func printVersion(w io.Writer, qemu string) {
+	fmt.Fprintf(w, "vmsup %s\n", version())
+	for _, c := range [][]string{{qemu, "--version"}, {"systemctl", "--version"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		out, err := exec.CommandContext(ctx, c[0], c[1:]...).Output()
+		cancel()
+		line, _, _ := strings.Cut(string(out), "\n")
+		if err != nil {
+			line = c[0] + ": " + err.Error()
+		}
+		fmt.Fprintln(w, strings.TrimSpace(line))
+	}
+}
+
+func versionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print vmsup's version and those of the QEMU and systemd it uses",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			printVersion(cmd.OutOrStdout(), g.qemu)
+			return nil
+		},
+	}
+}
+
+// manCmd writes the man pages of the command tree (make man).
+func manCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "gen-man DIR",
+		Short:  "Write man pages for every command into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root := cmd.Root()
+			root.DisableAutoGenTag = true
+			return doc.GenManTree(root, &doc.GenManHeader{Title: "VMSUP", Section: "1", Source: "vmsup " + version()}, args[0])
+		},
+	}
+}

@@ -1,0 +1,230 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goqmp "github.com/digitalocean/go-qemu/qmp"
+
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// opReboot is an ACPI reboot in the journal: QEMU was told to pause, not
+// exit, when the guest powers off.
+const opReboot = "reboot"
+
+// RebootMode chooses how Reboot asks the guest.
+type RebootMode string
+
+// Reboot modes.
+const (
+	RebootAuto  RebootMode = ""      // the guest agent if it answers, else ACPI
+	RebootAgent RebootMode = "agent" // the guest agent only
+	RebootACPI  RebootMode = "acpi"  // the power button, with QEMU told to reset instead of exiting
+)
+
+// RebootResult says how a guest was rebooted.
+type RebootResult struct {
+	VM  string
+	Via string // "agent" or "acpi"
+}
+
+// Reboot asks the guest to reboot while QEMU keeps running: through the
+// guest agent (guest-shutdown reboot) when it answers, else by ACPI: QEMU is
+// told to pause instead of exiting when the guest powers off, the power
+// button pressed, and once the guest is down the machine is reset and
+// resumed (libvirt's "fake reboot"). A reboot cut short by a killed vmsup
+// is finished by the guardian, so a later guest poweroff is never left
+// paused.
+func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (RebootResult, error) {
+	res := RebootResult{VM: name}
+	switch mode {
+	case RebootAuto, RebootAgent, RebootACPI:
+	default:
+		return res, vmErr(name, fmt.Errorf("reboot: unknown mode %q (want %q, %q or %q)", mode, RebootAuto, RebootAgent, RebootACPI))
+	}
+	lk, err := s.lock(ctx, name, "reboot")
+	if err != nil {
+		return res, err
+	}
+	defer lk.Unlock()
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return res, err
+	}
+	if mode != RebootACPI && s.agentReboot(ctx, name, c) {
+		release()
+		res.Via = "agent"
+		return res, nil
+	}
+	release()
+	if mode == RebootAgent {
+		return res, vmErr(name, errors.New("reboot: the guest agent does not answer"))
+	}
+	res.Via = "acpi"
+	timeout, _ := s.stopSettings(name)
+	op, err := s.beginOp(ctx, name, opReboot, nil)
+	if err != nil {
+		return res, vmErr(name, err)
+	}
+	stop := s.guard(ctx, name)
+	defer stop()
+	if err := s.acpiReboot(ctx, name, timeout, s.traced(op)); err != nil {
+		return res, vmErr(name, fmt.Errorf("reboot: %w", err))
+	}
+	return res, vmErr(name, op.End())
+}
+
+// Reboot steps (in the journal).
+const (
+	rebootPause   = "reboot-pause-on-poweroff"
+	rebootPressed = "reboot-powerdown"
+	rebootReset   = "reboot-reset"
+)
+
+// acpiReboot runs the steps of an ACPI reboot; finish does the same from any
+// of them, so it serves as the recovery too.
+func (s *Supervisor) acpiReboot(ctx context.Context, name string, timeout time.Duration, after func(vm, step string)) error {
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := c.SetAction(ctx, qmp.Actions{Shutdown: "pause"}); err != nil {
+		return err
+	}
+	after(name, rebootPause)
+	events, stopEvents := c.Subscribe(ctx)
+	defer stopEvents()
+	if err := c.SystemPowerdown(ctx); err != nil {
+		return errors.Join(err, restoreShutdown(ctx, c))
+	}
+	after(name, rebootPressed)
+	return s.finishReboot(ctx, c, events, timeout, after, name)
+}
+
+// finishReboot waits up to timeout for the guest to power off (QEMU then
+// pauses in state "shutdown"), resets and resumes it, and gives QEMU back
+// its poweroff action. A guest that ignores the button keeps running.
+func (s *Supervisor) finishReboot(ctx context.Context, c *qmp.Conn, events <-chan goqmp.Event, timeout time.Duration, after func(vm, step string), name string) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for down := false; !down; {
+		if qs, err := c.QueryStatus(ctx); err != nil {
+			return err
+		} else if qs.Status == "shutdown" {
+			break
+		}
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				events = nil // closed with the connection: poll the status
+			}
+			down = ev.Event == "SHUTDOWN"
+		case <-time.After(200 * time.Millisecond): // events may be missed across a recovery
+		case <-deadline.C:
+			return errors.Join(fmt.Errorf("the guest did not power off within %s; it runs on", timeout), restoreShutdown(ctx, c))
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), restoreShutdown(context.WithoutCancel(ctx), c))
+		}
+	}
+	if err := c.SystemReset(ctx); err != nil {
+		return err
+	}
+	after(name, rebootReset)
+	if err := c.Cont(ctx); err != nil {
+		return err
+	}
+	return restoreShutdown(ctx, c)
+}
+
+func restoreShutdown(ctx context.Context, c *qmp.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, quitTimeout)
+	defer cancel()
+	return c.SetAction(ctx, qmp.Actions{Shutdown: "poweroff"})
+}
+
+// recoverReboot finishes a reboot whose command died: the guest may be
+// shutting down, paused after its poweroff, or reset but not resumed.
+func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+	c, release, err := s.qmpSession(ctx, name)
+	if errors.Is(err, ErrNotRunning) {
+		return "QEMU is gone", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	if op.Has(rebootReset) {
+		if err := c.Cont(ctx); err != nil {
+			return "", err
+		}
+		return "resumed the reset guest", restoreShutdown(ctx, c)
+	}
+	if !op.Has(rebootPause) {
+		return "nothing was done", restoreShutdown(ctx, c)
+	}
+	if !op.Has(rebootPressed) {
+		if err := c.SystemPowerdown(ctx); err != nil {
+			return "", errors.Join(err, restoreShutdown(ctx, c))
+		}
+	}
+	timeout, _ := s.stopSettings(name)
+	events, stop := c.Subscribe(ctx)
+	defer stop()
+	if err := s.finishReboot(ctx, c, events, timeout, func(string, string) {}, name); err != nil {
+		return "", err
+	}
+	return "finished the reboot", nil
+}
+
+// agentReboot asks qemu-ga to reboot the guest; false if no agent answers.
+func (s *Supervisor) agentReboot(ctx context.Context, name string, c *qmp.Conn) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
+	defer cancel()
+	if !c.FrontendOpen(ctx, qemuargs.AgentChardevID) {
+		return false
+	}
+	a, done, err := s.agentSession(ctx, name)
+	if err != nil {
+		return false
+	}
+	defer done()
+	if a.Ping(ctx) != nil {
+		return false
+	}
+	return a.Shutdown(ctx, "reboot") == nil
+}
+
+// Reset is a hard reset (QMP system_reset): the guest restarts at once,
+// without shutting down; QEMU keeps running.
+func (s *Supervisor) Reset(ctx context.Context, name string) error {
+	lk, err := s.lock(ctx, name, "reset")
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := c.SystemReset(ctx); err != nil {
+		return vmErr(name, fmt.Errorf("reset: %w", err))
+	}
+	return nil
+}
+
+// Kill ends the VM's QEMU at once with SIGKILL: no shutdown, no flush of
+// QEMU's caches. The unit is gone when it returns.
+func (s *Supervisor) Kill(ctx context.Context, name string) (DownResult, error) {
+	if err := spec.ValidName(name); err != nil {
+		return DownResult{VM: name}, vmErr(name, err)
+	}
+	return s.DownWith(ctx, name, DownOptions{Kill: true})
+}

@@ -335,3 +335,14 @@ type Actions struct {
 func (c *Conn) SetAction(ctx context.Context, a Actions) error {
 	return c.Execute(ctx, "set-action", a, nil)
 }
+
+// HumanMonitorCommand runs an HMP command line and returns its output. Only
+// for what QMP lacks (hostfwd_add); HMP output is text meant for people.
+func (c *Conn) HumanMonitorCommand(ctx context.Context, cmdline string) (string, error) {
+	args := struct {
+		CommandLine string `json:"command-line"`
+	}{cmdline}
+	var out string
+	err := c.Execute(ctx, "human-monitor-command", args, &out)
+	return out, err
+}

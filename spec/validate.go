@@ -222,6 +222,25 @@ func (f *File) validateNICs() []error {
 	if len(errs) > 0 {
 		return errs // the cross-NIC checks below assume each NIC is sound
 	}
+	// One host port, one forward: QEMU would fail to bind the second.
+	ports := map[string]string{}
+	for i, n := range f.VM.NICs {
+		for k, fw := range n.Forwards {
+			proto, host, port := ForwardHost(fw)
+			if port == "0" {
+				continue // any free port
+			}
+			key, field := proto+" "+host+":"+port, fmt.Sprintf("nic[%d].forwards[%d]", i, k)
+			if prev, dup := ports[key]; dup {
+				errs = append(errs, f.Errorf(field, "host port %s/%s is already forwarded by %s", port, proto, prev))
+				continue
+			}
+			ports[key] = field
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
 	err := checkNetns(f.VM.NICs, func(i int, field, format string, args ...any) error {
 		return f.Errorf(fmt.Sprintf("nic[%d].%s", i, field), format, args...)
 	})
@@ -267,6 +286,18 @@ func ValidForward(s string) error {
 		return fmt.Errorf("invalid forward %q (want \"tcp:127.0.0.1:2222-:22\")", s)
 	}
 	return nil
+}
+
+// ForwardHost splits a valid forward ("tcp:127.0.0.1:2222-:22") into its
+// protocol, host address ("" for all) and host port.
+func ForwardHost(fw string) (proto, addr, port string) {
+	proto, rest, _ := strings.Cut(fw, ":")
+	host, _, _ := strings.Cut(rest, "-")
+	i := strings.LastIndexByte(host, ':')
+	if i < 0 {
+		return proto, "", host
+	}
+	return proto, host[:i], host[i+1:]
 }
 
 // ValidCPUModel checks a QEMU CPU model name ("host", "max", "EPYC-v4").

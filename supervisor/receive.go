@@ -376,6 +376,14 @@ func (d *incomingVM) commit() error {
 			return fmt.Errorf("hand over %s: %w", filepath.Base(pair[1]), err)
 		}
 	}
+	// The old QEMU is gone: its forwards' ports are free for this one.
+	// Before the record, so a recorded hand-over has them (settleLocal).
+	fctx, cancel := context.WithTimeout(context.Background(), quitTimeout)
+	_, err := addForwards(fctx, d.mon, &d.f.VM, false)
+	cancel()
+	if err != nil {
+		d.s.opts.Logger.Warn("local migration: host forwards not taken over", "vm", d.name, "err", err)
+	}
 	d.app.StartedAt = time.Now().UTC()
 	if d.unit != vmstate.UnitName(d.name) {
 		d.app.Unit = d.unit

@@ -156,7 +156,11 @@ func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateInt
 		if err := s.commitLocal(name, app, in.DestUnit, inDir); err != nil {
 			return "", err
 		}
-		return "the new QEMU runs the guest: the hand-over is finished", nil
+		note := "the new QEMU runs the guest: the hand-over is finished"
+		if fw := s.takeForwards(ctx, name); fw != "" {
+			note += "; " + fw
+		}
+		return note, nil
 	case !src.Gone():
 		s.removeUnit(ctx, sd, in.DestUnit)
 		if inDir != "" {
@@ -482,4 +486,20 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmst
 		}
 	}
 	return "the incoming QEMU had not taken over: it is torn down", nil
+}
+
+// takeForwards gives the VM's QEMU, new after a local migration, its user
+// NICs' host forwards (forwards.go); the note says what could not be added.
+func (s *Supervisor) takeForwards(ctx context.Context, name string) string {
+	_, vm, err := s.runningSpec(name)
+	if err != nil {
+		return "forwards: " + err.Error()
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return "forwards: " + err.Error()
+	}
+	defer release()
+	note, _ := addForwards(ctx, c, vm, true)
+	return note
 }

@@ -411,6 +411,9 @@ func (r *startRun) reuse(context.Context) error {
 
 func (r *startRun) makeArgv(context.Context) (err error) {
 	boot := bootFile(r.f, r.plan.carried)
+	if r.mode == StartIncomingLocal {
+		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
+	}
 	opts := r.plan.argvOpts
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {

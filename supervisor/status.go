@@ -39,16 +39,16 @@ type Status struct {
 	AccelReason string     `json:"accel_reason,omitempty"`
 	// CPUModel is the -cpu model the VM runs with; CPUMasks the features
 	// turned off because this host's KVM refuses the model otherwise.
-	CPUModel   string      `json:"cpu_model,omitempty"`
-	CPUMasks   []string    `json:"cpu_masks,omitempty"`
-	SpecFile   string      `json:"spec_file,omitempty"`
-	CPUs       int         `json:"cpus,omitempty"`
-	Memory     string      `json:"memory,omitempty"`
-	MemoryUsed uint64      `json:"memory_used_bytes,omitempty"` // the unit's cgroup
-	StateDir   string      `json:"state_dir"`
-	Console    string      `json:"console_socket"`
-	ConsoleLog string      `json:"console_log"`    // everything the guest printed on its serial console
-	Description string `json:"description"`
+	CPUModel    string   `json:"cpu_model,omitempty"`
+	CPUMasks    []string `json:"cpu_masks,omitempty"`
+	SpecFile    string   `json:"spec_file,omitempty"`
+	CPUs        int      `json:"cpus,omitempty"`
+	Memory      string   `json:"memory,omitempty"`
+	MemoryUsed  uint64   `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir    string   `json:"state_dir"`
+	Console     string   `json:"console_socket"`
+	ConsoleLog  string   `json:"console_log"` // everything the guest printed on its serial console
+	Description string   `json:"description"`
 	// Disks and NICs: boot-time and hot-plugged, NICs with the host side
 	// of their taps.
 	Disks []DiskInfo `json:"disks"`

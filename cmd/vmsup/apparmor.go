@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/spec"
@@ -22,8 +24,10 @@ func profileCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				_, err = cmd.OutOrStdout().Write(text)
-				return err
+				return g.out.object(struct {
+					Name    string `json:"name"`
+					Profile string `json:"profile"`
+				}{fs[0].VM.Name, string(text)}, func(w io.Writer) { w.Write(text) })
 			})
 		},
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -20,10 +21,14 @@ func argvCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				for _, a := range argv {
-					fmt.Fprintln(cmd.OutOrStdout(), a)
-				}
-				return nil
+				return g.out.object(struct {
+					Name string   `json:"name"`
+					Argv []string `json:"argv"`
+				}{fs[0].VM.Name, argv}, func(w io.Writer) {
+					for _, a := range argv {
+						fmt.Fprintln(w, a)
+					}
+				})
 			})
 		},
 	}

@@ -25,11 +25,12 @@ func autostartCmd(g *globals) *cobra.Command {
 					if r.Note != "" {
 						line += "; " + r.Note
 					}
-					fmt.Fprintln(cmd.OutOrStdout(), line)
+					g.out.action(actionJSON{Name: r.VM, File: r.File, Action: cmpOr(string(r.Action), "not-started"), Note: r.Note}, line)
 				}
-				if len(res) == 0 && err == nil {
+				if len(res) == 0 && err == nil && !g.json {
 					fmt.Fprintln(cmd.OutOrStdout(), "no VM is enabled for boot")
 				}
+				g.out.acting = true
 				return err
 			})
 		},

@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,12 +33,18 @@ func TestCLIBadInput(t *testing.T) {
 	unitsBefore := vmsupUnits(t)
 
 	k, i := env.Guest.Kernel, env.Guest.Initrd
+	held, err := net.Listen("tcp4", "127.0.0.1:0") // a host port something else holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	taken := held.Addr().(*net.TCPAddr).Port
 	cases := []struct {
 		name, file, body string
 		args             []string // default: up FILE
 		want             string
 	}{
-		{name: "unknown key", file: "a.toml", body: "name='a'\nmemory='256M'\ncolour='blue'\n", want: "a.toml:3:1: colour: unknown key"},
+		{name: "unknown key", file: "a.toml", body: "name='a'\nmemory='256M'\ncolour='blue'\n[boot]\nkernel='" + k + "'\n", want: "a.toml:3:1: colour: unknown key"},
 		{name: "wrong type", file: "b.toml", body: "name='b'\nmemory='256M'\ncpus='two'\n", want: "b.toml:3:6: cpus:"},
 		{name: "negative memory", file: "c.toml", body: "name='c'\nmemory='-1G'\n", want: "c.toml:2:8: memory: negative size"},
 		{name: "memory above host RAM", file: "d.toml", body: "name='d'\nmemory='64T'\n[boot]\nkernel='" + k + "'\n", want: "d.toml:2:1: memory: 64T is more than this host's RAM"},
@@ -53,7 +62,14 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "duplicate disk names", file: "p.toml", body: "name='p'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n[[disk]]\nname='d'\nfile='" + i + "'\n", want: "p.toml:9:1: disk[1].name: duplicate disk name"},
 		{name: "duplicate MAC", file: "q.toml", body: "name='q'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nmac='52:54:00:12:34:56'\n[[nic]]\nname='b'\nmac='52:54:00:12:34:56'\n", want: "q.toml:10:1: nic[1].mac: nic \"b\": duplicate MAC"},
 		{name: "bad duration", file: "r.toml", body: "name='r'\nmemory='256M'\nstop_timeout='forever'\n[boot]\nkernel='" + k + "'\n", want: "r.toml:3:14: stop_timeout: invalid duration"},
-		{name: "file does not exist", args: []string{"up", "/nonexistent/vm.toml"}, want: "/nonexistent/vm.toml: open /nonexistent/vm.toml: no such file or directory"},
+		{name: "file does not exist", args: []string{"up", "/nonexistent/vm.toml"}, want: "vmsup: /nonexistent/vm.toml: no such file or directory"},
+		{name: "bare number duration", file: "u2.toml", body: "name='u'\nmemory='256M'\nstop_timeout=30\n[boot]\nkernel='" + k + "'\n", want: `u2.toml:3:1: stop_timeout: a bare number has no unit: write "30s" for seconds`},
+		{name: "same forward twice", file: "v.toml", body: "name='v'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nforwards=['tcp:127.0.0.1:2222-:22']\n[[nic]]\nname='b'\nforwards=['tcp:127.0.0.1:2222-:80']\n",
+			want: "v.toml:10:1: nic[1].forwards[0]: host port 2222/tcp is already forwarded by nic[0].forwards[0]"},
+		{name: "forward port taken", file: "w2.toml", body: "name='w2'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nforwards=['tcp:127.0.0.1:" + fmt.Sprint(taken) + "-:22']\n",
+			args: []string{"validate", "@w2.toml"}, want: "w2.toml:7:1: nic[0].forwards[0]: host port " + fmt.Sprint(taken) + "/tcp can't be bound here: address already in use"},
+		{name: "did you mean", file: "x2.toml", body: "name='x2'\nmemry='256M'\n", args: []string{"validate", "@x2.toml"}, want: `x2.toml:2:1: memry: unknown key; did you mean "memory"?`},
+		{name: "pause of unknown VM", args: []string{"pause", "nosuch"}, want: `vm "nosuch": no such VM`},
 		{name: "duplicate names across files", file: "s.toml", body: guestTOML("keep", "cpus = 2"), args: []string{"up", good, "@s.toml"}, want: "s.toml:1:1: name: VM \"keep\" is also defined in " + good},
 		{name: "same name as running VM, broken", file: "t.toml", body: "name='keep'\nmemory='256M'\nbogus=1\n", want: "t.toml:3:1: bogus: unknown key"},
 		{name: "status of unknown VM", args: []string{"status", "nosuch"}, want: `vm "nosuch": no such VM`},
@@ -285,5 +301,35 @@ func TestCLIHost(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.QEMU.Version == "" || rec.KVM.Kind == "" {
 		t.Fatalf("vmsup host --json: %v: %s", err, r.stdout)
+	}
+}
+
+// TestCLIValidateAll: validate reports every file and every error of
+// each, in file order, and says how many files failed.
+func TestCLIValidateAll(t *testing.T) {
+	dir := t.TempDir()
+	k := env.Guest.Kernel
+	a := write(t, dir, "a.toml", "name='a'\nmemory='8M'\nmachine='pcx'\n[boot]\nkernel='"+k+"'\n")
+	b := write(t, dir, "b.toml", "name='b'\nmemory='256M'\n[boot]\nkernel='"+k+"'\n")
+	c := write(t, dir, "c.toml", "name='c'\nmemry='256M'\nkernel='/k'\n")
+	r := vmsup(t, t.TempDir(), "", "validate", a, b, c)
+	want := "vmsup: " + a + ":2:1: memory: 8M is below the minimum of 16M\n" +
+		"vmsup: " + a + ":3:1: machine: unknown machine \"pcx\" (want \"q35\" or \"pc\")\n" +
+		"vmsup: " + c + ":2:1: memry: unknown key; did you mean \"memory\"?\n" +
+		"vmsup: " + c + ":3:1: kernel: unknown key here; \"kernel\" belongs in [boot]\n" +
+		"vmsup: 2 of 3 files have errors\n"
+	if r.code != 1 || r.stderr != want || r.stdout != b+": ok (vm \"b\")\n" {
+		t.Fatalf("validate a b c: %+v\nwant stderr:\n%s", r, want)
+	}
+	// A relative path resolves against the file's directory, wherever vmsup runs.
+	write(t, dir, "rel.toml", "name='rel'\nmemory='256M'\n[boot]\nkernel='vmlinux'\n")
+	if err := os.Symlink(k, filepath.Join(dir, "vmlinux")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(vmsupBin, "validate", "rel.toml")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "VMSUP_ROOT="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "rel.toml: ok") {
+		t.Fatalf("validate rel.toml from its directory: %v\n%s", err, out)
 	}
 }

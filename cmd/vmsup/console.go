@@ -25,6 +25,9 @@ func consoleCmd(g *globals) *cobra.Command {
 			"Without a terminal, stdin is sent to the console until it ends, and console output is copied to stdout.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.json {
+				return usageError{fmt.Errorf("console is interactive: it has no --json form")}
+			}
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
 				dctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
 				conn, err := sup.DialConsole(dctx, name)

@@ -11,7 +11,6 @@ import (
 )
 
 func diskLsCmd(g *globals) *cobra.Command {
-	var asJSON bool
 	c := &cobra.Command{
 		Use:     "ls NAME|FILE",
 		Short:   "List a VM's disks (boot-time and hot-plugged)",
@@ -23,8 +22,8 @@ func diskLsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd, st.Disks)
+				if g.json {
+					return g.out.object(disksJSON(st.Disks), nil)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "DISK\tTYPE\tFORMAT\tMODE\tHOTPLUG\tSOURCE")
@@ -35,12 +34,10 @@ func diskLsCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 
 func nicLsCmd(g *globals) *cobra.Command {
-	var asJSON bool
 	c := &cobra.Command{
 		Use:     "ls NAME|FILE",
 		Short:   "List a VM's NICs with their MACs, taps, bridges and forwards",
@@ -52,8 +49,8 @@ func nicLsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd, st.NICs)
+				if g.json {
+					return g.out.object(nicsJSON(st.NICs), nil)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NIC\tTYPE\tMAC\tTAP\tBRIDGE\tHOTPLUG\tFORWARDS")
@@ -64,7 +61,6 @@ func nicLsCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 

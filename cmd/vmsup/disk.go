@@ -78,10 +78,13 @@ seed, iscsi, rbd) at top level.`,
 					return err
 				}
 				if res.Bus == "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s recorded (%s); the VM is shut off, its next up boots with it\n", res.VM, res.Disk, d.Type)
+					g.out.action(actionJSON{Name: res.VM, File: fileOf(args[0]), Action: "recorded", State: stateJSON(supervisor.StateShutOff),
+						Note: "disk " + res.Disk + ": the next up boots with it"},
+						fmt.Sprintf("%s: disk %s recorded (%s); the VM is shut off, its next up boots with it", res.VM, res.Disk, d.Type))
 					return nil
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s attached (%s on %s)\n", res.VM, res.Disk, d.Type, res.Bus)
+				g.out.action(actionJSON{Name: res.VM, File: fileOf(args[0]), Action: "attached", State: "running", Note: "disk " + res.Disk + " on " + res.Bus},
+					fmt.Sprintf("%s: disk %s attached (%s on %s)", res.VM, res.Disk, d.Type, res.Bus))
 				return nil
 			})
 		},
@@ -109,7 +112,7 @@ func diskDetachCmd(g *globals) *cobra.Command {
 				if err := sup.DetachDisk(cmd.Context(), vm, args[1]); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: disk %s detached\n", vm, args[1])
+				g.out.action(actionJSON{Name: vm, File: fileOf(args[0]), Action: "detached", Note: "disk " + args[1]}, fmt.Sprintf("%s: disk %s detached", vm, args[1]))
 				return nil
 			})
 		},

@@ -17,15 +17,15 @@ func downCmd(g *globals) *cobra.Command {
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				return eachVM(cmd, args, "down", func(a string) (string, error) {
+				return eachVM(g, cmd, args, "down", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {
-						return "", err
+						return actionJSON{}, "", err
 					}
 					oo := o
 					oo.Waiting = waitingPrinter(cmd.ErrOrStderr(), name)
 					r, err := sup.DownWith(cmd.Context(), name, oo)
-					return downLine(r), err
+					return downAction(r, a), downLine(r), err
 				})
 			})
 		},

@@ -28,12 +28,12 @@ them; nothing is marked if one is invalid. The VMs' own units stop gracefully
 					if r.Note != "" {
 						line += "; " + r.Note
 					}
-					fmt.Fprintln(cmd.OutOrStdout(), line)
+					g.out.action(actionJSON{Name: r.VM, File: r.File, Action: "enabled", Note: r.Note}, line)
 				}
 				if err != nil || !now {
 					return err
 				}
-				return printUp(cmd, sup, fs, false)
+				return printUp(g, cmd, sup, fs, false)
 			})
 		},
 	}
@@ -51,8 +51,8 @@ func disableCmd(g *globals) *cobra.Command {
 				if err := sup.Disable(cmd.Context(), names...); err != nil {
 					return err
 				}
-				for _, n := range names {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: disabled\n", n)
+				for i, n := range names {
+					g.out.action(actionJSON{Name: n, File: fileOf(args[i]), Action: "disabled"}, n+": disabled")
 				}
 				return nil
 			})

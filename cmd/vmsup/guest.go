@@ -35,6 +35,20 @@ func execCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if g.json {
+					g.out.object(struct {
+						Name      string `json:"name"`
+						ExitCode  int    `json:"exit_code"`
+						Signal    int    `json:"signal"`
+						Stdout    string `json:"stdout"`
+						Stderr    string `json:"stderr"`
+						Truncated bool   `json:"truncated"`
+					}{name, r.ExitCode, r.Signal, string(r.Stdout), string(r.Stderr), r.Truncated}, nil)
+					if r.ExitCode != 0 {
+						return exitError{r.ExitCode}
+					}
+					return nil
+				}
 				cmd.OutOrStdout().Write(r.Stdout)
 				cmd.ErrOrStderr().Write(r.Stderr)
 				if r.Truncated {
@@ -67,7 +81,7 @@ func cpCmd(g *globals) *cobra.Command {
 			}
 			if srcIn {
 				return g.withVM(srcVM, func(sup *supervisor.Supervisor, name string) error {
-					return copyOut(cmd, sup, name, srcPath, dstPath, o)
+					return copyOut(g, cmd, sup, name, srcPath, dstPath, o)
 				})
 			}
 			return g.withVM(dstVM, func(sup *supervisor.Supervisor, name string) error {
@@ -82,7 +96,7 @@ func cpCmd(g *globals) *cobra.Command {
 				}
 				n, err := sup.CopyToGuest(cmd.Context(), name, r, dstPath, o)
 				if err == nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s -> %s:%s: %d bytes\n", srcPath, name, dstPath, n)
+					copied(g, cmd, name, srcPath, name+":"+dstPath, n)
 				}
 				return err
 			})
@@ -95,8 +109,11 @@ func cpCmd(g *globals) *cobra.Command {
 
 // copyOut copies the guest's file to dst through a temporary file beside
 // it, renamed into place once complete: a failed copy leaves no half file.
-func copyOut(cmd *cobra.Command, sup *supervisor.Supervisor, name, src, dst string, o supervisor.CopyOptions) error {
+func copyOut(g *globals, cmd *cobra.Command, sup *supervisor.Supervisor, name, src, dst string, o supervisor.CopyOptions) error {
 	if dst == "-" {
+		if g.json {
+			return usageError{fmt.Errorf("cp: --json and a copy to stdout (-) do not mix")}
+		}
 		_, err := sup.CopyFromGuest(cmd.Context(), name, src, cmd.OutOrStdout(), o)
 		return err
 	}
@@ -118,8 +135,22 @@ func copyOut(cmd *cobra.Command, sup *supervisor.Supervisor, name, src, dst stri
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "%s:%s -> %s: %d bytes\n", name, src, dst, n)
+	copied(g, cmd, name, name+":"+src, dst, n)
 	return nil
+}
+
+// copied reports a finished copy: a line on stderr, or cp's JSON.
+func copied(g *globals, cmd *cobra.Command, name, src, dst string, n int64) {
+	if !g.json {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s -> %s: %d bytes\n", src, dst, n)
+		return
+	}
+	g.out.object(struct {
+		Name        string `json:"name"`
+		Source      string `json:"source"`
+		Destination string `json:"destination"`
+		Bytes       int64  `json:"bytes"`
+	}{name, src, dst, n}, nil)
 }
 
 // guestPath splits "NAME:PATH"; a local path has no colon before its first

@@ -13,7 +13,7 @@ import (
 )
 
 func hostCmd(g *globals) *cobra.Command {
-	var asJSON, refresh bool
+	var refresh bool
 	c := &cobra.Command{
 		Use:   "host",
 		Short: "Show what this host's QEMU and KVM can run (the host probe), with the reason for every no",
@@ -25,15 +25,14 @@ func hostCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd, c)
+				if g.json {
+					return g.out.object(c, nil) // the probe's record (internal/hostcaps), as cached
 				}
 				printHost(cmd.OutOrStdout(), c, time.Since(t0))
 				return nil
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print the whole record as JSON")
 	c.Flags().BoolVar(&refresh, "refresh", false, "probe again even if the cached record is still valid")
 	return c
 }

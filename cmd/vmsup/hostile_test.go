@@ -92,7 +92,7 @@ func TestCLIHostileInput(t *testing.T) {
 			t.Fatalf("disk attach of a FIFO: exit %d in %s: %q", r.code, took, r.stderr)
 		}
 		t.Logf("disk attach: %s in %s", strings.TrimSpace(r.stderr), took.Round(time.Millisecond))
-		if st := vmsup(t, root, "", "status", "att", "--json"); !strings.Contains(st.stdout, `"state": "running"`) || strings.Contains(st.stdout, "attached_disks") {
+		if st := vmsup(t, root, "", "status", "att", "--json"); !strings.Contains(st.stdout, `"state": "running"`) || strings.Contains(st.stdout, `"hotplugged": true`) {
 			t.Fatalf("the VM after the refused attach: %s", st.stdout)
 		}
 

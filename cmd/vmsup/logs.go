@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -13,9 +12,8 @@ import (
 
 func logsCmd(g *globals) *cobra.Command {
 	var (
-		o      supervisor.LogOptions
-		since  string
-		asJSON bool
+		o     supervisor.LogOptions
+		since string
 	)
 	c := &cobra.Command{
 		Use:   "logs NAME|FILE",
@@ -36,10 +34,14 @@ func logsCmd(g *globals) *cobra.Command {
 			}
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
 				out := cmd.OutOrStdout()
-				enc := json.NewEncoder(out)
 				return sup.Logs(cmd.Context(), name, o, func(l supervisor.LogLine) {
-					if asJSON {
-						enc.Encode(l)
+					if g.json {
+						g.out.line(struct {
+							Name   string     `json:"name"`
+							Time   *time.Time `json:"time"`
+							Source string     `json:"source"`
+							Text   string     `json:"text"`
+						}{name, timeOrNil(l.Time), l.Source, l.Text})
 						return
 					}
 					ts := strings.Repeat(" ", 23)
@@ -57,7 +59,6 @@ func logsCmd(g *globals) *cobra.Command {
 	}
 	c.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep showing new lines")
 	c.Flags().StringVar(&since, "since", "", "only lines since then: a duration back (\"10m\") or a time (RFC 3339)")
-	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: time, source, text")
 	return c
 }
 
@@ -70,4 +71,11 @@ func parseSince(s string) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("--since %q: want a duration (\"10m\") or an RFC 3339 time", s)
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -11,7 +11,6 @@ import (
 )
 
 func lsCmd(g *globals) *cobra.Command {
-	var asJSON bool
 	c := &cobra.Command{
 		Use:   "ls",
 		Short: "List VMs with their state",
@@ -22,8 +21,12 @@ func lsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd, sts)
+				if g.json {
+					out := []statusJSON{}
+					for _, s := range sts {
+						out = append(out, toStatusJSON(s))
+					}
+					return g.out.object(out, nil)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tSTATE\tIPV4\tCPUS\tMEMORY\tUPTIME\tPORTS\tBOOT\tPID")
@@ -46,7 +49,6 @@ func lsCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 

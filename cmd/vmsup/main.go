@@ -5,13 +5,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +32,8 @@ type globals struct {
 	unitDir, bootTarget      string
 	runDir                   string
 	hostCache                string
+	json                     bool
+	out                      *output
 }
 
 func main() {
@@ -61,11 +63,12 @@ func run(args []string) int {
 		printVersion(os.Stdout, envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"))
 		return 0
 	}
-	root := newRoot()
+	root, g := newRoot()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return 0
+	g.out.json = g.out.json || slices.Contains(args, "--json") // a flag error comes before parsing
+	if g.out.finish(err) || err == nil {
+		return exitCode(err)
 	}
 	var ee exitError
 	if errors.As(err, &ee) {
@@ -85,6 +88,13 @@ const (
 )
 
 func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
 	var ue usageError
 	var be *supervisor.BusyError
 	switch {
@@ -112,8 +122,9 @@ func envOr(k, d string) string {
 	return d
 }
 
-func newRoot() *cobra.Command {
+func newRoot() (*cobra.Command, *globals) {
 	g := &globals{}
+	g.out = &output{w: os.Stdout}
 	root := &cobra.Command{
 		Use:   "vmsup",
 		Short: "Run QEMU VMs from TOML files as systemd units, controlled over QMP",
@@ -139,6 +150,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.runDir, "run-dir", envOr("VMSUP_RUN_DIR", "/run/vmsup"), "per-boot state: which VMs autostart already started (env VMSUP_RUN_DIR)")
 	pf.StringVar(&g.hostCache, "host-cache", os.Getenv("VMSUP_HOST_CACHE"), "where the host probe's record is kept; default ROOT/cache/hostcaps.json (env VMSUP_HOST_CACHE)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what vmsup does to stderr")
+	pf.BoolVar(&g.json, "json", false, "print one JSON document (keys in docs/cli-json.md), errors too")
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), stopHookCmd(g), profileCmd(g),
@@ -150,7 +162,12 @@ func newRoot() *cobra.Command {
 	usageArgs(root)
 	completions(g, root)
 	root.SetUsageTemplate(usageTemplate)
-	return root
+	root.InitDefaultCompletionCmd()
+	addExamples(root)
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		g.out.json, g.out.w = g.json, cmd.OutOrStdout()
+	}
+	return root, g
 }
 
 // usageArgs makes a wrong argument count a usage error (exit 2), like a bad flag.
@@ -259,12 +276,6 @@ func vmName(arg string) (string, error) {
 		return "", fmt.Errorf("vm %q: %w", arg, err)
 	}
 	return arg, nil
-}
-
-func printJSON(cmd *cobra.Command, v any) error {
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // usageTemplate is cobra's, with the global flags listed only in the root

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +20,6 @@ func migrateCmd(g *globals) *cobra.Command {
 		transport string
 		bandwidth string
 		cancel    bool
-		asJSON    bool
 	)
 	c := &cobra.Command{
 		Use:   "migrate NAME (--to HOST | --local) | migrate --cancel NAME",
@@ -41,7 +39,7 @@ Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
 					if err := sup.CancelMigration(cmd.Context(), name); err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: migration cancelled\n", name)
+					g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "cancelled", Note: "migration cancelled"}, name+": migration cancelled")
 					return nil
 				}
 				if (o.To == "") == !o.Local {
@@ -58,14 +56,14 @@ Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
 					o.Bandwidth = int64(bw)
 				}
 				out := cmd.OutOrStdout()
-				o.Progress = progressPrinter(out, asJSON)
+				o.Progress = progressPrinter(g, name, out)
 				res, err := sup.Migrate(cmd.Context(), name, o)
-				if asJSON {
-					ev := map[string]any{"event": "done", "result": res}
+				if g.json {
+					ev := migrateEvent{Name: name, Event: "done", Result: &res}
 					if err != nil {
-						ev = map[string]any{"event": "failed", "error": err.Error()}
+						ev = migrateEvent{Name: name, Event: "failed", Error: toErrorJSON(err)}
 					}
-					_ = json.NewEncoder(out).Encode(ev)
+					g.out.line(ev)
 					return err
 				}
 				if isTerminal(out) {
@@ -94,7 +92,6 @@ Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
 	f.DurationVar(&o.Timeout, "timeout", 0, "cancel when the stream has not completed by then (default 10m)")
 	f.DurationVar(&o.StallTimeout, "stall-timeout", 0, "cancel when nothing was transferred for this long (default 30s)")
 	f.BoolVar(&cancel, "cancel", false, "cancel the VM's migration in progress")
-	f.BoolVar(&asJSON, "json", false, "print progress and the result as JSON lines")
 	return c
 }
 
@@ -105,12 +102,11 @@ func isTerminal(w io.Writer) bool {
 
 // progressPrinter renders progress as JSON lines, a bar redrawn in place
 // on a terminal, or one plain line per report otherwise.
-func progressPrinter(out io.Writer, asJSON bool) func(supervisor.MigrationProgress) {
-	enc := json.NewEncoder(out)
+func progressPrinter(g *globals, name string, out io.Writer) func(supervisor.MigrationProgress) {
 	tty := isTerminal(out)
 	return func(p supervisor.MigrationProgress) {
-		if asJSON {
-			_ = enc.Encode(map[string]any{"event": "progress", "progress": p})
+		if g.json {
+			g.out.line(migrateEvent{Name: name, Event: "progress", Progress: &p})
 			return
 		}
 		done := 0.0
@@ -138,4 +134,14 @@ func humanBytes(b float64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %s", b, units[i])
+}
+
+// migrateEvent is one line of migrate --json: progress reports, then done
+// (with the result) or failed (with the error).
+type migrateEvent struct {
+	Name     string                        `json:"name"`
+	Event    string                        `json:"event"` // progress, done, failed
+	Progress *supervisor.MigrationProgress `json:"progress"`
+	Result   *supervisor.MigrateResult     `json:"result"`
+	Error    *errorJSON                    `json:"error"`
 }

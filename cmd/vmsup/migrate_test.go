@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +22,10 @@ import (
 // and bad invocations give one line and exit 2.
 func TestCLIMigrate(t *testing.T) {
 	root := t.TempDir()
-	spec := write(t, t.TempDir(), "cm.toml", guestTOML("cm", ""))
+	// A user NIC with a host forward: the new QEMU takes its port over
+	// once the old one quit (it failed to start before: port in use).
+	port := freePort(t)
+	spec := write(t, t.TempDir(), "cm.toml", guestTOML("cm", fmt.Sprintf("[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:%d-:22\"]\n", port)))
 	if r := vmsup(t, root, "", "up", spec); r.code != 0 {
 		t.Fatalf("up: %+v", r)
 	}
@@ -56,6 +61,15 @@ func TestCLIMigrate(t *testing.T) {
 	st := vmsup(t, root, "", "status", "cm", "--json")
 	if !strings.Contains(st.stdout, `"unit": "vmsup-cm@migrated.service"`) || !strings.Contains(st.stdout, `"state": "running"`) {
 		t.Fatalf("status after migrate: %s", st.stdout)
+	}
+	r = vmsup(t, root, "", "qmp", "cm", `{"execute":"human-monitor-command","arguments":{"command-line":"info usernet"}}`)
+	if r.code != 0 || !strings.Contains(r.stdout, "HOST_FORWARD") || !strings.Contains(r.stdout, fmt.Sprint(port)) {
+		t.Fatalf("the new QEMU lacks the forward: %+v", r)
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second); err != nil {
+		t.Fatalf("forwarded port after migrate: %v", err)
+	} else {
+		c.Close()
 	}
 
 	// A throttled migration, cancelled from another process.
@@ -127,4 +141,15 @@ func TestCLIMigrate(t *testing.T) {
 			t.Fatalf("a journal is left after %v", sig)
 		}
 	}
+}
+
+// freePort is a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

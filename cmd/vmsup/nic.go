@@ -33,11 +33,12 @@ func nicAttachCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: nic %s attached (type %s, mac %s", name, got.Name, got.Type, got.MAC)
+				line := fmt.Sprintf("%s: nic %s attached (type %s, mac %s", name, got.Name, got.Type, got.MAC)
 				if got.Tap != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), ", tap %s", got.Tap)
+					line += ", tap " + got.Tap
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), ")")
+				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "attached", State: "running",
+					Note: fmt.Sprintf("nic %s: type %s, mac %s, tap %s", got.Name, got.Type, got.MAC, dash(got.Tap))}, line+")")
 				return nil
 			})
 		},
@@ -66,7 +67,7 @@ func nicDetachCmd(g *globals) *cobra.Command {
 				if err := sup.DetachNIC(cmd.Context(), name, args[1]); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: nic %s detached\n", name, args[1])
+				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "detached", State: "running", Note: "nic " + args[1]}, fmt.Sprintf("%s: nic %s detached", name, args[1]))
 				return nil
 			})
 		},

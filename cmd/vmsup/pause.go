@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/supervisor"
@@ -28,7 +26,8 @@ func stateCmd(g *globals, op, short string) *cobra.Command {
 					err = sup.Resume(cmd.Context(), name)
 				}
 				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", name, map[string]string{"pause": "paused", "resume": "running"}[op])
+					state := map[string]string{"pause": "paused", "resume": "running"}[op]
+					g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: state, State: state}, name+": "+state)
 				}
 				return err
 			})

@@ -9,7 +9,6 @@ import (
 )
 
 func pingCmd(g *globals) *cobra.Command {
-	var asJSON bool
 	c := &cobra.Command{
 		Use:   "ping NAME",
 		Short: "Ping the guest agent (qemu-ga) in the VM; exits 1 when it does not answer",
@@ -20,8 +19,8 @@ func pingCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					if err := printJSON(cmd, a); err != nil {
+				if g.json {
+					if err := g.out.object(toAgentJSON(name, a), nil); err != nil {
 						return err
 					}
 				} else if a.Responding {
@@ -34,6 +33,5 @@ func pingCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }

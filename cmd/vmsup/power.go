@@ -32,13 +32,14 @@ func restartCmd(g *globals) *cobra.Command {
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				return eachVM(cmd, args, "restart", func(a string) (string, error) {
+				return eachVM(g, cmd, args, "restart", func(a string) (actionJSON, string, error) {
 					f, err := fileOrApplied(sup, a)
 					if err != nil {
-						return "", err
+						return actionJSON{}, "", err
 					}
 					r, err := sup.Restart(cmd.Context(), f)
-					return fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel), err
+					act := actionJSON{Name: f.VM.Name, File: fileOf(a), Action: string(r.Action), State: stateJSON(r.State), Note: r.Note}
+					return act, fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel), err
 				})
 			})
 		},
@@ -48,19 +49,20 @@ func restartCmd(g *globals) *cobra.Command {
 func rebootCmd(g *globals) *cobra.Command {
 	var mode string
 	c := &cobra.Command{
-		Use:   "reboot NAME|FILE...",
-		Short: "Ask guests to reboot (guest agent, else ACPI); QEMU keeps running",
+		Use:     "reboot NAME|FILE...",
+		Short:   "Ask guests to reboot (guest agent, else ACPI); QEMU keeps running",
 		Example: "  vmsup reboot web\n  vmsup reboot --mode acpi web",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				return eachVM(cmd, args, "reboot", func(a string) (string, error) {
+				return eachVM(g, cmd, args, "reboot", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {
-						return "", err
+						return actionJSON{}, "", err
 					}
 					r, err := sup.Reboot(cmd.Context(), name, supervisor.RebootMode(mode))
-					return fmt.Sprintf("%s: rebooted (%s)", name, r.Via), err
+					act := actionJSON{Name: name, File: fileOf(a), Action: "rebooted", State: "running", Note: "by " + r.Via}
+					return act, fmt.Sprintf("%s: rebooted (%s)", name, r.Via), err
 				})
 			})
 		},
@@ -77,12 +79,13 @@ func resetCmd(g *globals) *cobra.Command {
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				return eachVM(cmd, args, "reset", func(a string) (string, error) {
+				return eachVM(g, cmd, args, "reset", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {
-						return "", err
+						return actionJSON{}, "", err
 					}
-					return name + ": reset", sup.Reset(cmd.Context(), name)
+					act := actionJSON{Name: name, File: fileOf(a), Action: "reset", State: "running"}
+					return act, name + ": reset", sup.Reset(cmd.Context(), name)
 				})
 			})
 		},
@@ -98,35 +101,42 @@ func killCmd(g *globals) *cobra.Command {
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				return eachVM(cmd, args, "kill", func(a string) (string, error) {
+				return eachVM(g, cmd, args, "kill", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {
-						return "", err
+						return actionJSON{}, "", err
 					}
 					r, err := sup.Kill(cmd.Context(), name)
-					return downLine(r), err
+					return downAction(r, a), downLine(r), err
 				})
 			})
 		},
 	}
 }
 
-// eachVM runs fn for each argument, printing its line; a failure does not
-// stop the others, and the command fails if any did.
-func eachVM(cmd *cobra.Command, args []string, verb string, fn func(arg string) (string, error)) error {
+// eachVM runs fn for each argument, reporting its action; a failure does
+// not stop the others, and the command fails if any did.
+func eachVM(g *globals, cmd *cobra.Command, args []string, verb string, fn func(arg string) (actionJSON, string, error)) error {
 	failed := 0
 	var last error
 	for _, a := range args {
-		line, err := fn(a)
+		act, line, err := fn(a)
 		if err != nil {
 			failed++
 			last = err
-			if len(args) > 1 {
+			if act.Name == "" && !isFileArg(a) {
+				act.Name = a
+			}
+			if isFileArg(a) && act.File == "" {
+				act.File = a
+			}
+			act.Error = toErrorJSON(err)
+			if len(args) > 1 && !g.json {
 				printErr(cmd.ErrOrStderr(), err)
 			}
-			continue
+			line = ""
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), line)
+		g.out.action(act, line)
 	}
 	switch {
 	case failed == 0:
@@ -150,6 +160,19 @@ func downLine(r supervisor.DownResult) string {
 		msg += "; " + r.Note
 	}
 	return fmt.Sprintf("%s: %s (%s)", r.VM, msg, r.Duration.Round(time.Millisecond))
+}
+
+// downAction is down's and kill's report in JSON.
+func downAction(r supervisor.DownResult, arg string) actionJSON {
+	return actionJSON{Name: r.VM, File: fileOf(arg), Action: string(r.Step), State: stateJSON(supervisor.StateShutOff), Note: r.Note}
+}
+
+// fileOf is arg if it names a file, else "".
+func fileOf(arg string) string {
+	if isFileArg(arg) {
+		return arg
+	}
+	return ""
 }
 
 // waitingPrinter tells the user what down is waiting for: after a second,

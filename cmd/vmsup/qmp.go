@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -17,9 +18,17 @@ func qmpCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
 				reply, err := sup.QMP(cmd.Context(), name, []byte(args[1]), unsafe)
-				if len(reply) > 0 {
-					fmt.Fprintln(cmd.OutOrStdout(), string(reply))
+				if len(reply) == 0 {
+					return err
 				}
+				if g.json {
+					g.out.object(struct {
+						Name  string          `json:"name"`
+						Reply json.RawMessage `json:"reply"`
+					}{name, reply}, nil)
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), string(reply))
 				return err
 			})
 		},

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/supervisor"
@@ -15,11 +13,11 @@ func rmCmd(g *globals) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVMs(args, func(sup *supervisor.Supervisor, names []string) error {
-				for _, n := range names {
+				for i, n := range names {
 					if err := sup.Remove(cmd.Context(), n); err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: removed (its disk images are kept)\n", n)
+					g.out.action(actionJSON{Name: n, File: fileOf(args[i]), Action: "removed", Note: "its disk images are kept"}, n+": removed (its disk images are kept)")
 				}
 				return nil
 			})

@@ -13,7 +13,6 @@ func setCmd(g *globals) *cobra.Command {
 	var (
 		cpus, quota, weight int
 		memory              string
-		asJSON              bool
 	)
 	c := &cobra.Command{
 		Use:   "set NAME [--cpus N] [--memory SIZE] [--cpu-quota PCT] [--cpu-weight N]",
@@ -47,8 +46,8 @@ its configuration, so edit it to keep them at the next up.`,
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd, r)
+				if g.json {
+					return g.out.object(resizeJSON{Name: r.VM, CPUs: r.CPUs, MaxCPUs: r.MaxCPUs, Memory: r.Memory.String(), MaxMemory: r.MaxMemory.String(), Note: r.Note}, nil)
 				}
 				line := fmt.Sprintf("%s: %d vCPUs (max %d), memory %s (max %s)", r.VM, r.CPUs, r.MaxCPUs, r.Memory, r.MaxMemory)
 				if r.Note != "" {
@@ -64,6 +63,5 @@ its configuration, so edit it to keep them at the next up.`,
 	f.StringVar(&memory, "memory", "", "guest memory, e.g. 768M (DIMMs added or hot-plugged ones removed)")
 	f.IntVar(&quota, "cpu-quota", 0, "CPU quota in percent of one CPU (0 = none)")
 	f.IntVar(&weight, "cpu-weight", 0, "CPU weight, 1-10000")
-	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }

@@ -13,7 +13,6 @@ import (
 )
 
 func statusCmd(g *globals) *cobra.Command {
-	var asJSON bool
 	c := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a VM's state from systemd and QMP",
@@ -24,8 +23,8 @@ func statusCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd, s)
+				if g.json {
+					return g.out.object(toStatusJSON(s), nil)
 				}
 				out := cmd.OutOrStdout()
 				state := string(s.State)
@@ -76,7 +75,6 @@ func statusCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 

@@ -35,7 +35,7 @@ func upCmd(g *globals) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
-				return printUp(cmd, sup, fs, restart)
+				return printUp(g, cmd, sup, fs, restart)
 			})
 		},
 	}
@@ -45,7 +45,7 @@ func upCmd(g *globals) *cobra.Command {
 
 // printUp runs Up and prints a line per VM; with restart, running VMs whose
 // spec changed are restarted with it.
-func printUp(cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, restart bool) error {
+func printUp(g *globals, cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, restart bool) error {
 	res, err := sup.Up(cmd.Context(), fs...)
 	for _, r := range res {
 		if r.Action == supervisor.Changed && restart && r.State == supervisor.StateRunning {
@@ -65,7 +65,11 @@ func printUp(cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, re
 		if r.Note != "" {
 			line += "; " + r.Note
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), line)
+		file := ""
+		if i := slices.IndexFunc(fs, func(f *spec.File) bool { return f.VM.Name == r.VM }); i >= 0 {
+			file = fs[i].Path
+		}
+		g.out.action(actionJSON{Name: r.VM, File: file, Action: string(r.Action), State: stateJSON(r.State), Note: r.Note}, line)
 	}
 	return err
 }

@@ -35,10 +35,17 @@ func validateCmd(g *globals) *cobra.Command {
 					}
 					if err != nil {
 						bad++
-						printErr(cmd.ErrOrStderr(), err)
+						if !g.json {
+							printErr(cmd.ErrOrStderr(), err)
+						}
+						name := ""
+						if f != nil {
+							name = f.VM.Name
+						}
+						g.out.action(actionJSON{Name: name, File: p, Action: "invalid", Error: toErrorJSON(err)}, "")
 						continue
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (vm %q)\n", f.Path, f.VM.Name)
+					g.out.action(actionJSON{Name: f.VM.Name, File: p, Action: "valid"}, fmt.Sprintf("%s: ok (vm %q)", f.Path, f.VM.Name))
 				}
 				if bad > 0 {
 					return fmt.Errorf("%d of %d files have errors", bad, len(args))

@@ -95,7 +95,7 @@ func TestCLIVerbs(t *testing.T) {
 	if r := vmsup(t, root, "", "kill", "verbs"); r.code != 0 || !strings.Contains(r.stdout, "verbs: QEMU killed") {
 		t.Fatalf("kill: %+v", r)
 	}
-	if st := cliStatus(t, root, "verbs"); st.State != "shut off" {
+	if st := cliStatus(t, root, "verbs"); st.State != "shut-off" {
 		t.Fatalf("after kill: %s", st.State)
 	}
 	// The verbs on what is not there: documented exit codes.
@@ -113,7 +113,7 @@ func TestCLIVerbs(t *testing.T) {
 
 type cliSt struct {
 	State      string
-	MainPID    uint32 `json:"main_pid"`
+	MainPID    uint32 `json:"pid"`
 	ConsoleLog string `json:"console_log"`
 }
 

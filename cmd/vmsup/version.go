@@ -44,17 +44,28 @@ func version() string {
 // printVersion writes vmsup's version and those of the QEMU and systemd it
 // uses (their first lines of --version).
 func printVersion(w io.Writer, qemu string) {
-	fmt.Fprintf(w, "vmsup %s\n", version())
-	for _, c := range [][]string{{qemu, "--version"}, {"systemctl", "--version"}} {
+	v := versions(qemu)
+	fmt.Fprintf(w, "vmsup %s\n%s\n%s\n", v.Vmsup, v.QEMU, v.Systemd)
+}
+
+type versionJSON struct {
+	Vmsup   string `json:"vmsup"`
+	QEMU    string `json:"qemu"`
+	Systemd string `json:"systemd"`
+}
+
+func versions(qemu string) versionJSON {
+	first := func(c ...string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		out, err := exec.CommandContext(ctx, c[0], c[1:]...).Output()
-		cancel()
-		line, _, _ := strings.Cut(string(out), "\n")
 		if err != nil {
-			line = c[0] + ": " + err.Error()
+			return c[0] + ": " + err.Error()
 		}
-		fmt.Fprintln(w, strings.TrimSpace(line))
+		line, _, _ := strings.Cut(string(out), "\n")
+		return strings.TrimSpace(line)
 	}
+	return versionJSON{Vmsup: version(), QEMU: first(qemu, "--version"), Systemd: first("systemctl", "--version")}
 }
 
 func versionCmd(g *globals) *cobra.Command {
@@ -63,8 +74,8 @@ func versionCmd(g *globals) *cobra.Command {
 		Short: "Print vmsup's version and those of the QEMU and systemd it uses",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			printVersion(cmd.OutOrStdout(), g.qemu)
-			return nil
+			v := versions(g.qemu)
+			return g.out.object(v, func(w io.Writer) { fmt.Fprintf(w, "vmsup %s\n%s\n%s\n", v.Vmsup, v.QEMU, v.Systemd) })
 		},
 	}
 }

@@ -54,10 +54,10 @@ type Options struct {
 
 // Result reports a completed migration.
 type Result struct {
-	VM          string        `json:"vm"`
+	VM          string        `json:"name"`
 	To          string        `json:"to"`
-	Unit        string        `json:"unit,omitempty"` // the unit now running it (local)
-	Postcopy    bool          `json:"postcopy,omitempty"`
+	Unit        string        `json:"unit"` // the unit now running it (local)
+	Postcopy    bool          `json:"postcopy"`
 	TotalTime   time.Duration `json:"total_time_ns"` // QEMU's total-time
 	Downtime    time.Duration `json:"downtime_ns"`   // QEMU's downtime
 	SetupTime   time.Duration `json:"setup_time_ns"`
@@ -71,7 +71,7 @@ type Result struct {
 	// StopAndCopy: the guest's vCPUs were stopped for the whole copy (a TCG
 	// guest: QEMU 7.2's TCG loses writes racing a live copy), so it was paused for about TotalTime, not
 	// only Downtime.
-	StopAndCopy bool `json:"stop_and_copy,omitempty"`
+	StopAndCopy bool `json:"stop_and_copy"`
 }
 
 // WithDefaults fills the zero fields with their defaults.

@@ -1,0 +1,37 @@
+package main
+
+import "github.com/spf13/cobra"
+
+// examples are the commands' help examples, kept together so they read as
+// one tour of the CLI.
+var examples = map[string]string{
+	"up":               "  vmsup up web.toml db.toml\n  vmsup up --restart-changed web.toml   # apply an edited file by a restart",
+	"ls":               "  vmsup ls\n  vmsup ls --json",
+	"status":           "  vmsup status web\n  vmsup status --json web.toml",
+	"pause":            "  vmsup pause web",
+	"resume":           "  vmsup resume web",
+	"console":          "  vmsup console web          # Ctrl-] to leave",
+	"argv":             "  vmsup argv web.toml        # the QEMU command line, one argument per line",
+	"qmp":              "  vmsup qmp web '{\"execute\":\"query-status\"}'",
+	"apparmor-profile": "  vmsup apparmor-profile web.toml",
+	"enable":           "  vmsup enable --now web.toml",
+	"disable":          "  vmsup disable web",
+	"autostart":        "  vmsup autostart            # what the boot unit runs",
+	"host":             "  vmsup host\n  vmsup host --json --refresh",
+	"migrate":          "  vmsup migrate --local web\n  vmsup migrate --to host-b web",
+	"ping":             "  vmsup ping web",
+	"rm":               "  vmsup rm web               # a shut-off VM's state and records",
+	"set":              "  vmsup set web --cpus 4 --memory 2G\n  vmsup set web --cpu-quota 150",
+	"disk":             "  vmsup disk attach web --file /srv/data.qcow2\n  vmsup disk ls web\n  vmsup disk detach web data",
+	"nic":              "  vmsup nic attach web lan1 --type bridge --bridge br0\n  vmsup nic ls web\n  vmsup nic detach web lan1",
+	"version":          "  vmsup version\n  vmsup --version",
+	"completion":       "  source <(vmsup completion bash)",
+}
+
+func addExamples(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		if ex, ok := examples[c.Name()]; ok && c.Example == "" {
+			c.Example = ex
+		}
+	}
+}

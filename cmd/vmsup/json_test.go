@@ -1,0 +1,244 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// TestCLIJSON walks every command of the CLI with --json on a real guest
+// and checks what it prints against docs/cli-json.schema.json (every key
+// present, no other), errors included. A command the walk misses fails it.
+func TestCLIJSON(t *testing.T) {
+	var schema struct {
+		Commands map[string]map[string]any `json:"commands"`
+		Defs     map[string]map[string]any `json:"$defs"`
+	}
+	b, err := os.ReadFile("../../docs/cli-json.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	root, dir := t.TempDir(), t.TempDir()
+	file := write(t, dir, "js.toml", strings.Replace(guestTOML("js", "[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"),
+		`cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 vmsup.dhcp"`, 1))
+	covered := map[string]bool{}
+	check := func(key string, wantCode int, args ...string) string {
+		t.Helper()
+		r := vmsup(t, root, "", append([]string{"--json"}, args...)...)
+		if wantCode >= 0 && r.code != wantCode {
+			t.Fatalf("%v: exit %d, want %d: %+v", args, r.code, wantCode, r)
+		}
+		def, ok := schema.Commands[key]
+		if !ok {
+			t.Fatalf("no schema for %q", key)
+		}
+		docs := []string{r.stdout}
+		if def["lines"] == true {
+			docs = strings.Split(strings.TrimSpace(r.stdout), "\n")
+		}
+		for _, d := range docs {
+			var v any
+			if err := json.Unmarshal([]byte(d), &v); err != nil {
+				t.Fatalf("%v: not JSON (%v):\n%s\nstderr: %s", args, err, r.stdout, r.stderr)
+			}
+			if err := validate(v, def, schema.Defs, key); err != nil {
+				t.Errorf("%v: %v\n%s", args, err, d)
+			}
+		}
+		if r.code != 0 && key != "error" && !strings.Contains(r.stdout, `"error": {`) {
+			t.Errorf("%v failed without a JSON error: %+v", args, r)
+		}
+		if key != "error" {
+			covered[key] = true
+		} else {
+			covered[strings.Join(cmdPath(args), " ")] = true
+		}
+		return r.stdout
+	}
+
+	check("validate", 0, "validate", file)
+	check("argv", 0, "argv", file)
+	check("apparmor-profile", 0, "apparmor-profile", file)
+	check("host", 0, "host")
+	check("version", 0, "version")
+	check("up", 0, "up", file)
+	defer vmsup(t, root, "", "kill", "js")
+	waitAgent(t, root, "js")
+	check("status", 0, "status", "js")
+	check("ls", 0, "ls")
+	check("disk ls", 0, "disk", "ls", "js")
+	check("nic ls", 0, "nic", "ls", "js")
+	check("ping", 0, "ping", "js")
+	check("exec", 3, "exec", "js", "--", "/bin/sh", "-c", "echo hi; exit 3")
+	src := write(t, dir, "f.txt", "hello\n")
+	check("cp", 0, "cp", src, "js:/tmp/f.txt")
+	check("cp", 0, "cp", "js:/tmp/f.txt", filepath.Join(dir, "g.txt"))
+	check("logs", 0, "logs", "js")
+	check("set", 0, "set", "js", "--cpu-weight", "50")
+	check("qmp", 0, "qmp", "js", `{"execute":"query-status"}`)
+	check("pause", 0, "pause", "js")
+	check("resume", 0, "resume", "js")
+	check("reset", 0, "reset", "js")
+	waitAgent(t, root, "js")
+	check("reboot", 0, "reboot", "js")
+	check("disk attach", 0, "disk", "attach", "js", "--file", filepath.Join(dir, "hot.qcow2"), "--size", "16M")
+	check("disk detach", 0, "disk", "detach", "js", "hot")
+	check("nic attach", 0, "nic", "attach", "js", "n2")
+	check("nic detach", 0, "nic", "detach", "js", "n2")
+	check("migrate", 0, "migrate", "js", "--local")
+	check("enable", 0, "enable", file)
+	check("autostart", 0, "autostart")
+	check("disable", 0, "disable", "js")
+	check("restart", 0, "restart", "js")
+	check("down", 0, "down", "js")
+	check("kill", 0, "kill", "js")
+	check("rm", 0, "rm", "js")
+	// Errors, as JSON objects.
+	if out := check("error", 3, "status", "nosuch"); !strings.Contains(out, `"kind": "not-found"`) {
+		t.Errorf("status nosuch: %s", out)
+	}
+	check("error", 2, "console", "js")
+	check("error", 1, "up", filepath.Join(dir, "none.toml"))
+	check("error", 2, "bogus-command")
+
+	// Every command of the tree was walked.
+	var missing []string
+	var walk func(c *cobra.Command, prefix string)
+	walk = func(c *cobra.Command, prefix string) {
+		for _, sub := range c.Commands() {
+			if !sub.IsAvailableCommand() || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			p := strings.TrimSpace(prefix + " " + sub.Name())
+			if sub.HasAvailableSubCommands() {
+				walk(sub, p)
+				continue
+			}
+			if !covered[p] {
+				missing = append(missing, p)
+			}
+		}
+	}
+	cmd, _ := newRoot()
+	walk(cmd, "")
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("commands the JSON walk does not cover (add them, and their schema): %v", missing)
+	}
+}
+
+// cmdPath is the command words of args (before the first argument that
+// is not a known subcommand).
+func cmdPath(args []string) []string {
+	root, _ := newRoot()
+	c, _, err := root.Find(args)
+	if err != nil || c == root {
+		return args[:1]
+	}
+	return strings.Fields(strings.TrimPrefix(c.CommandPath(), "vmsup "))
+}
+
+// validate checks v against the schema subset docs/cli-json.schema.json uses:
+// $ref, type (with null), enum, properties (all required; additionalProperties
+// false: no others), items.
+func validate(v any, s map[string]any, defs map[string]map[string]any, at string) error {
+	if types, ok := s["type"]; ok {
+		if !typeOK(v, types) {
+			return fmt.Errorf("%s: %s is not of type %v", at, jsonKind(v), types)
+		}
+		if v == nil {
+			return nil
+		}
+	}
+	if ref, ok := s["$ref"].(string); ok {
+		def, ok := defs[strings.TrimPrefix(ref, "#/$defs/")]
+		if !ok {
+			return fmt.Errorf("%s: unknown $ref %s", at, ref)
+		}
+		if err := validate(v, def, defs, at); err != nil {
+			return err
+		}
+	}
+	if enum, ok := s["enum"].([]any); ok && !slices.Contains(enum, v) {
+		return fmt.Errorf("%s: %v is not one of %v", at, v, enum)
+	}
+	if props, ok := s["properties"].(map[string]any); ok {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: want an object, got %s", at, jsonKind(v))
+		}
+		for k, ps := range props {
+			x, ok := obj[k]
+			if !ok {
+				return fmt.Errorf("%s: key %q missing", at, k)
+			}
+			if err := validate(x, ps.(map[string]any), defs, at+"."+k); err != nil {
+				return err
+			}
+		}
+		if s["additionalProperties"] == false {
+			for k := range obj {
+				if _, ok := props[k]; !ok {
+					return fmt.Errorf("%s: key %q is not documented", at, k)
+				}
+			}
+		}
+	}
+	if items, ok := s["items"].(map[string]any); ok {
+		arr, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf("%s: want an array, got %s", at, jsonKind(v))
+		}
+		for i, x := range arr {
+			if err := validate(x, items, defs, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func typeOK(v any, types any) bool {
+	list, ok := types.([]any)
+	if !ok {
+		list = []any{types}
+	}
+	for _, t := range list {
+		if jsonKind(v) == t || t == "number" && jsonKind(v) == "integer" {
+			return true
+		}
+	}
+	return false
+}
+
+func jsonKind(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case float64:
+		if x == math.Trunc(x) {
+			return "integer"
+		}
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "unknown"
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -87,8 +88,12 @@ func (s *Supervisor) checkForwardPorts(f *spec.File) error {
 					l.Close()
 				}
 			}
+			field := fmt.Sprintf("nic[%d].forwards[%d]", i, k)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return f.Errorf(field, "host port %s/%s is in use on this host (QEMU could not bind it)", port, proto)
+			}
 			if err != nil {
-				return f.Errorf(fmt.Sprintf("nic[%d].forwards[%d]", i, k), "host port %s/%s can't be bound here: %v", port, proto, errors.Unwrap(err))
+				return f.Errorf(field, "host port %s/%s can't be bound here: %v", port, proto, err)
 			}
 		}
 	}

@@ -67,7 +67,7 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "same forward twice", file: "v.toml", body: "name='v'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nforwards=['tcp:127.0.0.1:2222-:22']\n[[nic]]\nname='b'\nforwards=['tcp:127.0.0.1:2222-:80']\n",
 			want: "v.toml:10:1: nic[1].forwards[0]: host port 2222/tcp is already forwarded by nic[0].forwards[0]"},
 		{name: "forward port taken", file: "w2.toml", body: "name='w2'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[nic]]\nname='a'\nforwards=['tcp:127.0.0.1:" + fmt.Sprint(taken) + "-:22']\n",
-			args: []string{"validate", "@w2.toml"}, want: "w2.toml:7:1: nic[0].forwards[0]: host port " + fmt.Sprint(taken) + "/tcp can't be bound here: address already in use"},
+			args: []string{"validate", "@w2.toml"}, want: "w2.toml:7:1: nic[0].forwards[0]: host port " + fmt.Sprint(taken) + "/tcp is in use on this host (QEMU could not bind it)"},
 		{name: "did you mean", file: "x2.toml", body: "name='x2'\nmemry='256M'\n", args: []string{"validate", "@x2.toml"}, want: `x2.toml:2:1: memry: unknown key; did you mean "memory"?`},
 		{name: "pause of unknown VM", args: []string{"pause", "nosuch"}, want: `vm "nosuch": no such VM`},
 		{name: "duplicate names across files", file: "s.toml", body: guestTOML("keep", "cpus = 2"), args: []string{"up", good, "@s.toml"}, want: "s.toml:1:1: name: VM \"keep\" is also defined in " + good},

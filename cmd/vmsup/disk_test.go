@@ -58,7 +58,7 @@ secret_file = %q
 	if r := vmsup(t, root, "", "disk", "attach", "hot", "--spec", spec); r.code != 0 || !strings.Contains(r.stdout, "hot: disk specdisk attached") {
 		t.Fatalf("disk attach --spec: %+v", r)
 	}
-	if r := vmsup(t, root, "", "status", "hot"); !strings.Contains(r.stdout, "attached: extra, specdisk") {
+	if r := vmsup(t, root, "", "status", "hot"); !strings.Contains(r.stdout, "disk:     extra file ") || !strings.Contains(r.stdout, "(raw) read-only hot-plugged") {
 		t.Fatalf("status: %+v", r)
 	}
 	// (The guest seeing hot-plugged disks is shown by supervisor's TestStorageKinds.)

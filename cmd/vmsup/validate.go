@@ -22,6 +22,7 @@ func validateCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
 				bad := 0
+				var last error
 				seen := map[string]string{}
 				for _, p := range args {
 					f, err := spec.Load(p)
@@ -35,6 +36,10 @@ func validateCmd(g *globals) *cobra.Command {
 					}
 					if err != nil {
 						bad++
+						last = err
+						if len(args) == 1 && !g.json {
+							return err // its lines, and nothing to sum up
+						}
 						if !g.json {
 							printErr(cmd.ErrOrStderr(), err)
 						}
@@ -47,7 +52,11 @@ func validateCmd(g *globals) *cobra.Command {
 					}
 					g.out.action(actionJSON{Name: f.VM.Name, File: p, Action: "valid"}, fmt.Sprintf("%s: ok (vm %q)", f.Path, f.VM.Name))
 				}
-				if bad > 0 {
+				switch {
+				case bad == 0:
+				case len(args) == 1:
+					return last
+				default:
 					return fmt.Errorf("%d of %d files have errors", bad, len(args))
 				}
 				return nil

@@ -13,7 +13,7 @@ import (
 
 func ExampleDial() {
 	ctx := context.Background()
-	c, err := qmp.Dial(ctx, "/run/vmsup/web/qmp.sock", qmp.WithCommandTimeout(time.Second))
+	c, err := qmp.Dial(ctx, "/var/lib/vmsup/vms/web/qmp.sock" /* Supervisor.Sockets("web").QMP */, qmp.WithCommandTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func TestParseDisk(t *testing.T) {
 		t.Errorf("ParseDisk unknown key: %v", err)
 	}
 	_, err = ParseDisk("/srv/d.toml", []byte("name = \"hot\"\ntype = \"rbd\"\npool = \"p\"\n"), "web")
-	if err == nil || !strings.HasPrefix(err.Error(), "/srv/d.toml: image: missing") {
+	if err == nil || !strings.HasPrefix(err.Error(), "/srv/d.toml:1:1: image: missing") {
 		t.Errorf("ParseDisk bad rbd: %v", err)
 	}
 	d, err = CheckDisk("--file", Disk{Name: "x", File: "/a/b.qcow2"}, "web")

@@ -117,6 +117,9 @@ func Parse(path string, data []byte) (*File, error) {
 // "disk[1].file"), with its position in the file when known.
 func (f *File) Errorf(field string, format string, args ...any) *Error {
 	e := &Error{File: f.Path, Field: field, Msg: fmt.Sprintf(format, args...), Pos: f.lookup(field)}
+	if e.Pos.Line == 0 && f.Raw != nil {
+		e.Pos = Position{1, 1} // a key not written (missing): the file's start, as compilers do
+	}
 	for _, a := range args {
 		if err, ok := a.(error); ok {
 			e.Err = err
@@ -282,3 +285,23 @@ func oneLine(s string) string {
 func hasSuffixFold(s, suffix string) bool {
 	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
 }
+
+// New checks a VM built in Go exactly as Parse checks a file: it is written
+// out as TOML (File.Raw, what vmsup records) and parsed back, so defaults,
+// validation and errors are the same. source names it in errors, like a
+// file path ("web" or "main.go"); relative paths in vm are taken against
+// source's directory (for a bare name, the current directory).
+func New(source string, vm VM) (*File, error) {
+	vm.Disks = append([]Disk(nil), vm.Disks...) // the caller's slices stay as they are
+	vm.NICs = append([]NIC(nil), vm.NICs...)
+	vm.applyDefaults() // zero values as "not set", not as written zeros
+	raw, err := toml.Marshal(vm)
+	if err != nil {
+		return nil, &Error{File: source, Msg: err.Error(), Err: err}
+	}
+	return Parse(source, raw)
+}
+
+// Validate checks f again, after a program changed f.VM; Parse and New
+// already did on the way in.
+func (f *File) Validate() error { return f.validate() }

@@ -55,7 +55,7 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "slash in name", file: "i.toml", body: "name='../etc'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "i.toml:1:1: name:"},
 		{name: "dotdot in name", file: "j.toml", body: "name='a..b'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "name: name \"a..b\" contains \"..\""},
 		{name: "name with space", file: "k.toml", body: "name='a b'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "k.toml:1:1: name:"},
-		{name: "no memory", file: "l.toml", body: "name='l'\n[boot]\nkernel='" + k + "'\n", want: "l.toml: memory: missing"},
+		{name: "no memory", file: "l.toml", body: "name='l'\n[boot]\nkernel='" + k + "'\n", want: "l.toml:1:1: memory: missing"},
 		{name: "syntax error", file: "m.toml", body: "name='m\n", want: "m.toml:1:"},
 		{name: "bad accel", file: "n.toml", body: "name='n'\nmemory='256M'\naccel='hvf'\n[boot]\nkernel='" + k + "'\n", want: "n.toml:3:1: accel: unknown accelerator"},
 		{name: "bad disk cache", file: "o.toml", body: "name='o'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='d'\nfile='" + i + "'\ncache='turbo'\n", want: "o.toml:8:1: disk[0].cache"},

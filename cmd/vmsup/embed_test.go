@@ -37,13 +37,13 @@ func TestEmbedExample(t *testing.T) {
 		return string(out)
 	}
 	out := run("-name", "emb")
-	for _, want := range []string{"up: running", "event: STOP", "event: RESUME", "down: acpi"} {
+	for _, want := range []string{"up: running", "guest: vmsup test guest", "qmp: running", "event: STOP", "event: RESUME", "down: acpi"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("embed output lacks %q:\n%s", want, out)
 		}
 	}
 
-	out = run("-name", "emb2", "-leave-running")
+	run("-name", "emb2", "-leave-running")
 	defer vmsup(t, root, "", "kill", "emb2")
 	st := cliStatus(t, root, "emb2")
 	waitCount(t, st.ConsoleLog, "VMSUP-GUEST-READY", 1)

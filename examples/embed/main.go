@@ -82,6 +82,18 @@ func run(root, bus, name, kernel, initrd string, leave bool) error {
 		return nil
 	}
 
+	// A typed QMP session, taking turns with vmsup's own commands.
+	mon, release, err := vm.Monitor(ctx)
+	if err != nil {
+		return err
+	}
+	qs, err := mon.QueryStatus(ctx)
+	release()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("qmp: %s\n", qs.Status)
+
 	events, err := vm.Events(ctx)
 	if err != nil {
 		return err

@@ -176,7 +176,6 @@ func (f *File) decodeError(err error, root reflect.Type) error {
 	return &Error{File: f.Path, Msg: err.Error(), Err: err}
 }
 
-
 func (f *File) resolvePaths() {
 	// Against the file's absolute directory: "vmsup up rel.toml" must mean
 	// the same as "vmsup up $PWD/rel.toml".

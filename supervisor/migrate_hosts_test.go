@@ -262,7 +262,7 @@ func TestMigrateCrossHost(t *testing.T) {
 		// Where QEMU runs confined (another user, private /tmp), the unit
 		// cannot even exec the script: systemd fails the start job.
 		want := "simulated start failure"
-		if out, _ := exec.Command(vmsupBin, "migrate-receive", "--help").CombinedOutput(); strings.Contains(string(out), "--qemu-user") {
+		if out, _ := exec.Command(vmsupBin, "--help").CombinedOutput(); strings.Contains(string(out), "--qemu-user") {
 			want = "start job failed"
 		}
 		failCase(t, nil, supervisor.MigrateOptions{Transport: b.transport(bad)}, want)

@@ -132,7 +132,7 @@ bridge = "`+linuxBridge+`"
 		t.Fatalf("vmsup nic attach: %s", out)
 	}
 	out = vmsup(t, ctx, sup, "status", "brvm")
-	if !strings.Contains(out, "hot2 bridge tap vmt") || !strings.Contains(out, "on "+linuxBridge+" hot-plugged") {
+	if !strings.Contains(out, "hot2 bridge mac 52:54:00:") || !strings.Contains(out, " tap vmt") || !strings.Contains(out, "on "+linuxBridge+" hot-plugged") {
 		t.Fatalf("vmsup status:\n%s", out)
 	}
 	t.Logf("vmsup status:\n%s", out)

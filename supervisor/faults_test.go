@@ -89,6 +89,8 @@ func faultHelper(arg string) int {
 		err = sup.DetachNIC(ctx, j.VM, j.NIC.Name)
 	case "set":
 		_, err = sup.Resize(ctx, j.VM, supervisor.ResizeOptions{Memory: j.Memory})
+	case "reboot":
+		_, err = sup.Reboot(ctx, j.VM, supervisor.RebootACPI)
 	case "restart":
 		var f *spec.File
 		if f, err = spec.Load(j.File); err == nil {

@@ -57,6 +57,13 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 	if err != nil {
 		return res, err
 	}
+	if qs, err := c.QueryStatus(ctx); err != nil || !qs.Running {
+		release()
+		if err == nil {
+			err = fmt.Errorf("QEMU is %s: resume it first (or reset it)", qs.Status)
+		}
+		return res, vmErr(name, fmt.Errorf("reboot: %w", err))
+	}
 	if mode != RebootACPI && s.agentReboot(ctx, name, c) {
 		release()
 		res.Via = "agent"
@@ -115,10 +122,15 @@ func (s *Supervisor) finishReboot(ctx context.Context, c *qmp.Conn, events <-cha
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for down := false; !down; {
-		if qs, err := c.QueryStatus(ctx); err != nil {
+		qs, err := c.QueryStatus(ctx)
+		if err != nil {
 			return err
-		} else if qs.Status == "shutdown" {
+		}
+		if qs.Status == "shutdown" {
 			break
+		}
+		if resetNotResumed(qs.Status) {
+			return errors.Join(c.Cont(ctx), restoreShutdown(ctx, c))
 		}
 		select {
 		case ev, ok := <-events:
@@ -128,7 +140,10 @@ func (s *Supervisor) finishReboot(ctx context.Context, c *qmp.Conn, events <-cha
 			down = ev.Event == "SHUTDOWN"
 		case <-time.After(200 * time.Millisecond): // events may be missed across a recovery
 		case <-deadline.C:
-			return errors.Join(fmt.Errorf("the guest did not power off within %s; it runs on", timeout), restoreShutdown(ctx, c))
+			if err := restoreShutdown(ctx, c); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w within %s; it runs on", errNoPoweroff, timeout)
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), restoreShutdown(context.WithoutCancel(ctx), c))
 		}
@@ -143,6 +158,9 @@ func (s *Supervisor) finishReboot(ctx context.Context, c *qmp.Conn, events <-cha
 	return restoreShutdown(ctx, c)
 }
 
+// errNoPoweroff: the guest ignored the power button for the stop timeout.
+var errNoPoweroff = errors.New("the guest did not power off")
+
 func restoreShutdown(ctx context.Context, c *qmp.Conn) error {
 	ctx, cancel := context.WithTimeout(ctx, quitTimeout)
 	defer cancel()
@@ -150,7 +168,8 @@ func restoreShutdown(ctx context.Context, c *qmp.Conn) error {
 }
 
 // recoverReboot finishes a reboot whose command died: the guest may be
-// shutting down, paused after its poweroff, or reset but not resumed.
+// shutting down, stopped after its poweroff ("shutdown"), or reset but not
+// resumed ("prelaunch": QEMU's state after a reset from "shutdown").
 func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *vmstate.Op) (string, error) {
 	c, release, err := s.qmpSession(ctx, name)
 	if errors.Is(err, ErrNotRunning) {
@@ -160,28 +179,53 @@ func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *vmstate
 		return "", err
 	}
 	defer release()
-	if op.Has(rebootReset) {
+	qs, err := c.QueryStatus(ctx)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case op.Has(rebootReset) || resetNotResumed(qs.Status):
 		if err := c.Cont(ctx); err != nil {
 			return "", err
 		}
 		return "resumed the reset guest", restoreShutdown(ctx, c)
-	}
-	if !op.Has(rebootPause) {
+	case !op.Has(rebootPause):
 		return "nothing was done", restoreShutdown(ctx, c)
+	case qs.Status == "shutdown":
+		if err := c.SystemReset(ctx); err != nil {
+			return "", err
+		}
+		if err := c.Cont(ctx); err != nil {
+			return "", err
+		}
+		return "finished the reboot", restoreShutdown(ctx, c)
 	}
+	// Still running: the guest may be shutting down. Press only if the
+	// killed command had not: a second press can outlive the reset and
+	// power the rebooted guest off for good (seen in TestFaultsHotplug).
+	events, stop := c.Subscribe(ctx)
+	defer stop()
 	if !op.Has(rebootPressed) {
 		if err := c.SystemPowerdown(ctx); err != nil {
 			return "", errors.Join(err, restoreShutdown(ctx, c))
 		}
 	}
 	timeout, _ := s.stopSettings(name)
-	events, stop := c.Subscribe(ctx)
-	defer stop()
-	if err := s.finishReboot(ctx, c, events, timeout, func(string, string) {}, name); err != nil {
+	err = s.finishReboot(ctx, c, events, timeout, func(string, string) {}, name)
+	if errors.Is(err, errNoPoweroff) {
+		// Settled all the same: QEMU powers off again on a poweroff, and the
+		// guest runs; only the reboot did not happen.
+		return "the reboot did not happen (" + err.Error() + "); QEMU's poweroff action is given back", nil
+	}
+	if err != nil {
 		return "", err
 	}
 	return "finished the reboot", nil
 }
+
+// resetNotResumed: QEMU stopped after a reset from "shutdown" (a reboot's
+// reset done, its resume not).
+func resetNotResumed(status string) bool { return status == "prelaunch" }
 
 // agentReboot asks qemu-ga to reboot the guest; false if no agent answers.
 func (s *Supervisor) agentReboot(ctx context.Context, name string, c *qmp.Conn) bool {

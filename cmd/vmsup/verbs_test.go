@@ -74,6 +74,9 @@ func TestCLIVerbs(t *testing.T) {
 	if r := vmsup(t, root, "", "pause", "verbs"); r.code != 0 {
 		t.Fatalf("pause: %+v", r)
 	}
+	if r := vmsup(t, root, "", "reboot", "--mode", "acpi", "verbs"); r.code != 1 || !strings.Contains(r.stderr, "QEMU is paused: resume it first") {
+		t.Fatalf("reboot of a paused guest: %+v", r)
+	}
 	r = vmsup(t, root, "", "down", "--timeout", "3s", "verbs")
 	if r.code != 0 || !strings.Contains(r.stdout, "verbs: QEMU quit") ||
 		!strings.Contains(r.stderr, "verbs: waiting for the guest to power off (1s of 3s)…") {

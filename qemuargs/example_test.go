@@ -32,7 +32,7 @@ func ExampleBuild() {
 	}
 	fmt.Println(strings.Contains(strings.Join(argv, " "), "path="+dir+"qmp.sock"))
 	// Output:
-	// -accel tcg,split-wx=on
+	// -accel tcg,split-wx=on,tb-size=128
 	// -cpu max
 	// -m size=512M
 	// -kernel /srv/vmlinux

@@ -52,11 +52,19 @@ func (m machine) Args() ([]string, error) {
 // accel is -accel kvm|tcg. TCG runs with split-wx=on: its translation
 // buffer is mapped twice, writable and executable, never both at once, so
 // QEMU has no W+X memory and its unit can set MemoryDenyWriteExecute=.
+// The buffer is bounded (tb-size, MiB): QEMU 7.2's default is 1 GiB of
+// shared memory, charged to the unit, and a guest that runs much code (or
+// reboots a few times) grew past the unit's MemoryMax (guest memory + 256M
+// overhead) and was OOM-killed (seen in TestFaultsHotplug).
 type accel struct{ Name spec.Accel }
+
+// TCGCodeBufferMiB is TCG's translation buffer (tb-size), within the
+// unit's default memory overhead.
+const TCGCodeBufferMiB = 128
 
 func (a accel) Args() ([]string, error) {
 	if a.Name == spec.AccelTCG {
-		return []string{"-accel", "tcg,split-wx=on"}, nil
+		return []string{"-accel", fmt.Sprintf("tcg,split-wx=on,tb-size=%d", TCGCodeBufferMiB)}, nil
 	}
 	return []string{"-accel", string(a.Name)}, nil
 }

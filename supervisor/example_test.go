@@ -56,7 +56,7 @@ cmdline = "console=ttyS0"
 	// -machine
 	// q35
 	// -accel
-	// tcg,split-wx=on
+	// tcg,split-wx=on,tb-size=128
 	// -cpu
 	// true
 }

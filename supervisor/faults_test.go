@@ -353,7 +353,13 @@ func settle(t *testing.T, ctx context.Context, op faultOp, stOut *supervisor.Sta
 			t.Fatalf("markers left: %v", mk)
 		}
 	}
-	waitCounterMoves(t, st.ConsoleLog, 30*time.Second)
+	waitCounterMoves(t, st.ConsoleLog, 30*time.Second, func() string {
+		b, _ := on.sup.QMP(ctx, vm, []byte(`{"execute":"query-status"}`), false)
+		r, _ := on.sup.QMP(ctx, vm, []byte(`{"execute":"human-monitor-command","arguments":{"command-line":"info registers"}}`), false)
+		st, err := on.sup.Status(ctx, vm)
+		j, _ := on.sd.Journal(ctx, st.Unit)
+		return fmt.Sprintf("%s\n%s\nstatus %s (%s) %v\nunit journal:\n%s", b, tail(string(r), 600), st.State, st.Reason, err, tail(j, 1500))
+	})
 	st.Recovery = recovery
 	if stOut != nil {
 		*stOut = st
@@ -363,14 +369,18 @@ func settle(t *testing.T, ctx context.Context, op faultOp, stOut *supervisor.Sta
 
 // waitCounterMoves waits for three more counter lines in the log: the
 // guest runs (it is not frozen, and not stopped by a migration).
-func waitCounterMoves(t *testing.T, log string, d time.Duration) {
+func waitCounterMoves(t *testing.T, log string, d time.Duration, diag ...func() string) {
 	t.Helper()
 	n := len(counters(t, log))
 	deadline := time.Now().Add(d)
 	for len(counters(t, log)) < n+3 {
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(log)
-			t.Fatalf("%s: the guest's counter did not move in %s; log tail:\n%s", log, d, tail(string(b), 800))
+			extra := ""
+			for _, f := range diag {
+				extra += f()
+			}
+			t.Fatalf("%s: the guest's counter did not move in %s; log tail:\n%s\nQEMU: %s", log, d, tail(string(b), 800), extra)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -157,7 +157,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Fatalf("validate: %+v", r)
 	}
 	r := vmsup(t, root, "", "argv", file)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "/usr/bin/qemu-system-x86_64\n") || !strings.Contains(r.stdout, "\n-accel\ntcg,split-wx=on\n") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "/usr/bin/qemu-system-x86_64\n") || !strings.Contains(r.stdout, "\n-accel\ntcg,split-wx=on,tb-size=128\n") {
 		t.Fatalf("argv: %+v", r)
 	}
 	if r := vmsup(t, root, "", "up", file); r.code != 0 || !strings.Contains(r.stdout, "demo: started (accel tcg)") {

@@ -72,6 +72,11 @@ func (d *Disk) resolvePaths(abs func(string) string) {
 
 // validateDisk checks one disk; prefix is "disk[N]." in a VM file and ""
 // in a disk file (ParseDisk).
+// diskFail reports a problem with one key of the disk being validated.
+type diskFail func(key, format string, args ...any) error
+
+// validateDisk checks one disk, step by step: its name, its text fields,
+// the keys its type takes, what its type needs, its format, its I/O.
 func (f *File) validateDisk(prefix string, d *Disk) error {
 	fail := func(key, format string, args ...any) error {
 		return f.Errorf(prefix+key, format, args...)
@@ -79,6 +84,16 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 	if err := ValidName(d.Name); err != nil {
 		return fail("name", "%v", err)
 	}
+	for _, step := range []func(*Disk, diskFail) error{diskText, diskKeys, diskType, diskFormat, diskIO} {
+		if err := step(d, fail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// diskText: no newline or NUL in what becomes a path or a QEMU option.
+func diskText(d *Disk, fail diskFail) error {
 	for _, p := range []struct{ key, v string }{{"file", d.File}, {"backing", d.Backing}, {"ceph_conf", d.CephConf},
 		{"secret_file", d.SecretFile}, {"user_data_file", d.UserDataFile}, {"meta_data_file", d.MetaDataFile},
 		{"network_config_file", d.NetworkConfigFile}, {"portal", d.Portal}, {"target", d.Target},
@@ -87,7 +102,11 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 			return fail(p.key, "path contains a newline or NUL")
 		}
 	}
-	// Keys that belong to other types are mistakes, not silently ignored.
+	return nil
+}
+
+// diskKeys: keys that belong to other types are mistakes, not silently ignored.
+func diskKeys(d *Disk, fail diskFail) error {
 	only := func(key string, set bool, types ...string) error {
 		if !set {
 			return nil
@@ -127,6 +146,11 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// diskType: what each type needs.
+func diskType(d *Disk, fail diskFail) error {
 	switch d.Type {
 	case DiskFile, DiskBlock, DiskISO:
 		if d.File == "" {
@@ -178,6 +202,11 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 	default:
 		return fail("type", "unknown disk type %q (want \"file\", \"block\", \"iso\", \"seed\", \"iscsi\" or \"rbd\")", d.Type)
 	}
+	return nil
+}
+
+// diskFormat: the image format and size.
+func diskFormat(d *Disk, fail diskFail) error {
 	switch d.Format {
 	case FormatQcow2, FormatRaw:
 	default:
@@ -195,6 +224,11 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 	if d.Size%512 != 0 {
 		return fail("size", "%d is not a multiple of 512 bytes", d.Size)
 	}
+	return nil
+}
+
+// diskIO: cache, aio, serial and boot order.
+func diskIO(d *Disk, fail diskFail) error {
 	switch d.Cache {
 	case "writeback", "none", "writethrough", "directsync", "unsafe":
 	default:

@@ -105,9 +105,10 @@ func (s *Supervisor) agentSession(ctx context.Context, name string) (*qmp.Agent,
 	return a, func() { a.Close(); lk.Unlock() }, nil
 }
 
-// agentShutdown asks qemu-ga for guest-shutdown (powerdown) if it answers a
-// ping; false means it was not asked (no agent, or it did not answer).
-func (s *Supervisor) agentShutdown(ctx context.Context, name string, c *qmp.Conn) bool {
+// agentShutdown asks qemu-ga for guest-shutdown in mode ("powerdown" or
+// "reboot") if it answers a ping; false means it was not asked (no agent,
+// or it did not answer).
+func (s *Supervisor) agentShutdown(ctx context.Context, name string, c *qmp.Conn, mode string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
 	defer cancel()
 	if !c.FrontendOpen(ctx, qemuargs.AgentChardevID) {
@@ -122,5 +123,5 @@ func (s *Supervisor) agentShutdown(ctx context.Context, name string, c *qmp.Conn
 		return false
 	}
 	// qemu-ga answers guest-shutdown only on failure.
-	return a.Shutdown(ctx, "powerdown") == nil
+	return a.Shutdown(ctx, mode) == nil
 }

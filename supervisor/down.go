@@ -150,7 +150,7 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOption
 	defer release()
 	if !o.Force {
 		step := StoppedACPI
-		if method == spec.ShutdownAgent && s.agentShutdown(ctx, name, c) {
+		if method == spec.ShutdownAgent && s.agentShutdown(ctx, name, c, "powerdown") {
 			step = StoppedAgent
 		} else if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
 			return "", err

@@ -9,9 +9,7 @@ import (
 	goqmp "github.com/digitalocean/go-qemu/qmp"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
-	"github.com/vmsup/vmsup/spec"
 )
 
 // opReboot is an ACPI reboot in the journal: QEMU was told to pause, not
@@ -64,7 +62,7 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 		}
 		return res, vmErr(name, fmt.Errorf("reboot: %w", err))
 	}
-	if mode != RebootACPI && s.agentReboot(ctx, name, c) {
+	if mode != RebootACPI && s.agentShutdown(ctx, name, c, "reboot") {
 		release()
 		res.Via = "agent"
 		return res, nil
@@ -227,24 +225,6 @@ func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *vmstate
 // reset done, its resume not).
 func resetNotResumed(status string) bool { return status == "prelaunch" }
 
-// agentReboot asks qemu-ga to reboot the guest; false if no agent answers.
-func (s *Supervisor) agentReboot(ctx context.Context, name string, c *qmp.Conn) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
-	defer cancel()
-	if !c.FrontendOpen(ctx, qemuargs.AgentChardevID) {
-		return false
-	}
-	a, done, err := s.agentSession(ctx, name)
-	if err != nil {
-		return false
-	}
-	defer done()
-	if a.Ping(ctx) != nil {
-		return false
-	}
-	return a.Shutdown(ctx, "reboot") == nil
-}
-
 // Reset is a hard reset (QMP system_reset): the guest restarts at once,
 // without shutting down; QEMU keeps running.
 func (s *Supervisor) Reset(ctx context.Context, name string) error {
@@ -267,8 +247,5 @@ func (s *Supervisor) Reset(ctx context.Context, name string) error {
 // Kill ends the VM's QEMU at once with SIGKILL: no shutdown, no flush of
 // QEMU's caches. The unit is gone when it returns.
 func (s *Supervisor) Kill(ctx context.Context, name string) (DownResult, error) {
-	if err := spec.ValidName(name); err != nil {
-		return DownResult{VM: name}, vmErr(name, err)
-	}
 	return s.DownWith(ctx, name, DownOptions{Kill: true})
 }

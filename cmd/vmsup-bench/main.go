@@ -126,13 +126,13 @@ func run(c config) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("vmsup CLI: %w (run make bench, which builds it)", err)
 	}
-	// Short and world-traversable: socket paths, and libvirt-qemu reads here.
 	var prev *bench.Report
 	if c.compare != "" { // read first: a bad path should not cost a sandbox start
 		if prev, err = bench.Load(c.compare); err != nil {
 			return err
 		}
 	}
+	// Short and world-traversable: socket paths, and libvirt-qemu reads here.
 	dir, err := os.MkdirTemp("/tmp", "vb-")
 	if err != nil {
 		return err
@@ -204,6 +204,13 @@ func run(c config) error {
 	}
 	defer f.cleanup()
 
+	return f.runSections(ctx, began)
+}
+
+// runSections runs the chosen sections, keeping what is measured so far,
+// then writes and prints the report.
+func (f *fixture) runSections(ctx context.Context, began time.Time) error {
+	c := f.cfg
 	sections := []struct {
 		name string
 		fn   func(context.Context) error

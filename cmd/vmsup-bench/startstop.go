@@ -164,52 +164,11 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 		}
 	}
 
-	apiName := prefix + "api"
-	apiPath, err := specFile(specDir, apiName, k, memMiB, f.blank, g)
+	vv, err := f.vmsupVariants(specDir, prefix, k, memMiB)
 	if err != nil {
 		return nil, err
 	}
-	vs = append(vs, variant{name: vAPI, accel: accel,
-		start: func(ctx context.Context) error {
-			f.trace.begin()
-			defer f.trace.end()
-			sf, err := spec.Load(apiPath)
-			if err != nil {
-				return err
-			}
-			if _, err := f.sup.Up(ctx, sf); err != nil {
-				return err
-			}
-			f.trace.end()
-			if k == kindGuest {
-				return waitMarker(ctx, filepath.Join(f.sup.Root(), "vms", apiName, "console.log"), testenv.ReadyMarker)
-			}
-			return nil
-		},
-		stop: func(ctx context.Context) error {
-			r, err := f.sup.Down(ctx, apiName)
-			if err == nil && k == kindGuest && r.Step != supervisor.StoppedACPI {
-				return fmt.Errorf("vmsup down: stopped by %s, not by the guest's ACPI power-off", r.Step)
-			}
-			return err
-		}})
-
-	cliName := prefix + "cli"
-	cliPath, err := specFile(specDir, cliName, k, memMiB, f.blank, g)
-	if err != nil {
-		return nil, err
-	}
-	vs = append(vs, variant{name: vCLI, accel: accel,
-		start: func(ctx context.Context) error {
-			if err := f.runCLI(ctx, "up", cliPath); err != nil {
-				return err
-			}
-			if k == kindGuest {
-				return waitMarker(ctx, filepath.Join(f.dir, "cliroot", "vms", cliName, "console.log"), testenv.ReadyMarker)
-			}
-			return nil
-		},
-		stop: func(ctx context.Context) error { return f.runCLI(ctx, "down", cliName) }})
+	vs = append(vs, vv...)
 
 	lvg := f.lvGuest
 	virshName := prefix + "virsh"
@@ -440,4 +399,58 @@ func (f *fixture) stopRows(sec, figure string, vs []variant, res map[string]*sam
 		}
 		f.report.Add(row)
 	}
+}
+
+// vmsupVariants are the start/stop variants through vmsup itself: the Go
+// API (one Supervisor) and the CLI (a process per command).
+func (f *fixture) vmsupVariants(specDir, prefix string, k vmKind, memMiB int) ([]variant, error) {
+	g, accel := f.guest, k.accel()
+	var vs []variant
+	apiName := prefix + "api"
+	apiPath, err := specFile(specDir, apiName, k, memMiB, f.blank, g)
+	if err != nil {
+		return nil, err
+	}
+	vs = append(vs, variant{name: vAPI, accel: accel,
+		start: func(ctx context.Context) error {
+			f.trace.begin()
+			defer f.trace.end()
+			sf, err := spec.Load(apiPath)
+			if err != nil {
+				return err
+			}
+			if _, err := f.sup.Up(ctx, sf); err != nil {
+				return err
+			}
+			f.trace.end()
+			if k == kindGuest {
+				return waitMarker(ctx, filepath.Join(f.sup.Root(), "vms", apiName, "console.log"), testenv.ReadyMarker)
+			}
+			return nil
+		},
+		stop: func(ctx context.Context) error {
+			r, err := f.sup.Down(ctx, apiName)
+			if err == nil && k == kindGuest && r.Step != supervisor.StoppedACPI {
+				return fmt.Errorf("vmsup down: stopped by %s, not by the guest's ACPI power-off", r.Step)
+			}
+			return err
+		}})
+
+	cliName := prefix + "cli"
+	cliPath, err := specFile(specDir, cliName, k, memMiB, f.blank, g)
+	if err != nil {
+		return nil, err
+	}
+	vs = append(vs, variant{name: vCLI, accel: accel,
+		start: func(ctx context.Context) error {
+			if err := f.runCLI(ctx, "up", cliPath); err != nil {
+				return err
+			}
+			if k == kindGuest {
+				return waitMarker(ctx, filepath.Join(f.dir, "cliroot", "vms", cliName, "console.log"), testenv.ReadyMarker)
+			}
+			return nil
+		},
+		stop: func(ctx context.Context) error { return f.runCLI(ctx, "down", cliName) }})
+	return vs, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,7 @@ func autostartCmd(g *globals) *cobra.Command {
 					if r.Note != "" {
 						line += "; " + r.Note
 					}
-					g.out.action(actionJSON{Name: r.VM, File: r.File, Action: cmpOr(string(r.Action), "not-started"), Note: r.Note}, line)
+					g.out.action(actionJSON{Name: r.VM, File: r.File, Action: cmp.Or(string(r.Action), "not-started"), Note: r.Note}, line)
 				}
 				if len(res) == 0 && err == nil && !g.json {
 					fmt.Fprintln(cmd.OutOrStdout(), "no VM is enabled for boot")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -11,37 +12,33 @@ import (
 )
 
 func diskLsCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{
-		Use:     "ls NAME|FILE",
-		Short:   "List a VM's disks (boot-time and hot-plugged)",
-		Example: "  vmsup disk ls web",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
-				st, err := sup.Status(cmd.Context(), name)
-				if err != nil {
-					return err
-				}
-				if g.json {
-					return g.out.object(disksJSON(st.Disks), nil)
-				}
-				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "DISK\tTYPE\tFORMAT\tMODE\tHOTPLUG\tSOURCE")
-				for _, d := range st.Disks {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Type, dash(d.Format), mode(d.ReadOnly), yes(d.Hotplugged), d.Source)
-				}
-				return w.Flush()
-			})
-		},
-	}
-	return c
+	return devLsCmd(g, "List a VM's disks (boot-time and hot-plugged)", "  vmsup disk ls web",
+		func(st supervisor.Status) any { return disksJSON(st.Disks) },
+		func(w io.Writer, st supervisor.Status) {
+			fmt.Fprintln(w, "DISK\tTYPE\tFORMAT\tMODE\tHOTPLUG\tSOURCE")
+			for _, d := range st.Disks {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Type, dash(d.Format), mode(d.ReadOnly), yes(d.Hotplugged), d.Source)
+			}
+		})
 }
 
 func nicLsCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{
+	return devLsCmd(g, "List a VM's NICs with their MACs, taps, bridges and forwards", "  vmsup nic ls web",
+		func(st supervisor.Status) any { return nicsJSON(st.NICs) },
+		func(w io.Writer, st supervisor.Status) {
+			fmt.Fprintln(w, "NIC\tTYPE\tMAC\tTAP\tBRIDGE\tHOTPLUG\tFORWARDS")
+			for _, n := range st.NICs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Type, n.MAC, dash(n.Tap), dash(n.Bridge), yes(n.Hotplug), dash(strings.Join(n.Forwards, ",")))
+			}
+		})
+}
+
+// devLsCmd is disk ls and nic ls: one VM's status, shown as a table or JSON.
+func devLsCmd(g *globals, short, example string, asJSON func(supervisor.Status) any, table func(io.Writer, supervisor.Status)) *cobra.Command {
+	return &cobra.Command{
 		Use:     "ls NAME|FILE",
-		Short:   "List a VM's NICs with their MACs, taps, bridges and forwards",
-		Example: "  vmsup nic ls web",
+		Short:   short,
+		Example: example,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
@@ -50,18 +47,14 @@ func nicLsCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if g.json {
-					return g.out.object(nicsJSON(st.NICs), nil)
+					return g.out.object(asJSON(st), nil)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NIC\tTYPE\tMAC\tTAP\tBRIDGE\tHOTPLUG\tFORWARDS")
-				for _, n := range st.NICs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Type, n.MAC, dash(n.Tap), dash(n.Bridge), yes(n.Hotplug), dash(strings.Join(n.Forwards, ",")))
-				}
+				table(w, st)
 				return w.Flush()
 			})
 		},
 	}
-	return c
 }
 
 func dash(s string) string {

@@ -120,10 +120,3 @@ func (o *output) finish(err error) bool {
 	}
 	return err == nil
 }
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}

@@ -43,8 +43,9 @@ func version() string {
 
 // printVersion writes vmsup's version and those of the QEMU and systemd it
 // uses (their first lines of --version).
-func printVersion(w io.Writer, qemu string) {
-	v := versions(qemu)
+func printVersion(w io.Writer, qemu string) { versions(qemu).print(w) }
+
+func (v versionJSON) print(w io.Writer) {
 	fmt.Fprintf(w, "vmsup %s\n%s\n%s\n", v.Vmsup, v.QEMU, v.Systemd)
 }
 
@@ -75,7 +76,7 @@ func versionCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v := versions(g.qemu)
-			return g.out.object(v, func(w io.Writer) { fmt.Fprintf(w, "vmsup %s\n%s\n%s\n", v.Vmsup, v.QEMU, v.Systemd) })
+			return g.out.object(v, v.print)
 		},
 	}
 }

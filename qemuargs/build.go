@@ -25,6 +25,14 @@ type Options struct {
 	// ConsoleLog, optional, is a file that records the serial console.
 	ConsoleLog string
 
+	// EventLog, optional, is the base path of a second QMP monitor that
+	// needs no client: a pipe chardev on two regular files the caller
+	// makes. QEMU reads EventLog.in (which holds qmp_capabilities, see
+	// EventLogInput) and writes the greeting, the reply and then every QMP
+	// event to EventLog.out, from its start. Events are thus kept while no
+	// vmsup process runs, with no helper process.
+	EventLog string
+
 	// FirmwareCode is the OVMF code image for firmware "uefi" or the qboot ROM
 	// for "qboot"; required for those, ignored for "bios" (QEMU's SeaBIOS).
 	FirmwareCode string
@@ -137,6 +145,9 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		socketChardev{EventsChardevID, o.EventSocket, "", false}, qmpMonitor{EventsChardevID},
 		socketChardev{ConsoleChardevID, o.ConsoleSocket, o.ConsoleLog, o.Incoming}, serialPort{ConsoleChardevID},
 	)
+	if o.EventLog != "" {
+		parts = append(parts, pipeChardev{EventLogChardevID, o.EventLog}, qmpMonitor{EventLogChardevID})
+	}
 	for _, rp := range l.rootPorts {
 		parts = append(parts, rp)
 	}
@@ -231,6 +242,11 @@ func checkOptions(vm *spec.VM, o Options) error {
 			return errorf("Options."+s.name, "%q is also Options.%s", s.path, other)
 		}
 		seen[s.path] = s.name
+	}
+	if o.EventLog != "" {
+		if err := path("EventLog", o.EventLog); err != nil {
+			return err
+		}
 	}
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:

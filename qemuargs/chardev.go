@@ -42,3 +42,22 @@ func (m qmpMonitor) Args() ([]string, error) {
 type serialPort struct{ Chardev string }
 
 func (s serialPort) Args() ([]string, error) { return []string{"-serial", "chardev:" + s.Chardev}, nil }
+
+// pipeChardev is QEMU's pipe chardev: it opens Path.in and Path.out (both
+// must exist). On regular files it reads .in to its end and writes to .out:
+// the event log (Options.EventLog). A QMP monitor reads one byte at a time
+// and stops reading while a command is queued, so the end of .in (which
+// resets the session's parser) is seen only after qmp_capabilities ran.
+type pipeChardev struct{ ID, Path string }
+
+func (c pipeChardev) Args() ([]string, error) {
+	p, err := escapeValue(c.Path)
+	if err != nil {
+		return nil, fmt.Errorf("chardev %q path: %w", c.ID, err)
+	}
+	return []string{"-chardev", "pipe,id=" + c.ID + ",path=" + p}, nil
+}
+
+// EventLogInput is what the event log's .in file holds: the one command
+// that makes QEMU send events to the monitor.
+const EventLogInput = "{\"execute\":\"qmp_capabilities\"}\n"

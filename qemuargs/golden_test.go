@@ -87,6 +87,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		EventSocket:   run + "qmp-events.sock",
 		ConsoleSocket: run + "console.sock",
 		ConsoleLog:    run + "console.log",
+		EventLog:      run + "events",
 		AgentSocket:   run + "guest-agent.sock",
 		FirmwareVars:  run + "OVMF_VARS.fd",
 	}
@@ -117,7 +118,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	}
 	fields := map[string]*string{
 		"Binary": &o.Binary, "QMPSocket": &o.QMPSocket, "EventSocket": &o.EventSocket,
-		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog,
+		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars,
 	}
 	for k, v := range c.override {

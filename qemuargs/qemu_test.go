@@ -241,8 +241,15 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 			}
 		}
 	}
-	for _, p := range []*string{&o.QMPSocket, &o.EventSocket, &o.ConsoleSocket, &o.ConsoleLog, &o.AgentSocket, &o.FirmwareVars} {
+	for _, p := range []*string{&o.QMPSocket, &o.EventSocket, &o.ConsoleSocket, &o.ConsoleLog, &o.EventLog, &o.AgentSocket, &o.FirmwareVars} {
 		*p = strings.Replace(*p, run, s, 1)
+	}
+	if o.EventLog != "" { // QEMU opens both files; it creates neither
+		for sfx, data := range map[string]string{".in": EventLogInput, ".out": ""} {
+			if err := os.WriteFile(o.EventLog+sfx, []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {
 		vars, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")

@@ -252,6 +252,31 @@ func diskIO(d *Disk, fail diskFail) error {
 	if d.BootIndex < 0 {
 		return fail("boot_index", "must not be negative")
 	}
+	return diskLimits(d, fail)
+}
+
+// diskLimits: I/O limits are not negative, and a total excludes its
+// read/write pair.
+func diskLimits(d *Disk, fail diskFail) error {
+	l := d.IOLimits
+	for _, v := range []struct {
+		key string
+		n   int64
+	}{{"iops", int64(l.IOPS)}, {"iops_read", int64(l.IOPSRead)}, {"iops_write", int64(l.IOPSWrite)},
+		{"bps", int64(l.BPS)}, {"bps_read", int64(l.BPSRead)}, {"bps_write", int64(l.BPSWrite)}} {
+		if v.n < 0 {
+			return fail(v.key, "must not be negative")
+		}
+	}
+	if l.IOPS != 0 && (l.IOPSRead != 0 || l.IOPSWrite != 0) {
+		return fail("iops", "give iops, or iops_read/iops_write, not both")
+	}
+	if l.BPS != 0 && (l.BPSRead != 0 || l.BPSWrite != 0) {
+		return fail("bps", "give bps, or bps_read/bps_write, not both")
+	}
+	if l.Limited() && d.IsCDROM() {
+		return fail("iops", "I/O limits apply to disks, not to a CD-ROM")
+	}
 	return nil
 }
 

@@ -90,6 +90,11 @@ func (n *NIC) Check() (string, error) {
 	fail := func(field, format string, args ...any) (string, error) {
 		return field, fmt.Errorf(format, args...)
 	}
+	switch n.Link {
+	case "", LinkUp, LinkDown:
+	default:
+		return fail("link", "invalid value %q (want \"up\" or \"down\")", n.Link)
+	}
 	switch n.Type {
 	case NICUser:
 		for _, f := range []struct{ name, v string }{{"bridge", n.Bridge}, {"cni_config", n.CNIConfig}, {"tap", n.Tap}} {

@@ -32,6 +32,9 @@ type VM struct {
 	Limits Limits `toml:"limits"`
 	// Security is the VM's confinement (see security.go).
 	Security Security `toml:"security"`
+	// Health is how a restart by apply (or up --restart-changed) decides
+	// that the new spec works (see health.go).
+	Health Health `toml:"health"`
 }
 
 // Accel is the accelerator choice.
@@ -86,6 +89,9 @@ type Disk struct {
 	Serial    string `toml:"serial"`     // guest-visible serial, at most 20 bytes
 	BootIndex int    `toml:"boot_index"` // firmware boot order, 0 = not bootable
 	IOThread  bool   `toml:"iothread"`   // run the disk's I/O in its own thread (virtio-blk kinds)
+	// IOLimits throttle the disk (QEMU's block_set_io_throttle); they can
+	// change while the VM runs (vmsup apply).
+	IOLimits
 
 	// iscsi
 	Portal string `toml:"portal"` // "HOST:PORT" (port default 3260)
@@ -137,7 +143,33 @@ type NIC struct {
 	Queues     int    `toml:"queues"`
 	Multiqueue bool   `toml:"multiqueue"`
 	Vhost      string `toml:"vhost"` // tap NICs: "auto" (default: on where /dev/vhost-net exists), "on", "off"
+	// Link is the NIC's link state as the guest sees it: "up" (the default,
+	// also when empty) or "down"; it can change while the VM runs.
+	Link string `toml:"link"`
 }
+
+// Link states.
+const (
+	LinkUp   = "up"
+	LinkDown = "down"
+)
+
+// LinkIsUp reports whether the NIC's link is up.
+func (n *NIC) LinkIsUp() bool { return n.Link != LinkDown }
+
+// IOLimits are a disk's I/O limits; zero is unlimited. A total limit and
+// its read/write pair exclude each other (QEMU's rule).
+type IOLimits struct {
+	IOPS      int  `toml:"iops"`       // operations per second, read and write together
+	IOPSRead  int  `toml:"iops_read"`  // read operations per second
+	IOPSWrite int  `toml:"iops_write"` // write operations per second
+	BPS       Size `toml:"bps"`        // bytes per second, read and write together ("10M")
+	BPSRead   Size `toml:"bps_read"`   // read bytes per second
+	BPSWrite  Size `toml:"bps_write"`  // written bytes per second
+}
+
+// Limited reports whether any limit is set.
+func (l IOLimits) Limited() bool { return l != IOLimits{} }
 
 // Limits are the cgroup limits of the VM's unit.
 type Limits struct {
@@ -186,6 +218,10 @@ func (vm *VM) HasNetworkDisk() bool {
 	}
 	return false
 }
+
+// FillDefaults fills the documented defaults of unset keys in place (a VM
+// read back from a record written before a key existed).
+func (vm *VM) FillDefaults() { vm.applyDefaults() }
 
 // applyDefaults fills the documented defaults in place.
 func (vm *VM) applyDefaults() {
@@ -244,6 +280,7 @@ func (vm *VM) applyDefaults() {
 		vm.Limits.TasksMax = DefaultTasksMax
 	}
 	vm.Security.applyDefaults()
+	vm.Health.applyDefaults()
 }
 
 // Shutdown methods.

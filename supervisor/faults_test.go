@@ -96,6 +96,11 @@ func faultHelper(arg string) int {
 		if f, err = spec.Load(j.File); err == nil {
 			_, err = sup.Restart(ctx, f)
 		}
+	case "apply":
+		var f *spec.File
+		if f, err = spec.Load(j.File); err == nil {
+			_, err = sup.Apply(ctx, f, supervisor.ApplyOptions{})
+		}
 	default:
 		err = fmt.Errorf("unknown op %q", j.Op)
 	}

@@ -52,7 +52,7 @@ func defaultSelf() string {
 //		...
 //	}
 func HandleHook(args []string) (code int, handled bool) {
-	if len(args) == 0 || (args[0] != HookStop && args[0] != HookPost && args[0] != HookSettle) {
+	if len(args) == 0 || (args[0] != HookStop && args[0] != HookPost && args[0] != HookSettle && args[0] != HookRebootApply) {
 		return 0, false
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -71,6 +71,7 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 	root := fs.String("root", "/var/lib/vmsup", "")
 	unit := fs.String("unit", "", "")
 	bus := fs.String("systemd-bus", "", "")
+	wait := fs.Bool("wait", false, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := New(Options{Root: *root, SystemdBus: *bus, Self: self})
+	s, err := New(Options{Root: *root, SystemdBus: *bus, Self: self, WaitForLock: *wait})
 	if err != nil {
 		return err
 	}
@@ -93,10 +94,13 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%s %s: %s\n", HookStop, name, step)
 		return err
 	case HookPost:
-		if err := s.StopPost(ctx, name, *unit); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s %s: network removed, secret copies removed\n", HookPost, name)
+		note, err := s.StopPostHook(ctx, name, *unit)
+		fmt.Fprintf(stdout, "%s %s: %s\n", HookPost, name, note)
+		return err
+	case HookRebootApply:
+		note, err := s.RebootApply(ctx, name)
+		fmt.Fprintf(stdout, "%s %s: %s\n", HookRebootApply, name, note)
+		return err
 	default:
 		note, err := s.Settle(ctx, name)
 		if note != "" {
@@ -104,5 +108,19 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return err
 	}
-	return nil
+}
+
+// StopPostHook is the unit's ExecStopPost= work: the network and secret
+// copies go (StopPost); then, if the guest rebooted into a QEMU told to
+// exit on reboot, its guardian starts it again.
+func (s *Supervisor) StopPostHook(ctx context.Context, name, unit string) (string, error) {
+	if err := s.StopPost(ctx, name, unit); err != nil {
+		return "", err
+	}
+	note := "network removed, secret copies removed"
+	again, err := s.afterGuestReboot(ctx, name, unit)
+	if again || err != nil {
+		note += "; the guest rebooted: " + rebootUnit(name) + " starts it again"
+	}
+	return note, err
 }

@@ -41,6 +41,12 @@ type AttachResult struct {
 // so status lists it and the next up boots with it. For a VM that is shut
 // off, the disk is checked and only recorded.
 func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (AttachResult, error) {
+	return s.attachDisk(ctx, name, d, false)
+}
+
+// attachDisk is AttachDisk; fromFile: a disk of the VM's file (apply),
+// recorded in the record's spec rather than as attached by hand.
+func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, fromFile bool) (AttachResult, error) {
 	res := AttachResult{VM: name, Disk: d.Name}
 	fail := func(err error) (AttachResult, error) {
 		return res, vmErr(name, fmt.Errorf("attach disk %q: %w", d.Name, err))
@@ -69,6 +75,9 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 		}
 	}
 	t := s.tools()
+	if stopped && fromFile {
+		return fail(ErrNotRunning)
+	}
 	if stopped {
 		// Nothing to plug: record it, and the next up boots with it.
 		if err := t.Check(ctx, d); err != nil {
@@ -104,12 +113,14 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 				path, strings.Join(s.opts.ImageDirs, ", ")))
 		}
 	}
-	op, err := s.beginOp(ctx, name, opDiskAttach, newDiskIntent(d, bus))
+	intent := newDiskIntent(d, bus)
+	intent.FromFile = fromFile
+	op, err := s.beginOp(ctx, name, opDiskAttach, intent)
 	if err != nil {
 		return fail(err)
 	}
 	defer op.End() // done or undone here; a kill leaves it to recover
-	a := &diskAttach{s: s, name: name, d: d, c: c, bus: bus, op: op}
+	a := &diskAttach{s: s, name: name, d: d, c: c, bus: bus, op: op, fromFile: fromFile}
 	undo, err := runSteps(ctx, name, a.hostSteps(), s.traced(op))
 	if err != nil {
 		return fail(stepCause(err))
@@ -122,7 +133,9 @@ func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (
 	// Plugged part by part, each undone if a later one fails; last, the
 	// record, so that the record and the VM agree.
 	plug := append(devices.PlugDisk(c, d.Name, parts, s.opts.UnplugTimeout), step{Name: fmt.Sprintf("disk %q: record", d.Name), Do: func(context.Context) error {
-		app.Attached = append(app.Attached, AttachedDisk{Disk: d, Bus: bus, FDSet: a.fdset})
+		if err := recordDisk(app, AttachedDisk{Disk: d, Bus: bus, FDSet: a.fdset}, fromFile); err != nil {
+			return err
+		}
 		if err := s.state.RewriteApplied(app); err != nil {
 			return fmt.Errorf("record: %w", err)
 		}
@@ -149,6 +162,8 @@ type diskAttach struct {
 	image string
 	fdset *int64
 	rules []units.PathRule
+	// fromFile: the disk is the VM's file's (apply).
+	fromFile bool
 }
 
 func (a *diskAttach) hostSteps() []step {
@@ -181,6 +196,7 @@ func (a *diskAttach) hostSteps() []step {
 		// Journaled before the grants, so that a kill between them leaves
 		// nothing unknown.
 		in := newDiskIntent(d, a.bus)
+		in.FromFile = a.fromFile
 		in.Rules = rulePaths(a.rules)
 		if err := a.op.SetIntent(in); err != nil {
 			return err
@@ -195,6 +211,12 @@ func (a *diskAttach) hostSteps() []step {
 // Options.UnplugTimeout leaves the disk attached and gets an error saying
 // so; a later DetachDisk finishes the job once the guest let go.
 func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
+	return s.detachDisk(ctx, name, disk, false)
+}
+
+// detachDisk is DetachDisk; fromFile: a disk of the VM's file that the
+// file no longer has (apply), unplugged from the running VM.
+func (s *Supervisor) detachDisk(ctx context.Context, name, disk string, fromFile bool) error {
 	fail := func(err error) error { return fmt.Errorf("vm %q: detach disk %q: %w", name, disk, err) }
 	lk, err := s.lock(ctx, name, "disk-detach")
 	if err != nil {
@@ -204,6 +226,19 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 	app, vm, err := s.runningSpec(name)
 	if err != nil && !errors.Is(err, ErrNotRunning) {
 		return fail(err)
+	}
+	if fromFile {
+		if err != nil {
+			return fail(err)
+		}
+		i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk })
+		if i < 0 {
+			return fail(errors.New("the VM does not run with it"))
+		}
+		if err := s.unplugDisk(ctx, name, app, AttachedDisk{Disk: vm.Disks[i]}); err != nil {
+			return fail(err)
+		}
+		return nil
 	}
 	i := slices.IndexFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
 	if i < 0 {
@@ -225,9 +260,11 @@ func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
 	return nil
 }
 
-// forgetDisk drops an attached disk from the record and its secret copy.
+// forgetDisk drops a disk from the record and its secret copy.
 func (s *Supervisor) forgetDisk(name string, app *vmstate.Applied, disk string) error {
-	app.Attached = slices.DeleteFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
+	if err := dropDisk(app, disk); err != nil {
+		return err
+	}
 	if err := s.state.RewriteApplied(app); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
@@ -259,6 +296,15 @@ func (s *Supervisor) unplugDisk(ctx context.Context, name string, app *vmstate.A
 		return err
 	}
 	err = devices.UnplugDisk(ctx, c, parts, s.opts.UnplugTimeout)
+	if err == nil && a.FDSet == nil && a.Disk.Type == spec.DiskBlock {
+		// Plugged by apply: its fd set is known to QEMU by its note.
+		var pr devices.Present
+		if pr, err = devices.Query(ctx, c); err == nil {
+			if id, ok := pr.FDSets[devices.FDOpaque(a.Disk.Name)]; ok {
+				a.FDSet = &id
+			}
+		}
+	}
 	if err == nil && a.FDSet != nil {
 		err = c.RemoveFD(ctx, *a.FDSet, nil)
 	}

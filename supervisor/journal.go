@@ -86,6 +86,8 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverMigrateIn(ctx, name, op)
 	case opReboot:
 		note, err = s.recoverReboot(ctx, name, op)
+	case opApplySet:
+		note, err = s.recoverApplySet(ctx, name, op)
 	default:
 		note = "dropped an unreadable journal (" + op.Kind + ")"
 	}

@@ -175,6 +175,9 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 		return fmt.Errorf("migrate: %d hot-plugged disk(s) and %d NIC(s) are not migrated (the destination starts from the spec file): detach them first",
 			len(m.app.Attached), len(m.app.AttachedNICs))
 	}
+	if m.app.Replugged {
+		return errors.New("migrate: vmsup apply plugged or unplugged devices since it booted, so the destination could not rebuild its device layout from the spec: restart it first (vmsup apply --restart)")
+	}
 	if m.o.Local {
 		for _, n := range m.f.VM.NICs {
 			if n.UsesTap() {

@@ -24,6 +24,12 @@ import (
 // net.json, so detach, down and the stop hook remove it. On failure every
 // step is undone.
 func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (spec.NIC, error) {
+	return s.attachNIC(ctx, name, n, false)
+}
+
+// attachNIC is AttachNIC; fromFile: a NIC of the VM's file (apply),
+// recorded in the record's spec rather than as attached by hand.
+func (s *Supervisor) attachNIC(ctx context.Context, name string, n spec.NIC, fromFile bool) (spec.NIC, error) {
 	lk, err := s.lock(ctx, name, "nic-attach")
 	if err != nil {
 		return n, err
@@ -60,7 +66,7 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 	if err != nil {
 		return n, err
 	}
-	op, err := s.beginOp(ctx, name, opNICAttach, nicIntent{NIC: n, Bus: bus, Netdev: nd.ID, Device: dev.ID})
+	op, err := s.beginOp(ctx, name, opNICAttach, nicIntent{NIC: n, FromFile: fromFile, Bus: bus, Netdev: nd.ID, Device: dev.ID})
 	if err != nil {
 		return n, vmErr(name, err)
 	}
@@ -88,7 +94,9 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 			}
 		}},
 		{Name: fmt.Sprintf("nic %q: record", n.Name), Do: func(ctx context.Context) error {
-			app.AttachedNICs = append(app.AttachedNICs, n)
+			if err := recordNIC(app, n, fromFile); err != nil {
+				return err
+			}
 			return s.state.RewriteApplied(app)
 		}},
 	}
@@ -102,6 +110,12 @@ func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (sp
 // release it (DEVICE_DELETED), netdev_del, then the host side goes. NICs the
 // VM booted with stay: they are part of its file.
 func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
+	return s.detachNIC(ctx, name, nic, false)
+}
+
+// detachNIC is DetachNIC; fromFile: a NIC of the VM's file that the file
+// no longer has (apply).
+func (s *Supervisor) detachNIC(ctx context.Context, name, nic string, fromFile bool) error {
 	lk, err := s.lock(ctx, name, "nic-detach")
 	if err != nil {
 		return err
@@ -111,14 +125,24 @@ func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
 	if err != nil {
 		return err
 	}
+	var target spec.NIC
 	i := slices.IndexFunc(app.AttachedNICs, func(n spec.NIC) bool { return n.Name == nic })
+	if fromFile {
+		i = slices.IndexFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == nic })
+		if i < 0 {
+			return vmErr(name, fmt.Errorf("nic %q: the VM does not run with it", nic))
+		}
+		target = vm.NICs[i]
+	} else if i >= 0 {
+		target = app.AttachedNICs[i]
+	}
 	if i < 0 {
 		if slices.ContainsFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == nic }) {
 			return vmErr(name, fmt.Errorf("nic %q is in the VM's file, not hot-plugged: remove it there and restart", nic))
 		}
 		return vmErr(name, fmt.Errorf("no hot-plugged nic %q", nic))
 	}
-	op, err := s.beginOp(ctx, name, opNICDetach, nicIntent{NIC: app.AttachedNICs[i], Netdev: qemuargs.NetdevID(nic), Device: qemuargs.NICDeviceID(nic)})
+	op, err := s.beginOp(ctx, name, opNICDetach, nicIntent{NIC: target, FromFile: fromFile, Netdev: qemuargs.NetdevID(nic), Device: qemuargs.NICDeviceID(nic)})
 	if err != nil {
 		return vmErr(name, err)
 	}
@@ -138,7 +162,9 @@ func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
 	if err := s.net().Forget(ctx, name, nic); err != nil {
 		return vmErr(name, err)
 	}
-	app.AttachedNICs = slices.Delete(app.AttachedNICs, i, i+1)
+	if err := dropNIC(app, nic); err != nil {
+		return err
+	}
 	return s.state.RewriteApplied(app)
 }
 

@@ -325,6 +325,10 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 	if err := migration.AwaitIncoming(ctx, d.mon); err != nil {
 		return err
 	}
+	// Not in the stream: the disks' I/O limits (links are).
+	if err := applyRuntime(ctx, d.mon, &d.f.VM); err != nil {
+		return err
+	}
 	if !d.local && len(m.Console) > 0 {
 		// Before cont: the guest has printed nothing here yet.
 		f, err := os.OpenFile(d.p.ConsoleLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -30,7 +29,8 @@ type diskIntent struct {
 	Devices  []string  `json:"devices"`
 	Nodes    []string  `json:"nodes"`
 	Objects  []string  `json:"objects"`
-	Rules    []string  `json:"rules,omitempty"` // paths granted to QEMU's user
+	Rules    []string  `json:"rules,omitempty"`     // paths granted to QEMU's user
+	FromFile bool      `json:"from_file,omitempty"` // a disk of the VM's file (apply): recorded in its spec
 }
 
 func newDiskIntent(d spec.Disk, bus string) diskIntent {
@@ -64,10 +64,11 @@ func rulePaths(rules []units.PathRule) []string {
 
 // nicIntent is a NIC hot-plug's.
 type nicIntent struct {
-	NIC    spec.NIC `json:"nic"`
-	Bus    string   `json:"bus,omitempty"`
-	Netdev string   `json:"netdev"`
-	Device string   `json:"device"`
+	NIC      spec.NIC `json:"nic"`
+	FromFile bool     `json:"from_file,omitempty"` // a NIC of the VM's file (apply)
+	Bus      string   `json:"bus,omitempty"`
+	Netdev   string   `json:"netdev"`
+	Device   string   `json:"device"`
 }
 
 // liveQMP is the running VM's monitor, or nil (no error) when QEMU is gone.
@@ -87,7 +88,7 @@ func (s *Supervisor) recoverDiskAttach(ctx context.Context, name string, op *vms
 	if err != nil {
 		return "", err
 	}
-	if slices.ContainsFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == in.Disk.Name }) {
+	if hasDisk(app, in.Disk.Name) {
 		return fmt.Sprintf("disk %q was attached and recorded", in.Disk.Name), nil
 	}
 	c, release, err := s.liveQMP(ctx, name)
@@ -106,7 +107,9 @@ func (s *Supervisor) recoverDiskAttach(ctx context.Context, name string, op *vms
 			if id, ok := pr.FDSets[devices.FDOpaque(in.Disk.Name)]; ok {
 				a.FDSet = &id
 			}
-			app.Attached = append(app.Attached, a)
+			if err := recordDisk(app, a, in.FromFile); err != nil {
+				return "", err
+			}
 			if err := s.state.RewriteApplied(app); err != nil {
 				return "", fmt.Errorf("record: %w", err)
 			}
@@ -129,7 +132,7 @@ func (s *Supervisor) recoverDiskDetach(ctx context.Context, name string, op *vms
 	if err != nil {
 		return "", err
 	}
-	if !slices.ContainsFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == in.Disk.Name }) {
+	if !hasDisk(app, in.Disk.Name) {
 		return fmt.Sprintf("disk %q was detached and recorded", in.Disk.Name), nil
 	}
 	c, release, err := s.liveQMP(ctx, name)
@@ -220,7 +223,7 @@ func (s *Supervisor) recoverNICAttach(ctx context.Context, name string, op *vmst
 	if err != nil {
 		return "", err
 	}
-	if slices.ContainsFunc(app.AttachedNICs, func(n spec.NIC) bool { return n.Name == in.NIC.Name }) {
+	if hasNIC(app, in.NIC.Name) {
 		return fmt.Sprintf("nic %q was attached and recorded", in.NIC.Name), nil
 	}
 	c, release, err := s.liveQMP(ctx, name)
@@ -234,7 +237,9 @@ func (s *Supervisor) recoverNICAttach(ctx context.Context, name string, op *vmst
 			return "", err
 		}
 		if pr.Devices[in.Device] {
-			app.AttachedNICs = append(app.AttachedNICs, in.NIC)
+			if err := recordNIC(app, in.NIC, in.FromFile); err != nil {
+				return "", err
+			}
 			if err := s.state.RewriteApplied(app); err != nil {
 				return "", fmt.Errorf("record: %w", err)
 			}
@@ -285,7 +290,9 @@ func (s *Supervisor) recoverNICDetach(ctx context.Context, name string, op *vmst
 	if err := s.net().Forget(ctx, name, in.NIC.Name); err != nil {
 		return "", err
 	}
-	app.AttachedNICs = slices.DeleteFunc(app.AttachedNICs, func(n spec.NIC) bool { return n.Name == in.NIC.Name })
+	if err := dropNIC(app, in.NIC.Name); err != nil {
+		return "", err
+	}
 	if err := s.state.RewriteApplied(app); err != nil {
 		return "", fmt.Errorf("record: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
 )
 
 // Restarted is Restart's UpAction: a running VM went down and up again with
@@ -15,10 +16,11 @@ import (
 const Restarted UpAction = "restarted"
 
 // Restart applies a changed file to a running VM the only way QEMU allows
-// for most settings: a graceful down, then up with the new spec. A VM that
-// is not running is simply brought up. If the new spec fails to start, the
-// spec that ran before is started again, so a bad edit never leaves the VM
-// down; the error says so.
+// for most settings: a graceful down, then up with the new spec, gated by
+// the VM's [health] (healthGate). A VM that is not running is simply
+// brought up. If the new spec fails to start or to pass the gate, the spec
+// that ran before is started again, so a bad edit never leaves the VM down;
+// the error says so.
 func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error) {
 	name := f.VM.Name
 	if err := s.ValidateContext(ctx, f); err != nil {
@@ -36,6 +38,7 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 	if err != nil {
 		return UpResult{VM: name}, vmErr(name, fmt.Errorf("restart: the spec it runs with: %w", err))
 	}
+	agentBefore := f.VM.HasGuestAgent() && s.agentAnswers(ctx, name)
 	// Down and up under one lock, journaled: a restart killed between them
 	// is finished by the next command (recoverRestart).
 	lu, err := s.lockUnit(ctx, name, "restart")
@@ -52,16 +55,42 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 		return UpResult{VM: name}, vmErrIn(name, "restart", err)
 	}
 	s.traced(op)(name, restartDown)
+	return s.startGated(ctx, lu.sd, f, old, op, agentBefore)
+}
+
+// startGated starts f's VM (down, under its lock, journaled by op) and
+// holds it to its health gate; on failure old comes back. The journal's
+// intent becomes old before the rollback, so that a rollback cut off is
+// finished with old, never with the spec that failed.
+func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *spec.File, op *vmstate.Op, agentBefore bool) (UpResult, error) {
+	name := f.VM.Name
 	r, err := s.startLocked(ctx, f, op)
 	if err == nil {
-		r.Action = Restarted
-		return r, nil
+		if err = s.healthGate(ctx, sd, name, f.VM.Health, agentBefore); err == nil {
+			r.Action = Restarted
+			return r, nil
+		}
 	}
-	if _, rerr := s.startLocked(context.WithoutCancel(ctx), old, nil); rerr != nil {
+	bg := context.WithoutCancel(ctx)
+	if ierr := op.SetIntent(restartIntent{File: absPath(old.Path), Raw: old.Raw}); ierr != nil {
+		return UpResult{VM: name}, fmt.Errorf("%w; the rollback could not be journaled: %v", err, ierr)
+	}
+	unit := s.state.UnitOf(name)
+	if st, serr := sd.Status(bg, unit); serr == nil && !st.Gone() {
+		if _, derr := s.down(bg, name, &lockedUnit{sd: sd, unit: unit, st: st}, DownOptions{}); derr != nil {
+			return UpResult{VM: name}, fmt.Errorf("%w; taking the new QEMU down failed too: %s", err, unnamed(name, derr))
+		}
+	}
+	s.traced(op)(name, restartRollback)
+	if _, rerr := s.startLocked(bg, old, nil); rerr != nil {
 		return UpResult{VM: name}, fmt.Errorf("%w; starting the previous spec again failed too: %s (the VM is down)", err, unnamed(name, rerr))
 	}
 	return UpResult{VM: name, Action: Unchanged}, fmt.Errorf("%w; the VM runs again with its previous spec", err)
 }
+
+// restartRollback is the step after which a failed restart's new QEMU is
+// gone and the previous spec starts.
+const restartRollback = "rollback"
 
 // restartDown is the step of a restart after which the VM is down.
 const restartDown = "down"

@@ -155,9 +155,13 @@ func (r *startRun) steps() []step {
 		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord},
 		step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
 	if r.mode == StartFresh {
-		return append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
+		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
 			return r.s.confirmRunning(ctx, r.sd, r.name)
 		}})
+		if hasRuntime(&r.f.VM) {
+			steps = append(steps, step{Name: StepLive, Do: r.liveStep})
+		}
+		return steps
 	}
 	return append(steps, step{Name: StepIncoming, Do: func(ctx context.Context) error {
 		if r.in.listen == nil {
@@ -303,7 +307,7 @@ func (r *startRun) check(ctx context.Context) error {
 		}
 		old, err := r.s.state.ReadApplied(r.name)
 		r.res.Action = Changed
-		if err == nil && sameJSON(old.Spec, r.app.Spec) {
+		if err == nil && runsFile(old, &r.f.VM) {
 			r.res.Action = Unchanged
 		}
 		if err == nil {
@@ -345,6 +349,9 @@ func (r *startRun) stateDir(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := r.makeEventLog(); err != nil {
+		return err
+	}
 	switch {
 	case r.mode == StartFresh && f.VM.Boot.Firmware == spec.FirmwareUEFI:
 		if _, err := os.Stat(p.UEFIVars); errors.Is(err, os.ErrNotExist) {
@@ -377,9 +384,31 @@ func (r *startRun) stateDir(ctx context.Context) error {
 	return os.Mkdir(in, 0o700)
 }
 
+// makeEventLog makes the files of the new QEMU's event log
+// (qemuargs.Options.EventLog): a fresh start's replaces the last one; a
+// migration destination's is its own until the source's QEMU is gone.
+func (r *startRun) makeEventLog() error {
+	base := filepath.Join(r.p.Dir, "events")
+	if r.mode != StartFresh {
+		base += "-" + migration.RandHex(6)
+	}
+	if err := os.WriteFile(base+".in", []byte(qemuargs.EventLogInput), 0o600); err != nil {
+		return fmt.Errorf("event log: %w", err)
+	}
+	if err := os.WriteFile(base+".out", nil, 0o600); err != nil {
+		return fmt.Errorf("event log: %w", err)
+	}
+	r.app.EventLog = base
+	return nil
+}
+
 func (r *startRun) undoStateDir(context.Context) {
 	if r.sock.Dir != r.p.Dir {
 		os.RemoveAll(r.sock.Dir)
+	}
+	if r.mode != StartFresh && r.app.EventLog != "" {
+		os.Remove(r.app.EventLog + ".in")
+		os.Remove(r.app.EventLog + ".out")
 	}
 	switch {
 	case r.mode == StartIncomingLocal:
@@ -414,7 +443,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
-	opts := r.plan.argvOpts
+	opts := append(r.plan.argvOpts, func(o *qemuargs.Options) { o.EventLog = r.app.EventLog })
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {
 			o.Incoming = true
@@ -461,6 +490,16 @@ func (r *startRun) record(context.Context) error {
 		return nil
 	}
 	r.app.StartedAt = time.Now().UTC()
+	r.app.Generation = 1
+	if old, err := r.s.state.ReadApplied(r.name); err == nil {
+		r.app.Generation = old.Generation + 1
+	}
+	if hasRuntime(&r.f.VM) {
+		r.app.SetVM(withoutRuntime(r.f.VM)) // until StepLive gives them
+	}
+	if err := r.s.state.ClearPending(r.name); err != nil { // this QEMU runs the file
+		return err
+	}
 	return r.s.state.WriteApplied(r.app, r.f.Raw)
 }
 
@@ -479,6 +518,11 @@ func (r *startRun) startUnit(ctx context.Context) error {
 		o(&u)
 	}
 	r.s.bindHooks(&u)
+	for _, f := range []string{r.app.EventLog + ".in", r.app.EventLog + ".out"} {
+		if err := vmstate.ChownLike(f, r.p.Dir); err != nil { // QEMU opens both as its user
+			return err
+		}
+	}
 	if r.mode != StartFresh {
 		// QEMU binds its sockets there: same owner as the state directory
 		// (the host steps may have given that to an unprivileged QEMU user).

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -66,6 +67,39 @@ type Status struct {
 	// GuestAgent: the guest ping (running VMs with an agent channel; in
 	// List only when the agent answers).
 	GuestAgent *AgentStatus `json:"guest_agent,omitempty"`
+	// Sync says whether the running VM matches its file: "in sync",
+	// "changed" (vmsup plan FILE says how), or "file unreadable".
+	Sync string `json:"sync,omitempty"`
+	// Generation counts the specs the VM was recorded with (each start and
+	// each apply that changed it).
+	Generation int `json:"generation,omitempty"`
+	// Pending are the changes an apply left for a restart or, with
+	// PendingAtReboot, for the guest's next reboot.
+	Pending         []string `json:"pending,omitempty"`
+	PendingAtReboot bool     `json:"pending_at_reboot,omitempty"`
+}
+
+// Sync states.
+const (
+	SyncInSync   = "in sync"
+	SyncChanged  = "changed"
+	SyncNoFile   = "file unreadable"
+	syncNotKnown = ""
+)
+
+// syncOf compares the running VM of app with its file as it is now.
+func (s *Supervisor) syncOf(app *vmstate.Applied) string {
+	if app.SourceFile == "" {
+		return syncNotKnown
+	}
+	f, err := spec.Load(app.SourceFile)
+	if err != nil {
+		return SyncNoFile
+	}
+	if runsFile(app, &f.VM) {
+		return SyncInSync
+	}
+	return SyncChanged
 }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
@@ -154,6 +188,12 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		return out, nil
 	}
 	out.QEMUStatus = qs.Status
+	if appErr == nil {
+		out.Sync, out.Generation = s.syncOf(app), app.Generation
+		if pd, err := s.state.ReadPending(name); err == nil && pd != nil && out.Sync != SyncInSync {
+			out.Pending, out.PendingAtReboot = pd.Changes, pd.AtReboot
+		}
+	}
 	switch {
 	case qs.Running:
 		out.State = StateRunning

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -107,6 +107,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
 		ConsoleLog:     p.ConsoleLog,
+		EventLog:       filepath.Join(p.Dir, "events"),
 		VhostNet:       s.vhostNet(),
 		Disks:          diskHosts(p, &f.VM),
 	}
@@ -298,9 +299,11 @@ func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
 	return units.LastWords(ctx, s.opts.JournalDir, unit)
 }
 
-func sameJSON(a, b []byte) bool {
-	var ca, cb bytes.Buffer
-	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
+// runsFile reports whether the VM recorded in app runs vm as it is (after
+// live changes, with keys newer than the record at their defaults).
+func runsFile(app *vmstate.Applied, vm *spec.VM) bool {
+	running, err := app.Running()
+	return err == nil && bytes.Equal(vmstate.Canonical(running), vmstate.Canonical(vm))
 }
 
 func absPath(p string) string {

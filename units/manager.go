@@ -299,8 +299,10 @@ func (m *Manager) Security(ctx context.Context, name string) (ServiceSecurity, e
 // Limits are cgroup limits changed on a running unit; a nil field is left
 // as it is. CPUQuota 0 removes the quota.
 type Limits struct {
-	CPUQuota  *int // percent of one CPU
-	CPUWeight *int // 1-10000
+	CPUQuota  *int    // percent of one CPU
+	CPUWeight *int    // 1-10000
+	MemoryMax *uint64 // bytes
+	TasksMax  *int
 }
 
 // SetLimits changes a running unit's limits at once ("systemctl
@@ -319,6 +321,12 @@ func (m *Manager) SetLimits(ctx context.Context, name string, l Limits) error {
 			return fmt.Errorf("unit %s: CPU weight %d is outside 1-10000", name, *l.CPUWeight)
 		}
 		props = append(props, prop("CPUWeight", uint64(*l.CPUWeight)))
+	}
+	if l.MemoryMax != nil {
+		props = append(props, prop("MemoryMax", *l.MemoryMax))
+	}
+	if l.TasksMax != nil {
+		props = append(props, prop("TasksMax", uint64(*l.TasksMax)))
 	}
 	if len(props) == 0 {
 		return nil

@@ -77,6 +77,10 @@ func TestCLIJSON(t *testing.T) {
 	waitAgent(t, root, "js")
 	check("status", 0, "status", "js")
 	check("ls", 0, "ls")
+	if out := check("plan", 0, "plan", file); !strings.Contains(out, `"in_sync": true`) {
+		t.Errorf("plan of the file just brought up: %s", out)
+	}
+	check("apply", 0, "apply", file)
 	check("disk ls", 0, "disk", "ls", "js")
 	check("nic ls", 0, "nic", "ls", "js")
 	check("ping", 0, "ping", "js")

@@ -35,6 +35,10 @@ type statusJSON struct {
 	Agent         *agentJSON   `json:"agent"`
 	Confinement   *confineJSON `json:"confinement"`
 	Recovery      string       `json:"recovery"`
+	Sync          string       `json:"sync"` // "in sync", "changed", "file unreadable", "" (not running)
+	Generation    int          `json:"generation"`
+	Pending       []string     `json:"pending"`
+	PendingReboot bool         `json:"pending_at_reboot"`
 }
 
 type diskJSON struct {
@@ -93,7 +97,8 @@ func toStatusJSON(s supervisor.Status) statusJSON {
 		Accel: string(s.Accel), AccelReason: s.AccelReason, CPUModel: s.CPUModel, CPUMasks: nonNil(s.CPUMasks),
 		CPUs: s.CPUs, Memory: s.Memory, MemoryUsed: s.MemoryUsed, SpecFile: s.SpecFile, StateDir: s.StateDir,
 		ConsoleSocket: s.Console, ConsoleLog: s.ConsoleLog, Autostart: s.Autostart, Recovery: s.Recovery,
-		Disks: disksJSON(s.Disks), NICs: nicsJSON(s.NICs)}
+		Disks: disksJSON(s.Disks), NICs: nicsJSON(s.NICs),
+		Sync: s.Sync, Generation: s.Generation, Pending: nonNil(s.Pending), PendingReboot: s.PendingAtReboot}
 	if s.Since != nil && (s.State == supervisor.StateRunning || s.State == supervisor.StatePaused) {
 		out.UptimeSeconds = int64(time.Since(*s.Since).Seconds())
 	}

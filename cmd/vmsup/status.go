@@ -60,6 +60,20 @@ func statusCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}
 				fmt.Fprintf(out, "spec:     %s\ndir:      %s\nconsole:  %s (log %s)\n", s.SpecFile, s.StateDir, s.Console, s.ConsoleLog)
+				if s.Sync != "" {
+					line := fmt.Sprintf("%s (generation %d)", s.Sync, s.Generation)
+					if s.Sync == supervisor.SyncChanged {
+						line += "; vmsup plan " + s.SpecFile + " says how it applies"
+					}
+					fmt.Fprintf(out, "file:     %s\n", line)
+				}
+				for _, p := range s.Pending {
+					when := "restart"
+					if s.PendingAtReboot {
+						when = "next reboot"
+					}
+					fmt.Fprintf(out, "pending:  (%s) %s\n", when, p)
+				}
 				printDisks(out, s.Disks)
 				printNICs(out, s.NICs)
 				if c := s.Confinement; c != nil {

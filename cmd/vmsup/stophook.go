@@ -17,11 +17,9 @@ func stopPostCmd(g *globals) *cobra.Command {
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
-				if err := sup.StopPost(cmd.Context(), args[0], unit); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: network removed, secret copies removed\n", args[0])
-				return nil
+				note, err := sup.StopPostHook(cmd.Context(), args[0], unit)
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-post %s: %s\n", args[0], note)
+				return err
 			})
 		},
 	}

@@ -33,6 +33,7 @@ func TestCLIVerbs(t *testing.T) {
 	pid := st.MainPID
 	waitAgent(t, root, "verbs")
 	guestTools(t, root, dir)
+	cliPlanApply(t, root, dir, file, body)
 
 	for i, c := range []struct {
 		args []string
@@ -225,5 +226,44 @@ func guestTools(t *testing.T, root, dir string) {
 	}
 	if i, j := strings.Index(r.stdout, "journal Started"), strings.Index(r.stdout, "console VMSUP-SHELL-READY"); i < 0 || j < i {
 		t.Errorf("logs: console lines not after the start:\n%s", r.stdout)
+	}
+}
+
+// cliPlanApply: plan and apply as a user sees them, on TestCLIVerbs's VM: an
+// edit planned and applied live, plan then in sync, an impossible edit
+// refused with one line naming the field (exit 1), status and ls saying the
+// file changed, and the original file applied back.
+func cliPlanApply(t *testing.T, root, dir, file, body string) {
+	t.Helper()
+	edited := strings.Replace(strings.Replace(body, `description = "the verbs test"`, `description = "edited"`, 1),
+		`size = "16M"`, "size = \"16M\"\niops = 500", 1)
+	write(t, dir, "verbs.toml", edited)
+	r := vmsup(t, root, "", "plan", file)
+	for _, want := range []string{"verbs: 2 change(s) from " + file, `live       description: "the verbs test" -> "edited" (record)`,
+		"live       disk[data].io-limits: unlimited -> iops=500 (block_set_io_throttle)"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("plan lacks %q: %+v", want, r)
+		}
+	}
+	if r = vmsup(t, root, "", "apply", file); r.code != 0 || !strings.HasPrefix(r.stdout, "verbs: applied (2 live)") {
+		t.Fatalf("apply: %+v", r)
+	}
+	if r = vmsup(t, root, "", "plan", file); r.code != 0 || r.stdout != "verbs: in sync with "+file+"\n" {
+		t.Fatalf("plan after apply: %+v", r)
+	}
+	write(t, dir, "verbs.toml", strings.Replace(edited, `size = "16M"`, `size = "8M"`, 1))
+	r = vmsup(t, root, "", "apply", file)
+	if r.code != 1 || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "nothing was changed: disk[data].size: shrinking an image") {
+		t.Fatalf("apply of a shrink: %+v", r)
+	}
+	if r = vmsup(t, root, "", "status", "verbs"); !strings.Contains(r.stdout, "file:     changed (generation ") {
+		t.Errorf("status after the file changed: %s", r.stdout)
+	}
+	if r = vmsup(t, root, "", "ls"); !strings.Contains(r.stdout, "FILE") || !strings.Contains(r.stdout, "changed") {
+		t.Errorf("ls after the file changed: %s", r.stdout)
+	}
+	write(t, dir, "verbs.toml", body)
+	if r = vmsup(t, root, "", "apply", file); r.code != 0 || !strings.HasPrefix(r.stdout, "verbs: applied (2 live)") {
+		t.Fatalf("apply of the original file: %+v", r)
 	}
 }

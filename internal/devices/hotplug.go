@@ -136,18 +136,28 @@ func PassBlockDevice(ctx context.Context, c *qmp.Conn, d spec.Disk) (int64, erro
 // with nothing behind it, asking QEMU, so that NICs and disks hot-plugged by
 // any vmsup command never collide. On pc, devices go on pci.0.
 func FreeRootPort(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string) (string, error) {
+	free, err := FreeRootPorts(ctx, c, vm, spare)
+	if err != nil {
+		return "", err
+	}
+	return free[0], nil
+}
+
+// FreeRootPorts lists the hotplug root ports no device sits in (pc: its
+// root bus, which takes hotplugs itself); an error when there are none.
+func FreeRootPorts(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string) ([]string, error) {
 	if len(spare) == 0 {
 		spare = qemuargs.SpareRootPorts(vm)
 	}
 	if vm.Machine == "pc" {
-		return qemuargs.PCIRootBus, nil
+		return []string{qemuargs.PCIRootBus}, nil
 	}
 	if len(spare) == 0 {
-		return "", errors.New("no hotplug root ports (hotplug_slots = 0)")
+		return nil, errors.New("no hotplug root ports (hotplug_slots = 0)")
 	}
 	buses, err := c.QueryPCI(ctx)
 	if err != nil {
-		return "", fmt.Errorf("query-pci: %w", err)
+		return nil, fmt.Errorf("query-pci: %w", err)
 	}
 	used := map[string]bool{}
 	for _, b := range buses {
@@ -157,12 +167,16 @@ func FreeRootPort(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string)
 			}
 		}
 	}
+	var free []string
 	for _, id := range spare {
 		if !used[id] {
-			return id, nil
+			free = append(free, id)
 		}
 	}
-	return "", fmt.Errorf("all %d hotplug root ports are in use", len(spare))
+	if len(free) == 0 {
+		return nil, fmt.Errorf("all %d hotplug root ports are in use", len(spare))
+	}
+	return free, nil
 }
 
 // FDOpaque is the note on the fd set of disk's block device, by which it is

@@ -118,6 +118,16 @@ type Applied struct {
 	MigratedFrom string `json:"migrated_from,omitempty"`
 	// Resized: vCPUs and memory changed live (vmsup set), for this run.
 	Resized *Resized `json:"resized,omitempty"`
+	// Replugged: vmsup apply plugged or unplugged devices of the file since
+	// boot, so the device layout is no longer what Spec would boot with.
+	Replugged bool `json:"replugged,omitempty"`
+	// EventLog is the base path of the running QEMU's event log: QEMU
+	// reads EventLog.in (qmp_capabilities) and appends every QMP event to
+	// EventLog.out, with no client connected (qemuargs.Options.EventLog).
+	EventLog string `json:"event_log,omitempty"`
+	// Generation counts the specs recorded for the VM: each start and each
+	// apply that changed the running VM adds one.
+	Generation int `json:"generation,omitempty"`
 }
 
 // AttachedDisk is a disk hot-plugged into a running VM, recorded in the

@@ -1,0 +1,228 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/plan"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
+)
+
+// opApplySet journals one live change of a setting (I/O limits, a link, a
+// CD-ROM's medium, a disk's size, the unit's limits, what vmsup only
+// records): its intent is the change and the spec it comes from. Each
+// setting is made so that making it again is harmless, so recovery simply
+// makes it again and records it.
+const opApplySet = "apply-set"
+
+type setIntent struct {
+	Change plan.Change     `json:"change"`
+	Want   json.RawMessage `json:"want"` // the file's VM
+}
+
+// setLive makes one setting change of f on its running VM, journaled.
+func (s *Supervisor) setLive(ctx context.Context, f *spec.File, c plan.Change) error {
+	name := f.VM.Name
+	lk, err := s.lock(ctx, name, "apply")
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	if c.Kind == plan.DiskMedium {
+		if err := s.checkMedium(f, c.Name); err != nil {
+			return err
+		}
+	}
+	op, err := s.beginOp(ctx, name, opApplySet, setIntent{Change: c, Want: vmstate.Canonical(&f.VM)})
+	if err != nil {
+		return err
+	}
+	defer op.End()
+	return s.makeSetting(ctx, name, &f.VM, c, s.traced(op))
+}
+
+// checkMedium: a new CD-ROM image must be where the running VM can open
+// new files (its sandbox's image directories).
+func (s *Supervisor) checkMedium(f *spec.File, disk string) error {
+	i := slices.IndexFunc(f.VM.Disks, func(d spec.Disk) bool { return d.Name == disk })
+	file := f.VM.Disks[i].File
+	if in, err := s.confiner().InImageDirs(file); err != nil || !in {
+		return fmt.Errorf("disk %q: %s is outside the image directories (%s), the only places a running VM can open new images",
+			disk, file, strings.Join(s.opts.ImageDirs, ", "))
+	}
+	return nil
+}
+
+func (s *Supervisor) recoverApplySet(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+	in, err := intentOf[setIntent](op)
+	if err != nil {
+		return "", err
+	}
+	var want spec.VM
+	if err := json.Unmarshal(in.Want, &want); err != nil {
+		return "", err
+	}
+	if _, _, err := s.runningSpec(name); errors.Is(err, ErrNotRunning) {
+		return "QEMU is gone: nothing to set", nil
+	}
+	if err := s.makeSetting(ctx, name, &want, in.Change, func(string, string) {}); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s was set again and recorded", in.Change.Field), nil
+}
+
+// makeSetting puts c's setting from want into the running QEMU (or its
+// unit), then into the record.
+func (s *Supervisor) makeSetting(ctx context.Context, name string, want *spec.VM, c plan.Change, done func(vm, step string)) error {
+	app, err := s.state.ReadApplied(name)
+	if err != nil {
+		return err
+	}
+	rec, err := app.VM()
+	if err != nil {
+		return err
+	}
+	if err := s.setting(ctx, name, want, rec, c); err != nil {
+		return fmt.Errorf("%s: %w", c.Field, err)
+	}
+	done(name, c.Field)
+	if err := s.state.RecordVM(app, rec); err != nil {
+		return fmt.Errorf("%s: record: %w", c.Field, err)
+	}
+	return nil
+}
+
+// setting makes one change in QEMU or the unit and in rec (the record's
+// VM); it may be run again.
+func (s *Supervisor) setting(ctx context.Context, name string, want, rec *spec.VM, c plan.Change) error {
+	switch c.Kind {
+	case plan.UnitLimits:
+		return s.setUnitLimits(ctx, name, want, rec)
+	case plan.Autostart:
+		rec.Autostart = want.Autostart
+		if want.Autostart {
+			f, err := s.AppliedSpec(name)
+			if err != nil {
+				return err
+			}
+			_, err = s.Enable(ctx, f)
+			return err
+		}
+		return s.Disable(ctx, name)
+	case plan.RecordOnly:
+		rec.Description, rec.Shutdown, rec.Health = want.Description, want.Shutdown, want.Health
+		if wd, rd := findDisk(want, c.Name), findDisk(rec, c.Name); wd != nil && rd != nil {
+			rd.Size = wd.Size
+		}
+		return nil
+	}
+	c2, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	wd, rd := findDisk(want, c.Name), findDisk(rec, c.Name)
+	switch c.Kind {
+	case plan.DiskLimits:
+		if wd == nil || rd == nil {
+			return fmt.Errorf("no disk %q", c.Name)
+		}
+		if err := setIOLimits(ctx, c2, *wd); err != nil {
+			return err
+		}
+		rd.IOLimits = wd.IOLimits
+	case plan.DiskGrow:
+		if wd == nil || rd == nil {
+			return fmt.Errorf("no disk %q", c.Name)
+		}
+		if err := c2.BlockResize(ctx, qemuargs.DiskNodeName(c.Name), int64(wd.Size)); err != nil {
+			return fmt.Errorf("block_resize: %w", err)
+		}
+		rd.Size = wd.Size
+	case plan.DiskMedium:
+		if wd == nil || rd == nil {
+			return fmt.Errorf("no disk %q", c.Name)
+		}
+		if err := s.changeMedium(ctx, name, c2, *rd, *wd); err != nil {
+			return err
+		}
+		rd.File = wd.File
+	case plan.NICLink:
+		wn := slices.IndexFunc(want.NICs, func(n spec.NIC) bool { return n.Name == c.Name })
+		rn := slices.IndexFunc(rec.NICs, func(n spec.NIC) bool { return n.Name == c.Name })
+		if wn < 0 || rn < 0 {
+			return fmt.Errorf("no nic %q", c.Name)
+		}
+		if err := setLink(ctx, c2, want.NICs[wn]); err != nil {
+			return err
+		}
+		rec.NICs[rn].Link = want.NICs[wn].Link
+	default:
+		return fmt.Errorf("not a live setting (%s)", c.Kind)
+	}
+	return nil
+}
+
+func findDisk(vm *spec.VM, name string) *spec.Disk {
+	if i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == name }); i >= 0 {
+		return &vm.Disks[i]
+	}
+	return nil
+}
+
+// changeMedium grants QEMU the new image, swaps the medium, and takes the
+// old image's grant back.
+func (s *Supervisor) changeMedium(ctx context.Context, name string, c *qmp.Conn, old, d spec.Disk) error {
+	rules, err := confine.DiskRules(ctx, d)
+	if err != nil {
+		return err
+	}
+	if err := s.ConfinePaths(ctx, name, rules...); err != nil {
+		return err
+	}
+	img, sec := storage.HostFiles(s.paths(name).Dir, d)
+	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: img, SecretFile: sec}, "")
+	if err != nil {
+		return err
+	}
+	if err := devices.ChangeMedium(ctx, c, parts); err != nil {
+		return err
+	}
+	if old.File != d.File {
+		if oldRules, err := confine.DiskRules(ctx, old); err == nil {
+			_ = s.ReleasePaths(ctx, name, rulePaths(oldRules)...)
+		}
+	}
+	return nil
+}
+
+// setUnitLimits gives the running unit the file's limits.
+func (s *Supervisor) setUnitLimits(ctx context.Context, name string, want, rec *spec.VM) error {
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return err
+	}
+	l := want.Limits
+	weight := l.CPUWeight
+	if weight == 0 {
+		weight = 100 // systemd's and the kernel's default weight
+	}
+	mem := uint64(rec.MaxMemory + l.MemoryOverhead)
+	if err := sd.SetLimits(ctx, s.state.UnitOf(name), units.Limits{CPUQuota: &l.CPUQuota, CPUWeight: &weight,
+		MemoryMax: &mem, TasksMax: &l.TasksMax}); err != nil {
+		return err
+	}
+	rec.Limits = l
+	return nil
+}

@@ -1,0 +1,144 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/plan"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Changes at the guest's next reboot, with no resident process: apply
+// records them (Pending) and tells QEMU to exit instead of resetting when
+// the guest reboots (set-action reboot=shutdown). The unit's stop-post hook
+// then finds the guest's reset as the reason in QEMU's event log and starts
+// a guardian unit, which waits for the old unit to end and starts the VM
+// from the pending file, health-gated, the previous spec coming back on
+// failure. A guest that powers off stays off (its file applies at up).
+
+// HookRebootApply is the guardian's hook command.
+const HookRebootApply = "reboot-apply"
+
+// rebootUnit is the guardian's unit.
+func rebootUnit(name string) string { return "vmsup-" + name + "@reboot.service" }
+
+// armReboot records rest for the guest's next reboot and makes QEMU exit
+// then. Pending first: a QEMU told to exit on reboot with nothing pending
+// still comes back (with its own spec), never stays down.
+func (s *Supervisor) armReboot(ctx context.Context, f *spec.File, rest []plan.Change) error {
+	name := f.VM.Name
+	app, err := s.state.ReadApplied(name)
+	if err != nil {
+		return vmErr(name, err)
+	}
+	if app.EventLog == "" {
+		return vmErr(name, errors.New("its QEMU keeps no event log (it was started by a migration or an older vmsup), "+
+			"so its reboot cannot be told from a poweroff: vmsup apply --restart applies the changes now"))
+	}
+	if err := s.writePending(f, rest, true); err != nil {
+		return err
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := c.SetAction(ctx, qmp.Actions{Reboot: "shutdown"}); err != nil {
+		return vmErr(name, fmt.Errorf("set-action reboot=shutdown: %w", err))
+	}
+	return nil
+}
+
+// afterGuestReboot is the stop-post hook's last part: when the unit's QEMU
+// ended because the guest rebooted (its event log's last SHUTDOWN), it
+// starts the guardian that brings the VM back. It reports whether it did.
+func (s *Supervisor) afterGuestReboot(ctx context.Context, name, unit string) (bool, error) {
+	if !s.isCurrentUnit(name, unit) || s.opts.Self == "" {
+		return false, nil
+	}
+	app, err := s.state.ReadApplied(name)
+	if err != nil || app.EventLog == "" {
+		return false, nil
+	}
+	e, err := eventlog.Last(app.EventLog+".out", "SHUTDOWN")
+	if err != nil || e == nil || e.Reason() != "guest-reset" {
+		return false, nil
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return false, err
+	}
+	argv := []string{s.opts.Self, HookRebootApply, "--wait", "--root", s.opts.Root}
+	if s.opts.SystemdBus != "" {
+		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
+	}
+	u := units.Unit{Name: rebootUnit(name), Description: "vmsup: start " + name + " again after its guest rebooted",
+		Argv: append(argv, name), Collect: true, DeviceAll: true}
+	if err := sd.Start(ctx, u); err != nil {
+		return false, vmErr(name, fmt.Errorf("the guest rebooted, but its guardian did not start: %w (vmsup up starts it)", err))
+	}
+	return true, nil
+}
+
+// rebootWait bounds the guardian's wait for the old unit to end.
+const rebootWait = 5 * time.Minute
+
+// RebootApply is the guardian's work: once the old unit is gone, start the
+// VM from its pending file (or, with none, the spec it ran), health-gated.
+func (s *Supervisor) RebootApply(ctx context.Context, name string) (string, error) {
+	if err := spec.ValidName(name); err != nil {
+		return "", vmErr(name, err)
+	}
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return "", err
+	}
+	wctx, cancel := context.WithTimeout(ctx, rebootWait)
+	sd.WaitGone(wctx, s.state.UnitOf(name))
+	cancel()
+	lu, err := s.lockUnit(ctx, name, "reboot-apply")
+	if err != nil {
+		return "", err
+	}
+	defer lu.unlock()
+	if !lu.st.Gone() {
+		return "it runs again already", nil
+	}
+	old, err := s.appliedFile(name)
+	if err != nil {
+		return "", vmErr(name, err)
+	}
+	f, note := s.pendingFile(ctx, name, old)
+	op, err := s.beginOp(ctx, name, opRestart, restartIntent{File: absPath(f.Path), Raw: f.Raw})
+	if err != nil {
+		return "", vmErr(name, err)
+	}
+	defer op.End()
+	s.traced(op)(name, restartDown)
+	if _, err := s.startGated(ctx, sd, f, old, op, false); err != nil {
+		return "", vmErr(name, err)
+	}
+	return joinNote(note, "started from "+f.Path), nil
+}
+
+// pendingFile is the file a reboot applies: the pending one if it is still
+// valid here, else the spec the VM ran (and why).
+func (s *Supervisor) pendingFile(ctx context.Context, name string, old *spec.File) (*spec.File, string) {
+	pd, err := s.state.ReadPending(name)
+	if err != nil || pd == nil || !pd.AtReboot {
+		return old, "nothing pending"
+	}
+	f, err := spec.Parse(pd.SourceFile, pd.Raw)
+	if err == nil {
+		err = s.ValidateContext(ctx, f)
+	}
+	if err != nil {
+		return old, fmt.Sprintf("the pending file no longer applies (%v): started with the spec it ran", err)
+	}
+	return f, "applied the changes pending since " + pd.Since.Format(time.RFC3339)
+}

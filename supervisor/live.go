@@ -1,0 +1,118 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// Settings QEMU takes over QMP only (a disk's I/O limits, a NIC's link
+// state: -blockdev and -device have no option for either): the start
+// pipeline gives them right after QEMU answers (StepLive), a migration
+// destination before its guest runs, and apply when the file changes them.
+// A start records the VM without them until they are in force, so that a
+// start killed in between leaves a record that says what QEMU has.
+
+// StepLive is the start step that gives QEMU the QMP-only settings.
+const StepLive = "live-settings"
+
+// hasRuntime reports whether vm has settings only QMP can give.
+func hasRuntime(vm *spec.VM) bool {
+	return slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
+		slices.ContainsFunc(vm.NICs, func(n spec.NIC) bool { return !n.LinkIsUp() })
+}
+
+// withoutRuntime is vm as QEMU runs it before StepLive: no I/O limits,
+// every link up.
+func withoutRuntime(vm spec.VM) *spec.VM {
+	vm.Disks = slices.Clone(vm.Disks)
+	for i := range vm.Disks {
+		vm.Disks[i].IOLimits = spec.IOLimits{}
+	}
+	vm.NICs = slices.Clone(vm.NICs)
+	for i := range vm.NICs {
+		vm.NICs[i].Link = ""
+	}
+	return &vm
+}
+
+// applyRuntime gives the running QEMU vm's QMP-only settings. Setting a
+// value QEMU already has is harmless, so a recovery can simply run it again.
+func applyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM) error {
+	for _, d := range vm.Disks {
+		if d.Limited() {
+			if err := setIOLimits(ctx, c, d); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range vm.NICs {
+		if !n.LinkIsUp() {
+			if err := setLink(ctx, c, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// setIOLimits sets (or with none, removes) a disk's I/O limits. QEMU
+// wants the device that holds the block backend: for virtio-blk-pci that is
+// its virtio-blk child, so it is looked up by the disk's node.
+func setIOLimits(ctx context.Context, c *qmp.Conn, d spec.Disk) error {
+	blocks, err := c.QueryBlock(ctx)
+	if err != nil {
+		return fmt.Errorf("disk %q: query-block: %w", d.Name, err)
+	}
+	id := ""
+	for _, b := range blocks {
+		if b.Inserted != nil && b.Inserted.NodeName == qemuargs.DiskNodeName(d.Name) {
+			id = b.QdevID
+		}
+	}
+	if id == "" {
+		return fmt.Errorf("disk %q: QEMU has no device on node %s", d.Name, qemuargs.DiskNodeName(d.Name))
+	}
+	l := d.IOLimits
+	err = c.BlockSetIOThrottle(ctx, qmp.IOThrottle{ID: id,
+		IOPS: int64(l.IOPS), IOPSRead: int64(l.IOPSRead), IOPSWrite: int64(l.IOPSWrite),
+		BPS: int64(l.BPS), BPSRead: int64(l.BPSRead), BPSWrite: int64(l.BPSWrite)})
+	if err != nil {
+		return fmt.Errorf("disk %q: I/O limits (block_set_io_throttle): %w", d.Name, err)
+	}
+	return nil
+}
+
+func setLink(ctx context.Context, c *qmp.Conn, n spec.NIC) error {
+	if err := c.SetLink(ctx, qemuargs.NICDeviceID(n.Name), n.LinkIsUp()); err != nil {
+		return fmt.Errorf("nic %q: link %s (set_link): %w", n.Name, linkWord(n), err)
+	}
+	return nil
+}
+
+func linkWord(n spec.NIC) string {
+	if n.LinkIsUp() {
+		return spec.LinkUp
+	}
+	return spec.LinkDown
+}
+
+// liveStep is the start pipeline's StepLive for a fresh start: the
+// settings, then the record with them.
+func (r *startRun) liveStep(ctx context.Context) error {
+	c, release, err := r.s.qmpSession(ctx, r.name)
+	if err != nil {
+		return err
+	}
+	err = applyRuntime(ctx, c, &r.f.VM)
+	release()
+	if err != nil {
+		return err
+	}
+	r.app.SetVM(&r.f.VM)
+	return r.s.state.RewriteApplied(r.app)
+}

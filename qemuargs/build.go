@@ -153,9 +153,12 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 	if vm.HasGuestAgent() {
 		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, "", false})
-		for _, d := range agentDevices(l.agent) {
+		for _, d := range agentDevices(l.agent, vm.Balloon) {
 			parts = append(parts, d)
 		}
+	}
+	if vm.Balloon {
+		parts = append(parts, balloonDevice(l.agent, vm.HasGuestAgent()))
 	}
 	for i, n := range vm.NICs {
 		nd, err := NICNetdev(n, o.VhostNet)

@@ -170,10 +170,21 @@ func SpareRootPorts(vm *spec.VM) []string {
 // agentDevices is the guest-agent channel: a virtio-serial controller at a
 // fixed address on the root bus (so enabling it moves nothing else) and one
 // port named org.qemu.guest_agent.0 on the agent chardev.
-func agentDevices(p placement) []Device {
+func agentDevices(p placement, balloon bool) []Device {
 	return []Device{
-		{Driver: "virtio-serial-pci", ID: AgentSerialDeviceID, Bus: p.bus, Addr: p.addr},
+		{Driver: "virtio-serial-pci", ID: AgentSerialDeviceID, Bus: p.bus, Addr: p.addr, Multifunction: balloon},
 		{Driver: "virtserialport", ID: AgentPortDeviceID, Bus: AgentSerialDeviceID + ".0",
 			Chardev: AgentChardevID, Name: AgentPortName},
 	}
+}
+
+// balloonDevice is the virtio balloon, in the agent's slot: function 1
+// beside the agent (which then says multifunction), or function 0 without
+// one, so that no other device's address moves.
+func balloonDevice(agent placement, withAgent bool) Device {
+	addr := agent.addr
+	if withAgent {
+		addr += ".0x1"
+	}
+	return Device{Driver: "virtio-balloon-pci", ID: BalloonDeviceID, Bus: agent.bus, Addr: addr}
 }

@@ -14,6 +14,7 @@ const (
 	QMPChardevID        = "qmp"            // QMP monitor for commands
 	EventsChardevID     = "qmp-events"     // QMP monitor for events
 	EventLogChardevID   = "event-log"      // QMP monitor writing events to a file (Options.EventLog)
+	BalloonDeviceID     = "balloon"        // virtio-balloon-pci (spec balloon)
 	AgentChardevID      = "guest-agent"    // qemu-ga channel chardev
 	AgentSerialDeviceID = "virtio-serial0" // virtio-serial-pci carrying the agent port
 	AgentPortDeviceID   = "guest-agent"    // virtserialport named AgentPortName

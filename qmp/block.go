@@ -127,3 +127,20 @@ func (c *Conn) BlockResize(ctx context.Context, node string, size int64) error {
 	}{node, size}
 	return c.Execute(ctx, "block_resize", args, nil)
 }
+
+// Balloon asks the guest's balloon driver to leave it bytes of memory.
+func (c *Conn) Balloon(ctx context.Context, bytes int64) error {
+	args := struct {
+		Value int64 `json:"value"`
+	}{bytes}
+	return c.Execute(ctx, "balloon", args, nil)
+}
+
+// QueryBalloon returns the memory the guest has now by its balloon driver.
+func (c *Conn) QueryBalloon(ctx context.Context) (int64, error) {
+	var out struct {
+		Actual int64 `json:"actual"`
+	}
+	err := c.Execute(ctx, "query-balloon", nil, &out)
+	return out.Actual, err
+}

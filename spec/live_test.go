@@ -41,9 +41,13 @@ func TestLiveKeysBad(t *testing.T) {
 		{"[health]\ntimeout='2h'\n", "health.timeout: 2h0m0s is out of range"},
 		{"[health]\nconsole=\"a\\nb\"\n", "health.console: the marker is one line"},
 		{"guest_agent=false\n[health]\nagent=true\n", "health.agent: needs the guest agent channel"},
+		{"balloon_target='256M'\n", "balloon_target: needs the balloon device"},
+		{"balloon=true\nballoon_target='1G'\n", "balloon_target: 1G must be a whole number of MiB from 64M to max_memory (512M)"},
 	} {
 		toml := c.toml
-		if strings.HasPrefix(toml, "guest_agent") {
+		if strings.HasPrefix(toml, "balloon") {
+			toml = "name='web'\nmemory='512M'\n" + toml + "[boot]\nkernel='k'\n"
+		} else if strings.HasPrefix(toml, "guest_agent") {
 			toml = "name='web'\nmemory='512M'\n" + toml + "[boot]\nkernel='k'\n"
 			toml = strings.Replace(toml, "[health]\nagent=true\n[boot]\nkernel='k'\n", "[boot]\nkernel='k'\n[health]\nagent=true\n", 1)
 		} else {

@@ -24,7 +24,11 @@ type VM struct {
 	// guest-shutdown, falling back to ACPI when the agent does not answer).
 	Shutdown   string `toml:"shutdown"`
 	GuestAgent *bool  `toml:"guest_agent"` // qemu-ga channel; default true
-	Autostart  bool   `toml:"autostart"`   // up also enables it for boot (vmsup enable)
+	// Balloon adds a virtio-balloon device; BalloonTarget is the memory the
+	// guest is asked to keep (0: all of it), changed live by apply.
+	Balloon       bool `toml:"balloon"`
+	BalloonTarget Size `toml:"balloon_target"`
+	Autostart     bool `toml:"autostart"` // up also enables it for boot (vmsup enable)
 
 	Boot   Boot   `toml:"boot"`
 	Disks  []Disk `toml:"disk"`

@@ -127,6 +127,14 @@ func (f *File) validateMemory() error {
 	if vm.MaxMemory < vm.Memory || vm.MaxMemory%MiB != 0 {
 		return f.Errorf("max_memory", "%s must be a whole number of MiB and at least memory (%s)%s", vm.MaxMemory, vm.Memory, f.bytesHint("max_memory"))
 	}
+	if t := vm.BalloonTarget; t != 0 {
+		switch {
+		case !vm.Balloon:
+			return f.Errorf("balloon_target", "needs the balloon device (balloon = true)")
+		case t < 64*MiB || t > vm.MaxMemory || t%MiB != 0:
+			return f.Errorf("balloon_target", "%s must be a whole number of MiB from 64M to max_memory (%s)", t, vm.MaxMemory)
+		}
+	}
 	return nil
 }
 

@@ -30,6 +30,7 @@ type applyCfg struct {
 	wan            bool
 	lanDown        bool
 	health, within string
+	balloonTarget  string
 }
 
 func (c applyCfg) write(t *testing.T, path, images string) *spec.File {
@@ -44,6 +45,8 @@ max_cpus = %d
 accel = "tcg"
 hotplug_slots = 3
 stop_timeout = "10s"
+balloon = true
+balloon_target = %q
 [boot]
 kernel = %q
 initrd = %q
@@ -63,7 +66,7 @@ iops = %d
 name = "cd"
 type = "iso"
 file = %q
-`, c.desc, c.memory, c.cpus, c.maxCPUs, env.Guest.Kernel, env.Guest.Initrd, c.cmdline, c.cpuQuota, c.health, c.within,
+`, c.desc, c.memory, c.cpus, c.maxCPUs, c.balloonTarget, env.Guest.Kernel, env.Guest.Initrd, c.cmdline, c.cpuQuota, c.health, c.within,
 		filepath.Join(images, "data.qcow2"), c.iops, filepath.Join(images, c.cd))
 	if c.extraDisk {
 		fmt.Fprintf(&b, "[[disk]]\nname = \"extra\"\nfile = %q\nsize = \"16M\"\nserial = \"extra\"\n", filepath.Join(images, "extra.qcow2"))
@@ -110,7 +113,7 @@ func TestApply(t *testing.T) {
 		}
 	}
 	path := filepath.Join(t.TempDir(), "apply.toml")
-	v1 := applyCfg{desc: "v1", memory: "256M", cpus: 1, maxCPUs: 2, cd: "a.iso", health: testenv.ShellMarker, within: "2m"}
+	v1 := applyCfg{desc: "v1", memory: "256M", cpus: 1, maxCPUs: 2, cd: "a.iso", health: testenv.ShellMarker, within: "2m", balloonTarget: "0"}
 	f := v1.write(t, path, images)
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
@@ -215,12 +218,18 @@ func TestApply(t *testing.T) {
 
 		// Back: the disk and NIC out, the link up, the limit raised.
 		v3 := v2
-		v3.desc, v3.iops, v3.extraDisk, v3.wan, v3.lanDown = "v3", 2000, false, false, false
+		v3.desc, v3.iops, v3.extraDisk, v3.wan, v3.lanDown, v3.balloonTarget = "v3", 2000, false, false, false, "256M"
 		f3 := v3.write(t, path, images)
-		if res, err := sup.Apply(ctx, f3, supervisor.ApplyOptions{}); err != nil || len(res.Applied) != 5 {
+		if res, err := sup.Apply(ctx, f3, supervisor.ApplyOptions{}); err != nil || len(res.Applied) != 6 {
 			t.Fatalf("apply v3: %+v, %v", res, err)
 		}
 		expectPlan(t, ctx, sup, f3)
+		if got := balloonActual(t, ctx, sup, "apply", 256<<20); got != 256<<20 {
+			t.Errorf("the balloon's actual is %d, want %d (balloon_target = 256M)", got, 256<<20)
+		}
+		if macs := g.run(`cat /sys/class/net/*/address`); strings.Contains(strings.ToLower(macs), strings.ToLower(f2.VM.NICs[1].MAC)) {
+			t.Errorf("nic wan (%s) is still in the guest: %s", f2.VM.NICs[1].MAC, macs)
+		}
 		if !g.gone("extra", 20*time.Second) {
 			t.Error("disk extra is still in the guest")
 		}
@@ -494,4 +503,27 @@ func qemuDisks(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, vm
 		}
 	}
 	return out
+}
+
+// balloonActual waits (up to 30 s) for the guest's balloon to reach want and
+// returns what QEMU reports last.
+func balloonActual(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, vm string, want int64) int64 {
+	t.Helper()
+	var got int64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		reply, err := sup.QMP(ctx, vm, []byte(`{"execute":"query-balloon"}`), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Return struct {
+				Actual int64 `json:"actual"`
+			} `json:"return"`
+		}
+		json.Unmarshal(reply, &r)
+		if got = r.Return.Actual; got == want {
+			break
+		}
+	}
+	return got
 }

@@ -158,6 +158,11 @@ func (s *Supervisor) setting(ctx context.Context, name string, want, rec *spec.V
 			return err
 		}
 		rd.File = wd.File
+	case plan.Balloon:
+		if err := setBalloon(ctx, c2, want); err != nil {
+			return err
+		}
+		rec.BalloonTarget = want.BalloonTarget
 	case plan.NICLink:
 		wn := slices.IndexFunc(want.NICs, func(n spec.NIC) bool { return n.Name == c.Name })
 		rn := slices.IndexFunc(rec.NICs, func(n spec.NIC) bool { return n.Name == c.Name })

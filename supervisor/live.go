@@ -22,13 +22,14 @@ const StepLive = "live-settings"
 
 // hasRuntime reports whether vm has settings only QMP can give.
 func hasRuntime(vm *spec.VM) bool {
-	return slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
+	return vm.BalloonTarget != 0 || slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
 		slices.ContainsFunc(vm.NICs, func(n spec.NIC) bool { return !n.LinkIsUp() })
 }
 
 // withoutRuntime is vm as QEMU runs it before StepLive: no I/O limits,
 // every link up.
 func withoutRuntime(vm spec.VM) *spec.VM {
+	vm.BalloonTarget = 0
 	vm.Disks = slices.Clone(vm.Disks)
 	for i := range vm.Disks {
 		vm.Disks[i].IOLimits = spec.IOLimits{}
@@ -56,6 +57,26 @@ func applyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM) error {
 				return err
 			}
 		}
+	}
+	if vm.BalloonTarget != 0 {
+		return setBalloon(ctx, c, vm)
+	}
+	return nil
+}
+
+// setBalloon gives the balloon its target; none (0) means all of the
+// memory the guest has now (boot and DIMMs).
+func setBalloon(ctx context.Context, c *qmp.Conn, vm *spec.VM) error {
+	target := int64(vm.BalloonTarget)
+	if target == 0 {
+		m, err := c.QueryMemorySizeSummary(ctx)
+		if err != nil {
+			return fmt.Errorf("balloon: %w", err)
+		}
+		target = int64(m.BaseMemory + m.PluggedMemory)
+	}
+	if err := c.Balloon(ctx, target); err != nil {
+		return fmt.Errorf("balloon: %w", err)
 	}
 	return nil
 }

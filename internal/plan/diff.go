@@ -42,6 +42,8 @@ var rules = map[string]rule{
 	"hotplug_slots":          {class: Restart, why: "root ports are made when QEMU starts", warn: "PCI addresses of the VM's devices may change"},
 	"stop_timeout":           {class: Restart, why: "the unit's stop timeout is fixed when it starts"},
 	"guest_agent":            {class: Restart, why: "the agent channel is a device made when QEMU starts"},
+	"balloon":                {class: Restart, why: "the balloon is a device made when QEMU starts"},
+	"balloon_target":         {class: Live, kind: Balloon, op: "balloon (QMP)"},
 	"security.*":             {class: Restart, why: "the confinement is set up when the unit starts"},
 }
 

@@ -48,6 +48,7 @@ const (
 	CPUs        Kind = "cpus"
 	Memory      Kind = "memory"
 	UnitLimits  Kind = "unit-limits"
+	Balloon     Kind = "balloon"
 	Autostart   Kind = "autostart"
 	RecordOnly  Kind = "record" // a setting vmsup reads from its record (description, health)
 	NotLiveKind Kind = ""
@@ -122,6 +123,14 @@ func Diff(running, desired *spec.VM, f Facts) []Change {
 	d.devices(running, desired)
 	d.resources(running, desired)
 	d.fields("", reflect.ValueOf(*running), reflect.ValueOf(*desired))
+	if !running.Balloon {
+		for i, c := range d.out {
+			if c.Kind == Balloon {
+				d.out[i].Class, d.out[i].Kind, d.out[i].Op = Restart, NotLiveKind, ""
+				d.out[i].Why = "the VM runs without a balloon device"
+			}
+		}
+	}
 	slices.SortStableFunc(d.out, func(a, b Change) int { return order(a) - order(b) })
 	return d.out
 }

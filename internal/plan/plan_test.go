@@ -68,6 +68,8 @@ func TestDiffClasses(t *testing.T) {
 			[]string{"live       disk[d1]: (none) -> file /img/d1.qcow2 (blockdev-add, device_add)", "restart    disk[d2]: (none) -> file /img/d2.qcow2; not live: no free hotplug slot"}},
 		{"remove nic", strings.Replace(base, "[[nic]]\nname = \"lan\"\n", "", 1), []string{"live       nic[lan]: user -> (none) (device_del, netdev_del)"}},
 		{"health", base + "[health]\nconsole = \"READY\"\n", []string{`live       health.console: (none) -> "READY" (record (read by the next restart))`}},
+		{"balloon without a balloon", edit(`name = "web"`, "name = \"web\"\nballoon = true\nballoon_target = \"128M\""), []string{
+			"restart    balloon: false -> true; not live: the balloon is a device", "restart    balloon_target: 0 -> 128M; not live: the VM runs without a balloon device"}},
 	} {
 		if c.name == "limits" {
 			// [limits] after [[nic]] would belong to the nic: put it first.
@@ -115,4 +117,13 @@ func lines(cs []Change) string {
 		b.WriteString("  " + c.String() + "\n")
 	}
 	return b.String()
+}
+
+func TestDiffBalloonLive(t *testing.T) {
+	run := parse(t, edit(`name = "web"`, "name = \"web\"\nballoon = true"))
+	want := parse(t, edit(`name = "web"`, "name = \"web\"\nballoon = true\nballoon_target = \"192M\""))
+	got := Diff(run, want, Facts{BootMemory: run.Memory})
+	if len(got) != 1 || got[0].Class != Live || got[0].Kind != Balloon {
+		t.Errorf("balloon target on a VM with a balloon:\n%s", lines(got))
+	}
 }

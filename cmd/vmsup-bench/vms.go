@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/units"
@@ -110,7 +111,16 @@ func rawArgv(rawSup *supervisor.Supervisor, path string) (argv []string, dir str
 		return nil, "", err
 	}
 	dir = filepath.Join(rawSup.Root(), "vms", f.VM.Name)
-	return argv, dir, os.MkdirAll(dir, 0o700)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	// The event log's two files, which vmsup makes before QEMU opens them.
+	for sfx, data := range map[string]string{".in": qemuargs.EventLogInput, ".out": ""} {
+		if err := os.WriteFile(filepath.Join(dir, "events"+sfx), []byte(data), 0o600); err != nil {
+			return nil, "", err
+		}
+	}
+	return argv, dir, nil
 }
 
 // startRaw execs QEMU with argv; it does not wait for QMP. cgroupProcs, when
@@ -301,8 +311,10 @@ func confinedSandbox(dir, disk string, kvm bool) (*units.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chown(dir, uid, gid); err != nil {
-		return nil, err
+	for _, p := range []string{dir, filepath.Join(dir, "events.in"), filepath.Join(dir, "events.out")} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			return nil, err
+		}
 	}
 	for d := filepath.Dir(dir); d != "/" && d != filepath.Dir(filepath.Dir(filepath.Dir(dir))); d = filepath.Dir(d) {
 		if err := os.Chmod(d, 0o755); err != nil {

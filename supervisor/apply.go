@@ -183,7 +183,7 @@ func (s *Supervisor) Apply(ctx context.Context, f *spec.File, o ApplyOptions) (A
 			return res, err
 		}
 		res.AtReboot = true
-		res.Note = fmt.Sprintf("%d change(s) apply when the guest next reboots (vmsup reboot %s, or the guest's own)", len(rest), name)
+		res.Note = fmt.Sprintf("%d change(s) apply when the guest next reboots itself (or by vmsup reboot --mode agent %s)", len(rest), name)
 	default:
 		if err := s.writePending(f, rest, false); err != nil {
 			return res, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
@@ -55,11 +54,8 @@ func (s *Supervisor) setLive(ctx context.Context, f *spec.File, c plan.Change) e
 // checkMedium: a new CD-ROM image must be where the running VM can open
 // new files (its sandbox's image directories).
 func (s *Supervisor) checkMedium(f *spec.File, disk string) error {
-	i := slices.IndexFunc(f.VM.Disks, func(d spec.Disk) bool { return d.Name == disk })
-	file := f.VM.Disks[i].File
-	if in, err := s.confiner().InImageDirs(file); err != nil || !in {
-		return fmt.Errorf("disk %q: %s is outside the image directories (%s), the only places a running VM can open new images",
-			disk, file, strings.Join(s.opts.ImageDirs, ", "))
+	if err := s.reachable(findDisk(&f.VM, disk).File); err != nil {
+		return fmt.Errorf("disk %q: %w", disk, err)
 	}
 	return nil
 }
@@ -127,54 +123,63 @@ func (s *Supervisor) setting(ctx context.Context, name string, want, rec *spec.V
 		}
 		return nil
 	}
-	c2, release, err := s.qmpSession(ctx, name)
+	qc, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer release()
+	return s.qmpSetting(ctx, name, qc, want, rec, c)
+}
+
+// qmpSetting is setting for what QEMU changes.
+func (s *Supervisor) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, want, rec *spec.VM, c plan.Change) error {
+	if c.Kind == plan.Balloon {
+		if err := setBalloon(ctx, qc, want); err != nil {
+			return err
+		}
+		rec.BalloonTarget = want.BalloonTarget
+		return nil
+	}
+	if c.Kind == plan.NICLink {
+		wn, rn := findNIC(want, c.Name), findNIC(rec, c.Name)
+		if wn == nil || rn == nil {
+			return fmt.Errorf("no nic %q", c.Name)
+		}
+		if err := setLink(ctx, qc, *wn); err != nil {
+			return err
+		}
+		rn.Link = wn.Link
+		return nil
+	}
 	wd, rd := findDisk(want, c.Name), findDisk(rec, c.Name)
+	if wd == nil || rd == nil {
+		return fmt.Errorf("no disk %q", c.Name)
+	}
 	switch c.Kind {
 	case plan.DiskLimits:
-		if wd == nil || rd == nil {
-			return fmt.Errorf("no disk %q", c.Name)
-		}
-		if err := setIOLimits(ctx, c2, *wd); err != nil {
+		if err := setIOLimits(ctx, qc, *wd); err != nil {
 			return err
 		}
 		rd.IOLimits = wd.IOLimits
 	case plan.DiskGrow:
-		if wd == nil || rd == nil {
-			return fmt.Errorf("no disk %q", c.Name)
-		}
-		if err := c2.BlockResize(ctx, qemuargs.DiskNodeName(c.Name), int64(wd.Size)); err != nil {
+		if err := qc.BlockResize(ctx, qemuargs.DiskNodeName(c.Name), int64(wd.Size)); err != nil {
 			return fmt.Errorf("block_resize: %w", err)
 		}
 		rd.Size = wd.Size
 	case plan.DiskMedium:
-		if wd == nil || rd == nil {
-			return fmt.Errorf("no disk %q", c.Name)
-		}
-		if err := s.changeMedium(ctx, name, c2, *rd, *wd); err != nil {
+		if err := s.changeMedium(ctx, name, qc, *rd, *wd); err != nil {
 			return err
 		}
 		rd.File = wd.File
-	case plan.Balloon:
-		if err := setBalloon(ctx, c2, want); err != nil {
-			return err
-		}
-		rec.BalloonTarget = want.BalloonTarget
-	case plan.NICLink:
-		wn := slices.IndexFunc(want.NICs, func(n spec.NIC) bool { return n.Name == c.Name })
-		rn := slices.IndexFunc(rec.NICs, func(n spec.NIC) bool { return n.Name == c.Name })
-		if wn < 0 || rn < 0 {
-			return fmt.Errorf("no nic %q", c.Name)
-		}
-		if err := setLink(ctx, c2, want.NICs[wn]); err != nil {
-			return err
-		}
-		rec.NICs[rn].Link = want.NICs[wn].Link
 	default:
 		return fmt.Errorf("not a live setting (%s)", c.Kind)
+	}
+	return nil
+}
+
+func findNIC(vm *spec.VM, name string) *spec.NIC {
+	if i := slices.IndexFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == name }); i >= 0 {
+		return &vm.NICs[i]
 	}
 	return nil
 }

@@ -102,15 +102,9 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 		return fail(err)
 	}
 	res.Bus = bus
-	// The running unit's mount namespace was fixed at start: it sees only
-	// the image directories (bound then) among new files, not /tmp or /home.
-	for _, path := range []string{d.File, d.Backing} {
-		if path == "" || d.Type == spec.DiskBlock {
-			continue
-		}
-		if in, err := s.confiner().InImageDirs(path); err != nil || !in {
-			return fail(fmt.Errorf("%s is outside the image directories (%s), the only places a running VM can open new images; move it there, or add the disk to the VM's file and restart",
-				path, strings.Join(s.opts.ImageDirs, ", ")))
+	if d.Type != spec.DiskBlock {
+		if err := s.reachable(d.File, d.Backing); err != nil {
+			return fail(err)
 		}
 	}
 	intent := newDiskIntent(d, bus)
@@ -146,6 +140,22 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 		return fail(stepCause(err))
 	}
 	return res, nil
+}
+
+// reachable checks that a running VM can open new files at paths: its
+// unit's mount namespace was fixed at start and sees only the image
+// directories (bound then) among new files, not /tmp or /home.
+func (s *Supervisor) reachable(paths ...string) error {
+	for _, path := range paths {
+		if path == "" {
+			continue
+		}
+		if in, err := s.confiner().InImageDirs(path); err != nil || !in {
+			return fmt.Errorf("%s is outside the image directories (%s), the only places a running VM can open new images; move it there, or add the disk to the VM's file and restart",
+				path, strings.Join(s.opts.ImageDirs, ", "))
+		}
+	}
+	return nil
 }
 
 // diskAttach is the host side of one disk hot-plug: what boot does for a

@@ -87,6 +87,15 @@ const (
 	syncNotKnown = ""
 )
 
+// fileStatus fills what status says of the VM and its file: in sync or
+// not, the record's generation, what an apply left pending.
+func (s *Supervisor) fileStatus(out *Status, app *vmstate.Applied) {
+	out.Sync, out.Generation = s.syncOf(app), app.Generation
+	if pd, err := s.state.ReadPending(out.Name); err == nil && pd != nil && out.Sync != SyncInSync {
+		out.Pending, out.PendingAtReboot = pd.Changes, pd.AtReboot
+	}
+}
+
 // syncOf compares the running VM of app with its file as it is now.
 func (s *Supervisor) syncOf(app *vmstate.Applied) string {
 	if app.SourceFile == "" {
@@ -189,10 +198,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	}
 	out.QEMUStatus = qs.Status
 	if appErr == nil {
-		out.Sync, out.Generation = s.syncOf(app), app.Generation
-		if pd, err := s.state.ReadPending(name); err == nil && pd != nil && out.Sync != SyncInSync {
-			out.Pending, out.PendingAtReboot = pd.Changes, pd.AtReboot
-		}
+		s.fileStatus(&out, app)
 	}
 	switch {
 	case qs.Running:

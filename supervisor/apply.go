@@ -164,6 +164,9 @@ func (s *Supervisor) Apply(ctx context.Context, f *spec.File, o ApplyOptions) (A
 		}
 		res.Applied = append(res.Applied, c)
 	}
+	if len(res.Applied) > 0 {
+		s.lifecycle(name, EventApplied, map[string]any{"file": absPath(f.Path), "applied": fieldsOf(res.Applied)})
+	}
 	rest := slices.DeleteFunc(slices.Clone(pr.Changes), func(c plan.Change) bool { return c.Class == plan.Live })
 	if len(rest) == 0 {
 		return res, s.recordInSync(ctx, f)
@@ -298,4 +301,12 @@ func (s *Supervisor) writePending(f *spec.File, rest []plan.Change, atReboot boo
 		return vmErr(f.VM.Name, fmt.Errorf("record the pending changes: %w", err))
 	}
 	return nil
+}
+
+func fieldsOf(cs []plan.Change) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Field
+	}
+	return out
 }

@@ -122,5 +122,6 @@ func (s *Supervisor) StopPostHook(ctx context.Context, name, unit string) (strin
 	if again || err != nil {
 		note += "; the guest rebooted: " + rebootUnit(name) + " starts it again"
 	}
+	s.recordEnd(name, unit)
 	return note, err
 }

@@ -109,6 +109,7 @@ func (s *Supervisor) startLocked(ctx context.Context, f *spec.File, op *vmstate.
 	}
 	if r.res.Action == "" {
 		r.res.Action, r.res.State = Started, StateRunning
+		s.lifecycle(r.name, EventStarted, map[string]any{"generation": r.app.Generation, "accel": r.app.Accel})
 	}
 	return r.res, nil
 }

@@ -392,6 +392,11 @@ func (r *startRun) makeEventLog() error {
 	if r.mode != StartFresh {
 		base += "-" + migration.RandHex(6)
 	}
+	if r.mode == StartFresh {
+		// A QEMU whose stop-post never ran (the host went down) left its
+		// events here: keep them before the new one starts anew.
+		_ = r.s.archiveEvents(r.name, base)
+	}
 	if err := os.WriteFile(base+".in", []byte(qemuargs.EventLogInput), 0o600); err != nil {
 		return fmt.Errorf("event log: %w", err)
 	}

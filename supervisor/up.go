@@ -181,6 +181,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 	}
 	if r.res.Action == "" {
 		r.res.Action, r.res.State = Started, StateRunning
+		s.lifecycle(r.name, EventStarted, map[string]any{"generation": r.app.Generation, "accel": r.app.Accel})
 	}
 	return r.res, nil
 }

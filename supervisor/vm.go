@@ -94,42 +94,38 @@ type Event struct {
 	// RESET: "guest-shutdown", "host-qmp-quit", "guest-reset", ...).
 	Reason string
 	Data   map[string]any // the event's data, as QEMU sent it
+	// Source is "qemu", or "vmsup" for its lifecycle events (started,
+	// stopped, crashed, applied).
+	Source string
 }
 
-// Events streams the running VM's QMP events from its event monitor until
-// ctx ends or QEMU exits (then the channel closes). Only events from now on.
+// Events streams the VM's events from now on (QEMU's and vmsup's) until ctx
+// ends or the VM's QEMU ends (then the channel closes). It reads the event
+// log and history (FollowEvents), so any number of callers can listen.
 func (s *Supervisor) Events(ctx context.Context, name string) (<-chan Event, error) {
 	if err := spec.ValidName(name); err != nil {
 		return nil, vmErr(name, err)
 	}
-	p := s.paths(name)
-	if _, err := os.Stat(p.Events); err != nil {
+	if _, err := os.Stat(s.paths(name).QMP); err != nil {
 		return nil, s.absent(name)
 	}
-	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
-	c, err := qmp.Dial(dctx, p.Events, qmp.WithLogger(s.opts.Logger), qmp.WithoutSymlink())
-	cancel()
-	if err != nil {
-		return nil, vmErr(name, fmt.Errorf("events: %w", err))
-	}
-	raw, stop := c.Subscribe(ctx)
+	ctx, cancel := context.WithCancel(ctx)
 	out := make(chan Event, 64)
+	since := time.Now()
 	go func() {
 		defer close(out)
-		defer c.Close()
-		defer stop()
-		for ev := range raw {
-			e := Event{VM: name, Kind: ev.Event, Data: ev.Data,
-				Time: time.Unix(int64(ev.Timestamp.Seconds), int64(ev.Timestamp.Microseconds)*1000)}
-			if r, ok := ev.Data["reason"].(string); ok {
-				e.Reason = r
-			}
+		defer cancel()
+		_ = s.FollowEvents(ctx, []string{name}, since, true, func(e Event) error {
 			select {
 			case out <- e:
 			case <-ctx.Done():
-				return
+				return ctx.Err()
 			}
-		}
+			if e.Source == eventlogVmsup && (e.Kind == EventStopped || e.Kind == EventCrashed) {
+				return errEventsEnded
+			}
+			return nil
+		})
 	}()
 	return out, nil
 }

@@ -7,6 +7,7 @@ import "github.com/spf13/cobra"
 var examples = map[string]string{
 	"up":               "  vmsup up web.toml db.toml\n  vmsup up --restart-changed web.toml   # apply an edited file by a restart",
 	"ls":               "  vmsup ls\n  vmsup ls --json",
+	"events":           "  vmsup events web                # what happened, also while no vmsup ran\n  vmsup events -f --since 1h      # every VM, then new events as they come\n  vmsup events --json web",
 	"plan":             "  vmsup plan web.toml\n  vmsup plan --json web.toml db.toml",
 	"apply":            "  vmsup apply web.toml                    # live changes now, boot settings at the next reboot\n  vmsup apply --restart web.toml          # and a health-gated restart for the rest\n  vmsup apply --at-next-reboot web.toml   # or the rest when the guest reboots",
 	"status":           "  vmsup status web\n  vmsup status --json web.toml",

@@ -81,6 +81,7 @@ func TestCLIJSON(t *testing.T) {
 		t.Errorf("plan of the file just brought up: %s", out)
 	}
 	check("apply", 0, "apply", file)
+	check("events", 0, "events", "js")
 	check("disk ls", 0, "disk", "ls", "js")
 	check("nic ls", 0, "nic", "ls", "js")
 	check("ping", 0, "ping", "js")

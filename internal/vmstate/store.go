@@ -55,6 +55,9 @@ func (p Paths) NetLock() string   { return filepath.Join(p.Records, "net.lock") 
 func (p Paths) CNICache() string  { return filepath.Join(p.Records, "cni-cache") } // libcni's cache
 func (p Paths) AgentLock() string { return filepath.Join(p.Records, "agent.lock") }
 
+// EventHistory is the VM's event history (internal/eventlog), root only.
+func (p Paths) EventHistory() string { return filepath.Join(p.Records, "events.log") }
+
 // Handover marks a local migration's handover: the old QEMU is quitting
 // and a new one already runs the guest with the same host resources.
 func (p Paths) Handover() string { return filepath.Join(p.Records, "handover") }

@@ -505,6 +505,7 @@ func (r *startRun) record(context.Context) error {
 	if err := r.s.state.ClearPending(r.name); err != nil { // this QEMU runs the file
 		return err
 	}
+	os.Remove(r.s.killMark(r.name)) // a kill whose stop-post never ran is not this QEMU's
 	return r.s.state.WriteApplied(r.app, r.f.Raw)
 }
 

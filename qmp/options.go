@@ -30,8 +30,14 @@ func DefaultTimeout(command string, fallback time.Duration) time.Duration {
 	case command == "query-qmp-schema", command == "dump-guest-memory",
 		has("migrate"), has("query-migrate"), has("snapshot-"):
 		return 30 * time.Second
-	case has("blockdev-"), has("block-"), has("device_"), has("netdev_"),
+	case has("blockdev-"), has("block-"), has("block_"), has("device_"), has("netdev_"),
 		has("object-"), command == "human-monitor-command", command == "screendump":
+		return 5 * time.Second
+	case has("system_"), command == "stop", command == "cont", command == "set_link", command == "balloon",
+		command == "set-action":
+		// They change the guest: a timeout would leave the caller not
+		// knowing whether they did; on a loaded host the main loop can
+		// take longer than the default to answer (seen under TCG).
 		return 5 * time.Second
 	}
 	return fallback

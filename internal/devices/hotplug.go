@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
@@ -67,7 +68,7 @@ func UnplugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts, timeout 
 	}
 	var errs []error
 	for i := len(p.Blockdevs) - 1; i >= 0; i-- {
-		if err := c.BlockdevDel(ctx, p.Blockdevs[i].NodeName); err != nil {
+		if err := blockdevDel(ctx, c, p.Blockdevs[i].NodeName); err != nil {
 			errs = append(errs, fmt.Errorf("blockdev-del %s: %w", p.Blockdevs[i].NodeName, err))
 		}
 	}
@@ -77,6 +78,23 @@ func UnplugDisk(ctx context.Context, c *qmp.Conn, p qemuargs.DiskParts, timeout 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// blockdevDel deletes a node, trying again for a moment while QEMU says it
+// is in use: after DEVICE_DELETED the device's block backend can hold it a
+// little longer (requests a guest resumed just before are still draining).
+func blockdevDel(ctx context.Context, c *qmp.Conn, node string) error {
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		err := c.BlockdevDel(ctx, node)
+		if err == nil || !strings.Contains(err.Error(), "in use") || wait > 2*time.Second {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Unplug asks the guest to release device id and waits for

@@ -24,76 +24,80 @@ type fleet struct {
 }
 
 // fleets returns the variants of section 5 for n idle TCG VMs of memMiB
-// each; tag keeps VM names apart between sections.
+// each; tag keeps VM names apart between sections. The order is fixed:
+// vmsup (one call), vmsup (concurrent), raw QEMU, libvirt.
 func (f *fixture) fleets(n, memMiB int, tag string) ([]fleet, error) {
-	const k = kindIdleTCG
 	specDir := filepath.Join(f.dir, "specs")
 	if err := os.MkdirAll(specDir, 0o755); err != nil {
 		return nil, err
 	}
-	mk := func(prefix string) ([]string, []string, error) {
+	var out []fleet
+	for _, v := range []struct {
+		prefix string
+		make   func(names, paths []string) fleet
+	}{
+		{"s", f.vmsupOneCall}, {"c", f.vmsupConcurrent}, {"r", f.rawFleet},
+		{"l", func(names, _ []string) fleet { return f.libvirtFleet(names, memMiB) }},
+	} {
 		var names, paths []string
 		for i := 0; i < n; i++ {
-			name := fmt.Sprintf("%s%s%d", tag, prefix, i)
-			p, err := specFile(specDir, name, k, memMiB, f.blank, f.guest)
+			name := fmt.Sprintf("%s%s%d", tag, v.prefix, i)
+			p, err := specFile(specDir, name, kindIdleTCG, memMiB, f.blank, f.guest)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			names, paths = append(names, name), append(paths, p)
 		}
-		return names, paths, nil
+		out = append(out, v.make(names, paths))
 	}
-	var out []fleet
+	return out, nil
+}
 
-	// vmsup: all files in one Up call (what `vmsup up *.toml` does).
-	seqNames, seqPaths, err := mk("s")
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, fleet{name: vmsupUp + "(all files, one call)", names: seqNames,
+// vmsupOneCall: all files in one Up call (what `vmsup up *.toml` does).
+func (f *fixture) vmsupOneCall(names, paths []string) fleet {
+	n := len(names)
+	return fleet{name: vmsupUp + "(all files, one call)", names: names,
 		up: func(ctx context.Context) (int, error) {
-			fs, err := loadAll(seqPaths)
+			fs, err := loadAll(paths)
 			if err != nil {
 				return n, err
 			}
 			res, err := f.sup.Up(ctx, fs...)
 			return n - len(res), err
 		},
-		down: func(ctx context.Context) (int, error) { return f.downAll(ctx, seqNames) }})
+		down: func(ctx context.Context) (int, error) { return f.downAll(ctx, names) }}
+}
 
-	// vmsup: one Up per VM, all at once, on one Supervisor.
-	conNames, conPaths, err := mk("c")
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, fleet{name: vmsupUp + " x N, concurrent", names: conNames,
+// vmsupConcurrent: one Up per VM, all at once, on one Supervisor.
+func (f *fixture) vmsupConcurrent(names, paths []string) fleet {
+	n := len(names)
+	return fleet{name: vmsupUp + " x N, concurrent", names: names,
 		up: func(ctx context.Context) (int, error) {
-			fs, err := loadAll(conPaths)
+			fs, err := loadAll(paths)
 			if err != nil {
 				return n, err
 			}
 			return parallel(n, func(i int) error { _, err := f.sup.Up(ctx, fs[i]); return err })
 		},
-		down: func(ctx context.Context) (int, error) { return f.downAll(ctx, conNames) }})
+		down: func(ctx context.Context) (int, error) { return f.downAll(ctx, names) }}
+}
 
-	// raw QEMU: every exec at once, each polled until QMP answers.
-	rawNames, rawPaths, err := mk("r")
-	if err != nil {
-		return nil, err
-	}
+// rawFleet: every exec at once, each polled until QMP answers.
+func (f *fixture) rawFleet(names, paths []string) fleet {
+	n := len(names)
 	raws := make([]*rawVM, n)
-	out = append(out, fleet{name: vRaw + ", concurrent", names: rawNames,
+	return fleet{name: vRaw + ", concurrent", names: names,
 		up: func(ctx context.Context) (int, error) {
 			argvs := make([][]string, n)
 			dirs := make([]string, n)
-			for i, p := range rawPaths {
+			for i, p := range paths {
 				var err error
 				if argvs[i], dirs[i], err = rawArgv(f.rawSup, p); err != nil {
 					return n, err
 				}
 			}
 			return parallel(n, func(i int) error {
-				v, err := startRaw(rawNames[i], argvs[i], dirs[i], f.rawCgroup)
+				v, err := startRaw(names[i], argvs[i], dirs[i], f.rawCgroup)
 				if err != nil {
 					return err
 				}
@@ -105,29 +109,27 @@ func (f *fixture) fleets(n, memMiB int, tag string) ([]fleet, error) {
 		down: func(ctx context.Context) (int, error) {
 			return parallel(n, func(i int) error {
 				if raws[i] == nil {
-					return fmt.Errorf("raw %s never started", rawNames[i])
+					return fmt.Errorf("raw %s never started", names[i])
 				}
 				defer f.trackRaw(raws[i], false)
 				return raws[i].quit(ctx)
 			})
-		}})
+		}}
+}
 
-	// libvirt: DomainCreateXML for every VM at once on one connection.
-	lvNames, _, err := mk("l")
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, fleet{name: vLvAPI + ", concurrent", names: lvNames,
+// libvirtFleet: DomainCreateXML for every VM at once on one connection.
+func (f *fixture) libvirtFleet(names []string, memMiB int) fleet {
+	n := len(names)
+	return fleet{name: vLvAPI + ", concurrent", names: names,
 		up: func(ctx context.Context) (int, error) {
 			return parallel(n, func(i int) error {
-				_, err := f.lv.create(f.lv.domainXML(lvNames[i], k, memMiB, f.blank, f.lvGuest))
+				_, err := f.lv.create(f.lv.domainXML(names[i], kindIdleTCG, memMiB, f.blank, f.lvGuest))
 				return err
 			})
 		},
 		down: func(ctx context.Context) (int, error) {
-			return parallel(n, func(i int) error { return f.lv.destroy(lvNames[i]) })
-		}})
-	return out, nil
+			return parallel(n, func(i int) error { return f.lv.destroy(names[i]) })
+		}}
 }
 
 func loadAll(paths []string) ([]*spec.File, error) {
@@ -250,109 +252,132 @@ func (f *fixture) scale(ctx context.Context) error {
 
 // memory is section 4: what stays resident while N idle VMs run.
 func (f *fixture) memory(ctx context.Context) error {
-	const sec = "4. memory (idle VMs, no guest OS, TCG, 128 MiB each)"
 	n := f.cfg.memVMs
-	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	sandboxRSS := func() int64 {
-		var sum int64
-		for _, p := range descendants(listProcs(), f.env.Systemd.PID1) {
-			if !strings.HasPrefix(p.comm, "qemu-system") {
-				sum += rssOf(p.pid)
-			}
-		}
-		return sum
-	}
+	var m memFigures
 	time.Sleep(time.Second)
-	sdIdle := sandboxRSS()
-	lvdIdle, vlIdle := f.lv.daemonRSS()
-
+	m.sdIdle = f.sandboxRSS()
+	m.lvdIdle, m.vlIdle = f.lv.daemonRSS()
 	fl, err := f.fleets(n, 128, "m")
 	if err != nil {
 		return err
 	}
 	vmsupF, rawF, lvF := fl[0], fl[2], fl[3]
-	qemuRSS := func(names []string) []float64 {
-		procs := listProcs()
-		var out []float64
-		for _, nm := range names {
-			if pid := qemuPID(procs, nm); pid > 0 {
-				out = append(out, mib(rssOf(pid)))
-			}
-		}
-		return out
-	}
-
-	// vmsup
 	step(fmt.Sprintf("memory: %d VMs through vmsup", n))
-	if _, err := vmsupF.up(ctx); err != nil {
+	err = f.resident(ctx, vmsupF, func() {
+		m.vmsupProcs = vmsupProcs()
+		m.sdWith = f.sandboxRSS()
+		m.vmsupRSS = qemuRSS(vmsupF.names)
+		m.cgroup = f.cgroupMemory(vmsupF.names)
+	})
+	if err != nil {
+		return err
+	}
+	step(fmt.Sprintf("memory: %d raw QEMUs", n))
+	if err := f.resident(ctx, rawF, func() { m.rawRSS = qemuRSS(rawF.names) }); err != nil {
+		return err
+	}
+	step(fmt.Sprintf("memory: %d libvirt domains", n))
+	err = f.resident(ctx, lvF, func() {
+		m.lvdWith, m.vlWith = f.lv.daemonRSS()
+		m.lvRSS = qemuRSS(lvF.names)
+	})
+	if err != nil {
+		return err
+	}
+	f.reportMemory(n, m)
+	return nil
+}
+
+// memFigures are section 4's measurements (bytes; per-VM lists in MiB).
+type memFigures struct {
+	sdIdle, sdWith, lvdIdle, vlIdle, lvdWith, vlWith int64
+	vmsupProcs                                       int
+	vmsupRSS, rawRSS, lvRSS, cgroup                  []float64
+}
+
+// resident brings fl up, lets it settle, measures, and brings it down.
+func (f *fixture) resident(ctx context.Context, fl fleet, measure func()) error {
+	if _, err := fl.up(ctx); err != nil {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	vmsupProcs := 0
-	for _, p := range listProcs() {
-		if p.comm == "vmsup" || filepath.Base(p.cmdline[0]) == "vmsup" {
-			vmsupProcs++
+	measure()
+	_, err := fl.down(ctx)
+	return err
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// sandboxRSS is the sandbox systemd's resident memory, QEMUs left out.
+func (f *fixture) sandboxRSS() int64 {
+	var sum int64
+	for _, p := range descendants(listProcs(), f.env.Systemd.PID1) {
+		if !strings.HasPrefix(p.comm, "qemu-system") {
+			sum += rssOf(p.pid)
 		}
 	}
-	sdWith := sandboxRSS()
-	vmsupRSS := qemuRSS(vmsupF.names)
-	var cgroup []float64
-	for _, nm := range vmsupF.names {
+	return sum
+}
+
+// qemuRSS is the resident memory of each named VM's QEMU.
+func qemuRSS(names []string) []float64 {
+	procs := listProcs()
+	var out []float64
+	for _, nm := range names {
+		if pid := qemuPID(procs, nm); pid > 0 {
+			out = append(out, mib(rssOf(pid)))
+		}
+	}
+	return out
+}
+
+// vmsupProcs counts the vmsup processes alive.
+func vmsupProcs() int {
+	n := 0
+	for _, p := range listProcs() {
+		if p.comm == "vmsup" || filepath.Base(p.cmdline[0]) == "vmsup" {
+			n++
+		}
+	}
+	return n
+}
+
+// cgroupMemory is each VM unit's cgroup memory charge.
+func (f *fixture) cgroupMemory(names []string) []float64 {
+	var out []float64
+	for _, nm := range names {
 		d, err := f.env.Systemd.CgroupDir("memory", vmstate.UnitName(nm))
 		if err != nil {
 			continue
 		}
 		if b, err := os.ReadFile(filepath.Join(d, "memory.usage_in_bytes")); err == nil {
 			v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			cgroup = append(cgroup, mib(v))
+			out = append(out, mib(v))
 		}
 	}
-	if _, err := vmsupF.down(ctx); err != nil {
-		return err
-	}
+	return out
+}
 
-	// raw
-	step(fmt.Sprintf("memory: %d raw QEMUs", n))
-	if _, err := rawF.up(ctx); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
-	rawRSS := qemuRSS(rawF.names)
-	if _, err := rawF.down(ctx); err != nil {
-		return err
-	}
-
-	// libvirt
-	step(fmt.Sprintf("memory: %d libvirt domains", n))
-	if _, err := lvF.up(ctx); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
-	lvdWith, vlWith := f.lv.daemonRSS()
-	lvRSS := qemuRSS(lvF.names)
-	if _, err := lvF.down(ctx); err != nil {
-		return err
-	}
-
+func (f *fixture) reportMemory(n int, m memFigures) {
+	const sec = "4. memory (idle VMs, no guest OS, TCG, 128 MiB each)"
 	r := f.report
 	one := func(v float64) bench.Summary { return bench.Summarize([]float64{v}) }
 	nVMs := fmt.Sprintf("with %d VMs", n)
 	r.Add(bench.Row{Section: sec, Figure: "vmsup processes " + nVMs, Variant: "vmsup", Accel: "tcg", Unit: "count",
-		Summary: one(float64(vmsupProcs)), Note: "target 0: vmsup has no daemon; QEMU runs in systemd units"})
-	r.Add(bench.Row{Section: sec, Figure: "manager RSS, idle", Variant: "systemd (PID 1 + journald + dbus)", Accel: "-", Unit: "MiB", Summary: one(mib(sdIdle)),
+		Summary: one(float64(m.vmsupProcs)), Note: "target 0: vmsup has no daemon; QEMU runs in systemd units"})
+	r.Add(bench.Row{Section: sec, Figure: "manager RSS, idle", Variant: "systemd (PID 1 + journald + dbus)", Accel: "-", Unit: "MiB", Summary: one(mib(m.sdIdle)),
 		Note: "needed anyway on a systemd host"})
-	r.Add(bench.Row{Section: sec, Figure: "manager RSS, idle", Variant: "libvirtd + virtlogd", Accel: "-", Unit: "MiB", Summary: one(mib(lvdIdle + vlIdle)),
-		Note: fmt.Sprintf("libvirtd %.1f + virtlogd %.1f", mib(lvdIdle), mib(vlIdle))})
+	r.Add(bench.Row{Section: sec, Figure: "manager RSS, idle", Variant: "libvirtd + virtlogd", Accel: "-", Unit: "MiB", Summary: one(mib(m.lvdIdle + m.vlIdle)),
+		Note: fmt.Sprintf("libvirtd %.1f + virtlogd %.1f", mib(m.lvdIdle), mib(m.vlIdle))})
 	r.Add(bench.Row{Section: sec, Figure: "manager RSS growth " + nVMs, Variant: "systemd (PID 1 + journald + dbus)", Accel: "tcg", Unit: "MiB",
-		Summary: one(mib(sdWith - sdIdle)), Note: fmt.Sprintf("%.1f -> %.1f MiB", mib(sdIdle), mib(sdWith))})
+		Summary: one(mib(m.sdWith - m.sdIdle)), Note: fmt.Sprintf("%.1f -> %.1f MiB", mib(m.sdIdle), mib(m.sdWith))})
 	r.Add(bench.Row{Section: sec, Figure: "manager RSS growth " + nVMs, Variant: "libvirtd + virtlogd", Accel: "tcg", Unit: "MiB",
-		Summary: one(mib(lvdWith + vlWith - lvdIdle - vlIdle)), Note: fmt.Sprintf("libvirtd %.1f, virtlogd %.1f MiB with %d domains", mib(lvdWith), mib(vlWith), n)})
-	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: vRaw, Accel: "tcg", Unit: "MiB", Summary: bench.Summarize(rawRSS)})
+		Summary: one(mib(m.lvdWith + m.vlWith - m.lvdIdle - m.vlIdle)), Note: fmt.Sprintf("libvirtd %.1f, virtlogd %.1f MiB with %d domains", mib(m.lvdWith), mib(m.vlWith), n)})
+	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: vRaw, Accel: "tcg", Unit: "MiB", Summary: bench.Summarize(m.rawRSS)})
 	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: "vmsup (QEMU in its unit)", Accel: "tcg", Unit: "MiB",
-		Summary: bench.Summarize(vmsupRSS), Baseline: vRaw})
+		Summary: bench.Summarize(m.vmsupRSS), Baseline: vRaw})
 	r.Add(bench.Row{Section: sec, Figure: "QEMU RSS per VM", Variant: "libvirt", Accel: "tcg", Unit: "MiB",
-		Summary: bench.Summarize(lvRSS), Baseline: vRaw})
+		Summary: bench.Summarize(m.lvRSS), Baseline: vRaw})
 	r.Add(bench.Row{Section: sec, Figure: "unit cgroup memory per VM", Variant: "vmsup (memory.usage_in_bytes)", Accel: "tcg", Unit: "MiB",
-		Summary: bench.Summarize(cgroup), Note: "cgroup v1 charge: QEMU's RSS plus page cache it touched"})
-	return nil
+		Summary: bench.Summarize(m.cgroup), Note: "cgroup v1 charge: QEMU's RSS plus page cache it touched"})
 }

@@ -53,6 +53,24 @@ type Progress struct {
 // With stoppedMark set, the source's vCPUs are stopped before the stream
 // starts (a stop-and-copy), recorded first in that file.
 func Stream(ctx context.Context, mon *qmp.Conn, uri string, o Options, stoppedMark string, start time.Time, onPostcopy func() error, log *slog.Logger) (qmp.MigrationInfo, bool, error) {
+	if err := configure(ctx, mon, o); err != nil {
+		return qmp.MigrationInfo{}, false, err
+	}
+	sub, unsub := mon.Subscribe(context.WithoutCancel(ctx))
+	defer unsub()
+	if err := begin(ctx, mon, uri, stoppedMark); err != nil {
+		return qmp.MigrationInfo{}, false, err
+	}
+	w := &streamWatch{mon: mon, o: o, start: start, onPostcopy: onPostcopy, log: log, lastBytes: -1, lastMove: time.Now()}
+	if info, ended, err := w.run(ctx, sub); ended {
+		return info, w.postcopy, err
+	}
+	info, err := cancelAndWait(context.WithoutCancel(ctx), mon, w.cancelWhy)
+	return info, w.postcopy, err
+}
+
+// configure sets the migration's capabilities and parameters from o.
+func configure(ctx context.Context, mon *qmp.Conn, o Options) error {
 	bw := o.Bandwidth
 	if bw <= 0 {
 		bw = qemuDefaultBandwidth
@@ -73,121 +91,164 @@ func Stream(ctx context.Context, mon *qmp.Conn, uri string, o Options, stoppedMa
 		{Capability: "auto-converge", State: o.AutoConverge},
 	}
 	if err := mon.MigrateSetCapabilities(ctx, caps); err != nil {
-		return qmp.MigrationInfo{}, false, fmt.Errorf("capabilities: %w", err)
+		return fmt.Errorf("capabilities: %w", err)
 	}
 	if err := mon.MigrateSetParameters(ctx, params); err != nil {
-		return qmp.MigrationInfo{}, false, fmt.Errorf("parameters: %w", err)
+		return fmt.Errorf("parameters: %w", err)
 	}
-	sub, unsub := mon.Subscribe(context.WithoutCancel(ctx))
-	defer unsub()
+	return nil
+}
+
+// begin stops the source's vCPUs for a stop-and-copy (recorded first in
+// stoppedMark), then starts the stream to uri.
+func begin(ctx context.Context, mon *qmp.Conn, uri, stoppedMark string) error {
 	if stoppedMark != "" {
 		// Recorded before the stop: if this vmsup dies mid-stream, the
 		// next command on the VM resumes a source whose migration failed
 		// (recoverStoppedSource); QEMU itself resumes only a source that
 		// was running when the migration began.
 		if err := os.WriteFile(stoppedMark, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
-			return qmp.MigrationInfo{}, false, fmt.Errorf("record the paused source: %w", err)
+			return fmt.Errorf("record the paused source: %w", err)
 		}
 		if err := mon.Stop(ctx); err != nil {
 			os.Remove(stoppedMark)
-			return qmp.MigrationInfo{}, false, fmt.Errorf("stop the source's vCPUs: %w", err)
+			return fmt.Errorf("stop the source's vCPUs: %w", err)
 		}
 	}
 	if err := mon.Migrate(ctx, uri); err != nil {
-		return qmp.MigrationInfo{}, false, fmt.Errorf("migrate %s: %w", uri, err)
+		return fmt.Errorf("migrate %s: %w", uri, err)
 	}
-	tick := time.NewTicker(o.ProgressInterval)
+	return nil
+}
+
+// streamWatch follows one running migration.
+type streamWatch struct {
+	mon        *qmp.Conn
+	o          Options
+	start      time.Time
+	onPostcopy func() error
+	log        *slog.Logger
+
+	postcopy  bool
+	lastBytes int64
+	lastMove  time.Time
+	cancelWhy error // set: the stream must be cancelled for this reason
+}
+
+// run watches events and polls until the migration ends (ended) or must be
+// cancelled (cancelWhy set, ended false).
+func (w *streamWatch) run(ctx context.Context, sub <-chan goqmp.Event) (info qmp.MigrationInfo, ended bool, err error) {
+	tick := time.NewTicker(w.o.ProgressInterval)
 	defer tick.Stop()
-	deadline := time.NewTimer(o.Timeout)
+	deadline := time.NewTimer(w.o.Timeout)
 	defer deadline.Stop()
 	var pcTimer <-chan time.Time
-	if o.Postcopy {
-		t := time.NewTimer(o.PostcopyAfter)
+	if w.o.Postcopy {
+		t := time.NewTimer(w.o.PostcopyAfter)
 		defer t.Stop()
 		pcTimer = t.C
 	}
-	postcopy := false
-	lastBytes, lastMove := int64(-1), time.Now()
-	var cancelWhy error
 	bg := context.WithoutCancel(ctx)
 	done := ctx.Done() // nil once seen: in postcopy there is nothing to cancel
-	for cancelWhy == nil {
+	for w.cancelWhy == nil {
 		var status string
 		select {
 		case ev, ok := <-sub:
 			if !ok {
-				return qmp.MigrationInfo{}, postcopy, fmt.Errorf("source QEMU went away: %w", mon.Err())
+				return qmp.MigrationInfo{}, true, fmt.Errorf("source QEMU went away: %w", w.mon.Err())
 			}
 			status = migrationStatus(ev)
 		case <-tick.C:
-			qctx, cancel := context.WithTimeout(bg, 5*time.Second)
-			info, err := mon.QueryMigrate(qctx)
-			cancel()
-			if err != nil {
-				return info, postcopy, fmt.Errorf("query-migrate: %w", err)
-			}
-			status = info.Status
-			if info.RAM != nil {
-				if info.RAM.Transferred != lastBytes {
-					lastBytes, lastMove = info.RAM.Transferred, time.Now()
-				} else if time.Since(lastMove) > o.StallTimeout && !postcopy {
-					cancelWhy = fmt.Errorf("no progress for %s (network down?)", o.StallTimeout)
-				}
-			}
-			if o.Progress != nil {
-				o.Progress(progressOf(info, time.Since(start)))
+			if status, err = w.poll(bg); err != nil {
+				return info, true, err
 			}
 		case <-pcTimer:
-			if err := mon.MigrateStartPostcopy(bg); err != nil {
-				log.Warn("migrate-start-postcopy", "err", err)
+			if err := w.mon.MigrateStartPostcopy(bg); err != nil {
+				w.log.Warn("migrate-start-postcopy", "err", err)
 			}
 			continue
 		case <-deadline.C:
-			if !postcopy {
-				cancelWhy = fmt.Errorf("did not converge within %s", o.Timeout)
+			if !w.postcopy {
+				w.cancelWhy = fmt.Errorf("did not converge within %s", w.o.Timeout)
 			}
 			continue
 		case <-done:
 			done = nil
-			if !postcopy {
-				cancelWhy = ErrCancelled
+			if !w.postcopy {
+				w.cancelWhy = ErrCancelled
 			}
 			continue
 		}
-		switch status {
-		case "completed":
-			return FinalInfo(bg, mon), postcopy, nil
-		case "failed":
-			info, _ := mon.QueryMigrate(bg)
-			return info, postcopy, fmt.Errorf("migration failed: %s", cmp.Or(info.ErrorDesc, "QEMU gave no reason"))
-		case "cancelled":
-			return qmp.MigrationInfo{}, postcopy, ErrCancelled
-		case "postcopy-active":
-			if !postcopy {
-				postcopy = true
-				// The source is stopped for good: run the guest on the
-				// destination now, its missing pages come on demand.
-				if err := onPostcopy(); err != nil {
-					return qmp.MigrationInfo{}, postcopy, fmt.Errorf("postcopy: start the destination: %w", err)
-				}
+		if info, ended, err = w.settle(bg, status); ended {
+			return info, true, err
+		}
+	}
+	return qmp.MigrationInfo{}, false, nil
+}
+
+// poll asks QEMU how the stream goes: its status, progress for the caller,
+// and a stall (no bytes moved for StallTimeout) before postcopy.
+func (w *streamWatch) poll(ctx context.Context) (string, error) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	info, err := w.mon.QueryMigrate(qctx)
+	cancel()
+	if err != nil {
+		return "", fmt.Errorf("query-migrate: %w", err)
+	}
+	if info.RAM != nil {
+		if info.RAM.Transferred != w.lastBytes {
+			w.lastBytes, w.lastMove = info.RAM.Transferred, time.Now()
+		} else if time.Since(w.lastMove) > w.o.StallTimeout && !w.postcopy {
+			w.cancelWhy = fmt.Errorf("no progress for %s (network down?)", w.o.StallTimeout)
+		}
+	}
+	if w.o.Progress != nil {
+		w.o.Progress(progressOf(info, time.Since(w.start)))
+	}
+	return info.Status, nil
+}
+
+// settle acts on a status: the migration ended (completed, failed,
+// cancelled), or switched to postcopy (the destination runs the guest now).
+func (w *streamWatch) settle(ctx context.Context, status string) (qmp.MigrationInfo, bool, error) {
+	switch status {
+	case "completed":
+		return FinalInfo(ctx, w.mon), true, nil
+	case "failed":
+		info, _ := w.mon.QueryMigrate(ctx)
+		return info, true, fmt.Errorf("migration failed: %s", cmp.Or(info.ErrorDesc, "QEMU gave no reason"))
+	case "cancelled":
+		return qmp.MigrationInfo{}, true, ErrCancelled
+	case "postcopy-active":
+		if !w.postcopy {
+			w.postcopy = true
+			// The source is stopped for good: run the guest on the
+			// destination now, its missing pages come on demand.
+			if err := w.onPostcopy(); err != nil {
+				return qmp.MigrationInfo{}, true, fmt.Errorf("postcopy: start the destination: %w", err)
 			}
 		}
 	}
-	// Cancel, and wait for QEMU to say it stopped (it may also complete in
-	// the meantime: the destination is still torn down, the source resumed).
-	cctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	return qmp.MigrationInfo{}, false, nil
+}
+
+// cancelAndWait cancels the stream for why and waits for QEMU to say it
+// stopped (it may also complete meanwhile: the destination is still torn
+// down, the source resumed).
+func cancelAndWait(ctx context.Context, mon *qmp.Conn, why error) (qmp.MigrationInfo, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := mon.MigrateCancel(cctx); err != nil {
-		return qmp.MigrationInfo{}, postcopy, fmt.Errorf("%w; migrate_cancel: %v", cancelWhy, err)
+		return qmp.MigrationInfo{}, fmt.Errorf("%w; migrate_cancel: %v", why, err)
 	}
 	for {
 		info, err := mon.QueryMigrate(cctx)
 		if err != nil {
-			return info, postcopy, fmt.Errorf("%w; after migrate_cancel: %v", cancelWhy, err)
+			return info, fmt.Errorf("%w; after migrate_cancel: %v", why, err)
 		}
 		switch info.Status {
 		case "cancelled", "failed", "completed":
-			return info, postcopy, cancelWhy
+			return info, why
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

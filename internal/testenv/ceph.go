@@ -60,8 +60,24 @@ func StartCeph(ctx context.Context, dir string) (_ *Ceph, err error) {
 			return nil, err
 		}
 	}
-	fsid := uuid()
-	keyring := filepath.Join(dir, "keyring")
+	fsid, keyring := uuid(), filepath.Join(dir, "keyring")
+	if err := c.writeConfig(fsid, keyring); err != nil {
+		return nil, err
+	}
+	for _, step := range []func(context.Context) error{
+		func(ctx context.Context) error { return c.startMon(ctx, fsid, keyring) },
+		c.startOSD,
+		c.makePool,
+	} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// writeConfig writes the daemons' ceph.conf and the clients' client.conf.
+func (c *Ceph) writeConfig(fsid, keyring string) error {
 	common := fmt.Sprintf(`[global]
 fsid = %s
 mon host = v1:%s
@@ -87,66 +103,76 @@ osd objectstore = memstore
 memstore device bytes = 1073741824
 osd data = %[2]s/osd/$cluster-$id
 mon data = %[2]s/mon/$cluster-$id
-`, keyring, dir)
+`, keyring, c.Dir)
 	if err := os.WriteFile(c.Conf, []byte(conf), 0o600); err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(c.ClientConf, []byte(common), 0o644); err != nil {
-		return nil, err
+	return os.WriteFile(c.ClientConf, []byte(common), 0o644)
+}
+
+// run runs one setup tool, bounded.
+func (c *Ceph) run(ctx context.Context, name string, args ...string) error {
+	cctx, cancel := context.WithTimeout(ctx, cephCallTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testenv: ceph: %s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
-	run := func(name string, args ...string) error {
-		cctx, cancel := context.WithTimeout(ctx, cephCallTimeout)
-		defer cancel()
-		out, err := exec.CommandContext(cctx, name, args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("testenv: ceph: %s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
-		}
-		return nil
+	return nil
+}
+
+// startMon makes the keys and the monitor's store, starts the monitor and
+// reads client.admin's key.
+func (c *Ceph) startMon(ctx context.Context, fsid, keyring string) error {
+	if err := c.run(ctx, "ceph-authtool", "--create-keyring", keyring, "--gen-key", "-n", "mon.", "--cap", "mon", "allow *"); err != nil {
+		return err
 	}
-	if err := run("ceph-authtool", "--create-keyring", keyring, "--gen-key", "-n", "mon.", "--cap", "mon", "allow *"); err != nil {
-		return nil, err
-	}
-	if err := run("ceph-authtool", keyring, "--gen-key", "-n", "client.admin", "--cap", "mon", "allow *",
+	if err := c.run(ctx, "ceph-authtool", keyring, "--gen-key", "-n", "client.admin", "--cap", "mon", "allow *",
 		"--cap", "osd", "allow *", "--cap", "mgr", "allow *"); err != nil {
-		return nil, err
+		return err
 	}
-	monmap := filepath.Join(dir, "monmap")
-	if err := run("monmaptool", "--create", "--add", "a", "v1:"+c.MonAddr, "--fsid", fsid, monmap); err != nil {
-		return nil, err
+	monmap := filepath.Join(c.Dir, "monmap")
+	if err := c.run(ctx, "monmaptool", "--create", "--add", "a", "v1:"+c.MonAddr, "--fsid", fsid, monmap); err != nil {
+		return err
 	}
-	if err := run("ceph-mon", "-c", c.Conf, "--mkfs", "-i", "a", "--monmap", monmap, "--keyring", keyring); err != nil {
-		return nil, err
+	if err := c.run(ctx, "ceph-mon", "-c", c.Conf, "--mkfs", "-i", "a", "--monmap", monmap, "--keyring", keyring); err != nil {
+		return err
 	}
 	if err := c.daemon("ceph-mon", "-c", c.Conf, "-i", "a", "-f"); err != nil {
-		return nil, err
+		return err
 	}
 	key, err := c.CLI(ctx, "auth", "get-key", "client.admin")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.AdminKey = strings.TrimSpace(string(key))
+	return nil
+}
+
+// startOSD registers, formats and starts the one (memstore) OSD.
+func (c *Ceph) startOSD(ctx context.Context) error {
 	osdUUID := uuid()
 	if _, err := c.CLI(ctx, "osd", "new", osdUUID); err != nil {
-		return nil, err
+		return err
 	}
-	osdKeyring := filepath.Join(dir, "osd/ceph-0/keyring")
+	osdKeyring := filepath.Join(c.Dir, "osd/ceph-0/keyring")
 	if _, err := c.CLI(ctx, "auth", "get-or-create", "osd.0", "osd", "allow *", "mon", "allow profile osd",
 		"mgr", "allow profile osd", "-o", osdKeyring); err != nil {
-		return nil, err
+		return err
 	}
-	if err := run("ceph-osd", "-c", c.Conf, "-i", "0", "--mkfs", "--osd-uuid", osdUUID, "--keyring", osdKeyring); err != nil {
-		return nil, err
+	if err := c.run(ctx, "ceph-osd", "-c", c.Conf, "-i", "0", "--mkfs", "--osd-uuid", osdUUID, "--keyring", osdKeyring); err != nil {
+		return err
 	}
-	if err := c.daemon("ceph-osd", "-c", c.Conf, "-i", "0", "-f", "--keyring", osdKeyring); err != nil {
-		return nil, err
-	}
+	return c.daemon("ceph-osd", "-c", c.Conf, "-i", "0", "-f", "--keyring", osdKeyring)
+}
+
+// makePool creates the rbd pool.
+func (c *Ceph) makePool(ctx context.Context) error {
 	if _, err := c.CLI(ctx, "osd", "pool", "create", c.Pool, "8"); err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := c.CLI(ctx, "osd", "pool", "application", "enable", c.Pool, "rbd"); err != nil {
-		return nil, err
-	}
-	return c, nil
+	_, err := c.CLI(ctx, "osd", "pool", "application", "enable", c.Pool, "rbd")
+	return err
 }
 
 // daemon starts a Ceph daemon in the foreground (-f) as a child of the test.

@@ -135,12 +135,3 @@ func (c *Conn) Balloon(ctx context.Context, bytes int64) error {
 	}{bytes}
 	return c.Execute(ctx, "balloon", args, nil)
 }
-
-// QueryBalloon returns the memory the guest has now by its balloon driver.
-func (c *Conn) QueryBalloon(ctx context.Context) (int64, error) {
-	var out struct {
-		Actual int64 `json:"actual"`
-	}
-	err := c.Execute(ctx, "query-balloon", nil, &out)
-	return out.Actual, err
-}

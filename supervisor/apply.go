@@ -243,13 +243,11 @@ func (s *Supervisor) applyLive(ctx context.Context, f *spec.File, c plan.Change)
 	var err error
 	switch c.Kind {
 	case plan.DiskAdd:
-		i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == c.Name })
-		_, err = s.attachDisk(ctx, name, vm.Disks[i], true)
+		_, err = s.attachDisk(ctx, name, *findDisk(vm, c.Name), true)
 	case plan.DiskRemove:
 		err = s.detachDisk(ctx, name, c.Name, true)
 	case plan.NICAdd:
-		i := slices.IndexFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == c.Name })
-		_, err = s.attachNIC(ctx, name, vm.NICs[i], true)
+		_, err = s.attachNIC(ctx, name, *findNIC(vm, c.Name), true)
 	case plan.NICRemove:
 		err = s.detachNIC(ctx, name, c.Name, true)
 	case plan.CPUs:

@@ -55,18 +55,11 @@ func (s *Supervisor) armReboot(ctx context.Context, f *spec.File, rest []plan.Ch
 }
 
 // afterGuestReboot is the stop-post hook's last part: when the unit's QEMU
-// ended because the guest rebooted (its event log's last SHUTDOWN), it
-// starts the guardian that brings the VM back. It reports whether it did.
-func (s *Supervisor) afterGuestReboot(ctx context.Context, name, unit string) (bool, error) {
-	if !s.isCurrentUnit(name, unit) || s.opts.Self == "" {
-		return false, nil
-	}
-	app, err := s.state.ReadApplied(name)
-	if err != nil || app.EventLog == "" {
-		return false, nil
-	}
-	e, err := eventlog.Last(app.EventLog+".out", "SHUTDOWN")
-	if err != nil || e == nil || e.Reason() != "guest-reset" {
+// ended because the guest rebooted (the last SHUTDOWN of its event log,
+// shutdown), it starts the guardian that brings the VM back. It reports
+// whether it did.
+func (s *Supervisor) afterGuestReboot(ctx context.Context, name string, shutdown *eventlog.Record) (bool, error) {
+	if s.opts.Self == "" || shutdown == nil || shutdown.Reason() != "guest-reset" {
 		return false, nil
 	}
 	sd, err := s.systemd(ctx)

@@ -12,20 +12,26 @@ import (
 // realizes; one attached by hand (vmsup disk/nic attach) in Attached or
 // AttachedNICs, outside the file. Unplugging drops it from either.
 
+// editSpec changes the record's spec by a device plugged or unplugged
+// (which Replugged notes: the layout is no longer the spec's boot layout).
+func editSpec(app *vmstate.Applied, edit func(vm *spec.VM)) error {
+	vm, err := app.VM()
+	if err != nil {
+		return err
+	}
+	edit(vm)
+	app.SetVM(vm)
+	app.Replugged = true
+	return nil
+}
+
 // recordDisk records a plugged disk.
 func recordDisk(app *vmstate.Applied, a AttachedDisk, fromFile bool) error {
 	if !fromFile {
 		app.Attached = append(app.Attached, a)
 		return nil
 	}
-	vm, err := app.VM()
-	if err != nil {
-		return err
-	}
-	vm.Disks = append(vm.Disks, a.Disk)
-	app.SetVM(vm)
-	app.Replugged = true
-	return nil
+	return editSpec(app, func(vm *spec.VM) { vm.Disks = append(vm.Disks, a.Disk) })
 }
 
 // hasDisk reports whether the record has the disk, either way.
@@ -34,22 +40,18 @@ func hasDisk(app *vmstate.Applied, disk string) bool {
 		return true
 	}
 	vm, err := app.VM()
-	return err == nil && slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk })
+	return err == nil && findDisk(vm, disk) != nil
 }
 
 // dropDisk removes the disk from the record, either way.
 func dropDisk(app *vmstate.Applied, disk string) error {
 	app.Attached = slices.DeleteFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
-	vm, err := app.VM()
-	if err != nil {
+	if vm, err := app.VM(); err != nil || findDisk(vm, disk) == nil {
 		return err
 	}
-	if i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk }); i >= 0 {
-		vm.Disks = slices.Delete(vm.Disks, i, i+1)
-		app.SetVM(vm)
-		app.Replugged = true
-	}
-	return nil
+	return editSpec(app, func(vm *spec.VM) {
+		vm.Disks = slices.DeleteFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk })
+	})
 }
 
 // recordNIC records a plugged NIC.
@@ -58,14 +60,7 @@ func recordNIC(app *vmstate.Applied, n spec.NIC, fromFile bool) error {
 		app.AttachedNICs = append(app.AttachedNICs, n)
 		return nil
 	}
-	vm, err := app.VM()
-	if err != nil {
-		return err
-	}
-	vm.NICs = append(vm.NICs, n)
-	app.SetVM(vm)
-	app.Replugged = true
-	return nil
+	return editSpec(app, func(vm *spec.VM) { vm.NICs = append(vm.NICs, n) })
 }
 
 // hasNIC reports whether the record has the NIC, either way.
@@ -74,20 +69,16 @@ func hasNIC(app *vmstate.Applied, nic string) bool {
 		return true
 	}
 	vm, err := app.VM()
-	return err == nil && slices.ContainsFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == nic })
+	return err == nil && findNIC(vm, nic) != nil
 }
 
 // dropNIC removes the NIC from the record, either way.
 func dropNIC(app *vmstate.Applied, nic string) error {
 	app.AttachedNICs = slices.DeleteFunc(app.AttachedNICs, func(n spec.NIC) bool { return n.Name == nic })
-	vm, err := app.VM()
-	if err != nil {
+	if vm, err := app.VM(); err != nil || findNIC(vm, nic) == nil {
 		return err
 	}
-	if i := slices.IndexFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == nic }); i >= 0 {
-		vm.NICs = slices.Delete(vm.NICs, i, i+1)
-		app.SetVM(vm)
-		app.Replugged = true
-	}
-	return nil
+	return editSpec(app, func(vm *spec.VM) {
+		vm.NICs = slices.DeleteFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == nic })
+	})
 }

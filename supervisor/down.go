@@ -97,7 +97,7 @@ func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit, o Do
 	if err != nil || res.Step == "" {
 		s.opts.Logger.Warn("graceful stop failed, killing", "vm", name, "err", err)
 		res.Step = StoppedKill
-		_ = os.WriteFile(s.killMark(name), nil, 0o600)
+		_ = os.WriteFile(s.paths(name).KillMark(), nil, 0o600)
 		if err := sd.Kill(ctx, unit, syscall.SIGKILL); err != nil {
 			return res, vmErr(name, fmt.Errorf("kill: %w", err))
 		}

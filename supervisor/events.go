@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -29,9 +30,6 @@ const (
 	EventApplied = "applied"
 )
 
-// eventlogVmsup is the source of vmsup's own events.
-const eventlogVmsup = eventlog.SourceVmsup
-
 // errEventsEnded ends Events' follower when the VM's QEMU ended.
 var errEventsEnded = errors.New("the VM's QEMU ended")
 
@@ -50,11 +48,9 @@ func (s *Supervisor) lifecycle(name, event string, data any) {
 	}
 }
 
-// archiveEvents moves the events of an ended QEMU's log into the history.
+// archiveEvents moves the events of an ended QEMU's log into the history
+// (a fresh start keeps what a QEMU whose stop-post never ran left).
 func (s *Supervisor) archiveEvents(name, base string) error {
-	if base == "" {
-		return nil
-	}
 	recs, err := eventlog.QEMUEvents(base+".out", name)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -229,28 +225,38 @@ func readFrom(path string, off int64) ([][]byte, int64) {
 	}
 }
 
-// killMark is written before vmsup kills a VM's QEMU, so that its end is
-// recorded as stopped (killed by vmsup), not crashed.
-func (s *Supervisor) killMark(name string) string { return s.paths(name).Records + "/kill-requested" }
-
-// recordEnd is the stop-post hook's record of a QEMU that ended: its events
-// go into the history, then "stopped" (with QEMU's shutdown reason) or
-// "crashed" (killed by a signal, or a failed exit) from what systemd tells
-// the hook (SERVICE_RESULT, EXIT_CODE, EXIT_STATUS).
-func (s *Supervisor) recordEnd(name, unit string) {
+// endedQEMU reads what the stop-post hook needs of the unit's QEMU that
+// ended: its record and its event log's events (nothing when the unit is no
+// longer the VM's, e.g. a local migration's old QEMU).
+func (s *Supervisor) endedQEMU(name, unit string) (*vmstate.Applied, []eventlog.Record) {
 	if !s.isCurrentUnit(name, unit) {
-		return
+		return nil, nil
 	}
 	app, err := s.state.ReadApplied(name)
-	if err != nil {
+	if err != nil || app.EventLog == "" {
+		return app, nil
+	}
+	recs, _ := eventlog.QEMUEvents(app.EventLog+".out", name)
+	return app, recs
+}
+
+// recordEnd is the stop-post hook's record of a QEMU that ended: its events
+// (recs) go into the history and its log is emptied, then "stopped" (with
+// QEMU's shutdown reason) or "crashed" (killed by a signal, or a failed
+// exit) from what systemd tells the hook (SERVICE_RESULT, EXIT_CODE,
+// EXIT_STATUS).
+func (s *Supervisor) recordEnd(name, unit string, app *vmstate.Applied, recs []eventlog.Record) {
+	if app == nil {
 		return
 	}
 	reason := ""
-	if e, _ := eventlog.Last(app.EventLog+".out", "SHUTDOWN"); e != nil {
+	if e := eventlog.LastOf(recs, "SHUTDOWN"); e != nil {
 		reason = e.Reason()
 	}
-	if err := s.archiveEvents(name, app.EventLog); err != nil {
+	if err := eventlog.Append(s.paths(name).EventHistory(), recs...); err != nil {
 		s.opts.Logger.Warn("event history", "vm", name, "err", err)
+	} else if app.EventLog != "" {
+		_ = os.Truncate(app.EventLog+".out", 0)
 	}
 	result := os.Getenv("SERVICE_RESULT")
 	ev := EventStopped
@@ -258,7 +264,7 @@ func (s *Supervisor) recordEnd(name, unit string) {
 	case "signal", "core-dump", "exit-code", "watchdog":
 		ev = EventCrashed
 	}
-	if os.Remove(s.killMark(name)) == nil {
+	if os.Remove(s.paths(name).KillMark()) == nil {
 		ev, reason = EventStopped, "killed by vmsup"
 	}
 	s.lifecycle(name, ev, map[string]string{"reason": reason, "result": result, "exit_code": os.Getenv("EXIT_CODE"),

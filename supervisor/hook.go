@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/vmsup/vmsup/internal/eventlog"
 )
 
 // Hook commands: what a VM's units run as Options.Self (ExecStop=,
@@ -118,10 +120,11 @@ func (s *Supervisor) StopPostHook(ctx context.Context, name, unit string) (strin
 		return "", err
 	}
 	note := "network removed, secret copies removed"
-	again, err := s.afterGuestReboot(ctx, name, unit)
+	app, recs := s.endedQEMU(name, unit) // read once: the reboot check and the history use them
+	again, err := s.afterGuestReboot(ctx, name, eventlog.LastOf(recs, "SHUTDOWN"))
 	if again || err != nil {
 		note += "; the guest rebooted: " + rebootUnit(name) + " starts it again"
 	}
-	s.recordEnd(name, unit)
+	s.recordEnd(name, unit, app, recs)
 	return note, err
 }

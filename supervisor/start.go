@@ -388,7 +388,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 // (qemuargs.Options.EventLog): a fresh start's replaces the last one; a
 // migration destination's is its own until the source's QEMU is gone.
 func (r *startRun) makeEventLog() error {
-	base := filepath.Join(r.p.Dir, "events")
+	base := r.p.EventLog()
 	if r.mode != StartFresh {
 		base += "-" + migration.RandHex(6)
 	}
@@ -505,7 +505,7 @@ func (r *startRun) record(context.Context) error {
 	if err := r.s.state.ClearPending(r.name); err != nil { // this QEMU runs the file
 		return err
 	}
-	os.Remove(r.s.killMark(r.name)) // a kill whose stop-post never ran is not this QEMU's
+	os.Remove(r.p.KillMark()) // a kill whose stop-post never ran is not this QEMU's
 	return r.s.state.WriteApplied(r.app, r.f.Raw)
 }
 

@@ -107,7 +107,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
 		ConsoleLog:     p.ConsoleLog,
-		EventLog:       filepath.Join(p.Dir, "events"),
+		EventLog:       p.EventLog(),
 		VhostNet:       s.vhostNet(),
 		Disks:          diskHosts(p, &f.VM),
 	}

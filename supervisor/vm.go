@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/eventlog"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -121,7 +122,7 @@ func (s *Supervisor) Events(ctx context.Context, name string) (<-chan Event, err
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			if e.Source == eventlogVmsup && (e.Kind == EventStopped || e.Kind == EventCrashed) {
+			if e.Source == eventlog.SourceVmsup && (e.Kind == EventStopped || e.Kind == EventCrashed) {
 				return errEventsEnded
 			}
 			return nil

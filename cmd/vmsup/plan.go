@@ -54,7 +54,7 @@ func planCmd(g *globals) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
-				var out []planJSON
+				var plans []supervisor.PlanResult
 				var errs []error
 				for _, f := range fs {
 					p, err := sup.Plan(cmd.Context(), f)
@@ -62,46 +62,50 @@ func planCmd(g *globals) *cobra.Command {
 						errs = append(errs, err)
 						continue
 					}
-					pj := planJSON{Name: p.VM, File: p.File, Running: p.Running, InSync: p.InSync(), Changes: changesJSON(p.Changes),
-						Pending: []string{}, Kept: nonNil(p.Kept), Note: p.Note}
-					if p.Pending != nil {
-						pj.Pending, pj.PendingAtReboot = nonNil(p.Pending.Changes), p.Pending.AtReboot
-					}
-					out = append(out, pj)
+					plans = append(plans, p)
 				}
-				if err := errors.Join(errs...); err != nil && len(out) == 0 {
+				if err := errors.Join(errs...); err != nil && len(plans) == 0 {
 					return err
 				}
-				if out == nil {
-					out = []planJSON{}
+				out := []planJSON{}
+				for _, p := range plans {
+					out = append(out, toPlanJSON(p))
 				}
-				werr := g.out.object(out, func(w io.Writer) { printPlans(w, out) })
+				werr := g.out.object(out, func(w io.Writer) { printPlans(w, plans) })
 				return errors.Join(append(errs, werr)...)
 			})
 		},
 	}
 }
 
-func printPlans(w io.Writer, ps []planJSON) {
+func toPlanJSON(p supervisor.PlanResult) planJSON {
+	pj := planJSON{Name: p.VM, File: p.File, Running: p.Running, InSync: p.InSync(), Changes: changesJSON(p.Changes),
+		Pending: []string{}, Kept: nonNil(p.Kept), Note: p.Note}
+	if p.Pending != nil {
+		pj.Pending, pj.PendingAtReboot = nonNil(p.Pending.Changes), p.Pending.AtReboot
+	}
+	return pj
+}
+
+func printPlans(w io.Writer, ps []supervisor.PlanResult) {
 	for _, p := range ps {
 		switch {
 		case !p.Running:
-			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Note)
-		case p.InSync:
-			fmt.Fprintf(w, "%s: in sync with %s\n", p.Name, p.File)
+			fmt.Fprintf(w, "%s: %s\n", p.VM, p.Note)
+		case p.InSync():
+			fmt.Fprintf(w, "%s: in sync with %s\n", p.VM, p.File)
 		default:
-			fmt.Fprintf(w, "%s: %d change(s) from %s:\n", p.Name, len(p.Changes), p.File)
+			fmt.Fprintf(w, "%s: %d change(s) from %s:\n", p.VM, len(p.Changes), p.File)
 		}
 		for _, c := range p.Changes {
-			fmt.Fprintf(w, "  %s\n", plan.Change{Field: c.Field, From: c.From, To: c.To, Class: plan.Class(c.Class), Op: c.Op,
-				Why: c.Why, Guest: c.Guest, Warn: c.Warn})
+			fmt.Fprintf(w, "  %s\n", c)
 		}
 		for _, k := range p.Kept {
 			fmt.Fprintf(w, "  kept       %s (attached by hand; vmsup disk/nic detach removes it)\n", k)
 		}
-		if len(p.Pending) > 0 && !p.InSync {
+		if p.Pending != nil && !p.InSync() {
 			when := "a restart (vmsup apply --restart)"
-			if p.PendingAtReboot {
+			if p.Pending.AtReboot {
 				when = "the guest's next reboot"
 			}
 			fmt.Fprintf(w, "  pending since an earlier apply, for %s\n", when)

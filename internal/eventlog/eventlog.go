@@ -1,18 +1,18 @@
-// Package eventlog reads a QEMU event log: the file a second QMP monitor
-// writes every event to while no client is connected
-// (qemuargs.Options.EventLog). QEMU writes it; vmsup only reads it, bounded.
+// Package eventlog reads a QEMU event log (the file a second QMP monitor
+// writes every event to while no client is connected, see
+// qemuargs.Options.EventLog) and keeps a VM's event history. QEMU writes the
+// log; vmsup only reads it, bounded.
 package eventlog
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"os"
 	"time"
 )
 
-// Event is one QMP event of the log.
+// Event is one QMP event as QEMU writes it.
 type Event struct {
 	Event     string          `json:"event"`
 	Data      json.RawMessage `json:"data,omitempty"`
@@ -27,44 +27,51 @@ func (e Event) Time() time.Time {
 	return time.Unix(e.Timestamp.Seconds, e.Timestamp.Microseconds*1000)
 }
 
-// Reason is the "reason" of the event's data (SHUTDOWN, RESET), if any.
-func (e Event) Reason() string {
-	var d struct {
-		Reason string `json:"reason"`
-	}
-	_ = json.Unmarshal(e.Data, &d)
-	return d.Reason
-}
+// MaxLog bounds how much of a QEMU's event log is read: its last MaxLog
+// bytes (the events that end a QEMU are its last lines).
+const MaxLog = 4 << 20
 
-// maxTail is how much of the log's end Last reads: the events that end a
-// QEMU are its last lines.
-const maxTail = 256 << 10
-
-// Last returns the last event called name in the log's last 256 KiB, or nil.
-func Last(path, name string) (*Event, error) {
+// QEMUEvents reads the QMP events of a QEMU's event log (Options.EventLog's
+// .out file) as records of vm: the log's last MaxLog bytes. A line cut off
+// by a kill, or by the bound, is skipped.
+func QEMUEvents(path, vm string) ([]Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > maxTail {
-		if _, err := f.Seek(fi.Size()-maxTail, io.SeekStart); err != nil {
+	if fi, err := f.Stat(); err == nil && fi.Size() > MaxLog {
+		if _, err := f.Seek(fi.Size()-MaxLog, io.SeekStart); err != nil {
 			return nil, err
 		}
 	}
-	var last *Event
-	sc := bufio.NewScanner(io.LimitReader(f, maxTail))
+	var out []Record
+	sc := bufio.NewScanner(io.LimitReader(f, MaxLog))
 	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	want := []byte(`"` + name + `"`)
 	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.Contains(line, want) {
-			continue
-		}
-		var e Event
-		if json.Unmarshal(line, &e) == nil && e.Event == name {
-			last = &e
+		if r, ok := ParseQEMU(sc.Bytes(), vm); ok {
+			out = append(out, r)
 		}
 	}
-	return last, nil
+	return out, nil
+}
+
+// LastOf returns the last record of event in recs, or nil.
+func LastOf(recs []Record, event string) *Record {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Event == event {
+			return &recs[i]
+		}
+	}
+	return nil
+}
+
+// Reason is the "reason" of the record's data (SHUTDOWN, RESET, and
+// vmsup's stopped), if any.
+func (r Record) Reason() string {
+	var d struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(r.Data, &d)
+	return d.Reason
 }

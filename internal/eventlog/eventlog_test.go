@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestLast(t *testing.T) {
+func TestQEMUEvents(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "events.out")
 	log := `{"QMP": {"version": {}, "capabilities": ["oob"]}}
 {"return": {}}
@@ -18,18 +18,23 @@ func TestLast(t *testing.T) {
 	if err := os.WriteFile(p, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e, err := Last(p, "SHUTDOWN")
-	if err != nil || e == nil || e.Reason() != "guest-reset" || e.Time().Unix() != 1796161187 {
-		t.Fatalf("Last: %+v, %v", e, err)
+	recs, err := QEMUEvents(p, "web")
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("QEMUEvents: %d records, %v", len(recs), err)
 	}
-	if e, _ := Last(p, "RESET"); e != nil {
+	e := LastOf(recs, "SHUTDOWN")
+	if e == nil || e.Reason() != "guest-reset" || e.Time.Unix() != 1796161187 || e.VM != "web" || e.Source != SourceQEMU {
+		t.Fatalf("last SHUTDOWN: %+v", e)
+	}
+	if e := LastOf(recs, "RESET"); e != nil {
 		t.Errorf("no RESET in the log, got %+v", e)
 	}
-	big := strings.Repeat(`{"timestamp": {"seconds": 1, "microseconds": 0}, "event": "RTC_CHANGE", "data": {"offset": 0}}`+"\n", 5000)
+	big := strings.Repeat(`{"timestamp": {"seconds": 1, "microseconds": 0}, "event": "RTC_CHANGE", "data": {"offset": 0}}`+"\n", MaxLog/90)
 	if err := os.WriteFile(p, []byte(log[:strings.Index(log, "{\"timestamp\": {\"seconds\": 1796161187")]+big), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := Last(p, "SHUTDOWN"); e != nil {
-		t.Errorf("an event before the last 256 KiB is not read: %+v", e)
+	recs, _ = QEMUEvents(p, "web")
+	if e := LastOf(recs, "SHUTDOWN"); e != nil {
+		t.Errorf("an event before the last %d bytes is not read: %+v", MaxLog, e)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"syscall"
@@ -35,25 +34,6 @@ const (
 	SourceQEMU  = "qemu"
 	SourceVmsup = "vmsup"
 )
-
-// QEMUEvents reads the QMP events of a QEMU's event log (Options.EventLog's
-// .out file) as records of vm. A line cut off by a kill is skipped.
-func QEMUEvents(path, vm string) ([]Record, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []Record
-	sc := bufio.NewScanner(io.LimitReader(f, 4*MaxHistory))
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	for sc.Scan() {
-		if r, ok := ParseQEMU(sc.Bytes(), vm); ok {
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}
 
 // ParseQEMU reads one line of a QEMU event log as a record of vm; ok is
 // false for the lines that are not events.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -64,7 +65,7 @@ type Pending struct {
 }
 
 // PendingFile is where the VM's pending change is recorded.
-func (p Paths) PendingFile() string { return p.Records + "/pending.json" }
+func (p Paths) PendingFile() string { return filepath.Join(p.Records, "pending.json") }
 
 // ReadPending returns the VM's pending change, or nil.
 func (s Store) ReadPending(name string) (*Pending, error) {

@@ -58,6 +58,14 @@ func (p Paths) AgentLock() string { return filepath.Join(p.Records, "agent.lock"
 // EventHistory is the VM's event history (internal/eventlog), root only.
 func (p Paths) EventHistory() string { return filepath.Join(p.Records, "events.log") }
 
+// KillMark is written before vmsup kills the VM's QEMU, so that its end is
+// recorded as stopped (killed by vmsup), not crashed.
+func (p Paths) KillMark() string { return filepath.Join(p.Records, "kill-requested") }
+
+// EventLog is the base path of a fresh start's QEMU event log (.in, .out),
+// in the state directory QEMU's user owns.
+func (p Paths) EventLog() string { return filepath.Join(p.Dir, "events") }
+
 // Handover marks a local migration's handover: the old QEMU is quitting
 // and a new one already runs the guest with the same host resources.
 func (p Paths) Handover() string { return filepath.Join(p.Records, "handover") }

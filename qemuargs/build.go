@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/vmsup/vmsup/spec"
 )
@@ -153,12 +154,15 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 	if vm.HasGuestAgent() {
 		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, "", false})
-		for _, d := range agentDevices(l.agent, vm.Balloon) {
-			parts = append(parts, d)
-		}
 	}
-	if vm.Balloon {
-		parts = append(parts, balloonDevice(l.agent, vm.HasGuestAgent()))
+	for _, d := range slotDevices(l.agent, vm) {
+		parts = append(parts, d)
+	}
+	if vm.OnPanic != "" {
+		parts = append(parts, Device{Driver: "pvpanic", ID: PanicDeviceID}) // ISA, port 0x505: no PCI slot
+	}
+	if a := panicActions(vm); len(a) > 0 {
+		parts = append(parts, flags{"-action", strings.Join(a, ",")})
 	}
 	for i, n := range vm.NICs {
 		nd, err := NICNetdev(n, o.VhostNet)

@@ -167,24 +167,49 @@ func SpareRootPorts(vm *spec.VM) []string {
 	return l.spare
 }
 
-// agentDevices is the guest-agent channel: a virtio-serial controller at a
-// fixed address on the root bus (so enabling it moves nothing else) and one
-// port named org.qemu.guest_agent.0 on the agent chardev.
-func agentDevices(p placement, balloon bool) []Device {
-	return []Device{
-		{Driver: "virtio-serial-pci", ID: AgentSerialDeviceID, Bus: p.bus, Addr: p.addr, Multifunction: balloon},
-		{Driver: "virtserialport", ID: AgentPortDeviceID, Bus: AgentSerialDeviceID + ".0",
-			Chardev: AgentChardevID, Name: AgentPortName},
+// slotDevices are the devices of the fixed slot on the root bus: the
+// guest agent's virtio-serial controller (and its port named
+// org.qemu.guest_agent.0 on the agent chardev), the balloon and the
+// watchdog, on functions 0, 1, 2 in that order as present, so that adding
+// one moves no disk or NIC.
+func slotDevices(p placement, vm *spec.VM) []Device {
+	var out, fns []Device
+	if vm.HasGuestAgent() {
+		fns = append(fns, Device{Driver: "virtio-serial-pci", ID: AgentSerialDeviceID})
 	}
+	if vm.Balloon {
+		fns = append(fns, Device{Driver: "virtio-balloon-pci", ID: BalloonDeviceID})
+	}
+	if vm.Watchdog != "" {
+		fns = append(fns, Device{Driver: "i6300esb", ID: WatchdogDeviceID})
+	}
+	for fn, d := range fns {
+		d.Bus, d.Addr, d.Multifunction = p.bus, p.addr, fn == 0 && len(fns) > 1
+		if fn > 0 {
+			d.Addr += fmt.Sprintf(".0x%x", fn)
+		}
+		out = append(out, d)
+		if d.ID == AgentSerialDeviceID {
+			out = append(out, Device{Driver: "virtserialport", ID: AgentPortDeviceID, Bus: AgentSerialDeviceID + ".0",
+				Chardev: AgentChardevID, Name: AgentPortName})
+		}
+	}
+	return out
 }
 
-// balloonDevice is the virtio balloon, in the agent's slot: function 1
-// beside the agent (which then says multifunction), or function 0 without
-// one, so that no other device's address moves.
-func balloonDevice(agent placement, withAgent bool) Device {
-	addr := agent.addr
-	if withAgent {
-		addr += ".0x1"
+// panicActions are QEMU's -action values for the spec's failure keys: a
+// panic that ends QEMU (poweroff, restart: the unit's stop-post hook
+// decides about a restart) or pauses the guest (pause, preserve).
+func panicActions(vm *spec.VM) []string {
+	var out []string
+	switch vm.OnPanic {
+	case spec.PanicPoweroff, spec.PanicRestart:
+		out = append(out, "panic=shutdown")
+	case spec.PanicPause, spec.PanicPreserve:
+		out = append(out, "panic=pause")
 	}
-	return Device{Driver: "virtio-balloon-pci", ID: BalloonDeviceID, Bus: agent.bus, Addr: addr}
+	if vm.Watchdog != "" {
+		out = append(out, "watchdog="+vm.Watchdog)
+	}
+	return out
 }

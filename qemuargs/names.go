@@ -15,6 +15,8 @@ const (
 	EventsChardevID     = "qmp-events"     // QMP monitor for events
 	EventLogChardevID   = "event-log"      // QMP monitor writing events to a file (Options.EventLog)
 	BalloonDeviceID     = "balloon"        // virtio-balloon-pci (spec balloon)
+	WatchdogDeviceID    = "watchdog"       // i6300esb (spec watchdog)
+	PanicDeviceID       = "pvpanic"        // ISA pvpanic (spec on_panic)
 	AgentChardevID      = "guest-agent"    // qemu-ga channel chardev
 	AgentSerialDeviceID = "virtio-serial0" // virtio-serial-pci carrying the agent port
 	AgentPortDeviceID   = "guest-agent"    // virtserialport named AgentPortName

@@ -104,7 +104,7 @@ REQUIRED=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_
 	failover net_failover virtio_net virtio_console virtio_balloon button evdev)
 # Optional modules: NAME loads always, NAME@ID only when a virtio device of that ID exists
 # (scsi 0x0008, rng 0x0004, vsock 0x0013, mem 0x0018); their dependencies inherit that.
-OPTIONAL=(cdrom isofs
+OPTIONAL=(cdrom isofs pvpanic pvpanic_mmio i6300esb
 	scsi_common@0x0008 scsi_mod@0x0008 virtio_scsi@0x0008 crc64@0x0008 crc64_rocksoft@0x0008
 	crct10dif_common@0x0008 crc_t10dif@0x0008 t10_pi@0x0008 sd_mod@0x0008 sr_mod@0x0008
 	virtio_rng@0x0004 virtio_mem@0x0018 vsock@0x0013 vmw_vsock_virtio_transport_common@0x0013

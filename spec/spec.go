@@ -29,6 +29,13 @@ type VM struct {
 	Balloon       bool `toml:"balloon"`
 	BalloonTarget Size `toml:"balloon_target"`
 	Autostart     bool `toml:"autostart"` // up also enables it for boot (vmsup enable)
+	// Failure handling (failure.go): a guest panic (a pvpanic device when
+	// set), QEMU dying, and the restarts either may cause; a watchdog.
+	OnPanic       string   `toml:"on_panic"`       // "restart", "poweroff", "pause", "preserve"; unset: no pvpanic
+	OnCrash       string   `toml:"on_crash"`       // "stop" (default) or "restart"
+	RestartLimit  int      `toml:"restart_limit"`  // restarts within restart_window; default 10
+	RestartWindow Duration `toml:"restart_window"` // default "1m"
+	Watchdog      string   `toml:"watchdog"`       // an i6300esb and its action ("reset", "poweroff", ...); unset: none
 
 	Boot   Boot   `toml:"boot"`
 	Disks  []Disk `toml:"disk"`
@@ -39,6 +46,8 @@ type VM struct {
 	// Health is how a restart by apply (or up --restart-changed) decides
 	// that the new spec works (see health.go).
 	Health Health `toml:"health"`
+	// Console bounds the serial console's log (failure.go).
+	Console Console `toml:"console"`
 }
 
 // Accel is the accelerator choice.
@@ -285,6 +294,7 @@ func (vm *VM) applyDefaults() {
 	}
 	vm.Security.applyDefaults()
 	vm.Health.applyDefaults()
+	vm.applyFailureDefaults()
 }
 
 // Shutdown methods.

@@ -10,7 +10,6 @@ import (
 	"github.com/vmsup/vmsup/internal/plan"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
 // Changes at the guest's next reboot, with no resident process: apply
@@ -62,17 +61,7 @@ func (s *Supervisor) afterGuestReboot(ctx context.Context, name string, shutdown
 	if s.opts.Self == "" || shutdown == nil || shutdown.Reason() != "guest-reset" {
 		return false, nil
 	}
-	sd, err := s.systemd(ctx)
-	if err != nil {
-		return false, err
-	}
-	argv := []string{s.opts.Self, HookRebootApply, "--wait", "--root", s.opts.Root}
-	if s.opts.SystemdBus != "" {
-		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
-	}
-	u := units.Unit{Name: rebootUnit(name), Description: "vmsup: start " + name + " again after its guest rebooted",
-		Argv: append(argv, name), Collect: true, DeviceAll: true}
-	if err := sd.Start(ctx, u); err != nil {
+	if err := s.startGuardian(ctx, name, "start "+name+" again after its guest rebooted"); err != nil {
 		return false, vmErr(name, fmt.Errorf("the guest rebooted, but its guardian did not start: %w (vmsup up starts it)", err))
 	}
 	return true, nil

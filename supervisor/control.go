@@ -44,7 +44,10 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 	}
 	defer release()
 	if run {
-		err = c.Cont(ctx)
+		err = s.resumePanicked(ctx, name, c)
+		if err == nil {
+			err = c.Cont(ctx)
+		}
 	} else {
 		err = c.Stop(ctx)
 	}
@@ -59,6 +62,20 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 		return vmErr(name, fmt.Errorf("%s: QEMU reports %q", op, qs.Status))
 	}
 	return nil
+}
+
+// resumePanicked readies a guest its panic stopped for cont: QEMU needs a
+// reset first (on_panic "pause"); on_panic "preserve" refuses, the guest is
+// kept as it panicked until down or restart.
+func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Conn) error {
+	qs, err := c.QueryStatus(ctx)
+	if err != nil || qs.Status != "guest-panicked" {
+		return err
+	}
+	if _, vm, err := s.runningSpec(name); err == nil && vm.OnPanic == spec.PanicPreserve {
+		return ErrPreserved
+	}
+	return c.SystemReset(ctx)
 }
 
 // QMP passes one raw QMP command through to the VM's monitor and returns

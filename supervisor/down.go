@@ -149,6 +149,9 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOption
 		return "", err
 	}
 	defer release()
+	if qs, err := c.QueryStatus(ctx); err == nil && qs.Status == "guest-panicked" {
+		o.Force = true // a panicked guest cannot act on a powerdown: waiting would only cost stop_timeout
+	}
 	if !o.Force {
 		step := StoppedACPI
 		if method == spec.ShutdownAgent && s.agentShutdown(ctx, name, c, "powerdown") {

@@ -242,16 +242,12 @@ func (s *Supervisor) endedQEMU(name, unit string) (*vmstate.Applied, []eventlog.
 
 // recordEnd is the stop-post hook's record of a QEMU that ended: its events
 // (recs) go into the history and its log is emptied, then "stopped" (with
-// QEMU's shutdown reason) or "crashed" (killed by a signal, or a failed
-// exit) from what systemd tells the hook (SERVICE_RESULT, EXIT_CODE,
-// EXIT_STATUS).
-func (s *Supervisor) recordEnd(name, unit string, app *vmstate.Applied, recs []eventlog.Record) {
+// QEMU's shutdown reason), "panicked" or "crashed" (killed by a signal, or
+// a failed exit) from what systemd tells the hook (SERVICE_RESULT,
+// EXIT_CODE, EXIT_STATUS). It returns that event.
+func (s *Supervisor) recordEnd(name, unit string, app *vmstate.Applied, recs []eventlog.Record) string {
 	if app == nil {
-		return
-	}
-	reason := ""
-	if e := eventlog.LastOf(recs, "SHUTDOWN"); e != nil {
-		reason = e.Reason()
+		return ""
 	}
 	if err := eventlog.Append(s.paths(name).EventHistory(), recs...); err != nil {
 		s.opts.Logger.Warn("event history", "vm", name, "err", err)
@@ -259,14 +255,11 @@ func (s *Supervisor) recordEnd(name, unit string, app *vmstate.Applied, recs []e
 		_ = os.Truncate(app.EventLog+".out", 0)
 	}
 	result := os.Getenv("SERVICE_RESULT")
-	ev := EventStopped
-	switch result {
-	case "signal", "core-dump", "exit-code", "watchdog":
-		ev = EventCrashed
-	}
+	ev, reason := endKind(recs, result)
 	if os.Remove(s.paths(name).KillMark()) == nil {
 		ev, reason = EventStopped, "killed by vmsup"
 	}
 	s.lifecycle(name, ev, map[string]string{"reason": reason, "result": result, "exit_code": os.Getenv("EXIT_CODE"),
 		"exit_status": os.Getenv("EXIT_STATUS"), "unit": unit})
+	return ev
 }

@@ -125,6 +125,11 @@ func (s *Supervisor) StopPostHook(ctx context.Context, name, unit string) (strin
 	if again || err != nil {
 		note += "; the guest rebooted: " + rebootUnit(name) + " starts it again"
 	}
-	s.recordEnd(name, unit, app, recs)
+	ev := s.recordEnd(name, unit, app, recs)
+	if !again && err == nil {
+		var why string
+		why, err = s.restartAfter(ctx, name, app, ev)
+		note = joinNote(note, why)
+	}
 	return note, err
 }

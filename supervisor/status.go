@@ -159,7 +159,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
 			return out, vmErr(name, ErrNotFound)
 		}
-		out.State = StateShutOff
+		out.State, out.Reason = StateShutOff, s.endedReason(name)
 		return out, nil
 	}
 	out.UnitState = st.ActiveState + "/" + st.SubState
@@ -210,7 +210,9 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		}
 	case qs.Status == "paused" || qs.Status == "suspended":
 		out.State = StatePaused
-	case qs.Status == "shutdown" || qs.Status == "guest-panicked" || qs.Status == "internal-error" || qs.Status == "io-error":
+	case qs.Status == "guest-panicked":
+		out.State = StatePanicked // vmsup events NAME shows the GUEST_PANICKED
+	case qs.Status == "shutdown" || qs.Status == "internal-error" || qs.Status == "io-error":
 		out.State, out.Reason = StateUnknown, "QEMU status "+qs.Status
 	default:
 		out.State = State(strings.ReplaceAll(qs.Status, "-", " "))

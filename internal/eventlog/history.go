@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"syscall"
@@ -116,4 +117,35 @@ func History(path string, since time.Time) ([]Record, error) {
 // Sort orders records by time (stable: same-time records keep their order).
 func Sort(rs []Record) {
 	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Time.Before(rs[j].Time) })
+}
+
+// tailRead bounds how much of the history's end LastVmsup reads: status
+// calls it for every stopped VM, so it must not read the whole file.
+const tailRead = 64 << 10
+
+// LastVmsup returns the last record vmsup wrote in the history at path (a
+// lifecycle event: why the VM is where it is), or nil.
+func LastVmsup(path string) *Record {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	start := max(0, fi.Size()-tailRead)
+	b := make([]byte, fi.Size()-start)
+	if _, err := f.ReadAt(b, start); err != nil && !errors.Is(err, io.EOF) {
+		return nil
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		var r Record
+		if json.Unmarshal(lines[i], &r) == nil && r.Source == SourceVmsup {
+			return &r
+		}
+	}
+	return nil
 }

@@ -1,0 +1,119 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// TestPanic: a guest that panics (pvpanic) under on_panic = "restart" comes
+// back, so does a QEMU killed by a signal under on_crash = "restart", and the
+// restart after that passes restart_limit: the VM stays down and says why.
+// Then on_panic = "preserve": the panicked guest stays, stopped and
+// answering queries; resume is refused; down ends it at once. Everything is
+// in the history, read afterwards.
+func TestPanic(t *testing.T) {
+	ctx := ctxT(t, 6*time.Minute)
+	sup := newSup(t, "")
+	dir := t.TempDir()
+	t0 := time.Now()
+	f := guestFile(t, dir, "panic", "on_panic = \"restart\"\non_crash = \"restart\"\nrestart_limit = 2\nrestart_window = \"10m\"\n")
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Kill(context.Background(), "panic") })
+	st, _ := sup.Status(ctx, "panic")
+	panicGuest(t, ctx, bootGuest(t, ctx, st))
+	waitEvents(t, ctx, sup, "panic", t0, supervisor.EventStarted, 2)
+	st = waitState(t, ctx, sup, "panic", supervisor.StateRunning, time.Minute)
+	waitConsole(t, st, testenv.ReadyMarker, 2*time.Minute) // the marker, seen again in the new QEMU's log
+
+	for _, pid := range qemuPIDs(t, "panic") {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	waitEvents(t, ctx, sup, "panic", t0, supervisor.EventStarted, 3)
+	st = waitState(t, ctx, sup, "panic", supervisor.StateRunning, time.Minute)
+	panicGuest(t, ctx, bootGuest(t, ctx, st))
+	waitEvents(t, ctx, sup, "panic", t0, supervisor.EventRestartLimit, 1)
+	st = waitState(t, ctx, sup, "panic", supervisor.StateShutOff, 30*time.Second)
+	if !strings.Contains(st.Reason, "the guest panicked at") || !strings.Contains(st.Reason, "restart limit reached (2 within 10m0s)") {
+		t.Errorf("status after the restart limit: reason %q", st.Reason)
+	}
+
+	// preserve: the panicked guest is kept.
+	f = guestFile(t, dir, "panic", "on_panic = \"preserve\"\n")
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = sup.Status(ctx, "panic")
+	panicGuest(t, ctx, bootGuest(t, ctx, st))
+	waitState(t, ctx, sup, "panic", supervisor.StatePanicked, time.Minute)
+	if err := sup.Resume(ctx, "panic"); !errors.Is(err, supervisor.ErrPreserved) {
+		t.Errorf("resume of a preserved guest: %v", err)
+	}
+	out, err := sup.QMP(ctx, "panic", []byte(`{"execute":"query-status"}`), false)
+	if err != nil || !strings.Contains(string(out), `"guest-panicked"`) {
+		t.Errorf("query-status of the preserved guest: %s %v", out, err)
+	}
+	ls, err := sup.List(ctx)
+	if err != nil || len(ls) != 1 || ls[0].State != supervisor.StatePanicked {
+		t.Errorf("list: %+v %v", ls, err)
+	}
+	start := time.Now()
+	if res, err := sup.Down(ctx, "panic"); err != nil || res.Step != supervisor.StoppedQuit {
+		t.Errorf("down of a panicked guest: %+v %v", res, err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("down of a panicked guest took %s: it waited for a powerdown the guest cannot act on", d)
+	}
+
+	var got []string
+	err = sup.FollowEvents(ctx, []string{"panic"}, t0, false, func(e supervisor.Event) error {
+		got = append(got, e.Source+":"+e.Kind)
+		return nil
+	})
+	want := []string{"vmsup:started", "qemu:GUEST_PANICKED", "vmsup:panicked", "vmsup:restarting",
+		"vmsup:started", "vmsup:crashed", "vmsup:restarting",
+		"vmsup:started", "qemu:GUEST_PANICKED", "vmsup:panicked", "vmsup:restart-limit",
+		"vmsup:started", "qemu:GUEST_PANICKED", "vmsup:stopped"}
+	if err != nil || !inOrder(got, want) {
+		t.Errorf("history: %v\n got  %q\n want %q in this order", err, got, want)
+	}
+}
+
+// panicGuest makes the guest's kernel panic (sysrq c); its console client
+// goes first, so that it cannot stall the guest's last output.
+func panicGuest(t *testing.T, ctx context.Context, g *guest) {
+	t.Helper()
+	if _, _, err := g.sh.Run(ctx, "(sleep 0.5; echo c > /proc/sysrq-trigger) </dev/null >/dev/null 2>&1 & true"); err != nil {
+		t.Fatal(err)
+	}
+	g.sh.Close()
+}
+
+// waitEvents waits until the VM's history since t0 holds n events of kind.
+func waitEvents(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name string, t0 time.Time, kind string, n int) {
+	t.Helper()
+	var got []string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got = nil
+		n1 := 0
+		_ = sup.FollowEvents(ctx, []string{name}, t0, false, func(e supervisor.Event) error {
+			got = append(got, e.Kind)
+			if e.Kind == kind {
+				n1++
+			}
+			return nil
+		})
+		if n1 >= n {
+			return
+		}
+	}
+	t.Fatalf("vm %s: not %d %q events within 2m: %q", name, n, kind, got)
+}

@@ -7,7 +7,8 @@ PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-
 	qemu-guest-agent xz-utils dbus systemd util-linux iproute2 apparmor apparmor-utils
 	openvswitch-switch containernetworking-plugins
 	make gcc ca-certificates acl # acl: getfacl, the fault suite reads grants with it
-	tgt ceph-mon ceph-osd ceph-common) # storage tests: iSCSI target, single-node Ceph
+	tgt ceph-mon ceph-osd ceph-common # storage tests: iSCSI target, single-node Ceph
+	prometheus) # the metrics test scrapes vmsup with a real Prometheus (and promtool checks the format)
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -23,6 +24,10 @@ if ((${#missing[@]})); then
 	apt-get update -q >&2
 	apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >&2
 	[[ -n $made_policy ]] && rm -f /usr/sbin/policy-rc.d
+	# The tests start their own Prometheus; one installed here must not start at the next boot.
+	if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+		systemctl disable prometheus.service >/dev/null 2>&1 || true
+	fi
 fi
 # QEMU runs as this unprivileged system user (vmsup also creates it when missing).
 if ! getent passwd vmsup-qemu >/dev/null; then

@@ -3,6 +3,8 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,13 +25,16 @@ func TestPanic(t *testing.T) {
 	sup := newSup(t, "")
 	dir := t.TempDir()
 	t0 := time.Now()
-	f := guestFile(t, dir, "panic", "on_panic = \"restart\"\non_crash = \"restart\"\nrestart_limit = 2\nrestart_window = \"10m\"\n")
+	data := fmt.Sprintf("[[disk]]\nname = \"data\"\nfile = %q\nsize = \"32M\"\nformat = \"raw\"\n", filepath.Join(dir, "data.raw"))
+	f := guestFile(t, dir, "panic", "on_panic = \"restart\"\non_crash = \"restart\"\nrestart_limit = 2\nrestart_window = \"10m\"\n"+data)
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sup.Kill(context.Background(), "panic") })
 	st, _ := sup.Status(ctx, "panic")
-	panicGuest(t, ctx, bootGuest(t, ctx, st))
+	g := bootGuest(t, ctx, st)
+	statsMove(t, ctx, sup, g)
+	panicGuest(t, ctx, g)
 	waitEvents(t, ctx, sup, "panic", t0, supervisor.EventStarted, 2)
 	st = waitState(t, ctx, sup, "panic", supervisor.StateRunning, time.Minute)
 	waitConsole(t, st, testenv.ReadyMarker, 2*time.Minute) // the marker, seen again in the new QEMU's log
@@ -84,6 +89,36 @@ func TestPanic(t *testing.T) {
 		"vmsup:started", "qemu:GUEST_PANICKED", "vmsup:stopped"}
 	if err != nil || !inOrder(got, want) {
 		t.Errorf("history: %v\n got  %q\n want %q in this order", err, got, want)
+	}
+}
+
+// statsMove: a dd of 8 MiB in the guest raises its disk's written bytes
+// by at least that; CPU time and uptime move too.
+func statsMove(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *guest) {
+	t.Helper()
+	disk := func() (supervisor.VMStats, uint64) {
+		vms, _, err := sup.Stats(ctx, "panic")
+		if err != nil || len(vms) != 1 || !vms[0].Up {
+			t.Fatalf("stats: %+v %v", vms, err)
+		}
+		for _, d := range vms[0].Disks {
+			if d.Name == "data" {
+				return vms[0], d.WriteBytes
+			}
+		}
+		t.Fatalf("stats: no disk data: %+v", vms[0].Disks)
+		return vms[0], 0
+	}
+	before, wb := disk()
+	if out, _, err := g.sh.Run(ctx, "dd if=/dev/zero of=/dev/vda bs=1M count=8 oflag=direct 2>&1"); err != nil {
+		t.Fatalf("dd: %v %s", err, out)
+	}
+	after, wa := disk()
+	if wa-wb < 8<<20 {
+		t.Errorf("disk data: %d bytes written by an 8 MiB dd", wa-wb)
+	}
+	if after.CPU.UsageSeconds <= before.CPU.UsageSeconds || after.Uptime <= before.Uptime || after.CPU.VCPUs != 1 || after.Memory.RSSBytes == 0 {
+		t.Errorf("stats did not move: before %+v\nafter %+v", before, after)
 	}
 }
 

@@ -22,7 +22,7 @@ const StepLive = "live-settings"
 
 // hasRuntime reports whether vm has settings only QMP can give.
 func hasRuntime(vm *spec.VM) bool {
-	return vm.BalloonTarget != 0 || slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
+	return vm.Balloon || slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
 		slices.ContainsFunc(vm.NICs, func(n spec.NIC) bool { return !n.LinkIsUp() })
 }
 
@@ -56,6 +56,12 @@ func applyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM) error {
 			if err := setLink(ctx, c, n); err != nil {
 				return err
 			}
+		}
+	}
+	if vm.Balloon {
+		// The guest reports its memory figures (stats) only when asked to.
+		if err := c.QOMSet(ctx, balloonPath, "guest-stats-polling-interval", balloonStatsInterval); err != nil {
+			return fmt.Errorf("balloon: guest-stats-polling-interval: %w", err)
 		}
 	}
 	if vm.BalloonTarget != 0 {

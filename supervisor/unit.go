@@ -29,6 +29,7 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 		ExecStopPrivileged: true,
 		TimeoutStop:        vm.StopTimeout.D() + stopMargin,
 		MemoryMax:          uint64(vm.MaxMemory + vm.Limits.MemoryOverhead),
+		CPUAccounting:      true,
 		CPUQuota:           vm.Limits.CPUQuota,
 		CPUWeight:          vm.Limits.CPUWeight,
 		TasksMax:           vm.Limits.TasksMax,

@@ -173,6 +173,7 @@ type Status struct {
 	Since          time.Time // ActiveEnterTimestamp
 	ControlGroup   string
 	MemoryCurrent  uint64
+	CPUUsageNSec   uint64 // the unit's cgroup CPU time; 0: not accounted
 	Description    string
 }
 
@@ -262,6 +263,9 @@ func statusFrom(name string, p map[string]any) Status {
 	}
 	if mc, ok := p["MemoryCurrent"].(uint64); ok && mc != ^uint64(0) {
 		s.MemoryCurrent = mc
+	}
+	if cu, ok := p["CPUUsageNSec"].(uint64); ok && cu != ^uint64(0) {
+		s.CPUUsageNSec = cu
 	}
 	return s
 }

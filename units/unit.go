@@ -42,12 +42,14 @@ type Unit struct {
 	// whose result nobody reads; VMs keep theirs until vmsup resets it).
 	Collect bool
 
-	MemoryMax   uint64 // bytes; 0 = no limit
-	CPUQuota    int    // percent of one CPU; 0 = none
-	CPUWeight   int    // 0 = default
-	TasksMax    int    // 0 = default
-	DeviceAll   bool   // true = DevicePolicy=auto; false = closed + DeviceAllow
-	DeviceAllow []DeviceRule
+	MemoryMax uint64 // bytes; 0 = no limit
+	// CPUAccounting keeps the unit's CPU time (CPUUsageNSec), for stats.
+	CPUAccounting bool
+	CPUQuota      int  // percent of one CPU; 0 = none
+	CPUWeight     int  // 0 = default
+	TasksMax      int  // 0 = default
+	DeviceAll     bool // true = DevicePolicy=auto; false = closed + DeviceAllow
+	DeviceAllow   []DeviceRule
 
 	// NetworkNamespacePath puts every process of the unit (QEMU and its
 	// stop hooks) in the network namespace bind-mounted there.
@@ -117,8 +119,11 @@ func (u Unit) properties() ([]sd.Property, error) {
 	if u.MemoryMax > 0 {
 		p = append(p, prop("MemoryAccounting", true), prop("MemoryMax", u.MemoryMax))
 	}
+	if u.CPUQuota > 0 || u.CPUAccounting {
+		p = append(p, prop("CPUAccounting", true))
+	}
 	if u.CPUQuota > 0 {
-		p = append(p, prop("CPUAccounting", true), prop("CPUQuotaPerSecUSec", uint64(u.CPUQuota)*10000))
+		p = append(p, prop("CPUQuotaPerSecUSec", uint64(u.CPUQuota)*10000))
 	}
 	if u.CPUWeight > 0 {
 		p = append(p, prop("CPUWeight", uint64(u.CPUWeight)))

@@ -27,6 +27,7 @@ type Systemd struct {
 	RunDir     string // host directory bind-mounted over /run inside
 	JournalDir string // volatile journal, for journalctl -D
 	ConsoleLog string // what systemd and the namespace set-up wrote to /dev/console
+	UnitDir    string // a host directory systemd reads unit files from, as /etc/systemd/system
 	Cgroup     string // the sandbox's cgroup path, the same below each hierarchy's root
 	// StopTimeout bounds a graceful Stop before PID 1 is killed (0 means 15 s).
 	StopTimeout time.Duration
@@ -122,6 +123,7 @@ func StartSystemd(ctx context.Context, dir string, unitDirs ...string) (*Systemd
 	}
 	s.BusAddress = "unix:path=" + sock
 	units, empty, cgstage := filepath.Join(dir, "units"), filepath.Join(dir, "empty"), filepath.Join(dir, "cgroup")
+	s.UnitDir = units
 	if err := layout(s.RunDir, units, empty, cgstage, s.ConsoleLog); err != nil {
 		return nil, fmt.Errorf("testenv: systemd sandbox: %w", err)
 	}

@@ -473,3 +473,28 @@ func (m *Manager) UnitDevices() []units.DeviceRule {
 	}
 	return d
 }
+
+// Tap is where one of the VM's tap NICs lives on the host: its name and
+// the network namespace it is in ("" the host's).
+type Tap struct {
+	NIC, Tap, Netns string
+}
+
+// Taps lists the VM's tap NICs from net.json (none for user networking).
+func (m *Manager) Taps(name string) []Tap {
+	st, err := ReadRecord(m.Store.Paths(name))
+	if err != nil {
+		return nil
+	}
+	var out []Tap
+	for _, n := range st.NICs {
+		t := Tap{NIC: n.Name, Tap: n.Tap}
+		if n.Type == spec.NICCNI && st.Netns != nil {
+			t.Netns = st.Netns.Host
+		}
+		if t.Tap != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}

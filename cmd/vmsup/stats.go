@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func statsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats [NAME|FILE...]",
+		Short: "Show VMs' CPU, memory, disk and NIC figures (counters since QEMU started)",
+		Long: "Show VMs' figures: CPU time of the unit's cgroup and the time the vCPUs waited for a host\n" +
+			"CPU (steal seen from the host), memory (the unit's, the balloon's, the guest's when its balloon\n" +
+			"driver reports), per disk QEMU's query-blockstats, per NIC the tap's counters (as the guest\n" +
+			"sees them), uptime. Without NAME, every VM; VMs being started or stopped are left out.",
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				names, err := vmNames(args)
+				if err != nil {
+					return err
+				}
+				vms, _, err := sup.Stats(cmd.Context(), names...)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					if vms == nil {
+						vms = []supervisor.VMStats{}
+					}
+					return g.out.object(vms, nil)
+				}
+				printStats(cmd.OutOrStdout(), vms)
+				return nil
+			})
+		},
+	}
+}
+
+// printStats prints one block per VM.
+func printStats(w io.Writer, vms []supervisor.VMStats) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, v := range vms {
+		fmt.Fprintf(tw, "%s\t%s\tuptime %s\n", v.Name, v.State, time.Duration(v.Uptime*float64(time.Second)).Round(time.Second))
+		if !v.Up {
+			continue
+		}
+		fmt.Fprintf(tw, "  cpu\t%.2fs (user %.2fs, system %.2fs), vCPUs waited %.2fs\t%d vCPUs\n", v.CPU.UsageSeconds, v.CPU.UserSeconds, v.CPU.SystemSeconds, v.CPU.DelaySeconds, v.CPU.VCPUs)
+		m := v.Memory
+		line := "  memory\tunit " + humanBytes(float64(m.RSSBytes))
+		if m.BalloonActualBytes > 0 {
+			line += ", balloon " + humanBytes(float64(m.BalloonActualBytes))
+		}
+		if m.GuestTotalBytes > 0 {
+			line += fmt.Sprintf(", guest %s total, %s available", humanBytes(float64(m.GuestTotalBytes)), humanBytes(float64(m.GuestAvailableBytes)))
+		}
+		fmt.Fprintln(tw, line)
+		for _, d := range v.Disks {
+			fmt.Fprintf(tw, "  disk %s\tread %s in %d ops, wrote %s in %d ops, %d flushes\n", d.Name, humanBytes(float64(d.ReadBytes)), d.ReadOps, humanBytes(float64(d.WriteBytes)), d.WriteOps, d.FlushOps)
+		}
+		for _, n := range v.NICs {
+			fmt.Fprintf(tw, "  nic %s\t(%s) received %s, sent %s, dropped %d/%d\n", n.Name, n.HostIf, humanBytes(float64(n.RxBytes)), humanBytes(float64(n.TxBytes)), n.RxDropped, n.TxDropped)
+		}
+	}
+	tw.Flush()
+}
+
+func topCmd(g *globals) *cobra.Command {
+	var every time.Duration
+	c := &cobra.Command{
+		Use:   "top [NAME|FILE...]",
+		Short: "Show VMs' CPU, memory, disk and network rates, refreshed on the terminal",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.json {
+				return usageError{fmt.Errorf("top refreshes a terminal: it has no --json form (vmsup stats --json)")}
+			}
+			if every < 100*time.Millisecond {
+				return usageError{fmt.Errorf("--every %s: at least 100ms", every)}
+			}
+			return g.with(func(sup *supervisor.Supervisor) error {
+				names, err := vmNames(args)
+				if err != nil {
+					return err
+				}
+				return runTop(cmd, sup, names, every)
+			})
+		},
+	}
+	c.Flags().DurationVar(&every, "every", 2*time.Second, "refresh interval")
+	return c
+}
+
+// runTop prints a table of rates between two samples, until interrupted.
+func runTop(cmd *cobra.Command, sup *supervisor.Supervisor, names []string, every time.Duration) error {
+	out := cmd.OutOrStdout()
+	prev := map[string]supervisor.VMStats{}
+	last := time.Now()
+	for {
+		vms, _, err := sup.Stats(cmd.Context(), names...)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		dt := now.Sub(last).Seconds()
+		var b strings.Builder
+		b.WriteString("\x1b[H\x1b[2J") // home, clear
+		fmt.Fprintf(&b, "vmsup top - %s, every %s\n\n", now.Format("15:04:05"), every)
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "NAME\tSTATE\tCPU%\tWAIT%\tMEMORY\tDISK R/s\tDISK W/s\tNET RX/s\tNET TX/s\tUPTIME\t")
+		for _, v := range vms {
+			p, ok := prev[v.Name]
+			rate := func(cur, old float64) string {
+				if !ok || dt <= 0 || cur < old {
+					return "-"
+				}
+				return humanBytes((cur-old)/dt) + "/s"
+			}
+			pct := func(cur, old float64) string {
+				if !ok || dt <= 0 || cur < old {
+					return "-"
+				}
+				return fmt.Sprintf("%.1f", 100*(cur-old)/dt)
+			}
+			rd, wr, rx, tx := totals(v)
+			ord, owr, orx, otx := totals(p)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", v.Name, v.State,
+				pct(v.CPU.UsageSeconds, p.CPU.UsageSeconds), pct(v.CPU.DelaySeconds, p.CPU.DelaySeconds),
+				humanBytes(float64(v.Memory.RSSBytes)), rate(rd, ord), rate(wr, owr), rate(rx, orx), rate(tx, otx),
+				time.Duration(v.Uptime*float64(time.Second)).Round(time.Second))
+			prev[v.Name] = v
+		}
+		tw.Flush()
+		if _, err := io.WriteString(out, b.String()); err != nil {
+			return err
+		}
+		last = now
+		select {
+		case <-cmd.Context().Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+// totals sums a VM's disk and NIC byte counters.
+func totals(v supervisor.VMStats) (rd, wr, rx, tx float64) {
+	for _, d := range v.Disks {
+		rd, wr = rd+float64(d.ReadBytes), wr+float64(d.WriteBytes)
+	}
+	for _, n := range v.NICs {
+		rx, tx = rx+float64(n.RxBytes), tx+float64(n.TxBytes)
+	}
+	return
+}
+
+func metricsCmd(g *globals) *cobra.Command {
+	var (
+		install, uninstall, serve bool
+		listen                    string
+	)
+	c := &cobra.Command{
+		Use:   "metrics",
+		Short: "Print every VM's figures in Prometheus's text format, or install a socket-activated endpoint",
+		Long: "Print every VM's figures in Prometheus's text exposition format (vmsup_vm_cpu_seconds_total{vm=...}\n" +
+			"and so on). --install installs and starts vmsup-metrics.socket and vmsup-metrics@.service\n" +
+			"(in --unit-dir): systemd listens on --listen and runs one short vmsup per scrape, so nothing\n" +
+			"runs between scrapes. --uninstall removes them.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.json {
+				return usageError{fmt.Errorf("metrics prints Prometheus's text format: it has no --json form (vmsup stats --json)")}
+			}
+			switch {
+			case install && uninstall:
+				return usageError{fmt.Errorf("--install and --uninstall: pick one")}
+			case install:
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				return g.with(func(sup *supervisor.Supervisor) error {
+					argv := append([]string{exe}, g.globalArgs()...)
+					err := sup.InstallMetrics(cmd.Context(), supervisor.MetricsInstall{Listen: listen, ExecStart: append(argv, "metrics", "--http")})
+					if err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "metrics: %s.socket listens on %s (units in %s)\n", supervisor.MetricsUnit, listen, g.unitDir)
+					}
+					return err
+				})
+			case uninstall:
+				return g.with(func(sup *supervisor.Supervisor) error { return sup.UninstallMetrics(cmd.Context()) })
+			case serve:
+				return g.with(func(sup *supervisor.Supervisor) error { return serveScrape(cmd, sup) })
+			}
+			return g.with(func(sup *supervisor.Supervisor) error { return sup.WriteMetrics(cmd.Context(), cmd.OutOrStdout()) })
+		},
+	}
+	c.Flags().BoolVar(&install, "install", false, "install and start the socket-activated endpoint")
+	c.Flags().BoolVar(&uninstall, "uninstall", false, "stop and remove the endpoint's units")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:9475", "address the endpoint listens on (with --install)")
+	c.Flags().BoolVar(&serve, "http", false, "answer one HTTP request on stdin/stdout (what the socket's service runs)")
+	_ = c.Flags().MarkHidden("http")
+	return c
+}
+
+// serveScrape answers the one HTTP request systemd connected to stdin and
+// stdout (Accept=yes): GET /metrics gets the text format.
+func serveScrape(cmd *cobra.Command, sup *supervisor.Supervisor) error {
+	req, err := http.ReadRequest(bufio.NewReader(os.Stdin))
+	if err != nil {
+		return fmt.Errorf("metrics: read request: %w", err)
+	}
+	w := os.Stdout
+	if req.URL.Path != "/metrics" || (req.Method != http.MethodGet && req.Method != http.MethodHead) {
+		_, err := io.WriteString(w, "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 22\r\nConnection: close\r\n\r\nvmsup serves /metrics\n")
+		return err
+	}
+	var body strings.Builder
+	status := "200 OK"
+	if err := sup.WriteMetrics(cmd.Context(), &body); err != nil {
+		status = "500 Internal Server Error"
+		body.Reset()
+		body.WriteString(err.Error() + "\n")
+	}
+	fmt.Fprintf(w, "HTTP/1.1 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", status, body.Len())
+	if req.Method == http.MethodHead {
+		return nil
+	}
+	_, err = io.WriteString(w, body.String())
+	return err
+}
+
+// globalArgs are the global flags a unit's command needs to find the
+// same VMs: the state root and the systemd bus.
+func (g *globals) globalArgs() []string {
+	a := []string{"--root", g.root}
+	if g.bus != "" {
+		a = append(a, "--systemd-bus", g.bus)
+	}
+	return a
+}

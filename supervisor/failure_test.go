@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -52,12 +53,15 @@ func TestPanic(t *testing.T) {
 	}
 
 	// preserve: the panicked guest is kept.
-	f = guestFile(t, dir, "panic", "on_panic = \"preserve\"\n")
+	// (and a small console log, which the guest floods for a minute first).
+	f = guestFile(t, dir, "panic", "on_panic = \"preserve\"\n[console]\nlog_size = \"64K\"\nlog_files = 2\n")
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	st, _ = sup.Status(ctx, "panic")
-	panicGuest(t, ctx, bootGuest(t, ctx, st))
+	g = bootGuest(t, ctx, st)
+	floodConsole(t, ctx, g, st, 64<<10, 2)
+	panicGuest(t, ctx, g)
 	waitState(t, ctx, sup, "panic", supervisor.StatePanicked, time.Minute)
 	if err := sup.Resume(ctx, "panic"); !errors.Is(err, supervisor.ErrPreserved) {
 		t.Errorf("resume of a preserved guest: %v", err)
@@ -119,6 +123,59 @@ func statsMove(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g 
 	}
 	if after.CPU.UsageSeconds <= before.CPU.UsageSeconds || after.Uptime <= before.Uptime || after.CPU.VCPUs != 1 || after.Memory.RSSBytes == 0 {
 		t.Errorf("stats did not move: before %+v\nafter %+v", before, after)
+	}
+}
+
+// floodConsole: the guest prints as fast as it can on its console for 60 s;
+// the log stays within keep files of max bytes each, and keeps the end.
+func floodConsole(t *testing.T, ctx context.Context, g *guest, st supervisor.Status, capBytes int64, keep int) {
+	t.Helper()
+	log := st.ConsoleLog
+	cmd := "(end=$(($(date +%s)+60)); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 200 ]; do echo VMSUP-FLOOD-LINE-0123456789abcdefghijklmnopqrstuvwxyz; i=$((i+1)); done; done; echo VMSUP-FLOOD-DONE) >/dev/console 2>&1 </dev/null & true"
+	if _, _, err := g.sh.Run(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	g.sh.Close() // a console client that does not read would stall the guest's output
+	start := time.Now()
+	var seen int64
+	for time.Since(start) < 90*time.Second {
+		var total int64
+		for i := range keep + 1 {
+			p := log
+			if i > 0 {
+				p = fmt.Sprintf("%s.%d", log, i)
+			}
+			fi, err := os.Stat(p)
+			if err != nil {
+				continue
+			}
+			if i == keep {
+				t.Fatalf("%s: more files than log_files = %d", p, keep)
+			}
+			if fi.Size() > capBytes {
+				t.Fatalf("%s: %d bytes, more than log_size %d", p, fi.Size(), capBytes)
+			}
+			total += fi.Size()
+		}
+		seen = max(seen, total)
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), "VMSUP-FLOOD-DONE") {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(log)
+	if !strings.Contains(string(b), "VMSUP-FLOOD-DONE") {
+		t.Fatalf("the flood's end is not in the log after %s:\n%s", time.Since(start), tail(string(b), 500))
+	}
+	t.Logf("a %s console flood: the log held at most %d bytes (cap %d × %d)", time.Since(start).Round(time.Second), seen, keep, capBytes)
+	sh, err := testenv.DialConsole(ctx, st.Console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	g.sh = sh
+	if out, _, err := g.sh.Run(ctx, "echo alive"); err != nil || !strings.Contains(out, "alive") {
+		t.Fatalf("the guest after the flood: %q %v", out, err)
 	}
 }
 

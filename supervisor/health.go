@@ -76,9 +76,11 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 	}
 }
 
-// consoleHas reports whether the console log (which a fresh QEMU starts
-// anew) holds marker.
+// consoleHas reports whether the console log of this QEMU's run holds
+// marker.
 func (s *Supervisor) consoleHas(name, marker string) bool {
+	// The current file only: a fresh start's logger began it (NewRun), so
+	// the previous guest's lines are not in it.
 	f, err := os.Open(s.paths(name).ConsoleLog)
 	if err != nil {
 		return false

@@ -54,11 +54,18 @@ func defaultSelf() string {
 //		...
 //	}
 func HandleHook(args []string) (code int, handled bool) {
-	if len(args) == 0 || (args[0] != HookStop && args[0] != HookPost && args[0] != HookSettle && args[0] != HookRebootApply) {
+	if len(args) == 0 || (args[0] != HookStop && args[0] != HookPost && args[0] != HookSettle && args[0] != HookRebootApply && args[0] != HookConsoleLog) {
 		return 0, false
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
+	if args[0] == HookConsoleLog {
+		if err := RunConsoleLog(ctx, args[1:]); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", args[0], err)
+			return 1, true
+		}
+		return 0, true
+	}
 	if err := RunHook(ctx, args, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", args[0], err)
 		return 1, true

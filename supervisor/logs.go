@@ -3,12 +3,12 @@ package supervisor
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -53,7 +53,8 @@ func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn fun
 	if err != nil {
 		return vmErr(name, err)
 	}
-	console, offset := readConsoleBack(p.ConsoleLog, o.Since)
+	cc := s.consoleConfig(name)
+	console, end := readConsoleBack(cc, o.Since)
 	// After the last "Started" message: the run the console log is of.
 	at := len(entries)
 	for i := len(entries) - 1; i >= 0; i-- {
@@ -85,7 +86,7 @@ func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn fun
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tailConsole(fctx, p.ConsoleLog, offset, emit)
+		tailConsole(fctx, cc, end, emit)
 	}()
 	err = units.Journal(fctx, units.JournalOptions{Dir: s.opts.JournalDir, Units: unitNames, Follow: true, AfterCursor: cursor},
 		func(e units.Entry) { emit(LogLine{Time: e.Time, Source: e.Unit, Text: e.Message}) })
@@ -95,63 +96,44 @@ func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn fun
 }
 
 // readConsoleBack returns the console log's lines (its last maxConsoleBack
-// bytes; none if it was last written before since) and its size.
-func readConsoleBack(path string, since time.Time) ([]string, int64) {
-	f, err := os.Open(path)
+// bytes, across its rotated files; none if it was last written before
+// since) and where they end, to follow it from.
+func readConsoleBack(c consolelog.Config, since time.Time) ([]string, consolelog.Position) {
+	limit := int64(maxConsoleBack)
+	if !since.IsZero() {
+		// The newest file's time is the log's last write.
+		if files := consolelog.Files(c); len(files) > 0 {
+			if fi, err := os.Stat(files[len(files)-1]); err == nil && fi.ModTime().Before(since) {
+				limit = 0 // its end only
+			}
+		}
+	}
+	t, err := consolelog.ReadBack(c, limit)
 	if err != nil {
-		return nil, 0
+		return nil, consolelog.Position{}
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return nil, 0
-	}
-	if !since.IsZero() && fi.ModTime().Before(since) {
-		return nil, fi.Size()
-	}
-	start := max(0, fi.Size()-maxConsoleBack)
-	b, _ := io.ReadAll(io.NewSectionReader(f, start, fi.Size()-start))
-	text := strings.ReplaceAll(string(b), "\r", "")
-	if start > 0 {
+	text := strings.ReplaceAll(string(t.Data), "\r", "")
+	if t.Cut {
 		_, text, _ = strings.Cut(text, "\n") // a cut first line
 	}
 	text = strings.TrimSuffix(text, "\n")
 	if text == "" {
-		return nil, fi.Size()
+		return nil, t.End
 	}
-	return strings.Split(text, "\n"), fi.Size()
+	return strings.Split(text, "\n"), t.End
 }
 
-// tailConsole shows what the guest writes to its console from offset on,
-// each complete line when it is seen; a log that shrinks (a new QEMU) is
-// read from its start.
-func tailConsole(ctx context.Context, path string, offset int64, emit func(LogLine)) {
+// tailConsole shows what the guest writes to its console from `from` on,
+// each complete line when it is seen, across the log's rotations; a log
+// that shrinks (started anew) is read from its start.
+func tailConsole(ctx context.Context, c consolelog.Config, from consolelog.Position, emit func(LogLine)) {
 	var partial string
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if fi, err := os.Stat(path); err == nil {
-			if fi.Size() < offset {
-				offset, partial = 0, ""
-			}
-			if fi.Size() > offset {
-				if f, err := os.Open(path); err == nil {
-					b, _ := io.ReadAll(io.NewSectionReader(f, offset, min(fi.Size()-offset, maxConsoleBack)))
-					f.Close()
-					offset += int64(len(b))
-					lines := strings.Split(partial+strings.ReplaceAll(string(b), "\r", ""), "\n")
-					partial = lines[len(lines)-1]
-					now := time.Now()
-					for _, l := range lines[:len(lines)-1] {
-						emit(LogLine{Time: now, Source: "console", Text: l})
-					}
-				}
-			}
+	_ = consolelog.Follow(ctx, c, from, func(b []byte) {
+		lines := strings.Split(partial+strings.ReplaceAll(string(b), "\r", ""), "\n")
+		partial = lines[len(lines)-1]
+		now := time.Now()
+		for _, l := range lines[:len(lines)-1] {
+			emit(LogLine{Time: now, Source: "console", Text: l})
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	})
 }

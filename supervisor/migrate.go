@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -371,7 +372,9 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	handoverStart := time.Now()
 	fin := migration.Msg{Type: migration.MsgFinalize}
 	if !m.o.Local {
-		fin.Console = migration.ConsoleTail(m.p.ConsoleLog, 4<<20)
+		if t, err := consolelog.ReadBack(m.s.consoleConfig(m.name), 4<<20); err == nil {
+			fin.Console = t.Data
+		}
 	}
 	// Journaled before it is sent: from here the destination may run the
 	// guest, and only it can say whether it does.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/migration"
@@ -331,7 +332,8 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 	}
 	if !d.local && len(m.Console) > 0 {
 		// Before cont: the guest has printed nothing here yet.
-		f, err := os.OpenFile(d.p.ConsoleLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		// Through the logger's FIFO: it alone writes the log's files.
+		f, err := os.OpenFile(consoleFIFO(d.p, d.unit), os.O_WRONLY|syscall.O_NOFOLLOW, 0)
 		if err == nil {
 			_, err = f.Write(m.Console)
 			f.Close()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/vmnet"
@@ -153,6 +154,7 @@ func (r *startRun) steps() []step {
 	steps = append(steps,
 		step{Name: StepArgv, Do: r.makeArgv},
 		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord},
+		step{Name: StepConsole, Do: r.startConsoleLog, Undo: r.stopConsoleLog},
 		step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
 	if r.mode == StartFresh {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
@@ -368,8 +370,10 @@ func (r *startRun) stateDir(ctx context.Context) error {
 			}
 		}
 		// The source's console history replaces this host's old one.
-		if err := os.WriteFile(p.ConsoleLog, nil, 0o600); err != nil {
-			return err
+		for _, old := range consolelog.Files(consoleConfigOf(p, &f.VM)) {
+			if err := os.Remove(old); err != nil {
+				return err
+			}
 		}
 	}
 	if r.mode == StartFresh {
@@ -448,12 +452,11 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
-	opts := append(r.plan.argvOpts, func(o *qemuargs.Options) { o.EventLog = r.app.EventLog })
+	opts := append(r.plan.argvOpts, func(o *qemuargs.Options) { o.EventLog, o.ConsoleLog = r.app.EventLog, consoleFIFO(r.p, r.unit) })
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {
 			o.Incoming = true
 			o.QMPSocket, o.EventSocket, o.ConsoleSocket, o.AgentSocket = r.sock.QMP, r.sock.Events, r.sock.Console, r.sock.Agent
-			o.ConsoleLog = r.p.ConsoleLog
 		})
 	}
 	r.argv, err = r.s.argv(boot, r.app.Accel, cpuChoice{r.app.CPUModel, r.app.CPUMasks}, opts...)

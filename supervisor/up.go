@@ -106,7 +106,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		EventSocket:    p.Events,
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
-		ConsoleLog:     p.ConsoleLog,
+		ConsoleLog:     consoleFIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (consolelogger.go)
 		EventLog:       p.EventLog(),
 		VhostNet:       s.vhostNet(),
 		Disks:          diskHosts(p, &f.VM),

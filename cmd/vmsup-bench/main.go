@@ -41,6 +41,7 @@ type config struct {
 	bootReps  int
 	scale     []int
 	scaleReps int
+	scrape    []int
 	memVMs    int
 	qmpCalls  int
 	only      map[string]bool
@@ -49,21 +50,27 @@ type config struct {
 
 func main() {
 	var c config
-	var scale, only string
+	var scale, scrape, only string
 	flag.StringVar(&c.out, "out", "bench/results", "directory for DATE.md and DATE.json")
 	flag.StringVar(&c.vmsupBin, "vmsup", "bin/vmsup", "the vmsup CLI to measure (also the units' stop hook)")
 	flag.IntVar(&c.reps, "reps", 10, "interleaved repetitions of start/stop and QMP rounds")
 	flag.IntVar(&c.bootReps, "boot-reps", 10, "interleaved repetitions of the TCG boot to the console marker")
 	flag.StringVar(&scale, "scale", "10,50,100", "VM counts brought up and down together")
+	flag.StringVar(&scrape, "scrape", "10,100", "VM counts one metrics scrape reads")
 	flag.IntVar(&c.scaleReps, "scale-reps", 3, "repetitions of each scale step")
 	flag.IntVar(&c.memVMs, "mem-vms", 10, "VMs running while memory is measured")
 	flag.IntVar(&c.qmpCalls, "qmp-calls", 200, "QMP calls per client per round")
 	flag.StringVar(&c.compare, "compare", "", "an earlier run's .json: its medians are shown beside this run's")
-	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp); default all")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape); default all")
 	flag.Parse()
 	for _, s := range strings.Split(scale, ",") {
 		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
 			c.scale = append(c.scale, n)
+		}
+	}
+	for _, s := range strings.Split(scrape, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
+			c.scrape = append(c.scrape, n)
 		}
 	}
 	if only != "" {
@@ -220,6 +227,7 @@ func (f *fixture) runSections(ctx context.Context, began time.Time) error {
 		{"memory", f.memory},
 		{"scale", f.scale},
 		{"qmp", f.qmpLatency},
+		{"scrape", f.scrape},
 	}
 	name := time.Now().UTC().Format("2006-01-02T1504Z")
 	for _, s := range sections {

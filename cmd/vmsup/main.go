@@ -41,6 +41,9 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == supervisor.HookConsoleLog {
+		return consoleLogger(args[1:]) // before anything else: it runs per VM, its memory counts
+	}
 	// SIGHUP too: a dropped ssh session must cancel a command as cleanly as
 	// Ctrl-C does, not kill it between two steps.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
@@ -309,3 +312,15 @@ Additional help topics:{{range .Commands}}{{if .IsAdditionalHelpTopicCommand}}
 
 Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
 `
+
+// consoleLogger runs a VM's console logger (supervisor.HookConsoleLog), the
+// unit vmsup starts beside each QEMU; SIGTERM ends it.
+func consoleLogger(args []string) int {
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+	if err := supervisor.RunConsoleLog(ctx, args); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "vmsup console-log:", err)
+		return 1
+	}
+	return 0
+}

@@ -362,26 +362,6 @@ func MakeMarkers(plan map[string]string) (map[string]string, func()) {
 	}
 }
 
-// ConsoleTail returns up to max bytes of the end of the console log.
-func ConsoleTail(path string, max int64) []byte {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	off := int64(0)
-	if st.Size() > max {
-		off = st.Size() - max
-	}
-	b := make([]byte, st.Size()-off)
-	n, _ := f.ReadAt(b, off)
-	return b[:n]
-}
-
 // AwaitIncoming waits until the destination's QEMU has the whole stream
 // (its incoming migration "completed"), or says it failed.
 func AwaitIncoming(ctx context.Context, mon *qmp.Conn) error {

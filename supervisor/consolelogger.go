@@ -1,0 +1,129 @@
+package supervisor
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/consolelog"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// A bounded console log: QEMU writes the serial console's log into a FIFO
+// (its chardev's logfile=); one small logger per QEMU (a unit of its own,
+// started just before QEMU's, ending when QEMU closes the FIFO) writes it
+// into the log's files, rotated at [console] log_size, log_files kept
+// (internal/consolelog). QEMU cannot bound a logfile itself, and a guest
+// printing in a loop would otherwise fill the host's disk.
+
+// StepConsole is the start step that starts the logger.
+const StepConsole = "console-log"
+
+// HookConsoleLog is the logger's command: "SELF console-log --fifo F
+// --max BYTES --keep N LOG".
+const HookConsoleLog = "console-log"
+
+// firstWriterWait bounds how long a logger waits for its QEMU to open the
+// FIFO: a logger whose start was killed before QEMU's ends by itself.
+const firstWriterWait = 2 * time.Minute
+
+// consoleLogUnit is the logger unit of the VM unit vmUnit: "vmsup-log@NAME"
+// ("@" keeps it out of the VM list; no VM unit has one) and, for the
+// alternate unit of a local migration, "vmsup-log@NAME:migrated".
+func consoleLogUnit(vmUnit string) string {
+	base := strings.TrimSuffix(strings.TrimPrefix(vmUnit, "vmsup-"), ".service")
+	return "vmsup-log@" + strings.Replace(base, "@", ":", 1) + ".service"
+}
+
+// consoleFIFO is the FIFO the QEMU of vmUnit writes its console log into:
+// each QEMU its own, so a local migration's two never share one.
+func consoleFIFO(p vmstate.Paths, vmUnit string) string {
+	if _, alt, ok := strings.Cut(strings.TrimSuffix(vmUnit, ".service"), "@"); ok {
+		return filepath.Join(p.Dir, "console-"+alt+".fifo")
+	}
+	return filepath.Join(p.Dir, "console.fifo")
+}
+
+// consoleConfigOf is the VM's console log: its files and bounds.
+func consoleConfigOf(p vmstate.Paths, vm *spec.VM) consolelog.Config {
+	c := consolelog.Default(p.ConsoleLog)
+	if vm != nil && vm.Console.LogSize > 0 && vm.Console.LogFiles > 0 {
+		c.MaxBytes, c.Keep = int64(vm.Console.LogSize), vm.Console.LogFiles
+	}
+	return c
+}
+
+// consoleConfig is the console log of the VM as it was last started (the
+// defaults when there is no record).
+func (s *Supervisor) consoleConfig(name string) consolelog.Config {
+	_, vm, _ := s.runningSpec(name)
+	return consoleConfigOf(s.paths(name), vm)
+}
+
+// startConsoleLog makes the QEMU's FIFO (QEMU's user owns it) and starts
+// its logger. A logger left by a start killed before its QEMU opened the
+// FIFO is stopped first.
+func (r *startRun) startConsoleLog(ctx context.Context) error {
+	fifo := consoleFIFO(r.p, r.unit)
+	fi, err := os.Stat(r.p.Dir)
+	if err != nil {
+		return err
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	if err := consolelog.MakeFIFO(fifo, int(st.Uid), int(st.Gid)); err != nil {
+		return fmt.Errorf("console log: %w", err)
+	}
+	unit := consoleLogUnit(r.unit)
+	_ = r.sd.Stop(ctx, unit)
+	_ = r.sd.ResetFailed(ctx, unit)
+	c := consoleConfigOf(r.p, &r.f.VM)
+	if r.mode == StartFresh {
+		// A new guest: its log starts anew (the last run's is kept as .1).
+		if err := consolelog.StartRun(c); err != nil {
+			return fmt.Errorf("console log: %w", err)
+		}
+	}
+	u := units.Unit{Name: unit, Description: "vmsup: console log of " + r.name, Collect: true,
+		Argv: []string{r.s.opts.Self, HookConsoleLog, "--fifo", fifo, "--max", strconv.FormatInt(c.MaxBytes, 10),
+			"--keep", strconv.Itoa(c.Keep), c.Path},
+		// Not a lower CPU share: QEMU waits for the logger once the FIFO
+		// is full, so a starved logger would stall the guest's console.
+		TasksMax: 16, MemoryMax: 64 << 20}
+	if err := r.sd.Start(ctx, u); err != nil {
+		return fmt.Errorf("console log: %w", err)
+	}
+	return nil
+}
+
+func (r *startRun) stopConsoleLog(ctx context.Context) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	_ = r.sd.Stop(uctx, consoleLogUnit(r.unit))
+	os.Remove(consoleFIFO(r.p, r.unit))
+}
+
+// RunConsoleLog is the logger's work (HookConsoleLog's arguments after the
+// command): copy the FIFO into the log until its QEMU closes it.
+func RunConsoleLog(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet(HookConsoleLog, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fifo := fs.String("fifo", "", "")
+	maxBytes := fs.Int64("max", consolelog.DefaultMaxBytes, "")
+	keep := fs.Int("keep", consolelog.DefaultKeep, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *fifo == "" {
+		return fmt.Errorf("want --fifo FIFO and one log path, got %q", args)
+	}
+	return consolelog.Run(ctx, *fifo, consolelog.Config{Path: fs.Arg(0), MaxBytes: *maxBytes, Keep: *keep}, firstWriterWait)
+}

@@ -97,7 +97,10 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 			"--keep", strconv.Itoa(c.Keep), c.Path},
 		// Not a lower CPU share: QEMU waits for the logger once the FIFO
 		// is full, so a starved logger would stall the guest's console.
-		TasksMax: 16, MemoryMax: 64 << 20}
+		TasksMax: 16, MemoryMax: 64 << 20,
+		// Stopped after its QEMU at host shutdown: the guest's last lines
+		// ("reboot: Power down") still reach the log.
+		Before: []string{r.unit}}
 	if err := r.sd.Start(ctx, u); err != nil {
 		return fmt.Errorf("console log: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // TestEvents: a guest's pause, resume and reboot, its stop and a crash are
@@ -151,17 +152,6 @@ func waitLine(t *testing.T, lines <-chan string, want string) {
 	}
 }
 
-// inOrder reports whether want is a subsequence of got.
-func inOrder(got, want []string) bool {
-	i := 0
-	for _, g := range got {
-		if i < len(want) && g == want[i] {
-			i++
-		}
-	}
-	return i == len(want)
-}
-
 // waitMarkers waits until the log holds marker n times.
 func waitMarkers(t *testing.T, log, marker string, n int, d time.Duration) {
 	t.Helper()
@@ -173,3 +163,5 @@ func waitMarkers(t *testing.T, log, marker string, n int, d time.Duration) {
 	b, _ := os.ReadFile(log)
 	t.Fatalf("%s: %q not %d times within %s:\n%s", log, marker, n, d, tail(string(b), 2000))
 }
+
+func inOrder(got, want []string) bool { return supervisortest.InOrder(got, want) }

@@ -2,7 +2,6 @@ package supervisor_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // env is the one systemd sandbox and test guest this package shares; vmsupBin
@@ -42,56 +42,31 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// newSup returns a Supervisor with its own state root, wired to the sandbox.
+// Helpers shared with the other packages that drive a Supervisor
+// (supervisortest), under the names these tests use.
 func newSup(t testing.TB, root string) *supervisor.Supervisor {
 	t.Helper()
-	if root == "" {
-		root = t.TempDir()
-	}
-	s, err := supervisor.New(supervisor.Options{
-		Root:       root,
-		SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps,
-		JournalDir: env.Systemd.JournalDir,
-		Self:       vmsupBin,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return supervisortest.New(t, env, root, vmsupBin)
 }
 
-// guestFile writes a VM spec booting the test guest and parses it.
 func guestFile(t testing.TB, dir, name, extra string) *spec.File {
 	t.Helper()
-	path := filepath.Join(dir, name+".toml")
-	writeGuestTOML(t, path, name, extra)
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return supervisortest.GuestFile(t, env, dir, name, extra)
 }
 
 func writeGuestTOML(t testing.TB, path, name, extra string) {
 	t.Helper()
-	if !strings.Contains(extra, "stop_timeout") {
-		extra = "stop_timeout = \"20s\"\n" + extra
-	}
-	body := fmt.Sprintf(`name = %q
-memory = "256M"
-accel = "tcg"
-hotplug_slots = 2
-%s
-[boot]
-kernel = %q
-initrd = %q
-cmdline = "console=ttyS0"
-`, name, extra, env.Guest.Kernel, env.Guest.Initrd)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	supervisortest.WriteGuestTOML(t, env, path, name, extra)
 }
+
+func waitState(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, name string, want supervisor.State, d time.Duration) supervisor.Status {
+	t.Helper()
+	return supervisortest.WaitState(t, ctx, sup, name, want, d)
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context { return supervisortest.Context(t, d) }
+
+func tail(s string, n int) string { return supervisortest.Tail(s, n) }
 
 // refusedFile writes a spec that passes validation but that QEMU refuses at
 // start: its kernel is a file that is not a kernel.
@@ -118,37 +93,6 @@ func refusedFile(t testing.TB, dir, name, extra string) *spec.File {
 func waitConsole(t testing.TB, st supervisor.Status, marker string, d time.Duration) {
 	t.Helper()
 	testenv.WaitLog(t, st.ConsoleLog, marker, d)
-}
-
-// waitState polls Status until the VM reaches want: systemd settles a killed
-// unit asynchronously (its stop-post hook runs first), so one look may still
-// see "stopping".
-func waitState(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, name string, want supervisor.State, d time.Duration) supervisor.Status {
-	t.Helper()
-	var st supervisor.Status
-	var err error
-	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
-		st, err = sup.Status(ctx, name)
-		if err == nil && st.State == want {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("vm %s: not %s within %s: %+v %v", name, want, d, st, err)
-		}
-	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // qemuPIDs returns the host PIDs in the VM's unit.

@@ -26,8 +26,9 @@ type VMStats = vmstats.VM
 type StatsSkipped = vmstats.Skipped
 
 // statsWorkers bounds the VMs Stats reads at once: each costs a systemd
-// call and a QMP session, mostly waiting.
-const statsWorkers = 8
+// call and a QMP session, mostly waiting for QEMUs, which on a busy host
+// answer slowly (100 TCG VMs on 2 cores: tens of ms per QMP round trip).
+const statsWorkers = 32
 
 // statsTimeout bounds one VM's QMP part: a scrape must not hang on one VM
 // whose monitor another command holds.
@@ -56,6 +57,7 @@ func (s *Supervisor) Stats(ctx context.Context, names ...string) ([]VMStats, []S
 		return nil, nil, err
 	}
 	pids := &pidFinder{s: s}
+	cgroupRoot, _ := vmstats.CgroupV2Mount() // once: it reads /proc/self/mountinfo
 	out := make([]VMStats, len(names))
 	skip := make([]*StatsSkipped, len(names))
 	errs := make([]error, len(names))
@@ -66,7 +68,7 @@ func (s *Supervisor) Stats(ctx context.Context, names ...string) ([]VMStats, []S
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				out[i], skip[i], errs[i] = s.statsOf(ctx, sd, pids, names[i])
+				out[i], skip[i], errs[i] = s.statsOf(ctx, sd, pids, cgroupRoot, names[i])
 			}
 		}()
 	}
@@ -91,7 +93,7 @@ func (s *Supervisor) Stats(ctx context.Context, names ...string) ([]VMStats, []S
 }
 
 // statsOf reads one VM.
-func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFinder, name string) (VMStats, *StatsSkipped, error) {
+func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFinder, cgroupRoot, name string) (VMStats, *StatsSkipped, error) {
 	v := VMStats{Name: name, State: string(StateShutOff), Disks: []vmstats.Disk{}, NICs: []vmstats.NIC{}}
 	st, err := sd.Status(ctx, s.state.UnitOf(name))
 	if err != nil {
@@ -110,8 +112,8 @@ func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFi
 		return v, nil, nil
 	}
 	v.CPU.UsageSeconds = float64(st.CPUUsageNSec) / 1e9
-	if root, err := vmstats.CgroupV2Mount(); err == nil && st.ControlGroup != "" {
-		if u, us, sy, err := vmstats.CgroupCPU(filepath.Join(root, st.ControlGroup)); err == nil {
+	if cgroupRoot != "" && st.ControlGroup != "" {
+		if u, us, sy, err := vmstats.CgroupCPU(filepath.Join(cgroupRoot, st.ControlGroup)); err == nil {
 			v.CPU.UsageSeconds, v.CPU.UserSeconds, v.CPU.SystemSeconds = u, us, sy
 		}
 	}
@@ -137,18 +139,32 @@ func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFi
 		v.State = string(StateUnknown)
 		return v, nil, nil
 	}
-	v.Up, v.State = true, qemuState(qs)
-	if cpus, err := c.QueryCPUsFast(qctx); err == nil {
-		v.CPU.VCPUs = len(cpus)
-	}
-	v.Disks = append(v.Disks, diskStats(qctx, c)...)
-	v.Memory.BalloonActualBytes, _ = c.QueryBalloon(qctx)
-	var gs qmp.BalloonGuestStats
-	if v.Memory.BalloonActualBytes > 0 && c.QOMGet(qctx, balloonPath, "guest-stats", &gs) == nil && gs.LastUpdate > 0 {
-		v.Memory.GuestTotalBytes, v.Memory.GuestFreeBytes, v.Memory.GuestAvailableBytes =
-			positive(gs.Stats.Total), positive(gs.Stats.Free), positive(gs.Stats.Available)
-	}
+	state, _ := qemuState(qs)
+	v.Up, v.State = true, string(state)
+	s.qemuStats(qctx, c, name, &v)
 	return v, nil, nil
+}
+
+// qemuStats adds what QEMU knows: disks, the balloon and the guest's memory.
+func (s *Supervisor) qemuStats(ctx context.Context, c *qmp.Conn, name string, v *VMStats) {
+	// vCPUs from the record, not QMP: every round trip to a busy QEMU
+	// counts when one scrape reads a hundred.
+	app, vm, _ := s.runningSpec(name)
+	if vm != nil {
+		v.CPU.VCPUs = vm.CPUs
+		if app.Resized != nil {
+			v.CPU.VCPUs = app.Resized.CPUs
+		}
+	}
+	v.Disks = append(v.Disks, diskStats(ctx, c)...)
+	if vm != nil && vm.Balloon {
+		v.Memory.BalloonActualBytes, _ = c.QueryBalloon(ctx)
+		var gs qmp.BalloonGuestStats
+		if c.QOMGet(ctx, balloonPath, "guest-stats", &gs) == nil && gs.LastUpdate > 0 {
+			v.Memory.GuestTotalBytes, v.Memory.GuestFreeBytes, v.Memory.GuestAvailableBytes =
+				positive(gs.Stats.Total), positive(gs.Stats.Free), positive(gs.Stats.Available)
+		}
+	}
 }
 
 // balloonPath is the balloon device's QOM path.
@@ -160,17 +176,20 @@ const balloonStatsInterval = 5
 
 func positive(n int64) uint64 { return uint64(max(n, 0)) }
 
-// qemuState is QEMU's run state in vmsup's words.
-func qemuState(qs qmp.StatusInfo) string {
+// qemuState is QEMU's run state in vmsup's words, and why when that is
+// not one vmsup expects of a live QEMU.
+func qemuState(qs qmp.StatusInfo) (State, string) {
 	switch {
 	case qs.Running:
-		return string(StateRunning)
-	case qs.Status == "guest-panicked":
-		return string(StatePanicked)
+		return StateRunning, ""
 	case qs.Status == "paused" || qs.Status == "suspended":
-		return string(StatePaused)
+		return StatePaused, ""
+	case qs.Status == "guest-panicked":
+		return StatePanicked, "" // vmsup events NAME shows the GUEST_PANICKED
+	case qs.Status == "shutdown" || qs.Status == "internal-error" || qs.Status == "io-error":
+		return StateUnknown, "QEMU status " + qs.Status
 	}
-	return strings.ReplaceAll(qs.Status, "-", " ")
+	return State(strings.ReplaceAll(qs.Status, "-", " ")), ""
 }
 
 // diskStats maps query-blockstats to the VM's disks by device id

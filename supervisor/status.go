@@ -200,22 +200,11 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if appErr == nil {
 		s.fileStatus(&out, app)
 	}
-	switch {
-	case qs.Running:
-		out.State = StateRunning
-		if detail {
-			if a, err := s.guestPing(ctx, name, c); err == nil {
-				out.GuestAgent = &a
-			}
+	out.State, out.Reason = qemuState(qs)
+	if qs.Running && detail {
+		if a, err := s.guestPing(ctx, name, c); err == nil {
+			out.GuestAgent = &a
 		}
-	case qs.Status == "paused" || qs.Status == "suspended":
-		out.State = StatePaused
-	case qs.Status == "guest-panicked":
-		out.State = StatePanicked // vmsup events NAME shows the GUEST_PANICKED
-	case qs.Status == "shutdown" || qs.Status == "internal-error" || qs.Status == "io-error":
-		out.State, out.Reason = StateUnknown, "QEMU status "+qs.Status
-	default:
-		out.State = State(strings.ReplaceAll(qs.Status, "-", " "))
 	}
 	return out, nil
 }

@@ -34,7 +34,10 @@ type Unit struct {
 	// After orders the unit after these: at start, if they start in the same
 	// transaction (boot); at shutdown the unit stops first, so what the VM
 	// needs (the network, Open vSwitch) outlives its graceful stop.
-	After       []string
+	After []string
+	// Before orders the unit before these: at shutdown it stops after
+	// them (a VM's console logger outlives its QEMU's last words).
+	Before      []string
 	Environment []string // "K=V"
 	WorkingDir  string
 	UMask       uint32 // 0 = systemd's default (0022)
@@ -86,6 +89,9 @@ func (u Unit) properties() ([]sd.Property, error) {
 	}
 	if u.Slice != "" {
 		p = append(p, sd.PropSlice(u.Slice))
+	}
+	if len(u.Before) > 0 {
+		p = append(p, sd.PropBefore(u.Before...))
 	}
 	if len(u.After) > 0 {
 		p = append(p, sd.PropAfter(u.After...))

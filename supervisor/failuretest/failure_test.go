@@ -1,4 +1,4 @@
-package supervisor_test
+package failuretest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // TestPanic: a guest that panics (pvpanic) under on_panic = "restart" comes
@@ -22,47 +23,48 @@ import (
 // answering queries; resume is refused; down ends it at once. Everything is
 // in the history, read afterwards.
 func TestPanic(t *testing.T) {
-	ctx := ctxT(t, 6*time.Minute)
-	sup := newSup(t, "")
+	ctx := supervisortest.Context(t, 6*time.Minute)
+	sup := supervisortest.New(t, env, "", vmsupBin)
 	dir := t.TempDir()
 	t0 := time.Now()
 	data := fmt.Sprintf("[[disk]]\nname = \"data\"\nfile = %q\nsize = \"32M\"\nformat = \"raw\"\n", filepath.Join(dir, "data.raw"))
-	f := guestFile(t, dir, "panic", "on_panic = \"restart\"\non_crash = \"restart\"\nrestart_limit = 2\nrestart_window = \"10m\"\n"+data)
+	f := supervisortest.GuestFile(t, env, dir, "panic", "on_panic = \"restart\"\non_crash = \"restart\"\nrestart_limit = 2\nrestart_window = \"10m\"\n"+data)
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sup.Kill(context.Background(), "panic") })
 	st, _ := sup.Status(ctx, "panic")
-	g := bootGuest(t, ctx, st)
-	statsMove(t, ctx, sup, g)
-	panicGuest(t, ctx, g)
+	sh := supervisortest.Shell(t, ctx, st)
+	statsMove(t, ctx, sup, sh)
+	panicGuest(t, ctx, sh)
 	waitEvents(t, ctx, sup, "panic", t0, supervisor.EventStarted, 2)
-	st = waitState(t, ctx, sup, "panic", supervisor.StateRunning, time.Minute)
-	waitConsole(t, st, testenv.ReadyMarker, 2*time.Minute) // the marker, seen again in the new QEMU's log
+	st = supervisortest.WaitState(t, ctx, sup, "panic", supervisor.StateRunning, time.Minute)
+	testenv.WaitLog(t, st.ConsoleLog, testenv.ReadyMarker, 2*time.Minute) // the marker, seen again in the new QEMU's log
 
-	for _, pid := range qemuPIDs(t, "panic") {
+	pids, _ := env.Systemd.HostPIDs("vmsup-panic.service")
+	for _, pid := range pids {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	waitEvents(t, ctx, sup, "panic", t0, supervisor.EventStarted, 3)
-	st = waitState(t, ctx, sup, "panic", supervisor.StateRunning, time.Minute)
-	panicGuest(t, ctx, bootGuest(t, ctx, st))
+	st = supervisortest.WaitState(t, ctx, sup, "panic", supervisor.StateRunning, time.Minute)
+	panicGuest(t, ctx, supervisortest.Shell(t, ctx, st))
 	waitEvents(t, ctx, sup, "panic", t0, supervisor.EventRestartLimit, 1)
-	st = waitState(t, ctx, sup, "panic", supervisor.StateShutOff, 30*time.Second)
+	st = supervisortest.WaitState(t, ctx, sup, "panic", supervisor.StateShutOff, 30*time.Second)
 	if !strings.Contains(st.Reason, "the guest panicked at") || !strings.Contains(st.Reason, "restart limit reached (2 within 10m0s)") {
 		t.Errorf("status after the restart limit: reason %q", st.Reason)
 	}
 
 	// preserve: the panicked guest is kept.
 	// (and a small console log, which the guest floods for a minute first).
-	f = guestFile(t, dir, "panic", "on_panic = \"preserve\"\n[console]\nlog_size = \"64K\"\nlog_files = 2\n")
+	f = supervisortest.GuestFile(t, env, dir, "panic", "on_panic = \"preserve\"\n[console]\nlog_size = \"64K\"\nlog_files = 2\n")
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	st, _ = sup.Status(ctx, "panic")
-	g = bootGuest(t, ctx, st)
-	floodConsole(t, ctx, g, st, 64<<10, 2)
-	panicGuest(t, ctx, g)
-	waitState(t, ctx, sup, "panic", supervisor.StatePanicked, time.Minute)
+	sh = supervisortest.Shell(t, ctx, st)
+	sh = floodConsole(t, ctx, sh, st, 64<<10, 2)
+	panicGuest(t, ctx, sh)
+	supervisortest.WaitState(t, ctx, sup, "panic", supervisor.StatePanicked, time.Minute)
 	if err := sup.Resume(ctx, "panic"); !errors.Is(err, supervisor.ErrPreserved) {
 		t.Errorf("resume of a preserved guest: %v", err)
 	}
@@ -91,14 +93,14 @@ func TestPanic(t *testing.T) {
 		"vmsup:started", "vmsup:crashed", "vmsup:restarting",
 		"vmsup:started", "qemu:GUEST_PANICKED", "vmsup:panicked", "vmsup:restart-limit",
 		"vmsup:started", "qemu:GUEST_PANICKED", "vmsup:stopped"}
-	if err != nil || !inOrder(got, want) {
+	if err != nil || !supervisortest.InOrder(got, want) {
 		t.Errorf("history: %v\n got  %q\n want %q in this order", err, got, want)
 	}
 }
 
 // statsMove: a dd of 8 MiB in the guest raises its disk's written bytes
 // by at least that; CPU time and uptime move too.
-func statsMove(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *guest) {
+func statsMove(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, sh *testenv.GuestShell) {
 	t.Helper()
 	disk := func() (supervisor.VMStats, uint64) {
 		vms, _, err := sup.Stats(ctx, "panic")
@@ -114,7 +116,7 @@ func statsMove(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g 
 		return vms[0], 0
 	}
 	before, wb := disk()
-	if out, _, err := g.sh.Run(ctx, "dd if=/dev/zero of=/dev/vda bs=1M count=8 oflag=direct 2>&1"); err != nil {
+	if out, _, err := sh.Run(ctx, "dd if=/dev/zero of=/dev/vda bs=1M count=8 oflag=direct 2>&1"); err != nil {
 		t.Fatalf("dd: %v %s", err, out)
 	}
 	after, wa := disk()
@@ -128,14 +130,14 @@ func statsMove(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g 
 
 // floodConsole: the guest prints as fast as it can on its console for 60 s;
 // the log stays within keep files of max bytes each, and keeps the end.
-func floodConsole(t *testing.T, ctx context.Context, g *guest, st supervisor.Status, capBytes int64, keep int) {
+func floodConsole(t *testing.T, ctx context.Context, sh *testenv.GuestShell, st supervisor.Status, capBytes int64, keep int) *testenv.GuestShell {
 	t.Helper()
 	log := st.ConsoleLog
-	cmd := "(end=$(($(date +%s)+60)); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 200 ]; do echo VMSUP-FLOOD-LINE-0123456789abcdefghijklmnopqrstuvwxyz; i=$((i+1)); done; done; echo VMSUP-FLOOD-DONE) >/dev/console 2>&1 </dev/null & true"
-	if _, _, err := g.sh.Run(ctx, cmd); err != nil {
+	cmd := "(end=$(($(date +%s)+60)); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 200 ]; do echo VMSUP-FLOOD-LINE-0123456789abcdefghijklmnopqrstuvwxyz; i=$((i+1)); done; done; echo VMSUP-FLOOD-$((1+1))-DONE) >/dev/console 2>&1 </dev/null & true"
+	if _, _, err := sh.Run(ctx, cmd); err != nil {
 		t.Fatal(err)
 	}
-	g.sh.Close() // a console client that does not read would stall the guest's output
+	sh.Close() // a console client that does not read would stall the guest's output
 	start := time.Now()
 	var seen int64
 	for time.Since(start) < 90*time.Second {
@@ -158,35 +160,52 @@ func floodConsole(t *testing.T, ctx context.Context, g *guest, st supervisor.Sta
 			total += fi.Size()
 		}
 		seen = max(seen, total)
-		if b, _ := os.ReadFile(log); strings.Contains(string(b), "VMSUP-FLOOD-DONE") {
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), "VMSUP-FLOOD-2-DONE") {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	b, _ := os.ReadFile(log)
-	if !strings.Contains(string(b), "VMSUP-FLOOD-DONE") {
-		t.Fatalf("the flood's end is not in the log after %s:\n%s", time.Since(start), tail(string(b), 500))
+	if !strings.Contains(string(b), "VMSUP-FLOOD-2-DONE") {
+		t.Fatalf("the flood's end is not in the log after %s:\n%s", time.Since(start), supervisortest.Tail(string(b), 500))
 	}
-	t.Logf("a %s console flood: the log held at most %d bytes (cap %d × %d)", time.Since(start).Round(time.Second), seen, keep, capBytes)
+	t.Logf("a %s console flood: the log held at most %d bytes (cap %d × %d); the logger: %s", time.Since(start).Round(time.Second), seen, keep, capBytes, loggerMemory(t, st.Name))
 	sh, err := testenv.DialConsole(ctx, st.Console)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sh.Close() })
-	g.sh = sh
-	if out, _, err := g.sh.Run(ctx, "echo alive"); err != nil || !strings.Contains(out, "alive") {
+	if out, _, err := sh.Run(ctx, "echo alive"); err != nil || !strings.Contains(out, "alive") {
 		t.Fatalf("the guest after the flood: %q %v", out, err)
 	}
+	return sh
+}
+
+// loggerMemory is the console logger's resident memory now and at its peak.
+func loggerMemory(t *testing.T, vm string) string {
+	pids, err := env.Systemd.HostPIDs("vmsup-log@" + vm + ".service")
+	if err != nil || len(pids) != 1 {
+		t.Errorf("the console logger's processes: %v %v", pids, err)
+		return "?"
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pids[0]))
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") || strings.HasPrefix(l, "RssAnon:") || strings.HasPrefix(l, "RssFile:") {
+			out = append(out, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // panicGuest makes the guest's kernel panic (sysrq c); its console client
 // goes first, so that it cannot stall the guest's last output.
-func panicGuest(t *testing.T, ctx context.Context, g *guest) {
+func panicGuest(t *testing.T, ctx context.Context, sh *testenv.GuestShell) {
 	t.Helper()
-	if _, _, err := g.sh.Run(ctx, "(sleep 0.5; echo c > /proc/sysrq-trigger) </dev/null >/dev/null 2>&1 & true"); err != nil {
+	if _, _, err := sh.Run(ctx, "(sleep 0.5; echo c > /proc/sysrq-trigger) </dev/null >/dev/null 2>&1 & true"); err != nil {
 		t.Fatal(err)
 	}
-	g.sh.Close()
+	sh.Close()
 }
 
 // waitEvents waits until the VM's history since t0 holds n events of kind.

@@ -1,0 +1,133 @@
+// Package supervisortest has what the tests that drive a Supervisor share,
+// as net/http/httptest does for handlers: a Supervisor wired to a testenv
+// sandbox, a VM file that boots the test guest, waits on a VM's state and
+// console, and the guest's shell. It is for tests only: it fails them
+// through testing.TB.
+package supervisortest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// New returns a Supervisor with its own state root (a temporary one when
+// root is ""), wired to the sandbox of e; self is the vmsup binary its
+// units call back into. It is closed when the test ends.
+func New(t testing.TB, e *testenv.Env, root, self string) *supervisor.Supervisor {
+	t.Helper()
+	if root == "" {
+		root = t.TempDir()
+	}
+	s, err := supervisor.New(supervisor.Options{
+		Root:       root,
+		SystemdBus: e.Systemd.BusAddress, QEMU: e.QEMU, HostCaps: e.Caps,
+		JournalDir: e.Systemd.JournalDir,
+		Self:       self,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// WriteGuestTOML writes a VM file booting the test guest under TCG (256
+// MiB, 2 hotplug slots, a 20 s stop_timeout unless extra sets one); extra
+// holds more top-level keys and tables.
+func WriteGuestTOML(t testing.TB, e *testenv.Env, path, name, extra string) {
+	t.Helper()
+	if !strings.Contains(extra, "stop_timeout") {
+		extra = "stop_timeout = \"20s\"\n" + extra
+	}
+	body := fmt.Sprintf(`name = %q
+memory = "256M"
+accel = "tcg"
+hotplug_slots = 2
+%s
+[boot]
+kernel = %q
+initrd = %q
+cmdline = "console=ttyS0"
+`, name, extra, e.Guest.Kernel, e.Guest.Initrd)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// GuestFile writes DIR/NAME.toml (WriteGuestTOML) and parses it.
+func GuestFile(t testing.TB, e *testenv.Env, dir, name, extra string) *spec.File {
+	t.Helper()
+	path := filepath.Join(dir, name+".toml")
+	WriteGuestTOML(t, e, path, name, extra)
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// WaitState polls Status until the VM reaches want: systemd settles a
+// killed unit asynchronously (its stop-post hook runs first), so one look
+// may still see "stopping".
+func WaitState(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, name string, want supervisor.State, d time.Duration) supervisor.Status {
+	t.Helper()
+	var st supervisor.Status
+	var err error
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		st, err = sup.Status(ctx, name)
+		if err == nil && st.State == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vm %s: not %s within %s: %+v %v", name, want, d, st, err)
+		}
+	}
+}
+
+// Context is a context that ends after d or with the test.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Shell waits for the guest's shell marker on the VM's console log and
+// dials its console; the shell is closed when the test ends.
+func Shell(t testing.TB, ctx context.Context, st supervisor.Status) *testenv.GuestShell {
+	t.Helper()
+	testenv.WaitLog(t, st.ConsoleLog, testenv.ShellMarker, 3*time.Minute)
+	sh, err := testenv.DialConsole(ctx, st.Console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	return sh
+}
+
+// InOrder reports whether want is a subsequence of got.
+func InOrder(got, want []string) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+// Tail is the last n bytes of s, for failure messages.
+func Tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

@@ -70,8 +70,7 @@ func (s *Supervisor) consoleConfig(name string) consolelog.Config {
 }
 
 // startConsoleLog makes the QEMU's FIFO (QEMU's user owns it) and starts
-// its logger. A logger left by a start killed before its QEMU opened the
-// FIFO is stopped first.
+// its logger.
 func (r *startRun) startConsoleLog(ctx context.Context) error {
 	fifo := consoleFIFO(r.p, r.unit)
 	fi, err := os.Stat(r.p.Dir)
@@ -83,8 +82,6 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 		return fmt.Errorf("console log: %w", err)
 	}
 	unit := consoleLogUnit(r.unit)
-	_ = r.sd.Stop(ctx, unit)
-	_ = r.sd.ResetFailed(ctx, unit)
 	c := consoleConfigOf(r.p, &r.f.VM)
 	if r.mode == StartFresh {
 		// A new guest: its log starts anew (the last run's is kept as .1).
@@ -102,7 +99,13 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 		// ("reboot: Power down") still reach the log.
 		Before: []string{r.unit}}
 	if err := r.sd.Start(ctx, u); err != nil {
-		return fmt.Errorf("console log: %w", err)
+		// A logger left by a start killed before its QEMU opened the FIFO
+		// (it would end by itself within firstWriterWait): stop it, again.
+		_ = r.sd.Stop(ctx, unit)
+		_ = r.sd.ResetFailed(ctx, unit)
+		if err := r.sd.Start(ctx, u); err != nil {
+			return fmt.Errorf("console log: %w", err)
+		}
 	}
 	return nil
 }

@@ -25,10 +25,11 @@ type VMStats = vmstats.VM
 // StatsSkipped is a VM Stats left out, and why (being started or stopped).
 type StatsSkipped = vmstats.Skipped
 
-// statsWorkers bounds the VMs Stats reads at once: each costs a systemd
-// call and a QMP session, mostly waiting for QEMUs, which on a busy host
-// answer slowly (100 TCG VMs on 2 cores: tens of ms per QMP round trip).
-const statsWorkers = 32
+// statsWorkers bounds the VMs Stats reads at once: each costs a few
+// systemd calls and a QMP session, nearly all of it waiting for QEMUs,
+// which on a busy host answer slowly (100 TCG VMs on 2 cores: tens of ms
+// per QMP round trip), so a scrape of 100 waits for all at once.
+const statsWorkers = 128
 
 // statsTimeout bounds one VM's QMP part: a scrape must not hang on one VM
 // whose monitor another command holds.
@@ -95,7 +96,7 @@ func (s *Supervisor) Stats(ctx context.Context, names ...string) ([]VMStats, []S
 // statsOf reads one VM.
 func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFinder, cgroupRoot, name string) (VMStats, *StatsSkipped, error) {
 	v := VMStats{Name: name, State: string(StateShutOff), Disks: []vmstats.Disk{}, NICs: []vmstats.NIC{}}
-	st, err := sd.Status(ctx, s.state.UnitOf(name))
+	st, err := sd.StatsStatus(ctx, s.state.UnitOf(name))
 	if err != nil {
 		return v, nil, vmErr(name, err)
 	}
@@ -134,7 +135,12 @@ func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFi
 		return v, nil, nil // its QEMU does not answer now: reported down, never a failed scrape
 	}
 	defer release()
+	// Both queries at once (the client matches replies by id): one wait
+	// for a busy QEMU instead of two.
+	disks := make(chan []vmstats.Disk, 1)
+	go func() { disks <- diskStats(qctx, c) }()
 	qs, err := c.QueryStatus(qctx)
+	v.Disks = append(v.Disks, <-disks...)
 	if err != nil {
 		v.State = string(StateUnknown)
 		return v, nil, nil
@@ -145,7 +151,7 @@ func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFi
 	return v, nil, nil
 }
 
-// qemuStats adds what QEMU knows: disks, the balloon and the guest's memory.
+// qemuStats adds the vCPUs, the balloon and the guest's memory.
 func (s *Supervisor) qemuStats(ctx context.Context, c *qmp.Conn, name string, v *VMStats) {
 	// vCPUs from the record, not QMP: every round trip to a busy QEMU
 	// counts when one scrape reads a hundred.
@@ -156,7 +162,6 @@ func (s *Supervisor) qemuStats(ctx context.Context, c *qmp.Conn, name string, v 
 			v.CPU.VCPUs = app.Resized.CPUs
 		}
 	}
-	v.Disks = append(v.Disks, diskStats(ctx, c)...)
 	if vm != nil && vm.Balloon {
 		v.Memory.BalloonActualBytes, _ = c.QueryBalloon(ctx)
 		var gs qmp.BalloonGuestStats

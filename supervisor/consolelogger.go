@@ -111,10 +111,18 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 }
 
 func (r *startRun) stopConsoleLog(ctx context.Context) {
+	stopConsoleLog(ctx, r.sd, r.unit)
+	os.Remove(consoleFIFO(r.p, r.unit))
+}
+
+// stopConsoleLog stops the logger of the VM unit vmUnit, if it runs: a
+// logger left waiting also keeps its QEMU's unit name loaded in systemd
+// (its Before=).
+func stopConsoleLog(ctx context.Context, sd *units.Manager, vmUnit string) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	_ = r.sd.Stop(uctx, consoleLogUnit(r.unit))
-	os.Remove(consoleFIFO(r.p, r.unit))
+	_ = sd.Stop(uctx, consoleLogUnit(vmUnit))
+	_ = sd.ResetFailed(uctx, consoleLogUnit(vmUnit))
 }
 
 // RunConsoleLog is the logger's work (HookConsoleLog's arguments after the

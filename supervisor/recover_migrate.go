@@ -288,6 +288,7 @@ func (s *Supervisor) quitSource(ctx context.Context, sd *units.Manager, name, un
 // removeUnit kills a unit (a destination QEMU nobody will use) and clears
 // its failed state.
 func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
+	defer stopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
 	st, err := sd.Status(ctx, unit)
 	if err != nil || !st.Exists {
 		return

@@ -192,8 +192,14 @@ func diskType(d *Disk, fail diskFail) error {
 			return fail("image", "missing or invalid image name %q", d.Image)
 		}
 		for i, m := range d.Monitors {
-			if _, _, err := net.SplitHostPort(m); err != nil {
+			host, port, err := net.SplitHostPort(m)
+			if err != nil || host == "" {
 				return fail(fmt.Sprintf("monitors[%d]", i), "%q is not HOST:PORT", m)
+			}
+			// librados reads a bad port as another monitor address, and
+			// the open fails late, inside QEMU: refuse it here.
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return fail(fmt.Sprintf("monitors[%d]", i), "%q: bad port %q (1..65535)", m, port)
 			}
 		}
 		if d.SecretFile != "" && d.User == "" {

@@ -42,7 +42,9 @@ func main() {
 
 func run(args []string) int {
 	if len(args) > 0 && args[0] == supervisor.HookConsoleLog {
-		return consoleLogger(args[1:]) // before anything else: it runs per VM, its memory counts
+		// Before anything else: it runs beside every QEMU, its memory counts.
+		code, _ := supervisor.HandleHook(args)
+		return code
 	}
 	// SIGHUP too: a dropped ssh session must cancel a command as cleanly as
 	// Ctrl-C does, not kill it between two steps.
@@ -312,15 +314,3 @@ Additional help topics:{{range .Commands}}{{if .IsAdditionalHelpTopicCommand}}
 
 Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
 `
-
-// consoleLogger runs a VM's console logger (supervisor.HookConsoleLog), the
-// unit vmsup starts beside each QEMU; SIGTERM ends it.
-func consoleLogger(args []string) int {
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer cancel()
-	if err := supervisor.RunConsoleLog(ctx, args); err != nil && ctx.Err() == nil {
-		fmt.Fprintln(os.Stderr, "vmsup console-log:", err)
-		return 1
-	}
-	return 0
-}

@@ -123,7 +123,7 @@ func TestMetrics(t *testing.T) {
 	seenAt := map[int]time.Time{}
 	idle := 0
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		pids := scrapePIDs(t)
+		pids := scrapePIDs()
 		if len(pids) == 0 {
 			idle++
 		}
@@ -135,14 +135,14 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	if n, _ := query(`count(count_over_time(up{job="vmsup"}[10s]))`); idle == 0 || n < 1 {
+	if idle == 0 {
 		t.Errorf("no moment without a vmsup process in 3 s (%d samples idle)", idle)
 	}
 	t.Logf("%d scrape processes seen, %d of the samples with none running", len(seenAt), idle)
 }
 
 // scrapePIDs lists the running `vmsup metrics --http` processes.
-func scrapePIDs(t *testing.T) []int {
+func scrapePIDs() []int {
 	ents, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range ents {

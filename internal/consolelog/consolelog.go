@@ -34,11 +34,6 @@ type Config struct {
 	Path     string // the current file; the older ones are Path.1 (the newest) … Path.(Keep-1)
 	MaxBytes int64  // each file's cap: the log never takes more than Keep×MaxBytes
 	Keep     int    // how many files, the current one included
-	// NewRun starts a new current file when Run begins (the last run's
-	// moves to Path.1), so that Path holds this run only until it fills:
-	// a QEMU started afresh, whose log readers (a health gate, a wait for
-	// a boot marker) must not see the previous guest's lines.
-	NewRun bool
 }
 
 // Default is the log kept at path with the default bounds.

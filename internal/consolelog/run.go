@@ -120,12 +120,16 @@ type writer struct {
 // file is full, and bringing it within c's bounds: a previous run may have
 // had larger ones (or none, before the logger). Errors are kept for Run to
 // return: the log may do better by the first write.
-func openLog(c Config) *writer {
+func openLog(c Config) *writer { return openRun(c, false) }
+
+// openRun is openLog that, for a new run, first moves a current file
+// holding anything to Path.1.
+func openRun(c Config, newRun bool) *writer {
 	w := &writer{c: c}
 	for i := c.Keep; os.Remove(c.name(i)) == nil; i++ {
 		// a file beyond Keep: a previous run kept more
 	}
-	if !w.note(w.open()) && (w.size >= c.MaxBytes || c.NewRun && w.size > 0) {
+	if !w.note(w.open()) && (w.size >= c.MaxBytes || newRun && w.size > 0) {
 		w.note(w.rotate())
 	}
 	for i := 1; i < c.Keep; i++ {
@@ -268,15 +272,14 @@ func lockLog(ctx context.Context, c Config) (func(), error) {
 }
 
 // StartRun begins a new run of the log before its QEMU starts: the current
-// file, if it holds anything, becomes Path.1 (as Config.NewRun does when
-// Run begins). Done by the starter, not the logger, so that the log holds
-// no line of the previous guest from the moment the new QEMU runs.
+// file, if it holds anything, becomes Path.1. Done by the starter, not the
+// logger, so that the log holds no line of the previous guest from the
+// moment the new QEMU runs.
 func StartRun(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	c.NewRun = true
-	w := openLog(c)
+	w := openRun(c, true)
 	w.close()
 	return w.err
 }

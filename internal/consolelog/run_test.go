@@ -268,8 +268,11 @@ func TestNotFIFO(t *testing.T) {
 // Path.1; and two loggers of one log write one after the other (the lock).
 func TestNewRun(t *testing.T) {
 	dir := t.TempDir()
-	c := Config{Path: filepath.Join(dir, "console.log"), MaxBytes: MinMaxBytes, Keep: 2, NewRun: true}
+	c := Config{Path: filepath.Join(dir, "console.log"), MaxBytes: MinMaxBytes, Keep: 2}
 	if err := os.WriteFile(c.Path, []byte("old run\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := StartRun(c); err != nil {
 		t.Fatal(err)
 	}
 	fifo := filepath.Join(dir, "a.fifo")
@@ -283,7 +286,6 @@ func TestNewRun(t *testing.T) {
 	// A second logger of the same log (a local migration's other QEMU)
 	// waits for the first to finish.
 	c2 := c
-	c2.NewRun = false
 	fifo2 := filepath.Join(dir, "b.fifo")
 	if err := MakeFIFO(fifo2, os.Getuid(), os.Getgid()); err != nil {
 		t.Fatal(err)

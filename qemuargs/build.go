@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vmsup/vmsup/spec"
@@ -56,6 +57,15 @@ type Options struct {
 	// ("arch-capabilities"): what the host's KVM needs masked for the
 	// model to start (the caller's probe finds them).
 	CPUFeaturesOff []string
+
+	// UUID is the VM's UUID when the spec gives none (the caller records
+	// the one it generated), GenID its vmgenid generation id (required with
+	// vmgenid); "" UUID: QEMU's all-zero default, no -uuid.
+	UUID, GenID string
+	// Credentials holds, by credential name, the file the caller wrote
+	// "io.systemd.credential:NAME=VALUE" into for each of the spec's
+	// credentials (readable by QEMU's user).
+	Credentials map[string]string
 
 	// Incoming starts QEMU as a live-migration destination: "-incoming
 	// defer" (the supervisor picks the address later with migrate-incoming)
@@ -140,6 +150,16 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	if b := vm.Boot; b.Kernel != "" {
 		parts = append(parts, kernelBoot{b.Kernel, b.Initrd, b.Cmdline})
 	}
+	if vm.Boot.IsStrict() && slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.BootIndex > 0 }) {
+		// Only with a boot order to be strict about: a file without any
+		// boot_index keeps booting as the firmware finds its disks.
+		parts = append(parts, bootStrict{})
+	}
+	id, err := identityParts(vm, o)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, id[0])
 
 	parts = append(parts,
 		socketChardev{QMPChardevID, o.QMPSocket, "", false}, qmpMonitor{QMPChardevID},
@@ -155,12 +175,16 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	if vm.HasGuestAgent() {
 		parts = append(parts, socketChardev{AgentChardevID, o.AgentSocket, "", false})
 	}
+	if vm.HasRNG() {
+		parts = append(parts, Object{QOMType: "rng-random", ID: RNGObjectID, Filename: "/dev/urandom"})
+	}
 	for _, d := range slotDevices(l.agent, vm) {
 		parts = append(parts, d)
 	}
 	if vm.OnPanic != "" {
 		parts = append(parts, Device{Driver: "pvpanic", ID: PanicDeviceID}) // ISA, port 0x505: no PCI slot
 	}
+	parts = append(parts, id[1:]...) // vmgenid, vmcoreinfo: no PCI slot
 	if a := panicActions(vm); len(a) > 0 {
 		parts = append(parts, flags{"-action", strings.Join(a, ",")})
 	}
@@ -174,7 +198,9 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		parts = append(parts, nd, dev)
 	}
 	for i, d := range vm.Disks {
-		dp, err := Disk(d, o.Disks[d.Name], l.disks[i].bus)
+		h := o.Disks[d.Name]
+		h.UUID = cmpUUID(vm.UUID, o.UUID)
+		dp, err := Disk(d, h, l.disks[i].bus)
 		if err != nil {
 			return nil, inField(err, fmt.Sprintf("disk[%d]", i))
 		}

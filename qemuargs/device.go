@@ -40,6 +40,9 @@ type Device struct {
 	// virtserialport
 	Chardev string `json:"chardev,omitempty"`
 	Name    string `json:"name,omitempty"`
+
+	RNG  string `json:"rng,omitempty"`  // virtio-rng-pci: id of its rng-random object
+	GUID string `json:"guid,omitempty"` // vmgenid: the generation id
 }
 
 // Args renders the device for the command line: -device JSON.
@@ -93,14 +96,21 @@ type pciLayout struct {
 }
 
 func layout(vm *spec.VM) (pciLayout, error) {
-	var l pciLayout
-	n := len(vm.NICs) + len(vm.Disks)
+	l := pciLayout{disks: make([]placement, len(vm.Disks))}
+	var pciDisks []int // the disks with a device on PCI: all but SATA ones
+	for i, d := range vm.Disks {
+		if d.Bus != spec.BusSATA {
+			pciDisks = append(pciDisks, i)
+		}
+	}
+	l.sata(vm)
+	n := len(vm.NICs) + len(pciDisks)
 	field := func(i int) string { // the spec field of the i-th placed device
 		if i < len(vm.NICs) {
 			return fmt.Sprintf("nic[%d]", i)
 		}
 		if i < n {
-			return fmt.Sprintf("disk[%d]", i-len(vm.NICs))
+			return fmt.Sprintf("disk[%d]", pciDisks[i-len(vm.NICs)])
 		}
 		return "hotplug_slots"
 	}
@@ -127,7 +137,7 @@ func layout(vm *spec.VM) (pciLayout, error) {
 			case i < len(vm.NICs):
 				l.nics = append(l.nics, p)
 			case i < n:
-				l.disks = append(l.disks, p)
+				l.disks[pciDisks[i-len(vm.NICs)]] = p
 			default:
 				l.spare = append(l.spare, id)
 			}
@@ -146,14 +156,35 @@ func layout(vm *spec.VM) (pciLayout, error) {
 			if i < len(vm.NICs) {
 				l.nics = append(l.nics, p)
 			} else {
-				l.disks = append(l.disks, p)
+				l.disks[pciDisks[i-len(vm.NICs)]] = p
 			}
 		}
 		l.agent = placement{PCIRootBus, pciAddr(pcAgentSlot, 0)}
 	default:
 		return l, errorf("machine", "unknown machine %q (want \"q35\" or \"pc\")", vm.Machine)
 	}
+	for i, d := range vm.Disks {
+		if d.Bus == spec.BusSATA && vm.Machine != "q35" {
+			return l, errorf(fmt.Sprintf("disk[%d].bus", i), "\"sata\" needs machine \"q35\" (its AHCI controller)")
+		}
+		if d.Bus == spec.BusSATA && l.disks[i].bus == "" {
+			return l, errorf(fmt.Sprintf("disk[%d].bus", i), "more than %d SATA disks", spec.MaxSATADisks)
+		}
+	}
 	return l, nil
+}
+
+// sata places the SATA disks on the ports of q35's AHCI controller
+// ("ide.0".."ide.5", QEMU's names), in disk order; a disk past the last
+// port keeps no bus (layout reports it).
+func (l *pciLayout) sata(vm *spec.VM) {
+	port := 0
+	for i, d := range vm.Disks {
+		if d.Bus == spec.BusSATA && port < spec.MaxSATADisks {
+			l.disks[i] = placement{bus: SATAPort(port)}
+			port++
+		}
+	}
 }
 
 // SpareRootPorts returns the ids of the root ports Build leaves empty for
@@ -169,9 +200,9 @@ func SpareRootPorts(vm *spec.VM) []string {
 
 // slotDevices are the devices of the fixed slot on the root bus: the
 // guest agent's virtio-serial controller (and its port named
-// org.qemu.guest_agent.0 on the agent chardev), the balloon and the
-// watchdog, on functions 0, 1, 2 in that order as present, so that adding
-// one moves no disk or NIC.
+// org.qemu.guest_agent.0 on the agent chardev), the balloon, the watchdog
+// and the RNG, on functions 0, 1, 2, 3 in that order as present, so that
+// adding one moves no disk or NIC.
 func slotDevices(p placement, vm *spec.VM) []Device {
 	var out, fns []Device
 	if vm.HasGuestAgent() {
@@ -182,6 +213,9 @@ func slotDevices(p placement, vm *spec.VM) []Device {
 	}
 	if vm.Watchdog != "" {
 		fns = append(fns, Device{Driver: "i6300esb", ID: WatchdogDeviceID})
+	}
+	if vm.HasRNG() {
+		fns = append(fns, Device{Driver: "virtio-rng-pci", ID: RNGDeviceID, RNG: RNGObjectID})
 	}
 	for fn, d := range fns {
 		d.Bus, d.Addr, d.Multifunction = p.bus, p.addr, fn == 0 && len(fns) > 1

@@ -1,6 +1,7 @@
 package qemuargs
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -26,11 +27,13 @@ type Blockdev struct {
 	ReadOnly bool           `json:"read-only"`
 
 	// iscsi (BlockdevOptionsIscsi)
-	Transport      string `json:"transport,omitempty"` // "tcp"
+	Transport      string `json:"transport,omitempty"` // "tcp" or "iser"
 	Portal         string `json:"portal,omitempty"`
 	Target         string `json:"target,omitempty"`
 	LUN            *int   `json:"lun,omitempty"`
 	PasswordSecret string `json:"password-secret,omitempty"` // id of a secret object
+	InitiatorName  string `json:"initiator-name,omitempty"`
+	HeaderDigest   string `json:"header-digest,omitempty"`
 
 	// rbd (BlockdevOptionsRbd)
 	Pool      string         `json:"pool,omitempty"`
@@ -38,6 +41,10 @@ type Blockdev struct {
 	Conf      string         `json:"conf,omitempty"`
 	Server    []InetAddrBase `json:"server,omitempty"`
 	KeySecret string         `json:"key-secret,omitempty"` // id of a secret object
+	Snapshot  string         `json:"snapshot,omitempty"`
+	Namespace string         `json:"namespace,omitempty"`
+	// AuthClientRequired overrides ceph.conf's auth_client_required.
+	AuthClientRequired []string `json:"auth-client-required,omitempty"`
 
 	User string `json:"user,omitempty"` // iscsi: CHAP user; rbd: cephx id
 }
@@ -52,10 +59,11 @@ type InetAddrBase struct {
 // object-add at hotplug: a secret that a block node reads its password or
 // key from, or an iothread.
 type Object struct {
-	QOMType string `json:"qom-type"` // "secret" or "iothread"
-	ID      string `json:"id"`
-	File    string `json:"file,omitempty"`   // secret: the file holding it (never the data itself)
-	Format  string `json:"format,omitempty"` // secret: "raw" or "base64"
+	QOMType  string `json:"qom-type"` // "secret", "iothread" or "rng-random"
+	ID       string `json:"id"`
+	File     string `json:"file,omitempty"`     // secret: the file holding it (never the data itself)
+	Filename string `json:"filename,omitempty"` // rng-random: the host's entropy source
+	Format   string `json:"format,omitempty"`   // secret: "raw" or "base64"
 }
 
 // Args renders the object for the command line: -object JSON.
@@ -94,6 +102,9 @@ type DiskHost struct {
 	// SecretFile holds the disk's CHAP password or cephx key (mode 0600), for
 	// disks with NeedsSecret. The secret reaches QEMU only through it.
 	SecretFile string
+	// UUID is the VM's: an iSCSI disk without initiator_name logs in as
+	// QEMU's default name for it, written out so the argv says it.
+	UUID string
 }
 
 // DiskParts is everything one disk puts into QEMU, in creation order:
@@ -270,11 +281,13 @@ func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
 		}
 	case spec.DiskISCSI:
 		lun := d.LUN
-		proto.Driver, proto.Transport, proto.Portal, proto.Target, proto.LUN = "iscsi", "tcp", d.Portal, d.Target, &lun
+		proto.Driver, proto.Transport, proto.Portal, proto.Target, proto.LUN = "iscsi", cmp.Or(d.Transport, "tcp"), d.Portal, d.Target, &lun
 		proto.User, proto.PasswordSecret = d.User, secret
+		proto.InitiatorName, proto.HeaderDigest = d.InitiatorFor(h.UUID), d.HeaderDigest
 	case spec.DiskRBD:
 		proto.Driver, proto.Pool, proto.Image, proto.Conf = "rbd", d.Pool, d.Image, d.CephConf
 		proto.User, proto.KeySecret = d.User, secret
+		proto.Snapshot, proto.Namespace, proto.AuthClientRequired = d.Snapshot, d.Namespace, d.AuthClientRequired
 		for _, m := range d.Monitors {
 			host, port, _ := net.SplitHostPort(m)
 			proto.Server = append(proto.Server, InetAddrBase{Host: host, Port: port})
@@ -290,35 +303,48 @@ func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
 	}
 	p.Blockdevs = []Blockdev{proto, format}
 
-	if d.IsCDROM() {
-		// A CD-ROM is a scsi-cd on its own virtio-scsi controller: the test
-		// guest (and any stock kernel) has virtio-scsi and sr_mod, while
-		// q35's AHCI would need ahci/libata in the guest.
-		ctrl := DiskControllerID(d.Name)
-		p.Devices = []Device{
-			{Driver: "virtio-scsi-pci", ID: ctrl, Bus: bus},
-			{Driver: "scsi-cd", ID: DiskDeviceID(d.Name), Bus: ctrl + ".0", Drive: format.NodeName,
-				Serial: d.Serial, BootIndex: d.BootIndex},
-		}
-		return p, nil
-	}
-	shareRW := false
-	dev := Device{
-		Driver:     "virtio-blk-pci",
-		ID:         DiskDeviceID(d.Name),
-		Bus:        bus,
-		Drive:      format.NodeName,
-		Serial:     d.Serial,
-		BootIndex:  d.BootIndex,
-		WriteCache: cacheModes[d.Cache].writeCache,
-		ShareRW:    &shareRW,
-	}
+	p.Devices = diskDevices(d, format.NodeName, bus)
 	if d.IOThread {
-		dev.IOThread = DiskIOThreadID(d.Name)
-		p.Objects = append(p.Objects, Object{QOMType: "iothread", ID: dev.IOThread})
+		id := DiskIOThreadID(d.Name)
+		p.Devices[0].IOThread = id // virtio-blk, or the SCSI controller
+		p.Objects = append(p.Objects, Object{QOMType: "iothread", ID: id})
 	}
-	p.Devices = []Device{dev}
 	return p, nil
+}
+
+// diskDevices are the disk's devices on bus: a virtio-blk; a virtio-scsi
+// controller of its own with the SCSI device on it; or an AHCI device.
+// A CD-ROM defaults to SCSI because the test guest (and any stock kernel)
+// has virtio-scsi and sr_mod, while AHCI needs ahci/libata in the guest.
+func diskDevices(d spec.Disk, drive, bus string) []Device {
+	id := DiskDeviceID(d.Name)
+	shareRW := false
+	switch cmp.Or(d.Bus, spec.BusSCSI) {
+	case spec.BusVirtio:
+		if !d.IsCDROM() {
+			return []Device{{Driver: "virtio-blk-pci", ID: id, Bus: bus, Drive: drive, Serial: d.Serial,
+				BootIndex: d.BootIndex, WriteCache: cacheModes[d.Cache].writeCache, ShareRW: &shareRW}}
+		}
+	case spec.BusSATA:
+		dev := Device{Driver: "ide-hd", ID: id, Bus: bus, Drive: drive, Serial: d.Serial, BootIndex: d.BootIndex,
+			WriteCache: cacheModes[d.Cache].writeCache, ShareRW: &shareRW}
+		if d.IsCDROM() {
+			dev.Driver, dev.WriteCache, dev.ShareRW = "ide-cd", "", nil
+		}
+		return []Device{dev}
+	}
+	ctrl := DiskControllerID(d.Name)
+	dev := Device{Driver: "scsi-hd", ID: id, Bus: ctrl + ".0", Drive: drive, Serial: d.Serial, BootIndex: d.BootIndex,
+		WriteCache: cacheModes[d.Cache].writeCache, ShareRW: &shareRW}
+	switch {
+	case d.IsCDROM():
+		dev.Driver, dev.WriteCache, dev.ShareRW = "scsi-cd", "", nil
+	case d.Device == spec.DeviceLUN:
+		// The guest's SCSI commands reach the LUN as they are: no serial or
+		// write cache of QEMU's own.
+		dev.Driver, dev.Serial, dev.WriteCache, dev.ShareRW = "scsi-block", "", "", nil
+	}
+	return []Device{{Driver: "virtio-scsi-pci", ID: ctrl, Bus: bus}, dev}
 }
 
 // ovmfBlockdevs are the UEFI flash nodes: the firmware code read-only and

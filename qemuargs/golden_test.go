@@ -110,6 +110,12 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 			o.Disks[d.Name] = h
 		}
 	}
+	for _, name := range vm.CredentialNames() {
+		if o.Credentials == nil {
+			o.Credentials = map[string]string{}
+		}
+		o.Credentials[name] = run + "secrets/.credentials/" + name
+	}
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
@@ -119,7 +125,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	fields := map[string]*string{
 		"Binary": &o.Binary, "QMPSocket": &o.QMPSocket, "EventSocket": &o.EventSocket,
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
-		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars,
+		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
 	}
 	for k, v := range c.override {
 		if k == "Accel" {

@@ -17,6 +17,10 @@ const (
 	BalloonDeviceID     = "balloon"        // virtio-balloon-pci (spec balloon)
 	WatchdogDeviceID    = "watchdog"       // i6300esb (spec watchdog)
 	PanicDeviceID       = "pvpanic"        // ISA pvpanic (spec on_panic)
+	RNGDeviceID         = "rng0"           // virtio-rng-pci (spec rng)
+	RNGObjectID         = "rng0"           // its rng-random backend on /dev/urandom
+	VMGenIDDeviceID     = "vmgenid0"       // vmgenid (spec vmgenid)
+	VMCoreInfoDeviceID  = "vmcoreinfo0"    // vmcoreinfo (spec vmcoreinfo)
 	AgentChardevID      = "guest-agent"    // qemu-ga channel chardev
 	AgentSerialDeviceID = "virtio-serial0" // virtio-serial-pci carrying the agent port
 	AgentPortDeviceID   = "guest-agent"    // virtserialport named AgentPortName
@@ -55,9 +59,12 @@ func DiskFileNodeName(disk string) string { return "file-" + nodeSuffix(disk) }
 // device_del and DEVICE_DELETED use).
 func DiskDeviceID(disk string) string { return "disk-" + disk }
 
-// DiskControllerID is the qdev id of the virtio-scsi controller a CD-ROM
-// disk sits on (its own, on the disk's root port).
+// DiskControllerID is the qdev id of the virtio-scsi controller a SCSI
+// disk (or CD-ROM) sits on: its own, on the disk's root port.
 func DiskControllerID(disk string) string { return "scsi-" + disk }
+
+// SATAPort is the bus of the n-th port (0-based) of q35's AHCI controller.
+func SATAPort(n int) string { return "ide." + strconv.Itoa(n) }
 
 // DiskSecretID is the id of the secret object holding the disk's CHAP
 // password or cephx key.

@@ -241,6 +241,16 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 			}
 		}
 	}
+	for name, p := range o.Credentials { // what the supervisor writes
+		np := strings.Replace(p, run, s, 1)
+		if err := os.MkdirAll(filepath.Dir(np), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(np, []byte(spec.CredentialPrefix+name+"="+vm.Credentials[name]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o.Credentials[name] = np
+	}
 	for _, p := range []*string{&o.QMPSocket, &o.EventSocket, &o.ConsoleSocket, &o.ConsoleLog, &o.EventLog, &o.AgentSocket, &o.FirmwareVars} {
 		*p = strings.Replace(*p, run, s, 1)
 	}

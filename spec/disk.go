@@ -24,10 +24,6 @@ const (
 // DefaultISCSIPort is added to an iSCSI portal without a port.
 const DefaultISCSIPort = "3260"
 
-// IsCDROM reports whether the disk is presented as a CD-ROM (scsi-cd)
-// rather than a virtio-blk disk.
-func (d *Disk) IsCDROM() bool { return d.Type == DiskISO || d.Type == DiskSeed }
-
 // NeedsSecret reports whether the disk has a secret (CHAP password, cephx
 // key) that QEMU must get through a secret object.
 func (d *Disk) NeedsSecret() bool {
@@ -50,6 +46,7 @@ func (d *Disk) applyDefaults(vmName string) {
 	if d.AIO == "" {
 		d.AIO = "threads"
 	}
+	d.applyBusDefaults()
 	if d.IsCDROM() {
 		d.ReadOnly = true
 	}
@@ -84,7 +81,7 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 	if err := ValidName(d.Name); err != nil {
 		return fail("name", "%v", err)
 	}
-	for _, step := range []func(*Disk, diskFail) error{diskText, diskKeys, diskType, diskFormat, diskIO} {
+	for _, step := range []func(*Disk, diskFail) error{diskText, diskKeys, diskType, diskFormat, diskBus, diskNet, diskIO} {
 		if err := step(d, fail); err != nil {
 			return err
 		}
@@ -97,7 +94,8 @@ func diskText(d *Disk, fail diskFail) error {
 	for _, p := range []struct{ key, v string }{{"file", d.File}, {"backing", d.Backing}, {"ceph_conf", d.CephConf},
 		{"secret_file", d.SecretFile}, {"user_data_file", d.UserDataFile}, {"meta_data_file", d.MetaDataFile},
 		{"network_config_file", d.NetworkConfigFile}, {"portal", d.Portal}, {"target", d.Target},
-		{"pool", d.Pool}, {"image", d.Image}, {"user", d.User}} {
+		{"pool", d.Pool}, {"image", d.Image}, {"user", d.User},
+		{"snapshot", d.Snapshot}, {"namespace", d.Namespace}, {"initiator_name", d.InitiatorName}} {
 		if strings.ContainsAny(p.v, "\n\r\x00") {
 			return fail(p.key, "path contains a newline or NUL")
 		}
@@ -141,6 +139,12 @@ func diskKeys(d *Disk, fail diskFail) error {
 		{"meta_data_file", d.MetaDataFile != "", []string{DiskSeed}},
 		{"network_config_file", d.NetworkConfigFile != "", []string{DiskSeed}},
 		{"iothread", d.IOThread, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
+		{"initiator_name", d.InitiatorName != "", []string{DiskISCSI}},
+		{"header_digest", d.HeaderDigest != "", []string{DiskISCSI}},
+		{"transport", d.Transport != "", []string{DiskISCSI}},
+		{"snapshot", d.Snapshot != "", []string{DiskRBD}},
+		{"namespace", d.Namespace != "", []string{DiskRBD}},
+		{"auth_client_required", len(d.AuthClientRequired) > 0, []string{DiskRBD}},
 	} {
 		if err := only(c.key, c.set, c.types...); err != nil {
 			return err

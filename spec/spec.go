@@ -1,6 +1,9 @@
 package spec
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // VM is one virtual machine as written in a TOML file. Field comments give the
 // TOML key and the default Load fills in; testdata/example.toml is the
@@ -36,6 +39,11 @@ type VM struct {
 	RestartLimit  int      `toml:"restart_limit"`  // restarts within restart_window; default 10
 	RestartWindow Duration `toml:"restart_window"` // default "1m"
 	Watchdog      string   `toml:"watchdog"`       // an i6300esb and its action ("reset", "poweroff", ...); unset: none
+	// Identity and platform devices (identity.go).
+	UUID       string `toml:"uuid"`       // default: generated at the first start, then kept (recorded)
+	VMGenID    bool   `toml:"vmgenid"`    // a vmgenid device; its id is generated with the UUID and kept
+	RNG        *bool  `toml:"rng"`        // virtio-rng from the host's /dev/urandom; default true
+	VMCoreInfo *bool  `toml:"vmcoreinfo"` // the vmcoreinfo device (guest crash-dump notes); default true
 
 	Boot   Boot   `toml:"boot"`
 	Disks  []Disk `toml:"disk"`
@@ -48,6 +56,11 @@ type VM struct {
 	Health Health `toml:"health"`
 	// Console bounds the serial console's log (failure.go).
 	Console Console `toml:"console"`
+	// SMBIOS are the firmware's system strings and OEM strings; Credentials
+	// are systemd credentials (name = value) passed to the guest as SMBIOS
+	// OEM strings, through files, never on QEMU's command line.
+	SMBIOS      SMBIOS            `toml:"smbios"`
+	Credentials map[string]string `toml:"credentials"`
 }
 
 // Accel is the accelerator choice.
@@ -77,6 +90,9 @@ type Boot struct {
 	// CmdlineMax raises the cmdline's limit (DefaultCmdlineMax) up to
 	// MaxCmdline, for the rare kernel that takes more.
 	CmdlineMax int `toml:"cmdline_max"`
+	// Strict boots only from the devices with a boot order (disks'
+	// boot_index, the kernel): -boot strict=on; default true.
+	Strict *bool `toml:"strict"`
 }
 
 // Disk formats.
@@ -101,7 +117,14 @@ type Disk struct {
 	Discard   bool   `toml:"discard"`    // pass guest discards (unmap) to the image
 	Serial    string `toml:"serial"`     // guest-visible serial, at most 20 bytes
 	BootIndex int    `toml:"boot_index"` // firmware boot order, 0 = not bootable
-	IOThread  bool   `toml:"iothread"`   // run the disk's I/O in its own thread (virtio-blk kinds)
+	IOThread  bool   `toml:"iothread"`   // run the disk's I/O (or its SCSI controller's) in its own thread
+	// Bus and Device are how the guest sees the disk (disk.go): bus
+	// "virtio" (default: virtio-blk, /dev/vdX), "scsi" (its own virtio-scsi
+	// controller, /dev/sdX) or "sata" (q35's AHCI); device "disk"
+	// (default), "cdrom" (default for iso and seed, on scsi) or "lun" (SCSI
+	// passthrough of an iSCSI LUN or a host SCSI device: scsi-block).
+	Bus    string `toml:"bus"`
+	Device string `toml:"device"`
 	// IOLimits throttle the disk (QEMU's block_set_io_throttle); they can
 	// change while the VM runs (vmsup apply).
 	IOLimits
@@ -110,12 +133,22 @@ type Disk struct {
 	Portal string `toml:"portal"` // "HOST:PORT" (port default 3260)
 	Target string `toml:"target"` // target IQN
 	LUN    int    `toml:"lun"`    // default 0
+	// InitiatorName is the name vmsup's QEMU logs in with; default
+	// "iqn.2008-11.org.linux-kvm:UUID" (QEMU's own default, libvirt's too).
+	InitiatorName string `toml:"initiator_name"`
+	HeaderDigest  string `toml:"header_digest"` // "none", "crc32c", "crc32c-none", "none-crc32c"; default libiscsi's
+	Transport     string `toml:"transport"`     // "tcp" (default) or "iser" (RDMA)
 
 	// rbd
-	Pool     string   `toml:"pool"`      // required
-	Image    string   `toml:"image"`     // required
-	Monitors []string `toml:"monitors"`  // "HOST:PORT"; default: from ceph_conf
-	CephConf string   `toml:"ceph_conf"` // ceph.conf path; default librados' own search
+	Pool      string   `toml:"pool"`      // required
+	Image     string   `toml:"image"`     // required
+	Monitors  []string `toml:"monitors"`  // "HOST:PORT"; default: from ceph_conf
+	CephConf  string   `toml:"ceph_conf"` // ceph.conf path; default librados' own search
+	Snapshot  string   `toml:"snapshot"`  // open this snapshot of the image (read-only)
+	Namespace string   `toml:"namespace"` // the image's RADOS namespace in the pool
+	// AuthClientRequired overrides ceph.conf's auth_client_required:
+	// ["cephx"], ["none"] or both, in order of preference.
+	AuthClientRequired []string `toml:"auth_client_required"`
 
 	// iscsi and rbd
 	User       string `toml:"user"`        // iscsi: CHAP user; rbd: cephx id ("admin")
@@ -295,6 +328,7 @@ func (vm *VM) applyDefaults() {
 	vm.Security.applyDefaults()
 	vm.Health.applyDefaults()
 	vm.applyFailureDefaults()
+	vm.UUID = strings.ToLower(vm.UUID) // one spelling, so a case change is no change
 }
 
 // Shutdown methods.

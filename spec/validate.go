@@ -50,7 +50,8 @@ func (f *File) validate() error {
 	}
 	for _, check := range []func() error{
 		f.validateName, f.validateMachine, f.validateCPUs, f.validateMemory, f.validateStop,
-		f.validateBoot, f.validateSecurity, f.validateLimits, f.validateHealth, f.validateFailure,
+		f.validateBoot, f.validateSecurity, f.validateLimits, f.validateHealth, f.validateFailure, f.validateIdentity,
+		f.validateSATA,
 	} {
 		add(check())
 	}

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -278,8 +279,14 @@ func (t Tools) probeISCSI(ctx context.Context, d spec.Disk) error {
 		return diskErr(d.Name, "portal", err, "iSCSI portal %s unreachable: %v", d.Portal, unwrapOp(err))
 	}
 	c.Close()
-	opts := []string{"driver=raw", "file.driver=iscsi", "file.transport=tcp", "file.portal=" + esc(d.Portal),
+	opts := []string{"driver=raw", "file.driver=iscsi", "file.transport=" + cmp.Or(d.Transport, "tcp"), "file.portal=" + esc(d.Portal),
 		"file.target=" + esc(d.Target), fmt.Sprintf("file.lun=%d", d.LUN)}
+	if d.InitiatorName != "" { // the caller fills in the VM's default (spec.Disk.InitiatorFor)
+		opts = append(opts, "file.initiator-name="+esc(d.InitiatorName))
+	}
+	if d.HeaderDigest != "" {
+		opts = append(opts, "file.header-digest="+d.HeaderDigest)
+	}
 	if d.User != "" {
 		opts = append(opts, "file.user="+esc(d.User), "file.password-secret=sec0")
 	}
@@ -291,6 +298,14 @@ func (t Tools) probeISCSI(ctx context.Context, d spec.Disk) error {
 
 func (t Tools) probeRBD(ctx context.Context, d spec.Disk) error {
 	opts := []string{"driver=raw", "file.driver=rbd", "file.pool=" + esc(d.Pool), "file.image=" + esc(d.Image)}
+	for _, kv := range [][2]string{{"snapshot", d.Snapshot}, {"namespace", d.Namespace}} {
+		if kv[1] != "" {
+			opts = append(opts, "file."+kv[0]+"="+esc(kv[1]))
+		}
+	}
+	for i, a := range d.AuthClientRequired {
+		opts = append(opts, fmt.Sprintf("file.auth-client-required.%d=%s", i, a))
+	}
 	if d.CephConf != "" {
 		if _, err := os.Stat(d.CephConf); err != nil {
 			return diskErr(d.Name, "ceph_conf", err, "%v", err)

@@ -21,11 +21,16 @@ type FileUse struct {
 
 // DiskFiles lists the host files QEMU opens for disk d: an image file and
 // its whole backing chain (bases only read), a block device or an ISO.
-// Network disks open no host file, and a seed's ISO and disk secrets live
+// Network disks open no host file but an RBD disk's ceph_conf, and a seed's ISO and disk secrets live
 // in the VM's state directory. What confinement must grant.
 func DiskFiles(ctx context.Context, d spec.Disk) ([]FileUse, error) {
 	switch d.Type {
-	case spec.DiskISCSI, spec.DiskRBD, spec.DiskSeed:
+	case spec.DiskRBD:
+		if d.CephConf != "" { // librados reads it inside QEMU
+			return []FileUse{{Path: d.CephConf, Mode: "r"}}, nil
+		}
+		return nil, nil
+	case spec.DiskISCSI, spec.DiskSeed:
 		return nil, nil
 	case spec.DiskBlock, spec.DiskISO:
 		m := "rwk"

@@ -94,6 +94,7 @@ func (s *Supervisor) plan(ctx context.Context, f *spec.File) (PlanResult, error)
 			facts.SpareSlots = 32 // pci.0 takes hotplugs itself; QEMU says when it is full
 		}
 	}
+	keepUUID(running, &f.VM, app)
 	res.Changes = plan.Diff(running, &f.VM, facts)
 	if res.Pending, err = s.state.ReadPending(name); err != nil {
 		return res, err

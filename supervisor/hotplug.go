@@ -89,6 +89,10 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 		}
 		return res, nil
 	}
+	if d.Bus == spec.BusSATA {
+		return fail(errors.New("a SATA disk cannot be hot-plugged (QEMU's AHCI has no hotplug): use bus \"scsi\" or \"virtio\", or attach it while the VM is stopped"))
+	}
+	d.InitiatorName = d.InitiatorFor(app.UUID) // as QEMU will log in
 	if err := t.Check(ctx, d); err != nil {
 		return fail(err)
 	}
@@ -119,7 +123,7 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 	if err != nil {
 		return fail(stepCause(err))
 	}
-	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: a.image, SecretFile: a.prep.SecretFile}, bus)
+	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: a.image, SecretFile: a.prep.SecretFile, UUID: app.UUID}, bus)
 	if err != nil {
 		undo(ctx)
 		return fail(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
@@ -29,6 +30,7 @@ type startPlan struct {
 func (s *Supervisor) hostSteps(f *spec.File, p vmstate.Paths, plan *startPlan) []step {
 	var steps []step
 	steps = append(steps, s.storageSteps(f, p, plan)...)
+	steps = append(steps, s.identitySteps(f, p)...)
 	steps = append(steps, s.networkSteps(f, plan)...)
 	steps = append(steps, s.confineSteps(f, plan)...)
 	return steps
@@ -41,5 +43,6 @@ func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
 		s.networkTeardown(ctx, name),
 		s.confiner().Teardown(ctx, name),
 		s.storageTeardown(ctx, name),
+		identity.RemoveCredentials(s.paths(name).Dir),
 	)
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/identity"
+
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -202,7 +204,8 @@ func (d *incomingVM) prepare(ctx context.Context, s *Supervisor, m migration.Msg
 		mode = StartIncomingLocal
 	}
 	d.startRun = s.newStart(f, mode, incomingArgs{
-		accel: m.Accel, cpu: cpuChoice{m.CPUModel, m.CPUMasks}, sourceFile: m.SourceFile, from: m.From,
+		accel: m.Accel, cpu: cpuChoice{m.CPUModel, m.CPUMasks}, ids: identity.IDs{UUID: m.UUID, GenID: m.GenID},
+		sourceFile: m.SourceFile, from: m.From,
 		markers: m.Markers, uefiVars: m.UEFIVars, autostart: d.autostart,
 		listen: func(ctx context.Context, _ *startRun) error { return d.listen(ctx, m) },
 	})

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/identity"
+
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/migration"
@@ -82,6 +84,7 @@ func (s *Supervisor) StartSteps(f *spec.File, mode StartMode) []string {
 type incomingArgs struct {
 	accel      spec.Accel
 	cpu        cpuChoice
+	ids        identity.IDs // the source's UUID and generation id
 	sourceFile string
 	from       string
 	markers    map[string]string // disk file -> the source's marker beside it
@@ -448,11 +451,15 @@ func (r *startRun) reuse(context.Context) error {
 }
 
 func (r *startRun) makeArgv(context.Context) (err error) {
+	r.resolveIdentity()
 	boot := bootFile(r.f, r.plan.carried)
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
-	opts := append(r.plan.argvOpts, func(o *qemuargs.Options) { o.EventLog, o.ConsoleLog = r.app.EventLog, consoleFIFO(r.p, r.unit) })
+	opts := append(r.plan.argvOpts, func(o *qemuargs.Options) {
+		o.EventLog, o.ConsoleLog = r.app.EventLog, consoleFIFO(r.p, r.unit)
+		o.UUID, o.GenID = r.app.UUID, r.app.GenID
+	})
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {
 			o.Incoming = true

@@ -42,6 +42,7 @@ type Status struct {
 	// turned off because this host's KVM refuses the model otherwise.
 	CPUModel    string   `json:"cpu_model,omitempty"`
 	CPUMasks    []string `json:"cpu_masks,omitempty"`
+	UUID        string   `json:"uuid,omitempty"` // the machine UUID the guest sees (recorded at its first start)
 	SpecFile    string   `json:"spec_file,omitempty"`
 	CPUs        int      `json:"cpus,omitempty"`
 	Memory      string   `json:"memory,omitempty"`
@@ -143,7 +144,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	app, appErr := s.state.ReadApplied(name)
 	if appErr == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
-		out.CPUModel, out.CPUMasks = app.CPUModel, app.CPUMasks
+		out.CPUModel, out.CPUMasks, out.UUID = app.CPUModel, app.CPUMasks, app.UUID
 		for _, a := range app.Attached {
 			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
 		}

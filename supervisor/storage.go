@@ -32,7 +32,12 @@ func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
 	t := s.tools()
 	_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
 	running := qmpErr == nil
+	uuid := f.VM.UUID // the UUID the VM logs in to iSCSI targets with, when known
+	if app, err := s.state.ReadApplied(f.VM.Name); err == nil && uuid == "" {
+		uuid = app.UUID
+	}
 	for i, d := range f.VM.Disks {
+		d.InitiatorName = d.InitiatorFor(uuid)
 		err := t.Check(ctx, d)
 		if errors.Is(err, storage.ErrInUse) && running {
 			// The VM runs and holds its own images; up leaves it alone.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -110,7 +111,10 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		EventLog:       p.EventLog(),
 		VhostNet:       s.vhostNet(),
 		Disks:          diskHosts(p, &f.VM),
+		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
 	}
+	ids := s.recordedIDs(&f.VM)
+	o.UUID, o.GenID = ids.UUID, ids.GenID
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode, o.FirmwareVars = hostcaps.FirmwareCode(spec.FirmwareUEFI), p.UEFIVars
@@ -304,7 +308,11 @@ func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
 // live changes, with keys newer than the record at their defaults).
 func runsFile(app *vmstate.Applied, vm *spec.VM) bool {
 	running, err := app.Running()
-	return err == nil && bytes.Equal(vmstate.Canonical(running), vmstate.Canonical(vm))
+	if err != nil {
+		return false
+	}
+	keepUUID(running, vm, app)
+	return bytes.Equal(vmstate.Canonical(running), vmstate.Canonical(vm))
 }
 
 func absPath(p string) string {

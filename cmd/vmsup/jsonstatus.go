@@ -22,6 +22,7 @@ type statusJSON struct {
 	AccelReason   string       `json:"accel_reason"`
 	CPUModel      string       `json:"cpu_model"`
 	CPUMasks      []string     `json:"cpu_masks"`
+	UUID          string       `json:"uuid"`
 	CPUs          int          `json:"cpus"`
 	Memory        string       `json:"memory"`
 	MemoryUsed    uint64       `json:"memory_used_bytes"`
@@ -94,7 +95,7 @@ func nonNil[T any](s []T) []T {
 func toStatusJSON(s supervisor.Status) statusJSON {
 	out := statusJSON{Name: s.Name, State: stateJSON(s.State), Reason: s.Reason, QEMUStatus: s.QEMUStatus,
 		Description: s.Description, Unit: s.Unit, UnitState: s.UnitState, PID: s.MainPID, Since: s.Since,
-		Accel: string(s.Accel), AccelReason: s.AccelReason, CPUModel: s.CPUModel, CPUMasks: nonNil(s.CPUMasks),
+		Accel: string(s.Accel), AccelReason: s.AccelReason, CPUModel: s.CPUModel, CPUMasks: nonNil(s.CPUMasks), UUID: s.UUID,
 		CPUs: s.CPUs, Memory: s.Memory, MemoryUsed: s.MemoryUsed, SpecFile: s.SpecFile, StateDir: s.StateDir,
 		ConsoleSocket: s.Console, ConsoleLog: s.ConsoleLog, Autostart: s.Autostart, Recovery: s.Recovery,
 		Disks: disksJSON(s.Disks), NICs: nicsJSON(s.NICs),

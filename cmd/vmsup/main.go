@@ -162,7 +162,7 @@ func newRoot() (*cobra.Command, *globals) {
 		nicCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g), rebootApplyCmd(g), planCmd(g), applyCmd(g), eventsCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
-		execCmd(g), cpCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), versionCmd(g), manCmd(),
+		execCmd(g), cpCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(),
 	)
 	usageArgs(root)
 	completions(g, root)

@@ -56,6 +56,9 @@ func statusCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(out, "cpu:      %s\n", cpu)
 				}
+				if s.UUID != "" {
+					fmt.Fprintf(out, "uuid:     %s\n", s.UUID)
+				}
 				if s.MemoryUsed > 0 {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}

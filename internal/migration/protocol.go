@@ -76,9 +76,13 @@ type Msg struct {
 	// the destination runs with too (absent from older sources).
 	CPUModel string   `json:"cpu_model,omitempty"`
 	CPUMasks []string `json:"cpu_masks,omitempty"`
-	Listen   string   `json:"listen,omitempty"` // address the destination QEMU listens on
-	Multifd  int      `json:"multifd,omitempty"`
-	Postcopy bool     `json:"postcopy,omitempty"`
+	// UUID and GenID: the VM's identity, which the destination's QEMU
+	// must present unchanged (absent from older sources).
+	UUID     string `json:"uuid,omitempty"`
+	GenID    string `json:"genid,omitempty"`
+	Listen   string `json:"listen,omitempty"` // address the destination QEMU listens on
+	Multifd  int    `json:"multifd,omitempty"`
+	Postcopy bool   `json:"postcopy,omitempty"`
 	// Markers maps each disk file to a file the source created beside it: the
 	// destination seeing it proves the directory is shared.
 	Markers map[string]string `json:"markers,omitempty"`

@@ -51,6 +51,10 @@ var rules = map[string]rule{
 	"balloon":                {class: Restart, why: "the balloon is a device made when QEMU starts"},
 	"balloon_target":         {class: Live, kind: Balloon, op: "balloon (QMP)"},
 	"security.*":             {class: Restart, why: "the confinement is set up when the unit starts"},
+	"boot.strict":            {class: Restart, why: "QEMU passes the boot policy to the firmware when it starts"},
+	"uuid":                   {class: Restart, why: "QEMU builds the firmware tables when it starts", warn: "the guest sees another machine UUID"},
+	"credentials":            {class: Restart, why: "QEMU reads the credential files when it starts (the guest's systemd at boot)"},
+	"smbios.*":               {class: Restart, why: "QEMU builds the SMBIOS tables when it starts"},
 }
 
 func ruleFor(path string) rule {
@@ -128,6 +132,14 @@ func show(v reflect.Value) string {
 		}
 		return fmt.Sprintf("%q", x)
 	}
+	if v.Kind() == reflect.Map { // credentials: their names, never their values
+		var names []string
+		for _, k := range v.MapKeys() {
+			names = append(names, k.String())
+		}
+		slices.Sort(names)
+		return "{" + strings.Join(names, ", ") + "}"
+	}
 	if v.Kind() == reflect.Slice {
 		var parts []string
 		for i := 0; i < v.Len(); i++ {
@@ -174,8 +186,9 @@ func (d *differ) resources(run, want *spec.VM) {
 func (d *differ) devices(run, want *spec.VM) {
 	for _, r := range run.Disks {
 		if !slices.ContainsFunc(want.Disks, func(w spec.Disk) bool { return w.Name == r.Name }) {
-			d.add(Change{Field: fmt.Sprintf("disk[%s]", r.Name), From: diskLabel(r), Class: Live, Kind: DiskRemove, Name: r.Name,
-				Op: "device_del, blockdev-del", Guest: "release the disk (unmount it) before apply"})
+			c := Change{Field: fmt.Sprintf("disk[%s]", r.Name), From: diskLabel(r), Class: Live, Kind: DiskRemove, Name: r.Name,
+				Op: "device_del, blockdev-del", Guest: "release the disk (unmount it) before apply"}
+			d.add(notOnSATA(c, r))
 		}
 	}
 	for _, r := range run.NICs {
@@ -195,8 +208,13 @@ func (d *differ) devices(run, want *spec.VM) {
 				Why: "a disk of that name was attached by hand (vmsup disk attach) and differs; detach it first"})
 			continue
 		}
-		d.add(d.plug(Change{Field: fmt.Sprintf("disk[%s]", w.Name), To: diskLabel(w), Kind: DiskAdd, Name: w.Name,
-			Op: "blockdev-add, device_add"}))
+		c := Change{Field: fmt.Sprintf("disk[%s]", w.Name), To: diskLabel(w), Kind: DiskAdd, Name: w.Name,
+			Op: "blockdev-add, device_add"}
+		if w.Bus == spec.BusSATA {
+			d.add(notOnSATA(c, w))
+			continue
+		}
+		d.add(d.plug(c))
 	}
 	for _, w := range want.NICs {
 		i := slices.IndexFunc(run.NICs, func(r spec.NIC) bool { return r.Name == w.Name })
@@ -212,6 +230,17 @@ func (d *differ) devices(run, want *spec.VM) {
 		d.add(d.plug(Change{Field: fmt.Sprintf("nic[%s]", w.Name), To: w.Type, Kind: NICAdd, Name: w.Name,
 			Op: "netdev_add, device_add", Guest: "bring the new NIC up"}))
 	}
+}
+
+// notOnSATA makes a SATA disk's addition or removal a restart: QEMU's
+// AHCI controller has no hotplug.
+func notOnSATA(c Change, dk spec.Disk) Change {
+	if dk.Bus != spec.BusSATA {
+		return c
+	}
+	c.Class, c.Kind, c.Op, c.Guest = Restart, NotLiveKind, "", ""
+	c.Why = "QEMU's AHCI (bus \"sata\") has no hotplug"
+	return c
 }
 
 // plug makes an addition live while hotplug slots are left.

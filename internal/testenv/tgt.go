@@ -85,12 +85,40 @@ func (t *TGT) adm(ctx context.Context, args ...string) ([]byte, error) {
 // with chapPassword (an account is created on first use; later targets
 // bind the same user and its first password).
 func (t *TGT) AddTarget(ctx context.Context, tid int, iqn, file, chapUser, chapPassword string) error {
+	return t.AddTargetWith(ctx, tid, iqn, file, TargetOptions{CHAPUser: chapUser, CHAPPassword: chapPassword})
+}
+
+// TargetOptions are a target's optional settings.
+type TargetOptions struct {
+	CHAPUser, CHAPPassword string
+	// Initiators, when set, is the target's initiator-name ACL: only these
+	// names may log in (instead of any initiator on 127.0.0.1).
+	Initiators []string
+	// VendorID and ProductID are what LUN 1 answers to SCSI INQUIRY (at
+	// most 8 and 16 bytes); tgt's own ("IET", "VIRTUAL-DISK") when empty.
+	VendorID, ProductID string
+}
+
+// AddTargetWith is AddTarget with o's settings.
+func (t *TGT) AddTargetWith(ctx context.Context, tid int, iqn, file string, o TargetOptions) error {
 	id := strconv.Itoa(tid)
 	steps := [][]string{
 		{"--op", "new", "--mode", "target", "--tid", id, "-T", iqn},
 		{"--op", "new", "--mode", "logicalunit", "--tid", id, "--lun", "1", "-b", file, "--bstype", "rdwr"},
-		{"--op", "bind", "--mode", "target", "--tid", id, "-I", "127.0.0.1"},
 	}
+	if len(o.Initiators) == 0 {
+		// tgt lets in an initiator that passes the address ACL or the name
+		// ACL: a target bound to names must not be bound to the address.
+		steps = append(steps, []string{"--op", "bind", "--mode", "target", "--tid", id, "-I", "127.0.0.1"})
+	}
+	if o.VendorID != "" || o.ProductID != "" {
+		steps = append(steps, []string{"--op", "update", "--mode", "logicalunit", "--tid", id, "--lun", "1",
+			"--params", fmt.Sprintf("vendor_id=%s,product_id=%s", o.VendorID, o.ProductID)})
+	}
+	for _, name := range o.Initiators {
+		steps = append(steps, []string{"--op", "bind", "--mode", "target", "--tid", id, "-Q", name})
+	}
+	chapUser, chapPassword := o.CHAPUser, o.CHAPPassword
 	if chapUser != "" {
 		t.mu.Lock()
 		if !t.accounts[chapUser] {

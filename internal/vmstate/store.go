@@ -109,8 +109,12 @@ type Applied struct {
 	AccelReason string          `json:"accel_reason,omitempty"`
 	// CPUModel and CPUMasks are the -cpu model the host probe chose when
 	// the spec names none, and the features turned off for this host's KVM.
-	CPUModel  string    `json:"cpu_model,omitempty"`
-	CPUMasks  []string  `json:"cpu_masks,omitempty"`
+	CPUModel string   `json:"cpu_model,omitempty"`
+	CPUMasks []string `json:"cpu_masks,omitempty"`
+	// UUID and GenID are the VM's UUID (the file's, or generated at its
+	// first start) and vmgenid generation id, kept from start to start.
+	UUID      string    `json:"uuid,omitempty"`
+	GenID     string    `json:"genid,omitempty"`
 	Argv      []string  `json:"argv"`
 	StartedAt time.Time `json:"started_at"`
 	// AttachedNICs were hot-plugged into the running VM (vmsup nic attach),

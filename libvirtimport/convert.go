@@ -1,0 +1,399 @@
+package libvirtimport
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	toml "github.com/pelletier/go-toml/v2"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// Dropped is one element of the domain the VM file does not carry.
+type Dropped struct {
+	Element string // where in the domain, e.g. "devices/graphics[0] (spice)"
+	Why     string
+}
+
+func (d Dropped) String() string { return d.Element + ": " + d.Why }
+
+// Result is a converted domain.
+type Result struct {
+	Name    string    // the VM's name (the domain's, made valid)
+	TOML    []byte    // the VM file, headed by comments listing Dropped
+	Dropped []Dropped // in document order
+}
+
+// Convert turns one libvirt domain XML into a vmsup VM file. source names
+// the XML in the file's header. An error means the XML is not a domain
+// vmsup can run at all (not KVM/QEMU x86-64, no memory); everything else it
+// cannot express is in Dropped.
+func Convert(domainXML []byte, source string) (*Result, error) {
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(string(domainXML)); err != nil {
+		return nil, fmt.Errorf("%s: not a libvirt domain XML: %w", source, err)
+	}
+	c := &converter{dom: &dom}
+	if err := c.domain(); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	c.devices()
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Imported by vmsup import from %s (libvirt domain %q).\n", source, dom.Name)
+	if len(c.dropped) == 0 {
+		b.WriteString("# Everything in the domain was carried over.\n")
+	} else {
+		fmt.Fprintf(&b, "# Not carried over (%d):\n", len(c.dropped))
+		for _, d := range c.dropped {
+			fmt.Fprintf(&b, "#   %s\n", strings.ReplaceAll(d.String(), "\n", " "))
+		}
+	}
+	b.WriteString("\n")
+	enc := toml.NewEncoder(&b)
+	enc.SetIndentTables(false)
+	if err := enc.Encode(c.out); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	// What Convert writes must load: a mapping error is a bug here, not
+	// the user's, and must not reach their disk.
+	if _, err := spec.Parse(source+".toml", b.Bytes()); err != nil {
+		return nil, fmt.Errorf("%s: the converted file does not load (a vmsup import bug): %w", source, err)
+	}
+	return &Result{Name: c.out.Name, TOML: b.Bytes(), Dropped: c.dropped}, nil
+}
+
+type converter struct {
+	dom     *libvirtxml.Domain
+	out     fileVM
+	dropped []Dropped
+	// iothreads: the domain has I/O threads (a disk's driver names one).
+	iothreads bool
+}
+
+func (c *converter) drop(element, format string, args ...any) {
+	c.dropped = append(c.dropped, Dropped{Element: element, Why: fmt.Sprintf(format, args...)})
+}
+
+var badNameChar = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// domain maps what is not a device: name, identity, memory, CPUs, boot,
+// features, tuning.
+func (c *converter) domain() error {
+	d := c.dom
+	switch d.Type {
+	case "kvm", "qemu", "":
+	default:
+		return fmt.Errorf("domain type %q: vmsup runs QEMU (kvm or qemu domains)", d.Type)
+	}
+	if d.OS != nil && d.OS.Type != nil && d.OS.Type.Arch != "" && d.OS.Type.Arch != "x86_64" {
+		return fmt.Errorf("architecture %q: vmsup runs x86_64 guests", d.OS.Type.Arch)
+	}
+	c.name()
+	c.out.UUID = strings.ToLower(d.UUID)
+	c.out.Description = strings.TrimSpace(strings.Join(nonEmpty(d.Title, d.Description), ": "))
+	if err := c.memory(); err != nil {
+		return err
+	}
+	c.cpus()
+	c.os()
+	c.features()
+	c.sysinfo()
+	c.tuning()
+	if d.GenID != nil {
+		c.out.VMGenID = true
+		if d.GenID.Value != "" {
+			c.drop("genid", "vmsup generates the VM's generation id itself (%s is not kept)", d.GenID.Value)
+		}
+	}
+	for _, e := range []struct{ el, v, def string }{{"on_poweroff", d.OnPoweroff, "destroy"}, {"on_reboot", d.OnReboot, "restart"}} {
+		if e.v != "" && e.v != e.def {
+			c.drop(e.el, "%q: a vmsup guest that powers off stops and one that reboots restarts", e.v)
+		}
+	}
+	if d.OnLockFailure != "" {
+		c.drop("on_lockfailure", "vmsup holds image locks through QEMU itself")
+	}
+	if d.PM != nil {
+		c.drop("pm", "guest suspend settings: QEMU's defaults apply")
+	}
+	if d.Clock != nil && (d.Clock.Offset != "" && d.Clock.Offset != "utc" || len(d.Clock.Timer) > 0) {
+		c.drop("clock", "offset %q with %d timer settings: vmsup guests run QEMU's default clock (UTC)", d.Clock.Offset, len(d.Clock.Timer))
+	}
+	if len(d.SecLabel) > 0 {
+		c.drop("seclabel", "vmsup confines each VM itself (its own user, an AppArmor profile, seccomp: [security])")
+	}
+	if d.Metadata != nil {
+		c.drop("metadata", "application metadata (such as libosinfo's) has no vmsup counterpart")
+	}
+	if d.Resource != nil {
+		c.drop("resource", "vmsup places each VM in its own systemd unit")
+	}
+	if d.QEMUCommandline != nil {
+		c.drop("qemu:commandline", "extra QEMU arguments: vmsup builds the whole command line itself")
+	}
+	return nil
+}
+
+func nonEmpty(s ...string) []string {
+	var out []string
+	for _, v := range s {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (c *converter) name() {
+	n := c.dom.Name
+	v := badNameChar.ReplaceAllString(n, "-")
+	v = strings.TrimLeft(v, "_.-")
+	if len(v) > spec.MaxNameLen {
+		v = v[:spec.MaxNameLen]
+	}
+	if v == "" {
+		v = "imported"
+	}
+	if v != n {
+		c.drop("name", "%q is %q here: vmsup names are letters, digits, '_', '.', '-', at most %d bytes", n, v, spec.MaxNameLen)
+	}
+	c.out.Name = v
+}
+
+// bytesOf converts a libvirt memory value (default unit KiB).
+func bytesOf(v uint, unit string) (uint64, error) {
+	mult := map[string]uint64{"": 1 << 10, "b": 1, "bytes": 1, "k": 1 << 10, "KiB": 1 << 10, "KB": 1000,
+		"M": 1 << 20, "MiB": 1 << 20, "MB": 1000 * 1000, "G": 1 << 30, "GiB": 1 << 30, "GB": 1000 * 1000 * 1000,
+		"T": 1 << 40, "TiB": 1 << 40, "TB": 1000 * 1000 * 1000 * 1000}[unit]
+	if mult == 0 {
+		if m, ok := map[string]uint64{"K": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit]; ok {
+			mult = m
+		} else {
+			return 0, fmt.Errorf("unknown memory unit %q", unit)
+		}
+	}
+	return uint64(v) * mult, nil
+}
+
+// mib renders bytes as whole MiB, rounded up.
+func mib(b uint64) (string, bool) {
+	n := (b + (1<<20 - 1)) >> 20
+	return fmt.Sprintf("%dM", n), n<<20 == b
+}
+
+func (c *converter) memory() error {
+	d := c.dom
+	if d.Memory == nil || d.Memory.Value == 0 {
+		return errors.New("no <memory>: vmsup needs the guest's memory size")
+	}
+	b, err := bytesOf(d.Memory.Value, d.Memory.Unit)
+	if err != nil {
+		return fmt.Errorf("memory: %w", err)
+	}
+	var exact bool
+	if c.out.Memory, exact = mib(b); !exact {
+		c.drop("memory", "%d bytes is not a whole number of MiB: rounded up to %s", b, c.out.Memory)
+	}
+	if m := d.MaximumMemory; m != nil && m.Value > 0 {
+		if mb, err := bytesOf(m.Value, m.Unit); err == nil && mb > b {
+			c.out.MaxMemory, _ = mib(mb)
+		}
+	}
+	if cm := d.CurrentMemory; cm != nil && cm.Value > 0 {
+		if cb, err := bytesOf(cm.Value, cm.Unit); err == nil && cb < b {
+			c.out.BalloonTarget, _ = mib(cb) // kept only if there is a balloon (devices)
+		}
+	}
+	return nil
+}
+
+func (c *converter) cpus() {
+	d := c.dom
+	if d.VCPU != nil && d.VCPU.Value > 0 {
+		c.out.CPUs = d.VCPU.Value
+		if cur := d.VCPU.Current; cur > 0 && cur < d.VCPU.Value {
+			c.out.CPUs, c.out.MaxCPUs = cur, d.VCPU.Value
+		}
+		if d.VCPU.CPUSet != "" {
+			c.drop("vcpu/@cpuset", "host CPU pinning is not in vmsup yet")
+		}
+	}
+	if c.out.CPUs == 1 {
+		c.out.CPUs = 0 // the default
+	}
+	cpu := d.CPU
+	if cpu == nil {
+		return
+	}
+	switch cpu.Mode {
+	case "host-passthrough", "maximum", "":
+		// vmsup's default model: host under KVM, max under TCG.
+	case "host-model":
+		c.drop("cpu/@mode", "host-model: vmsup passes the host CPU through under KVM (host) and uses max under TCG")
+	case "custom":
+		if cpu.Model != nil && spec.ValidCPUModel(cpu.Model.Value) == nil {
+			c.out.CPUModel = cpu.Model.Value
+		}
+	}
+	if len(cpu.Features) > 0 {
+		c.drop("cpu/feature", "%d CPU feature settings: vmsup runs the model as QEMU defines it", len(cpu.Features))
+	}
+	if cpu.Topology != nil {
+		c.drop("cpu/topology", "sockets/cores/threads: vmsup gives the guest one socket of single-thread CPUs for now")
+	}
+	if cpu.Numa != nil {
+		c.drop("cpu/numa", "guest NUMA nodes are not in vmsup yet")
+	}
+}
+
+func (c *converter) os() {
+	o := c.dom.OS
+	if o == nil {
+		return
+	}
+	if o.Type != nil {
+		switch m := o.Type.Machine; {
+		case strings.Contains(m, "q35"):
+		case m == "pc" || strings.HasPrefix(m, "pc-i440fx") || strings.HasPrefix(m, "pc-"):
+			c.out.Machine = "pc"
+		case m != "":
+			c.drop("os/type/@machine", "%q: vmsup runs q35 or pc; q35 it is", m)
+		}
+	}
+	b := &fileBoot{Kernel: o.Kernel, Initrd: o.Initrd, Cmdline: o.Cmdline}
+	if o.Firmware == "efi" || (o.Loader != nil && o.Loader.Type == "pflash") {
+		b.Firmware = spec.FirmwareUEFI
+		if o.Loader != nil && o.Loader.Secure == "yes" {
+			c.drop("os/loader/@secure", "Secure Boot firmware is not in vmsup yet: plain OVMF it is")
+		}
+		if o.NVRam != nil && o.NVRam.NVRam != "" {
+			c.drop("os/nvram", "vmsup keeps the VM's own UEFI variable store: copy %s over it to keep the variables", o.NVRam.NVRam)
+		}
+	}
+	if o.BootMenu != nil {
+		c.drop("os/bootmenu", "the firmware's boot menu needs a display, which vmsup VMs have not")
+	}
+	if o.SMBios != nil && o.SMBios.Mode != "sysinfo" {
+		c.drop("os/smbios", "mode %q: vmsup's SMBIOS strings are the [smbios] table", o.SMBios.Mode)
+	}
+	if *b != (fileBoot{}) {
+		c.out.Boot = b
+	}
+}
+
+func (c *converter) features() {
+	f := c.dom.Features
+	off := false
+	c.out.VMCoreInfo = &off // libvirt adds it only when asked
+	if f == nil {
+		return
+	}
+	if f.VMCoreInfo != nil && f.VMCoreInfo.State != "off" {
+		c.out.VMCoreInfo = nil // vmsup's default: on
+	}
+	for _, x := range []struct {
+		name string
+		set  bool
+	}{{"hyperv", f.HyperV != nil}, {"kvm", f.KVM != nil}, {"smm", f.SMM != nil}, {"pmu", f.PMU != nil},
+		{"vmport", f.VMPort != nil}, {"ioapic", f.IOAPIC != nil}, {"pvspinlock", f.PVSpinlock != nil},
+		{"msrs", f.MSRS != nil}, {"hap", f.HAP != nil}} {
+		if x.set {
+			c.drop("features/"+x.name, "QEMU's default for the machine applies")
+		}
+	}
+}
+
+func (c *converter) sysinfo() {
+	for i, si := range c.dom.SysInfo {
+		s := si.SMBIOS
+		if s == nil {
+			c.drop(fmt.Sprintf("sysinfo[%d]", i), "only SMBIOS sysinfo maps to vmsup")
+			continue
+		}
+		out := &fileSMBIOS{}
+		if s.System != nil {
+			for _, e := range s.System.Entry {
+				v := strings.TrimSpace(e.Value)
+				switch e.Name {
+				case "manufacturer":
+					out.Manufacturer = v
+				case "product":
+					out.Product = v
+				case "version":
+					out.Version = v
+				case "serial":
+					out.Serial = v
+				case "sku":
+					out.SKU = v
+				case "family":
+					out.Family = v
+				case "uuid": // the domain's uuid
+				default:
+					c.drop("sysinfo/system/entry[@name="+e.Name+"]", "not a type 1 string vmsup sets")
+				}
+			}
+		}
+		if s.OEMStrings != nil {
+			for _, e := range s.OEMStrings.Entry {
+				if name, value, ok := strings.Cut(strings.TrimPrefix(e, spec.CredentialPrefix), "="); ok && strings.HasPrefix(e, spec.CredentialPrefix) {
+					if c.out.Credentials == nil {
+						c.out.Credentials = map[string]string{}
+					}
+					c.out.Credentials[name] = value
+					continue
+				}
+				out.OEMStrings = append(out.OEMStrings, e)
+			}
+		}
+		for _, x := range []struct {
+			el  string
+			set bool
+		}{{"bios", s.BIOS != nil}, {"baseBoard", len(s.BaseBoard) > 0}, {"chassis", s.Chassis != nil},
+			{"processor", len(s.Processor) > 0}, {"memory_device", len(s.Memory) > 0}} {
+			if x.set {
+				c.drop("sysinfo/"+x.el, "vmsup sets SMBIOS type 1 and 11 strings only")
+			}
+		}
+		if out.Manufacturer+out.Product+out.Version+out.Serial+out.SKU+out.Family != "" || len(out.OEMStrings) > 0 {
+			c.out.SMBIOS = out
+		}
+	}
+}
+
+func (c *converter) tuning() {
+	d := c.dom
+	c.iothreads = d.IOThreads > 0 || d.IOThreadIDs != nil
+	if t := d.CPUTune; t != nil {
+		if t.Quota != nil && t.Quota.Value > 0 {
+			period := uint64(100000)
+			if t.Period != nil && t.Period.Value > 0 {
+				period = t.Period.Value
+			}
+			// libvirt's quota is per vCPU; systemd's CPUQuota is for the unit.
+			vcpus := uint64(max(c.out.CPUs, 1))
+			c.out.Limits = &fileLimits{CPUQuota: int(uint64(t.Quota.Value) * 100 * vcpus / period)}
+		}
+		if t.Shares != nil {
+			c.drop("cputune/shares", "cgroup v1 shares: set limits.cpu_weight (cgroup v2, 1..10000) instead")
+		}
+		if len(t.VCPUPin) > 0 || t.EmulatorPin != nil || len(t.IOThreadPin) > 0 {
+			c.drop("cputune/*pin", "host CPU pinning is not in vmsup yet")
+		}
+	}
+	for _, x := range []struct {
+		el  string
+		set bool
+		why string
+	}{{"memtune", d.MemoryTune != nil, "the unit's MemoryMax is memory + limits.memory_overhead"},
+		{"memoryBacking", d.MemoryBacking != nil, "huge pages and shared memory are not in vmsup yet"},
+		{"numatune", d.NUMATune != nil, "NUMA placement is not in vmsup yet"},
+		{"blkiotune", d.BlockIOTune != nil, "per-disk limits (iops, bps) are vmsup's I/O tuning"}} {
+		if x.set {
+			c.drop(x.el, "%s", x.why)
+		}
+	}
+}

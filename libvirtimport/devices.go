@@ -1,0 +1,147 @@
+package libvirtimport
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// devices maps the domain's devices; disks and NICs are in disks.go and
+// nics.go.
+func (c *converter) devices() {
+	dv := c.dom.Devices
+	if dv == nil {
+		dv = &libvirtxml.DomainDeviceList{}
+	}
+	c.disks(dv.Disks)
+	c.bootOrder()
+	c.nics(dv.Interfaces)
+	c.platform(dv)
+	c.unsupported(dv)
+}
+
+// platform: the devices vmsup has keys for.
+func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
+	off := false
+	agent := false
+	for i, ch := range dv.Channels {
+		if ch.Target != nil && ch.Target.VirtIO != nil && ch.Target.VirtIO.Name == "org.qemu.guest_agent.0" {
+			agent = true
+			continue
+		}
+		c.drop(fmt.Sprintf("devices/channel[%d]", i), "only the guest agent's channel maps to vmsup (guest_agent)")
+	}
+	if !agent {
+		c.out.GuestAgent = &off
+	}
+	rng := false
+	for i, r := range dv.RNGs {
+		if r.Model != "virtio" || rng {
+			c.drop(fmt.Sprintf("devices/rng[%d]", i), "vmsup has one virtio-rng")
+			continue
+		}
+		rng = true
+		if b := r.Backend; b != nil && (b.Random == nil || b.Random.Device != "/dev/urandom") {
+			c.drop(fmt.Sprintf("devices/rng[%d]/backend", i), "vmsup's RNG reads the host's /dev/urandom")
+		}
+	}
+	if !rng {
+		c.out.RNG = &off
+	}
+	if b := dv.MemBalloon; b != nil && b.Model == "virtio" {
+		c.out.Balloon = true
+	}
+	if !c.out.Balloon {
+		c.out.BalloonTarget = ""
+	}
+	for i, w := range dv.Watchdogs {
+		if w.Model != "i6300esb" || c.out.Watchdog != "" {
+			c.drop(fmt.Sprintf("devices/watchdog[%d]", i), "model %q: vmsup's watchdog is one i6300esb", w.Model)
+			continue
+		}
+		c.out.Watchdog = map[string]string{"": "reset", "reset": "reset", "shutdown": "shutdown", "poweroff": "poweroff",
+			"pause": "pause", "none": "none", "dump": "pause", "inject-nmi": "inject-nmi"}[w.Action]
+		if c.out.Watchdog == "" || w.Action == "dump" {
+			c.out.Watchdog = "reset"
+			c.drop(fmt.Sprintf("devices/watchdog[%d]/@action", i), "%q: reset it is", w.Action)
+		}
+	}
+	for i, p := range dv.Panics {
+		if (p.Model != "" && p.Model != "isa") || c.out.OnPanic != "" {
+			c.drop(fmt.Sprintf("devices/panic[%d]", i), "model %q: vmsup's panic device is the ISA pvpanic", p.Model)
+			continue
+		}
+		c.out.OnPanic = map[string]string{"": spec.PanicPoweroff, "destroy": spec.PanicPoweroff, "restart": spec.PanicRestart,
+			"preserve": spec.PanicPreserve, "coredump-destroy": spec.PanicPoweroff, "coredump-restart": spec.PanicRestart}[c.dom.OnCrash]
+		if strings.HasPrefix(c.dom.OnCrash, "coredump-") {
+			c.drop("on_crash", "%q: vmsup does not dump the guest's memory on a panic", c.dom.OnCrash)
+		}
+	}
+	for i, s := range dv.Serials {
+		if s.Source != nil && s.Source.Pty == nil {
+			c.drop(fmt.Sprintf("devices/serial[%d]", i), "a serial port that is not a pty: vmsup's console is its first serial port (vmsup console)")
+		}
+	}
+}
+
+// unsupported lists the devices vmsup has no counterpart for, one line
+// each, with why.
+func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
+	const noDisplay = "vmsup VMs have no display; the serial console is `vmsup console`"
+	list := func(el string, n int, why string) {
+		for i := 0; i < n; i++ {
+			c.drop(fmt.Sprintf("devices/%s[%d]", el, i), "%s", why)
+		}
+	}
+	if dv.Emulator != "" {
+		c.drop("devices/emulator", "%s: vmsup runs the host's qemu-system-x86_64", dv.Emulator)
+	}
+	list("graphics", len(dv.Graphics), noDisplay)
+	list("video", len(dv.Videos), noDisplay)
+	list("input", len(dv.Inputs), noDisplay)
+	list("sound", len(dv.Sounds), "vmsup VMs have no sound device")
+	list("audio", len(dv.Audios), "vmsup VMs have no sound device")
+	list("redirdev", len(dv.RedirDevs), "USB redirection needs a display client")
+	list("smartcard", len(dv.Smartcards), "no smartcard passthrough in vmsup")
+	list("hub", len(dv.Hubs), "no USB devices in vmsup")
+	list("hostdev", len(dv.Hostdevs), "device passthrough (VFIO) is not in vmsup yet")
+	list("tpm", len(dv.TPMs), "a TPM is not in vmsup yet")
+	list("filesystem", len(dv.Filesystems), "shared folders (virtiofs, 9p) are not in vmsup yet")
+	list("parallel", len(dv.Parallels), "no parallel port in vmsup")
+	list("shmem", len(dv.Shmems), "no shared memory devices in vmsup")
+	list("memory", len(dv.Memorydevs), "vmsup plugs DIMMs itself (max_memory)")
+	list("crypto", len(dv.Crypto), "no virtio-crypto in vmsup")
+	list("iommu", len(dv.IOMMUs), "no vIOMMU in vmsup")
+	list("lease", len(dv.Leases), "vmsup holds image locks through QEMU itself")
+	if dv.VSock != nil {
+		c.drop("devices/vsock", "vsock is not in vmsup yet")
+	}
+	if dv.NVRAM != nil {
+		c.drop("devices/nvram", "no NVRAM device in vmsup")
+	}
+	if dv.PStore != nil {
+		c.drop("devices/pstore", "no pstore device in vmsup")
+	}
+	for i, ctl := range dv.Controllers {
+		switch {
+		case ctl.Type == "scsi" && ctl.Model != "" && ctl.Model != "virtio-scsi":
+			c.drop(fmt.Sprintf("devices/controller[%d]", i), "SCSI model %q: vmsup's SCSI disks are on virtio-scsi", ctl.Model)
+		case ctl.Type == "fdc" || ctl.Type == "ccid" || ctl.Type == "xenbus" || ctl.Type == "nvme":
+			c.drop(fmt.Sprintf("devices/controller[%d]", i), "%s controller: none in vmsup", ctl.Type)
+		}
+		// pci, usb, sata, ide, virtio-serial: vmsup lays out its own.
+	}
+}
+
+// hostPort joins a libvirt host element into HOST:PORT.
+func hostPort(h libvirtxml.DomainDiskSourceHost, defPort string) string {
+	port := h.Port
+	if port == "" {
+		port = defPort
+	}
+	return net.JoinHostPort(strings.Trim(h.Name, "[]"), port)
+}

@@ -1,0 +1,103 @@
+package libvirtimport
+
+// The VM file Convert writes: the spec's keys, each left out when it has
+// its default, so the file says only what the domain asked for.
+
+type fileVM struct {
+	Name          string            `toml:"name"`
+	Description   string            `toml:"description,omitempty"`
+	UUID          string            `toml:"uuid,omitempty"`
+	Machine       string            `toml:"machine,omitempty"`
+	CPUModel      string            `toml:"cpu_model,omitempty"`
+	CPUs          uint              `toml:"cpus,omitempty"`
+	MaxCPUs       uint              `toml:"max_cpus,omitempty"`
+	Memory        string            `toml:"memory"`
+	MaxMemory     string            `toml:"max_memory,omitempty"`
+	GuestAgent    *bool             `toml:"guest_agent,omitempty"`
+	Balloon       bool              `toml:"balloon,omitempty"`
+	BalloonTarget string            `toml:"balloon_target,omitempty"`
+	RNG           *bool             `toml:"rng,omitempty"`
+	VMCoreInfo    *bool             `toml:"vmcoreinfo,omitempty"`
+	VMGenID       bool              `toml:"vmgenid,omitempty"`
+	OnPanic       string            `toml:"on_panic,omitempty"`
+	Watchdog      string            `toml:"watchdog,omitempty"`
+	Boot          *fileBoot         `toml:"boot,omitempty"`
+	Limits        *fileLimits       `toml:"limits,omitempty"`
+	SMBIOS        *fileSMBIOS       `toml:"smbios,omitempty"`
+	Credentials   map[string]string `toml:"credentials,omitempty"`
+	Disks         []fileDisk        `toml:"disk,omitempty"`
+	NICs          []fileNIC         `toml:"nic,omitempty"`
+}
+
+type fileBoot struct {
+	Firmware string `toml:"firmware,omitempty"`
+	Kernel   string `toml:"kernel,omitempty"`
+	Initrd   string `toml:"initrd,omitempty"`
+	Cmdline  string `toml:"cmdline,omitempty"`
+	Strict   *bool  `toml:"strict,omitempty"`
+}
+
+type fileLimits struct {
+	CPUQuota int `toml:"cpu_quota,omitempty"`
+}
+
+type fileSMBIOS struct {
+	Manufacturer string   `toml:"manufacturer,omitempty"`
+	Product      string   `toml:"product,omitempty"`
+	Version      string   `toml:"version,omitempty"`
+	Serial       string   `toml:"serial,omitempty"`
+	SKU          string   `toml:"sku,omitempty"`
+	Family       string   `toml:"family,omitempty"`
+	OEMStrings   []string `toml:"oem_strings,omitempty"`
+}
+
+type fileDisk struct {
+	Name      string `toml:"name"`
+	Type      string `toml:"type,omitempty"`
+	File      string `toml:"file,omitempty"`
+	Format    string `toml:"format,omitempty"`
+	Bus       string `toml:"bus,omitempty"`
+	Device    string `toml:"device,omitempty"`
+	ReadOnly  bool   `toml:"read_only,omitempty"`
+	Cache     string `toml:"cache,omitempty"`
+	AIO       string `toml:"aio,omitempty"`
+	Discard   bool   `toml:"discard,omitempty"`
+	Serial    string `toml:"serial,omitempty"`
+	BootIndex uint   `toml:"boot_index,omitempty"`
+	IOThread  bool   `toml:"iothread,omitempty"`
+
+	IOPS      uint64 `toml:"iops,omitempty"`
+	IOPSRead  uint64 `toml:"iops_read,omitempty"`
+	IOPSWrite uint64 `toml:"iops_write,omitempty"`
+	BPS       uint64 `toml:"bps,omitempty"`
+	BPSRead   uint64 `toml:"bps_read,omitempty"`
+	BPSWrite  uint64 `toml:"bps_write,omitempty"`
+
+	Portal        string `toml:"portal,omitempty"`
+	Target        string `toml:"target,omitempty"`
+	LUN           uint64 `toml:"lun,omitempty"`
+	InitiatorName string `toml:"initiator_name,omitempty"`
+	Transport     string `toml:"transport,omitempty"`
+
+	Pool      string   `toml:"pool,omitempty"`
+	Namespace string   `toml:"namespace,omitempty"`
+	Image     string   `toml:"image,omitempty"`
+	Snapshot  string   `toml:"snapshot,omitempty"`
+	Monitors  []string `toml:"monitors,omitempty"`
+	CephConf  string   `toml:"ceph_conf,omitempty"`
+
+	User       string `toml:"user,omitempty"`
+	SecretFile string `toml:"secret_file,omitempty"`
+}
+
+type fileNIC struct {
+	Name   string `toml:"name"`
+	Type   string `toml:"type,omitempty"`
+	MAC    string `toml:"mac,omitempty"`
+	Bridge string `toml:"bridge,omitempty"`
+	Tap    string `toml:"tap,omitempty"`
+	MTU    uint   `toml:"mtu,omitempty"`
+	Queues uint   `toml:"queues,omitempty"`
+	Vhost  string `toml:"vhost,omitempty"`
+	Link   string `toml:"link,omitempty"`
+}

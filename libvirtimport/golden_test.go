@@ -1,0 +1,71 @@
+package libvirtimport
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/import/*.toml from Convert's output")
+
+// goldenDir holds domain XMLs written by virt-install and virsh
+// (scripts/import-goldens.sh) and the VM files Convert makes of them.
+const goldenDir = "../testdata/import"
+
+// TestGolden converts every stored domain XML and compares the VM file
+// with its golden; each must load, and none may leave an element unlisted.
+func TestGolden(t *testing.T) {
+	xmls, err := filepath.Glob(filepath.Join(goldenDir, "*.xml"))
+	if err != nil || len(xmls) < 20 {
+		t.Fatalf("want at least 20 domain XMLs in %s, have %d (%v)", goldenDir, len(xmls), err)
+	}
+	for _, x := range xmls {
+		name := strings.TrimSuffix(filepath.Base(x), ".xml")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Convert(data, filepath.Base(x))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(x, ".xml") + ".toml"
+			if *update {
+				if err := os.WriteFile(golden, res.TOML, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./libvirtimport -update)", err)
+			}
+			if diff := cmp.Diff(string(want), string(res.TOML)); diff != "" {
+				t.Errorf("Convert(%s) differs from %s (-want +got); -update if intended:\n%s", filepath.Base(x), filepath.Base(golden), diff)
+			}
+			if _, err := spec.Parse("/import/"+name+".toml", res.TOML); err != nil {
+				t.Errorf("the VM file does not load: %v", err)
+			}
+		})
+	}
+}
+
+// TestRefuses: what is not a QEMU x86-64 domain is an error naming the file.
+func TestRefuses(t *testing.T) {
+	for _, c := range []struct{ xml, want string }{
+		{`<domain type='xen'><name>x</name><memory>1024</memory></domain>`, `x.xml: domain type "xen"`},
+		{`<domain type='kvm'><name>a</name><memory>1024</memory><os><type arch='aarch64'>hvm</type></os></domain>`, `x.xml: architecture "aarch64"`},
+		{`<domain type='kvm'><name>m</name></domain>`, "x.xml: no <memory>"},
+		{`<network><name>n</name></network>`, "x.xml: not a libvirt domain XML"},
+	} {
+		if _, err := Convert([]byte(c.xml), "x.xml"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Convert(%s): %v, want %q", c.xml, err, c.want)
+		}
+	}
+}

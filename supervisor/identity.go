@@ -1,0 +1,73 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// resolveIdentity picks the UUID and generation id this start's QEMU gets:
+// a destination takes the source's (the guest must not see its machine
+// change under it); a fresh start the file's uuid, else the last start's,
+// else new ones, recorded with the rest of the start.
+func (r *startRun) resolveIdentity() {
+	var ids identity.IDs
+	if r.mode != StartFresh {
+		ids = identity.IDs{UUID: cmpOr(r.f.VM.UUID, r.in.ids.UUID), GenID: r.in.ids.GenID}
+		if ids.GenID == "" && r.f.VM.VMGenID { // a source older than vmgenid has none
+			ids.GenID = identity.Resolve(&r.f.VM, identity.IDs{}).GenID
+		}
+	} else {
+		var prev vmstate.Applied
+		_ = json.Unmarshal(r.prev.app, &prev) // none yet: new ones
+		ids = identity.Resolve(&r.f.VM, identity.IDs{UUID: prev.UUID, GenID: prev.GenID})
+	}
+	r.app.UUID, r.app.GenID = ids.UUID, ids.GenID
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// recordedIDs are the IDs the VM would start with now, for an argv shown
+// or checked before a start (new ones for a VM never started).
+func (s *Supervisor) recordedIDs(vm *spec.VM) identity.IDs {
+	var rec identity.IDs
+	if app, err := s.state.ReadApplied(vm.Name); err == nil {
+		rec = identity.IDs{UUID: app.UUID, GenID: app.GenID}
+	}
+	return identity.Resolve(vm, rec)
+}
+
+// keepUUID: a file without uuid, or with the one the VM runs with, asks for
+// no change of it (the VM keeps the UUID it was given).
+func keepUUID(running, want *spec.VM, app *vmstate.Applied) {
+	if want.UUID == "" || want.UUID == app.UUID {
+		running.UUID = want.UUID
+	}
+}
+
+// identitySteps write the files the VM's credentials reach QEMU through;
+// the stop-post hook removes them with the disk secrets.
+func (s *Supervisor) identitySteps(f *spec.File, p vmstate.Paths) []step {
+	if len(f.VM.Credentials) == 0 {
+		return nil
+	}
+	return []step{{
+		Name: "credentials",
+		Do: func(context.Context) error {
+			if err := identity.WriteCredentials(p.Dir, &f.VM); err != nil {
+				return fmt.Errorf("credentials: %w", err)
+			}
+			return nil
+		},
+		Undo: func(context.Context) { identity.RemoveCredentials(p.Dir) },
+	}}
+}

@@ -42,6 +42,16 @@ func Convert(domainXML []byte, source string) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	c.devices()
+	if len(c.out.Disks) == 0 && (c.out.Boot == nil || c.out.Boot.Kernel == "") {
+		why := ""
+		for _, d := range c.dropped {
+			if strings.HasPrefix(d.Element, "devices/disk") {
+				why = " (" + d.String() + ")"
+				break
+			}
+		}
+		return nil, fmt.Errorf("%s: nothing vmsup can boot: no disk or kernel was carried over%s", source, why)
+	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Imported by vmsup import from %s (libvirt domain %q).\n", source, dom.Name)
 	if len(c.dropped) == 0 {

@@ -63,6 +63,9 @@ func TestRefuses(t *testing.T) {
 		{`<domain type='kvm'><name>a</name><memory>1024</memory><os><type arch='aarch64'>hvm</type></os></domain>`, `x.xml: architecture "aarch64"`},
 		{`<domain type='kvm'><name>m</name></domain>`, "x.xml: no <memory>"},
 		{`<network><name>n</name></network>`, "x.xml: not a libvirt domain XML"},
+		{`<domain type='kvm'><name>p</name><memory>1024</memory><os><boot dev='network'/></os></domain>`, "x.xml: nothing vmsup can boot"},
+		{`<domain type='kvm'><name>v</name><memory>1024</memory><devices><disk type='volume'><source pool='p' volume='v'/><target dev='vda'/></disk></devices></domain>`,
+			"x.xml: nothing vmsup can boot: no disk or kernel was carried over (devices/disk[0] (vda): storage pool volume p/v"},
 	} {
 		if _, err := Convert([]byte(c.xml), "x.xml"); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Convert(%s): %v, want %q", c.xml, err, c.want)

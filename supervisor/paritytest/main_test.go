@@ -15,9 +15,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, func(e *testenv.Env) (err error) {
+	code := testenv.Main(m, func(e *testenv.Env) (err error) {
 		env = e
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
 		return err
-	}))
+	})
+	shared.stop()
+	os.Exit(code)
 }

@@ -18,45 +18,68 @@ import (
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
-// targets are this package's real iSCSI target and Ceph cluster.
+// targets are this package's real iSCSI target and Ceph cluster, started
+// by the first test that needs them and stopped by TestMain.
 type targets struct {
-	dir  string
-	tgt  *testenv.TGT
-	ceph *testenv.Ceph
+	once    sync.Once
+	dir     string
+	tgt     *testenv.TGT
+	ceph    *testenv.Ceph
+	err     error
+	mu      sync.Mutex
+	nextTID int
 }
 
-// startTargets starts tgtd and a one-node Ceph cluster side by side; both
-// are installed by scripts/install-deps.sh, so a failure fails the test.
-func startTargets(t *testing.T, ctx context.Context) *targets {
+var shared targets
+
+// need starts tgtd and a one-node Ceph cluster side by side; both are
+// installed by scripts/install-deps.sh, so a failure fails the test.
+func (tg *targets) need(t *testing.T) *targets {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "vmsup-parity-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg := &targets{dir: dir}
-	var wg sync.WaitGroup
-	var tgtErr, cephErr error
-	wg.Add(2)
-	go func() { defer wg.Done(); tg.tgt, tgtErr = testenv.StartTGT(ctx, filepath.Join(dir, "tgt")) }()
-	go func() { defer wg.Done(); tg.ceph, cephErr = testenv.StartCeph(ctx, filepath.Join(dir, "ceph")) }()
-	wg.Wait()
-	t.Cleanup(func() {
-		if tg.tgt != nil {
-			if err := tg.tgt.Stop(); err != nil {
-				t.Errorf("stop tgt: %v", err)
-			}
+	tg.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if tg.dir, tg.err = os.MkdirTemp("", "vmsup-parity-"); tg.err != nil {
+			return
 		}
-		if tg.ceph != nil {
-			if err := tg.ceph.Stop(); err != nil {
-				t.Errorf("stop ceph: %v", err)
-			}
+		var wg sync.WaitGroup
+		var tgtErr, cephErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); tg.tgt, tgtErr = testenv.StartTGT(ctx, filepath.Join(tg.dir, "tgt")) }()
+		go func() { defer wg.Done(); tg.ceph, cephErr = testenv.StartCeph(ctx, filepath.Join(tg.dir, "ceph")) }()
+		wg.Wait()
+		if tgtErr != nil || cephErr != nil {
+			tg.err = fmt.Errorf("storage targets: tgt: %v; ceph: %v", tgtErr, cephErr)
 		}
-		os.RemoveAll(dir)
 	})
-	if tgtErr != nil || cephErr != nil {
-		t.Fatalf("storage targets: tgt: %v; ceph: %v", tgtErr, cephErr)
+	if tg.err != nil {
+		t.Fatal(tg.err)
 	}
 	return tg
+}
+
+// tid hands out tgt target ids.
+func (tg *targets) tid() int {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.nextTID++
+	return tg.nextTID
+}
+
+func (tg *targets) stop() {
+	if tg.tgt != nil {
+		if err := tg.tgt.Stop(); err != nil {
+			fmt.Println("stop tgt:", err)
+		}
+	}
+	if tg.ceph != nil {
+		if err := tg.ceph.Stop(); err != nil {
+			fmt.Println("stop ceph:", err)
+		}
+	}
+	if tg.dir != "" {
+		os.RemoveAll(tg.dir)
+	}
 }
 
 // patterned makes a file of size bytes that starts with head.
@@ -90,7 +113,7 @@ func setUpStorage(t *testing.T, ctx context.Context, tg *targets) (lunIQN, noneC
 	t.Helper()
 	lunIQN = "iqn.2026-01.test.vmsup:passthru"
 	lunFile := patterned(t, filepath.Join(tg.dir, "lun.img"), "VMSUP-LUN-PATTERN", 16<<20)
-	if err := tg.tgt.AddTargetWith(ctx, 1, lunIQN, lunFile, testenv.TargetOptions{
+	if err := tg.tgt.AddTargetWith(ctx, tg.tid(), lunIQN, lunFile, testenv.TargetOptions{
 		Initiators: []string{goodInitiator}, VendorID: lunVendor, ProductID: lunProduct}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +180,7 @@ func guestDisks(t *testing.T, ctx context.Context, sh *testenv.GuestShell) []gue
 // with the guest down, the iSCSI initiator names vmsup logs in with.
 func TestLibvirtParity(t *testing.T) {
 	ctx := supervisortest.Context(t, 10*time.Minute)
-	tg := startTargets(t, ctx)
+	tg := shared.need(t)
 	lunIQN, noneConf, keyFile := setUpStorage(t, ctx, tg)
 	dir := t.TempDir()
 	scsiFile := patterned(t, filepath.Join(dir, "scsi.img"), "VMSUP-SCSI-PATTERN", 16<<20)
@@ -326,7 +349,7 @@ func initiators(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, t
 	t.Run("default-name-from-uuid", func(t *testing.T) {
 		iqn := "iqn.2026-01.test.vmsup:byuuid"
 		file := patterned(t, filepath.Join(tg.dir, "byuuid.img"), "X", 1<<20)
-		if err := tg.tgt.AddTargetWith(ctx, 2, iqn, file, testenv.TargetOptions{
+		if err := tg.tgt.AddTargetWith(ctx, tg.tid(), iqn, file, testenv.TargetOptions{
 			Initiators: []string{spec.DefaultInitiatorPrefix + ":" + uuid}}); err != nil {
 			t.Fatal(err)
 		}

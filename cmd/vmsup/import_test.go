@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// TestCLIImport: vmsup import writes a VM file that loads, lists what it
+// could not carry over on stderr, never replaces a file unless told, reads
+// stdin, and fails with one line naming the file.
+func TestCLIImport(t *testing.T) {
+	root, dir := t.TempDir(), t.TempDir()
+	xml, err := filepath.Abs("../../testdata/import/dump-basic.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "basic.toml")
+	r := vmsup(t, root, "", "import", xml, "-o", out)
+	if r.code != 0 || !strings.Contains(r.stderr, "vmsup import: not carried over: devices/input[0]") ||
+		!strings.Contains(r.stderr, "wrote "+out) {
+		t.Fatalf("import -o: %+v", r)
+	}
+	if f, err := spec.Load(out); err != nil || f.VM.Name != "basic" {
+		t.Fatalf("the imported file: %v", err)
+	}
+	before, _ := os.ReadFile(out)
+	if r := vmsup(t, root, "", "import", xml, "-o", out); r.code != 1 || !strings.Contains(r.stderr, out+" exists") {
+		t.Errorf("import over an existing file: %+v", r)
+	}
+	if after, _ := os.ReadFile(out); string(after) != string(before) {
+		t.Error("a refused import changed the existing file")
+	}
+	if r := vmsup(t, root, "", "import", xml, "-o", out, "--force"); r.code != 0 {
+		t.Errorf("import --force: %+v", r)
+	}
+	data, _ := os.ReadFile(xml)
+	if r := vmsup(t, root, string(data), "import", "-"); r.code != 0 || !strings.Contains(r.stdout, "name = 'basic'") {
+		t.Errorf("import - (stdin): %+v", r)
+	}
+	bad := write(t, dir, "bad.xml", "<network><name>n</name></network>")
+	if r := vmsup(t, root, "", "import", bad); r.code != 1 || !strings.Contains(r.stderr, bad+": not a libvirt domain XML") ||
+		strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("import of a network XML: %+v", r)
+	}
+}

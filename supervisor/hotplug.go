@@ -92,8 +92,9 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 	if d.Bus == spec.BusSATA {
 		return fail(errors.New("a SATA disk cannot be hot-plugged (QEMU's AHCI has no hotplug): use bus \"scsi\" or \"virtio\", or attach it while the VM is stopped"))
 	}
-	d.InitiatorName = d.InitiatorFor(app.UUID) // as QEMU will log in
-	if err := t.Check(ctx, d); err != nil {
+	probe := d // logs in as QEMU will; the recorded disk stays as given
+	probe.InitiatorName = d.InitiatorFor(app.UUID)
+	if err := t.Check(ctx, probe); err != nil {
 		return fail(err)
 	}
 	c, release, err := s.qmpSession(ctx, name)

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
 		return err
 	})
-	stopTargets() // tgt and Ceph, if a storage test started them
+	targets.Stop() // tgt and Ceph, if a storage test started them
 	os.Exit(code)
 }
 

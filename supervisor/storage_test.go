@@ -147,7 +147,7 @@ func TestStorageKinds(t *testing.T) {
 	chapIQN, chapFile := newLUN(t, "kinds-chap", 16<<20, true)
 	hotIQN, hotFile := newLUN(t, "kinds-hot", 16<<20, true)
 	ceph := needCeph(t)
-	t.Logf("tgt and Ceph up in %s (shared by the package)", targets.started)
+	t.Logf("tgt and Ceph up in %s (shared by the package)", targets.Started)
 	newRBD(t, "kinds-vol", "16M")
 
 	chapSecret := filepath.Join(dir, "chap.secret")
@@ -229,7 +229,7 @@ monitors = [%q]
 user = "admin"
 secret_file = %q
 serial = "vol"
-`, base, rawFile, loopDev, iso, seedPattern, targets.tgt.Portal, lunIQN, targets.tgt.Portal, chapIQN, chapUser, chapSecret,
+`, base, rawFile, loopDev, iso, seedPattern, targets.TGT.Portal, lunIQN, targets.TGT.Portal, chapIQN, chapUser, chapSecret,
 		ceph.Pool, ceph.MonAddr, cephKey)
 	f := guestFile(t, dir, "kinds", disks)
 
@@ -387,7 +387,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 	if err != nil {
 		t.Fatal(err)
 	}
-	hi, err := spec.CheckDisk("test", spec.Disk{Name: "hi", Type: spec.DiskISCSI, Portal: targets.tgt.Portal, Target: iqn, LUN: 1,
+	hi, err := spec.CheckDisk("test", spec.Disk{Name: "hi", Type: spec.DiskISCSI, Portal: targets.TGT.Portal, Target: iqn, LUN: 1,
 		User: chapUser, SecretFile: secret, Serial: "hi"}, "kinds")
 	if err != nil {
 		t.Fatal(err)

@@ -7,26 +7,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
-// storageTargets are the real iSCSI target and Ceph cluster the storage
-// tests share, started on first use and stopped by TestMain.
-type storageTargets struct {
-	once    sync.Once
-	dir     string
-	tgt     *testenv.TGT
-	tgtErr  error
-	ceph    *testenv.Ceph
-	cephErr error
-	started time.Duration
-}
-
-var targets storageTargets
+// targets are the real iSCSI target and Ceph cluster the storage tests
+// share, started on first use and stopped by TestMain.
+var targets supervisortest.Targets
 
 // chapUser and chapPassword are the CHAP account of every CHAP target.
 const (
@@ -34,84 +24,17 @@ const (
 	chapPassword = "Chap-Secret-7x9q2" // must never show up in argv, ps or state files
 )
 
-func (s *storageTargets) start(t *testing.T) {
-	s.once.Do(func() {
-		t0 := time.Now()
-		var err error
-		if s.dir, err = os.MkdirTemp("", "vmsup-targets-"); err != nil {
-			s.tgtErr, s.cephErr = err, err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			s.tgt, s.tgtErr = testenv.StartTGT(ctx, filepath.Join(s.dir, "tgt"))
-		}()
-		go func() {
-			defer wg.Done()
-			s.ceph, s.cephErr = testenv.StartCeph(ctx, filepath.Join(s.dir, "ceph"))
-		}()
-		wg.Wait()
-		s.started = time.Since(t0)
-	})
-}
-
-// needTGT returns the shared tgtd or fails loudly: tgt is installed by
-// scripts/install-deps.sh, so a missing one is a broken setup, not a skip.
-func needTGT(t *testing.T) *testenv.TGT {
-	t.Helper()
-	targets.start(t)
-	if targets.tgtErr != nil {
-		t.Fatalf("iSCSI target: %v", targets.tgtErr)
-	}
-	return targets.tgt
-}
-
-func needCeph(t *testing.T) *testenv.Ceph {
-	t.Helper()
-	targets.start(t)
-	if targets.cephErr != nil {
-		t.Fatalf("Ceph cluster: %v", targets.cephErr)
-	}
-	return targets.ceph
-}
-
-func stopTargets() {
-	if targets.tgt != nil {
-		if err := targets.tgt.Stop(); err != nil {
-			fmt.Println("stop tgt:", err)
-		}
-	}
-	if targets.ceph != nil {
-		if err := targets.ceph.Stop(); err != nil {
-			fmt.Println("stop ceph:", err)
-		}
-	}
-	if targets.dir != "" {
-		os.RemoveAll(targets.dir)
-	}
-}
-
-// tidSeq hands out tgt target ids, unique in the package.
-var tidSeq struct {
-	sync.Mutex
-	n int
-}
+func needTGT(t *testing.T) *testenv.TGT   { return targets.NeedTGT(t) }
+func needCeph(t *testing.T) *testenv.Ceph { return targets.NeedCeph(t) }
 
 // newLUN creates a file-backed LUN of size bytes on the shared tgtd, behind
 // CHAP if chap, and returns its IQN and backing file.
 func newLUN(t *testing.T, name string, size int64, chap bool) (iqn, file string) {
 	t.Helper()
 	tg := needTGT(t)
-	tidSeq.Lock()
-	tidSeq.n++
-	tid := tidSeq.n
-	tidSeq.Unlock()
+	tid := targets.NextTID()
 	iqn = fmt.Sprintf("iqn.2026-01.test.vmsup:%s", name)
-	file = filepath.Join(targets.dir, "tgt", name+".lun")
+	file = filepath.Join(targets.Dir, "tgt", name+".lun")
 	if err := testenv.MakeFile(file, size); err != nil {
 		t.Fatal(err)
 	}

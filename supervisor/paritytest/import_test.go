@@ -41,7 +41,7 @@ const importDir = "../../testdata/import"
 // (monitors and portals pointed there), libvirt's secret files by the
 // cluster's key.
 func TestImportedGoldens(t *testing.T) {
-	tg := shared.need(t)
+	tg := needTargets(t)
 	ctx := supervisortest.Context(t, 10*time.Minute)
 	files, err := filepath.Glob(filepath.Join(importDir, "*.toml"))
 	if err != nil || len(files) < 20 {

@@ -20,6 +20,6 @@ func TestMain(m *testing.M) {
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
 		return err
 	})
-	shared.stop()
+	shared.Stop()
 	os.Exit(code)
 }

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,68 +17,20 @@ import (
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
-// targets are this package's real iSCSI target and Ceph cluster, started
-// by the first test that needs them and stopped by TestMain.
+// shared are this package's real iSCSI target and Ceph cluster.
+var shared supervisortest.Targets
+
+// targets are both, for a test that needs both.
 type targets struct {
-	once    sync.Once
-	dir     string
-	tgt     *testenv.TGT
-	ceph    *testenv.Ceph
-	err     error
-	mu      sync.Mutex
-	nextTID int
+	tgt  *testenv.TGT
+	ceph *testenv.Ceph
+	dir  string
+	tid  func() int
 }
 
-var shared targets
-
-// need starts tgtd and a one-node Ceph cluster side by side; both are
-// installed by scripts/install-deps.sh, so a failure fails the test.
-func (tg *targets) need(t *testing.T) *targets {
+func needTargets(t *testing.T) *targets {
 	t.Helper()
-	tg.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if tg.dir, tg.err = os.MkdirTemp("", "vmsup-parity-"); tg.err != nil {
-			return
-		}
-		var wg sync.WaitGroup
-		var tgtErr, cephErr error
-		wg.Add(2)
-		go func() { defer wg.Done(); tg.tgt, tgtErr = testenv.StartTGT(ctx, filepath.Join(tg.dir, "tgt")) }()
-		go func() { defer wg.Done(); tg.ceph, cephErr = testenv.StartCeph(ctx, filepath.Join(tg.dir, "ceph")) }()
-		wg.Wait()
-		if tgtErr != nil || cephErr != nil {
-			tg.err = fmt.Errorf("storage targets: tgt: %v; ceph: %v", tgtErr, cephErr)
-		}
-	})
-	if tg.err != nil {
-		t.Fatal(tg.err)
-	}
-	return tg
-}
-
-// tid hands out tgt target ids.
-func (tg *targets) tid() int {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
-	tg.nextTID++
-	return tg.nextTID
-}
-
-func (tg *targets) stop() {
-	if tg.tgt != nil {
-		if err := tg.tgt.Stop(); err != nil {
-			fmt.Println("stop tgt:", err)
-		}
-	}
-	if tg.ceph != nil {
-		if err := tg.ceph.Stop(); err != nil {
-			fmt.Println("stop ceph:", err)
-		}
-	}
-	if tg.dir != "" {
-		os.RemoveAll(tg.dir)
-	}
+	return &targets{tgt: shared.NeedTGT(t), ceph: shared.NeedCeph(t), dir: shared.Dir, tid: shared.NextTID}
 }
 
 // patterned makes a file of size bytes that starts with head.
@@ -180,7 +131,7 @@ func guestDisks(t *testing.T, ctx context.Context, sh *testenv.GuestShell) []gue
 // with the guest down, the iSCSI initiator names vmsup logs in with.
 func TestLibvirtParity(t *testing.T) {
 	ctx := supervisortest.Context(t, 10*time.Minute)
-	tg := shared.need(t)
+	tg := needTargets(t)
 	lunIQN, noneConf, keyFile := setUpStorage(t, ctx, tg)
 	dir := t.TempDir()
 	scsiFile := patterned(t, filepath.Join(dir, "scsi.img"), "VMSUP-SCSI-PATTERN", 16<<20)

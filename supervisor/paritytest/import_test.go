@@ -48,7 +48,9 @@ func TestImportedGoldens(t *testing.T) {
 		t.Fatalf("want at least 20 imported VM files in %s, have %d (%v)", importDir, len(files), err)
 	}
 	ns := newNetns(t)
-	relayLoopback(t, ns, targetPorts(t, ctx, tg))
+	ports := targetPorts(t, ctx, tg)
+	t.Logf("relaying loopback ports %v into %s", ports, ns)
+	relayLoopback(t, ns, ports)
 	root, dir := t.TempDir(), t.TempDir()
 	si := &standIns{t: t, ctx: ctx, tg: tg, dir: dir, iqns: map[string]bool{}}
 	si.key = filepath.Join(dir, "ceph.key")
@@ -351,12 +353,22 @@ var loopPort = regexp.MustCompile(`127\.0\.0\.1:(\d+)`)
 // the portal, the monitor and every OSD address.
 func targetPorts(t *testing.T, ctx context.Context, tg *targets) []int {
 	t.Helper()
-	text := tg.tgt.Portal + " " + tg.ceph.MonAddr
-	if out, err := tg.ceph.CLI(ctx, "osd", "dump", "--format", "json"); err == nil {
-		text += string(out)
-	} else {
-		t.Fatal(err)
+	// The OSD may not be up yet (rbd waits for it, a relay cannot): its
+	// address is known once it is.
+	var osds string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out, err := tg.ceph.CLI(ctx, "osd", "dump", "--format", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if osds = string(out); strings.Contains(osds, `"public_addr":"127.0.0.1:`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the OSD has no address after a minute: %s", osds)
+		}
 	}
+	text := tg.tgt.Portal + " " + tg.ceph.MonAddr + " " + osds
 	seen := map[int]bool{}
 	var ports []int
 	for _, m := range loopPort.FindAllStringSubmatch(text, -1) {

@@ -113,8 +113,6 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		Disks:          diskHosts(p, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
 	}
-	ids := s.recordedIDs(&f.VM)
-	o.UUID, o.GenID = ids.UUID, ids.GenID
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode, o.FirmwareVars = hostcaps.FirmwareCode(spec.FirmwareUEFI), p.UEFIVars
@@ -123,6 +121,10 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 	}
 	for _, e := range extra {
 		e(&o)
+	}
+	if o.UUID == "" { // not a start's: the IDs the VM would start with now
+		ids := s.recordedIDs(&f.VM)
+		o.UUID, o.GenID = ids.UUID, ids.GenID
 	}
 	argv, err := qemuargs.Build(&f.VM, o)
 	if err != nil {

@@ -252,8 +252,20 @@ func (c *converter) cpus() {
 	if len(cpu.Features) > 0 {
 		c.drop("cpu/feature", "%d CPU feature settings: vmsup runs the model as QEMU defines it", len(cpu.Features))
 	}
-	if cpu.Topology != nil {
-		c.drop("cpu/topology", "sockets/cores/threads: vmsup gives the guest one socket of single-thread CPUs for now")
+	if t := cpu.Topology; t != nil {
+		dies := max(t.Dies, 1)
+		slots := uint(t.Sockets * dies * t.Cores * t.Threads)
+		switch {
+		case t.Clusters > 1:
+			c.drop("cpu/topology", "clusters: vmsup's topology is sockets, dies, cores, threads")
+		case d.VCPU == nil || slots != d.VCPU.Value:
+			c.drop("cpu/topology", "%d×%d×%d×%d slots do not match the domain's vCPUs", t.Sockets, dies, t.Cores, t.Threads)
+		case t.Sockets > 1 || dies > 1 || t.Cores > 1 || t.Threads > 1:
+			c.out.Topology = &fileTopology{Sockets: t.Sockets, Dies: t.Dies, Cores: t.Cores, Threads: t.Threads}
+			if dies == 1 {
+				c.out.Topology.Dies = 0
+			}
+		}
 	}
 	if cpu.Numa != nil {
 		c.drop("cpu/numa", "guest NUMA nodes are not in vmsup yet")
@@ -390,9 +402,7 @@ func (c *converter) tuning() {
 		if t.Shares != nil {
 			c.drop("cputune/shares", "cgroup v1 shares: set limits.cpu_weight (cgroup v2, 1..10000) instead")
 		}
-		if len(t.VCPUPin) > 0 || t.EmulatorPin != nil || len(t.IOThreadPin) > 0 {
-			c.drop("cputune/*pin", "host CPU pinning is not in vmsup yet")
-		}
+		c.pinning(t)
 	}
 	for _, x := range []struct {
 		el  string
@@ -405,5 +415,45 @@ func (c *converter) tuning() {
 		if x.set {
 			c.drop(x.el, "%s", x.why)
 		}
+	}
+}
+
+// pinning maps vcpupin (when every vCPU slot is pinned to one CPU, vmsup's
+// form) and emulatorpin.
+func (c *converter) pinning(t *libvirtxml.DomainCPUTune) {
+	p := &filePinning{}
+	if n := len(t.VCPUPin); n > 0 {
+		slots := 0
+		if c.dom.VCPU != nil {
+			slots = int(c.dom.VCPU.Value)
+		}
+		cpus := make([]int, slots)
+		ok := n == slots
+		for _, pin := range t.VCPUPin {
+			set, err := spec.ParseCPUList(pin.CPUSet)
+			if !ok || err != nil || len(set) != 1 || int(pin.VCPU) >= slots {
+				ok = false
+				break
+			}
+			cpus[pin.VCPU] = set[0]
+		}
+		if ok {
+			p.VCPUs = cpus
+		} else {
+			c.drop("cputune/vcpupin", "vmsup pins every vCPU slot to one host CPU each (pinning.vcpus): give all %d", slots)
+		}
+	}
+	if e := t.EmulatorPin; e != nil {
+		if _, err := spec.ParseCPUList(e.CPUSet); err == nil {
+			p.Emulator = e.CPUSet
+		} else {
+			c.drop("cputune/emulatorpin", "%q is not a CPU list", e.CPUSet)
+		}
+	}
+	if len(t.IOThreadPin) > 0 {
+		c.drop("cputune/iothreadpin", "vmsup's I/O threads follow pinning.emulator")
+	}
+	if len(p.VCPUs) > 0 || p.Emulator != "" {
+		c.out.Pinning = p
 	}
 }

@@ -21,6 +21,8 @@ type fileVM struct {
 	VMGenID       bool              `toml:"vmgenid,omitempty"`
 	OnPanic       string            `toml:"on_panic,omitempty"`
 	Watchdog      string            `toml:"watchdog,omitempty"`
+	Topology      *fileTopology     `toml:"topology,omitempty"`
+	Pinning       *filePinning      `toml:"pinning,omitempty"`
 	Boot          *fileBoot         `toml:"boot,omitempty"`
 	Limits        *fileLimits       `toml:"limits,omitempty"`
 	SMBIOS        *fileSMBIOS       `toml:"smbios,omitempty"`
@@ -100,4 +102,16 @@ type fileNIC struct {
 	Queues uint   `toml:"queues,omitempty"`
 	Vhost  string `toml:"vhost,omitempty"`
 	Link   string `toml:"link,omitempty"`
+}
+
+type fileTopology struct {
+	Sockets int `toml:"sockets"`
+	Dies    int `toml:"dies,omitempty"`
+	Cores   int `toml:"cores"`
+	Threads int `toml:"threads"`
+}
+
+type filePinning struct {
+	VCPUs    []int  `toml:"vcpus,omitempty"`
+	Emulator string `toml:"emulator,omitempty"`
 }

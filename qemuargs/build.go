@@ -143,7 +143,7 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 	parts = append(parts, m, accel{o.Accel}, cpu{model, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
-		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs})
+		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs, Topology: vm.Topology})
 	if vm.Boot.Firmware == spec.FirmwareQboot {
 		parts = append(parts, biosFile{o.FirmwareCode})
 	}

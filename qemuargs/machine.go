@@ -103,13 +103,22 @@ func (m memory) Args() ([]string, error) {
 	return []string{"-m", v}, nil
 }
 
-// smp is -smp: the boot vCPUs and the hotplug ceiling.
-type smp struct{ CPUs, Max int }
+// smp is -smp: the boot vCPUs, the hotplug ceiling and the topology.
+type smp struct {
+	CPUs, Max int
+	Topology  spec.Topology
+}
 
 func (s smp) Args() ([]string, error) {
 	v := fmt.Sprint(s.CPUs)
-	if s.Max > s.CPUs {
+	if s.Max > s.CPUs || s.Topology.Set() {
 		v += fmt.Sprintf(",maxcpus=%d", s.Max)
+	}
+	if t := s.Topology; t.Set() {
+		if t.Sockets*t.Dies*t.Cores*t.Threads != s.Max {
+			return nil, errorf("topology", "%s makes %d vCPU slots, not max_cpus %d", t.SMP(), t.Sockets*t.Dies*t.Cores*t.Threads, s.Max)
+		}
+		v += "," + t.SMP()
 	}
 	return []string{"-smp", v}, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/affinity"
+
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -22,14 +24,15 @@ const StepLive = "live-settings"
 
 // hasRuntime reports whether vm has settings only QMP can give.
 func hasRuntime(vm *spec.VM) bool {
-	return vm.Balloon || slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
+	return vm.Balloon || len(vm.Pinning.VCPUs) > 0 || slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
 		slices.ContainsFunc(vm.NICs, func(n spec.NIC) bool { return !n.LinkIsUp() })
 }
 
 // withoutRuntime is vm as QEMU runs it before StepLive: no I/O limits,
-// every link up.
+// every link up, no vCPU pinned.
 func withoutRuntime(vm spec.VM) *spec.VM {
 	vm.BalloonTarget = 0
+	vm.Pinning.VCPUs = nil
 	vm.Disks = slices.Clone(vm.Disks)
 	for i := range vm.Disks {
 		vm.Disks[i].IOLimits = spec.IOLimits{}
@@ -43,7 +46,11 @@ func withoutRuntime(vm spec.VM) *spec.VM {
 
 // applyRuntime gives the running QEMU vm's QMP-only settings. Setting a
 // value QEMU already has is harmless, so a recovery can simply run it again.
-func applyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM) error {
+// qmpPath is the QMP socket of the QEMU c talks to (it finds its threads).
+func applyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
+	if err := pinVCPUs(ctx, c, vm, qmpPath); err != nil {
+		return err
+	}
 	for _, d := range vm.Disks {
 		if d.Limited() {
 			if err := setIOLimits(ctx, c, d); err != nil {
@@ -66,6 +73,21 @@ func applyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM) error {
 	}
 	if vm.BalloonTarget != 0 {
 		return setBalloon(ctx, c, vm)
+	}
+	return nil
+}
+
+// pinVCPUs pins each vCPU thread of the QEMU on qmpPath as vm asks.
+func pinVCPUs(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
+	if len(vm.Pinning.VCPUs) == 0 {
+		return nil
+	}
+	pid := qemuPID(vm.Name, qmpPath)
+	if pid == 0 {
+		return fmt.Errorf("pinning: no QEMU of VM %q on %s in this PID namespace", vm.Name, qmpPath)
+	}
+	if _, err := affinity.PinVCPUs(ctx, c, pid, vm.Pinning.VCPUs); err != nil {
+		return fmt.Errorf("pinning: %w", err)
 	}
 	return nil
 }
@@ -135,7 +157,7 @@ func (r *startRun) liveStep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = applyRuntime(ctx, c, &r.f.VM)
+	err = applyRuntime(ctx, c, &r.f.VM, r.sock.QMP)
 	release()
 	if err != nil {
 		return err

@@ -330,7 +330,7 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 		return err
 	}
 	// Not in the stream: the disks' I/O limits (links are).
-	if err := applyRuntime(ctx, d.mon, &d.f.VM); err != nil {
+	if err := applyRuntime(ctx, d.mon, &d.f.VM, d.sock.QMP); err != nil {
 		return err
 	}
 	if !d.local && len(m.Console) > 0 {

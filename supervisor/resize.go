@@ -81,6 +81,10 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 	}
 	defer op.End()
 	_, cpuErr := devices.SetCPUs(ctx, c, vm, o.CPUs)
+	if cpuErr == nil && o.CPUs > 0 {
+		// A new vCPU thread starts with the unit's affinity: pin it too.
+		cpuErr = pinVCPUs(ctx, c, vm, s.paths(name).QMP)
+	}
 	s.traced(op)(name, "cpus")
 	var memErr error
 	if cpuErr == nil {

@@ -286,6 +286,22 @@ func (f *pidFinder) qemu(mainPID uint32, name string) int {
 
 // qemuName is the VM name in a QEMU's command line (cmdline: -name
 // guest=NAME,...), "" if none.
+// qemuPID is the QEMU of VM name listening on qmpPath, as this process
+// sees it (0: none): a migration's two QEMUs of one VM differ by socket.
+func qemuPID(name, qmpPath string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && qemuName(b) == name && bytes.Contains(b, []byte(qmpPath)) {
+			return pid
+		}
+	}
+	return 0
+}
+
 func qemuName(cmdline []byte) string {
 	_, after, ok := bytes.Cut(cmdline, []byte("\x00-name\x00guest="))
 	if !ok {

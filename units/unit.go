@@ -50,6 +50,9 @@ type Unit struct {
 	CPUAccounting bool
 	CPUQuota      int  // percent of one CPU; 0 = none
 	CPUWeight     int  // 0 = default
+	// CPUAffinity is the host CPUs the unit's processes may run on (the
+	// threads inherit it); empty = all.
+	CPUAffinity []int
 	TasksMax      int  // 0 = default
 	DeviceAll     bool // true = DevicePolicy=auto; false = closed + DeviceAllow
 	DeviceAllow   []DeviceRule
@@ -134,6 +137,9 @@ func (u Unit) properties() ([]sd.Property, error) {
 	if u.CPUWeight > 0 {
 		p = append(p, prop("CPUWeight", uint64(u.CPUWeight)))
 	}
+	if len(u.CPUAffinity) > 0 {
+		p = append(p, prop("CPUAffinity", cpuMask(u.CPUAffinity)))
+	}
 	if u.TasksMax > 0 {
 		p = append(p, prop("TasksAccounting", true), prop("TasksMax", uint64(u.TasksMax)))
 	}
@@ -201,3 +207,15 @@ func execExProp(name string, cmds [][]string, flags ...string) sd.Property {
 // Deprecated: units knows units, not VMs; use the name the supervisor
 // reports (Status.Unit). Kept for existing callers.
 func Name(vm string) string { return vmstate.UnitName(vm) }
+
+// cpuMask is a CPU set as systemd's CPUAffinity= bytes: bit N of byte N/8.
+func cpuMask(cpus []int) []byte {
+	var b []byte
+	for _, c := range cpus {
+		for len(b) <= c/8 {
+			b = append(b, 0)
+		}
+		b[c/8] |= 1 << (c % 8)
+	}
+	return b
+}

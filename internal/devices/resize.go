@@ -42,14 +42,14 @@ func SetCPUs(ctx context.Context, c *qmp.Conn, vm *spec.VM, want int) (int, erro
 		return have, fmt.Errorf("cpus %d: removing vCPUs from a running guest is not offered (QEMU 7.2 does not complete vCPU unplug under TCG); set cpus in the file and restart", want)
 	}
 	slices.SortFunc(free, func(a, b qmp.HotpluggableCPU) int {
-		return cmp.Or(cmp.Compare(val(a.Props.SocketID), val(b.Props.SocketID)),
+		return cmp.Or(cmp.Compare(val(a.Props.SocketID), val(b.Props.SocketID)), cmp.Compare(val(a.Props.DieID), val(b.Props.DieID)),
 			cmp.Compare(val(a.Props.CoreID), val(b.Props.CoreID)), cmp.Compare(val(a.Props.ThreadID), val(b.Props.ThreadID)))
 	})
 	for _, sl := range free {
 		if have >= want {
 			break
 		}
-		id := fmt.Sprintf("vcpu-s%dc%dt%d", val(sl.Props.SocketID), val(sl.Props.CoreID), val(sl.Props.ThreadID))
+		id := fmt.Sprintf("vcpu-s%dd%dc%dt%d", val(sl.Props.SocketID), val(sl.Props.DieID), val(sl.Props.CoreID), val(sl.Props.ThreadID))
 		p := sl.Props
 		slot := qemuargs.CPUSlot{NodeID: p.NodeID, SocketID: p.SocketID, DieID: p.DieID, ClusterID: p.ClusterID, CoreID: p.CoreID, ThreadID: p.ThreadID}
 		if err := c.DeviceAdd(ctx, qemuargs.CPUDevice{Driver: sl.Type, ID: id, CPUSlot: slot}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,6 +50,9 @@ func CheckSpec(f *spec.File, memTotal int64, qemu string) error {
 	if err := fileReadable(f, "boot.initrd", vm.Boot.Initrd); err != nil {
 		return err
 	}
+	if err := checkPinning(f); err != nil {
+		return err
+	}
 	// Disks are checked by checkStorage (images may be created on demand).
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
@@ -77,6 +81,34 @@ func fileReadable(f *spec.File, field, path string) error {
 	if !st.Mode().IsRegular() {
 		// QEMU would block on a FIFO, and read a device without end.
 		return f.Errorf(field, "%s is %s, not a regular file", path, userfile.Kind(st.Mode()))
+	}
+	return nil
+}
+
+// checkPinning refuses host CPUs this host does not have online.
+func checkPinning(f *spec.File) error {
+	p := f.VM.Pinning
+	if len(p.VCPUs) == 0 && p.Emulator == "" {
+		return nil
+	}
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return fmt.Errorf("%s: pinning: host CPUs: %w", f.Path, err)
+	}
+	online, err := spec.ParseCPUList(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("%s: pinning: /sys/devices/system/cpu/online: %w", f.Path, err)
+	}
+	for i, c := range p.VCPUs {
+		if !slices.Contains(online, c) {
+			return f.Errorf(fmt.Sprintf("pinning.vcpus[%d]", i), "host CPU %d is not online here (online: %s)", c, strings.TrimSpace(string(b)))
+		}
+	}
+	em, _ := spec.ParseCPUList(p.Emulator)
+	for _, c := range em {
+		if p.Emulator != "" && !slices.Contains(online, c) {
+			return f.Errorf("pinning.emulator", "host CPU %d is not online here (online: %s)", c, strings.TrimSpace(string(b)))
+		}
 	}
 	return nil
 }

@@ -1,0 +1,108 @@
+// Package affinity pins a running QEMU's vCPU threads to host CPUs: the
+// thread of each vCPU comes from QMP's query-cpus-fast, its affinity is set
+// with sched_setaffinity. QEMU itself cannot (its seccomp filter denies
+// it, and its user could not pin another's threads); vmsup runs as root.
+package affinity
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmsup/vmsup/qmp"
+)
+
+// PinVCPUs pins vCPU i's thread to host CPU cpus[i], for every vCPU QEMU
+// runs now; setting what a thread already has is harmless, so it is
+// re-run after a vCPU hotplug. pid is QEMU's process as this process sees
+// it: QEMU reports thread ids of its own PID namespace, which differ from
+// ours when systemd runs in another (the test harness's). It returns how
+// many threads it pinned.
+func PinVCPUs(ctx context.Context, c *qmp.Conn, pid int, cpus []int) (int, error) {
+	if len(cpus) == 0 {
+		return 0, nil
+	}
+	vcpus, err := c.QueryCPUsFast(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("query-cpus-fast: %w", err)
+	}
+	tids, err := OurTIDs(pid)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range vcpus {
+		if v.CPUIndex < 0 || int(v.CPUIndex) >= len(cpus) {
+			return n, fmt.Errorf("vCPU %d has no host CPU in pinning.vcpus (%d given)", v.CPUIndex, len(cpus))
+		}
+		tid, ok := tids[int(v.ThreadID)]
+		if !ok {
+			return n, fmt.Errorf("vCPU %d: thread %d is not a thread of QEMU (pid %d)", v.CPUIndex, v.ThreadID, pid)
+		}
+		if err := Pin(tid, cpus[v.CPUIndex]); err != nil {
+			return n, fmt.Errorf("vCPU %d (thread %d): %w", v.CPUIndex, tid, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// OurTIDs maps the thread ids QEMU (pid, in our namespace) knows its
+// threads by, the innermost of each task's NSpid, to ours.
+func OurTIDs(pid int) (map[int]int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("QEMU's threads: %w", err)
+	}
+	out := map[int]int{}
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "status"))
+		if err != nil {
+			continue // the thread ended
+		}
+		out[tid] = tid
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(strings.TrimPrefix(line, "NSpid:")); strings.HasPrefix(line, "NSpid:") && len(f) > 0 {
+				if inner, err := strconv.Atoi(f[len(f)-1]); err == nil {
+					out[inner] = tid
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// Pin sets thread tid's affinity to the one host CPU cpu.
+func Pin(tid, cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(tid, &set); err != nil {
+		return fmt.Errorf("sched_setaffinity to CPU %d: %w", cpu, err)
+	}
+	return nil
+}
+
+// Of returns the host CPUs thread tid may run on.
+func Of(tid int) ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(tid, &set); err != nil {
+		return nil, err
+	}
+	var out []int
+	for c := 0; c < len(set)*64; c++ {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}

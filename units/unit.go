@@ -48,14 +48,14 @@ type Unit struct {
 	MemoryMax uint64 // bytes; 0 = no limit
 	// CPUAccounting keeps the unit's CPU time (CPUUsageNSec), for stats.
 	CPUAccounting bool
-	CPUQuota      int  // percent of one CPU; 0 = none
-	CPUWeight     int  // 0 = default
+	CPUQuota      int // percent of one CPU; 0 = none
+	CPUWeight     int // 0 = default
 	// CPUAffinity is the host CPUs the unit's processes may run on (the
 	// threads inherit it); empty = all.
 	CPUAffinity []int
-	TasksMax      int  // 0 = default
-	DeviceAll     bool // true = DevicePolicy=auto; false = closed + DeviceAllow
-	DeviceAllow   []DeviceRule
+	TasksMax    int  // 0 = default
+	DeviceAll   bool // true = DevicePolicy=auto; false = closed + DeviceAllow
+	DeviceAllow []DeviceRule
 
 	// NetworkNamespacePath puts every process of the unit (QEMU and its
 	// stop hooks) in the network namespace bind-mounted there.

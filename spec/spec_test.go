@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -119,5 +120,19 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("error is not one line: %q", msg)
 			}
 		})
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for in, want := range map[string][]int{"0": {0}, "0-3,6": {0, 1, 2, 3, 6}, "3,1-2,1": {1, 2, 3}} {
+		got, err := ParseCPUList(in)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("ParseCPUList(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "a", "3-1", "-1", "0,,1", "4096"} {
+		if _, err := ParseCPUList(bad); err == nil {
+			t.Errorf("ParseCPUList(%q) accepted", bad)
+		}
 	}
 }

@@ -58,7 +58,17 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 	if !c.out.Balloon {
 		c.out.BalloonTarget = ""
 	}
-	for i, w := range dv.Watchdogs {
+	c.watchdogs(dv.Watchdogs)
+	c.panics(dv.Panics)
+	for i, s := range dv.Serials {
+		if s.Source != nil && s.Source.Pty == nil {
+			c.drop(fmt.Sprintf("devices/serial[%d]", i), "a serial port that is not a pty: vmsup's console is its first serial port (vmsup console)")
+		}
+	}
+}
+
+func (c *converter) watchdogs(ws []libvirtxml.DomainWatchdog) {
+	for i, w := range ws {
 		if w.Model != "i6300esb" || c.out.Watchdog != "" {
 			c.drop(fmt.Sprintf("devices/watchdog[%d]", i), "model %q: vmsup's watchdog is one i6300esb", w.Model)
 			continue
@@ -70,7 +80,10 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 			c.drop(fmt.Sprintf("devices/watchdog[%d]/@action", i), "%q: reset it is", w.Action)
 		}
 	}
-	for i, p := range dv.Panics {
+}
+
+func (c *converter) panics(ps []libvirtxml.DomainPanic) {
+	for i, p := range ps {
 		if (p.Model != "" && p.Model != "isa") || c.out.OnPanic != "" {
 			c.drop(fmt.Sprintf("devices/panic[%d]", i), "model %q: vmsup's panic device is the ISA pvpanic", p.Model)
 			continue
@@ -81,10 +94,8 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 			c.drop("on_crash", "%q: vmsup does not dump the guest's memory on a panic", c.dom.OnCrash)
 		}
 	}
-	for i, s := range dv.Serials {
-		if s.Source != nil && s.Source.Pty == nil {
-			c.drop(fmt.Sprintf("devices/serial[%d]", i), "a serial port that is not a pty: vmsup's console is its first serial port (vmsup console)")
-		}
+	if len(ps) == 0 && c.dom.OnCrash != "" && c.dom.OnCrash != "destroy" {
+		c.drop("on_crash", "%q acts on a guest panic, which needs a panic device (none here)", c.dom.OnCrash)
 	}
 }
 

@@ -82,65 +82,20 @@ func (m *diskMapper) source() bool {
 }
 
 func (m *diskMapper) network(n *libvirtxml.DomainDiskSourceNetwork) bool {
-	o := &m.out
 	auth := m.src.Auth
 	if n.Auth != nil {
 		auth = n.Auth
 	}
+	var ok bool
 	switch n.Protocol {
 	case "rbd":
-		o.Type = spec.DiskRBD
-		name := n.Name
-		if pool, rest, ok := strings.Cut(name, "/"); ok {
-			o.Pool, o.Image = pool, rest
-			if ns, img, ok := strings.Cut(rest, "/"); ok {
-				o.Namespace, o.Image = ns, img
-			}
-		}
-		if img, snap, ok := strings.Cut(o.Image, "@"); ok {
-			o.Image, o.Snapshot = img, snap
-		}
-		if n.Snapshot != nil {
-			o.Snapshot = n.Snapshot.Name
-		}
-		for _, h := range n.Hosts {
-			o.Monitors = append(o.Monitors, hostPort(h, "6789"))
-		}
-		if n.Config != nil {
-			o.CephConf = n.Config.File
-		}
-		if o.Pool == "" || o.Image == "" {
-			m.drop("rbd name %q is not POOL/IMAGE", name)
-			return false
-		}
+		ok = m.rbd(n)
 	case "iscsi":
-		o.Type = spec.DiskISCSI
-		iqn, lun, _ := strings.Cut(n.Name, "/")
-		o.Target = iqn
-		if lun != "" {
-			v, err := strconv.ParseUint(lun, 10, 16)
-			if err != nil {
-				m.drop("iscsi name %q: LUN %q is not a number", n.Name, lun)
-				return false
-			}
-			o.LUN = v
-		}
-		if len(n.Hosts) == 0 {
-			m.drop("iscsi disk without a host")
-			return false
-		}
-		o.Portal = hostPort(n.Hosts[0], spec.DefaultISCSIPort)
-		if n.Hosts[0].Transport == "rdma" {
-			o.Transport = "iser"
-		}
-		if len(n.Hosts) > 1 {
-			m.drop("%d more portals: vmsup logs in to the first (multipath is not in vmsup)", len(n.Hosts)-1)
-		}
-		if n.Initiator != nil && n.Initiator.IQN != nil {
-			o.InitiatorName = n.Initiator.IQN.Name
-		}
+		ok = m.iscsi(n)
 	default:
 		m.drop("network protocol %q: vmsup reaches iSCSI and RBD only", n.Protocol)
+	}
+	if !ok {
 		return false
 	}
 	if auth != nil {
@@ -148,6 +103,67 @@ func (m *diskMapper) network(n *libvirtxml.DomainDiskSourceNetwork) bool {
 	}
 	if n.TLS == "yes" {
 		m.drop("TLS to the storage is not in vmsup")
+	}
+	return true
+}
+
+// rbd: name POOL/IMAGE or POOL/NAMESPACE/IMAGE, a snapshot (element or
+// "@SNAP"), monitors, ceph.conf.
+func (m *diskMapper) rbd(n *libvirtxml.DomainDiskSourceNetwork) bool {
+	o := &m.out
+	o.Type = spec.DiskRBD
+	if pool, rest, ok := strings.Cut(n.Name, "/"); ok {
+		o.Pool, o.Image = pool, rest
+		if ns, img, ok := strings.Cut(rest, "/"); ok {
+			o.Namespace, o.Image = ns, img
+		}
+	}
+	if img, snap, ok := strings.Cut(o.Image, "@"); ok {
+		o.Image, o.Snapshot = img, snap
+	}
+	if n.Snapshot != nil {
+		o.Snapshot = n.Snapshot.Name
+	}
+	for _, h := range n.Hosts {
+		o.Monitors = append(o.Monitors, hostPort(h, "6789"))
+	}
+	if n.Config != nil {
+		o.CephConf = n.Config.File
+	}
+	if o.Pool == "" || o.Image == "" {
+		m.drop("rbd name %q is not POOL/IMAGE", n.Name)
+		return false
+	}
+	return true
+}
+
+// iscsi: name IQN/LUN, the first portal, iSER, the initiator name.
+func (m *diskMapper) iscsi(n *libvirtxml.DomainDiskSourceNetwork) bool {
+	o := &m.out
+	o.Type = spec.DiskISCSI
+	iqn, lun, _ := strings.Cut(n.Name, "/")
+	o.Target = iqn
+	if lun != "" {
+		v, err := strconv.ParseUint(lun, 10, 16)
+		if err != nil {
+			m.drop("iscsi name %q: LUN %q is not a number", n.Name, lun)
+			return false
+		}
+		o.LUN = v
+	}
+	if len(n.Hosts) == 0 {
+		m.drop("iscsi disk without a host")
+		return false
+	}
+	o.Portal = hostPort(n.Hosts[0], spec.DefaultISCSIPort)
+	if n.Hosts[0].Transport == "rdma" {
+		o.Transport = "iser"
+	}
+	if len(n.Hosts) > 1 {
+		m.drop("%d more portals: vmsup logs in to the first (multipath is not in vmsup)", len(n.Hosts)-1)
+	}
+	if n.Initiator != nil && n.Initiator.IQN != nil {
+		o.InitiatorName = n.Initiator.IQN.Name
 	}
 	return true
 }

@@ -140,6 +140,13 @@ func (s *Supervisor) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, 
 		rec.BalloonTarget = want.BalloonTarget
 		return nil
 	}
+	if c.Kind == plan.Pinning {
+		if err := repin(ctx, qc, want, s.paths(name).QMP); err != nil {
+			return err
+		}
+		rec.Pinning.VCPUs = want.Pinning.VCPUs
+		return nil
+	}
 	if c.Kind == plan.NICLink {
 		wn, rn := findNIC(want, c.Name), findNIC(rec, c.Name)
 		if wn == nil || rn == nil {

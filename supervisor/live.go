@@ -3,7 +3,9 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 
 	"github.com/vmsup/vmsup/internal/affinity"
 
@@ -90,6 +92,29 @@ func pinVCPUs(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) err
 		return fmt.Errorf("pinning: %w", err)
 	}
 	return nil
+}
+
+// repin pins the vCPUs as vm now says: to their CPUs, or, without
+// pinning.vcpus, back to the unit's CPUs (the host's when it has none).
+func repin(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
+	if len(vm.Pinning.VCPUs) > 0 {
+		return pinVCPUs(ctx, c, vm, qmpPath)
+	}
+	set := emulatorCPUs(vm)
+	if len(set) == 0 {
+		b, err := os.ReadFile("/sys/devices/system/cpu/online")
+		if err != nil {
+			return err
+		}
+		if set, err = spec.ParseCPUList(strings.TrimSpace(string(b))); err != nil {
+			return err
+		}
+	}
+	pid := qemuPID(vm.Name, qmpPath)
+	if pid == 0 {
+		return fmt.Errorf("pinning: no QEMU of VM %q on %s in this PID namespace", vm.Name, qmpPath)
+	}
+	return affinity.FloatVCPUs(ctx, c, pid, set)
 }
 
 // setBalloon gives the balloon its target; none (0) means all of the

@@ -82,6 +82,29 @@ func OurTIDs(pid int) (map[int]int, error) {
 	return out, nil
 }
 
+// FloatVCPUs lets every vCPU thread run on any CPU of set (pinning
+// removed: the unit's CPUs, or all the host's).
+func FloatVCPUs(ctx context.Context, c *qmp.Conn, pid int, set []int) error {
+	vcpus, err := c.QueryCPUsFast(ctx)
+	if err != nil {
+		return fmt.Errorf("query-cpus-fast: %w", err)
+	}
+	tids, err := OurTIDs(pid)
+	if err != nil {
+		return err
+	}
+	var mask unix.CPUSet
+	for _, cpu := range set {
+		mask.Set(cpu)
+	}
+	for _, v := range vcpus {
+		if err := unix.SchedSetaffinity(tids[int(v.ThreadID)], &mask); err != nil {
+			return fmt.Errorf("vCPU %d: sched_setaffinity to CPUs %v: %w", v.CPUIndex, set, err)
+		}
+	}
+	return nil
+}
+
 // Pin sets thread tid's affinity to the one host CPU cpu.
 func Pin(tid, cpu int) error {
 	var set unix.CPUSet

@@ -55,7 +55,8 @@ var rules = map[string]rule{
 	"uuid":                   {class: Restart, why: "QEMU builds the firmware tables when it starts", warn: "the guest sees another machine UUID"},
 	"credentials":            {class: Restart, why: "QEMU reads the credential files when it starts (the guest's systemd at boot)"},
 	"smbios.*":               {class: Restart, why: "QEMU builds the SMBIOS tables when it starts"},
-	"pinning.*":              {class: Restart, why: "vmsup pins the threads when QEMU starts (a live re-pin is not offered yet)"},
+	"pinning.vcpus":          {class: Live, kind: Pinning, op: "sched_setaffinity of each vCPU thread"},
+	"pinning.emulator":       {class: Restart, why: "the unit's CPUAffinity= is set when it starts"},
 	"topology.*":             {class: Restart, why: "the vCPU topology is fixed when QEMU starts", warn: "the guest sees another CPU layout"},
 }
 

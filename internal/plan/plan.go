@@ -50,6 +50,7 @@ const (
 	UnitLimits  Kind = "unit-limits"
 	Balloon     Kind = "balloon"
 	Autostart   Kind = "autostart"
+	Pinning     Kind = "pinning"
 	RecordOnly  Kind = "record" // a setting vmsup reads from its record (description, health)
 	NotLiveKind Kind = ""
 )

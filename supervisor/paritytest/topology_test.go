@@ -100,6 +100,20 @@ cmdline = "console=ttyS0 vmsup.online"
 		t.Errorf("after a vCPU hotplug: guest topology\n%s\nwant\n%s (the third vCPU is socket 1's first core)", got, want)
 	}
 	pinned(t, ctx, sup, []int{1, 0, 1})
+
+	// Another pinning in the file is applied live.
+	body = strings.NewReplacer("cpus = 2\n", "cpus = 3\n", "vcpus = [1, 0, 1, 0]", "vcpus = [0, 1, 0, 1]").Replace(body)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = spec.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sup.Apply(ctx, f, supervisor.ApplyOptions{})
+	if err != nil {
+		t.Fatalf("apply of another pinning: %v (%+v)", err, res)
+	}
+	pinned(t, ctx, sup, []int{0, 1, 0})
 }
 
 // pinned checks that vCPU i's thread may run on want[i] only.

@@ -268,7 +268,7 @@ func (c *converter) cpus() {
 		}
 	}
 	if cpu.Numa != nil {
-		c.drop("cpu/numa", "guest NUMA nodes are not in vmsup yet")
+		c.numa(cpu.Numa)
 	}
 }
 
@@ -456,4 +456,22 @@ func (c *converter) pinning(t *libvirtxml.DomainCPUTune) {
 	if len(p.VCPUs) > 0 || p.Emulator != "" {
 		c.out.Pinning = p
 	}
+}
+
+// numa maps the cells, in order (vmsup's node ids are their places).
+func (c *converter) numa(n *libvirtxml.DomainNuma) {
+	var out []fileNUMA
+	for i, cell := range n.Cell {
+		b, err := bytesOf(cell.Memory, cell.Unit)
+		m, exact := mib(b)
+		if err != nil || !exact || (cell.ID != nil && int(*cell.ID) != i) {
+			c.drop("cpu/numa", "cell %d: vmsup's nodes are numbered in order with whole MiB of memory", i)
+			return
+		}
+		out = append(out, fileNUMA{CPUs: cell.CPUs, Memory: m})
+		if cell.Distances != nil || len(cell.Caches) > 0 || cell.MemAccess != "" {
+			c.drop(fmt.Sprintf("cpu/numa/cell[%d]", i), "distances, caches and memAccess: QEMU's defaults apply")
+		}
+	}
+	c.out.NUMA = out
 }

@@ -23,6 +23,7 @@ type fileVM struct {
 	Watchdog      string            `toml:"watchdog,omitempty"`
 	Topology      *fileTopology     `toml:"topology,omitempty"`
 	Pinning       *filePinning      `toml:"pinning,omitempty"`
+	NUMA          []fileNUMA        `toml:"numa,omitempty"`
 	Boot          *fileBoot         `toml:"boot,omitempty"`
 	Limits        *fileLimits       `toml:"limits,omitempty"`
 	SMBIOS        *fileSMBIOS       `toml:"smbios,omitempty"`
@@ -114,4 +115,9 @@ type fileTopology struct {
 type filePinning struct {
 	VCPUs    []int  `toml:"vcpus,omitempty"`
 	Emulator string `toml:"emulator,omitempty"`
+}
+
+type fileNUMA struct {
+	CPUs   string `toml:"cpus"`
+	Memory string `toml:"memory"`
 }

@@ -144,6 +144,11 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	parts = append(parts, m, accel{o.Accel}, cpu{model, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
 		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs, Topology: vm.Topology})
+	numa, err := numaParts(vm)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, numa...)
 	if vm.Boot.Firmware == spec.FirmwareQboot {
 		parts = append(parts, biosFile{o.FirmwareCode})
 	}

@@ -63,6 +63,7 @@ type Object struct {
 	ID       string `json:"id"`
 	File     string `json:"file,omitempty"`     // secret: the file holding it (never the data itself)
 	Filename string `json:"filename,omitempty"` // rng-random: the host's entropy source
+	Size     int64  `json:"size,omitempty"`     // memory-backend-ram: bytes
 	Format   string `json:"format,omitempty"`   // secret: "raw" or "base64"
 }
 

@@ -142,3 +142,40 @@ func (k kernelBoot) Args() ([]string, error) {
 	}
 	return a, nil
 }
+
+// numaNode is -numa node: a guest node's vCPU slots and its memory backend.
+type numaNode struct {
+	ID     int
+	CPUs   []int
+	Memdev string
+}
+
+func (n numaNode) Args() ([]string, error) {
+	v := fmt.Sprintf("node,nodeid=%d", n.ID)
+	for _, r := range spec.CPURanges(n.CPUs) {
+		v += ",cpus=" + r // QEMU takes one cpus= per range
+	}
+	return []string{"-numa", v + ",memdev=" + n.Memdev}, nil
+}
+
+// NUMAMemdevID is the id of node n's RAM backend.
+func NUMAMemdevID(n int) string { return fmt.Sprintf("ram-node%d", n) }
+
+// numaParts are the nodes' RAM backends and -numa options.
+func numaParts(vm *spec.VM) ([]renderer, error) {
+	var out []renderer
+	var sum spec.Size
+	for i, n := range vm.NUMA {
+		cpus, err := spec.ParseCPUList(n.CPUs)
+		if err != nil {
+			return nil, errorf(fmt.Sprintf("numa[%d].cpus", i), "%v", err)
+		}
+		sum += n.Memory
+		out = append(out, Object{QOMType: "memory-backend-ram", ID: NUMAMemdevID(i), Size: int64(n.Memory)},
+			numaNode{ID: i, CPUs: cpus, Memdev: NUMAMemdevID(i)})
+	}
+	if len(vm.NUMA) > 0 && sum != vm.Memory {
+		return nil, errorf("numa", "the nodes' memory adds up to %s, not memory %s", sum, vm.Memory)
+	}
+	return out, nil
+}

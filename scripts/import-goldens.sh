@@ -79,6 +79,7 @@ vi unsupported --memory 512 --import --disk $IMG/root.qcow2 --tpm emulator --fil
 vi iotune --memory 512 --import --disk $IMG/iotune.qcow2,cache=none,io=native,discard=unmap,serial=ROOT-1,boot.order=1,iotune.total_iops_sec=500,iotune.read_bytes_sec=52428800 --disk /srv/iso/tools.iso,device=cdrom,boot.order=2 --network bridge=br0 --osinfo debian11
 vi kvm-name --memory 768 --vcpus 3 --import --disk $IMG/kvm.qcow2 --network bridge=br0 --osinfo debian11 --name "web server #1"
 vi topology --memory 1024 --vcpus 4,sockets=2,cores=2,threads=1 --cputune vcpupin0.vcpu=0,vcpupin0.cpuset=0,vcpupin1.vcpu=1,vcpupin1.cpuset=1,vcpupin2.vcpu=2,vcpupin2.cpuset=0,vcpupin3.vcpu=3,vcpupin3.cpuset=1,emulatorpin.cpuset=0-1 --import --disk $IMG/cpu.qcow2 --network none --osinfo debian11
-for n in basic uefi install rbd iscsi identity devices cpu nics topology; do dump "$n"; done
+vi numa --memory 1024 --vcpus 4,sockets=2,cores=2,threads=1 --cpu host-passthrough,cell0.cpus=0-1,cell0.memory=524288,cell1.cpus=2-3,cell1.memory=524288 --import --disk $IMG/cpu.qcow2 --network none --osinfo debian11
+for n in basic uefi install rbd iscsi identity devices cpu nics topology numa; do dump "$n"; done
 '
 ls "$OUT"/*.xml | wc -l

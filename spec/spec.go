@@ -9,17 +9,18 @@ import (
 // TOML key and the default Load fills in; testdata/example.toml is the
 // commented reference a user copies.
 type VM struct {
-	Name        string   `toml:"name"`        // required: [A-Za-z0-9][A-Za-z0-9_.-]*, at most 64 bytes
-	Description string   `toml:"description"` // free text, shown by status
-	Machine     string   `toml:"machine"`     // "q35" (default) or "pc"
-	Accel       Accel    `toml:"accel"`       // "auto" (default), "kvm" or "tcg"
-	CPUModel    string   `toml:"cpu_model"`   // default "host" under KVM, "max" under TCG
-	CPUs        int      `toml:"cpus"`        // default 1
-	MaxCPUs     int      `toml:"max_cpus"`    // vCPU hotplug ceiling; default = cpus
-	Topology    Topology `toml:"topology"`    // sockets, dies, cores, threads (topology.go)
-	Pinning     Pinning  `toml:"pinning"`     // vCPU and emulator threads on host CPUs (pinning.go)
-	Memory      Size     `toml:"memory"`      // required, e.g. "512M"
-	MaxMemory   Size     `toml:"max_memory"`  // memory hotplug ceiling; default = memory (no hotplug)
+	Name        string     `toml:"name"`        // required: [A-Za-z0-9][A-Za-z0-9_.-]*, at most 64 bytes
+	Description string     `toml:"description"` // free text, shown by status
+	Machine     string     `toml:"machine"`     // "q35" (default) or "pc"
+	Accel       Accel      `toml:"accel"`       // "auto" (default), "kvm" or "tcg"
+	CPUModel    string     `toml:"cpu_model"`   // default "host" under KVM, "max" under TCG
+	CPUs        int        `toml:"cpus"`        // default 1
+	MaxCPUs     int        `toml:"max_cpus"`    // vCPU hotplug ceiling; default = cpus
+	Topology    Topology   `toml:"topology"`    // sockets, dies, cores, threads (topology.go)
+	Pinning     Pinning    `toml:"pinning"`     // vCPU and emulator threads on host CPUs (pinning.go)
+	NUMA        []NUMANode `toml:"numa"`        // guest NUMA nodes (numa.go); none: one node
+	Memory      Size       `toml:"memory"`      // required, e.g. "512M"
+	MaxMemory   Size       `toml:"max_memory"`  // memory hotplug ceiling; default = memory (no hotplug)
 	// HotplugSlots is the number of empty PCIe root ports reserved for disk and
 	// NIC hotplug on q35 (default 8). q35 cannot hotplug onto pcie.0 itself.
 	HotplugSlots *int     `toml:"hotplug_slots"`

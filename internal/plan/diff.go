@@ -57,6 +57,7 @@ var rules = map[string]rule{
 	"smbios.*":               {class: Restart, why: "QEMU builds the SMBIOS tables when it starts"},
 	"pinning.vcpus":          {class: Live, kind: Pinning, op: "sched_setaffinity of each vCPU thread"},
 	"pinning.emulator":       {class: Restart, why: "the unit's CPUAffinity= is set when it starts"},
+	"numa":                   {class: Restart, why: "the guest's NUMA nodes are fixed when QEMU starts"},
 	"topology.*":             {class: Restart, why: "the vCPU topology is fixed when QEMU starts", warn: "the guest sees another CPU layout"},
 }
 

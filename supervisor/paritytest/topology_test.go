@@ -18,7 +18,7 @@ import (
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
-// TestTopology: the guest sees the sockets and cores asked for, and
+// TestTopology: the guest sees the sockets, cores and NUMA nodes asked for, and
 // a vCPU hot-plugged later lands in the next slot of that topology; each
 // vCPU thread runs on the host CPU pinning.vcpus gives it, the hot-plugged
 // one too.
@@ -38,6 +38,14 @@ stop_timeout = "20s"
 sockets = 2
 cores = 2
 threads = 1
+
+[[numa]]
+cpus = "0-1"
+memory = "128M"
+
+[[numa]]
+cpus = "2-3"
+memory = "128M"
 
 [pinning]
 vcpus = [1, 0, 1, 0]
@@ -83,6 +91,31 @@ cmdline = "console=ttyS0 vmsup.online"
 		return strings.TrimSpace(strings.ReplaceAll(out, "\r", ""))
 	}
 	pinned(t, ctx, sup, []int{1, 0})
+	// NUMA node N: its CPUs and its memory in MiB.
+	nodes := func() string {
+		t.Helper()
+		out, _, err := sh.Run(ctx, `for n in /sys/devices/system/node/node[0-9]*; do `+
+			`echo "${n##*/} $(cat $n/cpulist) $(( $(awk '/MemTotal/ {print $4}' $n/meminfo) / 1024 ))"; done`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(strings.ReplaceAll(out, "\r", ""))
+	}
+	checkNodes := func(when, cpus1 string) {
+		t.Helper()
+		lines := strings.Split(nodes(), "\n")
+		ok := len(lines) == 2 && strings.HasPrefix(lines[0], "node0 0-1 ") && strings.HasPrefix(lines[1], "node1 "+cpus1)
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if mib, err := strconv.Atoi(f[len(f)-1]); err != nil || mib < 64 || mib > 128 {
+				ok = false // each node holds about its 128 MiB (less what the kernel keeps)
+			}
+		}
+		if !ok {
+			t.Errorf("%s: guest NUMA nodes (node cpus MiB):\n%s\nwant node0 with CPUs 0-1, node1 with %q, ~128 MiB each", when, strings.Join(lines, "\n"), cpus1)
+		}
+	}
+	checkNodes("at boot", "")
 	if got, want := topo(), "cpu0 0 0 0\ncpu1 0 1 1"; got != want {
 		t.Errorf("at boot: guest topology (cpu socket core siblings)\n%s\nwant\n%s", got, want)
 	}
@@ -100,6 +133,7 @@ cmdline = "console=ttyS0 vmsup.online"
 		t.Errorf("after a vCPU hotplug: guest topology\n%s\nwant\n%s (the third vCPU is socket 1's first core)", got, want)
 	}
 	pinned(t, ctx, sup, []int{1, 0, 1})
+	checkNodes("after a vCPU hotplug", "2")
 
 	// Another pinning in the file is applied live.
 	body = strings.NewReplacer("cpus = 2\n", "cpus = 3\n", "vcpus = [1, 0, 1, 0]", "vcpus = [0, 1, 0, 1]").Replace(body)

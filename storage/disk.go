@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/userfile"
-
 	"github.com/vmsup/vmsup/spec"
 )
 

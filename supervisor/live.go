@@ -3,12 +3,10 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strings"
 
 	"github.com/vmsup/vmsup/internal/affinity"
-
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -102,11 +100,8 @@ func repin(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error 
 	}
 	set := emulatorCPUs(vm)
 	if len(set) == 0 {
-		b, err := os.ReadFile("/sys/devices/system/cpu/online")
-		if err != nil {
-			return err
-		}
-		if set, err = spec.ParseCPUList(strings.TrimSpace(string(b))); err != nil {
+		var err error
+		if set, err = hostcaps.OnlineCPUs(); err != nil {
 			return err
 		}
 	}

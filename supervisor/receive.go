@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/identity"
-
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"

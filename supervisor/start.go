@@ -9,10 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/identity"
-
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/userfile"
-
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -91,24 +90,30 @@ func checkPinning(f *spec.File) error {
 	if len(p.VCPUs) == 0 && p.Emulator == "" {
 		return nil
 	}
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	online, err := OnlineCPUs()
 	if err != nil {
-		return fmt.Errorf("%s: pinning: host CPUs: %w", f.Path, err)
+		return fmt.Errorf("%s: pinning: %w", f.Path, err)
 	}
-	online, err := spec.ParseCPUList(strings.TrimSpace(string(b)))
-	if err != nil {
-		return fmt.Errorf("%s: pinning: /sys/devices/system/cpu/online: %w", f.Path, err)
-	}
+	list := strings.Join(spec.CPURanges(online), ",")
 	for i, c := range p.VCPUs {
 		if !slices.Contains(online, c) {
-			return f.Errorf(fmt.Sprintf("pinning.vcpus[%d]", i), "host CPU %d is not online here (online: %s)", c, strings.TrimSpace(string(b)))
+			return f.Errorf(fmt.Sprintf("pinning.vcpus[%d]", i), "host CPU %d is not online here (online: %s)", c, list)
 		}
 	}
 	em, _ := spec.ParseCPUList(p.Emulator)
 	for _, c := range em {
 		if p.Emulator != "" && !slices.Contains(online, c) {
-			return f.Errorf("pinning.emulator", "host CPU %d is not online here (online: %s)", c, strings.TrimSpace(string(b)))
+			return f.Errorf("pinning.emulator", "host CPU %d is not online here (online: %s)", c, list)
 		}
 	}
 	return nil
+}
+
+// OnlineCPUs are the host CPUs the kernel runs now.
+func OnlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("host CPUs: %w", err)
+	}
+	return spec.ParseCPUList(strings.TrimSpace(string(b)))
 }

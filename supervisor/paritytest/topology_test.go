@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/affinity"
-
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"

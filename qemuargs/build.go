@@ -109,7 +109,9 @@ func Build(vm *spec.VM, o Options) ([]string, error) {
 	return argv, nil
 }
 
-// plan checks vm and o and lists the parts of the command line in order.
+// plan checks vm and o and lists the parts of the command line in order:
+// the machine and its boot, the monitors and console, the fixed devices,
+// then NICs and disks on their ports.
 func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	if err := checkOptions(vm, o); err != nil {
 		return nil, err
@@ -121,6 +123,31 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	if err != nil {
 		return nil, err
 	}
+	id, idDevices, err := identityParts(vm, o)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := machineParts(vm, o)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, id)
+	parts = append(parts, monitorParts(o)...)
+	parts = append(parts, platformParts(vm, o, l, idDevices)...)
+	devs, err := deviceParts(vm, o, l)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, devs...)
+	if o.Incoming {
+		parts = append(parts, flags{"-S", "-incoming", "defer"})
+	}
+	return parts, nil
+}
+
+// machineParts: the process flags, the machine, accelerator, CPU, memory,
+// vCPUs and NUMA nodes, firmware and boot.
+func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	parts := []renderer{
 		flags{"-nodefaults", "-no-user-config", "-display", "none"},
 		guestName{vm.Name},
@@ -129,7 +156,6 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	if vm.Security.HasSeccomp() {
 		parts = append(parts, sandbox{})
 	}
-
 	m := machine{Type: vm.Machine}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {
 		for _, b := range ovmfBlockdevs(o.FirmwareCode, o.FirmwareVars) {
@@ -160,20 +186,26 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		// boot_index keeps booting as the firmware finds its disks.
 		parts = append(parts, bootStrict{})
 	}
-	id, err := identityParts(vm, o)
-	if err != nil {
-		return nil, err
-	}
-	parts = append(parts, id[0])
+	return parts, nil
+}
 
-	parts = append(parts,
+// monitorParts: the QMP monitors, the serial console, the event log.
+func monitorParts(o Options) []renderer {
+	parts := []renderer{
 		socketChardev{QMPChardevID, o.QMPSocket, "", false}, qmpMonitor{QMPChardevID},
 		socketChardev{EventsChardevID, o.EventSocket, "", false}, qmpMonitor{EventsChardevID},
 		socketChardev{ConsoleChardevID, o.ConsoleSocket, o.ConsoleLog, o.Incoming}, serialPort{ConsoleChardevID},
-	)
+	}
 	if o.EventLog != "" {
 		parts = append(parts, pipeChardev{EventLogChardevID, o.EventLog}, qmpMonitor{EventLogChardevID})
 	}
+	return parts
+}
+
+// platformParts: the root ports, the fixed slot's devices (agent, balloon,
+// watchdog, RNG), the devices without a PCI slot and QEMU's actions.
+func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) []renderer {
+	var parts []renderer
 	for _, rp := range l.rootPorts {
 		parts = append(parts, rp)
 	}
@@ -189,10 +221,16 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	if vm.OnPanic != "" {
 		parts = append(parts, Device{Driver: "pvpanic", ID: PanicDeviceID}) // ISA, port 0x505: no PCI slot
 	}
-	parts = append(parts, id[1:]...) // vmgenid, vmcoreinfo: no PCI slot
+	parts = append(parts, idDevices...) // vmgenid, vmcoreinfo: no PCI slot
 	if a := panicActions(vm); len(a) > 0 {
 		parts = append(parts, flags{"-action", strings.Join(a, ",")})
 	}
+	return parts
+}
+
+// deviceParts: each NIC, then each disk, on its place in the layout.
+func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
+	var parts []renderer
 	for i, n := range vm.NICs {
 		nd, err := NICNetdev(n, o.VhostNet)
 		if err != nil {
@@ -204,16 +242,13 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 	for i, d := range vm.Disks {
 		h := o.Disks[d.Name]
-		h.UUID = cmpUUID(vm.UUID, o.UUID)
+		h.UUID = vmUUID(vm, o)
 		dp, err := Disk(d, h, l.disks[i].bus)
 		if err != nil {
 			return nil, inField(err, fmt.Sprintf("disk[%d]", i))
 		}
 		dp.Devices[0].Addr = l.disks[i].addr
 		parts = append(parts, dp.renderers()...)
-	}
-	if o.Incoming {
-		parts = append(parts, flags{"-S", "-incoming", "defer"})
 	}
 	return parts, nil
 }

@@ -320,12 +320,10 @@ func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
 func diskDevices(d spec.Disk, drive, bus string) []Device {
 	id := DiskDeviceID(d.Name)
 	shareRW := false
-	switch cmp.Or(d.Bus, spec.BusSCSI) {
+	switch d.EffectiveBus() {
 	case spec.BusVirtio:
-		if !d.IsCDROM() {
-			return []Device{{Driver: "virtio-blk-pci", ID: id, Bus: bus, Drive: drive, Serial: d.Serial,
-				BootIndex: d.BootIndex, WriteCache: cacheModes[d.Cache].writeCache, ShareRW: &shareRW}}
-		}
+		return []Device{{Driver: "virtio-blk-pci", ID: id, Bus: bus, Drive: drive, Serial: d.Serial,
+			BootIndex: d.BootIndex, WriteCache: cacheModes[d.Cache].writeCache, ShareRW: &shareRW}}
 	case spec.BusSATA:
 		dev := Device{Driver: "ide-hd", ID: id, Bus: bus, Drive: drive, Serial: d.Serial, BootIndex: d.BootIndex,
 			WriteCache: cacheModes[d.Cache].writeCache, ShareRW: &shareRW}

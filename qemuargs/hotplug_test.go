@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,31 @@ file = "root.img"
 			}
 			p.quit(ctx, q)
 		})
+	}
+}
+
+// TestDiskRecordedBeforeBus: a disk recorded before bus and device existed
+// (an attached disk in an old record, no defaults filled) renders as it
+// was plugged: a virtio-blk, or a CD-ROM on its SCSI controller, so that its
+// detach names the device QEMU has.
+func TestDiskRecordedBeforeBus(t *testing.T) {
+	for _, c := range []struct {
+		d    spec.Disk
+		want []string
+	}{
+		{spec.Disk{Name: "d", Type: spec.DiskFile, File: "/x.img", Format: spec.FormatRaw, Cache: "writeback", AIO: "threads"}, []string{"virtio-blk-pci"}},
+		{spec.Disk{Name: "cd", Type: spec.DiskISO, File: "/x.iso", Format: spec.FormatRaw, Cache: "writeback", AIO: "threads"}, []string{"virtio-scsi-pci", "scsi-cd"}},
+	} {
+		p, err := Disk(c.d, DiskHost{}, "rp1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range p.Devices {
+			got = append(got, d.Driver)
+		}
+		if strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("disk %s without bus/device: devices %v, want %v", c.d.Name, got, c.want)
+		}
 	}
 }

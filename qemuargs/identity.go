@@ -1,6 +1,7 @@
 package qemuargs
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -54,39 +55,36 @@ func (id identity) Args() ([]string, error) {
 	return a, nil
 }
 
-// identityParts are the identity options and devices of vm with o's UUID
-// and generation id (the file's uuid wins).
-func identityParts(vm *spec.VM, o Options) ([]renderer, error) {
-	id := identity{UUID: cmpUUID(vm.UUID, o.UUID), System: vm.SMBIOS.Fields(), OEMStrings: vm.SMBIOS.OEMStrings}
+// identityParts are the identity options of vm with o's UUID and
+// generation id (the file's uuid wins), and its devices without a PCI slot
+// (vmgenid, vmcoreinfo).
+func identityParts(vm *spec.VM, o Options) (identity, []renderer, error) {
+	id := identity{UUID: vmUUID(vm, o), System: vm.SMBIOS.Fields(), OEMStrings: vm.SMBIOS.OEMStrings}
 	for _, name := range vm.CredentialNames() {
 		p, ok := o.Credentials[name]
 		if !ok || p == "" {
-			return nil, errorf("credentials."+name, "no file for it in Options.Credentials")
+			return id, nil, errorf("credentials."+name, "no file for it in Options.Credentials")
 		}
 		id.Credentials = append(id.Credentials, p)
 	}
-	parts := []renderer{id}
+	var devs []renderer
 	if vm.VMGenID {
 		if o.GenID == "" {
-			return nil, errorf("vmgenid", "no generation id in Options.GenID")
+			return id, nil, errorf("vmgenid", "no generation id in Options.GenID")
 		}
 		if err := spec.ValidUUID(o.GenID); err != nil {
-			return nil, errorf("Options.GenID", "%v", err)
+			return id, nil, errorf("Options.GenID", "%v", err)
 		}
-		parts = append(parts, Device{Driver: "vmgenid", ID: VMGenIDDeviceID, GUID: o.GenID})
+		devs = append(devs, Device{Driver: "vmgenid", ID: VMGenIDDeviceID, GUID: o.GenID})
 	}
 	if vm.HasVMCoreInfo() {
-		parts = append(parts, Device{Driver: "vmcoreinfo", ID: VMCoreInfoDeviceID})
+		devs = append(devs, Device{Driver: "vmcoreinfo", ID: VMCoreInfoDeviceID})
 	}
-	return parts, nil
+	return id, devs, nil
 }
 
-func cmpUUID(file, opt string) string {
-	if file != "" {
-		return strings.ToLower(file)
-	}
-	return strings.ToLower(opt)
-}
+// vmUUID is the UUID the VM runs with: the file's, else the caller's.
+func vmUUID(vm *spec.VM, o Options) string { return strings.ToLower(cmp.Or(vm.UUID, o.UUID)) }
 
 // bootStrict is -boot strict=on: the firmware tries only the devices with a
 // boot index, as libvirt sets it.

@@ -51,6 +51,18 @@ func (d *Disk) IsCDROM() bool {
 	return d.Device == DeviceCDROM || (d.Device == "" && (d.Type == DiskISO || d.Type == DiskSeed))
 }
 
+// EffectiveBus is the disk's bus, its default for a disk recorded before
+// the key existed (virtio, or scsi for a CD-ROM).
+func (d *Disk) EffectiveBus() string {
+	switch {
+	case d.Bus != "":
+		return d.Bus
+	case d.IsCDROM() || d.Device == DeviceLUN:
+		return BusSCSI
+	}
+	return BusVirtio
+}
+
 func (d *Disk) applyBusDefaults() {
 	if d.Device == "" {
 		d.Device = DeviceDisk
@@ -58,12 +70,7 @@ func (d *Disk) applyBusDefaults() {
 			d.Device = DeviceCDROM
 		}
 	}
-	if d.Bus == "" {
-		d.Bus = BusVirtio
-		if d.Device != DeviceDisk {
-			d.Bus = BusSCSI // virtio-blk has no CD-ROM and no passthrough
-		}
-	}
+	d.Bus = d.EffectiveBus() // virtio-blk has no CD-ROM and no passthrough
 	if d.Type == DiskISCSI && d.Transport == "" {
 		d.Transport = "tcp"
 	}

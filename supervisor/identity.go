@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 func (r *startRun) resolveIdentity() {
 	var ids identity.IDs
 	if r.mode != StartFresh {
-		ids = identity.IDs{UUID: cmpOr(r.f.VM.UUID, r.in.ids.UUID), GenID: r.in.ids.GenID}
+		ids = identity.IDs{UUID: cmp.Or(r.f.VM.UUID, r.in.ids.UUID), GenID: r.in.ids.GenID}
 		if ids.GenID == "" && r.f.VM.VMGenID { // a source older than vmgenid has none
 			ids.GenID = identity.Resolve(&r.f.VM, identity.IDs{}).GenID
 		}
@@ -27,13 +28,6 @@ func (r *startRun) resolveIdentity() {
 		ids = identity.Resolve(&r.f.VM, identity.IDs{UUID: prev.UUID, GenID: prev.GenID})
 	}
 	r.app.UUID, r.app.GenID = ids.UUID, ids.GenID
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // recordedIDs are the IDs the VM would start with now, for an argv shown

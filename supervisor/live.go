@@ -82,9 +82,9 @@ func pinVCPUs(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) err
 	if len(vm.Pinning.VCPUs) == 0 {
 		return nil
 	}
-	pid := qemuPID(vm.Name, qmpPath)
-	if pid == 0 {
-		return fmt.Errorf("pinning: no QEMU of VM %q on %s in this PID namespace", vm.Name, qmpPath)
+	pid, err := pinnedQEMU(vm, qmpPath)
+	if err != nil {
+		return err
 	}
 	if _, err := affinity.PinVCPUs(ctx, c, pid, vm.Pinning.VCPUs); err != nil {
 		return fmt.Errorf("pinning: %w", err)
@@ -105,11 +105,20 @@ func repin(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error 
 			return err
 		}
 	}
-	pid := qemuPID(vm.Name, qmpPath)
-	if pid == 0 {
-		return fmt.Errorf("pinning: no QEMU of VM %q on %s in this PID namespace", vm.Name, qmpPath)
+	pid, err := pinnedQEMU(vm, qmpPath)
+	if err != nil {
+		return err
 	}
 	return affinity.FloatVCPUs(ctx, c, pid, set)
+}
+
+// pinnedQEMU is the process whose threads pinning sets: vm's QEMU on
+// qmpPath (a migration's other QEMU listens elsewhere).
+func pinnedQEMU(vm *spec.VM, qmpPath string) (int, error) {
+	if pid := qemuPID(vm.Name, qmpPath); pid > 0 {
+		return pid, nil
+	}
+	return 0, fmt.Errorf("pinning: no QEMU of VM %q on %s in this PID namespace", vm.Name, qmpPath)
 }
 
 // setBalloon gives the balloon its target; none (0) means all of the

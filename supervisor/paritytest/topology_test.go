@@ -103,12 +103,20 @@ cmdline = "console=ttyS0 vmsup.online"
 	checkNodes := func(when, cpus1 string) {
 		t.Helper()
 		lines := strings.Split(nodes(), "\n")
-		ok := len(lines) == 2 && strings.HasPrefix(lines[0], "node0 0-1 ") && strings.HasPrefix(lines[1], "node1 "+cpus1)
-		for _, l := range lines {
-			f := strings.Fields(l)
-			if mib, err := strconv.Atoi(f[len(f)-1]); err != nil || mib < 64 || mib > 128 {
-				ok = false // each node holds about its 128 MiB (less what the kernel keeps)
+		ok := len(lines) == 2
+		for i, want := range []string{"0-1", cpus1} {
+			if !ok {
+				break
 			}
+			// "nodeN CPUS MIB", or "nodeN MIB" for a node without CPUs.
+			f := strings.Fields(lines[i])
+			cpus := ""
+			if len(f) == 3 {
+				cpus = f[1]
+			}
+			mib, err := strconv.Atoi(f[len(f)-1])
+			// each node holds about its 128 MiB (less what the kernel keeps)
+			ok = f[0] == fmt.Sprintf("node%d", i) && cpus == want && err == nil && mib >= 64 && mib <= 128
 		}
 		if !ok {
 			t.Errorf("%s: guest NUMA nodes (node cpus MiB):\n%s\nwant node0 with CPUs 0-1, node1 with %q, ~128 MiB each", when, strings.Join(lines, "\n"), cpus1)

@@ -24,11 +24,6 @@ type SMBIOS struct {
 	OEMStrings   []string `toml:"oem_strings"` // type 11, in order, after the credentials
 }
 
-// Set reports whether any type 1 string is given.
-func (s SMBIOS) Set() bool {
-	return s.Manufacturer != "" || s.Product != "" || s.Version != "" || s.Serial != "" || s.SKU != "" || s.Family != ""
-}
-
 // Fields returns the type 1 strings in QEMU's -smbios key order, as key
 // and value pairs, the empty ones left out.
 func (s SMBIOS) Fields() [][2]string {

@@ -62,13 +62,3 @@ func (f *File) validatePinning() error {
 	}
 	return nil
 }
-
-// PinnedCPUs returns every host CPU the pinning names, sorted.
-func (p Pinning) PinnedCPUs() []int {
-	out := slices.Clone(p.VCPUs)
-	if em, err := ParseCPUList(p.Emulator); err == nil && p.Emulator != "" {
-		out = append(out, em...)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}

@@ -18,8 +18,8 @@ import (
 
 // IDs are a VM's UUID and generation id.
 type IDs struct {
-	UUID  string `json:"uuid,omitempty"`
-	GenID string `json:"genid,omitempty"`
+	UUID  string
+	GenID string
 }
 
 // Resolve returns the IDs a start uses: the file's uuid, else the recorded

@@ -67,6 +67,10 @@ type Options struct {
 	// credentials (readable by QEMU's user).
 	Credentials map[string]string
 
+	// TPMSocket is swtpm's control socket (the caller starts swtpm
+	// listening there first); required with a [tpm].
+	TPMSocket string
+
 	// Incoming starts QEMU as a live-migration destination: "-incoming
 	// defer" (the supervisor picks the address later with migrate-incoming)
 	// and "-S", so the guest stays paused after the stream ends until the
@@ -139,6 +143,11 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		return nil, err
 	}
 	parts = append(parts, devs...)
+	tpm, err := tpmParts(vm, o)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, tpm...)
 	if o.Incoming {
 		parts = append(parts, flags{"-S", "-incoming", "defer"})
 	}
@@ -215,6 +224,7 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) []
 	if vm.HasRNG() {
 		parts = append(parts, Object{QOMType: "rng-random", ID: RNGObjectID, Filename: "/dev/urandom"})
 	}
+	parts = append(parts, shareBackends(vm)...)
 	for _, d := range slotDevices(l.agent, vm) {
 		parts = append(parts, d)
 	}
@@ -302,6 +312,9 @@ func checkOptions(vm *spec.VM, o Options) error {
 	}
 	if vm.HasGuestAgent() {
 		sockets = append(sockets, struct{ name, path string }{"AgentSocket", o.AgentSocket})
+	}
+	if vm.TPM != nil {
+		sockets = append(sockets, struct{ name, path string }{"TPMSocket", o.TPMSocket})
 	}
 	seen := map[string]string{}
 	for _, s := range sockets {

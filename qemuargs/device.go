@@ -43,6 +43,10 @@ type Device struct {
 
 	RNG  string `json:"rng,omitempty"`  // virtio-rng-pci: id of its rng-random object
 	GUID string `json:"guid,omitempty"` // vmgenid: the generation id
+
+	TPMDev   string `json:"tpmdev,omitempty"`    // tpm-crb, tpm-tis: the -tpmdev id
+	FSDev    string `json:"fsdev,omitempty"`     // virtio-9p-pci: the -fsdev id
+	MountTag string `json:"mount_tag,omitempty"` // virtio-9p-pci: the guest's mount tag
 }
 
 // Args renders the device for the command line: -device JSON.
@@ -217,6 +221,7 @@ func slotDevices(p placement, vm *spec.VM) []Device {
 	if vm.HasRNG() {
 		fns = append(fns, Device{Driver: "virtio-rng-pci", ID: RNGDeviceID, RNG: RNGObjectID})
 	}
+	fns = append(fns, shareDevices(vm)...)
 	for fn, d := range fns {
 		d.Bus, d.Addr, d.Multifunction = p.bus, p.addr, fn == 0 && len(fns) > 1
 		if fn > 0 {

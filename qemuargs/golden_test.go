@@ -116,6 +116,9 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		}
 		o.Credentials[name] = run + "secrets/.credentials/" + name
 	}
+	if vm.TPM != nil {
+		o.TPMSocket = run + "tpm/ctrl.sock"
+	}
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
@@ -126,6 +129,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		"Binary": &o.Binary, "QMPSocket": &o.QMPSocket, "EventSocket": &o.EventSocket,
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
+		"TPMSocket": &o.TPMSocket,
 	}
 	for k, v := range c.override {
 		if k == "Accel" {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # build-guest.sh [OUTDIR] builds the tiny test guest that vmsup's tests boot:
 #   OUTDIR/vmlinux            uncompressed Debian kernel (boots via PVH with -kernel)
+#   OUTDIR/vmlinuz            the same kernel as Debian ships it: an EFI binary (UEFI boots)
 #   OUTDIR/initramfs.cpio.gz  busybox + qemu-ga + virtio modules, /init described below
 # OUTDIR defaults to ${VMSUP_GUEST_DIR:-/var/cache/vmsup/guest}. Downloaded .debs are kept in
 # OUTDIR/debs. A build whose stamp (sha256 of this script) matches is reused at once.
@@ -24,7 +25,7 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 STAMP=$(sha256sum "$SELF" | cut -d' ' -f1)
 
 fresh() {
-	[[ -f $OUT/vmlinux && -f $OUT/initramfs.cpio.gz && -f $OUT/stamp ]] &&
+	[[ -f $OUT/vmlinux && -f $OUT/vmlinuz && -f $OUT/initramfs.cpio.gz && -f $OUT/stamp ]] &&
 		[[ $(cat "$OUT/stamp") == "$STAMP" ]]
 }
 fresh && exit 0
@@ -103,12 +104,12 @@ mkdir -p "$WORK/k" "$ROOT"
 REQUIRED=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk
 	failover net_failover virtio_net virtio_console virtio_balloon button evdev)
 # Optional modules: NAME loads always, NAME@ID only when a virtio device of that ID exists
-# (scsi 0x0008, rng 0x0004, vsock 0x0013, mem 0x0018); their dependencies inherit that.
+# (scsi 0x0008, rng 0x0004, 9p 0x0009, vsock 0x0013, mem 0x0018); their dependencies inherit that.
 OPTIONAL=(cdrom isofs pvpanic pvpanic_mmio i6300esb
 	scsi_common@0x0008 scsi_mod@0x0008 virtio_scsi@0x0008 crc64@0x0008 crc64_rocksoft@0x0008
 	crct10dif_common@0x0008 crc_t10dif@0x0008 t10_pi@0x0008 sd_mod@0x0008 sr_mod@0x0008
 	virtio_rng@0x0004 virtio_mem@0x0018 vsock@0x0013 vmw_vsock_virtio_transport_common@0x0013
-	vmw_vsock_virtio_transport@0x0013)
+	vmw_vsock_virtio_transport@0x0013 netfs@0x0009 fscache@0x0009 9pnet@0x0009 9pnet_virtio@0x0009 9p@0x0009)
 
 # One pass over the package extracts the kernel and the modules by name; a dependency not
 # listed above costs another pass. Module names use "_", file names "-" or "_".
@@ -309,6 +310,7 @@ echo "$STAMP" >"$WORK/stamp"
 # Publish: drop the stamp first so nobody takes a half-published pair as fresh.
 rm -f "$OUT/stamp"
 mv -f "$WORK/vmlinux" "$OUT/vmlinux"
+mv -f "${vmlinuz[0]}" "$OUT/vmlinuz"
 mv -f "$WORK/initramfs.cpio.gz" "$OUT/initramfs.cpio.gz"
 mv -f "$WORK/stamp" "$OUT/stamp"
 log "built $OUT (kernel $KPKG, $(du -h "$OUT/initramfs.cpio.gz" | cut -f1) initramfs) in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"

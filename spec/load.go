@@ -197,6 +197,11 @@ func (f *File) resolvePaths() {
 	for i := range f.VM.Disks {
 		f.VM.Disks[i].resolvePaths(abs)
 	}
+	for i := range f.VM.Shares {
+		if p := f.VM.Shares[i].Path; p != "" {
+			f.VM.Shares[i].Path = filepath.Clean(abs(p))
+		}
+	}
 }
 
 // positions maps every key path in data ("memory", "boot.kernel",

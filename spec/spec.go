@@ -64,6 +64,9 @@ type VM struct {
 	// OEM strings, through files, never on QEMU's command line.
 	SMBIOS      SMBIOS            `toml:"smbios"`
 	Credentials map[string]string `toml:"credentials"`
+	// Guest devices (guestdev.go): a TPM 2.0, host folders.
+	TPM    *TPM    `toml:"tpm"`
+	Shares []Share `toml:"share"`
 }
 
 // Accel is the accelerator choice.
@@ -274,6 +277,7 @@ func (vm *VM) FillDefaults() { vm.applyDefaults() }
 
 // applyDefaults fills the documented defaults in place.
 func (vm *VM) applyDefaults() {
+	vm.guestDevDefaults()
 	if vm.Machine == "" {
 		vm.Machine = DefaultMachine
 	}

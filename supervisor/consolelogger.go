@@ -36,13 +36,8 @@ const HookConsoleLog = "console-log"
 // FIFO: a logger whose start was killed before QEMU's ends by itself.
 const firstWriterWait = 2 * time.Minute
 
-// consoleLogUnit is the logger unit of the VM unit vmUnit: "vmsup-log@NAME"
-// ("@" keeps it out of the VM list; no VM unit has one) and, for the
-// alternate unit of a local migration, "vmsup-log@NAME:migrated".
-func consoleLogUnit(vmUnit string) string {
-	base := strings.TrimSuffix(strings.TrimPrefix(vmUnit, "vmsup-"), ".service")
-	return "vmsup-log@" + strings.Replace(base, "@", ":", 1) + ".service"
-}
+// consoleLogUnit is the logger unit of the VM unit vmUnit.
+func consoleLogUnit(vmUnit string) string { return companionUnit("log", vmUnit) }
 
 // consoleFIFO is the FIFO the QEMU of vmUnit writes its console log into:
 // each QEMU its own, so a local migration's two never share one.
@@ -119,10 +114,7 @@ func (r *startRun) stopConsoleLog(ctx context.Context) {
 // logger left waiting also keeps its QEMU's unit name loaded in systemd
 // (its Before=).
 func stopConsoleLog(ctx context.Context, sd *units.Manager, vmUnit string) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	_ = sd.Stop(uctx, consoleLogUnit(vmUnit))
-	_ = sd.ResetFailed(uctx, consoleLogUnit(vmUnit))
+	stopCompanion(ctx, sd, consoleLogUnit(vmUnit))
 }
 
 // RunConsoleLog is the logger's work (HookConsoleLog's arguments after the

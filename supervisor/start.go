@@ -156,8 +156,11 @@ func (r *startRun) steps() []step {
 	steps = append(steps,
 		step{Name: StepArgv, Do: r.makeArgv},
 		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord},
-		step{Name: StepConsole, Do: r.startConsoleLog, Undo: r.stopConsoleLog},
-		step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
+		step{Name: StepConsole, Do: r.startConsoleLog, Undo: r.stopConsoleLog})
+	if r.f.VM.TPM != nil {
+		steps = append(steps, step{Name: StepTPM, Do: r.startTPM, Undo: r.stopTPM})
+	}
+	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
 	if r.mode == StartFresh {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
 			return r.s.confirmRunning(ctx, r.sd, r.name)
@@ -458,6 +461,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	opts := append(r.plan.argvOpts, func(o *qemuargs.Options) {
 		o.EventLog, o.ConsoleLog = r.app.EventLog, consoleFIFO(r.p, r.unit)
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
+		o.TPMSocket = tpmPaths(r.p, r.unit).Socket // each unit its own swtpm
 	})
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {

@@ -112,6 +112,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		VhostNet:       s.vhostNet(),
 		Disks:          diskHosts(p, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
+		TPMSocket:      tpmPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:

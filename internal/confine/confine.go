@@ -241,6 +241,15 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	if accel == spec.AccelKVM {
 		ns = append(ns, need{path: "/dev/kvm", mode: "rw", field: f.Path + ": accel kvm"})
 	}
+	for i, sh := range vm.Shares {
+		// A trailing "/": the directory and all under it (AppArmor), and
+		// search permission on it (its ACL entry).
+		mode := "rw"
+		if sh.ReadOnly {
+			mode = "r"
+		}
+		ns = append(ns, need{path: sh.Path + "/", mode: mode, field: fmt.Sprintf("%s: share[%d].path", f.Path, i)})
+	}
 	for i, n := range vm.NICs {
 		if n.Type != spec.NICUser { // taps opened by QEMU itself
 			ns = append(ns, need{path: "/dev/net/tun", mode: "rw", field: fmt.Sprintf("%s: nic[%d]", f.Path, i)})
@@ -390,6 +399,10 @@ func (m *Manager) grantNeeds(name string, c *Record, ns []need) error {
 	}
 	for _, n := range ns {
 		path := filepath.Clean(n.path)
+		want := modeBits(n.mode)
+		if strings.HasSuffix(n.path, "/") {
+			want |= 1 // a directory QEMU works in
+		}
 		var chain []string
 		for d := filepath.Dir(path); ; d = filepath.Dir(d) {
 			chain = append([]string{d}, chain...)
@@ -400,7 +413,7 @@ func (m *Manager) grantNeeds(name string, c *Record, ns []need) error {
 		for _, d := range chain {
 			add(d, 1)
 		}
-		add(path, modeBits(n.mode))
+		add(path, want)
 	}
 	var todo []aclGrant
 	for _, g := range plan {
@@ -532,6 +545,12 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 	for _, d := range f.VM.Disks {
 		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, d.File)
+		}
+	}
+	for _, sh := range f.VM.Shares {
+		sb.BindPaths = append(sb.BindPaths, sh.Path)
+		if !sh.ReadOnly {
+			sb.ReadWritePaths = append(sb.ReadWritePaths, sh.Path)
 		}
 	}
 	// Disks hot-plugged later come from the image directories: the unit's

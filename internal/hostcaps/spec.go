@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -50,6 +51,9 @@ func CheckSpec(f *spec.File, memTotal int64, qemu string) error {
 		return err
 	}
 	if err := checkPinning(f); err != nil {
+		return err
+	}
+	if err := checkGuestDevs(f); err != nil {
 		return err
 	}
 	// Disks are checked by checkStorage (images may be created on demand).
@@ -116,4 +120,73 @@ func OnlineCPUs() ([]int, error) {
 		return nil, fmt.Errorf("host CPUs: %w", err)
 	}
 	return spec.ParseCPUList(strings.TrimSpace(string(b)))
+}
+
+// checkGuestDevs: the programs a [tpm] needs, and each share's folder.
+func checkGuestDevs(f *spec.File) error {
+	vm := &f.VM
+	if vm.TPM != nil {
+		for _, b := range []string{"swtpm", "swtpm_setup"} {
+			if _, err := exec.LookPath(b); err != nil {
+				return f.Errorf("tpm", "%s is not installed (apt-get install swtpm swtpm-tools)", b)
+			}
+		}
+		if vm.Boot.Firmware == spec.FirmwareBIOS && isELF(vm.Boot.Kernel) {
+			// Measured with QEMU 7.2: the guest kernel finds its ACPI root
+			// table corrupt and runs without ACPI, so without the TPM.
+			return f.Errorf("boot.kernel", "%s is an ELF kernel (PVH boot), which SeaBIOS's TPM set-up leaves without ACPI "+
+				"and so without its TPM: boot the bzImage (vmlinuz) instead", vm.Boot.Kernel)
+		}
+	}
+	for i, s := range vm.Shares {
+		field := fmt.Sprintf("share[%d].path", i)
+		fi, err := os.Stat(s.Path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return f.Errorf(field, "%s: no such directory", s.Path)
+		case err != nil:
+			return f.Errorf(field, "%v", err)
+		case !fi.IsDir():
+			return f.Errorf(field, "%s is not a directory", s.Path)
+		}
+		if s.Driver == spec.ShareVirtioFS {
+			if _, err := VirtioFSD(); err != nil {
+				return f.Errorf(fmt.Sprintf("share[%d].driver", i), "%v", err)
+			}
+		}
+	}
+	return nil
+}
+
+// virtiofsdPaths are where Debian and Fedora install virtiofsd (Debian 12
+// ships none; later releases package the Rust one).
+var virtiofsdPaths = []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd", "/usr/bin/virtiofsd"}
+
+// VirtioFSD finds virtiofsd; the error says that it is missing.
+func VirtioFSD() (string, error) {
+	for _, p := range virtiofsdPaths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("virtiofsd"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("virtiofs needs virtiofsd, which is not installed (looked in %s and PATH; Debian 13 packages it as virtiofsd)",
+		strings.Join(virtiofsdPaths, ", "))
+}
+
+// isELF reports whether the file at path starts like an ELF binary.
+func isELF(path string) bool {
+	if path == "" {
+		return false
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer fh.Close()
+	b := make([]byte, 4)
+	_, err = io.ReadFull(fh, b)
+	return err == nil && string(b) == "\x7fELF"
 }

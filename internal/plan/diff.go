@@ -59,6 +59,9 @@ var rules = map[string]rule{
 	"pinning.emulator":       {class: Restart, why: "the unit's CPUAffinity= is set when it starts"},
 	"numa":                   {class: Restart, why: "the guest's NUMA nodes are fixed when QEMU starts"},
 	"topology.*":             {class: Restart, why: "the vCPU topology is fixed when QEMU starts", warn: "the guest sees another CPU layout"},
+	"tpm":                    {class: Restart, why: "the TPM is a device made when QEMU starts"},
+	"tpm.*":                  {class: Restart, why: "the TPM is a device made when QEMU starts"},
+	"share":                  {class: Restart, why: "QEMU cannot hot-plug a shared folder (no fsdev_add in QMP)"},
 }
 
 func ruleFor(path string) rule {

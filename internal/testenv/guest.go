@@ -28,8 +28,12 @@ const DefaultGuestDir = "/var/cache/vmsup/guest"
 // with "console=ttyS0" on the kernel command line. The kernel is an uncompressed ELF
 // (PVH entry); it boots under TCG (-accel tcg -cpu max) in a few seconds.
 type GuestImage struct {
-	Kernel string
+	Kernel string // vmlinux: boots fastest (PVH)
 	Initrd string
+	// BzImage is the same kernel as Debian ships it, an EFI binary with
+	// the Linux boot protocol: for UEFI, and for a TPM under SeaBIOS
+	// (whose TPM set-up leaves a PVH-booted guest without ACPI).
+	BzImage string
 }
 
 // Guest builds the test guest if needed (scripts/build-guest.sh, cached by the script's
@@ -48,8 +52,9 @@ func Guest(ctx context.Context) (GuestImage, error) {
 	if err != nil {
 		return GuestImage{}, fmt.Errorf("build guest into %s: %w\n%s", dir, err, out)
 	}
-	g := GuestImage{Kernel: filepath.Join(dir, "vmlinux"), Initrd: filepath.Join(dir, "initramfs.cpio.gz")}
-	for _, f := range []string{g.Kernel, g.Initrd} {
+	g := GuestImage{Kernel: filepath.Join(dir, "vmlinux"), Initrd: filepath.Join(dir, "initramfs.cpio.gz"),
+		BzImage: filepath.Join(dir, "vmlinuz")}
+	for _, f := range []string{g.Kernel, g.Initrd, g.BzImage} {
 		if _, err := os.Stat(f); err != nil {
 			return GuestImage{}, fmt.Errorf("build guest: %w", err)
 		}

@@ -70,6 +70,13 @@ type Options struct {
 	// TPMSocket is swtpm's control socket (the caller starts swtpm
 	// listening there first); required with a [tpm].
 	TPMSocket string
+	// VsockCID is the guest's vsock context id for a VM with [vsock]: the
+	// spec's fixed cid or the one the caller allocated (and holds) for it.
+	VsockCID uint32
+	// Hugetlbfs is the hugetlbfs mount of the VM's page size (spec
+	// hugepages), where QEMU creates the guest's memory: the caller finds
+	// it and checks for free pages (host I/O).
+	Hugetlbfs string
 
 	// Incoming starts QEMU as a live-migration destination: "-incoming
 	// defer" (the supervisor picks the address later with migrate-incoming)
@@ -176,10 +183,16 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	if model == "max" && vm.CPUModel == "" && o.CPU == "" && o.Accel == spec.AccelKVM {
 		model = "host"
 	}
+	if vm.Hugepages != "" && len(vm.NUMA) == 0 {
+		m.MemoryBackend = MainMemdevID // the -m memory, on hugetlbfs
+	}
 	parts = append(parts, m, accel{o.Accel}, cpu{model, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
 		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs, Topology: vm.Topology})
-	numa, err := numaParts(vm)
+	if m.MemoryBackend != "" {
+		parts = append(parts, MemoryBackend(m.MemoryBackend, int64(vm.Memory), o.Hugetlbfs))
+	}
+	numa, err := numaParts(vm, o)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +273,33 @@ func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 		dp.Devices[0].Addr = l.disks[i].addr
 		parts = append(parts, dp.renderers()...)
 	}
+	if vm.Vsock.On() {
+		parts = append(parts, VsockDevice(o.VsockCID, l.vsock.bus, l.vsock.addr))
+	}
 	return parts, nil
+}
+
+// VsockDevice is the vhost-vsock-pci device of a guest with context id cid.
+// QEMU opens /dev/vhost-vsock and sets the CID there; the kernel refuses a
+// CID another vhost-vsock user holds ("unable to set guest cid: Address
+// already in use"), which is why the caller allocates it.
+func VsockDevice(cid uint32, bus, addr string) Device {
+	return Device{Driver: "vhost-vsock-pci", ID: VsockDeviceID, Bus: bus, Addr: addr, GuestCID: cid}
+}
+
+// checkVsock: a VM with [vsock] needs a CID from the caller, the file's
+// own when it fixes one.
+func checkVsock(vm *spec.VM, o Options) error {
+	v := vm.Vsock
+	switch {
+	case !v.On():
+		return nil
+	case o.VsockCID < spec.MinVsockCID || int64(o.VsockCID) > spec.MaxVsockCID:
+		return errorf("vsock", "Options.VsockCID %d is not a guest CID (%d..%d; the caller allocates one)", o.VsockCID, spec.MinVsockCID, int64(spec.MaxVsockCID))
+	case v.CID != 0 && int64(o.VsockCID) != v.CID:
+		return errorf("vsock.cid", "the file fixes CID %d but Options.VsockCID is %d", v.CID, o.VsockCID)
+	}
+	return nil
 }
 
 // inField turns a per-device *Error into one with the full spec field path.
@@ -332,6 +371,14 @@ func checkOptions(vm *spec.VM, o Options) error {
 	if o.EventLog != "" {
 		if err := path("EventLog", o.EventLog); err != nil {
 			return err
+		}
+	}
+	if err := checkVsock(vm, o); err != nil {
+		return err
+	}
+	if vm.Hugepages != "" {
+		if err := path("Hugetlbfs", o.Hugetlbfs); err != nil {
+			return errorf("hugepages", "%s pages need the hugetlbfs mount for them: %v", vm.Hugepages, err)
 		}
 	}
 	switch vm.Boot.Firmware {

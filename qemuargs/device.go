@@ -41,6 +41,8 @@ type Device struct {
 	Chardev string `json:"chardev,omitempty"`
 	Name    string `json:"name,omitempty"`
 
+	GuestCID uint32 `json:"guest-cid,omitempty"` // vhost-vsock-pci: the guest's vsock context id
+
 	RNG  string `json:"rng,omitempty"`  // virtio-rng-pci: id of its rng-random object
 	GUID string `json:"guid,omitempty"` // vmgenid: the generation id
 
@@ -83,19 +85,21 @@ func pciAddr(slot, fn int) string {
 	return fmt.Sprintf("0x%x.0x%x", slot, fn)
 }
 
-// placement is where a disk or NIC device goes.
+// placement is where a disk, NIC or vsock device goes.
 type placement struct{ bus, addr string }
 
 // pciLayout places the VM's devices. On q35 every NIC and disk gets its own
 // root port (NICs first, in order, then disks, then the spare ports), so each
 // can be unplugged like a hot-plugged one; NICs come first, as in libvirt, so
 // that adding a disk does not move a NIC to another bus (and rename it in the
-// guest). On pc the devices sit on pci.0 at consecutive slots, same order.
+// guest). The vsock device follows the disks (its guest has no name to
+// lose). On pc the devices sit on pci.0 at consecutive slots, same order.
 type pciLayout struct {
 	rootPorts []Device
 	nics      []placement
 	disks     []placement
-	spare     []string // ids of the empty root ports
+	vsock     placement // empty without a vsock device
+	spare     []string  // ids of the empty root ports
 	agent     placement
 }
 
@@ -109,12 +113,23 @@ func layout(vm *spec.VM) (pciLayout, error) {
 	}
 	l.sata(vm)
 	n := len(vm.NICs) + len(pciDisks)
+	devs := n // the placed devices: NICs, disks, then the vsock device
+	if vm.Vsock.On() {
+		devs++
+	}
+	counts := fmt.Sprintf("%d NICs + %d disks", len(vm.NICs), len(vm.Disks))
+	if devs > n {
+		counts += " + vsock"
+	}
 	field := func(i int) string { // the spec field of the i-th placed device
 		if i < len(vm.NICs) {
 			return fmt.Sprintf("nic[%d]", i)
 		}
 		if i < n {
 			return fmt.Sprintf("disk[%d]", pciDisks[i-len(vm.NICs)])
+		}
+		if i < devs {
+			return "vsock"
 		}
 		return "hotplug_slots"
 	}
@@ -123,10 +138,10 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		if vm.Slots() < 0 {
 			return l, errorf("hotplug_slots", "%d is negative", vm.Slots())
 		}
-		total := n + vm.Slots()
+		total := devs + vm.Slots()
 		if total > MaxRootPorts {
-			return l, errorf(field(MaxRootPorts), "needs root port %d of at most %d (%d NICs + %d disks + %d hotplug slots)",
-				MaxRootPorts+1, MaxRootPorts, len(vm.NICs), len(vm.Disks), vm.Slots())
+			return l, errorf(field(MaxRootPorts), "needs root port %d of at most %d (%s + %d hotplug slots)",
+				MaxRootPorts+1, MaxRootPorts, counts, vm.Slots())
 		}
 		for i := 0; i < total; i++ {
 			slot, fn := q35FirstPortSlot+i/portsPerSlot, i%portsPerSlot
@@ -142,6 +157,8 @@ func layout(vm *spec.VM) (pciLayout, error) {
 				l.nics = append(l.nics, p)
 			case i < n:
 				l.disks[pciDisks[i-len(vm.NICs)]] = p
+			case i < devs:
+				l.vsock = p
 			default:
 				l.spare = append(l.spare, id)
 			}
@@ -151,16 +168,19 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		if vm.Slots() != 0 {
 			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
 		}
-		if max := pcLastSlot - pcFirstSlot + 1; n > max {
-			return l, errorf(field(max), "no free slot on %s: %d NICs + %d disks, at most %d devices",
-				PCIRootBus, len(vm.NICs), len(vm.Disks), max)
+		if max := pcLastSlot - pcFirstSlot + 1; devs > max {
+			return l, errorf(field(max), "no free slot on %s: %s, at most %d devices",
+				PCIRootBus, counts, max)
 		}
-		for i := 0; i < n; i++ {
+		for i := 0; i < devs; i++ {
 			p := placement{PCIRootBus, pciAddr(pcFirstSlot+i, 0)}
-			if i < len(vm.NICs) {
+			switch {
+			case i < len(vm.NICs):
 				l.nics = append(l.nics, p)
-			} else {
+			case i < n:
 				l.disks[pciDisks[i-len(vm.NICs)]] = p
+			default:
+				l.vsock = p
 			}
 		}
 		l.agent = placement{PCIRootBus, pciAddr(pcAgentSlot, 0)}

@@ -119,6 +119,20 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	if vm.TPM != nil {
 		o.TPMSocket = run + "tpm/ctrl.sock"
 	}
+	// What the supervisor allocates or finds: the CID (the file's, else
+	// the first free one), the hugetlbfs mount of the page size.
+	if vm.Vsock.On() {
+		o.VsockCID = spec.MinVsockCID
+		if vm.Vsock.CID != 0 {
+			o.VsockCID = uint32(vm.Vsock.CID)
+		}
+	}
+	switch vm.Hugepages {
+	case spec.Hugepages2M:
+		o.Hugetlbfs = "/dev/hugepages"
+	case spec.Hugepages1G:
+		o.Hugetlbfs = "/dev/hugepages1G"
+	}
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
@@ -130,6 +144,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
 		"TPMSocket": &o.TPMSocket,
+		"Hugetlbfs": &o.Hugetlbfs,
 	}
 	for k, v := range c.override {
 		if k == "Accel" {
@@ -150,6 +165,14 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		}
 		if k == "CPU" {
 			o.CPU = v
+			continue
+		}
+		if k == "VsockCID" {
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				t.Fatalf("%s: Options.VsockCID: %v", c.file, err)
+			}
+			o.VsockCID = uint32(n)
 			continue
 		}
 		p, ok := fields[k]

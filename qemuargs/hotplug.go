@@ -25,12 +25,9 @@ type CPUDevice struct {
 	CPUSlot
 }
 
-// RAMBackend is object-add's arguments for a DIMM's memory.
-type RAMBackend struct {
-	QOMType string `json:"qom-type"` // memory-backend-ram
-	ID      string `json:"id"`
-	Size    int64  `json:"size"`
-}
+// RAMBackend is object-add's arguments for a DIMM's memory (the same
+// shape as the boot memory's backends, MemoryBackend).
+type RAMBackend = Object
 
 // DIMMDevice is device_add's arguments for a pc-dimm on a RAM backend.
 type DIMMDevice struct {
@@ -40,8 +37,9 @@ type DIMMDevice struct {
 }
 
 // DIMM returns the backend and the device of DIMM id with size bytes; the
-// backend is "mem-" + id.
-func DIMM(id string, size int64) (RAMBackend, DIMMDevice) {
+// backend is "mem-" + id, on hugetlbfs (the VM's hugepage mount, as at
+// boot) unless that is "".
+func DIMM(id string, size int64, hugetlbfs string) (RAMBackend, DIMMDevice) {
 	mem := "mem-" + id
-	return RAMBackend{QOMType: "memory-backend-ram", ID: mem, Size: size}, DIMMDevice{Driver: "pc-dimm", ID: id, Memdev: mem}
+	return MemoryBackend(mem, size, hugetlbfs), DIMMDevice{Driver: "pc-dimm", ID: id, Memdev: mem}
 }

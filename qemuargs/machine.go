@@ -32,11 +32,14 @@ func (n guestName) Args() ([]string, error) {
 type machine struct {
 	Type             string // "q35" or "pc"
 	PFlash0, PFlash1 string // node names; empty without UEFI
+	// MemoryBackend is the id of the -m memory's backend object; empty:
+	// QEMU's own anonymous RAM.
+	MemoryBackend string
 }
 
 func (m machine) Args() ([]string, error) {
 	v := m.Type
-	for _, kv := range [][2]string{{"pflash0", m.PFlash0}, {"pflash1", m.PFlash1}} {
+	for _, kv := range [][2]string{{"pflash0", m.PFlash0}, {"pflash1", m.PFlash1}, {"memory-backend", m.MemoryBackend}} {
 		if kv[1] == "" {
 			continue
 		}
@@ -161,8 +164,25 @@ func (n numaNode) Args() ([]string, error) {
 // NUMAMemdevID is the id of node n's RAM backend.
 func NUMAMemdevID(n int) string { return fmt.Sprintf("ram-node%d", n) }
 
-// numaParts are the nodes' RAM backends and -numa options.
-func numaParts(vm *spec.VM) ([]renderer, error) {
+// MemoryBackend is the backend object of size bytes of guest memory: a
+// memory-backend-ram, or with hugetlbfs (the mount of the VM's hugepage
+// size) a memory-backend-file there. The file backend is private
+// (share=off: no other process maps the guest's memory; vhost-user would
+// need it shared) and not preallocated: a private hugetlbfs mapping
+// reserves all its pages when QEMU maps it, so a host short of free pages
+// fails the start at once, never the guest later (SIGBUS), and prealloc
+// would only add the time to touch every page. libvirt, too,
+// preallocates only when asked.
+func MemoryBackend(id string, size int64, hugetlbfs string) Object {
+	if hugetlbfs == "" {
+		return Object{QOMType: "memory-backend-ram", ID: id, Size: size}
+	}
+	share := false
+	return Object{QOMType: "memory-backend-file", ID: id, Size: size, MemPath: hugetlbfs, Share: &share}
+}
+
+// numaParts are the nodes' memory backends and -numa options.
+func numaParts(vm *spec.VM, o Options) ([]renderer, error) {
 	var out []renderer
 	var sum spec.Size
 	for i, n := range vm.NUMA {
@@ -171,11 +191,20 @@ func numaParts(vm *spec.VM) ([]renderer, error) {
 			return nil, errorf(fmt.Sprintf("numa[%d].cpus", i), "%v", err)
 		}
 		sum += n.Memory
-		out = append(out, Object{QOMType: "memory-backend-ram", ID: NUMAMemdevID(i), Size: int64(n.Memory)},
+		out = append(out, MemoryBackend(NUMAMemdevID(i), int64(n.Memory), hugetlbfs(vm, o)),
 			numaNode{ID: i, CPUs: cpus, Memdev: NUMAMemdevID(i)})
 	}
 	if len(vm.NUMA) > 0 && sum != vm.Memory {
 		return nil, errorf("numa", "the nodes' memory adds up to %s, not memory %s", sum, vm.Memory)
 	}
 	return out, nil
+}
+
+// hugetlbfs is the directory the VM's memory backends map: "" for
+// ordinary memory.
+func hugetlbfs(vm *spec.VM, o Options) string {
+	if vm.Hugepages == "" {
+		return ""
+	}
+	return o.Hugetlbfs
 }

@@ -25,6 +25,8 @@ const (
 	AgentSerialDeviceID = "virtio-serial0" // virtio-serial-pci carrying the agent port
 	AgentPortDeviceID   = "guest-agent"    // virtserialport named AgentPortName
 	AgentPortName       = "org.qemu.guest_agent.0"
+	VsockDeviceID       = "vsock0"   // vhost-vsock-pci (spec [vsock])
+	MainMemdevID        = "ram-main" // the boot memory's backend when it is not QEMU's default (hugepages without NUMA)
 
 	OVMFCodeNodeName = "ovmf-code" // raw node attached as pflash0
 	OVMFVarsNodeName = "ovmf-vars" // raw node attached as pflash1

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -183,6 +184,20 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 			t.Skipf("nic %q: vhost-net needs /dev/vhost-net, which this host does not have (QEMU would abort)", n.Name)
 		}
 	}
+	if vm.Vsock.On() && !env.caps.Facts.VhostVsock.OK {
+		// QEMU's vhost-vsock-pci opens it at start; TestGoldenArgs checks the argv.
+		t.Skipf("vsock: %s", env.caps.Facts.VhostVsock.Reason)
+	}
+	hugeMoved := false // the host's hugetlbfs is not the golden's path
+	if vm.Hugepages != "" {
+		// QEMU maps the guest's memory on free pages of a hugetlbfs mount:
+		// the host's administrator reserves and mounts them.
+		mount, err := hugepages.Host{}.Check(vm)
+		if err != nil {
+			t.Skipf("hugepages: %v", err)
+		}
+		hugeMoved, o.Hugetlbfs = mount != o.Hugetlbfs, mount
+	}
 	for i := range vm.Disks {
 		d := &vm.Disks[i]
 		switch d.Type {
@@ -283,7 +298,7 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 	if vm.Boot.Firmware == spec.FirmwareQboot && !exists(o.FirmwareCode) {
 		t.Skipf("qboot ROM %s is missing", o.FirmwareCode)
 	}
-	golden := !forceTCG // the argv must equal the golden one, paths mapped back
+	golden := !forceTCG && !hugeMoved // the argv must equal the golden one, paths mapped back
 	kvmOK, why := env.caps.KVM.Starts()
 	switch {
 	case o.Accel != spec.AccelKVM:

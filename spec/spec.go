@@ -21,6 +21,10 @@ type VM struct {
 	NUMA        []NUMANode `toml:"numa"`        // guest NUMA nodes (numa.go); none: one node
 	Memory      Size       `toml:"memory"`      // required, e.g. "512M"
 	MaxMemory   Size       `toml:"max_memory"`  // memory hotplug ceiling; default = memory (no hotplug)
+	// Hugepages backs all guest memory (boot, NUMA nodes, hot-plugged
+	// DIMMs) by hugetlbfs pages of this size: "2M" or "1G"; unset: ordinary
+	// memory (hugepages.go).
+	Hugepages string `toml:"hugepages"`
 	// HotplugSlots is the number of empty PCIe root ports reserved for disk and
 	// NIC hotplug on q35 (default 8). q35 cannot hotplug onto pcie.0 itself.
 	HotplugSlots *int     `toml:"hotplug_slots"`
@@ -49,6 +53,7 @@ type VM struct {
 	VMCoreInfo *bool  `toml:"vmcoreinfo"` // the vmcoreinfo device (guest crash-dump notes); default true
 
 	Boot   Boot   `toml:"boot"`
+	Vsock  Vsock  `toml:"vsock"` // a vhost-vsock device and its CID (vsock.go)
 	Disks  []Disk `toml:"disk"`
 	NICs   []NIC  `toml:"nic"`
 	Limits Limits `toml:"limits"`

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/hugepages"
+
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -29,7 +31,8 @@ type Confinement = confine.Status
 // host.
 func (s *Supervisor) confiner() *confine.Manager {
 	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
-		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, Logger: s.opts.Logger}
+		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, Logger: s.opts.Logger,
+		Hugetlbfs: hugepages.Host{}.Mount}
 }
 
 // ConfinePaths extends a running VM's confinement by files it is about to

@@ -22,13 +22,17 @@ type startPlan struct {
 	carried []spec.Disk
 	// accel is the accelerator the start resolved (validate).
 	accel spec.Accel
+	// vsockCID and hugetlbfs are the guest's CID and memory mount
+	// (vsock.go), recorded with the VM.
+	vsockCID  uint32
+	hugetlbfs string
 }
 
 // hostSteps are the steps that make the host ready for QEMU before its unit
 // starts, in order, each with its undo. Each concern (storage, network,
 // confinement) contributes its own steps from its own file.
 func (s *Supervisor) hostSteps(f *spec.File, p vmstate.Paths, plan *startPlan) []step {
-	var steps []step
+	steps := s.guestSteps(f, plan)
 	steps = append(steps, s.storageSteps(f, p, plan)...)
 	steps = append(steps, s.identitySteps(f, p)...)
 	steps = append(steps, s.networkSteps(f, plan)...)

@@ -51,5 +51,9 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 	if err := p.RemoveAll(); err != nil {
 		return vmErr(name, err)
 	}
+	// Its vsock CID was kept from start to start: free for others now.
+	if err := s.vsocks().Release(ctx, name); err != nil {
+		return vmErr(name, fmt.Errorf("vsock: %w", err))
+	}
 	return nil
 }

@@ -88,7 +88,7 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 	s.traced(op)(name, "cpus")
 	var memErr error
 	if cpuErr == nil {
-		_, memErr = devices.SetMemory(ctx, c, vm, o.Memory, s.opts.UnplugTimeout)
+		_, memErr = devices.SetMemory(ctx, c, vm, o.Memory, app.Hugetlbfs, s.opts.UnplugTimeout)
 		s.traced(op)(name, "memory")
 	}
 	// What QEMU has now is recorded, whether all of it went or not.

@@ -439,6 +439,17 @@ func (r *startRun) undoStateDir(context.Context) {
 // and namespace, its disks' devices. Nothing is made again.
 func (r *startRun) reuse(context.Context) error {
 	s, f, p := r.s, r.f, r.p
+	if f.VM.Vsock.On() {
+		return errLocalVsock
+	}
+	if f.VM.Hugepages != "" { // the same pages' mount; the running QEMU's pages stay its own
+		mount, err := hugetlbfs(&f.VM)
+		if err != nil {
+			return f.Errorf("hugepages", "%v", err)
+		}
+		r.plan.hugetlbfs = mount
+		r.plan.argvOpts = append(r.plan.argvOpts, func(o *qemuargs.Options) { o.Hugetlbfs = mount })
+	}
 	r.plan.unitOpts = append(r.plan.unitOpts, func(u *units.Unit) {
 		blockDevices(u, &f.VM)
 		if c, err := s.confiner().Read(r.name); err == nil && c != nil {
@@ -479,6 +490,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 		return fmt.Errorf("the QEMU command line would be %d bytes, more than %d", n, maxArgv)
 	}
 	r.app.Argv = r.argv
+	r.app.VsockCID, r.app.Hugetlbfs = r.plan.vsockCID, r.plan.hugetlbfs
 	recordBootDisks(r.app, &boot.VM, r.plan.carried)
 	return nil
 }

@@ -42,7 +42,8 @@ type Status struct {
 	// turned off because this host's KVM refuses the model otherwise.
 	CPUModel    string   `json:"cpu_model,omitempty"`
 	CPUMasks    []string `json:"cpu_masks,omitempty"`
-	UUID        string   `json:"uuid,omitempty"` // the machine UUID the guest sees (recorded at its first start)
+	UUID        string   `json:"uuid,omitempty"`      // the machine UUID the guest sees (recorded at its first start)
+	VsockCID    uint32   `json:"vsock_cid,omitempty"` // the guest's vsock CID ([vsock]), kept until rm
 	SpecFile    string   `json:"spec_file,omitempty"`
 	CPUs        int      `json:"cpus,omitempty"`
 	Memory      string   `json:"memory,omitempty"`
@@ -145,6 +146,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if appErr == nil {
 		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
 		out.CPUModel, out.CPUMasks, out.UUID = app.CPUModel, app.CPUMasks, app.UUID
+		out.VsockCID = app.VsockCID
 		for _, a := range app.Attached {
 			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
 		}

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vsock"
+
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -38,6 +40,9 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 	}
 	if accel == spec.AccelKVM {
 		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: "/dev/kvm", Access: "rw"})
+	}
+	if vm.Vsock.On() {
+		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: vsock.Device, Access: "rw"})
 	}
 	u.After = shutdownAfter(vm)
 	return u

@@ -127,6 +127,9 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		ids := s.recordedIDs(&f.VM)
 		o.UUID, o.GenID = ids.UUID, ids.GenID
 	}
+	if err := s.guestArgv(&f.VM, &o); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Path, err)
+	}
 	argv, err := qemuargs.Build(&f.VM, o)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Path, err)

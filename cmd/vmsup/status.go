@@ -59,6 +59,9 @@ func statusCmd(g *globals) *cobra.Command {
 				if s.UUID != "" {
 					fmt.Fprintf(out, "uuid:     %s\n", s.UUID)
 				}
+				if s.VsockCID != 0 {
+					fmt.Fprintf(out, "vsock:    cid %d\n", s.VsockCID)
+				}
 				if s.MemoryUsed > 0 {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}

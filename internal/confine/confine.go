@@ -53,7 +53,10 @@ type Manager struct {
 	// AppArmorUnusable is "" where the kernel enforces AppArmor, else why
 	// not (the host probe's).
 	AppArmorUnusable string
-	Logger           *slog.Logger
+	// Hugetlbfs finds the hugetlbfs mount of a page size (a VM with
+	// hugepages maps its memory there); nil: none is granted.
+	Hugetlbfs func(page spec.Size) (string, error)
+	Logger    *slog.Logger
 }
 
 // SharedQEMUUser is the one system user all VMs' QEMUs run as when asked
@@ -249,6 +252,14 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 			mode = "r"
 		}
 		ns = append(ns, need{path: sh.Path + "/", mode: mode, field: fmt.Sprintf("%s: share[%d].path", f.Path, i)})
+	}
+	if vm.Vsock.On() {
+		ns = append(ns, need{path: "/dev/vhost-vsock", mode: "rw", field: f.Path + ": vsock"})
+	}
+	if mount := m.hugetlbfs(vm); mount != "" {
+		// QEMU creates (and at once unlinks) its memory file there: a
+		// directory need, so the profile has MOUNT/** and the ACL search.
+		ns = append(ns, need{path: mount + "/", mode: "rw", field: f.Path + ": hugepages"})
 	}
 	for i, n := range vm.NICs {
 		if n.Type != spec.NICUser { // taps opened by QEMU itself
@@ -542,6 +553,10 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 		}
 		sb.BindPaths = append(sb.BindPaths, use)
 	}
+	if mount := m.hugetlbfs(&f.VM); mount != "" { // the guest's memory file
+		sb.ReadWritePaths = append(sb.ReadWritePaths, mount)
+		sb.BindPaths = append(sb.BindPaths, mount)
+	}
 	for _, d := range f.VM.Disks {
 		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, d.File)
@@ -563,6 +578,19 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 		}
 	}
 	return sb
+}
+
+// hugetlbfs is the mount of vm's hugepages, "" without them (or unknown:
+// the start's own check reports a missing mount).
+func (m *Manager) hugetlbfs(vm *spec.VM) string {
+	if vm.Hugepages == "" || m.Hugetlbfs == nil {
+		return ""
+	}
+	mount, err := m.Hugetlbfs(vm.HugepageSize())
+	if err != nil {
+		return ""
+	}
+	return mount
 }
 
 // DiskRules are the files QEMU opens for d (its image and backing chain, a

@@ -75,8 +75,10 @@ type dimm struct {
 }
 
 // SetMemory adds one DIMM or removes hot-plugged ones (newest first) until
-// the guest has want bytes (0: leave), and returns what it has.
-func SetMemory(ctx context.Context, c *qmp.Conn, vm *spec.VM, want spec.Size, unplugTimeout time.Duration) (spec.Size, error) {
+// the guest has want bytes (0: leave), and returns what it has. hugetlbfs
+// is the mount the VM's memory is on (its hugepages, recorded at start), ""
+// for ordinary memory: a new DIMM goes there too.
+func SetMemory(ctx context.Context, c *qmp.Conn, vm *spec.VM, want spec.Size, hugetlbfs string, unplugTimeout time.Duration) (spec.Size, error) {
 	sum, err := c.QueryMemorySizeSummary(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("query-memory-size-summary: %w", err)
@@ -94,6 +96,9 @@ func SetMemory(ctx context.Context, c *qmp.Conn, vm *spec.VM, want spec.Size, un
 	if diff%dimmAlign != 0 {
 		return have, fmt.Errorf("memory can change only in steps of 128M (Linux onlines memory in 128 MiB blocks); %s -> %s is not", have, want)
 	}
+	if page := vm.HugepageSize(); page != 0 && diff%int64(page) != 0 {
+		return have, fmt.Errorf("memory can change only in whole %s hugepages; %s -> %s is not", vm.Hugepages, have, want)
+	}
 	dimms, err := hotpluggedDIMMs(ctx, c)
 	if err != nil {
 		return have, err
@@ -103,7 +108,7 @@ func SetMemory(ctx context.Context, c *qmp.Conn, vm *spec.VM, want spec.Size, un
 		for _, d := range dimms {
 			n = max(n, d.N+1)
 		}
-		backend, dev := qemuargs.DIMM("dimm"+strconv.Itoa(n), diff)
+		backend, dev := qemuargs.DIMM("dimm"+strconv.Itoa(n), diff, hugetlbfs)
 		if err := c.ObjectAdd(ctx, backend); err != nil {
 			return have, fmt.Errorf("add memory backend: %w", err)
 		}

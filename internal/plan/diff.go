@@ -58,6 +58,8 @@ var rules = map[string]rule{
 	"pinning.vcpus":          {class: Live, kind: Pinning, op: "sched_setaffinity of each vCPU thread"},
 	"pinning.emulator":       {class: Restart, why: "the unit's CPUAffinity= is set when it starts"},
 	"numa":                   {class: Restart, why: "the guest's NUMA nodes are fixed when QEMU starts"},
+	"hugepages":              {class: Restart, why: "QEMU maps the guest's memory when it starts"},
+	"vsock.*":                {class: Restart, why: "the vsock device and its CID are set when QEMU starts"},
 	"topology.*":             {class: Restart, why: "the vCPU topology is fixed when QEMU starts", warn: "the guest sees another CPU layout"},
 	"tpm":                    {class: Restart, why: "the TPM is a device made when QEMU starts"},
 	"tpm.*":                  {class: Restart, why: "the TPM is a device made when QEMU starts"},

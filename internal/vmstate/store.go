@@ -140,6 +140,12 @@ type Applied struct {
 	// reads EventLog.in (qmp_capabilities) and appends every QMP event to
 	// EventLog.out, with no client connected (qemuargs.Options.EventLog).
 	EventLog string `json:"event_log,omitempty"`
+	// VsockCID is the guest's vsock context id (spec [vsock]), allocated
+	// and held for the VM until vmsup rm (internal/vsock).
+	VsockCID uint32 `json:"vsock_cid,omitempty"`
+	// Hugetlbfs is the hugetlbfs mount the guest's memory is on (spec
+	// hugepages); a hot-plugged DIMM goes there too.
+	Hugetlbfs string `json:"hugetlbfs,omitempty"`
 	// Generation counts the specs recorded for the VM: each start and each
 	// apply that changed the running VM adds one.
 	Generation int `json:"generation,omitempty"`

@@ -228,7 +228,8 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) []
 	return parts
 }
 
-// deviceParts: each NIC, then each disk, on its place in the layout.
+// deviceParts: each NIC, then each disk, then each host device, on its
+// place in the layout.
 func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 	var parts []renderer
 	for i, n := range vm.NICs {
@@ -250,7 +251,11 @@ func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 		dp.Devices[0].Addr = l.disks[i].addr
 		parts = append(parts, dp.renderers()...)
 	}
-	return parts, nil
+	hds, err := hostDevParts(vm, l)
+	if err != nil {
+		return nil, err
+	}
+	return append(parts, hds...), nil
 }
 
 // inField turns a per-device *Error into one with the full spec field path.
@@ -432,6 +437,17 @@ func checkUnique(vm *spec.VM) error {
 			}
 			macs[hw] = i
 		}
+	}
+	hostdevs, addrs := map[string]int{}, map[string]int{}
+	for i, h := range vm.HostDevs {
+		if j, dup := hostdevs[h.Name]; dup {
+			return errorf(fmt.Sprintf("hostdev[%d].name", i), "duplicate hostdev name %q (also hostdev[%d])", h.Name, j)
+		}
+		hostdevs[h.Name] = i
+		if j, dup := addrs[h.Address]; dup {
+			return errorf(fmt.Sprintf("hostdev[%d].address", i), "%s is also hostdev[%d]", h.Address, j)
+		}
+		addrs[h.Address] = i
 	}
 	return nil
 }

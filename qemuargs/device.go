@@ -41,6 +41,11 @@ type Device struct {
 	Chardev string `json:"chardev,omitempty"`
 	Name    string `json:"name,omitempty"`
 
+	// vfio-pci: the host PCI address ("0000:01:00.0") and whether the
+	// device's option ROM is mapped (0 off, 1 on; nil QEMU's default, on).
+	Host   string `json:"host,omitempty"`
+	ROMBar *int   `json:"rombar,omitempty"`
+
 	RNG  string `json:"rng,omitempty"`  // virtio-rng-pci: id of its rng-random object
 	GUID string `json:"guid,omitempty"` // vmgenid: the generation id
 }
@@ -82,15 +87,18 @@ func pciAddr(slot, fn int) string {
 // placement is where a disk or NIC device goes.
 type placement struct{ bus, addr string }
 
-// pciLayout places the VM's devices. On q35 every NIC and disk gets its own
-// root port (NICs first, in order, then disks, then the spare ports), so each
-// can be unplugged like a hot-plugged one; NICs come first, as in libvirt, so
-// that adding a disk does not move a NIC to another bus (and rename it in the
-// guest). On pc the devices sit on pci.0 at consecutive slots, same order.
+// pciLayout places the VM's devices. On q35 every NIC, disk and host
+// device gets its own root port (NICs first, in order, then disks, then
+// host devices, then the spare ports), so each can be unplugged like a
+// hot-plugged one; NICs come first, as in libvirt, so that adding a disk
+// does not move a NIC to another bus (and rename it in the guest), and host
+// devices come after the disks so that passing one through moves neither.
+// On pc the devices sit on pci.0 at consecutive slots, same order.
 type pciLayout struct {
 	rootPorts []Device
 	nics      []placement
 	disks     []placement
+	hostdevs  []placement
 	spare     []string // ids of the empty root ports
 	agent     placement
 }
@@ -104,15 +112,29 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		}
 	}
 	l.sata(vm)
-	n := len(vm.NICs) + len(pciDisks)
+	nd := len(vm.NICs) + len(pciDisks) // NICs and disks, then host devices
+	n := nd + len(vm.HostDevs)
 	field := func(i int) string { // the spec field of the i-th placed device
-		if i < len(vm.NICs) {
+		switch {
+		case i < len(vm.NICs):
 			return fmt.Sprintf("nic[%d]", i)
-		}
-		if i < n {
+		case i < nd:
 			return fmt.Sprintf("disk[%d]", pciDisks[i-len(vm.NICs)])
+		case i < n:
+			return fmt.Sprintf("hostdev[%d]", i-nd)
 		}
 		return "hotplug_slots"
+	}
+	// place puts the i-th device at p.
+	place := func(i int, p placement) {
+		switch {
+		case i < len(vm.NICs):
+			l.nics = append(l.nics, p)
+		case i < nd:
+			l.disks[pciDisks[i-len(vm.NICs)]] = p
+		case i < n:
+			l.hostdevs = append(l.hostdevs, p)
+		}
 	}
 	switch vm.Machine {
 	case "q35":
@@ -121,8 +143,8 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		}
 		total := n + vm.Slots()
 		if total > MaxRootPorts {
-			return l, errorf(field(MaxRootPorts), "needs root port %d of at most %d (%d NICs + %d disks + %d hotplug slots)",
-				MaxRootPorts+1, MaxRootPorts, len(vm.NICs), len(vm.Disks), vm.Slots())
+			return l, errorf(field(MaxRootPorts), "needs root port %d of at most %d (%d NICs + %d disks + %d host devices + %d hotplug slots)",
+				MaxRootPorts+1, MaxRootPorts, len(vm.NICs), len(vm.Disks), len(vm.HostDevs), vm.Slots())
 		}
 		for i := 0; i < total; i++ {
 			slot, fn := q35FirstPortSlot+i/portsPerSlot, i%portsPerSlot
@@ -132,13 +154,9 @@ func layout(vm *spec.VM) (pciLayout, error) {
 				Multifunction: fn == 0 && i+1 < total, // function 1 follows in this slot
 				Chassis:       i + 1, Port: slot<<3 | fn,
 			})
-			p := placement{bus: id}
-			switch {
-			case i < len(vm.NICs):
-				l.nics = append(l.nics, p)
-			case i < n:
-				l.disks[pciDisks[i-len(vm.NICs)]] = p
-			default:
+			if i < n {
+				place(i, placement{bus: id})
+			} else {
 				l.spare = append(l.spare, id)
 			}
 		}
@@ -148,16 +166,11 @@ func layout(vm *spec.VM) (pciLayout, error) {
 			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
 		}
 		if max := pcLastSlot - pcFirstSlot + 1; n > max {
-			return l, errorf(field(max), "no free slot on %s: %d NICs + %d disks, at most %d devices",
-				PCIRootBus, len(vm.NICs), len(vm.Disks), max)
+			return l, errorf(field(max), "no free slot on %s: %d NICs + %d disks + %d host devices, at most %d devices",
+				PCIRootBus, len(vm.NICs), len(vm.Disks), len(vm.HostDevs), max)
 		}
 		for i := 0; i < n; i++ {
-			p := placement{PCIRootBus, pciAddr(pcFirstSlot+i, 0)}
-			if i < len(vm.NICs) {
-				l.nics = append(l.nics, p)
-			} else {
-				l.disks[pciDisks[i-len(vm.NICs)]] = p
-			}
+			place(i, placement{PCIRootBus, pciAddr(pcFirstSlot+i, 0)})
 		}
 		l.agent = placement{PCIRootBus, pciAddr(pcAgentSlot, 0)}
 	default:

@@ -37,6 +37,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -53,7 +54,10 @@ type Manager struct {
 	// AppArmorUnusable is "" where the kernel enforces AppArmor, else why
 	// not (the host probe's).
 	AppArmorUnusable string
-	Logger           *slog.Logger
+	// VFIO is the host's sysfs and /dev, where a VM's host devices' nodes
+	// are found (/dev/vfio/vfio and each IOMMU group's).
+	VFIO   vfio.Host
+	Logger *slog.Logger
 }
 
 // SharedQEMUUser is the one system user all VMs' QEMUs run as when asked
@@ -240,6 +244,21 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 		need{path: p.Dir, mode: "rwx", field: "state directory", noProfile: true})
 	if accel == spec.AccelKVM {
 		ns = append(ns, need{path: "/dev/kvm", mode: "rw", field: f.Path + ": accel kvm"})
+	}
+	if len(vm.HostDevs) > 0 {
+		var addrs []string
+		for _, h := range vm.HostDevs {
+			addrs = append(addrs, h.Address)
+		}
+		// The container and each group's node: ACL, AppArmor rule and the
+		// unit's DeviceAllow= (Sandbox) like /dev/kvm.
+		nodes, err := m.VFIO.Nodes(addrs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: hostdev: %w", f.Path, err)
+		}
+		for _, n := range nodes {
+			ns = append(ns, need{path: n, mode: "rw", field: f.Path + ": hostdev"})
+		}
 	}
 	for i, n := range vm.NICs {
 		if n.Type != spec.NICUser { // taps opened by QEMU itself

@@ -58,6 +58,7 @@ var rules = map[string]rule{
 	"pinning.vcpus":          {class: Live, kind: Pinning, op: "sched_setaffinity of each vCPU thread"},
 	"pinning.emulator":       {class: Restart, why: "the unit's CPUAffinity= is set when it starts"},
 	"numa":                   {class: Restart, why: "the guest's NUMA nodes are fixed when QEMU starts"},
+	"hostdev":                {class: Restart, why: "host PCI devices are bound to vfio-pci and given to QEMU when it starts"},
 	"topology.*":             {class: Restart, why: "the vCPU topology is fixed when QEMU starts", warn: "the guest sees another CPU layout"},
 }
 

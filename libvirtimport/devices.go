@@ -21,6 +21,7 @@ func (c *converter) devices() {
 	c.bootOrder()
 	c.nics(dv.Interfaces)
 	c.platform(dv)
+	c.hostdevs(dv.Hostdevs)
 	c.unsupported(dv)
 }
 
@@ -119,7 +120,6 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 	list("redirdev", len(dv.RedirDevs), "USB redirection needs a display client")
 	list("smartcard", len(dv.Smartcards), "no smartcard passthrough in vmsup")
 	list("hub", len(dv.Hubs), "no USB devices in vmsup")
-	list("hostdev", len(dv.Hostdevs), "device passthrough (VFIO) is not in vmsup yet")
 	list("tpm", len(dv.TPMs), "a TPM is not in vmsup yet")
 	list("filesystem", len(dv.Filesystems), "shared folders (virtiofs, 9p) are not in vmsup yet")
 	list("parallel", len(dv.Parallels), "no parallel port in vmsup")
@@ -155,4 +155,50 @@ func hostPort(h libvirtxml.DomainDiskSourceHost, defPort string) string {
 		port = defPort
 	}
 	return net.JoinHostPort(strings.Trim(h.Name, "[]"), port)
+}
+
+// hostdevs maps PCI host devices passed through with VFIO to [[hostdev]];
+// USB, SCSI and mediated devices have no counterpart.
+func (c *converter) hostdevs(hs []libvirtxml.DomainHostdev) {
+	for i, h := range hs {
+		el := fmt.Sprintf("devices/hostdev[%d]", i)
+		p := h.SubsysPCI
+		if p == nil {
+			c.drop(el, "only PCI devices pass through in vmsup (VFIO)")
+			continue
+		}
+		if p.Driver != nil && p.Driver.Name != "" && p.Driver.Name != "vfio" {
+			c.drop(el, "driver %q: vmsup passes PCI devices through with VFIO only", p.Driver.Name)
+			continue
+		}
+		var a *libvirtxml.DomainAddressPCI
+		if p.Source != nil {
+			a = p.Source.Address
+		}
+		if a == nil || a.Bus == nil || a.Slot == nil || a.Function == nil {
+			c.drop(el, "no PCI source address")
+			continue
+		}
+		var dom uint
+		if a.Domain != nil {
+			dom = *a.Domain
+		}
+		out := fileHostDev{Address: fmt.Sprintf("%04x:%02x:%02x.%x", dom, *a.Bus, *a.Slot, *a.Function)}
+		if r := h.ROM; r != nil {
+			if r.Bar == "off" {
+				off := false
+				out.ROMBar = &off
+			}
+			if r.File != nil || r.Enabled != "" {
+				c.drop(el+"/rom", "a ROM file or enabled: vmsup maps the device's own ROM (rom_bar) or none")
+			}
+		}
+		if h.Managed == "no" {
+			c.drop(el+"/@managed", "\"no\": vmsup binds the device to vfio-pci itself at up and gives it back at down")
+		}
+		if h.Boot != nil {
+			c.drop(el+"/boot", "host devices have no boot order in vmsup")
+		}
+		c.out.HostDevs = append(c.out.HostDevs, out)
+	}
 }

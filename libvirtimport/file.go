@@ -30,6 +30,12 @@ type fileVM struct {
 	Credentials   map[string]string `toml:"credentials,omitempty"`
 	Disks         []fileDisk        `toml:"disk,omitempty"`
 	NICs          []fileNIC         `toml:"nic,omitempty"`
+	HostDevs      []fileHostDev     `toml:"hostdev,omitempty"`
+}
+
+type fileHostDev struct {
+	Address string `toml:"address"`
+	ROMBar  *bool  `toml:"rom_bar,omitempty"`
 }
 
 type fileBoot struct {

@@ -251,7 +251,8 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) []
 	return parts
 }
 
-// deviceParts: each NIC, then each disk, on its place in the layout.
+// deviceParts: each NIC, then each disk, then each host device, on its
+// place in the layout.
 func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 	var parts []renderer
 	for i, n := range vm.NICs {
@@ -276,7 +277,11 @@ func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 	if vm.Vsock.On() {
 		parts = append(parts, VsockDevice(o.VsockCID, l.vsock.bus, l.vsock.addr))
 	}
-	return parts, nil
+	hds, err := hostDevParts(vm, l)
+	if err != nil {
+		return nil, err
+	}
+	return append(parts, hds...), nil
 }
 
 // VsockDevice is the vhost-vsock-pci device of a guest with context id cid.
@@ -492,6 +497,17 @@ func checkUnique(vm *spec.VM) error {
 			}
 			macs[hw] = i
 		}
+	}
+	hostdevs, addrs := map[string]int{}, map[string]int{}
+	for i, h := range vm.HostDevs {
+		if j, dup := hostdevs[h.Name]; dup {
+			return errorf(fmt.Sprintf("hostdev[%d].name", i), "duplicate hostdev name %q (also hostdev[%d])", h.Name, j)
+		}
+		hostdevs[h.Name] = i
+		if j, dup := addrs[h.Address]; dup {
+			return errorf(fmt.Sprintf("hostdev[%d].address", i), "%s is also hostdev[%d]", h.Address, j)
+		}
+		addrs[h.Address] = i
 	}
 	return nil
 }

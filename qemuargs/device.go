@@ -42,6 +42,10 @@ type Device struct {
 	Name    string `json:"name,omitempty"`
 
 	GuestCID uint32 `json:"guest-cid,omitempty"` // vhost-vsock-pci: the guest's vsock context id
+	// vfio-pci: the host PCI address ("0000:01:00.0") and whether the
+	// device's option ROM is mapped (0 off, 1 on; nil QEMU's default, on).
+	Host   string `json:"host,omitempty"`
+	ROMBar *int   `json:"rombar,omitempty"`
 
 	RNG  string `json:"rng,omitempty"`  // virtio-rng-pci: id of its rng-random object
 	GUID string `json:"guid,omitempty"` // vmgenid: the generation id
@@ -88,16 +92,19 @@ func pciAddr(slot, fn int) string {
 // placement is where a disk, NIC or vsock device goes.
 type placement struct{ bus, addr string }
 
-// pciLayout places the VM's devices. On q35 every NIC and disk gets its own
-// root port (NICs first, in order, then disks, then the spare ports), so each
-// can be unplugged like a hot-plugged one; NICs come first, as in libvirt, so
-// that adding a disk does not move a NIC to another bus (and rename it in the
-// guest). The vsock device follows the disks (its guest has no name to
-// lose). On pc the devices sit on pci.0 at consecutive slots, same order.
+// pciLayout places the VM's devices. On q35 every NIC, disk and host
+// device gets its own root port (NICs first, in order, then disks, then
+// host devices, then the vsock device, then the spare ports), so each can be
+// unplugged like a hot-plugged one; NICs come first, as in libvirt, so that
+// adding a disk does not move a NIC to another bus (and rename it in the
+// guest), and host devices come after the disks so that passing one through
+// moves neither (the vsock device has no guest name to lose). On pc the
+// devices sit on pci.0 at consecutive slots, same order.
 type pciLayout struct {
 	rootPorts []Device
 	nics      []placement
 	disks     []placement
+	hostdevs  []placement
 	vsock     placement // empty without a vsock device
 	spare     []string  // ids of the empty root ports
 	agent     placement
@@ -112,33 +119,51 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		}
 	}
 	l.sata(vm)
-	n := len(vm.NICs) + len(pciDisks)
-	devs := n // the placed devices: NICs, disks, then the vsock device
+	nd := len(vm.NICs) + len(pciDisks) // NICs and disks, then host devices, then vsock
+	nh := nd + len(vm.HostDevs)
+	n := nh
 	if vm.Vsock.On() {
-		devs++
+		n++
 	}
 	counts := fmt.Sprintf("%d NICs + %d disks", len(vm.NICs), len(vm.Disks))
-	if devs > n {
+	if len(vm.HostDevs) > 0 {
+		counts += fmt.Sprintf(" + %d host devices", len(vm.HostDevs))
+	}
+	if n > nh {
 		counts += " + vsock"
 	}
 	field := func(i int) string { // the spec field of the i-th placed device
-		if i < len(vm.NICs) {
+		switch {
+		case i < len(vm.NICs):
 			return fmt.Sprintf("nic[%d]", i)
-		}
-		if i < n {
+		case i < nd:
 			return fmt.Sprintf("disk[%d]", pciDisks[i-len(vm.NICs)])
-		}
-		if i < devs {
+		case i < nh:
+			return fmt.Sprintf("hostdev[%d]", i-nd)
+		case i < n:
 			return "vsock"
 		}
 		return "hotplug_slots"
+	}
+	// place puts the i-th device at p.
+	place := func(i int, p placement) {
+		switch {
+		case i < len(vm.NICs):
+			l.nics = append(l.nics, p)
+		case i < nd:
+			l.disks[pciDisks[i-len(vm.NICs)]] = p
+		case i < nh:
+			l.hostdevs = append(l.hostdevs, p)
+		default:
+			l.vsock = p
+		}
 	}
 	switch vm.Machine {
 	case "q35":
 		if vm.Slots() < 0 {
 			return l, errorf("hotplug_slots", "%d is negative", vm.Slots())
 		}
-		total := devs + vm.Slots()
+		total := n + vm.Slots()
 		if total > MaxRootPorts {
 			return l, errorf(field(MaxRootPorts), "needs root port %d of at most %d (%s + %d hotplug slots)",
 				MaxRootPorts+1, MaxRootPorts, counts, vm.Slots())
@@ -151,15 +176,9 @@ func layout(vm *spec.VM) (pciLayout, error) {
 				Multifunction: fn == 0 && i+1 < total, // function 1 follows in this slot
 				Chassis:       i + 1, Port: slot<<3 | fn,
 			})
-			p := placement{bus: id}
-			switch {
-			case i < len(vm.NICs):
-				l.nics = append(l.nics, p)
-			case i < n:
-				l.disks[pciDisks[i-len(vm.NICs)]] = p
-			case i < devs:
-				l.vsock = p
-			default:
+			if i < n {
+				place(i, placement{bus: id})
+			} else {
 				l.spare = append(l.spare, id)
 			}
 		}
@@ -168,20 +187,11 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		if vm.Slots() != 0 {
 			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
 		}
-		if max := pcLastSlot - pcFirstSlot + 1; devs > max {
-			return l, errorf(field(max), "no free slot on %s: %s, at most %d devices",
-				PCIRootBus, counts, max)
+		if max := pcLastSlot - pcFirstSlot + 1; n > max {
+			return l, errorf(field(max), "no free slot on %s: %s, at most %d devices", PCIRootBus, counts, max)
 		}
-		for i := 0; i < devs; i++ {
-			p := placement{PCIRootBus, pciAddr(pcFirstSlot+i, 0)}
-			switch {
-			case i < len(vm.NICs):
-				l.nics = append(l.nics, p)
-			case i < n:
-				l.disks[pciDisks[i-len(vm.NICs)]] = p
-			default:
-				l.vsock = p
-			}
+		for i := 0; i < n; i++ {
+			place(i, placement{PCIRootBus, pciAddr(pcFirstSlot+i, 0)})
 		}
 		l.agent = placement{PCIRootBus, pciAddr(pcAgentSlot, 0)}
 	default:

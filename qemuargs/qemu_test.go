@@ -17,6 +17,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hugepages"
+	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -183,6 +184,13 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		if o.VhostNet && !exists("/dev/vhost-net") {
 			t.Skipf("nic %q: vhost-net needs /dev/vhost-net, which this host does not have (QEMU would abort)", n.Name)
 		}
+	}
+	if len(vm.HostDevs) > 0 {
+		why := "the golden's addresses are not this host's devices"
+		if err := (vfio.Host{}).Available(); err != nil {
+			why = err.Error()
+		}
+		t.Skipf("hostdev %s needs a host PCI device bound to vfio-pci, and %s; internal/vfio's tests check the host side against a fake sysfs", vm.HostDevs[0].Address, why)
 	}
 	if vm.Vsock.On() && !env.caps.Facts.VhostVsock.OK {
 		// QEMU's vhost-vsock-pci opens it at start; TestGoldenArgs checks the argv.

@@ -52,11 +52,13 @@ type VM struct {
 	RNG        *bool  `toml:"rng"`        // virtio-rng from the host's /dev/urandom; default true
 	VMCoreInfo *bool  `toml:"vmcoreinfo"` // the vmcoreinfo device (guest crash-dump notes); default true
 
-	Boot   Boot   `toml:"boot"`
-	Vsock  Vsock  `toml:"vsock"` // a vhost-vsock device and its CID (vsock.go)
-	Disks  []Disk `toml:"disk"`
-	NICs   []NIC  `toml:"nic"`
-	Limits Limits `toml:"limits"`
+	Boot  Boot   `toml:"boot"`
+	Vsock Vsock  `toml:"vsock"` // a vhost-vsock device and its CID (vsock.go)
+	Disks []Disk `toml:"disk"`
+	NICs  []NIC  `toml:"nic"`
+	// HostDevs are host PCI devices passed through whole (VFIO; hostdev.go).
+	HostDevs []HostDev `toml:"hostdev"`
+	Limits   Limits    `toml:"limits"`
 	// Security is the VM's confinement (see security.go).
 	Security Security `toml:"security"`
 	// Health is how a restart by apply (or up --restart-changed) decides
@@ -330,6 +332,9 @@ func (vm *VM) applyDefaults() {
 			n.MAC = DeriveMAC(vm.Name, i)
 		}
 		n.applyDefaults(vm.Name, vm.CPUs)
+	}
+	for i := range vm.HostDevs {
+		vm.HostDevs[i].applyDefaults()
 	}
 	if vm.Limits.MemoryOverhead == 0 {
 		vm.Limits.MemoryOverhead = DefaultMemoryOverhead

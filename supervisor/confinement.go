@@ -31,7 +31,7 @@ type Confinement = confine.Status
 // host.
 func (s *Supervisor) confiner() *confine.Manager {
 	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
-		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, Logger: s.opts.Logger,
+		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, VFIO: s.vfio(), Logger: s.opts.Logger,
 		Hugetlbfs: hugepages.Host{}.Mount}
 }
 

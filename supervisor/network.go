@@ -114,7 +114,7 @@ func (s *Supervisor) networkTeardown(ctx context.Context, name string) error {
 
 // StopPost is the unit's ExecStopPost= hook ("vmsup stop-post NAME"): it
 // removes the VM's taps, ports, CNI attachments and namespace, and its
-// disks' secret copies, however QEMU ended (down, systemctl stop, crash). It runs inside the unit, so in the
+// disks' secret copies, and gives its host PCI devices back, however QEMU ended (down, systemctl stop, crash). It runs inside the unit, so in the
 // VM's namespace for cni VMs; it moves to the namespace of PID 1 (the
 // host's, as systemd sees it) so CNI plugins find the host side there.
 // It does not take the VM lock: Down holds it while it waits for the unit.
@@ -141,6 +141,9 @@ func (s *Supervisor) StopPost(ctx context.Context, name, unit string) error {
 	// QEMU has read its disks' secrets: the copies go now, not at the next
 	// down (a crashed VM would keep them).
 	err = errors.Join(err, storage.Teardown(s.paths(name).Dir))
+	// Host PCI devices go back to their drivers once QEMU let them go, a
+	// crash included.
+	err = errors.Join(err, s.hostDevTeardown(name))
 	if err != nil {
 		return vmErr(name, fmt.Errorf("stop-post: %w", err))
 	}

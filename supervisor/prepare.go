@@ -36,6 +36,7 @@ func (s *Supervisor) hostSteps(f *spec.File, p vmstate.Paths, plan *startPlan) [
 	steps = append(steps, s.storageSteps(f, p, plan)...)
 	steps = append(steps, s.identitySteps(f, p)...)
 	steps = append(steps, s.networkSteps(f, plan)...)
+	steps = append(steps, s.hostDevSteps(f, p, plan)...) // before confine: it grants the nodes binding makes
 	steps = append(steps, s.confineSteps(f, plan)...)
 	return steps
 }
@@ -45,6 +46,7 @@ func (s *Supervisor) hostSteps(f *spec.File, p vmstate.Paths, plan *startPlan) [
 func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
 	return errors.Join(
 		s.networkTeardown(ctx, name),
+		s.hostDevTeardown(name),
 		s.confiner().Teardown(ctx, name),
 		s.storageTeardown(ctx, name),
 		identity.RemoveCredentials(s.paths(name).Dir),

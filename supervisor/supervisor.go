@@ -78,6 +78,9 @@ type Options struct {
 	// the guest to release the device (DEVICE_DELETED). Default
 	// DefaultUnplugTimeout.
 	UnplugTimeout time.Duration
+	// SysRoot and DevRoot are where host PCI devices ([[hostdev]]) are
+	// found, bound and opened: sysfs and devtmpfs. Default /sys and /dev.
+	SysRoot, DevRoot string
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// AfterStep, when set, is called after each step of a multi-step
@@ -128,6 +131,8 @@ func New(opts Options) (*Supervisor, error) {
 	opts.UnitDir = orDefault(opts.UnitDir, "/etc/systemd/system")
 	opts.BootTarget = orDefault(opts.BootTarget, "multi-user.target")
 	opts.RunDir = orDefault(opts.RunDir, "/run/vmsup")
+	opts.SysRoot = orDefault(opts.SysRoot, "/sys")
+	opts.DevRoot = orDefault(opts.DevRoot, "/dev")
 	opts.HostCapsCache = orDefault(opts.HostCapsCache, filepath.Join(opts.Root, "cache", "hostcaps.json"))
 	if opts.UnplugTimeout <= 0 {
 		opts.UnplugTimeout = DefaultUnplugTimeout

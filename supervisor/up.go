@@ -77,6 +77,9 @@ func (s *Supervisor) ValidateContext(ctx context.Context, files ...*spec.File) e
 		if err := s.checkForwardPorts(f); err != nil {
 			return err
 		}
+		if err := s.checkHostDevs(f); err != nil {
+			return err
+		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel)
 		cancel()

@@ -53,7 +53,10 @@ type Unit struct {
 	// CPUAffinity is the host CPUs the unit's processes may run on (the
 	// threads inherit it); empty = all.
 	CPUAffinity []int
-	TasksMax    int  // 0 = default
+	TasksMax    int // 0 = default
+	// MemLock is LimitMEMLOCK= (soft and hard), bytes; 0 = systemd's
+	// default. VFIO pins all guest memory, charged to QEMU's user.
+	MemLock     uint64
 	DeviceAll   bool // true = DevicePolicy=auto; false = closed + DeviceAllow
 	DeviceAllow []DeviceRule
 
@@ -142,6 +145,9 @@ func (u Unit) properties() ([]sd.Property, error) {
 	}
 	if u.TasksMax > 0 {
 		p = append(p, prop("TasksAccounting", true), prop("TasksMax", uint64(u.TasksMax)))
+	}
+	if u.MemLock > 0 {
+		p = append(p, prop("LimitMEMLOCK", u.MemLock), prop("LimitMEMLOCKSoft", u.MemLock))
 	}
 	if u.NetworkNamespacePath != "" {
 		p = append(p, prop("NetworkNamespacePath", u.NetworkNamespacePath))

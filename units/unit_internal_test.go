@@ -12,3 +12,24 @@ func TestCPUMask(t *testing.T) {
 		}
 	}
 }
+
+// A VM with host devices gets the locked-memory limit VFIO's pinning needs.
+func TestMemLockProperties(t *testing.T) {
+	props, err := Unit{Name: "v.service", Argv: []string{"/bin/true"}, MemLock: 1 << 30}.properties()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, p := range props {
+		got[p.Name] = p.Value.Value()
+	}
+	if got["LimitMEMLOCK"] != uint64(1<<30) || got["LimitMEMLOCKSoft"] != uint64(1<<30) {
+		t.Errorf("LimitMEMLOCK %v, soft %v", got["LimitMEMLOCK"], got["LimitMEMLOCKSoft"])
+	}
+	props, _ = Unit{Name: "v.service", Argv: []string{"/bin/true"}}.properties()
+	for _, p := range props {
+		if p.Name == "LimitMEMLOCK" {
+			t.Error("LimitMEMLOCK set without MemLock")
+		}
+	}
+}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -56,7 +57,10 @@ type Manager struct {
 	// Hugetlbfs finds the hugetlbfs mount of a page size (a VM with
 	// hugepages maps its memory there); nil: none is granted.
 	Hugetlbfs func(page spec.Size) (string, error)
-	Logger    *slog.Logger
+	// VFIO is the host's sysfs and /dev, where a VM's host devices' nodes
+	// are found (/dev/vfio/vfio and each IOMMU group's).
+	VFIO   vfio.Host
+	Logger *slog.Logger
 }
 
 // SharedQEMUUser is the one system user all VMs' QEMUs run as when asked
@@ -260,6 +264,21 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 		// QEMU creates (and at once unlinks) its memory file there: a
 		// directory need, so the profile has MOUNT/** and the ACL search.
 		ns = append(ns, need{path: mount + "/", mode: "rw", field: f.Path + ": hugepages"})
+	}
+	if len(vm.HostDevs) > 0 {
+		var addrs []string
+		for _, h := range vm.HostDevs {
+			addrs = append(addrs, h.Address)
+		}
+		// The container and each group's node: ACL, AppArmor rule and the
+		// unit's DeviceAllow= (Sandbox) like /dev/kvm.
+		nodes, err := m.VFIO.Nodes(addrs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: hostdev: %w", f.Path, err)
+		}
+		for _, n := range nodes {
+			ns = append(ns, need{path: n, mode: "rw", field: f.Path + ": hostdev"})
+		}
 	}
 	for i, n := range vm.NICs {
 		if n.Type != spec.NICUser { // taps opened by QEMU itself

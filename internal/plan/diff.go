@@ -60,6 +60,7 @@ var rules = map[string]rule{
 	"numa":                   {class: Restart, why: "the guest's NUMA nodes are fixed when QEMU starts"},
 	"hugepages":              {class: Restart, why: "QEMU maps the guest's memory when it starts"},
 	"vsock.*":                {class: Restart, why: "the vsock device and its CID are set when QEMU starts"},
+	"hostdev":                {class: Restart, why: "host PCI devices are bound to vfio-pci and given to QEMU when it starts"},
 	"topology.*":             {class: Restart, why: "the vCPU topology is fixed when QEMU starts", warn: "the guest sees another CPU layout"},
 	"tpm":                    {class: Restart, why: "the TPM is a device made when QEMU starts"},
 	"tpm.*":                  {class: Restart, why: "the TPM is a device made when QEMU starts"},

@@ -55,6 +55,11 @@ func (p Paths) NetLock() string   { return filepath.Join(p.Records, "net.lock") 
 func (p Paths) CNICache() string  { return filepath.Join(p.Records, "cni-cache") } // libcni's cache
 func (p Paths) AgentLock() string { return filepath.Join(p.Records, "agent.lock") }
 
+// HostDevs records the drivers the VM's host PCI devices had before vmsup
+// bound them to vfio-pci (written before binding), root only: a QEMU that
+// could edit it could have vmsup rebind any host device.
+func (p Paths) HostDevs() string { return filepath.Join(p.Records, "hostdev.json") }
+
 // EventHistory is the VM's event history (internal/eventlog), root only.
 func (p Paths) EventHistory() string { return filepath.Join(p.Records, "events.log") }
 

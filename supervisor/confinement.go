@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 
-	"github.com/vmsup/vmsup/internal/hugepages"
-
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -32,7 +30,7 @@ type Confinement = confine.Status
 func (s *Supervisor) confiner() *confine.Manager {
 	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
 		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, VFIO: s.vfio(), Logger: s.opts.Logger,
-		Hugetlbfs: hugepages.Host{}.Mount}
+		Hugetlbfs: hugetlbfs}
 }
 
 // ConfinePaths extends a running VM's confinement by files it is about to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -50,5 +51,6 @@ func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
 		s.confiner().Teardown(ctx, name),
 		s.storageTeardown(ctx, name),
 		identity.RemoveCredentials(s.paths(name).Dir),
+		hugepages.Host{}.RemoveVMDirs(name),
 	)
 }

@@ -18,9 +18,14 @@ func (s *Supervisor) vsocks() vsock.Allocator {
 	return vsock.Allocator{Dir: filepath.Join(s.opts.Root, "vsock"), InUse: vsock.KernelInUse(vsock.Device)}
 }
 
-// hugetlbfs finds the hugetlbfs mount of the VM's page size.
+// hugetlbfs is the VM's directory on the hugetlbfs mount of its page
+// size, where its QEMU maps the guest's memory.
 func hugetlbfs(vm *spec.VM) (string, error) {
-	return hugepages.Host{}.Mount(vm.HugepageSize())
+	mount, err := hugepages.Host{}.Mount(vm.HugepageSize())
+	if err != nil {
+		return "", err
+	}
+	return hugepages.VMDir(mount, vm.Name), nil
 }
 
 // guestSteps check and take what the guest's memory and vsock device need
@@ -31,15 +36,23 @@ func (s *Supervisor) guestSteps(f *spec.File, plan *startPlan) []step {
 	vm := &f.VM
 	var steps []step
 	if vm.Hugepages != "" {
-		steps = append(steps, step{Name: "hugepages", Do: func(context.Context) error {
+		steps = append(steps, step{Name: "hugepages", Do: func(ctx context.Context) error {
 			mount, err := hugepages.Host{}.Check(vm)
 			if err != nil {
 				return f.Errorf("hugepages", "%v", err)
 			}
-			plan.hugetlbfs = mount
-			plan.argvOpts = append(plan.argvOpts, func(o *qemuargs.Options) { o.Hugetlbfs = mount })
+			_, uid, gid, err := s.confiner().Identity(ctx, vm.Name)
+			if err != nil {
+				return err
+			}
+			dir, err := hugepages.MakeVMDir(mount, vm.Name, int(uid), int(gid))
+			if err != nil {
+				return err
+			}
+			plan.hugetlbfs = dir
+			plan.argvOpts = append(plan.argvOpts, func(o *qemuargs.Options) { o.Hugetlbfs = dir })
 			return nil
-		}})
+		}, Undo: func(context.Context) { _ = hugepages.Host{}.RemoveVMDirs(vm.Name) }})
 	}
 	if vm.Vsock.On() {
 		field := "vsock"

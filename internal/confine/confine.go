@@ -54,9 +54,10 @@ type Manager struct {
 	// AppArmorUnusable is "" where the kernel enforces AppArmor, else why
 	// not (the host probe's).
 	AppArmorUnusable string
-	// Hugetlbfs finds the hugetlbfs mount of a page size (a VM with
-	// hugepages maps its memory there); nil: none is granted.
-	Hugetlbfs func(page spec.Size) (string, error)
+	// Hugetlbfs finds the VM's directory on the hugetlbfs mount of its page
+	// size (a VM with hugepages maps its memory there; its QEMU's user owns
+	// it: hugetlbfs has no ACLs); nil: none is granted.
+	Hugetlbfs func(vm *spec.VM) (string, error)
 	// VFIO is the host's sysfs and /dev, where a VM's host devices' nodes
 	// are found (/dev/vfio/vfio and each IOMMU group's).
 	VFIO   vfio.Host
@@ -262,7 +263,8 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	}
 	if mount := m.hugetlbfs(vm); mount != "" {
 		// QEMU creates (and at once unlinks) its memory file there: a
-		// directory need, so the profile has MOUNT/** and the ACL search.
+		// directory need, so the profile has DIR/**; QEMU's user owns it
+		// (no ACL: hugetlbfs has none).
 		ns = append(ns, need{path: mount + "/", mode: "rw", field: f.Path + ": hugepages"})
 	}
 	if len(vm.HostDevs) > 0 {
@@ -599,13 +601,13 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 	return sb
 }
 
-// hugetlbfs is the mount of vm's hugepages, "" without them (or unknown:
-// the start's own check reports a missing mount).
+// hugetlbfs is the VM's directory for its hugepages, "" without them (or
+// unknown: the start's own check reports a missing mount).
 func (m *Manager) hugetlbfs(vm *spec.VM) string {
 	if vm.Hugepages == "" || m.Hugetlbfs == nil {
 		return ""
 	}
-	mount, err := m.Hugetlbfs(vm.HugepageSize())
+	mount, err := m.Hugetlbfs(vm)
 	if err != nil {
 		return ""
 	}

@@ -15,9 +15,9 @@ import (
 // writable.
 func TestNeedsVsockHugepages(t *testing.T) {
 	m := &Manager{Self: "/usr/bin/vmsup", QEMU: "/usr/bin/qemu-system-x86_64",
-		Hugetlbfs: func(page spec.Size) (string, error) {
-			if page != 2*spec.MiB {
-				t.Errorf("asked for page size %s", page)
+		Hugetlbfs: func(vm *spec.VM) (string, error) {
+			if vm.HugepageSize() != 2*spec.MiB {
+				t.Errorf("asked for page size %s", vm.HugepageSize())
 			}
 			return "/dev/hugepages", nil
 		}}

@@ -165,3 +165,42 @@ func sizeName(page spec.Size) string {
 	}
 	return fmt.Sprintf("%dM", page/spec.MiB)
 }
+
+// VMDir is the VM's own directory on a hugetlbfs mount, where its QEMU
+// creates the guest's memory files. hugetlbfs has no POSIX ACLs, so QEMU's
+// user is given a directory it owns (as libvirt does), not an ACL entry
+// on the mount; the mount's root needs only search permission for others
+// (its default mode, 0755).
+func VMDir(mount, vm string) string { return filepath.Join(mount, "vmsup-"+vm) }
+
+// MakeVMDir makes the VM's directory on mount, owned by uid:gid, 0700,
+// and returns it; an existing one gets that owner and mode.
+func MakeVMDir(mount, vm string, uid, gid int) (string, error) {
+	dir := VMDir(mount, vm)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("hugepages: %w", err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return "", fmt.Errorf("hugepages: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("hugepages: %w", err)
+	}
+	return dir, nil
+}
+
+// RemoveVMDirs removes the VM's directories on every hugetlbfs mount (its
+// QEMU is gone; the files in them went with it). Idempotent.
+func (h Host) RemoveVMDirs(vm string) error {
+	var errs []error
+	for _, page := range []spec.Size{2 * spec.MiB, spec.GiB} {
+		m, err := h.Mount(page)
+		if err != nil {
+			continue
+		}
+		if err := os.Remove(VMDir(m, vm)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -2,7 +2,11 @@ package devicetest
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/vmsup/vmsup/internal/testenv"
@@ -12,13 +16,68 @@ import (
 var (
 	env      *testenv.Env
 	vmsupBin string
+	// huge is the hugetlbfs mount the package made, or why there is none.
+	huge hugeMount
 )
 
 func TestMain(m *testing.M) {
+	// Before the sandbox starts: its mount namespace is a copy of the
+	// host's at that moment.
+	huge = mountHugepages(hugePages)
 	code := testenv.Main(m, func(e *testenv.Env) (err error) {
 		env = e
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
 		return err
 	})
+	huge.undo()
 	os.Exit(code)
+}
+
+// hugePages are the 2 MiB pages the package reserves: a 128M guest and room.
+const hugePages = 80
+
+type hugeMount struct {
+	dir, skip string
+	before    int // nr_hugepages before the package raised it
+}
+
+const nrHugepages = "/proc/sys/vm/nr_hugepages"
+
+// mountHugepages reserves n more 2 MiB pages and mounts a hugetlbfs of
+// the package's own (under /var/tmp: QEMU's unit has a private /tmp).
+func mountHugepages(n int) hugeMount {
+	if os.Geteuid() != 0 {
+		return hugeMount{skip: "not root"}
+	}
+	b, err := os.ReadFile(nrHugepages)
+	if err != nil {
+		return hugeMount{skip: fmt.Sprintf("no hugepages on this kernel: %v", err)}
+	}
+	h := hugeMount{before: -1}
+	before, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := os.WriteFile(nrHugepages, []byte(strconv.Itoa(before+n)), 0o644); err != nil {
+		h.skip = fmt.Sprintf("reserve %d hugepages: %v", n, err)
+		return h
+	}
+	h.before = before
+	if h.dir, err = os.MkdirTemp("/var/tmp", "vmsup-huge-"); err != nil {
+		h.skip = err.Error()
+		return h
+	}
+	if out, err := exec.Command("mount", "-t", "hugetlbfs", "-o", "pagesize=2M,mode=0755", "hugetlbfs", h.dir).CombinedOutput(); err != nil {
+		h.skip = fmt.Sprintf("mount hugetlbfs: %v: %s", err, out)
+		os.Remove(h.dir)
+		h.dir = ""
+	}
+	return h
+}
+
+func (h hugeMount) undo() {
+	if h.dir != "" && h.skip == "" {
+		_ = exec.Command("umount", h.dir).Run()
+		os.Remove(h.dir)
+	}
+	if h.before >= 0 {
+		_ = os.WriteFile(nrHugepages, []byte(strconv.Itoa(h.before)), 0o644)
+	}
 }

@@ -70,6 +70,9 @@ type Options struct {
 	// TPMSocket is swtpm's control socket (the caller starts swtpm
 	// listening there first); required with a [tpm].
 	TPMSocket string
+	// ShareSockets holds, by tag, the vhost-user socket of each virtiofs
+	// share's virtiofsd (the caller starts it listening first).
+	ShareSockets map[string]string
 	// VsockCID is the guest's vsock context id for a VM with [vsock]: the
 	// spec's fixed cid or the one the caller allocated (and holds) for it.
 	VsockCID uint32
@@ -144,7 +147,11 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 	parts = append(parts, id)
 	parts = append(parts, monitorParts(o)...)
-	parts = append(parts, platformParts(vm, o, l, idDevices)...)
+	platform, err := platformParts(vm, o, l, idDevices)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, platform...)
 	devs, err := deviceParts(vm, o, l)
 	if err != nil {
 		return nil, err
@@ -178,19 +185,20 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 			parts = append(parts, b)
 		}
 		m.PFlash0, m.PFlash1 = OVMFCodeNodeName, OVMFVarsNodeName
+		m.SMM = vm.Boot.SecureBoot
 	}
 	model := cmp.Or(vm.CPUModel, o.CPU, "max")
 	if model == "max" && vm.CPUModel == "" && o.CPU == "" && o.Accel == spec.AccelKVM {
 		model = "host"
 	}
-	if vm.Hugepages != "" && len(vm.NUMA) == 0 {
-		m.MemoryBackend = MainMemdevID // the -m memory, on hugetlbfs
+	if at := memoryPlace(vm, o); at != (MemoryPlace{}) && len(vm.NUMA) == 0 {
+		m.MemoryBackend = MainMemdevID // the -m memory, on hugetlbfs or shared
 	}
 	parts = append(parts, m, accel{o.Accel}, cpu{model, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
 		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs, Topology: vm.Topology})
 	if m.MemoryBackend != "" {
-		parts = append(parts, MemoryBackend(m.MemoryBackend, int64(vm.Memory), o.Hugetlbfs))
+		parts = append(parts, MemoryBackend(m.MemoryBackend, int64(vm.Memory), memoryPlace(vm, o)))
 	}
 	numa, err := numaParts(vm, o)
 	if err != nil {
@@ -226,7 +234,7 @@ func monitorParts(o Options) []renderer {
 
 // platformParts: the root ports, the fixed slot's devices (agent, balloon,
 // watchdog, RNG), the devices without a PCI slot and QEMU's actions.
-func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) []renderer {
+func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) ([]renderer, error) {
 	var parts []renderer
 	for _, rp := range l.rootPorts {
 		parts = append(parts, rp)
@@ -237,7 +245,11 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) []
 	if vm.HasRNG() {
 		parts = append(parts, Object{QOMType: "rng-random", ID: RNGObjectID, Filename: "/dev/urandom"})
 	}
-	parts = append(parts, shareBackends(vm)...)
+	shares, err := shareBackends(vm, o)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, shares...)
 	for _, d := range slotDevices(l.agent, vm) {
 		parts = append(parts, d)
 	}
@@ -248,7 +260,7 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) []
 	if a := panicActions(vm); len(a) > 0 {
 		parts = append(parts, flags{"-action", strings.Join(a, ",")})
 	}
-	return parts
+	return parts, nil
 }
 
 // deviceParts: each NIC, then each disk, then each host device, on its
@@ -359,6 +371,11 @@ func checkOptions(vm *spec.VM, o Options) error {
 	}
 	if vm.TPM != nil {
 		sockets = append(sockets, struct{ name, path string }{"TPMSocket", o.TPMSocket})
+	}
+	for _, sh := range vm.Shares {
+		if sh.Driver == spec.ShareVirtioFS {
+			sockets = append(sockets, struct{ name, path string }{fmt.Sprintf("ShareSockets[%q]", sh.Tag), o.ShareSockets[sh.Tag]})
+		}
 	}
 	seen := map[string]string{}
 	for _, s := range sockets {

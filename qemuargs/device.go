@@ -53,6 +53,10 @@ type Device struct {
 	TPMDev   string `json:"tpmdev,omitempty"`    // tpm-crb, tpm-tis: the -tpmdev id
 	FSDev    string `json:"fsdev,omitempty"`     // virtio-9p-pci: the -fsdev id
 	MountTag string `json:"mount_tag,omitempty"` // virtio-9p-pci: the guest's mount tag
+	// vhost-user-fs-pci (and its Chardev): the guest's mount tag, the
+	// request queue's size.
+	Tag       string `json:"tag,omitempty"`
+	QueueSize int    `json:"queue-size,omitempty"`
 }
 
 // Args renders the device for the command line: -device JSON.

@@ -59,14 +59,14 @@ type InetAddrBase struct {
 // object-add at hotplug: a secret that a block node reads its password or
 // key from, or an iothread.
 type Object struct {
-	QOMType  string `json:"qom-type"` // "secret", "iothread", "rng-random", "memory-backend-ram" or "memory-backend-file"
+	QOMType  string `json:"qom-type"` // "secret", "iothread", "rng-random", "memory-backend-ram", "-file" or "-memfd"
 	ID       string `json:"id"`
 	File     string `json:"file,omitempty"`     // secret: the file holding it (never the data itself)
 	Filename string `json:"filename,omitempty"` // rng-random: the host's entropy source
 	Size     int64  `json:"size,omitempty"`     // memory-backend-ram: bytes
 	Format   string `json:"format,omitempty"`   // secret: "raw" or "base64"
 	MemPath  string `json:"mem-path,omitempty"` // memory-backend-file: the hugetlbfs directory
-	Share    *bool  `json:"share,omitempty"`    // memory-backend-file: MAP_SHARED (always written: false)
+	Share    *bool  `json:"share,omitempty"`    // memory-backend-file, -memfd: MAP_SHARED (always written)
 }
 
 // Args renders the object for the command line: -object JSON.

@@ -119,6 +119,14 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	if vm.TPM != nil {
 		o.TPMSocket = run + "tpm/ctrl.sock"
 	}
+	for _, sh := range vm.Shares {
+		if sh.Driver == spec.ShareVirtioFS {
+			if o.ShareSockets == nil {
+				o.ShareSockets = map[string]string{}
+			}
+			o.ShareSockets[sh.Tag] = run + "virtiofs-" + sh.Tag + ".sock"
+		}
+	}
 	// What the supervisor allocates or finds: the CID (the file's, else
 	// the first free one), the hugetlbfs mount of the page size.
 	if vm.Vsock.On() {
@@ -136,6 +144,9 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+		if vm.Boot.SecureBoot {
+			o.FirmwareCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+		}
 	case spec.FirmwareQboot:
 		o.FirmwareCode = "/usr/share/qemu/qboot.rom"
 	}

@@ -2,13 +2,14 @@ package qemuargs
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/vmsup/vmsup/spec"
 )
 
 // Guest devices backed by something outside QEMU or the disk/NIC model:
 // the TPM (swtpm's control socket) and shared folders (a host directory
-// QEMU serves over virtio-9p).
+// QEMU serves over virtio-9p, or virtiofsd over vhost-user).
 
 // IDs of the TPM's parts.
 const (
@@ -21,6 +22,13 @@ const (
 // device's.
 func ShareFSDevID(i int) string  { return fmt.Sprintf("share%d", i) }
 func ShareDeviceID(i int) string { return fmt.Sprintf("share%d-dev", i) }
+
+// ShareChardevID is the vhost-user chardev of the i-th share (virtiofs).
+func ShareChardevID(i int) string { return fmt.Sprintf("share%d-chr", i) }
+
+// virtioFSQueueSize is the request queue's size (libvirt's and
+// virtiofsd's documented choice; QEMU's default 128 limits throughput).
+const virtioFSQueueSize = 1024
 
 // tpmParts: QEMU is the client of swtpm's control socket (swtpm listens
 // before QEMU starts; with --terminate it ends when QEMU lets go).
@@ -64,17 +72,28 @@ func (s share9P) Args() ([]string, error) {
 	return []string{"-fsdev", v}, nil
 }
 
-// shareBackends are the shares' backends; their devices are functions of
-// the platform slot (slotDevices), after the platform's own, so no disk or
-// NIC moves when a share is added.
-func shareBackends(vm *spec.VM) []renderer {
+// shareBackends are the shares' backends: a 9p fsdev, or the client end
+// of virtiofsd's vhost-user socket (o.ShareSockets, by tag). Their devices
+// are functions of the platform slot (slotDevices), after the platform's
+// own, so no disk or NIC moves when a share is added.
+func shareBackends(vm *spec.VM, o Options) ([]renderer, error) {
 	var out []renderer
 	for i, s := range vm.Shares {
 		if s.Driver == spec.Share9P {
 			out = append(out, share9P{ShareFSDevID(i), s.Path, s.ReadOnly})
+			continue
 		}
+		sock := o.ShareSockets[s.Tag]
+		if sock == "" || !filepath.IsAbs(sock) {
+			return nil, errorf(fmt.Sprintf("share[%d]", i), "virtiofs needs Options.ShareSockets[%q], virtiofsd's socket (absolute)", s.Tag)
+		}
+		p, err := escapeValue(sock)
+		if err != nil {
+			return nil, errorf(fmt.Sprintf("share[%d]", i), "%v", err)
+		}
+		out = append(out, flags{"-chardev", "socket,id=" + ShareChardevID(i) + ",path=" + p})
 	}
-	return out
+	return out, nil
 }
 
 // shareDevices are the shares' PCI functions.
@@ -83,7 +102,10 @@ func shareDevices(vm *spec.VM) []Device {
 	for i, s := range vm.Shares {
 		if s.Driver == spec.Share9P {
 			out = append(out, Device{Driver: "virtio-9p-pci", ID: ShareDeviceID(i), FSDev: ShareFSDevID(i), MountTag: s.Tag})
+			continue
 		}
+		out = append(out, Device{Driver: "vhost-user-fs-pci", ID: ShareDeviceID(i), Chardev: ShareChardevID(i),
+			Tag: s.Tag, QueueSize: virtioFSQueueSize})
 	}
 	return out
 }

@@ -37,9 +37,8 @@ type DIMMDevice struct {
 }
 
 // DIMM returns the backend and the device of DIMM id with size bytes; the
-// backend is "mem-" + id, on hugetlbfs (the VM's hugepage mount, as at
-// boot) unless that is "".
-func DIMM(id string, size int64, hugetlbfs string) (RAMBackend, DIMMDevice) {
+// backend is "mem-" + id, placed as the boot memory is (at).
+func DIMM(id string, size int64, at MemoryPlace) (RAMBackend, DIMMDevice) {
 	mem := "mem-" + id
-	return MemoryBackend(mem, size, hugetlbfs), DIMMDevice{Driver: "pc-dimm", ID: id, Memdev: mem}
+	return MemoryBackend(mem, size, at), DIMMDevice{Driver: "pc-dimm", ID: id, Memdev: mem}
 }

@@ -35,6 +35,10 @@ type machine struct {
 	// MemoryBackend is the id of the -m memory's backend object; empty:
 	// QEMU's own anonymous RAM.
 	MemoryBackend string
+	// SMM gives the guest System Management Mode and makes the UEFI
+	// variable store's flash writable only from it: Secure Boot's
+	// firmware keeps its keys there, out of the OS's reach.
+	SMM bool
 }
 
 func (m machine) Args() ([]string, error) {
@@ -48,6 +52,9 @@ func (m machine) Args() ([]string, error) {
 			return nil, fmt.Errorf("machine %s: %w", kv[0], err)
 		}
 		v += "," + kv[0] + "=" + e
+	}
+	if m.SMM {
+		return []string{"-machine", v + ",smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on"}, nil
 	}
 	return []string{"-machine", v}, nil
 }
@@ -164,21 +171,32 @@ func (n numaNode) Args() ([]string, error) {
 // NUMAMemdevID is the id of node n's RAM backend.
 func NUMAMemdevID(n int) string { return fmt.Sprintf("ram-node%d", n) }
 
+// MemoryPlace is where guest memory lives: Hugetlbfs, the VM's directory
+// on the hugetlbfs mount of its page size ("" for ordinary pages), and
+// Shared, mapped MAP_SHARED so another process can map it too (virtiofsd,
+// over vhost-user).
+type MemoryPlace struct {
+	Hugetlbfs string
+	Shared    bool
+}
+
 // MemoryBackend is the backend object of size bytes of guest memory: a
-// memory-backend-ram, or with hugetlbfs (the mount of the VM's hugepage
-// size) a memory-backend-file there. The file backend is private
-// (share=off: no other process maps the guest's memory; vhost-user would
-// need it shared) and not preallocated: a private hugetlbfs mapping
-// reserves all its pages when QEMU maps it, so a host short of free pages
-// fails the start at once, never the guest later (SIGBUS), and prealloc
-// would only add the time to touch every page. libvirt, too,
-// preallocates only when asked.
-func MemoryBackend(id string, size int64, hugetlbfs string) Object {
-	if hugetlbfs == "" {
-		return Object{QOMType: "memory-backend-ram", ID: id, Size: size}
+// memory-backend-ram; with hugetlbfs a memory-backend-file there; shared
+// without hugetlbfs, a memory-backend-memfd. The hugetlbfs file is private
+// unless Shared (no other process maps the guest's memory) and not
+// preallocated: a private hugetlbfs mapping reserves all its pages when
+// QEMU maps it, so a host short of free pages fails the start at once,
+// never the guest later (SIGBUS), and prealloc would only add the time to
+// touch every page. libvirt, too, preallocates only when asked.
+func MemoryBackend(id string, size int64, at MemoryPlace) Object {
+	share := at.Shared
+	switch {
+	case at.Hugetlbfs != "":
+		return Object{QOMType: "memory-backend-file", ID: id, Size: size, MemPath: at.Hugetlbfs, Share: &share}
+	case at.Shared:
+		return Object{QOMType: "memory-backend-memfd", ID: id, Size: size, Share: &share}
 	}
-	share := false
-	return Object{QOMType: "memory-backend-file", ID: id, Size: size, MemPath: hugetlbfs, Share: &share}
+	return Object{QOMType: "memory-backend-ram", ID: id, Size: size}
 }
 
 // numaParts are the nodes' memory backends and -numa options.
@@ -191,7 +209,7 @@ func numaParts(vm *spec.VM, o Options) ([]renderer, error) {
 			return nil, errorf(fmt.Sprintf("numa[%d].cpus", i), "%v", err)
 		}
 		sum += n.Memory
-		out = append(out, MemoryBackend(NUMAMemdevID(i), int64(n.Memory), hugetlbfs(vm, o)),
+		out = append(out, MemoryBackend(NUMAMemdevID(i), int64(n.Memory), memoryPlace(vm, o)),
 			numaNode{ID: i, CPUs: cpus, Memdev: NUMAMemdevID(i)})
 	}
 	if len(vm.NUMA) > 0 && sum != vm.Memory {
@@ -200,11 +218,11 @@ func numaParts(vm *spec.VM, o Options) ([]renderer, error) {
 	return out, nil
 }
 
-// hugetlbfs is the directory the VM's memory backends map: "" for
-// ordinary memory.
-func hugetlbfs(vm *spec.VM, o Options) string {
-	if vm.Hugepages == "" {
-		return ""
+// memoryPlace is where the VM's memory backends map its memory.
+func memoryPlace(vm *spec.VM, o Options) MemoryPlace {
+	at := MemoryPlace{Shared: vm.HasVirtioFS()}
+	if vm.Hugepages != "" {
+		at.Hugetlbfs = o.Hugetlbfs
 	}
-	return o.Hugetlbfs
+	return at
 }

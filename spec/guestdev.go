@@ -59,6 +59,18 @@ func (vm *VM) guestDevDefaults() {
 
 func (f *File) validateGuestDevs() error {
 	vm := &f.VM
+	if b := vm.Boot; b.SecureBoot || b.VarsTemplate != "" {
+		field := "boot.secure_boot"
+		if !b.SecureBoot {
+			field = "boot.vars_template"
+		}
+		if b.Firmware != FirmwareUEFI {
+			return f.Errorf(field, "needs firmware \"uefi\"")
+		}
+		if b.SecureBoot && vm.Machine != "q35" {
+			return f.Errorf(field, "needs machine \"q35\" (Secure Boot's firmware needs SMM)")
+		}
+	}
 	if vm.TPM != nil && vm.TPM.Model != TPMCRB && vm.TPM.Model != TPMTIS {
 		return f.Errorf("tpm.model", "%q is not \"crb\" or \"tis\"", vm.TPM.Model)
 	}

@@ -191,6 +191,7 @@ func (f *File) resolvePaths() {
 	}
 	f.VM.Boot.Kernel = abs(f.VM.Boot.Kernel)
 	f.VM.Boot.Initrd = abs(f.VM.Boot.Initrd)
+	f.VM.Boot.VarsTemplate = abs(f.VM.Boot.VarsTemplate)
 	for i := range f.VM.NICs {
 		f.VM.NICs[i].CNIConfig = abs(f.VM.NICs[i].CNIConfig)
 	}

@@ -106,6 +106,13 @@ type Boot struct {
 	// Strict boots only from the devices with a boot order (disks'
 	// boot_index, the kernel): -boot strict=on; default true.
 	Strict *bool `toml:"strict"`
+	// SecureBoot runs OVMF's Secure Boot firmware (SMM) with it enforced
+	// (firmware "uefi", machine "q35"); the VM's variable store is copied
+	// at its first start from VarsTemplate, by default the distribution's
+	// one with Microsoft's keys enrolled. VarsTemplate (a path) is how a
+	// user's own PK/KEK/db come in (a store made with virt-fw-vars).
+	SecureBoot   bool   `toml:"secure_boot"`
+	VarsTemplate string `toml:"vars_template"`
 }
 
 // Disk formats.

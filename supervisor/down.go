@@ -120,7 +120,7 @@ func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 	if err := s.hostTeardown(ctx, name); err != nil {
 		return vmErr(name, err)
 	}
-	s.stopTPMs(ctx, name)
+	s.stopCompanions(ctx, name)
 	return nil
 }
 

@@ -160,6 +160,9 @@ func (r *startRun) steps() []step {
 	if r.f.VM.TPM != nil {
 		steps = append(steps, step{Name: StepTPM, Do: r.startTPM, Undo: r.stopTPM})
 	}
+	if r.f.VM.HasVirtioFS() {
+		steps = append(steps, step{Name: StepVirtioFS, Do: r.startVirtioFS, Undo: r.stopVirtioFS})
+	}
 	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
 	if r.mode == StartFresh {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
@@ -202,6 +205,9 @@ func (r *startRun) validate(ctx context.Context) (err error) {
 		if err := s.checkIncomingCPU(r.in.accel, r.f.VM.CPUModel, cpu); err != nil {
 			return err
 		}
+	}
+	if r.mode != StartFresh && r.f.VM.HasVirtioFS() {
+		return errMigrateVirtioFS
 	}
 	r.app.CPUModel, r.app.CPUMasks = cmp.Or(r.f.VM.CPUModel, cpu.Model), cpu.Masks
 	r.plan.accel = r.app.Accel
@@ -362,7 +368,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 	switch {
 	case r.mode == StartFresh && f.VM.Boot.Firmware == spec.FirmwareUEFI:
 		if _, err := os.Stat(p.UEFIVars); errors.Is(err, os.ErrNotExist) {
-			if err := vmstate.CopyNew(hostcaps.OVMFVars(), p.UEFIVars); err != nil {
+			if err := vmstate.CopyNew(hostcaps.VarsTemplate(f.VM.Boot), p.UEFIVars); err != nil {
 				return fmt.Errorf("UEFI variable store: %w", err)
 			}
 		}

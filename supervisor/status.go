@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/ovmfvars"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -40,18 +41,22 @@ type Status struct {
 	AccelReason string     `json:"accel_reason,omitempty"`
 	// CPUModel is the -cpu model the VM runs with; CPUMasks the features
 	// turned off because this host's KVM refuses the model otherwise.
-	CPUModel    string   `json:"cpu_model,omitempty"`
-	CPUMasks    []string `json:"cpu_masks,omitempty"`
-	UUID        string   `json:"uuid,omitempty"`      // the machine UUID the guest sees (recorded at its first start)
-	VsockCID    uint32   `json:"vsock_cid,omitempty"` // the guest's vsock CID ([vsock]), kept until rm
-	SpecFile    string   `json:"spec_file,omitempty"`
-	CPUs        int      `json:"cpus,omitempty"`
-	Memory      string   `json:"memory,omitempty"`
-	MemoryUsed  uint64   `json:"memory_used_bytes,omitempty"` // the unit's cgroup
-	StateDir    string   `json:"state_dir"`
-	Console     string   `json:"console_socket"`
-	ConsoleLog  string   `json:"console_log"` // everything the guest printed on its serial console
-	Description string   `json:"description"`
+	CPUModel string   `json:"cpu_model,omitempty"`
+	CPUMasks []string `json:"cpu_masks,omitempty"`
+	UUID     string   `json:"uuid,omitempty"`      // the machine UUID the guest sees (recorded at its first start)
+	VsockCID uint32   `json:"vsock_cid,omitempty"` // the guest's vsock CID ([vsock]), kept until rm
+	// SecureBoot is what a UEFI VM's own variable store holds: whether
+	// Secure Boot is enforced, the enrolled keys' certificates, and a
+	// warning (a db with only Microsoft's expired 2011 CAs).
+	SecureBoot  *SecureBootStatus `json:"secure_boot,omitempty"`
+	SpecFile    string            `json:"spec_file,omitempty"`
+	CPUs        int               `json:"cpus,omitempty"`
+	Memory      string            `json:"memory,omitempty"`
+	MemoryUsed  uint64            `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir    string            `json:"state_dir"`
+	Console     string            `json:"console_socket"`
+	ConsoleLog  string            `json:"console_log"` // everything the guest printed on its serial console
+	Description string            `json:"description"`
 	// Disks and NICs: boot-time and hot-plugged, NICs with the host side
 	// of their taps.
 	Disks []DiskInfo `json:"disks"`
@@ -155,6 +160,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		out.CPUs, out.Memory, out.Description = f.VM.CPUs, f.VM.Memory.String(), f.VM.Description
 	}
 	out.Disks, out.NICs = s.devices(ctx, name)
+	out.SecureBoot = secureBootStatus(p.UEFIVars)
 	if appErr == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
 		out.CPUs, out.Memory = app.Resized.CPUs, app.Resized.Memory.String()
 	}
@@ -265,3 +271,23 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
 // Names lists the VMs vmsup has a state directory for, without asking
 // systemd (shell completion).
 func (s *Supervisor) Names() ([]string, error) { return s.state.Known() }
+
+// SecureBootStatus is a UEFI VM's variable store as Status shows it.
+type SecureBootStatus struct {
+	ovmfvars.Store
+	Warning string `json:"warning,omitempty"`
+	Err     string `json:"error,omitempty"` // the store could not be read
+}
+
+// secureBootStatus reads the VM's variable store; nil without one (not a
+// UEFI VM, or never started).
+func secureBootStatus(vars string) *SecureBootStatus {
+	if _, err := os.Stat(vars); err != nil {
+		return nil
+	}
+	st, err := ovmfvars.Read(vars)
+	if err != nil {
+		return &SecureBootStatus{Err: err.Error()}
+	}
+	return &SecureBootStatus{Store: st, Warning: st.Warning()}
+}

@@ -116,10 +116,11 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		Disks:          diskHosts(p, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
 		TPMSocket:      tpmPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
+		ShareSockets:   shareSockets(p.Dir, &f.VM),
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
-		o.FirmwareCode, o.FirmwareVars = hostcaps.FirmwareCode(spec.FirmwareUEFI), p.UEFIVars
+		o.FirmwareCode, o.FirmwareVars = hostcaps.BootCode(f.VM.Boot), p.UEFIVars
 	case spec.FirmwareQboot:
 		o.FirmwareCode = hostcaps.FirmwareCode(spec.FirmwareQboot)
 	}

@@ -62,6 +62,7 @@ func statusCmd(g *globals) *cobra.Command {
 				if s.VsockCID != 0 {
 					fmt.Fprintf(out, "vsock:    cid %d\n", s.VsockCID)
 				}
+				printSecureBoot(out, s.SecureBoot)
 				if s.MemoryUsed > 0 {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}
@@ -165,4 +166,25 @@ func agentLine(a supervisor.AgentStatus) string {
 		line += "; " + a.OS
 	}
 	return line
+}
+
+// printSecureBoot shows a UEFI VM's Secure Boot state and enrolled keys.
+func printSecureBoot(out io.Writer, sb *supervisor.SecureBootStatus) {
+	switch {
+	case sb == nil:
+		return
+	case sb.Err != "":
+		fmt.Fprintf(out, "uefi:     variable store unreadable: %s\n", sb.Err)
+		return
+	case sb.Enforced:
+		fmt.Fprintln(out, "uefi:     Secure Boot enforced")
+	default:
+		fmt.Fprintln(out, "uefi:     Secure Boot not enforced (no PK enrolled)")
+	}
+	for _, c := range sb.Certs {
+		fmt.Fprintf(out, "  %-4s %s (expires %s)\n", c.Var, c.Subject, c.NotAfter.Format("2006-01-02"))
+	}
+	if sb.Warning != "" {
+		fmt.Fprintf(out, "  warning: %s\n", sb.Warning)
+	}
 }

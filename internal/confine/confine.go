@@ -239,7 +239,7 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 			ns = append(ns, need{path: b.path, mode: "r", field: f.Path + ": " + b.field})
 		}
 	}
-	if fw := hostcaps.FirmwareCode(vm.Boot.Firmware); fw != "" {
+	if fw := hostcaps.BootCode(vm.Boot); fw != "" {
 		ns = append(ns, need{path: fw, mode: "r", field: f.Path + ": boot.firmware"})
 	}
 	// The unit's ExecStop= runs vmsup itself as the QEMU user; both need

@@ -108,7 +108,7 @@ func SetMemory(ctx context.Context, c *qmp.Conn, vm *spec.VM, want spec.Size, hu
 		for _, d := range dimms {
 			n = max(n, d.N+1)
 		}
-		backend, dev := qemuargs.DIMM("dimm"+strconv.Itoa(n), diff, hugetlbfs)
+		backend, dev := qemuargs.DIMM("dimm"+strconv.Itoa(n), diff, qemuargs.MemoryPlace{Hugetlbfs: hugetlbfs, Shared: vm.HasVirtioFS()})
 		if err := c.ObjectAdd(ctx, backend); err != nil {
 			return have, fmt.Errorf("add memory backend: %w", err)
 		}

@@ -59,8 +59,14 @@ func CheckSpec(f *spec.File, memTotal int64, qemu string) error {
 	// Disks are checked by checkStorage (images may be created on demand).
 	switch vm.Boot.Firmware {
 	case spec.FirmwareUEFI:
-		if FirmwareCode(spec.FirmwareUEFI) == "" || OVMFVars() == "" {
+		if BootCode(vm.Boot) == "" || VarsTemplate(vm.Boot) == "" {
+			if vm.Boot.SecureBoot {
+				return f.Errorf("boot.secure_boot", "needs OVMF's Secure Boot build and keys (install the ovmf package)")
+			}
 			return f.Errorf("boot.firmware", "uefi needs OVMF (install the ovmf package)")
+		}
+		if err := fileReadable(f, "boot.vars_template", vm.Boot.VarsTemplate); err != nil {
+			return err
 		}
 	case spec.FirmwareQboot:
 		if FirmwareCode(spec.FirmwareQboot) == "" {
@@ -158,9 +164,10 @@ func checkGuestDevs(f *spec.File) error {
 	return nil
 }
 
-// virtiofsdPaths are where Debian and Fedora install virtiofsd (Debian 12
-// ships none; later releases package the Rust one).
-var virtiofsdPaths = []string{"/usr/libexec/virtiofsd", "/usr/lib/qemu/virtiofsd", "/usr/bin/virtiofsd"}
+// virtiofsdPaths are where Debian 13 and Fedora install the Rust
+// virtiofsd, whose options vmsup uses (Debian 12 ships none; QEMU's older
+// C one, /usr/lib/qemu/virtiofsd, takes other options and is not used).
+var virtiofsdPaths = []string{"/usr/libexec/virtiofsd", "/usr/bin/virtiofsd"}
 
 // VirtioFSD finds virtiofsd; the error says that it is missing.
 func VirtioFSD() (string, error) {

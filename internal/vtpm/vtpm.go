@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/vmsup/vmsup/units"
 )
@@ -119,16 +118,6 @@ func Unit(name, vm, vmUnit string, b Binaries, p Paths, sb *units.Sandbox) units
 		u.Sandbox = &s
 	}
 	return u
-}
-
-// Owner is the owner of dir, for a TPM without a confined user.
-func Owner(dir string) (uid, gid int, err error) {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return 0, 0, err
-	}
-	st := fi.Sys().(*syscall.Stat_t)
-	return int(st.Uid), int(st.Gid), nil
 }
 
 func lastLine(out []byte) string {

@@ -290,7 +290,13 @@ func (c *converter) os() {
 	if o.Firmware == "efi" || (o.Loader != nil && o.Loader.Type == "pflash") {
 		b.Firmware = spec.FirmwareUEFI
 		if o.Loader != nil && o.Loader.Secure == "yes" {
-			c.drop("os/loader/@secure", "Secure Boot firmware is not in vmsup yet: plain OVMF it is")
+			b.SecureBoot = c.out.Machine != "pc" // SMM: q35 only
+			if !b.SecureBoot {
+				c.drop("os/loader/@secure", "Secure Boot needs q35 (SMM) in vmsup: plain OVMF it is")
+			}
+		}
+		if o.NVRam != nil && o.NVRam.Template != "" {
+			b.VarsTemplate = o.NVRam.Template
 		}
 		if o.NVRam != nil && o.NVRam.NVRam != "" {
 			c.drop("os/nvram", "vmsup keeps the VM's own UEFI variable store: copy %s over it to keep the variables", o.NVRam.NVRam)

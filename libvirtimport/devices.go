@@ -22,6 +22,7 @@ func (c *converter) devices() {
 	c.nics(dv.Interfaces)
 	c.platform(dv)
 	c.hostdevs(dv.Hostdevs)
+	c.guestDevs(dv)
 	c.unsupported(dv)
 }
 
@@ -120,17 +121,12 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 	list("redirdev", len(dv.RedirDevs), "USB redirection needs a display client")
 	list("smartcard", len(dv.Smartcards), "no smartcard passthrough in vmsup")
 	list("hub", len(dv.Hubs), "no USB devices in vmsup")
-	list("tpm", len(dv.TPMs), "a TPM is not in vmsup yet")
-	list("filesystem", len(dv.Filesystems), "shared folders (virtiofs, 9p) are not in vmsup yet")
 	list("parallel", len(dv.Parallels), "no parallel port in vmsup")
 	list("shmem", len(dv.Shmems), "no shared memory devices in vmsup")
 	list("memory", len(dv.Memorydevs), "vmsup plugs DIMMs itself (max_memory)")
 	list("crypto", len(dv.Crypto), "no virtio-crypto in vmsup")
 	list("iommu", len(dv.IOMMUs), "no vIOMMU in vmsup")
 	list("lease", len(dv.Leases), "vmsup holds image locks through QEMU itself")
-	if dv.VSock != nil {
-		c.drop("devices/vsock", "vsock is not in vmsup yet")
-	}
 	if dv.NVRAM != nil {
 		c.drop("devices/nvram", "no NVRAM device in vmsup")
 	}

@@ -31,6 +31,9 @@ type fileVM struct {
 	Disks         []fileDisk        `toml:"disk,omitempty"`
 	NICs          []fileNIC         `toml:"nic,omitempty"`
 	HostDevs      []fileHostDev     `toml:"hostdev,omitempty"`
+	TPM           *fileTPM          `toml:"tpm,omitempty"`
+	Shares        []fileShare       `toml:"share,omitempty"`
+	Vsock         *fileVsock        `toml:"vsock,omitempty"`
 }
 
 type fileHostDev struct {
@@ -44,6 +47,9 @@ type fileBoot struct {
 	Initrd   string `toml:"initrd,omitempty"`
 	Cmdline  string `toml:"cmdline,omitempty"`
 	Strict   *bool  `toml:"strict,omitempty"`
+	// Secure Boot: libvirt's secure loader, its variable store's template.
+	SecureBoot   bool   `toml:"secure_boot,omitempty"`
+	VarsTemplate string `toml:"vars_template,omitempty"`
 }
 
 type fileLimits struct {

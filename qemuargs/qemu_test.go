@@ -11,12 +11,12 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hugepages"
+	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -279,7 +279,7 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		}
 	}
 	if vm.TPM != nil {
-		o.TPMSocket = startSwtpm(t, s+"tpm")
+		o.TPMSocket = testenv.StartSwtpm(t, s+"tpm")
 	}
 	for name, p := range o.Credentials { // what the supervisor writes
 		np := strings.Replace(p, run, s, 1)
@@ -369,33 +369,4 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
-}
-
-// startSwtpm runs a real swtpm listening on dir/ctrl.sock, as the
-// supervisor's companion unit does, and returns the socket.
-func startSwtpm(t *testing.T, dir string) string {
-	t.Helper()
-	bin, err := exec.LookPath("swtpm")
-	if err != nil {
-		t.Skip("a [tpm] needs swtpm (apt-get install swtpm swtpm-tools)")
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "ctrl.sock")
-	// Relative paths: swtpm's options cannot hold a comma.
-	cmd := exec.Command(bin, "socket", "--tpm2", "--tpmstate", "dir=.", "--ctrl", "type=unixio,path=ctrl.sock", "--terminate")
-	cmd.Dir = dir
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for i := 0; i < 100 && !exists(sock); i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !exists(sock) {
-		t.Fatalf("swtpm did not listen on %s", sock)
-	}
-	return sock
 }

@@ -125,6 +125,12 @@ func (s *standIns) vm(vm *spec.VM) {
 	for i := range vm.Disks {
 		s.disk(vm.Name, &vm.Disks[i])
 	}
+	for i := range vm.Shares {
+		vm.Shares[i].Path = filepath.Join(s.dir, vm.Name+"-share"+strconv.Itoa(i))
+		if err := os.MkdirAll(vm.Shares[i].Path, 0o755); err != nil {
+			s.t.Fatal(err)
+		}
+	}
 }
 
 func (s *standIns) disk(vmName string, d *spec.Disk) {
@@ -232,9 +238,12 @@ func startS(t *testing.T, ctx context.Context, ns string, vm *spec.VM, dir strin
 		t.Fatal(err)
 	}
 	o.Credentials = identity.CredentialPaths(run, vm)
+	if vm.TPM != nil {
+		o.TPMSocket = testenv.StartSwtpm(t, filepath.Join(run, "tpm"))
+	}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {
-		o.FirmwareCode, o.FirmwareVars = hostcaps.FirmwareCode(spec.FirmwareUEFI), filepath.Join(run, "vars.fd")
-		b, err := os.ReadFile(hostcaps.OVMFVars())
+		o.FirmwareCode, o.FirmwareVars = hostcaps.BootCode(vm.Boot), filepath.Join(run, "vars.fd")
+		b, err := os.ReadFile(hostcaps.VarsTemplate(vm.Boot))
 		if err != nil {
 			t.Fatalf("OVMF (installed by scripts/install-deps.sh): %v", err)
 		}

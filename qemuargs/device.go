@@ -116,52 +116,11 @@ type pciLayout struct {
 
 func layout(vm *spec.VM) (pciLayout, error) {
 	l := pciLayout{disks: make([]placement, len(vm.Disks))}
-	var pciDisks []int // the disks with a device on PCI: all but SATA ones
-	for i, d := range vm.Disks {
-		if d.Bus != spec.BusSATA {
-			pciDisks = append(pciDisks, i)
-		}
-	}
 	l.sata(vm)
-	nd := len(vm.NICs) + len(pciDisks) // NICs and disks, then host devices, then vsock
-	nh := nd + len(vm.HostDevs)
-	n := nh
-	if vm.Vsock.On() {
-		n++
-	}
-	counts := fmt.Sprintf("%d NICs + %d disks", len(vm.NICs), len(vm.Disks))
-	if len(vm.HostDevs) > 0 {
-		counts += fmt.Sprintf(" + %d host devices", len(vm.HostDevs))
-	}
-	if n > nh {
-		counts += " + vsock"
-	}
-	field := func(i int) string { // the spec field of the i-th placed device
-		switch {
-		case i < len(vm.NICs):
-			return fmt.Sprintf("nic[%d]", i)
-		case i < nd:
-			return fmt.Sprintf("disk[%d]", pciDisks[i-len(vm.NICs)])
-		case i < nh:
-			return fmt.Sprintf("hostdev[%d]", i-nd)
-		case i < n:
-			return "vsock"
-		}
-		return "hotplug_slots"
-	}
-	// place puts the i-th device at p.
-	place := func(i int, p placement) {
-		switch {
-		case i < len(vm.NICs):
-			l.nics = append(l.nics, p)
-		case i < nd:
-			l.disks[pciDisks[i-len(vm.NICs)]] = p
-		case i < nh:
-			l.hostdevs = append(l.hostdevs, p)
-		default:
-			l.vsock = p
-		}
-	}
+	pd := placedDevices(vm)
+	n := pd.n
+	field, counts := pd.field, pd.counts()
+	place := func(i int, p placement) { pd.place(&l, i, p) }
 	switch vm.Machine {
 	case "q35":
 		if vm.Slots() < 0 {
@@ -210,6 +169,73 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		}
 	}
 	return l, nil
+}
+
+// placed are the devices that take a root port (q35) or a slot (pc), in
+// order: NICs, the disks on PCI (all but SATA ones), host devices, the
+// vsock device.
+type placed struct {
+	vm       *spec.VM
+	pciDisks []int // indexes of the disks on PCI
+	nd, nh   int   // ends of the disks and of the host devices
+	n        int   // all of them
+}
+
+func placedDevices(vm *spec.VM) placed {
+	p := placed{vm: vm}
+	for i, d := range vm.Disks {
+		if d.Bus != spec.BusSATA {
+			p.pciDisks = append(p.pciDisks, i)
+		}
+	}
+	p.nd = len(vm.NICs) + len(p.pciDisks)
+	p.nh = p.nd + len(vm.HostDevs)
+	p.n = p.nh
+	if vm.Vsock.On() {
+		p.n++
+	}
+	return p
+}
+
+// field is the spec field of the i-th placed device.
+func (p placed) field(i int) string {
+	switch {
+	case i < len(p.vm.NICs):
+		return fmt.Sprintf("nic[%d]", i)
+	case i < p.nd:
+		return fmt.Sprintf("disk[%d]", p.pciDisks[i-len(p.vm.NICs)])
+	case i < p.nh:
+		return fmt.Sprintf("hostdev[%d]", i-p.nd)
+	case i < p.n:
+		return "vsock"
+	}
+	return "hotplug_slots"
+}
+
+// counts says what is placed, for errors.
+func (p placed) counts() string {
+	c := fmt.Sprintf("%d NICs + %d disks", len(p.vm.NICs), len(p.vm.Disks))
+	if len(p.vm.HostDevs) > 0 {
+		c += fmt.Sprintf(" + %d host devices", len(p.vm.HostDevs))
+	}
+	if p.n > p.nh {
+		c += " + vsock"
+	}
+	return c
+}
+
+// place puts the i-th device at at.
+func (p placed) place(l *pciLayout, i int, at placement) {
+	switch {
+	case i < len(p.vm.NICs):
+		l.nics = append(l.nics, at)
+	case i < p.nd:
+		l.disks[p.pciDisks[i-len(p.vm.NICs)]] = at
+	case i < p.nh:
+		l.hostdevs = append(l.hostdevs, at)
+	default:
+		l.vsock = at
+	}
 }
 
 // sata places the SATA disks on the ports of q35's AHCI controller

@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
@@ -23,7 +21,6 @@ func TestHugepages(t *testing.T) {
 	}
 	ctx := supervisortest.Context(t, 3*time.Minute)
 	dir := t.TempDir()
-	path := filepath.Join(dir, "huge.toml")
 	body := fmt.Sprintf(`name = "hugevm"
 memory = "128M"
 hugepages = "2M"
@@ -36,22 +33,8 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, env.Guest.Kernel, env.Guest.Initrd)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Down(ctx, "hugevm")
-	st, err := sup.Status(ctx, "hugevm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, _ := upVM(t, ctx, dir, "hugevm", body)
+	st := status(t, ctx, sup, "hugevm")
 	supervisortest.Shell(t, ctx, st) // booted: the guest touched its memory
 	pids, err := env.Systemd.HostPIDs("vmsup-hugevm.service")
 	if err != nil || len(pids) == 0 {

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // One systemd sandbox and one test guest for the package.
@@ -80,4 +84,34 @@ func (h hugeMount) undo() {
 	if h.before >= 0 {
 		_ = os.WriteFile(nrHugepages, []byte(strconv.Itoa(h.before)), 0o644)
 	}
+}
+
+// upVM writes body as dir/NAME.toml and brings the VM up with a supervisor
+// of the package's sandbox; the VM goes down when the test ends.
+func upVM(t *testing.T, ctx context.Context, dir, name, body string) (*supervisor.Supervisor, *spec.File) {
+	t.Helper()
+	path := filepath.Join(dir, name+".toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := supervisortest.New(t, env, "", vmsupBin)
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(ctx, name) })
+	return sup, f
+}
+
+// status is the VM's status.
+func status(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name string) supervisor.Status {
+	t.Helper()
+	st, err := sup.Status(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

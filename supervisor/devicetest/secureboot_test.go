@@ -15,7 +15,6 @@ import (
 	"github.com/diskfs/go-diskfs/partition/gpt"
 
 	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
@@ -48,7 +47,6 @@ func TestSecureBoot(t *testing.T) {
 	for name, kernel := range map[string]string{"unsigned.raw": unsigned, "signed.raw": signed} {
 		espImage(t, filepath.Join(dir, name), kernel)
 	}
-	path := filepath.Join(dir, "sb.toml")
 	body := fmt.Sprintf(`name = "sbvm"
 memory = "256M"
 accel = "tcg"
@@ -70,22 +68,8 @@ name = "signed"
 file = "signed.raw"
 boot_index = 2
 `, snakeoilVars)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Down(ctx, "sbvm")
-	st, err := sup.Status(ctx, "sbvm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, _ := upVM(t, ctx, dir, "sbvm", body)
+	st := status(t, ctx, sup, "sbvm")
 	testenv.WaitLog(t, st.ConsoleLog, "EFI stub: UEFI Secure Boot is enabled.", 2*time.Minute)
 	log, _ := os.ReadFile(st.ConsoleLog)
 	// OVMF's boot manager names each boot option it tries; the first one's

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
@@ -41,7 +40,6 @@ func TestShares(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	path := filepath.Join(dir, "share.toml")
 	body := fmt.Sprintf(`name = "sharevm"
 memory = "256M"
 accel = "tcg"
@@ -62,22 +60,8 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, env.Guest.Kernel, env.Guest.Initrd)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Down(ctx, "sharevm")
-	st, err := sup.Status(ctx, "sharevm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, _ := upVM(t, ctx, dir, "sharevm", body)
+	st := status(t, ctx, sup, "sharevm")
 	sh := supervisortest.Shell(t, ctx, st)
 	run := func(cmd string) string {
 		t.Helper()

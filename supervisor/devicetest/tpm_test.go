@@ -7,15 +7,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -139,7 +136,6 @@ func TestTPMState(t *testing.T) {
 	}
 	ctx := supervisortest.Context(t, 6*time.Minute)
 	dir := t.TempDir()
-	path := filepath.Join(dir, "tpm.toml")
 	body := fmt.Sprintf(`name = "tpmvm"
 memory = "256M"
 accel = "tcg"
@@ -153,25 +149,8 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, env.Guest.BzImage, env.Guest.Initrd)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	defer sup.Down(ctx, "tpmvm")
-	shell := func() *testenv.GuestShell {
-		st, err := sup.Status(ctx, "tpmvm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return supervisortest.Shell(t, ctx, st)
-	}
+	sup, f := upVM(t, ctx, dir, "tpmvm", body)
+	shell := func() *testenv.GuestShell { return supervisortest.Shell(t, ctx, status(t, ctx, sup, "tpmvm")) }
 	sh := shell()
 	checkSwtpmUnit(t, ctx, "vmsup-tpm@tpmvm.service")
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vmsup/vmsup/internal/testenv"
@@ -25,6 +26,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-crash-helper" {
+		os.Exit(crashHelper(os.Args[2:]))
+	}
 	// Before the sandbox starts: its mount namespace is a copy of the
 	// host's at that moment.
 	huge = mountHugepages(hugePages)
@@ -114,4 +118,30 @@ func status(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name 
 		t.Fatal(err)
 	}
 	return st
+}
+
+// crashHelper runs in a child process: Up, killing itself with SIGKILL
+// right after the named step, as if vmsup died there.
+func crashHelper(args []string) int {
+	root, bus, self, file, killAfter := args[0], args[1], args[2], args[3], args[4]
+	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self,
+		AfterStep: func(_, step string) {
+			if step == killAfter {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	f, err := spec.Load(file)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if _, err := sup.Up(context.Background(), f); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	return 0
 }

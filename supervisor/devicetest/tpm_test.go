@@ -6,13 +6,18 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -231,4 +236,51 @@ func unitState(t *testing.T, ctx context.Context, unit string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// TestTPMKilledAfterStart: vmsup dies right after it started swtpm, before
+// QEMU: the next down stops the swtpm left waiting, and the next up starts
+// the VM with its TPM.
+func TestTPMKilledAfterStart(t *testing.T) {
+	if _, err := exec.LookPath("swtpm"); err != nil {
+		t.Skip("swtpm is not installed (scripts/install-deps.sh installs it)")
+	}
+	ctx := supervisortest.Context(t, 3*time.Minute)
+	root, dir := t.TempDir(), t.TempDir()
+	path := filepath.Join(dir, "tpmkill.toml")
+	body := fmt.Sprintf("name = \"tpmkill\"\nmemory = \"128M\"\naccel = \"tcg\"\nstop_timeout = \"1s\"\n[tpm]\n[boot]\nkernel = %q\n", env.Guest.BzImage)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := supervisortest.New(t, env, root, vmsupBin)
+	const swtpm = "vmsup-tpm@tpmkill.service"
+	for _, next := range []string{"down", "up"} {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, path, supervisor.StepTPM)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("helper did not die after %s: %v\n%s", supervisor.StepTPM, err, out)
+		}
+		if st := unitState(t, ctx, swtpm); st != "active" {
+			t.Fatalf("killed after %s: %s is %s, want active (left waiting for its QEMU)", supervisor.StepTPM, swtpm, st)
+		}
+		if next == "up" {
+			if _, err := sup.Up(ctx, f); err != nil {
+				t.Fatalf("up after a kill: %v", err)
+			}
+			if st := status(t, ctx, sup, "tpmkill"); st.State != supervisor.StateRunning {
+				t.Errorf("after up: %s", st.State)
+			}
+		}
+		if _, err := sup.Down(ctx, "tpmkill"); err != nil {
+			t.Fatalf("%s, then down: %v", next, err)
+		}
+		if st := unitState(t, ctx, swtpm); st != "inactive" {
+			t.Errorf("%s after a kill, then down: %s is %s", next, swtpm, st)
+		}
+	}
 }

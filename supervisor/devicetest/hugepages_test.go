@@ -7,36 +7,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
-// TestHugepages: a VM with hugepages = "2M" has its memory in a hugetlbfs
-// file on the pages the test reserved: QEMU's smaps shows one mapping of
-// the guest's size there, with 2 MiB kernel pages.
-func TestHugepages(t *testing.T) {
-	if huge.skip != "" {
-		t.Skip("hugepages: " + huge.skip)
-	}
-	ctx := supervisortest.Context(t, 3*time.Minute)
-	dir := t.TempDir()
-	body := fmt.Sprintf(`name = "hugevm"
-memory = "128M"
-hugepages = "2M"
-accel = "tcg"
-hotplug_slots = 0
-stop_timeout = "20s"
-
-[boot]
-kernel = %q
-initrd = %q
-cmdline = "console=ttyS0"
-`, env.Guest.Kernel, env.Guest.Initrd)
-	sup, _ := upVM(t, ctx, dir, "hugevm", body)
-	st := status(t, ctx, sup, "hugevm")
-	supervisortest.Shell(t, ctx, st) // booted: the guest touched its memory
-	pids, err := env.Systemd.HostPIDs("vmsup-hugevm.service")
+// checkHugepages: the VM (hugepages = "2M", 128M) has its memory in a
+// hugetlbfs file on the pages the package reserved: QEMU's smaps shows one
+// mapping of the guest's size there, with 2 MiB kernel pages.
+func checkHugepages(t *testing.T, unit string) {
+	pids, err := env.Systemd.HostPIDs(unit)
 	if err != nil || len(pids) == 0 {
 		t.Fatalf("QEMU's pid: %v %v", pids, err)
 	}

@@ -14,7 +14,8 @@ import (
 // TestShares: over virtio-9p the guest reads a host file and writes one the
 // host sees; a read-only share refuses writes; symlinks in a share that
 // point outside it lead nowhere on the host (the guest resolves them in its
-// own tree), and nothing else of the host is visible.
+// own tree), and nothing else of the host is visible. The same guest runs
+// on hugepages (one boot for both): see checkHugepages.
 func TestShares(t *testing.T) {
 	ctx := supervisortest.Context(t, 4*time.Minute)
 	dir := t.TempDir()
@@ -40,8 +41,13 @@ func TestShares(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	pages := ""
+	if huge.skip == "" {
+		pages = `hugepages = "2M"`
+	}
 	body := fmt.Sprintf(`name = "sharevm"
-memory = "256M"
+memory = "128M"
+%s
 accel = "tcg"
 hotplug_slots = 0
 stop_timeout = "20s"
@@ -59,7 +65,7 @@ read_only = true
 kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
-`, env.Guest.Kernel, env.Guest.Initrd)
+`, pages, env.Guest.Kernel, env.Guest.Initrd)
 	sup, _ := upVM(t, ctx, dir, "sharevm", body)
 	st := status(t, ctx, sup, "sharevm")
 	sh := supervisortest.Shell(t, ctx, st)
@@ -96,4 +102,10 @@ cmdline = "console=ttyS0"
 			t.Errorf("the guest read a host file outside the share through symlink %s: %q", link, got)
 		}
 	}
+	t.Run("hugepages", func(t *testing.T) {
+		if huge.skip != "" {
+			t.Skip("hugepages: " + huge.skip)
+		}
+		checkHugepages(t, "vmsup-sharevm.service")
+	})
 }

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -35,18 +36,26 @@ func stopCompanion(ctx context.Context, sd *units.Manager, unit string) {
 // runs: swtpm and virtiofsd end with their QEMU; this is for one whose
 // QEMU never came (its start killed in between).
 func (s *Supervisor) stopCompanions(ctx context.Context, name string) {
+	// A companion's directory is made before its unit starts: a VM with
+	// none (most) costs a down no D-Bus call.
+	ents, _ := os.ReadDir(s.paths(name).Dir)
+	if !slices.ContainsFunc(ents, func(e os.DirEntry) bool {
+		return strings.HasPrefix(e.Name(), "tpm") || strings.HasPrefix(e.Name(), "virtiofs-")
+	}) {
+		return
+	}
 	sd, err := s.systemd(ctx)
 	if err != nil {
 		return
 	}
 	main := vmstate.UnitName(name)
-	for _, u := range []string{main, vmstate.AltUnit(name, main)} {
-		stopCompanion(ctx, sd, companionUnit("tpm", u))
+	left, err := sd.List(ctx, companionUnit("tpm", main), companionUnit("tpm", vmstate.AltUnit(name, main)),
+		"vmsup-fs-*@"+name+".service")
+	if err != nil {
+		return
 	}
-	if fs, err := sd.List(ctx, "vmsup-fs-*@"+name+".service"); err == nil {
-		for _, st := range fs {
-			stopCompanion(ctx, sd, st.Name)
-		}
+	for _, st := range left {
+		stopCompanion(ctx, sd, st.Name)
 	}
 }
 

@@ -223,11 +223,12 @@ func (m *Manager) Status(ctx context.Context, name string) (Status, error) {
 	return statusFrom(name, p), nil
 }
 
-// List returns the state of all loaded units matching the glob pattern.
-func (m *Manager) List(ctx context.Context, pattern string) ([]Status, error) {
-	us, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{pattern})
+// List returns the state of all loaded units matching one of the glob
+// patterns.
+func (m *Manager) List(ctx context.Context, patterns ...string) ([]Status, error) {
+	us, err := m.conn.ListUnitsByPatternsContext(ctx, nil, patterns)
 	if err != nil {
-		return nil, fmt.Errorf("list units %s: %w", pattern, err)
+		return nil, fmt.Errorf("list units %s: %w", strings.Join(patterns, " "), err)
 	}
 	out := make([]Status, 0, len(us))
 	for _, u := range us {

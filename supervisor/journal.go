@@ -88,6 +88,10 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverReboot(ctx, name, op)
 	case opApplySet:
 		note, err = s.recoverApplySet(ctx, name, op)
+	case opHostDevAttach:
+		note, err = s.recoverHostDevAttach(ctx, name, op)
+	case opHostDevDetach:
+		note, err = s.recoverHostDevDetach(ctx, name, op)
 	default:
 		note = "dropped an unreadable journal (" + op.Kind + ")"
 	}

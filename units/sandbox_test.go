@@ -2,11 +2,15 @@ package units_test
 
 import (
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/units"
 )
@@ -152,4 +156,74 @@ func lastQEMULine(j string) string {
 		}
 	}
 	return last
+}
+
+// TestAddDevice: a running sandboxed unit gets a device node it was not
+// started with (as a hot-plugged host device's /dev/vfio group node): its
+// private /dev lacks it and its device policy refuses it; after AddDevice it
+// opens it; after RemoveDevice the node is gone from its /dev. The node is
+// the test's own (fuse's numbers, 0600), in a directory of its own under
+// /dev (DeviceAllow= takes only /dev paths).
+func TestAddDevice(t *testing.T) {
+	devDir, err := os.MkdirTemp("/dev", "vmsup-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(devDir)
+	node := filepath.Join(devDir, "fuse")
+	if err := syscall.Mknod(node, syscall.S_IFCHR|0o600, int(unix.Mkdev(10, 229))); err != nil {
+		t.Skipf("mknod %s: %v", node, err)
+	}
+	m, ctx := connect(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	script := `: >` + dir + `/started; until (exec 3<>` + node + `) 2>` + dir + `/err; do sleep 0.05; done; : >` + dir +
+		`/opened; while [ -e ` + node + ` ]; do sleep 0.05; done; : >` + dir + `/gone; exec sleep 300`
+	u := units.Unit{Name: "vmsup-adddev.service", Argv: []string{"/bin/sh", "-c", script},
+		Sandbox: &units.Sandbox{User: "daemon", ReadWritePaths: []string{dir}, BindPaths: []string{dir}}}
+	if err := m.Start(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(ctx, u.Name)
+	waitFile := func(f string, d time.Duration) bool {
+		for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFile("started", 10*time.Second) {
+		t.Fatal("the unit did not start")
+	}
+	if waitFile("opened", time.Second) {
+		t.Fatalf("the unit opened %s before it was given it", node)
+	}
+	pids, err := sandbox.HostPIDs(u.Name)
+	if err != nil || len(pids) == 0 {
+		t.Fatalf("the unit's pid: %v %v", pids, err)
+	}
+	daemon, err := user.Lookup("daemon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(daemon.Uid)
+	if err := m.AddDevice(ctx, u.Name, pids[0], node, uid); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFile("opened", 10*time.Second) {
+		e, _ := os.ReadFile(filepath.Join(dir, "err"))
+		t.Fatalf("the unit did not open %s after AddDevice: %s", node, e)
+	}
+	if err := units.RemoveDevice(ctx, pids[0], node); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFile("gone", 10*time.Second) {
+		t.Errorf("%s still in the unit's /dev after RemoveDevice", node)
+	}
+	if _, err := os.Stat(node); err != nil {
+		t.Errorf("RemoveDevice removed the host's node: %v", err)
+	}
 }

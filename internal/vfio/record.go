@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/google/renameio/v2"
@@ -78,4 +79,74 @@ func (h Host) GiveBack(record string) error {
 		return err
 	}
 	return os.Remove(record)
+}
+
+// TakeOne binds one more device (a hot-plugged one) to vfio-pci, after
+// adding what it had to the record the VM's others are in; GiveBack then
+// gives back all of them, GiveBackOne this one.
+func (h Host) TakeOne(record, addr string) error {
+	rec, err := readRecord(record)
+	if err != nil {
+		return err
+	}
+	b, err := h.Before(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	if !slices.ContainsFunc(rec, func(r Binding) bool { return r.Address == addr }) {
+		if err := writeRecord(record, append(rec, b)); err != nil {
+			return err
+		}
+	}
+	return h.Bind(b)
+}
+
+// GiveBackOne gives the device addr back as the record says and drops it
+// from the record (removed when empty); a device not in it is left alone.
+func (h Host) GiveBackOne(record, addr string) error {
+	rec, err := readRecord(record)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(rec, func(r Binding) bool { return r.Address == addr })
+	if i < 0 {
+		return nil
+	}
+	if err := h.Restore(rec[i]); err != nil {
+		return err
+	}
+	rec = slices.Delete(rec, i, i+1)
+	if len(rec) == 0 {
+		return os.Remove(record)
+	}
+	return writeRecord(record, rec)
+}
+
+func readRecord(record string) ([]Binding, error) {
+	data, err := os.ReadFile(record)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec []Binding
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", record, err)
+	}
+	return rec, nil
+}
+
+func writeRecord(record string, rec []Binding) error {
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(record), 0o700); err != nil {
+		return err
+	}
+	if err := renameio.WriteFile(record, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("record the devices' drivers before binding them: %w", err)
+	}
+	return nil
 }

@@ -413,3 +413,46 @@ func TestGiveBackRefusesForgedRecord(t *testing.T) {
 		t.Errorf("wrote %v", f.writes)
 	}
 }
+
+// TestTakeOneGiveBackOne: a hot-plugged device joins the record of the VM's
+// boot-time ones and leaves it alone when given back; GiveBack then gives
+// back what is left.
+func TestTakeOneGiveBackOne(t *testing.T) {
+	const nic, gpu = "0000:01:00.0", "0000:02:00.0"
+	f := newFake(t, pciDev{nic, "1", "e1000e", ""}, pciDev{gpu, "2", "snd_hda_intel", ""})
+	record := filepath.Join(f.root, "records", "vm", "hostdev.json")
+	h := f.host()
+	if err := h.Take(record, []string{nic}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.TakeOne(record, gpu); err != nil {
+		t.Fatal(err)
+	}
+	if f.driver(nic) != DriverVFIO || f.driver(gpu) != DriverVFIO {
+		t.Fatalf("after TakeOne: %q %q", f.driver(nic), f.driver(gpu))
+	}
+	if err := h.GiveBackOne(record, gpu); err != nil {
+		t.Fatal(err)
+	}
+	if f.driver(nic) != DriverVFIO || f.driver(gpu) != "snd_hda_intel" {
+		t.Errorf("after GiveBackOne: %q %q", f.driver(nic), f.driver(gpu))
+	}
+	if err := h.GiveBackOne(record, gpu); err != nil {
+		t.Errorf("GiveBackOne again: %v", err)
+	}
+	if err := h.GiveBack(record); err != nil {
+		t.Fatal(err)
+	}
+	if f.driver(nic) != "e1000e" {
+		t.Errorf("after GiveBack: %q", f.driver(nic))
+	}
+	if err := h.TakeOne(record, gpu); err != nil { // no record yet: made
+		t.Fatal(err)
+	}
+	if err := h.GiveBackOne(record, gpu); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(record); err == nil {
+		t.Error("an empty record kept")
+	}
+}

@@ -129,6 +129,9 @@ type Applied struct {
 	// over restarts); HotplugPorts the root ports left empty at boot.
 	Attached     []AttachedDisk `json:"attached_disks,omitempty"`
 	HotplugPorts []string       `json:"hotplug_ports,omitempty"`
+	// AttachedHostDevs are host PCI devices hot-plugged into this run
+	// (vmsup hostdev attach): live only, given back when QEMU ends.
+	AttachedHostDevs []AttachedHostDev `json:"attached_hostdevs,omitempty"`
 	// Unit is the systemd unit running the VM when it is not the usual
 	// vmsup-NAME.service: after a migration on one host the new QEMU runs
 	// under the other of the two names (AltUnit). "" means the usual.
@@ -154,6 +157,13 @@ type Applied struct {
 	// Generation counts the specs recorded for the VM: each start and each
 	// apply that changed the running VM adds one.
 	Generation int `json:"generation,omitempty"`
+}
+
+// AttachedHostDev is a host PCI device hot-plugged into a running VM, on
+// root port Bus.
+type AttachedHostDev struct {
+	Dev spec.HostDev `json:"dev"`
+	Bus string       `json:"bus"`
 }
 
 // AttachedDisk is a disk hot-plugged into a running VM, recorded in the

@@ -120,16 +120,23 @@ func status(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name 
 	return st
 }
 
-// crashHelper runs in a child process: Up, killing itself with SIGKILL
-// right after the named step, as if vmsup died there.
+// crashHelper runs in a child process: Up of FILE, or with "hostdev SYS DEV
+// ADDR" after it an attach of the host device ADDR to the running VM of
+// FILE (SYS and DEV its sysfs and /dev), killing itself with SIGKILL right
+// after the named step, as if vmsup died there.
 func crashHelper(args []string) int {
 	root, bus, self, file, killAfter := args[0], args[1], args[2], args[3], args[4]
-	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self,
+	o := supervisor.Options{Root: root, SystemdBus: bus, Self: self,
 		AfterStep: func(_, step string) {
 			if step == killAfter {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
-		}})
+		}}
+	hostdev := len(args) == 9 && args[5] == "hostdev"
+	if hostdev {
+		o.SysRoot, o.DevRoot = args[6], args[7]
+	}
+	sup, err := supervisor.New(o)
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -139,7 +146,12 @@ func crashHelper(args []string) int {
 		fmt.Println(err)
 		return 1
 	}
-	if _, err := sup.Up(context.Background(), f); err != nil {
+	if hostdev {
+		err = sup.AttachHostDev(context.Background(), f.VM.Name, spec.HostDev{Address: args[8]})
+	} else {
+		_, err = sup.Up(context.Background(), f)
+	}
+	if err != nil {
 		fmt.Println(err)
 		return 1
 	}

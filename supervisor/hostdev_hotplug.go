@@ -9,6 +9,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -101,40 +102,61 @@ func (s *Supervisor) AttachHostDev(ctx context.Context, name string, h spec.Host
 		return fail(err)
 	}
 	defer op.End() // done or undone here; a kill leaves it to recover
-	record := s.paths(name).HostDevs()
-	var rules []units.PathRule
-	for _, n := range all {
-		rules = append(rules, units.PathRule{Path: n, Mode: "rw"})
-	}
-	uid := s.qemuUID(name)
-	list := []step{
-		{Name: "bind", Do: func(context.Context) error { return v.TakeOne(record, addr) },
-			Undo: func(context.Context) { _ = v.GiveBackOne(record, addr) }},
-		{Name: "confine", Do: func(ctx context.Context) error { return s.ConfinePaths(ctx, name, rules...) },
-			Undo: func(ctx context.Context) { _ = s.ReleasePaths(ctx, name, in.Grants...) }},
-		{Name: "nodes", Do: func(ctx context.Context) error {
-			for _, n := range all {
-				if err := sd.AddDevice(ctx, s.state.UnitOf(name), pid, n, uid); err != nil {
-					return err
-				}
-			}
-			return nil
-		}, Undo: func(ctx context.Context) { removeNodes(ctx, pid, nodes) }},
-		{Name: "device_add", Do: func(ctx context.Context) error {
-			if err := c.DeviceAdd(ctx, dev); err != nil {
-				return fmt.Errorf("device_add: %w", err)
-			}
-			return nil
-		}, Undo: func(ctx context.Context) { _ = devices.Unplug(ctx, c, "host device", dev.ID, s.opts.UnplugTimeout) }},
-		{Name: "record", Do: func(context.Context) error {
-			app.AttachedHostDevs = append(app.AttachedHostDevs, vmstate.AttachedHostDev{Dev: h, Bus: bus})
-			return s.state.RewriteApplied(app)
-		}},
-	}
+	a := hostDevAttach{s: s, name: name, h: h, in: in, all: all, pid: pid, sd: sd, c: c, dev: dev, app: app}
+	list := a.steps()
 	if _, err := runSteps(ctx, name, list, s.traced(op)); err != nil {
 		return fail(stepCause(err))
 	}
 	return nil
+}
+
+// hostDevAttach is one attach's parts, for its steps.
+type hostDevAttach struct {
+	s    *Supervisor
+	name string
+	h    spec.HostDev
+	in   hostDevIntent
+	all  []string // every node the device needs (container and group)
+	pid  int      // QEMU, in this PID namespace
+	sd   *units.Manager
+	c    *qmp.Conn
+	dev  qemuargs.Device
+	app  *vmstate.Applied
+}
+
+// steps: bind, confine, nodes, device_add, record; each undone if a later
+// one fails.
+func (a *hostDevAttach) steps() []step {
+	s, v, addr := a.s, a.s.vfio(), a.h.Address
+	record := s.paths(a.name).HostDevs()
+	var rules []units.PathRule
+	for _, n := range a.all {
+		rules = append(rules, units.PathRule{Path: n, Mode: "rw"})
+	}
+	return []step{
+		{Name: "bind", Do: func(context.Context) error { return v.TakeOne(record, addr) },
+			Undo: func(context.Context) { _ = v.GiveBackOne(record, addr) }},
+		{Name: "confine", Do: func(ctx context.Context) error { return s.ConfinePaths(ctx, a.name, rules...) },
+			Undo: func(ctx context.Context) { _ = s.ReleasePaths(ctx, a.name, a.in.Grants...) }},
+		{Name: "nodes", Do: func(ctx context.Context) error {
+			for _, n := range a.all {
+				if err := a.sd.AddDevice(ctx, s.state.UnitOf(a.name), a.pid, n, s.qemuUID(a.name)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, Undo: func(ctx context.Context) { removeNodes(ctx, a.pid, a.in.Nodes) }},
+		{Name: "device_add", Do: func(ctx context.Context) error {
+			if err := a.c.DeviceAdd(ctx, a.dev); err != nil {
+				return fmt.Errorf("device_add: %w", err)
+			}
+			return nil
+		}, Undo: func(ctx context.Context) { _ = devices.Unplug(ctx, a.c, "host device", a.dev.ID, s.opts.UnplugTimeout) }},
+		{Name: "record", Do: func(context.Context) error {
+			a.app.AttachedHostDevs = append(a.app.AttachedHostDevs, vmstate.AttachedHostDev{Dev: a.h, Bus: a.in.Bus})
+			return s.state.RewriteApplied(a.app)
+		}},
+	}
 }
 
 // DetachHostDev unplugs a host device hot-plugged with AttachHostDev (by

@@ -48,15 +48,18 @@ type Status struct {
 	// SecureBoot is what a UEFI VM's own variable store holds: whether
 	// Secure Boot is enforced, the enrolled keys' certificates, and a
 	// warning (a db with only Microsoft's expired 2011 CAs).
-	SecureBoot  *SecureBootStatus `json:"secure_boot,omitempty"`
-	SpecFile    string            `json:"spec_file,omitempty"`
-	CPUs        int               `json:"cpus,omitempty"`
-	Memory      string            `json:"memory,omitempty"`
-	MemoryUsed  uint64            `json:"memory_used_bytes,omitempty"` // the unit's cgroup
-	StateDir    string            `json:"state_dir"`
-	Console     string            `json:"console_socket"`
-	ConsoleLog  string            `json:"console_log"` // everything the guest printed on its serial console
-	Description string            `json:"description"`
+	SecureBoot *SecureBootStatus `json:"secure_boot,omitempty"`
+	// HostDevs are the host PCI devices passed through: the file's, and
+	// those hot-plugged into this run.
+	HostDevs    []HostDevInfo `json:"host_devices,omitempty"`
+	SpecFile    string        `json:"spec_file,omitempty"`
+	CPUs        int           `json:"cpus,omitempty"`
+	Memory      string        `json:"memory,omitempty"`
+	MemoryUsed  uint64        `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir    string        `json:"state_dir"`
+	Console     string        `json:"console_socket"`
+	ConsoleLog  string        `json:"console_log"` // everything the guest printed on its serial console
+	Description string        `json:"description"`
 	// Disks and NICs: boot-time and hot-plugged, NICs with the host side
 	// of their taps.
 	Disks []DiskInfo `json:"disks"`
@@ -148,19 +151,8 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		out.Recovery = recErr.Error()
 	}
 	app, appErr := s.state.ReadApplied(name)
-	if appErr == nil {
-		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
-		out.CPUModel, out.CPUMasks, out.UUID = app.CPUModel, app.CPUMasks, app.UUID
-		out.VsockCID = app.VsockCID
-		for _, a := range app.Attached {
-			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
-		}
-	}
-	if f, err := spec.Load(p.Spec); err == nil {
-		out.CPUs, out.Memory, out.Description = f.VM.CPUs, f.VM.Memory.String(), f.VM.Description
-	}
+	s.recorded(&out, p, app, appErr)
 	out.Disks, out.NICs = s.devices(ctx, name)
-	out.SecureBoot = secureBootStatus(p.UEFIVars)
 	if appErr == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
 		out.CPUs, out.Memory = app.Resized.CPUs, app.Resized.Memory.String()
 	}
@@ -272,6 +264,31 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
 // systemd (shell completion).
 func (s *Supervisor) Names() ([]string, error) { return s.state.Known() }
 
+// recorded fills in what the VM's record (app, unless appErr), its file
+// and its UEFI variable store say.
+func (s *Supervisor) recorded(out *Status, p vmstate.Paths, app *vmstate.Applied, appErr error) {
+	if appErr == nil {
+		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
+		out.CPUModel, out.CPUMasks, out.UUID = app.CPUModel, app.CPUMasks, app.UUID
+		out.VsockCID = app.VsockCID
+		for _, a := range app.Attached {
+			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
+		}
+	}
+	if f, err := spec.Load(p.Spec); err == nil {
+		out.CPUs, out.Memory, out.Description = f.VM.CPUs, f.VM.Memory.String(), f.VM.Description
+		for _, h := range f.VM.HostDevs {
+			out.HostDevs = append(out.HostDevs, HostDevInfo{Address: h.Address, Name: h.Name})
+		}
+	}
+	if appErr == nil {
+		for _, a := range app.AttachedHostDevs { // after the file's
+			out.HostDevs = append(out.HostDevs, HostDevInfo{Address: a.Dev.Address, Name: a.Dev.Name, Attached: true})
+		}
+	}
+	out.SecureBoot = secureBootStatus(p.UEFIVars)
+}
+
 // SecureBootStatus is a UEFI VM's variable store as Status shows it.
 type SecureBootStatus struct {
 	ovmfvars.Store
@@ -290,4 +307,11 @@ func secureBootStatus(vars string) *SecureBootStatus {
 		return &SecureBootStatus{Err: err.Error()}
 	}
 	return &SecureBootStatus{Store: st, Warning: st.Warning()}
+}
+
+// HostDevInfo is one host PCI device of a VM; Attached: hot-plugged.
+type HostDevInfo struct {
+	Address  string `json:"address"`
+	Name     string `json:"name"`
+	Attached bool   `json:"attached,omitempty"`
 }

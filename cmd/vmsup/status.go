@@ -63,6 +63,13 @@ func statusCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(out, "vsock:    cid %d\n", s.VsockCID)
 				}
 				printSecureBoot(out, s.SecureBoot)
+				for _, h := range s.HostDevs {
+					how := "in the file"
+					if h.Attached {
+						how = "hot-plugged, until the VM stops"
+					}
+					fmt.Fprintf(out, "hostdev:  %s (%s, %s)\n", h.Address, h.Name, how)
+				}
 				if s.MemoryUsed > 0 {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}

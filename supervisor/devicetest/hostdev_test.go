@@ -85,8 +85,8 @@ func TestHostDevHotplug(t *testing.T) {
 		t.Errorf("after the undo: QEMU %v, its /dev still has %s", pids, group)
 	}
 	st := status(t, ctx, sup, "hdvm")
-	if st.State != supervisor.StateRunning || st.Recovery != "" {
-		t.Errorf("after the failed attach: %s, recovery %q", st.State, st.Recovery)
+	if st.State != supervisor.StateRunning || st.Recovery != "" || len(st.HostDevs) != 0 {
+		t.Errorf("after the failed attach: %s, recovery %q, host devices %+v", st.State, st.Recovery, st.HostDevs)
 	}
 	if _, err := os.Stat(filepath.Join(root, "records", "hdvm", "hostdev.json")); err == nil {
 		t.Error("the drivers record was kept for a device not attached")

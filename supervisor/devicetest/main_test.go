@@ -157,3 +157,15 @@ func crashHelper(args []string) int {
 	}
 	return 0
 }
+
+// shell dials the VM's console shell with the kernel's console messages
+// off (dmesg -n 1): under load the kernel prints (clocksource warnings)
+// in the middle of a command's output.
+func shell(t *testing.T, ctx context.Context, st supervisor.Status) *testenv.GuestShell {
+	t.Helper()
+	sh := supervisortest.Shell(t, ctx, st)
+	if _, _, err := sh.Run(ctx, "dmesg -n 1"); err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}

@@ -68,7 +68,7 @@ cmdline = "console=ttyS0"
 `, pages, env.Guest.Kernel, env.Guest.Initrd)
 	sup, _ := upVM(t, ctx, dir, "sharevm", body)
 	st := status(t, ctx, sup, "sharevm")
-	sh := supervisortest.Shell(t, ctx, st)
+	sh := shell(t, ctx, st)
 	run := func(cmd string) string {
 		t.Helper()
 		out, _, err := sh.Run(ctx, cmd)

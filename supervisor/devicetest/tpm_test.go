@@ -103,7 +103,7 @@ func tpmSend(t *testing.T, ctx context.Context, sh *testenv.GuestShell, cmd []by
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := hex.DecodeString(strings.TrimSpace(strings.ReplaceAll(out, "\r", "")))
+	resp, err := hex.DecodeString(lastLine(out))
 	if err != nil || len(resp) < 10 {
 		t.Fatalf("TPM response %q: %v", out, err)
 	}
@@ -127,7 +127,13 @@ func pcr16(t *testing.T, ctx context.Context, sh *testenv.GuestShell) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.ToLower(strings.TrimSpace(strings.ReplaceAll(out, "\r", "")))
+	return strings.ToLower(lastLine(out))
+}
+
+// lastLine is the last non-empty line of a command's output.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(out, "\r", "")), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // TestTPMState: the guest sees /dev/tpm0 from swtpm, extends a PCR and
@@ -155,8 +161,8 @@ initrd = %q
 cmdline = "console=ttyS0"
 `, env.Guest.BzImage, env.Guest.Initrd)
 	sup, f := upVM(t, ctx, dir, "tpmvm", body)
-	shell := func() *testenv.GuestShell { return supervisortest.Shell(t, ctx, status(t, ctx, sup, "tpmvm")) }
-	sh := shell()
+	dial := func() *testenv.GuestShell { return shell(t, ctx, status(t, ctx, sup, "tpmvm")) }
+	sh := dial()
 	checkSwtpmUnit(t, ctx, "vmsup-tpm@tpmvm.service")
 
 	digest := sha256.Sum256([]byte("vmsup"))
@@ -182,7 +188,7 @@ cmdline = "console=ttyS0"
 	if _, err := sup.Migrate(ctx, "tpmvm", supervisor.MigrateOptions{Local: true}); err != nil {
 		t.Fatal(err)
 	}
-	sh = shell()
+	sh = dial()
 	if got := pcr16(t, ctx, sh); got != hex.EncodeToString(want[:]) {
 		t.Errorf("PCR 16 after a local migration: %s, want %x", got, want)
 	}
@@ -201,7 +207,7 @@ cmdline = "console=ttyS0"
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	sh = shell()
+	sh = dial()
 	readNV("after down/up")
 	if got := tpmOK(t, ctx, sh, "ReadPublic of the EK after down/up", readPublic(tpmEKHandle)); !bytes.Equal(got, ek) {
 		t.Errorf("the endorsement key changed over down/up:\n%x\nwant\n%x", got, ek)

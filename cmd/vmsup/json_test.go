@@ -111,6 +111,9 @@ func TestCLIJSON(t *testing.T) {
 	check("disk detach", 0, "disk", "detach", "js", "hot")
 	check("nic attach", 0, "nic", "attach", "js", "n2")
 	check("nic detach", 0, "nic", "detach", "js", "n2")
+	// No IOMMU here: host device hotplug answers with its JSON error.
+	check("error", -1, "hostdev", "attach", "js", "0000:09:00.0")
+	check("error", -1, "hostdev", "detach", "js", "0000:09:00.0")
 	check("migrate", 0, "migrate", "js", "--local")
 	check("enable", 0, "enable", file)
 	check("autostart", 0, "autostart")

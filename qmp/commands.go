@@ -172,6 +172,8 @@ type BlockNode struct {
 	Encrypted   bool      `json:"encrypted"`
 	BackingFile string    `json:"backing_file,omitempty"`
 	Image       ImageInfo `json:"image"`
+	// DirtyBitmaps are the node's dirty bitmaps (see bitmap.go).
+	DirtyBitmaps []DirtyBitmap `json:"dirty-bitmaps,omitempty"`
 }
 
 // QueryNamedBlockNodes lists block nodes, flat (each node once, without

@@ -451,6 +451,14 @@ func TestCommandTimeouts(t *testing.T) {
 		{long, "query-status", 10 * time.Second},
 		{long, "blockdev-del", 10 * time.Second},
 		{long, "migrate", 30 * time.Second},
+		{o, "transaction", 5 * time.Second},
+		{o, "job-complete", 5 * time.Second},
+		{o, "query-jobs", 5 * time.Second},
+		{o, "nbd-server-start", 5 * time.Second},
+		{o, "block-export-add", 5 * time.Second},
+		{o, "query-block-exports", 5 * time.Second},
+		{o, "blockdev-mirror", 5 * time.Second},
+		{o, "block-job-cancel", 5 * time.Second},
 	}
 	for _, tt := range tests {
 		if got := tt.o.timeoutFor(tt.command, DefaultCommandTimeout); got != tt.want {

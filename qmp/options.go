@@ -30,8 +30,20 @@ func DefaultTimeout(command string, fallback time.Duration) time.Duration {
 	case command == "query-qmp-schema", command == "dump-guest-memory",
 		has("migrate"), has("query-migrate"), has("snapshot-"):
 		return 30 * time.Second
+	case command == "guest-fsfreeze-freeze", command == "guest-fsfreeze-freeze-list":
+		// The guest agent's freeze flushes every filesystem first: on a
+		// busy guest that takes long, and giving up early leaves the
+		// caller not knowing whether the guest froze. Callers bound it
+		// with their ctx.
+		return 5 * time.Minute
+	case command == "guest-fsfreeze-thaw":
+		return time.Minute
 	case has("blockdev-"), has("block-"), has("block_"), has("device_"), has("netdev_"),
-		has("object-"), command == "human-monitor-command", command == "screendump":
+		has("object-"), command == "human-monitor-command", command == "screendump",
+		// Block jobs and exports: they return once the job or export
+		// exists (not when it ends), but may first drain I/O.
+		command == "transaction", has("job-"), command == "query-jobs",
+		has("nbd-server-"), command == "query-block-exports":
 		return 5 * time.Second
 	case has("system_"), command == "stop", command == "cont", command == "set_link", command == "balloon",
 		command == "set-action":

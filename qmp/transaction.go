@@ -64,7 +64,10 @@ func BackupAction(b Backup) TransactionAction {
 
 // Transaction applies actions atomically: if one fails, none takes effect.
 // With grouped, the jobs the actions start also succeed or fail together
-// (completion-mode "grouped": one job failing cancels the others).
+// (completion-mode "grouped": one job failing cancels the others); QEMU
+// 7.2 then refuses any action that is not a job ("Action
+// 'block-dirty-bitmap-add' does not support Transaction property
+// completion-mode = grouped").
 func (c *Conn) Transaction(ctx context.Context, actions []TransactionAction, grouped bool) error {
 	type properties struct {
 		CompletionMode string `json:"completion-mode,omitempty"`

@@ -146,8 +146,9 @@ func (c *Conn) JobDismiss(ctx context.Context, id string) error {
 
 // BlockJobCancel cancels a block job by its id (QEMU's "device" argument
 // names the job). On a "ready" mirror without force, the job instead
-// completes without pivoting: the target is a consistent copy and the
-// device stays on the source. force cancels even a paused job.
+// completes without pivoting and without error: the target is a
+// consistent copy and the device stays on the source. With force it is a
+// real cancel: the job concludes with error "Operation canceled" (7.2).
 func (c *Conn) BlockJobCancel(ctx context.Context, device string, force bool) error {
 	args := struct {
 		Device string `json:"device"`

@@ -6,7 +6,8 @@
 // deadlines, fanning events out to subscribers, passing file descriptors
 // (getfd, add-fd) with SCM_RIGHTS, and a small set of typed commands that vmsup
 // uses (status, stop/cont, power, device/blockdev/netdev/object hotplug, CPU
-// and block-node queries). The guest agent client (Agent) does the same for
+// and block-node queries, block jobs with WaitJob, transactions, dirty
+// bitmaps, NBD exports). The guest agent client (Agent) does the same for
 // the qemu-ga channel, including guest-sync-delimited resynchronisation.
 //
 // It does not own QEMU processes, argv, systemd units, device models or the

@@ -63,7 +63,7 @@ func (s *Supervisor) confineSteps(f *spec.File, plan *startPlan) []step {
 	return []step{{Name: "confine", Do: func(ctx context.Context) error {
 		// Confine what QEMU will really open: the file's disks plus those
 		// carried over from earlier attaches (storage.go).
-		boot := bootFile(f, plan.carried)
+		boot := bootFile(f, plan)
 		c, err := s.confiner().Confine(ctx, boot, p, plan.accel)
 		if err != nil {
 			return err

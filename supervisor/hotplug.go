@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -254,6 +255,9 @@ func (s *Supervisor) detachDisk(ctx context.Context, name, disk string, fromFile
 			return fail(err)
 		}
 		return nil
+	}
+	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil && tree.HasDisk(disk) {
+		return fail(errors.New("it is in the VM's snapshots: remove them first (vmsup snapshot rm)"))
 	}
 	i := slices.IndexFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
 	if i < 0 {

@@ -92,6 +92,12 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverHostDevAttach(ctx, name, op)
 	case opHostDevDetach:
 		note, err = s.recoverHostDevDetach(ctx, name, op)
+	case opSnapshot:
+		note, err = s.recoverSnapshot(ctx, name, op)
+	case opSnapshotRevert:
+		note, err = s.recoverRevert(ctx, name, op)
+	case opSnapshotRemove:
+		note, err = s.recoverSnapshotRemove(ctx, name, op)
 	default:
 		note = "dropped an unreadable journal (" + op.Kind + ")"
 	}

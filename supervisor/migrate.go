@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -83,6 +84,9 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	}
 	if !o.Local && o.To == "" {
 		return MigrateResult{}, vmErr(name, errors.New("migrate: no destination (give a host or local)"))
+	}
+	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil && !tree.Empty() && !o.Local {
+		return MigrateResult{}, vmErr(name, errors.New("migrate: the VM has snapshots, whose images are on this host: remove them first (vmsup snapshot rm)"))
 	}
 	m := &outgoing{s: s, name: name, o: o.WithDefaults(), start: time.Now(), p: s.paths(name)}
 	m.res.VM, m.res.To = name, m.o.To

@@ -6,6 +6,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
@@ -21,6 +22,8 @@ type startPlan struct {
 	// carried are disks hot-plugged during an earlier run that this start
 	// boots with (storage.go).
 	carried []spec.Disk
+	// active are the overlays snapshots put disks on (snapshot.go).
+	active map[string]snapshot.Image
 	// accel is the accelerator the start resolved (validate).
 	accel spec.Accel
 	// vsockCID and hugetlbfs are the guest's CID and memory mount

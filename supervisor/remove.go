@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -12,9 +14,28 @@ import (
 // directory, vmsup's records, leftovers of its host set-up and its autostart
 // mark. Disk images are the user's and stay. A running VM is refused.
 func (s *Supervisor) Remove(ctx context.Context, name string) error {
+	_, err := s.RemoveVM(ctx, name)
+	return err
+}
+
+// RemoveVM is Remove, and says what it leaves on disk: the overlays its
+// snapshots made (the disks' latest data is in them, not in the files of
+// the VM's spec).
+func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, err error) {
 	if err := spec.ValidName(name); err != nil {
-		return vmErr(name, err)
+		return nil, vmErr(name, err)
 	}
+	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil {
+		for _, f := range tree.Files() {
+			if !strings.HasPrefix(f, s.paths(name).Records) {
+				left = append(left, f)
+			}
+		}
+	}
+	return left, s.remove(ctx, name)
+}
+
+func (s *Supervisor) remove(ctx context.Context, name string) error {
 	lu, err := s.lockUnit(ctx, name, "rm")
 	if err != nil {
 		return err

@@ -98,8 +98,14 @@ const restartDown = "down"
 // startLocked starts f's VM through the start pipeline when the caller
 // holds its lock; op, if set, journals its steps.
 func (s *Supervisor) startLocked(ctx context.Context, f *spec.File, op *vmstate.Op) (UpResult, error) {
+	return s.startRestored(ctx, f, op, "")
+}
+
+// startRestored is startLocked resuming the guest from a memory state
+// file (state "" boots it).
+func (s *Supervisor) startRestored(ctx context.Context, f *spec.File, op *vmstate.Op, state string) (UpResult, error) {
 	r := s.newStart(f, StartFresh, incomingArgs{})
-	r.locked = true
+	r.locked, r.restore = true, state
 	after := s.opts.AfterStep
 	if op != nil {
 		after = s.traced(op)

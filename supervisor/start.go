@@ -13,6 +13,7 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -66,6 +67,7 @@ const (
 	StepUnit     = "unit"
 	StepConfirm  = "confirm"  // fresh: QEMU answers QMP and runs
 	StepIncoming = "incoming" // destination: QEMU listens for the stream
+	StepRestore  = "restore"  // from a memory snapshot: QEMU reads the state, the guest resumes
 )
 
 // StartSteps lists the steps a start of f runs in mode: what AfterStep sees,
@@ -111,6 +113,9 @@ type startRun struct {
 	in   incomingArgs
 	// locked: the caller holds the VM's lock (restart, recovery).
 	locked bool
+	// restore: a fresh start resumes the guest from this memory state
+	// file (a snapshot's) instead of booting it (snapshot_restore.go).
+	restore string
 	// op journals a destination on another host (its receiver may die),
 	// and its guardian settles it then.
 	op        *vmstate.Op
@@ -164,6 +169,9 @@ func (r *startRun) steps() []step {
 		steps = append(steps, step{Name: StepVirtioFS, Do: r.startVirtioFS, Undo: r.stopVirtioFS})
 	}
 	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
+	if r.mode == StartFresh && r.restore != "" {
+		return append(steps, step{Name: StepRestore, Do: r.restoreState})
+	}
 	if r.mode == StartFresh {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
 			return r.s.confirmRunning(ctx, r.sd, r.name)
@@ -341,6 +349,13 @@ func (r *startRun) check(ctx context.Context) error {
 // QEMU's sockets go to until it takes over.
 func (r *startRun) stateDir(ctx context.Context) error {
 	p, f := r.p, r.f
+	if r.mode != StartIncoming {
+		tree, err := snapshot.Load(p.Snapshots())
+		if err != nil {
+			return err
+		}
+		r.plan.active = tree.Active
+	}
 	if r.mode != StartIncomingLocal {
 		if r.mode == StartFresh {
 			var err error
@@ -471,7 +486,7 @@ func (r *startRun) reuse(context.Context) error {
 
 func (r *startRun) makeArgv(context.Context) (err error) {
 	r.resolveIdentity()
-	boot := bootFile(r.f, r.plan.carried)
+	boot := bootFile(r.f, &r.plan)
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
@@ -480,6 +495,9 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
 		o.TPMSocket = tpmPaths(r.p, r.unit).Socket // each unit its own swtpm
 	})
+	if r.restore != "" {
+		opts = append(opts, func(o *qemuargs.Options) { o.Incoming = true })
+	}
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {
 			o.Incoming = true

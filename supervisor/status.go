@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/ovmfvars"
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -51,15 +52,19 @@ type Status struct {
 	SecureBoot *SecureBootStatus `json:"secure_boot,omitempty"`
 	// HostDevs are the host PCI devices passed through: the file's, and
 	// those hot-plugged into this run.
-	HostDevs    []HostDevInfo `json:"host_devices,omitempty"`
-	SpecFile    string        `json:"spec_file,omitempty"`
-	CPUs        int           `json:"cpus,omitempty"`
-	Memory      string        `json:"memory,omitempty"`
-	MemoryUsed  uint64        `json:"memory_used_bytes,omitempty"` // the unit's cgroup
-	StateDir    string        `json:"state_dir"`
-	Console     string        `json:"console_socket"`
-	ConsoleLog  string        `json:"console_log"` // everything the guest printed on its serial console
-	Description string        `json:"description"`
+	HostDevs []HostDevInfo `json:"host_devices,omitempty"`
+	// Snapshots are the VM's snapshot tags, oldest first; CurrentSnapshot
+	// the one its state grew from (vmsup snapshot ls shows the tree).
+	Snapshots       []string `json:"snapshots,omitempty"`
+	CurrentSnapshot string   `json:"current_snapshot,omitempty"`
+	SpecFile        string   `json:"spec_file,omitempty"`
+	CPUs            int      `json:"cpus,omitempty"`
+	Memory          string   `json:"memory,omitempty"`
+	MemoryUsed      uint64   `json:"memory_used_bytes,omitempty"` // the unit's cgroup
+	StateDir        string   `json:"state_dir"`
+	Console         string   `json:"console_socket"`
+	ConsoleLog      string   `json:"console_log"` // everything the guest printed on its serial console
+	Description     string   `json:"description"`
 	// Disks and NICs: boot-time and hot-plugged, NICs with the host side
 	// of their taps.
 	Disks []DiskInfo `json:"disks"`
@@ -287,6 +292,12 @@ func (s *Supervisor) recorded(out *Status, p vmstate.Paths, app *vmstate.Applied
 		}
 	}
 	out.SecureBoot = secureBootStatus(p.UEFIVars)
+	if tree, err := snapshot.Load(p.Snapshots()); err == nil {
+		for _, sn := range tree.Snapshots {
+			out.Snapshots = append(out.Snapshots, sn.Tag)
+		}
+		out.CurrentSnapshot = tree.Current
+	}
 }
 
 // SecureBootStatus is a UEFI VM's variable store as Status shows it.

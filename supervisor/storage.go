@@ -83,14 +83,21 @@ func (s *Supervisor) carriedDisks(f *spec.File) ([]spec.Disk, error) {
 	return out, nil
 }
 
-// bootFile returns f with the carried disks appended (f itself when there
-// are none), the VM as QEMU will see it at boot.
-func bootFile(f *spec.File, carried []spec.Disk) *spec.File {
-	if len(carried) == 0 {
+// bootFile returns f as QEMU boots it: the carried disks appended, and
+// each disk a snapshot moved onto an overlay opened there (f itself when
+// neither applies).
+func bootFile(f *spec.File, plan *startPlan) *spec.File {
+	if len(plan.carried) == 0 && len(plan.active) == 0 {
 		return f
 	}
 	g := *f
-	g.VM.Disks = append(append([]spec.Disk(nil), f.VM.Disks...), carried...)
+	g.VM.Disks = append(append([]spec.Disk(nil), f.VM.Disks...), plan.carried...)
+	for i, d := range g.VM.Disks {
+		if im, ok := plan.active[d.Name]; ok {
+			d.File, d.Format, d.Backing, d.Size = im.Path, im.Format, "", 0
+			g.VM.Disks[i] = d
+		}
+	}
 	return &g
 }
 
@@ -98,11 +105,11 @@ func bootFile(f *spec.File, carried []spec.Disk) *spec.File {
 // built, secrets copied into the state dir; undone on a failed start.
 func (s *Supervisor) storageSteps(f *spec.File, p vmstate.Paths, plan *startPlan) []step {
 	var prepared []storage.Prepared
-	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { blockDevices(u, &bootFile(f, plan.carried).VM) })
+	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { blockDevices(u, &bootFile(f, plan).VM) })
 	return []step{{
 		Name: "storage",
 		Do: func(ctx context.Context) error {
-			boot := bootFile(f, plan.carried)
+			boot := bootFile(f, plan)
 			for i, d := range boot.VM.Disks {
 				if i >= len(f.VM.Disks) {
 					// Attached earlier: checked at attach time, but the host

@@ -108,6 +108,12 @@ func TestCLIJSON(t *testing.T) {
 	check("reboot", 0, "reboot", "js")
 	waitCount(t, log, "VMSUP-SHELL-READY", boots+1) // hot-unplug needs the guest's PCIe driver up again
 	check("disk attach", 0, "disk", "attach", "js", "--file", filepath.Join(root, "images", "hot.qcow2"), "--size", "16M")
+	// A snapshot of the attached disk, listed, not reverted while the VM
+	// runs (no --force), and removed (a live commit back into hot.qcow2).
+	check("snapshot create", 0, "snapshot", "create", "js", "s1")
+	check("snapshot ls", 0, "snapshot", "ls", "js")
+	check("error", -1, "snapshot", "revert", "js", "s1")
+	check("snapshot rm", 0, "snapshot", "rm", "js", "s1")
 	check("disk detach", 0, "disk", "detach", "js", "hot")
 	check("nic attach", 0, "nic", "attach", "js", "n2")
 	check("nic detach", 0, "nic", "detach", "js", "n2")

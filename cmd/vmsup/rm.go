@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/supervisor"
@@ -14,10 +16,15 @@ func rmCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVMs(args, func(sup *supervisor.Supervisor, names []string) error {
 				for i, n := range names {
-					if err := sup.Remove(cmd.Context(), n); err != nil {
+					left, err := sup.RemoveVM(cmd.Context(), n)
+					if err != nil {
 						return err
 					}
-					g.out.action(actionJSON{Name: n, File: fileOf(args[i]), Action: "removed", Note: "its disk images are kept"}, n+": removed (its disk images are kept)")
+					note := "its disk images are kept"
+					if len(left) > 0 {
+						note += "; its snapshots' overlays are kept too, and its disks' latest data is in them: " + strings.Join(left, ", ")
+					}
+					g.out.action(actionJSON{Name: n, File: fileOf(args[i]), Action: "removed", Note: note}, n+": removed ("+note+")")
 				}
 				return nil
 			})

@@ -70,6 +70,9 @@ func statusCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(out, "hostdev:  %s (%s, %s)\n", h.Address, h.Name, how)
 				}
+				if len(s.Snapshots) > 0 {
+					fmt.Fprintf(out, "snapshots: %s (current %s; vmsup snapshot ls %s)\n", strings.Join(s.Snapshots, ", "), orDash(s.CurrentSnapshot), s.Name)
+				}
 				if s.MemoryUsed > 0 {
 					fmt.Fprintf(out, "rss:      %s (unit cgroup)\n", spec.Size(s.MemoryUsed/1024*1024))
 				}
@@ -194,4 +197,11 @@ func printSecureBoot(out io.Writer, sb *supervisor.SecureBootStatus) {
 	if sb.Warning != "" {
 		fmt.Fprintf(out, "  warning: %s\n", sb.Warning)
 	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

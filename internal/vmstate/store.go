@@ -60,6 +60,14 @@ func (p Paths) AgentLock() string { return filepath.Join(p.Records, "agent.lock"
 // could edit it could have vmsup rebind any host device.
 func (p Paths) HostDevs() string { return filepath.Join(p.Records, "hostdev.json") }
 
+// Snapshots is the VM's snapshot tree (internal/snapshot), root only;
+// SnapshotState the file holding a memory snapshot's RAM and device state,
+// written and read by QEMU only through a descriptor vmsup opens.
+func (p Paths) Snapshots() string { return filepath.Join(p.Records, "snapshots.json") }
+func (p Paths) SnapshotState(tag string) string {
+	return filepath.Join(p.Records, "snapshots", tag+".state")
+}
+
 // EventHistory is the VM's event history (internal/eventlog), root only.
 func (p Paths) EventHistory() string { return filepath.Join(p.Records, "events.log") }
 

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func snapshotCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Take, list, revert to and remove a VM's snapshots (external qcow2 overlays, optionally with memory)",
+	}
+	c.AddCommand(snapshotCreateCmd(g), snapshotLsCmd(g), snapshotRevertCmd(g), snapshotRmCmd(g))
+	return c
+}
+
+func snapshotCreateCmd(g *globals) *cobra.Command {
+	var o supervisor.SnapshotOptions
+	c := &cobra.Command{
+		Use:   "create NAME TAG",
+		Short: "Snapshot every writable disk of a VM at one moment (the guest's filesystems frozen by its agent if it has one); --memory keeps its RAM too",
+		Example: "  vmsup snapshot create web before-upgrade\n" +
+			"  vmsup snapshot create web warm --memory",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				r, err := sup.Snapshot(cmd.Context(), name, args[1], o)
+				if err != nil {
+					return err
+				}
+				note := fmt.Sprintf("snapshot %s: disks %s; %s", r.Tag, strings.Join(r.Disks, ", "), r.Quiesced)
+				if r.Live {
+					note += fmt.Sprintf("; guest paused %s", r.Pause.Round(100*1e3))
+				}
+				if r.Memory != "" {
+					note += "; with memory"
+				}
+				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "snapshot", Note: note}, name+": "+note)
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&o.Memory, "memory", false, "also save the guest's RAM and device state (a revert resumes it)")
+	return c
+}
+
+func snapshotRevertCmd(g *globals) *cobra.Command {
+	var force bool
+	c := &cobra.Command{
+		Use:   "revert NAME TAG",
+		Short: "Put a VM's disks back to a snapshot (the writes since are dropped); with a memory snapshot the guest resumes where it was",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				r, err := sup.RevertSnapshot(cmd.Context(), name, args[1], force)
+				if err != nil {
+					return err
+				}
+				state, note := "stopped", "reverted to "+r.Tag
+				if r.Started {
+					state = "running"
+				}
+				if r.Restored {
+					note += " (resumed from its memory)"
+				}
+				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "reverted", State: state, Note: note}, name+": "+note)
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&force, "force", false, "revert a running VM (it is stopped first and loses its state since)")
+	return c
+}
+
+func snapshotRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME TAG",
+		Short: "Remove a snapshot, merging its data into the images around it (live with block-commit while the VM runs)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				if err := sup.RemoveSnapshot(cmd.Context(), name, args[1], nil); err != nil {
+					return err
+				}
+				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "removed", Note: "snapshot " + args[1]},
+					fmt.Sprintf("%s: snapshot %s removed", name, args[1]))
+				return nil
+			})
+		},
+	}
+}
+
+// snapshotsJSON is snapshot ls --json.
+type snapshotsJSON struct {
+	Name      string         `json:"name"`
+	Current   string         `json:"current"`
+	Snapshots []snapshotJSON `json:"snapshots"`
+	Active    []string       `json:"active"` // "disk=image" each disk runs on, when not its own file
+}
+
+type snapshotJSON struct {
+	Tag      string   `json:"tag"`
+	Parent   string   `json:"parent"`
+	Created  string   `json:"created"`
+	Memory   bool     `json:"memory"`
+	Quiesced string   `json:"quiesced"`
+	Disks    []string `json:"disks"` // "disk=image" frozen for it
+}
+
+func snapshotLsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls NAME",
+		Short: "List a VM's snapshots, as a tree, and the images its disks run on",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				tree, err := sup.SnapshotTree(name)
+				if err != nil {
+					return err
+				}
+				out := snapshotsJSON{Name: name, Current: tree.Current, Snapshots: []snapshotJSON{}, Active: pairs(tree.Active)}
+				for _, s := range tree.Snapshots {
+					j := snapshotJSON{Tag: s.Tag, Parent: s.Parent, Created: s.Created.Format("2006-01-02T15:04:05Z"),
+						Memory: s.Memory != "", Quiesced: s.Quiesced}
+					for d, im := range s.Disks {
+						j.Disks = append(j.Disks, d+"="+im.Path)
+					}
+					sort.Strings(j.Disks)
+					out.Snapshots = append(out.Snapshots, j)
+				}
+				return g.out.object(out, func(w io.Writer) { printSnapshots(w, out) })
+			})
+		},
+	}
+}
+
+func pairs(m map[string]snapshot.Image) []string {
+	out := []string{}
+	for k, v := range m {
+		out = append(out, k+"="+v.Path)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func printSnapshots(w io.Writer, s snapshotsJSON) {
+	if len(s.Snapshots) == 0 {
+		fmt.Fprintf(w, "%s: no snapshots\n", s.Name)
+		return
+	}
+	depth := map[string]int{}
+	for _, sn := range s.Snapshots {
+		d := 0
+		if sn.Parent != "" {
+			d = depth[sn.Parent] + 1
+		}
+		depth[sn.Tag] = d
+		mark := " "
+		if sn.Tag == s.Current {
+			mark = "*"
+		}
+		mem := ""
+		if sn.Memory {
+			mem = ", memory"
+		}
+		fmt.Fprintf(w, "%s %s%s  %s (%s%s)\n", mark, strings.Repeat("  ", d), sn.Tag, sn.Created, sn.Quiesced, mem)
+	}
+	for _, a := range s.Active {
+		fmt.Fprintf(w, "  runs on %s\n", a)
+	}
+}

@@ -1,0 +1,211 @@
+// Package snapshot keeps a VM's snapshot tree: which image each disk runs
+// on now, and for each snapshot the image each disk was frozen in and the
+// file holding the guest's memory. Snapshots are external: taking one
+// freezes the image a disk runs on and puts a new qcow2 overlay on top of
+// it, so a snapshot's images are never written again while it exists.
+//
+// The tree is plain data with pure planning functions (what a revert or a
+// removal must do); the supervisor does the I/O and records the result.
+package snapshot
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/renameio/v2"
+)
+
+// Image is a disk image the tree manages or points to.
+type Image struct {
+	Path   string `json:"path"`
+	Format string `json:"format"` // "qcow2" or "raw"
+	// Backing is the image this overlay was created on; "" for a disk's
+	// own file (whatever chain it has is the user's).
+	Backing       string `json:"backing,omitempty"`
+	BackingFormat string `json:"backing_format,omitempty"`
+}
+
+// Snapshot is one point in time of the VM.
+type Snapshot struct {
+	Tag     string    `json:"tag"`
+	Parent  string    `json:"parent,omitempty"` // the snapshot the VM ran from when this one was taken
+	Created time.Time `json:"created"`
+	// Disks are the images each snapshotted disk was frozen in.
+	Disks map[string]Image `json:"disks"`
+	// Memory is the file with the guest's RAM and device state (a
+	// migration stream), "" for a disk-only snapshot.
+	Memory string `json:"memory,omitempty"`
+	// Running: the guest ran at the snapshot (a memory revert resumes it).
+	Running bool `json:"running,omitempty"`
+	// Devices identifies the device set a memory state belongs to: a
+	// revert with memory needs the VM to boot with the same devices.
+	Devices string `json:"devices,omitempty"`
+	// Quiesced says how the guest's filesystems were made consistent:
+	// "fsfreeze (N filesystems)", "paused (memory)", or why not.
+	Quiesced string `json:"quiesced,omitempty"`
+}
+
+// Tree is a VM's snapshots and the images its disks run on.
+type Tree struct {
+	Snapshots []Snapshot `json:"snapshots,omitempty"`
+	// Active is the image each disk runs on when it is not the disk's own
+	// file (a snapshot or a revert put an overlay on it).
+	Active map[string]Image `json:"active,omitempty"`
+	// Current is the snapshot the VM's state grew from ("" before any).
+	Current string `json:"current,omitempty"`
+}
+
+// Load reads the tree at path; a missing file is an empty tree.
+func Load(path string) (*Tree, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &Tree{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var t Tree
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &t, nil
+}
+
+// Save replaces the tree at path atomically (root only); an empty tree
+// removes the file.
+func (t *Tree) Save(path string) error {
+	if len(t.Snapshots) == 0 && len(t.Active) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return renameio.WriteFile(path, append(b, '\n'), 0o600)
+}
+
+// Empty reports whether the VM has no snapshot and runs on its own files.
+func (t *Tree) Empty() bool { return len(t.Snapshots) == 0 && len(t.Active) == 0 }
+
+// Find returns the snapshot tagged tag, or nil.
+func (t *Tree) Find(tag string) *Snapshot {
+	for i := range t.Snapshots {
+		if t.Snapshots[i].Tag == tag {
+			return &t.Snapshots[i]
+		}
+	}
+	return nil
+}
+
+// ActiveImage is the image disk runs on: the tree's, or own (its file).
+func (t *Tree) ActiveImage(disk string, own Image) Image {
+	if im, ok := t.Active[disk]; ok {
+		return im
+	}
+	return own
+}
+
+// HasDisk reports whether disk runs on an overlay or is in a snapshot.
+func (t *Tree) HasDisk(disk string) bool {
+	if _, ok := t.Active[disk]; ok {
+		return true
+	}
+	for _, s := range t.Snapshots {
+		if _, ok := s.Disks[disk]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidTag checks a snapshot tag: a short name usable in a file name.
+func ValidTag(tag string) error {
+	if tag == "" || len(tag) > 48 {
+		return errors.New("a snapshot tag is 1 to 48 characters")
+	}
+	for _, r := range tag {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.", r)
+		if !ok {
+			return fmt.Errorf("snapshot tag %q: only letters, digits, '-', '_' and '.'", tag)
+		}
+	}
+	if tag[0] == '.' || tag[0] == '-' {
+		return fmt.Errorf("snapshot tag %q must start with a letter, digit or '_'", tag)
+	}
+	return nil
+}
+
+// OverlayPath names a new overlay for a disk whose own file is file, in
+// dir: "<stem>@<tag>.qcow2", with ".N" added when that exists (a second
+// revert to the same snapshot). exists reports whether a path is taken.
+func OverlayPath(dir, file, tag string, exists func(string) bool) string {
+	stem := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	for n := 0; ; n++ {
+		name := fmt.Sprintf("%s@%s.qcow2", stem, tag)
+		if n > 0 {
+			name = fmt.Sprintf("%s@%s.%d.qcow2", stem, tag, n)
+		}
+		p := filepath.Join(dir, name)
+		if !exists(p) {
+			return p
+		}
+	}
+}
+
+// Used reports whether path is an image of a snapshot or a disk's active
+// image: one that must not be deleted.
+func (t *Tree) Used(path string) bool {
+	for _, im := range t.Active {
+		if im.Path == path {
+			return true
+		}
+	}
+	for _, s := range t.Snapshots {
+		for _, im := range s.Disks {
+			if im.Path == path {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Files lists every image and memory file the tree made (not the disks'
+// own files), sorted: what removing the VM leaves on disk.
+func (t *Tree) Files() []string {
+	seen := map[string]bool{}
+	add := func(im Image) {
+		if im.Backing != "" { // an overlay the tree made
+			seen[im.Path] = true
+		}
+	}
+	for _, im := range t.Active {
+		add(im)
+	}
+	for _, s := range t.Snapshots {
+		for _, im := range s.Disks {
+			add(im)
+		}
+		if s.Memory != "" {
+			seen[s.Memory] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,367 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Snapshots are external (internal/snapshot keeps the tree): a snapshot
+// freezes the image each writable disk runs on and puts a new qcow2
+// overlay on it, all disks in one QMP transaction, so they are consistent
+// with each other. The next start boots on the overlays (bootFile).
+
+const opSnapshot = "snapshot"
+
+// SnapshotOptions say what a snapshot keeps.
+type SnapshotOptions struct {
+	// Memory saves the guest's RAM and device state too (a migration into
+	// a file vmsup opens and passes to QEMU as a descriptor): a revert
+	// resumes the guest where it was.
+	Memory bool
+	// Progress, when set, sees the memory save go (bytes done, total).
+	Progress func(done, total int64)
+}
+
+// SnapshotResult reports a snapshot taken.
+type SnapshotResult struct {
+	VM, Tag string
+	Disks   []string // the disks it holds
+	Memory  string   // the memory state file; "" for disk-only
+	// Quiesced says how the guest's data was made consistent.
+	Quiesced string
+	// Pause is how long the guest was frozen or paused for it: what the
+	// guest sees of a snapshot (0 for a VM that was not running).
+	Pause time.Duration
+	Live  bool
+}
+
+// snapIntent is a snapshot's journal entry: enough to finish it (record
+// it) or undo it (drop the overlays) after a kill.
+type snapIntent struct {
+	Tag    string            `json:"tag"`
+	Layers []snapshot.Layer  `json:"layers"`
+	Snap   snapshot.Snapshot `json:"snapshot"`
+	Live   bool              `json:"live"`
+	Disks  []spec.Disk       `json:"disks"` // as QEMU opens them (cache, aio)
+	// Paused: the snapshot paused the guest (a memory save); recovery
+	// resumes it.
+	Paused bool `json:"paused,omitempty"`
+}
+
+// Snapshot takes snapshot tag of VM name, running or shut off.
+func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotOptions) (SnapshotResult, error) {
+	res := SnapshotResult{VM: name, Tag: tag}
+	fail := func(err error) (SnapshotResult, error) {
+		return res, vmErr(name, fmt.Errorf("snapshot %q: %w", tag, err))
+	}
+	lk, err := s.lock(ctx, name, opSnapshot)
+	if err != nil {
+		return res, err
+	}
+	defer lk.Unlock()
+	app, vm, err := s.runningSpec(name)
+	stopped := errors.Is(err, ErrNotRunning)
+	if err != nil && !stopped {
+		return fail(err)
+	}
+	res.Live = !stopped
+	if o.Memory {
+		if stopped {
+			return fail(errors.New("--memory needs a running VM (a VM that is off has no memory to keep)"))
+		}
+		if err := memorySnapshottable(app); err != nil {
+			return fail(err)
+		}
+	}
+	tree, err := snapshot.Load(s.paths(name).Snapshots())
+	if err != nil {
+		return fail(err)
+	}
+	disks, specs, err := s.snapshotDisks(app, vm)
+	if err != nil {
+		return fail(err)
+	}
+	layers, err := tree.PlanTake(tag, disks, exists)
+	if err != nil {
+		return fail(err)
+	}
+	in := snapIntent{Tag: tag, Layers: layers, Live: !stopped, Disks: specs,
+		Snap: snapshot.Snapshot{Tag: tag, Created: time.Now().UTC()}}
+	if o.Memory {
+		in.Snap.Memory, in.Snap.Devices = s.paths(name).SnapshotState(tag), devicesOf(app)
+	}
+	op, err := s.beginOp(ctx, name, opSnapshot, in)
+	if err != nil {
+		return fail(err)
+	}
+	tk := &snapTake{s: s, name: name, in: &in, op: op, opts: o}
+	if !stopped {
+		c, release, err := s.qmpSession(ctx, name)
+		if err != nil {
+			op.End()
+			return fail(err)
+		}
+		defer release()
+		tk.c = c
+	}
+	if _, err := runSteps(ctx, name, tk.steps(), s.traced(op)); err != nil {
+		if !tk.switched {
+			op.End() // undone by the steps' undos
+		} // else: the VM runs on the overlays: recovery records them
+		return fail(stepCause(err))
+	}
+	op.End()
+	for _, l := range layers {
+		res.Disks = append(res.Disks, l.Disk)
+	}
+	res.Memory, res.Quiesced, res.Pause = in.Snap.Memory, in.Snap.Quiesced, tk.pause
+	s.lifecycle(name, "snapshot", map[string]any{"tag": tag, "memory": o.Memory, "pause_ms": tk.pause.Milliseconds()})
+	return res, nil
+}
+
+// SnapshotTree is VM name's snapshot tree (empty when it has none).
+func (s *Supervisor) SnapshotTree(name string) (*snapshot.Tree, error) {
+	if err := spec.ValidName(name); err != nil {
+		return nil, vmErr(name, err)
+	}
+	if _, err := os.Stat(s.paths(name).Records); err != nil {
+		return nil, vmErr(name, ErrNotFound)
+	}
+	t, err := snapshot.Load(s.paths(name).Snapshots())
+	if err != nil {
+		return nil, vmErr(name, err)
+	}
+	return t, nil
+}
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
+
+// memorySnapshottable refuses a memory snapshot of a VM whose devices the
+// next boot would not recreate (live-only changes).
+func memorySnapshottable(app *vmstate.Applied) error {
+	switch {
+	case len(app.AttachedNICs) > 0:
+		return errors.New("--memory: the VM has NICs attached in this run, which a restore would not have; snapshot without --memory, or restart it first")
+	case len(app.AttachedHostDevs) > 0:
+		return errors.New("--memory: the VM has host devices attached (their state cannot be saved)")
+	case app.Resized != nil:
+		return errors.New("--memory: the VM's vCPUs or memory were changed in this run; restart it first")
+	case app.Replugged:
+		return errors.New("--memory: apply re-plugged devices in this run; restart it first")
+	case app.MigratedFrom != "":
+		return errors.New("--memory: the VM came in by migration; restart it first")
+	}
+	return nil
+}
+
+// devicesOf identifies the devices a memory state belongs to: the argv
+// without the images' paths (a revert opens new overlays).
+func devicesOf(app *vmstate.Applied) string {
+	return fmt.Sprintf("gen%d:%x", app.Generation, app.Spec)
+}
+
+// snapshotDisks lists the VM's disks a snapshot holds (every writable
+// image file; CD-ROMs are media, not state) and refuses the kinds it
+// cannot hold yet.
+func (s *Supervisor) snapshotDisks(app *vmstate.Applied, vm *spec.VM) ([]snapshot.Disk, []spec.Disk, error) {
+	all := slices.Clone(vm.Disks)
+	for _, a := range app.Attached {
+		all = append(all, a.Disk)
+	}
+	var out []snapshot.Disk
+	var specs []spec.Disk
+	for _, d := range all {
+		if d.IsCDROM() {
+			continue
+		}
+		switch {
+		case d.ReadOnly:
+			return nil, nil, fmt.Errorf("disk %q is read-only: a snapshot could not hold it consistently with the others (make it a CD-ROM, or writable)", d.Name)
+		case d.Type != spec.DiskFile:
+			return nil, nil, fmt.Errorf("disk %q is of type %s: snapshots hold image files (qcow2, raw) only so far", d.Name, d.Type)
+		}
+		dir := filepath.Dir(d.File)
+		if in, err := s.confiner().InImageDirs(d.File); err != nil || !in {
+			// A running QEMU can open new files only there (its unit's
+			// mount namespace binds the image directories).
+			dir = s.opts.ImageDirs[0]
+		}
+		out = append(out, snapshot.Disk{Name: d.Name, Own: snapshot.Image{Path: d.File, Format: d.Format}, OverlayDir: dir})
+		specs = append(specs, d)
+	}
+	return out, specs, nil
+}
+
+// snapTake is one snapshot's steps.
+type snapTake struct {
+	s        *Supervisor
+	name     string
+	in       *snapIntent
+	op       *vmstate.Op
+	opts     SnapshotOptions
+	c        *qmp.Conn // nil: the VM is off
+	switched bool      // the disks run on the overlays
+	pause    time.Duration
+}
+
+func (t *snapTake) steps() []step {
+	steps := []step{{Name: "overlays", Do: t.createOverlays, Undo: t.removeOverlays}}
+	if t.c != nil {
+		steps = append(steps,
+			step{Name: "confine", Do: t.confine, Undo: t.release},
+			step{Name: "nodes", Do: t.addNodes, Undo: t.delNodes},
+			step{Name: "switch", Do: t.switchDisks})
+	}
+	return append(steps, step{Name: "record", Do: t.record})
+}
+
+func (t *snapTake) createOverlays(ctx context.Context) error {
+	for _, l := range t.in.Layers {
+		size, err := t.virtualSize(ctx, l.Base)
+		if err != nil {
+			return fmt.Errorf("disk %q: %w", l.Disk, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(l.Overlay.Path), 0o711); err != nil {
+			return err
+		}
+		if err := t.s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, size); err != nil {
+			return fmt.Errorf("disk %q: %w", l.Disk, err)
+		}
+	}
+	return nil
+}
+
+// virtualSize is the guest-visible size of image: QEMU's view while it
+// runs (the image is locked), qemu-img's otherwise.
+func (t *snapTake) virtualSize(ctx context.Context, im snapshot.Image) (int64, error) {
+	if t.c != nil {
+		n, err := findNode(ctx, t.c, im.Path)
+		if err != nil {
+			return 0, err
+		}
+		return n.Image.VirtualSize, nil
+	}
+	info, err := t.s.tools().Info(ctx, im.Path, im.Format)
+	return info.VirtualSize, err
+}
+
+func (t *snapTake) removeOverlays(context.Context) {
+	for _, l := range t.in.Layers {
+		os.Remove(l.Overlay.Path)
+	}
+}
+
+func overlayRules(layers []snapshot.Layer) []units.PathRule {
+	rules := make([]units.PathRule, len(layers))
+	for i, l := range layers {
+		rules[i] = units.PathRule{Path: l.Overlay.Path, Mode: "rwk"}
+	}
+	return rules
+}
+
+func (t *snapTake) confine(ctx context.Context) error {
+	return t.s.ConfinePaths(ctx, t.name, overlayRules(t.in.Layers)...)
+}
+
+func (t *snapTake) release(ctx context.Context) {
+	_ = t.s.ReleasePaths(ctx, t.name, rulePaths(overlayRules(t.in.Layers))...)
+}
+
+func (t *snapTake) addNodes(ctx context.Context) error {
+	for i, l := range t.in.Layers {
+		proto, format := qemuargs.Overlay(t.in.Disks[i], l.Overlay.Path)
+		if err := t.c.BlockdevAdd(ctx, proto); err != nil {
+			return fmt.Errorf("disk %q: overlay: %w", l.Disk, err)
+		}
+		if err := t.c.BlockdevAdd(ctx, format); err != nil {
+			_ = t.c.BlockdevDel(ctx, proto.NodeName)
+			return fmt.Errorf("disk %q: overlay: %w", l.Disk, err)
+		}
+	}
+	return nil
+}
+
+func (t *snapTake) delNodes(ctx context.Context) { delOverlayNodes(ctx, t.c, t.in.Layers) }
+
+func delOverlayNodes(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) {
+	for _, l := range layers {
+		_ = c.BlockdevDel(ctx, qemuargs.OverlayNodeName(l.Overlay.Path))
+		_ = c.BlockdevDel(ctx, qemuargs.OverlayFileNodeName(l.Overlay.Path))
+	}
+}
+
+// switchDisks puts every disk on its overlay in one transaction, with the
+// guest quiet: paused for a memory snapshot (the state is saved while it
+// is), else its filesystems frozen by the guest agent if it answers.
+func (t *snapTake) switchDisks(ctx context.Context) error {
+	var actions []qmp.TransactionAction
+	for _, l := range t.in.Layers {
+		n, err := findNode(ctx, t.c, l.Base.Path)
+		if err != nil {
+			return fmt.Errorf("disk %q: %w", l.Disk, err)
+		}
+		actions = append(actions, qmp.SnapshotAction(n.NodeName, qemuargs.OverlayNodeName(l.Overlay.Path)))
+	}
+	qs, err := t.c.QueryStatus(ctx)
+	if err != nil {
+		return err
+	}
+	t.in.Snap.Running = qs.Running
+	if err := t.op.SetIntent(t.in); err != nil {
+		return err
+	}
+	if t.opts.Memory {
+		return t.withPause(ctx, qs.Running, actions)
+	}
+	// The guest-visible part: from the freeze to the thaw.
+	start := time.Now()
+	thaw := t.freeze(ctx)
+	err = t.c.Transaction(ctx, actions, false)
+	terr := thaw()
+	t.pause = time.Since(start)
+	if err != nil {
+		return errors.Join(fmt.Errorf("transaction: %w", err), terr)
+	}
+	t.switched = true
+	return terr
+}
+
+// record writes the snapshot into the tree: from here on it exists.
+func (t *snapTake) record(context.Context) error {
+	p := t.s.paths(t.name)
+	tree, err := snapshot.Load(p.Snapshots())
+	if err != nil {
+		return err
+	}
+	if t.in.Snap.Quiesced == "" {
+		t.in.Snap.Quiesced = "VM off"
+	}
+	tree.Taken(t.in.Snap, t.in.Layers)
+	return tree.Save(p.Snapshots())
+}
+
+// findNode finds the format node QEMU has open on image file path.
+func findNode(ctx context.Context, c *qmp.Conn, path string) (qmp.BlockNode, error) {
+	nodes, err := c.QueryNamedBlockNodes(ctx)
+	if err != nil {
+		return qmp.BlockNode{}, err
+	}
+	for _, n := range nodes {
+		if n.Image.Filename == path && n.Driver != "file" && n.Driver != "host_device" {
+			return n, nil
+		}
+	}
+	return qmp.BlockNode{}, fmt.Errorf("QEMU has no node on %s", path)
+}

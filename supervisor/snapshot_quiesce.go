@@ -1,0 +1,192 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+)
+
+// How a snapshot keeps the guest quiet while its disks switch: the guest
+// agent's fsfreeze, bounded, with the thaw guaranteed (here, or by the next
+// command's recovery if this one dies); or, for a memory snapshot, a pause
+// while the state is saved.
+
+const (
+	// freezeTimeout bounds guest-fsfreeze-freeze (it syncs the guest's
+	// filesystems); past it the snapshot goes on crash-consistent.
+	freezeTimeout = 10 * time.Second
+	// thawTimeout bounds each thaw attempt.
+	thawTimeout = 5 * time.Second
+	// stateFD is the name the memory state file's descriptor has in QEMU.
+	stateFD = "vmsup-state"
+)
+
+// freeze freezes the guest's filesystems if its agent answers and returns
+// the thaw (an error if the guest may still be frozen).
+func (t *snapTake) freeze(ctx context.Context) (thaw func() error) {
+	noop := func() error { return nil }
+	t.in.Snap.Quiesced = "crash-consistent (no guest agent)"
+	actx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
+	defer cancel()
+	if !t.c.FrontendOpen(actx, qemuargs.AgentChardevID) {
+		return noop
+	}
+	a, done, err := t.s.agentSession(actx, t.name)
+	if err != nil {
+		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
+		return noop
+	}
+	if err := a.Ping(actx); err != nil {
+		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
+		done()
+		return noop
+	}
+	// Journaled first: a kill while frozen leaves it to recovery to thaw.
+	if err := t.op.Step("freezing"); err != nil {
+		done()
+		return noop
+	}
+	fctx, fcancel := context.WithTimeout(ctx, freezeTimeout)
+	n, err := a.FSFreeze(fctx)
+	fcancel()
+	if err != nil {
+		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (fsfreeze failed: %v)", err)
+	} else {
+		t.in.Snap.Quiesced = fmt.Sprintf("fsfreeze (%d filesystems)", n)
+	}
+	return func() error {
+		defer done()
+		return thawAgent(ctx, a)
+	}
+}
+
+// thawAgent thaws the guest's filesystems, trying a few times within a
+// bound (a busy agent may answer late).
+func thawAgent(ctx context.Context, a *qmp.Agent) error {
+	var err error
+	for range 3 {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), thawTimeout)
+		_, err = a.FSThaw(tctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("the guest's filesystems may still be frozen (thaw: %v); the next vmsup command on the VM thaws them", err)
+}
+
+// thawGuest thaws a guest a killed snapshot may have left frozen; quiet
+// when there is no agent.
+func (s *Supervisor) thawGuest(ctx context.Context, name string, c *qmp.Conn) error {
+	actx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
+	defer cancel()
+	if !c.FrontendOpen(actx, qemuargs.AgentChardevID) {
+		return nil
+	}
+	a, done, err := s.agentSession(actx, name)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if st, err := a.FSFreezeStatus(actx); err == nil && st == "thawed" {
+		return nil
+	}
+	return thawAgent(ctx, a)
+}
+
+// withPause switches the disks and saves the memory with the guest
+// paused, so that the saved state and the frozen images are one moment.
+func (t *snapTake) withPause(ctx context.Context, running bool, actions []qmp.TransactionAction) error {
+	if !running {
+		// QEMU leaves its images inactive after saving the state; only
+		// cont takes them back, which would run a guest paused on purpose.
+		return errors.New("--memory of a paused VM: resume it first")
+	}
+	t.in.Paused = true
+	if err := t.op.SetIntent(t.in); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := t.c.Stop(ctx); err != nil {
+		return err
+	}
+	if err := t.c.Transaction(ctx, actions, false); err != nil {
+		_ = t.c.Cont(ctx)
+		return fmt.Errorf("transaction: %w", err)
+	}
+	t.switched = true
+	err := t.saveMemory(ctx)
+	cerr := t.c.Cont(context.WithoutCancel(ctx))
+	t.pause = time.Since(start)
+	t.in.Snap.Quiesced = "paused, memory saved"
+	if err != nil {
+		// The disks are switched: the snapshot stays, without memory.
+		os.Remove(t.in.Snap.Memory)
+		t.in.Snap.Memory, t.in.Snap.Quiesced = "", "paused (memory not saved)"
+		_ = t.op.SetIntent(t.in)
+		return fmt.Errorf("memory not saved (the snapshot holds the disks; the next vmsup command records it): %w", err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("resume after the memory save: %w", cerr)
+	}
+	return nil
+}
+
+// saveMemory migrates the guest's state into the snapshot's state file,
+// which vmsup opens and hands to QEMU: the confined QEMU needs no path.
+func (t *snapTake) saveMemory(ctx context.Context) error {
+	path := t.in.Snap.Memory
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := t.c.GetFD(ctx, stateFD, f); err != nil {
+		return err
+	}
+	unlimited := int64(1 << 40)
+	if err := t.c.MigrateSetParameters(ctx, qmp.MigrationParameters{MaxBandwidth: &unlimited}); err != nil {
+		return err
+	}
+	if err := t.c.Migrate(ctx, "fd:"+stateFD); err != nil {
+		return err
+	}
+	if err := waitMigration(ctx, t.c, t.opts.Progress); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// waitMigration polls a migration into or out of a file until it ends.
+func waitMigration(ctx context.Context, c *qmp.Conn, progress func(done, total int64)) error {
+	for {
+		mi, err := c.QueryMigrate(ctx)
+		if err != nil {
+			return err
+		}
+		if progress != nil && mi.RAM != nil {
+			progress(mi.RAM.Transferred, mi.RAM.Total)
+		}
+		switch mi.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("migration %s: %s", mi.Status, mi.ErrorDesc)
+		}
+		select {
+		case <-ctx.Done():
+			_ = c.MigrateCancel(context.WithoutCancel(ctx))
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

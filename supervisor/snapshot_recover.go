@@ -1,0 +1,138 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+)
+
+// recoverSnapshot finishes or undoes a snapshot whose command died. A
+// guest on its overlays keeps them (the snapshot is recorded: nothing the
+// guest wrote since is lost); one still on its old images gets the
+// overlays removed. Either way the guest is thawed and, if the snapshot
+// paused it, resumed.
+func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+	in, err := intentOf[snapIntent](op)
+	if err != nil {
+		return "", err
+	}
+	tree, err := snapshot.Load(s.paths(name).Snapshots())
+	if err != nil {
+		return "", err
+	}
+	if tree.Find(in.Tag) != nil {
+		return "it was recorded", s.settleGuest(ctx, name, in)
+	}
+	// The state file is whole only once the switch step (which saves it)
+	// was journaled.
+	if in.Snap.Memory != "" && !slices.Contains(op.Done, "switch") {
+		os.Remove(in.Snap.Memory)
+		in.Snap.Memory = ""
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	switch {
+	case err == nil:
+		defer release()
+		switched, err := onOverlays(ctx, c, in.Layers)
+		if err != nil {
+			return "", err
+		}
+		serr := s.settleGuestWith(ctx, name, c, in)
+		if switched {
+			return "the disks ran on the new overlays: recorded the snapshot", errors.Join(s.recordTaken(name, in), serr)
+		}
+		delOverlayNodes(ctx, c, in.Layers)
+		_ = s.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
+		removeLayerFiles(in.Layers)
+		return "the disks had not switched: removed the overlays", serr
+	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNotFound):
+		// QEMU is gone: whether it switched cannot be asked. Keeping the
+		// overlays is right either way (an empty one reads as its base).
+		for _, l := range in.Layers {
+			if !exists(l.Overlay.Path) {
+				removeLayerFiles(in.Layers)
+				return "the overlays were not all made: removed them", nil
+			}
+		}
+		return "recorded the snapshot (the VM is off)", s.recordTaken(name, in)
+	default:
+		return "", err
+	}
+}
+
+func removeLayerFiles(layers []snapshot.Layer) {
+	for _, l := range layers {
+		os.Remove(l.Overlay.Path)
+	}
+}
+
+func (s *Supervisor) recordTaken(name string, in snapIntent) error {
+	p := s.paths(name)
+	tree, err := snapshot.Load(p.Snapshots())
+	if err != nil {
+		return err
+	}
+	if in.Snap.Quiesced == "" {
+		in.Snap.Quiesced = "interrupted; recorded by recovery"
+	}
+	tree.Taken(in.Snap, in.Layers)
+	return tree.Save(p.Snapshots())
+}
+
+// onOverlays reports whether every disk runs on its new overlay (linked
+// onto its base by the transaction); none does after a failed one.
+func onOverlays(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) (bool, error) {
+	nodes, err := c.QueryNamedBlockNodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, l := range layers {
+		i := slices.IndexFunc(nodes, func(n qmp.BlockNode) bool { return n.NodeName == qemuargs.OverlayNodeName(l.Overlay.Path) })
+		if i < 0 || nodes[i].BackingFile == "" {
+			return false, nil
+		}
+	}
+	return len(layers) > 0, nil
+}
+
+func (s *Supervisor) settleGuest(ctx context.Context, name string, in snapIntent) error {
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return nil // not running: nothing to thaw
+	}
+	defer release()
+	return s.settleGuestWith(ctx, name, c, in)
+}
+
+// settleGuestWith thaws the guest and resumes one the snapshot paused
+// (a memory save is cancelled first).
+func (s *Supervisor) settleGuestWith(ctx context.Context, name string, c *qmp.Conn, in snapIntent) error {
+	if !in.Live {
+		return nil
+	}
+	terr := s.thawGuest(ctx, name, c)
+	if !in.Paused {
+		return terr
+	}
+	if mi, err := c.QueryMigrate(ctx); err == nil && (mi.Status == "active" || mi.Status == "setup") {
+		_ = c.MigrateCancel(ctx)
+		_ = waitMigration(ctx, c, nil)
+	}
+	qs, err := c.QueryStatus(ctx)
+	if err != nil {
+		return errors.Join(terr, err)
+	}
+	if !qs.Running {
+		if err := c.Cont(ctx); err != nil {
+			return errors.Join(terr, fmt.Errorf("resume: %w", err))
+		}
+	}
+	return terr
+}

@@ -1,0 +1,57 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+)
+
+// restoreState is the last step of a start from a memory snapshot: QEMU
+// started with -incoming defer reads the state from the file (opened here
+// and passed as a descriptor: the confined QEMU has no path to it), then
+// the guest resumes where the snapshot left it.
+func (r *startRun) restoreState(ctx context.Context) error {
+	f, err := os.Open(r.restore)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	wctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	for {
+		if _, err := os.Stat(r.p.QMP); err == nil {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("QEMU did not open its monitor within %s: %s", confirmTimeout, r.s.lastWords(context.Background(), r.unit))
+		case <-time.After(confirmPoll):
+		}
+	}
+	c, release, err := r.s.qmpSession(wctx, r.name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := c.GetFD(ctx, stateFD, f); err != nil {
+		return err
+	}
+	if err := c.MigrateIncoming(ctx, "fd:"+stateFD); err != nil {
+		return fmt.Errorf("read the memory state: %w", err)
+	}
+	if err := waitMigration(ctx, c, nil); err != nil {
+		return fmt.Errorf("read the memory state: %w", err)
+	}
+	if err := c.Cont(ctx); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	qs, err := c.QueryStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if !qs.Running {
+		return fmt.Errorf("QEMU is %q after the restore, not running", qs.Status)
+	}
+	return nil
+}

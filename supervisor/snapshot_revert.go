@@ -1,0 +1,195 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
+)
+
+// A revert puts each disk of a snapshot on a new overlay on the image it
+// was frozen in (so the snapshot can be reverted to again), drops the
+// writes made since (the overlays no snapshot holds), and, for a snapshot
+// with memory, starts the VM from its saved state.
+
+const opSnapshotRevert = "snapshot-revert"
+
+// RevertResult reports a revert.
+type RevertResult struct {
+	VM, Tag string
+	// Started: the VM runs after it (it ran before, or the snapshot has
+	// memory and the guest resumed where it was).
+	Started bool
+	// Restored: the guest resumed from the snapshot's memory.
+	Restored bool
+	Dropped  []string // files of the state since, deleted
+	Duration time.Duration
+}
+
+type revertIntent struct {
+	Tag     string           `json:"tag"`
+	Layers  []snapshot.Layer `json:"layers"`
+	Start   bool             `json:"start"`  // start the VM after
+	Memory  string           `json:"memory"` // from this state file
+	Dropped []string         `json:"dropped,omitempty"`
+}
+
+// RevertSnapshot reverts VM name to snapshot tag. A running VM is stopped
+// first (it loses its state since), only with force.
+func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force bool) (RevertResult, error) {
+	res := RevertResult{VM: name, Tag: tag}
+	start := time.Now()
+	fail := func(err error) (RevertResult, error) {
+		return res, vmErr(name, fmt.Errorf("revert to %q: %w", tag, err))
+	}
+	lu, err := s.lockUnit(ctx, name, opSnapshotRevert)
+	if err != nil {
+		return res, err
+	}
+	defer lu.unlock()
+	app, vm, err := s.runningSpec(name)
+	running := err == nil
+	if err != nil && !errors.Is(err, ErrNotRunning) {
+		return fail(err)
+	}
+	if running && !force {
+		return fail(errors.New("the VM is running and would lose everything since the snapshot: stop it, or pass --force"))
+	}
+	tree, err := snapshot.Load(s.paths(name).Snapshots())
+	if err != nil {
+		return fail(err)
+	}
+	disks, _, err := s.snapshotDisks(app, vm)
+	if err != nil {
+		return fail(err)
+	}
+	snap, layers, err := tree.PlanRevert(tag, disks, exists)
+	if err != nil {
+		return fail(err)
+	}
+	in := revertIntent{Tag: tag, Layers: layers, Start: running, Memory: snap.Memory}
+	if snap.Memory != "" {
+		if snap.Devices != devicesOf(app) {
+			return fail(errors.New("the VM's devices changed since the snapshot, so its memory state does not fit them"))
+		}
+		if _, err := os.Stat(snap.Memory); err != nil {
+			return fail(fmt.Errorf("its memory state: %w", err))
+		}
+		in.Start = true
+	}
+	op, err := s.beginOp(ctx, name, opSnapshotRevert, in)
+	if err != nil {
+		return fail(err)
+	}
+	if running {
+		if _, err := s.down(ctx, name, lu, DownOptions{Force: true}); err != nil {
+			op.End()
+			return fail(fmt.Errorf("stop: %w", err))
+		}
+		s.traced(op)(name, "stopped")
+	}
+	// From here the VM is off: what is left is finished by recovery.
+	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {
+		return fail(err)
+	}
+	op.End()
+	res.Duration = time.Since(start)
+	s.lifecycle(name, "snapshot-revert", map[string]any{"tag": tag, "restored": res.Restored})
+	return res, nil
+}
+
+// finishRevert does the revert's work on a VM that is off, each part safe
+// to do again: overlays, record, dropped files, start.
+func (s *Supervisor) finishRevert(ctx context.Context, name string, op *vmstate.Op, in *revertIntent, res *RevertResult) error {
+	after := s.traced(op)
+	p := s.paths(name)
+	tree, err := snapshot.Load(p.Snapshots())
+	if err != nil {
+		return err
+	}
+	if !reverted(tree, in) {
+		for _, l := range in.Layers {
+			if exists(l.Overlay.Path) {
+				continue // made before a kill; it has nothing in it yet
+			}
+			info, err := s.tools().Info(ctx, l.Base.Path, l.Base.Format)
+			if err != nil {
+				return fmt.Errorf("disk %q: %w", l.Disk, err)
+			}
+			if err := s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize); err != nil {
+				return fmt.Errorf("disk %q: %w", l.Disk, err)
+			}
+		}
+		after(name, "overlays")
+		in.Dropped = tree.Reverted(in.Tag, in.Layers)
+		if err := op.SetIntent(in); err != nil {
+			return err
+		}
+		if err := tree.Save(p.Snapshots()); err != nil {
+			return err
+		}
+		after(name, "record")
+	}
+	for _, f := range in.Dropped {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	res.Dropped = in.Dropped
+	if !in.Start {
+		return nil
+	}
+	f, err := s.appliedFile(name)
+	if err != nil {
+		return err
+	}
+	if _, err := s.startRestored(ctx, f, op, in.Memory); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	res.Started, res.Restored = true, in.Memory != ""
+	return nil
+}
+
+// reverted reports whether the tree already records the revert.
+func reverted(tree *snapshot.Tree, in *revertIntent) bool {
+	if tree.Current != in.Tag {
+		return false
+	}
+	for _, l := range in.Layers {
+		if tree.Active[l.Disk].Path != l.Overlay.Path {
+			return false
+		}
+	}
+	return true
+}
+
+// recoverRevert finishes a revert whose command died: the VM goes to the
+// snapshot, and runs if it was meant to.
+func (s *Supervisor) recoverRevert(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+	in, err := intentOf[revertIntent](op)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(s.paths(name).QMP); err == nil {
+		tree, err := snapshot.Load(s.paths(name).Snapshots())
+		switch {
+		case err != nil:
+			return "", err
+		case !slices.Contains(op.Done, "stopped"):
+			return "the VM had not been stopped: nothing was changed", nil
+		case !reverted(tree, &in):
+			return "", errors.New("the VM was started again by something else before the revert was done; revert again")
+		}
+		in.Start = false // started before the kill
+	}
+	var res RevertResult
+	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("reverted to %q", in.Tag), nil
+}

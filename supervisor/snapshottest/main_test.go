@@ -1,0 +1,80 @@
+package snapshottest
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+)
+
+// One systemd sandbox and one test guest for the package.
+var (
+	env      *testenv.Env
+	vmsupBin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, func(e *testenv.Env) (err error) {
+		env = e
+		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
+		return err
+	}))
+}
+
+var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
+
+// mark is a place in a console log: the file (the log is rotated when
+// QEMU starts again) and the size it had.
+type mark struct {
+	ino  uint64
+	size int
+}
+
+func markOf(path string) mark {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return mark{}
+	}
+	return mark{ino: fi.Sys().(*syscall.Stat_t).Ino, size: int(fi.Size())}
+}
+
+// since is what the log holds past m (all of a file that replaced it).
+func since(path string, m mark) string {
+	b, _ := os.ReadFile(path)
+	if markOf(path).ino != m.ino || m.size > len(b) {
+		return string(b)
+	}
+	return string(b[m.size:])
+}
+
+// counters are the counter values the guest printed in log past m.
+func counters(log string, m mark) []int {
+	var out []int
+	for _, c := range counterRE.FindAllStringSubmatch(since(log, m), -1) {
+		n, _ := strconv.Atoi(c[1])
+		out = append(out, n)
+	}
+	return out
+}
+
+// waitCounter waits until the log past m shows a counter value above n
+// and returns the values.
+func waitCounter(t *testing.T, log string, m mark, n int, d time.Duration) []int {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		c := counters(log, m)
+		if len(c) > 0 && c[len(c)-1] > n {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no counter above %d within %s (values past the mark: %v)", log, n, d, c)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

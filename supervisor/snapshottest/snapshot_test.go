@@ -1,0 +1,177 @@
+package snapshottest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
+)
+
+// TestSnapshots: on one guest writing patterns to a raw disk:
+//   - a disk-only snapshot, more writes, a revert (--force of the running
+//     VM): the guest reads the pattern of snapshot time;
+//   - a memory snapshot: after its revert the guest's counter goes on from
+//     its value at snapshot time, with no boot in between;
+//   - both snapshots removed live (block-commit): the data stays, and the
+//     disk's own file holds it again.
+func TestSnapshots(t *testing.T) {
+	ctx := supervisortest.Context(t, 6*time.Minute)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data.raw")
+	body := fmt.Sprintf(`name = "snapvm"
+memory = "192M"
+accel = "tcg"
+stop_timeout = "20s"
+
+[[disk]]
+name = "data"
+file = %q
+size = "16M"
+
+[boot]
+kernel = %q
+initrd = %q
+cmdline = "console=ttyS0 vmsup.counter"
+`, data, env.Guest.Kernel, env.Guest.Initrd)
+	path := filepath.Join(dir, "snapvm.toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := supervisortest.New(t, env, "", vmsupBin)
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), "snapvm") })
+	st, err := sup.Status(ctx, "snapvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := supervisortest.Shell(t, ctx, st)
+	write := func(sh *testenv.GuestShell, pattern string) {
+		t.Helper()
+		if _, _, err := sh.Run(ctx, "printf "+pattern+" > /dev/vda && sync"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(sh *testenv.GuestShell) string {
+		t.Helper()
+		out, _, err := sh.Run(ctx, "echo 3 > /proc/sys/vm/drop_caches; head -c 8 /dev/vda; echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	waitAgent(t, ctx, sup, "snapvm")
+	write(sh, "PATTERN1")
+	r, err := sup.Snapshot(ctx, "snapvm", "s1", supervisor.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("s1: %+v", r)
+	if !strings.HasPrefix(r.Quiesced, "fsfreeze") {
+		t.Errorf("s1 was not quiesced by the guest agent: %s", r.Quiesced)
+	}
+	write(sh, "PATTERN2")
+	if got := read(sh); !strings.Contains(got, "PATTERN2") {
+		t.Fatalf("after the second write the guest reads %q", got)
+	}
+	if _, err := sup.RevertSnapshot(ctx, "snapvm", "s1", false); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("revert of a running VM without force: %v", err)
+	}
+	rr, err := sup.RevertSnapshot(ctx, "snapvm", "s1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("revert s1: %+v", rr)
+	sh = supervisortest.Shell(t, ctx, st)
+	if got := read(sh); !strings.Contains(got, "PATTERN1") || strings.Contains(got, "PATTERN2") {
+		t.Fatalf("after the revert to s1 the guest reads %q, want PATTERN1", got)
+	}
+	sh.Close() // a console client that does not read stalls the guest's counter
+
+	// Memory: the counter goes on from where the snapshot caught it.
+	boot := markOf(st.ConsoleLog) // the revert started QEMU again: a new log
+	waitCounter(t, st.ConsoleLog, mark{ino: boot.ino}, 20, time.Minute) // well past a fresh boot's
+	before := counters(st.ConsoleLog, mark{ino: boot.ino})
+	m, err := sup.Snapshot(ctx, "snapvm", "m1", supervisor.SnapshotOptions{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := counters(st.ConsoleLog, mark{ino: boot.ino})
+	lo, hi := before[len(before)-1], after[len(after)-1]
+	t.Logf("m1: %+v (counter %d..%d)", m, lo, hi)
+	waitCounter(t, st.ConsoleLog, mark{ino: boot.ino}, hi+10, time.Minute)
+	off := markOf(st.ConsoleLog)
+	rm, err := sup.RevertSnapshot(ctx, "snapvm", "m1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rm.Restored {
+		t.Fatalf("revert to m1 did not restore the memory: %+v", rm)
+	}
+	c := waitCounter(t, st.ConsoleLog, off, 0, time.Minute)
+	if out := since(st.ConsoleLog, off); strings.Contains(out, "Linux version") {
+		t.Fatalf("the guest booted again after the memory revert:\n%s", supervisortest.Tail(out, 2000))
+	}
+	if c[0] < lo || c[0] > hi+3 {
+		t.Fatalf("after the memory revert the counter printed %d first; at the snapshot it was %d..%d", c[0], lo, hi)
+	}
+	t.Logf("revert m1 in %s: counter resumed at %d", rm.Duration, c[0])
+
+	// Live removal of both: block-commit down into data.raw.
+	for _, tag := range []string{"m1", "s1"} {
+		if err := sup.RemoveSnapshot(ctx, "snapvm", tag, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree, err := sup.SnapshotTree("snapvm")
+	if err != nil || !tree.Empty() {
+		t.Fatalf("tree after removing all: %+v %v", tree, err)
+	}
+	sh = supervisortest.Shell(t, ctx, st)
+	if got := read(sh); !strings.Contains(got, "PATTERN1") {
+		t.Fatalf("after removing the snapshots the guest reads %q", got)
+	}
+	if _, err := sup.Down(ctx, "snapvm"); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(data)
+	if err != nil || !strings.HasPrefix(string(raw), "PATTERN1") {
+		t.Fatalf("data.raw after the merges starts %q (%v)", raw[:8], err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*@*"))
+	images, _ := filepath.Glob(filepath.Join(sup.Root(), "images", "*@*"))
+	if len(left)+len(images) > 0 {
+		t.Fatalf("overlays left after removing every snapshot: %v %v", left, images)
+	}
+}
+
+// waitAgent waits until the guest agent answers (it starts a few seconds
+// after the shell under TCG).
+func waitAgent(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := sup.GuestPing(ctx, name)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest agent did not answer: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}

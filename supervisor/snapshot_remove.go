@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/units"
 )
 
 // Removing a snapshot merges, for each disk, the one image built on its
@@ -88,7 +89,7 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.
 			if m.From == nil || !exists(m.From.Path) {
 				continue
 			}
-			if err := s.merge(ctx, c, m, progress); err != nil {
+			if err := s.merge(ctx, name, c, m, progress); err != nil {
 				return fmt.Errorf("disk %q: %w", m.Disk, err)
 			}
 			s.traced(op)(name, "merged "+m.Disk)
@@ -119,7 +120,7 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.
 // running QEMU has From open, else with qemu-img (no QEMU has it open:
 // PlanRemove refuses a base of two branches). Images on From are re-based
 // on Into (QEMU re-bases the one it has open itself).
-func (s *Supervisor) merge(ctx context.Context, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64)) error {
+func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64)) error {
 	var live bool
 	if c != nil {
 		if _, err := findNode(ctx, c, m.From.Path); err == nil {
@@ -129,7 +130,7 @@ func (s *Supervisor) merge(ctx context.Context, c *qmp.Conn, m snapshot.Merge, p
 	var open string // the image QEMU re-bases itself
 	if live {
 		var err error
-		if open, err = s.commitLive(ctx, c, m, progress); err != nil {
+		if open, err = s.commitLive(ctx, name, c, m, progress); err != nil {
 			return err
 		}
 	} else if err := s.tools().Commit(ctx, m.From.Path); err != nil {
@@ -149,7 +150,12 @@ func (s *Supervisor) merge(ctx context.Context, c *qmp.Conn, m snapshot.Merge, p
 // commitLive runs block-commit of From into Into in the running QEMU and
 // returns the image above From that QEMU re-based ("" for an active
 // commit, which pivots the disk onto Into).
-func (s *Supervisor) commitLive(ctx context.Context, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
+func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
+	// QEMU opened Into read-only (a backing image) and was granted it so:
+	// the commit writes it.
+	if err := s.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {
+		return "", err
+	}
 	top, err := findNode(ctx, c, m.From.Path)
 	if err != nil {
 		return "", err
@@ -187,10 +193,14 @@ func (s *Supervisor) commitLive(ctx context.Context, c *qmp.Conn, m snapshot.Mer
 	if err != nil {
 		return "", err
 	}
-	// Nodes a snapshot added stay named until deleted (QEMU's own, opened
-	// from a header at boot, went with the commit): close the merged file.
-	_ = c.BlockdevDel(ctx, qemuargs.OverlayNodeName(m.From.Path))
-	_ = c.BlockdevDel(ctx, qemuargs.OverlayFileNodeName(m.From.Path))
+	// Nodes vmsup named (at boot or by a snapshot) stay until deleted, and
+	// keep a reference on Into (which then is no root node for the next
+	// commit): close the merged file. QEMU's own, opened from a header,
+	// went with the commit.
+	_ = c.BlockdevDel(ctx, top.NodeName)
+	if p := protocolNode(top.NodeName); p != "" {
+		_ = c.BlockdevDel(ctx, p)
+	}
 	return above, nil
 }
 
@@ -240,4 +250,16 @@ func nodeOnFile(nodes []qmp.BlockNode, file string) (qmp.BlockNode, bool) {
 		}
 	}
 	return qmp.BlockNode{}, false
+}
+
+// protocolNode is the name of the protocol node vmsup put under a format
+// node it named ("" for QEMU's own names).
+func protocolNode(format string) string {
+	switch {
+	case strings.HasPrefix(format, "fmt-"):
+		return "file-" + strings.TrimPrefix(format, "fmt-")
+	case strings.HasPrefix(format, "ovl-"):
+		return "ovf-" + strings.TrimPrefix(format, "ovl-")
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package snapshottest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -141,7 +142,13 @@ cmdline = "console=ttyS0 vmsup.counter"
 	if err != nil || !tree.Empty() {
 		t.Fatalf("tree after removing all: %+v %v", tree, err)
 	}
-	sh = supervisortest.Shell(t, ctx, st)
+	// The restored guest did not boot: its shell waits already (no marker
+	// in this QEMU's log).
+	sh, err = testenv.DialConsole(ctx, st.Console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
 	if got := read(sh); !strings.Contains(got, "PATTERN1") {
 		t.Fatalf("after removing the snapshots the guest reads %q", got)
 	}
@@ -165,9 +172,12 @@ func waitAgent(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, na
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err := sup.GuestPing(ctx, name)
-		if err == nil {
+		st, err := sup.GuestPing(ctx, name)
+		if err == nil && st.Error == "" {
 			return
+		}
+		if err == nil {
+			err = errors.New(st.Error)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the guest agent did not answer: %v", err)

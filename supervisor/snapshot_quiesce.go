@@ -59,6 +59,7 @@ func (t *snapTake) freeze(ctx context.Context) (thaw func() error) {
 		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (fsfreeze failed: %v)", err)
 	} else {
 		t.in.Snap.Quiesced = fmt.Sprintf("fsfreeze (%d filesystems)", n)
+		t.s.traced(t.op)(t.name, "frozen")
 	}
 	return func() error {
 		defer done()

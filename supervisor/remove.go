@@ -26,6 +26,9 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 		return nil, vmErr(name, err)
 	}
 	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil {
+		if clones := s.liveClones(tree); len(clones) > 0 {
+			return nil, vmErr(name, fmt.Errorf("VMs %s were cloned from its snapshots and stand on its images: remove them first", strings.Join(clones, ", ")))
+		}
 		for _, f := range tree.Files() {
 			if !strings.HasPrefix(f, s.paths(name).Records) {
 				left = append(left, f)

@@ -117,6 +117,7 @@ func (t *snapTake) withPause(ctx context.Context, running bool, actions []qmp.Tr
 	if err := t.c.Stop(ctx); err != nil {
 		return err
 	}
+	t.s.traced(t.op)(t.name, "paused")
 	if err := t.c.Transaction(ctx, actions, false); err != nil {
 		_ = t.c.Cont(ctx)
 		return fmt.Errorf("transaction: %w", err)

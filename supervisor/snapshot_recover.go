@@ -28,7 +28,7 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 		return "", err
 	}
 	if tree.Find(in.Tag) != nil {
-		return "it was recorded", s.settleGuest(ctx, name, in)
+		return "it was recorded", s.settleGuest(ctx, name, in, slices.Contains(op.Done, "frozen"))
 	}
 	// The state file is whole only once the switch step (which saves it)
 	// was journaled.
@@ -44,7 +44,7 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 		if err != nil {
 			return "", err
 		}
-		serr := s.settleGuestWith(ctx, name, c, in)
+		serr := s.settleGuestWith(ctx, name, c, in, slices.Contains(op.Done, "frozen"))
 		if switched {
 			return "the disks ran on the new overlays: recorded the snapshot", errors.Join(s.recordTaken(name, in), serr)
 		}
@@ -102,37 +102,38 @@ func onOverlays(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) (bool
 	return len(layers) > 0, nil
 }
 
-func (s *Supervisor) settleGuest(ctx context.Context, name string, in snapIntent) error {
+func (s *Supervisor) settleGuest(ctx context.Context, name string, in snapIntent, frozen bool) error {
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return nil // not running: nothing to thaw
 	}
 	defer release()
-	return s.settleGuestWith(ctx, name, c, in)
+	return s.settleGuestWith(ctx, name, c, in, frozen)
 }
 
-// settleGuestWith thaws the guest and resumes one the snapshot paused
-// (a memory save is cancelled first).
-func (s *Supervisor) settleGuestWith(ctx context.Context, name string, c *qmp.Conn, in snapIntent) error {
+// settleGuestWith resumes a guest the snapshot paused (a memory save is
+// cancelled first) and thaws its filesystems. A thaw that fails counts
+// only if the snapshot had frozen them.
+func (s *Supervisor) settleGuestWith(ctx context.Context, name string, c *qmp.Conn, in snapIntent, frozen bool) error {
 	if !in.Live {
 		return nil
 	}
-	terr := s.thawGuest(ctx, name, c)
-	if !in.Paused {
-		return terr
-	}
-	if mi, err := c.QueryMigrate(ctx); err == nil && (mi.Status == "active" || mi.Status == "setup") {
-		_ = c.MigrateCancel(ctx)
-		_ = waitMigration(ctx, c, nil)
-	}
-	qs, err := c.QueryStatus(ctx)
-	if err != nil {
-		return errors.Join(terr, err)
-	}
-	if !qs.Running {
-		if err := c.Cont(ctx); err != nil {
-			return errors.Join(terr, fmt.Errorf("resume: %w", err))
+	var rerr error
+	if in.Paused {
+		if mi, err := c.QueryMigrate(ctx); err == nil && (mi.Status == "active" || mi.Status == "setup") {
+			_ = c.MigrateCancel(ctx)
+			_ = waitMigration(ctx, c, nil)
+		}
+		if qs, err := c.QueryStatus(ctx); err != nil {
+			rerr = err
+		} else if !qs.Running {
+			if err := c.Cont(ctx); err != nil {
+				rerr = fmt.Errorf("resume: %w", err)
+			}
 		}
 	}
-	return terr
+	if err := s.thawGuest(ctx, name, c); err != nil && frozen {
+		return errors.Join(rerr, err)
+	}
+	return rerr
 }

@@ -40,6 +40,9 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 	if err != nil {
 		return fail(err)
 	}
+	if clones := s.liveClones(tree); len(clones) > 0 {
+		return fail(fmt.Errorf("VMs %s were cloned from its snapshots and stand on their images: remove them first", strings.Join(clones, ", ")))
+	}
 	snap, merges, err := tree.PlanRemove(tag)
 	if err != nil {
 		return fail(err)

@@ -61,7 +61,7 @@ func main() {
 	flag.IntVar(&c.memVMs, "mem-vms", 10, "VMs running while memory is measured")
 	flag.IntVar(&c.qmpCalls, "qmp-calls", 200, "QMP calls per client per round")
 	flag.StringVar(&c.compare, "compare", "", "an earlier run's .json: its medians are shown beside this run's")
-	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape); default all")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape,snapshot); default all")
 	flag.Parse()
 	for _, s := range strings.Split(scale, ",") {
 		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
@@ -228,6 +228,7 @@ func (f *fixture) runSections(ctx context.Context, began time.Time) error {
 		{"scale", f.scale},
 		{"qmp", f.qmpLatency},
 		{"scrape", f.scrape},
+		{"snapshot", f.snapshots},
 	}
 	name := time.Now().UTC().Format("2006-01-02T1504Z")
 	for _, s := range sections {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -29,16 +30,23 @@ func loadFiles(paths []string) ([]*spec.File, error) {
 
 func upCmd(g *globals) *cobra.Command {
 	var restart bool
+	var from string
 	c := &cobra.Command{
-		Use:   "up FILE...",
-		Short: "Bring the VMs in FILEs up (idempotent: running VMs with the same spec are left alone)",
-		Args:  cobra.MinimumNArgs(1),
+		Use:   "up FILE... | up --from-snapshot VM:TAG NEWNAME",
+		Short: "Bring the VMs in FILEs up (idempotent: running VMs with the same spec are left alone), or start a clone of a VM's memory snapshot",
+		Example: "  vmsup up web.toml db.toml\n" +
+			"  vmsup up --from-snapshot template:warm web2",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if from != "" {
+				return upClone(g, cmd, from, args)
+			}
 			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
 				return printUp(g, cmd, sup, fs, restart)
 			})
 		},
 	}
+	c.Flags().StringVar(&from, "from-snapshot", "", "start NEWNAME from VM:TAG, a memory snapshot of a booted VM (copy-on-write disks; the guest resumes instead of booting)")
 	c.Flags().BoolVar(&restart, "restart-changed", false, "restart running VMs whose file changed (graceful down, then up; the previous spec comes back if the new one fails)")
 	return c
 }
@@ -72,4 +80,22 @@ func printUp(g *globals, cmd *cobra.Command, sup *supervisor.Supervisor, fs []*s
 		g.out.action(actionJSON{Name: r.VM, File: file, Action: string(r.Action), State: stateJSON(r.State), Note: r.Note}, line)
 	}
 	return err
+}
+
+// upClone is up --from-snapshot VM:TAG NEWNAME.
+func upClone(g *globals, cmd *cobra.Command, from string, args []string) error {
+	src, tag, ok := strings.Cut(from, ":")
+	if !ok || src == "" || tag == "" || len(args) != 1 {
+		return usageError{errors.New("up --from-snapshot VM:TAG takes one argument, the new VM's name")}
+	}
+	return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+		r, err := sup.UpFromSnapshot(cmd.Context(), src, tag, name)
+		if err != nil {
+			return err
+		}
+		note := fmt.Sprintf("cloned from %s (resumed, not booted); disks: %s", r.From, strings.Join(r.Disks, ", "))
+		g.out.action(actionJSON{Name: name, Action: string(r.Action), State: stateJSON(r.State), Note: note},
+			fmt.Sprintf("%s: %s (accel %s); %s", name, r.Action, r.Accel, note))
+		return nil
+	})
 }

@@ -37,6 +37,9 @@ type Row struct {
 	Baseline string  `json:"baseline,omitempty"`
 	Ratio    float64 `json:"ratio,omitempty"`
 	Target   float64 `json:"target,omitempty"`
+	// Limit, when > 0, is the highest median (in Unit) that meets the goal,
+	// for a figure with an absolute target rather than a ratio.
+	Limit float64 `json:"limit,omitempty"`
 	Met      *bool   `json:"met,omitempty"`
 	Failures int     `json:"failures"`
 	Note     string  `json:"note,omitempty"`
@@ -109,6 +112,10 @@ func (r *Report) Note(format string, args ...any) {
 func (r *Report) Resolve() {
 	for i := range r.Rows {
 		row := &r.Rows[i]
+		if row.Limit > 0 && row.N > 0 {
+			met := row.Median <= row.Limit
+			row.Met = &met
+		}
 		if row.Baseline == "" {
 			continue
 		}
@@ -233,10 +240,13 @@ func ratio(r Row, isBase bool) string {
 }
 
 func target(r Row) string {
-	if r.Target == 0 {
+	if r.Target == 0 && r.Limit == 0 {
 		return ""
 	}
 	s := fmt.Sprintf("<= %.2fx", r.Target)
+	if r.Limit > 0 {
+		s = "<= " + num(r.Limit, r.Unit)
+	}
 	if r.Met != nil {
 		if *r.Met {
 			return s + " met"

@@ -49,6 +49,9 @@ type Snapshot struct {
 	// Quiesced says how the guest's filesystems were made consistent:
 	// "fsfreeze (N filesystems)", "paused (memory)", or why not.
 	Quiesced string `json:"quiesced,omitempty"`
+	// Clones are the VMs started from this (memory) snapshot: they stand
+	// on its images, which must stay as they are while they exist.
+	Clones []string `json:"clones,omitempty"`
 }
 
 // Tree is a VM's snapshots and the images its disks run on.

@@ -58,11 +58,18 @@ name = "data"
 file = %q
 size = "8M"
 
+# A filesystem for the guest agent to freeze (with none frozen, qemu-ga
+# does not stay frozen).
+[[disk]]
+name = "fs"
+file = %q
+size = "8M"
+
 [boot]
 kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
-`, filepath.Join(dir, "data.qcow2"), env.Guest.Kernel, env.Guest.Initrd)
+`, filepath.Join(dir, "data.qcow2"), filepath.Join(dir, "fs.raw"), env.Guest.Kernel, env.Guest.Initrd)
 	path := filepath.Join(dir, "crashvm.toml")
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
@@ -77,6 +84,17 @@ cmdline = "console=ttyS0"
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sup.Down(context.Background(), "crashvm") })
+	st, err := sup.Status(ctx, "crashvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := supervisortest.Shell(t, ctx, st)
+	out, _, err := sh.Run(ctx, "mke2fs -q /dev/vdb && mkdir -p /mnt/fs && mount -t ext2 /dev/vdb /mnt/fs && echo MOUNTED")
+	canFreeze := err == nil && strings.Contains(out, "MOUNTED")
+	if !canFreeze {
+		t.Logf("SKIP part: the test guest cannot mount an ext2 filesystem (%q): with nothing to freeze qemu-ga does not stay frozen, so the kill while frozen shows only a thawed guest after recovery", out)
+	}
+	sh.Close()
 	waitAgent(t, ctx, sup, "crashvm")
 	for _, c := range []struct {
 		tag, memory, step string
@@ -85,12 +103,25 @@ cmdline = "console=ttyS0"
 		{"k-nodes", "", "nodes", false},
 		{"k-frozen", "", "frozen", false},
 		{"k-switch", "", "switch", true},
+		{"k-paused", "memory", "paused", false},
 		{"k-memory", "memory", "switch", true},
 	} {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, "crashvm", c.tag, c.memory, c.step)
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("%s: the helper was not killed after %s: %v\n%s", c.tag, c.step, err, out)
+		}
+		// What the kill left, before anyone recovers it.
+		sock := filepath.Join(root, "vms", "crashvm", "qga.sock")
+		if c.step == "frozen" && canFreeze {
+			if fs := freezeStatus(t, ctx, sock); fs != "frozen" {
+				t.Fatalf("%s: killed while frozen, the guest is %s", c.tag, fs)
+			}
+		}
+		if c.step == "paused" {
+			if out, err := sup.QMP(ctx, "crashvm", []byte(`{"execute":"query-status"}`), false); err != nil || !strings.Contains(string(out), `"paused"`) {
+				t.Fatalf("%s: killed while paused, QEMU says %s (%v)", c.tag, out, err)
+			}
 		}
 		// The next command recovers (under the VM's lock).
 		if err := sup.Pause(ctx, "crashvm"); err != nil {
@@ -115,7 +146,7 @@ cmdline = "console=ttyS0"
 		if err != nil || st.State != supervisor.StateRunning {
 			t.Fatalf("%s: the guest is %s (%v)", c.tag, st.State, err)
 		}
-		if fs := freezeStatus(t, ctx, filepath.Join(root, "vms", "crashvm", "qga.sock")); fs != "thawed" {
+		if fs := freezeStatus(t, ctx, sock); fs != "thawed" {
 			t.Fatalf("%s: the guest's filesystems are %s after recovery", c.tag, fs)
 		}
 		t.Logf("%s: killed after %s: recorded=%v, guest running and thawed", c.tag, c.step, c.recorded)

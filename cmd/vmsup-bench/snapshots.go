@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/bench"
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// snapshots measures, on one test guest (TCG) with a qcow2 data disk and
+// its guest agent: the pause a disk-only snapshot makes the guest see
+// (fsfreeze to thaw, the transaction between), a memory snapshot's pause,
+// and `up --from-snapshot` of a clone to a console answer against a cold
+// boot of the same guest to the same answer.
+func (f *fixture) snapshots(ctx context.Context) error {
+	const secPause, secClone = "7. snapshots (test guest, TCG)", "8. clone from a memory snapshot (test guest, TCG)"
+	dir := filepath.Join(f.dir, "snap")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	body := fmt.Sprintf(`name = "snap"
+memory = "256M"
+accel = "tcg"
+stop_timeout = "20s"
+
+[[disk]]
+name = "data"
+file = %q
+size = "64M"
+
+[boot]
+kernel = %q
+initrd = %q
+cmdline = "console=ttyS0"
+`, filepath.Join(dir, "data.qcow2"), f.guest.kernel, f.guest.initrd)
+	path := filepath.Join(dir, "snap.toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		return err
+	}
+	vm, err := spec.Load(path)
+	if err != nil {
+		return err
+	}
+	sup, reps := f.sup, max(f.cfg.bootReps, 3)
+	defer func() {
+		dctx := context.WithoutCancel(ctx)
+		for i := range reps {
+			sup.Down(dctx, fmt.Sprintf("clone%d", i))
+			sup.Remove(dctx, fmt.Sprintf("clone%d", i))
+		}
+		sup.Down(dctx, "snap")
+		sup.Remove(dctx, "snap")
+	}()
+	var cold []float64
+	for i := range reps {
+		start := time.Now()
+		if _, err := sup.Up(ctx, vm); err != nil {
+			return err
+		}
+		if err := consoleAnswers(ctx, sup, "snap", true); err != nil {
+			return err
+		}
+		cold = append(cold, ms(time.Since(start)))
+		if i < reps-1 {
+			if _, err := sup.Down(ctx, "snap"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := waitAgentAnswers(ctx, sup, "snap"); err != nil {
+		return err
+	}
+	var pauses []float64
+	quiesced := ""
+	for i := range 2 * reps {
+		r, err := sup.Snapshot(ctx, "snap", fmt.Sprintf("s%d", i), supervisor.SnapshotOptions{})
+		if err != nil {
+			return err
+		}
+		pauses, quiesced = append(pauses, ms(r.Pause)), r.Quiesced
+	}
+	m, err := sup.Snapshot(ctx, "snap", "warm", supervisor.SnapshotOptions{Memory: true})
+	if err != nil {
+		return err
+	}
+	var warm []float64
+	for i := range reps {
+		name := fmt.Sprintf("clone%d", i)
+		start := time.Now()
+		if _, err := sup.UpFromSnapshot(ctx, "snap", "warm", name); err != nil {
+			return err
+		}
+		if err := consoleAnswers(ctx, sup, name, false); err != nil {
+			return err
+		}
+		warm = append(warm, ms(time.Since(start)))
+		sup.Down(ctx, name)
+		sup.Remove(ctx, name)
+	}
+	r := f.report
+	r.Add(bench.Row{Section: secPause, Figure: "disk-only snapshot: guest-visible pause", Variant: vAPI, Accel: "tcg", Unit: "ms",
+		Summary: bench.Summarize(pauses), Limit: 50, Note: "one qcow2 disk; " + quiesced + "; fsfreeze to thaw"})
+	r.Add(bench.Row{Section: secPause, Figure: "memory snapshot: guest paused", Variant: vAPI, Accel: "tcg", Unit: "ms",
+		Summary: bench.Summarize([]float64{ms(m.Pause)}), Note: "256 MiB guest; RAM saved to a file while paused"})
+	r.Add(bench.Row{Section: secClone, Figure: "up to the console's answer", Variant: "cold boot", Accel: "tcg", Unit: "ms",
+		Summary: bench.Summarize(cold), Note: "vmsup up, boot, shell answers"})
+	r.Add(bench.Row{Section: secClone, Figure: "up to the console's answer", Variant: "up --from-snapshot", Accel: "tcg", Unit: "ms",
+		Summary: bench.Summarize(warm), Baseline: "cold boot", Target: 0.25, Note: "overlays made, state read from the file, guest resumed"})
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// consoleAnswers waits until the VM's console shell answers a command; a
+// booting guest's shell first prints its marker (a restored one waits at
+// its prompt already).
+func consoleAnswers(ctx context.Context, sup *supervisor.Supervisor, name string, boots bool) error {
+	st, err := sup.Status(ctx, name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	for boots {
+		if b, _ := os.ReadFile(st.ConsoleLog); strings.Contains(string(b), testenv.ShellMarker) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: no shell marker: %w", name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	sh, err := testenv.DialConsole(ctx, st.Console)
+	if err != nil {
+		return err
+	}
+	defer sh.Close()
+	out, _, err := sh.Run(ctx, "echo READY-$((6*7))")
+	if err == nil && !strings.Contains(out, "READY-42") {
+		err = fmt.Errorf("%s: console answered %q", name, out)
+	}
+	return err
+}
+
+func waitAgentAnswers(ctx context.Context, sup *supervisor.Supervisor, name string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := sup.GuestPing(ctx, name)
+		if err == nil && st.Error == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = errors.New(st.Error)
+			}
+			return fmt.Errorf("%s: guest agent: %w", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,178 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// A clone starts a new VM from a booted template's memory snapshot: its
+// disks are new qcow2 overlays on the snapshot's frozen images (copy on
+// write), and QEMU reads the template's saved state instead of booting.
+// The clone gets its own name, UUID, vmgenid (QEMU writes the new id into
+// the guest and notifies it, so the guest's RNG reseeds) and NIC MACs; what
+// the guest itself holds stays the template's (hostname, machine-id, keys,
+// addresses, the MAC its NIC driver read): see the README.
+
+// CloneResult reports a clone.
+type CloneResult struct {
+	UpResult
+	From  string   // "VM:TAG"
+	Disks []string // the clone's overlays
+}
+
+// UpFromSnapshot starts VM newName from memory snapshot tag of VM src.
+func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName string) (CloneResult, error) {
+	res := CloneResult{UpResult: UpResult{VM: newName}, From: src + ":" + tag}
+	fail := func(err error) (CloneResult, error) {
+		return res, vmErr(newName, fmt.Errorf("clone from %s:%s: %w", src, tag, err))
+	}
+	if err := spec.ValidName(newName); err != nil {
+		return fail(err)
+	}
+	if _, err := os.Stat(s.paths(newName).Records); err == nil {
+		return fail(errors.New("a VM of that name exists (vmsup rm it first, or pick another name)"))
+	}
+	// The template's lock: its tree must not change under the clone.
+	lk, err := s.lock(ctx, src, "clone")
+	if err != nil {
+		return res, err
+	}
+	defer lk.Unlock()
+	snap, vm, err := s.cloneSource(src, tag)
+	if err != nil {
+		return fail(err)
+	}
+	cvm, overlays, err := s.cloneVM(ctx, vm, snap, newName)
+	if err != nil {
+		return fail(err)
+	}
+	res.Disks = overlays
+	undoFiles := func() {
+		for _, o := range overlays {
+			os.Remove(o)
+		}
+	}
+	f, err := spec.New(newName, cvm)
+	if err != nil {
+		undoFiles()
+		return fail(err)
+	}
+	if err := s.noteClone(src, tag, newName); err != nil {
+		undoFiles()
+		return fail(err)
+	}
+	r := s.newStart(f, StartFresh, incomingArgs{})
+	r.restore = snap.Memory
+	if _, err := runSteps(ctx, newName, r.steps(), s.opts.AfterStep); err != nil {
+		undoFiles()
+		return fail(stepCause(err))
+	}
+	res.UpResult = r.res
+	res.Action, res.State = Started, StateRunning
+	s.lifecycle(newName, EventStarted, map[string]any{"generation": r.app.Generation, "cloned_from": res.From})
+	return res, nil
+}
+
+// cloneSource reads the template's memory snapshot and the VM it was
+// taken of (its recorded spec with the disks attached in that run).
+func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM, error) {
+	tree, err := snapshot.Load(s.paths(src).Snapshots())
+	if err != nil {
+		return nil, nil, err
+	}
+	snap := tree.Find(tag)
+	switch {
+	case snap == nil:
+		return nil, nil, fmt.Errorf("VM %q has no snapshot %q", src, tag)
+	case snap.Memory == "":
+		return nil, nil, fmt.Errorf("snapshot %q has no memory (take it with --memory)", tag)
+	}
+	app, err := s.state.ReadApplied(src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("VM %q: %w", src, err)
+	}
+	if snap.Devices != devicesOf(app) {
+		return nil, nil, fmt.Errorf("VM %q was started with another spec since snapshot %q: its recorded devices are not the ones the memory state has", src, tag)
+	}
+	var vm spec.VM
+	if err := json.Unmarshal(app.Spec, &vm); err != nil {
+		return nil, nil, err
+	}
+	for _, a := range app.Attached { // carried at boot, after the file's
+		vm.Disks = append(vm.Disks, a.Disk)
+	}
+	return snap, &vm, nil
+}
+
+// cloneVM is the template's VM as the clone: another name, no UUID (a
+// new one is made), new MACs, and its writable disks on new overlays on
+// the snapshot's images.
+func (s *Supervisor) cloneVM(ctx context.Context, vm *spec.VM, snap *snapshot.Snapshot, name string) (spec.VM, []string, error) {
+	c := *vm
+	c.Name, c.UUID = name, ""
+	c.NICs = append([]spec.NIC(nil), vm.NICs...)
+	for i := range c.NICs {
+		c.NICs[i].MAC = "" // derived from the new name
+		c.NICs[i].Forwards = nil
+	}
+	c.Disks = append([]spec.Disk(nil), vm.Disks...)
+	var made []string
+	for i, d := range c.Disks {
+		im, ok := snap.Disks[d.Name]
+		if !ok {
+			continue // a CD-ROM: the same medium
+		}
+		dir := filepath.Dir(d.File)
+		if in, err := s.confiner().InImageDirs(d.File); err != nil || !in {
+			dir = s.opts.ImageDirs[0]
+		}
+		path := filepath.Join(dir, name+"-"+d.Name+".qcow2")
+		info, err := s.tools().Info(ctx, im.Path, im.Format)
+		if err == nil {
+			err = s.tools().CreateOverlay(ctx, path, im.Path, im.Format, info.VirtualSize)
+		}
+		if err != nil {
+			for _, m := range made {
+				os.Remove(m)
+			}
+			return c, nil, fmt.Errorf("disk %q: %w", d.Name, err)
+		}
+		made = append(made, path)
+		d.File, d.Format, d.Backing, d.Size = path, spec.FormatQcow2, "", 0
+		c.Disks[i] = d
+	}
+	return c, made, nil
+}
+
+// noteClone records in the template's tree that newName stands on the
+// snapshot's images, so they are not merged away under it.
+func (s *Supervisor) noteClone(src, tag, newName string) error {
+	p := s.paths(src)
+	tree, err := snapshot.Load(p.Snapshots())
+	if err != nil {
+		return err
+	}
+	snap := tree.Find(tag)
+	snap.Clones = append(snap.Clones, newName)
+	return tree.Save(p.Snapshots())
+}
+
+// liveClones lists the clones that still exist of the tree's snapshots.
+func (s *Supervisor) liveClones(tree *snapshot.Tree) []string {
+	var out []string
+	for _, sn := range tree.Snapshots {
+		for _, c := range sn.Clones {
+			if _, err := os.Stat(s.paths(c).Records); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}

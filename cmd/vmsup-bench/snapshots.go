@@ -117,8 +117,6 @@ cmdline = "console=ttyS0"
 	return nil
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // consoleAnswers waits until the VM's console shell answers a command; a
 // booting guest's shell first prints its marker (a restored one waits at
 // its prompt already).

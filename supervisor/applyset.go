@@ -10,6 +10,7 @@ import (
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/plan"
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -169,6 +170,10 @@ func (s *Supervisor) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, 
 		}
 		rd.IOLimits = wd.IOLimits
 	case plan.DiskGrow:
+		if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil && tree.HasDisk(c.Name) {
+			// Its file is a snapshot's frozen image now, under an overlay.
+			return fmt.Errorf("disk %q is in snapshots (%s): grow it after removing them", c.Name, s.paths(name).Snapshots())
+		}
 		if err := qc.BlockResize(ctx, qemuargs.DiskNodeName(c.Name), int64(wd.Size)); err != nil {
 			return fmt.Errorf("block_resize: %w", err)
 		}

@@ -5,7 +5,7 @@ import "github.com/spf13/cobra"
 // examples are the commands' help examples, kept together so they read as
 // one tour of the CLI.
 var examples = map[string]string{
-	"up":               "  vmsup up web.toml db.toml\n  vmsup up --restart-changed web.toml   # apply an edited file by a restart",
+	"up":               "  vmsup up web.toml db.toml\n  vmsup up --restart-changed web.toml   # apply an edited file by a restart\n  vmsup up --from-snapshot tmpl:warm web2   # a clone resumed from a memory snapshot",
 	"ls":               "  vmsup ls\n  vmsup ls --json",
 	"events":           "  vmsup events web                # what happened, also while no vmsup ran\n  vmsup events -f --since 1h      # every VM, then new events as they come\n  vmsup events --json web",
 	"stats":            "  vmsup stats web\n  vmsup stats --json",
@@ -31,6 +31,7 @@ var examples = map[string]string{
 	"disk":             "  vmsup disk attach web --file /srv/data.qcow2\n  vmsup disk ls web\n  vmsup disk detach web data",
 	"nic":              "  vmsup nic attach web lan1 --type bridge --bridge br0\n  vmsup nic ls web\n  vmsup nic detach web lan1",
 	"hostdev":          "  vmsup hostdev attach web 0000:01:00.0\n  vmsup hostdev detach web 0000:01:00.0",
+	"snapshot":         "  vmsup snapshot create web before-upgrade\n  vmsup snapshot create web warm --memory\n  vmsup snapshot ls web\n  vmsup snapshot revert --force web before-upgrade\n  vmsup snapshot rm web before-upgrade",
 	"version":          "  vmsup version\n  vmsup --version",
 	"completion":       "  source <(vmsup completion bash)",
 }

@@ -26,9 +26,7 @@ func snapshotCreateCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "create NAME TAG",
 		Short: "Snapshot every writable disk of a VM at one moment (the guest's filesystems frozen by its agent if it has one); --memory keeps its RAM too",
-		Example: "  vmsup snapshot create web before-upgrade\n" +
-			"  vmsup snapshot create web warm --memory",
-		Args: cobra.ExactArgs(2),
+		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
 				r, err := sup.Snapshot(cmd.Context(), name, args[1], o)

@@ -34,9 +34,7 @@ func upCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "up FILE... | up --from-snapshot VM:TAG NEWNAME",
 		Short: "Bring the VMs in FILEs up (idempotent: running VMs with the same spec are left alone), or start a clone of a VM's memory snapshot",
-		Example: "  vmsup up web.toml db.toml\n" +
-			"  vmsup up --from-snapshot template:warm web2",
-		Args: cobra.MinimumNArgs(1),
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if from != "" {
 				return upClone(g, cmd, from, args)

@@ -39,7 +39,7 @@ type Row struct {
 	Target   float64 `json:"target,omitempty"`
 	// Limit, when > 0, is the highest median (in Unit) that meets the goal,
 	// for a figure with an absolute target rather than a ratio.
-	Limit float64 `json:"limit,omitempty"`
+	Limit    float64 `json:"limit,omitempty"`
 	Met      *bool   `json:"met,omitempty"`
 	Failures int     `json:"failures"`
 	Note     string  `json:"note,omitempty"`

@@ -104,7 +104,7 @@ cmdline = "console=ttyS0 vmsup.counter"
 	sh.Close() // a console client that does not read stalls the guest's counter
 
 	// Memory: the counter goes on from where the snapshot caught it.
-	boot := markOf(st.ConsoleLog) // the revert started QEMU again: a new log
+	boot := markOf(st.ConsoleLog)                                       // the revert started QEMU again: a new log
 	waitCounter(t, st.ConsoleLog, mark{ino: boot.ino}, 20, time.Minute) // well past a fresh boot's
 	before := counters(st.ConsoleLog, mark{ino: boot.ino})
 	m, err := sup.Snapshot(ctx, "snapvm", "m1", supervisor.SnapshotOptions{Memory: true})

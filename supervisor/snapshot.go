@@ -214,6 +214,7 @@ type snapTake struct {
 	c        *qmp.Conn // nil: the VM is off
 	switched bool      // the disks run on the overlays
 	pause    time.Duration
+	frozeAt  time.Time // when the guest was asked to freeze
 }
 
 func (t *snapTake) steps() []step {
@@ -325,12 +326,15 @@ func (t *snapTake) switchDisks(ctx context.Context) error {
 	if t.opts.Memory {
 		return t.withPause(ctx, qs.Running, actions)
 	}
-	// The guest-visible part: from the freeze to the thaw.
-	start := time.Now()
+	// The guest-visible part: from the freeze to the thaw (the
+	// transaction alone without an agent).
 	thaw := t.freeze(ctx)
+	if t.frozeAt.IsZero() {
+		t.frozeAt = time.Now()
+	}
 	err = t.c.Transaction(ctx, actions, false)
 	terr := thaw()
-	t.pause = time.Since(start)
+	t.pause = time.Since(t.frozeAt)
 	if err != nil {
 		return errors.Join(fmt.Errorf("transaction: %w", err), terr)
 	}

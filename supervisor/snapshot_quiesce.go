@@ -53,6 +53,7 @@ func (t *snapTake) freeze(ctx context.Context) (thaw func() error) {
 		return noop
 	}
 	fctx, fcancel := context.WithTimeout(ctx, freezeTimeout)
+	t.frozeAt = time.Now() // the guest sees the snapshot from here to the thaw
 	n, err := a.FSFreeze(fctx)
 	fcancel()
 	if err != nil {

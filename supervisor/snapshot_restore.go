@@ -29,19 +29,23 @@ func (r *startRun) restoreState(ctx context.Context) error {
 		case <-time.After(confirmPoll):
 		}
 	}
+	// QEMU's own words say why a state did not load (it exits).
+	words := func(err error) error {
+		return fmt.Errorf("%w: %s", err, r.s.lastWords(context.WithoutCancel(ctx), r.unit))
+	}
 	c, release, err := r.s.qmpSession(wctx, r.name)
 	if err != nil {
-		return err
+		return words(err)
 	}
 	defer release()
 	if err := c.GetFD(ctx, stateFD, f); err != nil {
-		return err
+		return words(err)
 	}
 	if err := c.MigrateIncoming(ctx, "fd:"+stateFD); err != nil {
-		return fmt.Errorf("read the memory state: %w", err)
+		return words(fmt.Errorf("read the memory state: %w", err))
 	}
 	if err := waitMigration(ctx, c, nil); err != nil {
-		return fmt.Errorf("read the memory state: %w", err)
+		return words(fmt.Errorf("read the memory state: %w", err))
 	}
 	if err := c.Cont(ctx); err != nil {
 		return fmt.Errorf("resume: %w", err)

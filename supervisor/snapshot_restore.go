@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/vmsup/vmsup/qmp"
 )
 
 // restoreState is the last step of a start from a memory snapshot: QEMU
@@ -17,23 +19,11 @@ func (r *startRun) restoreState(ctx context.Context) error {
 		return err
 	}
 	defer f.Close()
-	wctx, cancel := context.WithTimeout(ctx, confirmTimeout)
-	defer cancel()
-	for {
-		if _, err := os.Stat(r.p.QMP); err == nil {
-			break
-		}
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("QEMU did not open its monitor within %s: %s", confirmTimeout, r.s.lastWords(context.Background(), r.unit))
-		case <-time.After(confirmPoll):
-		}
-	}
 	// QEMU's own words say why a state did not load (it exits).
 	words := func(err error) error {
 		return fmt.Errorf("%w: %s", err, r.s.lastWords(context.WithoutCancel(ctx), r.unit))
 	}
-	c, release, err := r.s.qmpSession(wctx, r.name)
+	c, release, err := r.monitor(ctx)
 	if err != nil {
 		return words(err)
 	}
@@ -58,4 +48,27 @@ func (r *startRun) restoreState(ctx context.Context) error {
 		return fmt.Errorf("QEMU is %q after the restore, not running", qs.Status)
 	}
 	return nil
+}
+
+// monitor waits for the new QEMU's monitor to answer (it may take a
+// moment after the unit started), as long as its unit runs.
+func (r *startRun) monitor(ctx context.Context) (*qmp.Conn, func(), error) {
+	wctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	for {
+		if _, err := os.Stat(r.p.QMP); err == nil {
+			c, release, err := r.s.qmpSession(wctx, r.name)
+			if err == nil {
+				return c, release, nil
+			}
+		}
+		if st, err := r.sd.Status(wctx, r.unit); err == nil && st.Gone() {
+			return nil, nil, fmt.Errorf("QEMU exited (%s)", orDefault(st.ExitReason(), st.ActiveState))
+		}
+		select {
+		case <-wctx.Done():
+			return nil, nil, fmt.Errorf("QEMU did not answer on QMP within %s", confirmTimeout)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -124,7 +125,14 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 		return fail(err)
 	}
 	defer release()
-	m := &diskMove{s: s, name: name, c: c, app: app, opts: o, start: time.Now()}
+	// A cancel from another command comes as a file (this one holds the
+	// monitor): seen at the next progress poll.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	m := &diskMove{s: s, name: name, c: c, app: app, opts: o, start: time.Now(), stop: stop,
+		cancelReq: moveCancelFile(s.paths(name), disk)}
+	os.Remove(m.cancelReq)
+	defer os.Remove(m.cancelReq)
 	if m.in, err = s.newMoveIntent(ctx, name, c, src, target, fileSrc); err != nil {
 		return fail(err)
 	}
@@ -137,6 +145,9 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 		if !m.pivoted {
 			op.End() // undone by the steps' undos
 		} // else: the device runs on the target: recovery records it
+		if m.cancelled {
+			return fail(fmt.Errorf("cancelled (vmsup disk move --cancel): it stays on %s", res.From))
+		}
 		return fail(stepCause(err))
 	}
 	op.End()
@@ -316,19 +327,30 @@ func (s *Supervisor) movedParts(ctx context.Context, c *qmp.Conn, name string, d
 	return parts, nil
 }
 
-// CancelDiskMove cancels the move of disk in progress on VM name (from
-// another command: the move holds the VM's lock). The move's own command
-// sees its job end and takes the target out again.
+// CancelDiskMove asks the move of disk in progress on VM name to cancel.
+// The move's command holds the VM's lock and its monitor, so the request
+// is a file it looks for at each progress poll; it then cancels its job
+// (the device stays on the source) and takes the target out again.
 func (s *Supervisor) CancelDiskMove(ctx context.Context, name, disk string) error {
-	c, release, err := s.qmpSession(ctx, name)
+	fail := func(err error) error { return vmErr(name, fmt.Errorf("cancel the move of disk %q: %w", disk, err)) }
+	op, err := s.state.PendingOp(name)
 	if err != nil {
-		return err
+		return fail(err)
 	}
-	defer release()
-	if err := cancelMoveJob(ctx, c, "vmsup-move-"+disk, false); err != nil {
-		return vmErr(name, fmt.Errorf("cancel the move of disk %q: %w", disk, err))
+	if op == nil || op.Kind != opDiskMove {
+		return fail(errNoMove)
+	}
+	if in, err := intentOf[moveIntent](op); err != nil || in.Disk != disk {
+		return fail(errNoMove)
+	}
+	if err := os.WriteFile(moveCancelFile(s.paths(name), disk), nil, 0o600); err != nil {
+		return fail(err)
 	}
 	return nil
+}
+
+func moveCancelFile(p vmstate.Paths, disk string) string {
+	return filepath.Join(p.Dir, "move-cancel-"+disk)
 }
 
 // errNoMove says no move job runs.

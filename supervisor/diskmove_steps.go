@@ -34,6 +34,12 @@ type diskMove struct {
 	pivoted bool
 	bytes   int64
 	note    string
+	// cancelReq is the file CancelDiskMove writes; stop cancels the
+	// move's context (before the pivot only), cancelled says it did.
+	cancelReq string
+	stop      func()
+	pivoting  bool
+	cancelled bool
 }
 
 func (m *diskMove) steps() []step {
@@ -178,6 +184,10 @@ func (m *diskMove) cancel(ctx context.Context) {
 }
 
 func (m *diskMove) report(j qmp.Job) {
+	if !m.pivoting && !m.cancelled && exists(m.cancelReq) {
+		m.cancelled = true
+		m.stop()
+	}
 	m.bytes = j.CurrentProgress
 	if m.opts.Progress != nil {
 		m.opts.Progress(MoveProgress{Disk: m.in.Disk, Status: j.Status, Done: j.CurrentProgress, Total: j.TotalProgress,
@@ -197,6 +207,7 @@ func (m *diskMove) waitReady(ctx context.Context) error {
 func (m *diskMove) pivot(ctx context.Context) error {
 	// Journaled before: from job-complete on, the target may hold writes
 	// the source lacks (recovery of a VM whose QEMU died too keeps it).
+	m.pivoting = true
 	if err := m.op.Step("job-complete"); err != nil {
 		return err
 	}

@@ -19,6 +19,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-crash-helper" {
+		os.Exit(moveHelper(os.Args[2:]))
+	}
 	os.Exit(testenv.Main(m, func(e *testenv.Env) (err error) {
 		env = e
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)

@@ -133,7 +133,30 @@ func TestDiskMove(t *testing.T) {
 		t.Fatalf("the new boot does not run on %s (or made %s again)", target, data)
 	}
 
+	movePivotKilled(t, ctx, sup, target, images, run)
 	moveAttached(t, ctx, sup, images)
+}
+
+// movePivotKilled: a move killed right after its pivot is finished by the
+// next command: recorded, the old image closed.
+func movePivotKilled(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, from, images string, run func(string) string) {
+	target := filepath.Join(images, "data3.raw")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", sup.Root(), env.Systemd.BusAddress, vmsupBin, "mvvm", "data", target, "pivot")
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("the helper was not killed:\n%s", out)
+	}
+	st, err := sup.Status(ctx, "mvvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recovery after the pivot: %s", st.Recovery)
+	if len(st.MovedDisks) != 1 || !strings.HasSuffix(st.MovedDisks[0], target) || !unlocked(from) || !openBy(st, target) {
+		t.Fatalf("after recovery: moved %v, %s unlocked %v, %s open %v", st.MovedDisks, from, unlocked(from), target, openBy(st, target))
+	}
+	assertNoJobs(t, ctx, sup)
+	if out := run(checker(0)); !strings.Contains(out, "BAD=0") {
+		t.Fatalf("after the recovered pivot the guest reads %s", out)
+	}
 }
 
 // moveCancels cancels two moves of data: by their context once the copy

@@ -46,7 +46,7 @@ func (s *Supervisor) devices(ctx context.Context, name string) ([]DiskInfo, []NI
 		return nil, nil
 	}
 	disks := []DiskInfo{}
-	for _, d := range vm.Disks {
+	for _, d := range withMoved(vm.Disks, app.Moved) {
 		disks = append(disks, DiskInfo{Name: d.Name, Type: d.Type, Source: diskSource(d), Format: d.Format, ReadOnly: d.ReadOnly || d.IsCDROM()})
 	}
 	for _, a := range app.Attached {

@@ -46,6 +46,7 @@ func hasDisk(app *vmstate.Applied, disk string) bool {
 // dropDisk removes the disk from the record, either way.
 func dropDisk(app *vmstate.Applied, disk string) error {
 	app.Attached = slices.DeleteFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
+	delete(app.Moved, disk) // a disk of the file, moved: gone with it
 	if vm, err := app.VM(); err != nil || findDisk(vm, disk) == nil {
 		return err
 	}

@@ -251,7 +251,7 @@ func (s *Supervisor) detachDisk(ctx context.Context, name, disk string, fromFile
 		if i < 0 {
 			return fail(errors.New("the VM does not run with it"))
 		}
-		if err := s.unplugDisk(ctx, name, app, AttachedDisk{Disk: vm.Disks[i]}); err != nil {
+		if err := s.unplugDisk(ctx, name, app, AttachedDisk{Disk: withMoved(vm.Disks, app.Moved)[i]}); err != nil {
 			return fail(err)
 		}
 		return nil
@@ -312,6 +312,10 @@ func (s *Supervisor) unplugDisk(ctx context.Context, name string, app *vmstate.A
 	}
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
+		return err
+	}
+	if parts, err = s.movedParts(ctx, c, name, a.Disk, parts); err != nil {
+		release()
 		return err
 	}
 	err = devices.UnplugDisk(ctx, c, parts, s.opts.UnplugTimeout)

@@ -22,6 +22,9 @@ type startPlan struct {
 	// carried are disks hot-plugged during an earlier run that this start
 	// boots with (storage.go).
 	carried []spec.Disk
+	// moved are the disks of the file `vmsup disk move` put elsewhere
+	// (diskmove.go), recorded again with the new run.
+	moved map[string]vmstate.MovedDisk
 	// active are the overlays snapshots put disks on (snapshot.go).
 	active map[string]snapshot.Image
 	// accel is the accelerator the start resolved (validate).

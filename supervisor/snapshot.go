@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
@@ -176,7 +175,7 @@ func devicesOf(app *vmstate.Applied) string {
 // image file; CD-ROMs are media, not state) and refuses the kinds it
 // cannot hold yet.
 func (s *Supervisor) snapshotDisks(app *vmstate.Applied, vm *spec.VM) ([]snapshot.Disk, []spec.Disk, error) {
-	all := slices.Clone(vm.Disks)
+	all := withMoved(vm.Disks, app.Moved)
 	for _, a := range app.Attached {
 		all = append(all, a.Disk)
 	}

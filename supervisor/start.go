@@ -355,6 +355,9 @@ func (r *startRun) stateDir(ctx context.Context) error {
 			return err
 		}
 		r.plan.active = tree.Active
+		if app, err := r.s.state.ReadApplied(r.name); err == nil {
+			r.plan.moved = movedFor(f, app.Moved)
+		}
 	}
 	if r.mode != StartIncomingLocal {
 		if r.mode == StartFresh {
@@ -516,6 +519,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	r.app.Argv = r.argv
 	r.app.VsockCID, r.app.Hugetlbfs = r.plan.vsockCID, r.plan.hugetlbfs
 	recordBootDisks(r.app, &boot.VM, r.plan.carried)
+	r.app.Moved = r.plan.moved
 	return nil
 }
 

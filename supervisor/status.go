@@ -3,7 +3,10 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -74,6 +77,10 @@ type Status struct {
 	// AttachedDisks are the disks added with `vmsup disk attach` (beyond the
 	// VM's file); the next up boots with them.
 	AttachedDisks []string `json:"attached_disks,omitempty"`
+	// MovedDisks are the disks of the VM's file that `vmsup disk move` put
+	// elsewhere ("data: /old.raw -> /new.qcow2"): the VM boots from the new
+	// place while its file still names the old one.
+	MovedDisks []string `json:"moved_disks,omitempty"`
 	// Autostart: enabled to start at boot (vmsup enable).
 	Autostart bool `json:"autostart,omitempty"`
 	// Recovery: what this status did about an operation a killed command
@@ -278,6 +285,10 @@ func (s *Supervisor) recorded(out *Status, p vmstate.Paths, app *vmstate.Applied
 		out.VsockCID = app.VsockCID
 		for _, a := range app.Attached {
 			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
+		}
+		for _, name := range slices.Sorted(maps.Keys(app.Moved)) {
+			mv := app.Moved[name]
+			out.MovedDisks = append(out.MovedDisks, fmt.Sprintf("%s: %s -> %s", name, mv.From, diskSource(mv.Disk)))
 		}
 	}
 	if f, err := spec.Load(p.Spec); err == nil {

@@ -1,11 +1,13 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -33,10 +35,12 @@ func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
 	_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
 	running := qmpErr == nil
 	uuid := f.VM.UUID // the UUID the VM logs in to iSCSI targets with, when known
-	if app, err := s.state.ReadApplied(f.VM.Name); err == nil && uuid == "" {
-		uuid = app.UUID
+	disks := f.VM.Disks
+	if app, err := s.state.ReadApplied(f.VM.Name); err == nil {
+		uuid = cmp.Or(uuid, app.UUID)
+		disks = withMoved(disks, app.Moved) // checked where the VM will open them
 	}
-	for i, d := range f.VM.Disks {
+	for i, d := range disks {
 		d.InitiatorName = d.InitiatorFor(uuid)
 		err := t.Check(ctx, d)
 		if errors.Is(err, storage.ErrInUse) && running {
@@ -83,15 +87,16 @@ func (s *Supervisor) carriedDisks(f *spec.File) ([]spec.Disk, error) {
 	return out, nil
 }
 
-// bootFile returns f as QEMU boots it: the carried disks appended, and
-// each disk a snapshot moved onto an overlay opened there (f itself when
-// neither applies).
+// bootFile returns f as QEMU boots it: the disks `vmsup disk move` put
+// elsewhere opened there, the carried disks appended, and each disk a
+// snapshot moved onto an overlay opened there (f itself when none
+// applies).
 func bootFile(f *spec.File, plan *startPlan) *spec.File {
-	if len(plan.carried) == 0 && len(plan.active) == 0 {
+	if len(plan.carried) == 0 && len(plan.active) == 0 && len(plan.moved) == 0 {
 		return f
 	}
 	g := *f
-	g.VM.Disks = append(append([]spec.Disk(nil), f.VM.Disks...), plan.carried...)
+	g.VM.Disks = append(withMoved(f.VM.Disks, plan.moved), plan.carried...)
 	for i, d := range g.VM.Disks {
 		if im, ok := plan.active[d.Name]; ok {
 			d.File, d.Format, d.Backing, d.Size = im.Path, im.Format, "", 0
@@ -99,6 +104,33 @@ func bootFile(f *spec.File, plan *startPlan) *spec.File {
 		}
 	}
 	return &g
+}
+
+// movedFor keeps the disk moves recorded for f's VM that still apply: a
+// file that names another source for the disk than the one it was moved
+// from (the user edited it, to the new place or elsewhere) wins.
+func movedFor(f *spec.File, moved map[string]vmstate.MovedDisk) map[string]vmstate.MovedDisk {
+	out := map[string]vmstate.MovedDisk{}
+	for _, d := range f.VM.Disks {
+		if mv, ok := moved[d.Name]; ok && mv.From == diskSource(d) {
+			out[d.Name] = mv
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// withMoved is disks with each moved one replaced by where it is now.
+func withMoved(disks []spec.Disk, moved map[string]vmstate.MovedDisk) []spec.Disk {
+	out := slices.Clone(disks)
+	for i, d := range out {
+		if mv, ok := moved[d.Name]; ok && mv.From == diskSource(d) {
+			out[i] = mv.Disk
+		}
+	}
+	return out
 }
 
 // storageSteps prepares the VM's disks: images created on demand, seeds

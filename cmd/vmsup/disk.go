@@ -13,13 +13,13 @@ import (
 	"github.com/vmsup/vmsup/supervisor"
 )
 
-// diskCmd is `vmsup disk attach|detach`: disk hotplug on a running VM.
+// diskCmd is `vmsup disk attach|detach|move|ls`: disk hotplug and live moves on a running VM.
 func diskCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "disk",
-		Short: "Hot-plug and hot-unplug disks of a running VM",
+		Short: "Hot-plug, hot-unplug and live-move disks of a running VM",
 	}
-	c.AddCommand(diskAttachCmd(g), diskDetachCmd(g), diskLsCmd(g))
+	c.AddCommand(diskAttachCmd(g), diskDetachCmd(g), diskMoveCmd(g), diskLsCmd(g))
 	return c
 }
 

@@ -28,7 +28,7 @@ var examples = map[string]string{
 	"ping":             "  vmsup ping web",
 	"rm":               "  vmsup rm web               # a shut-off VM's state and records",
 	"set":              "  vmsup set web --cpus 4 --memory 2G\n  vmsup set web --cpu-quota 150",
-	"disk":             "  vmsup disk attach web --file /srv/data.qcow2\n  vmsup disk ls web\n  vmsup disk detach web data",
+	"disk":             "  vmsup disk attach web --file /srv/data.qcow2\n  vmsup disk ls web\n  vmsup disk move web data --to /var/lib/vmsup/images/data.qcow2\n  vmsup disk detach web data",
 	"nic":              "  vmsup nic attach web lan1 --type bridge --bridge br0\n  vmsup nic ls web\n  vmsup nic detach web lan1",
 	"hostdev":          "  vmsup hostdev attach web 0000:01:00.0\n  vmsup hostdev detach web 0000:01:00.0",
 	"snapshot":         "  vmsup snapshot create web before-upgrade\n  vmsup snapshot create web warm --memory\n  vmsup snapshot ls web\n  vmsup snapshot revert --force web before-upgrade\n  vmsup snapshot rm web before-upgrade",

@@ -114,6 +114,7 @@ func TestCLIJSON(t *testing.T) {
 	check("snapshot ls", 0, "snapshot", "ls", "js")
 	check("error", -1, "snapshot", "revert", "js", "s1")
 	check("snapshot rm", 0, "snapshot", "rm", "js", "s1")
+	check("disk move", 0, "disk", "move", "js", "hot", "--to", filepath.Join(root, "images", "hot2.qcow2"))
 	check("disk detach", 0, "disk", "detach", "js", "hot")
 	check("nic attach", 0, "nic", "attach", "js", "n2")
 	check("nic detach", 0, "nic", "detach", "js", "n2")

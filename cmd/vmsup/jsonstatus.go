@@ -31,6 +31,7 @@ type statusJSON struct {
 	ConsoleSocket string       `json:"console_socket"`
 	ConsoleLog    string       `json:"console_log"`
 	Autostart     bool         `json:"autostart"`
+	MovedDisks    []string     `json:"moved_disks"` // disks of the file moved by disk move: "NAME: FROM -> TO"
 	Disks         []diskJSON   `json:"disks"`
 	NICs          []nicJSON    `json:"nics"`
 	Agent         *agentJSON   `json:"agent"`
@@ -99,7 +100,8 @@ func toStatusJSON(s supervisor.Status) statusJSON {
 		CPUs: s.CPUs, Memory: s.Memory, MemoryUsed: s.MemoryUsed, SpecFile: s.SpecFile, StateDir: s.StateDir,
 		ConsoleSocket: s.Console, ConsoleLog: s.ConsoleLog, Autostart: s.Autostart, Recovery: s.Recovery,
 		Disks: disksJSON(s.Disks), NICs: nicsJSON(s.NICs),
-		Sync: s.Sync, Generation: s.Generation, Pending: nonNil(s.Pending), PendingReboot: s.PendingAtReboot}
+		Sync: s.Sync, Generation: s.Generation, Pending: nonNil(s.Pending), PendingReboot: s.PendingAtReboot,
+		MovedDisks: nonNil(s.MovedDisks)}
 	if s.Since != nil && (s.State == supervisor.StateRunning || s.State == supervisor.StatePaused) {
 		out.UptimeSeconds = int64(time.Since(*s.Since).Seconds())
 	}

@@ -91,6 +91,9 @@ func statusCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(out, "pending:  (%s) %s\n", when, p)
 				}
+				for _, m := range s.MovedDisks {
+					fmt.Fprintf(out, "moved:    %s (vmsup disk move; the file still names the old image: update it)\n", m)
+				}
 				printDisks(out, s.Disks)
 				printNICs(out, s.NICs)
 				if c := s.Confinement; c != nil {

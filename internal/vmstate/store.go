@@ -137,6 +137,10 @@ type Applied struct {
 	// over restarts); HotplugPorts the root ports left empty at boot.
 	Attached     []AttachedDisk `json:"attached_disks,omitempty"`
 	HotplugPorts []string       `json:"hotplug_ports,omitempty"`
+	// Moved are the disks of the VM's file moved by `vmsup disk move`, by
+	// name: the next boot uses these instead of the file's, for as long as
+	// the file still names the source they were moved from.
+	Moved map[string]MovedDisk `json:"moved_disks,omitempty"`
 	// AttachedHostDevs are host PCI devices hot-plugged into this run
 	// (vmsup hostdev attach): live only, given back when QEMU ends.
 	AttachedHostDevs []AttachedHostDev `json:"attached_hostdevs,omitempty"`
@@ -184,6 +188,14 @@ type AttachedDisk struct {
 	// FDSet is the QEMU fd set holding a hot-plugged block device that
 	// vmsup opened for QEMU; removed on detach.
 	FDSet *int64 `json:"fdset,omitempty"`
+}
+
+// MovedDisk is a disk of the VM's file that `vmsup disk move` put
+// elsewhere: From is where the file says it is (its path, or
+// rbd:POOL/IMAGE), Disk what the VM now runs with.
+type MovedDisk struct {
+	From string    `json:"from"`
+	Disk spec.Disk `json:"disk"`
 }
 
 // Resized is what a live resize changed, kept while its QEMU runs.

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "-crash-helper" {
 		os.Exit(crashHelper(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "-move-helper" {
+		os.Exit(moveHelper(os.Args[2:]))
+	}
 	os.Exit(testenv.Main(m, func(e *testenv.Env) (err error) {
 		env = e
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)

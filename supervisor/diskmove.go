@@ -1,0 +1,393 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
+)
+
+// A live disk move copies a disk of a running VM to a new image with
+// QEMU's blockdev-mirror while the guest goes on writing, then pivots the
+// disk's device onto the copy (job-complete once the job is "ready") and
+// closes the old image. Until the pivot the guest runs on the source, so
+// a cancel, a failure or a kill leaves it there untouched; after it the
+// record follows (diskmove_recover.go finishes either way).
+
+const opDiskMove = "disk-move"
+
+// MoveOptions say where MoveDisk puts a disk: To, a new image file (with
+// Format, default from its extension), or Spec, a whole disk (a file or
+// RBD image) as `disk attach --spec` takes it.
+type MoveOptions struct {
+	To     string
+	Format string
+	Spec   *spec.Disk
+	// Speed limits the copy, bytes per second (0: as fast as it goes).
+	Speed int64
+	// Progress, when set, sees the copy go.
+	Progress func(MoveProgress)
+}
+
+// MoveProgress is one report of a move: QEMU's job status ("running",
+// then "ready" once the copy caught up) and its progress in bytes (Total
+// grows while the guest writes).
+type MoveProgress struct {
+	Disk    string        `json:"disk"`
+	Status  string        `json:"status"`
+	Done    int64         `json:"done_bytes"`
+	Total   int64         `json:"total_bytes"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// MoveResult reports a move done.
+type MoveResult struct {
+	VM       string        `json:"vm"`
+	Disk     string        `json:"disk"`
+	From     string        `json:"from"`
+	To       string        `json:"to"`
+	Bytes    int64         `json:"bytes"`
+	Duration time.Duration `json:"duration_ns"`
+	// Note says what the user still has to do (update the VM's file), or
+	// what was left behind (a source node QEMU would not close).
+	Note string `json:"note"`
+}
+
+// moveIntent is a move's journal entry: enough for recovery to tell from
+// QEMU which side the device is on, and to finish or undo.
+type moveIntent struct {
+	Disk   string    `json:"disk"`
+	Source spec.Disk `json:"source"` // what the device runs on at the start
+	Target spec.Disk `json:"target"`
+	// FromFile: a disk of the VM's file (recorded in Applied.Moved, from
+	// FileSource), else an attached one (its AttachedDisk rewritten).
+	FromFile   bool   `json:"from_file,omitempty"`
+	FileSource string `json:"file_source,omitempty"`
+	Created    bool   `json:"created,omitempty"` // the move made the target file
+	Job        string `json:"job"`
+	// The target's parts in QEMU (nodes protocol first), its grants, and
+	// the source's parts, closed after the pivot.
+	Nodes         []string `json:"nodes"`
+	Objects       []string `json:"objects,omitempty"`
+	Rules         []string `json:"rules,omitempty"`
+	SourceNodes   []string `json:"source_nodes"`
+	SourceObjects []string `json:"source_objects,omitempty"`
+}
+
+// MoveDisk moves disk of the running VM name (see MoveOptions).
+func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOptions) (MoveResult, error) {
+	res := MoveResult{VM: name, Disk: disk}
+	fail := func(err error) (MoveResult, error) {
+		return res, vmErr(name, fmt.Errorf("move disk %q: %w", disk, err))
+	}
+	lk, err := s.lock(ctx, name, opDiskMove)
+	if err != nil {
+		return res, err
+	}
+	defer lk.Unlock()
+	app, vm, err := s.runningSpec(name)
+	if errors.Is(err, ErrNotRunning) {
+		return fail(errors.New("the VM is not running: start it, or copy the image and edit the file"))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	src, fileSrc, err := movableDisk(app, vm, disk)
+	if err != nil {
+		return fail(err)
+	}
+	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err != nil || tree.HasDisk(disk) {
+		return fail(errors.Join(err, errors.New("it is in the VM's snapshots: remove its snapshots first (vmsup snapshot rm)")))
+	}
+	target, err := moveTarget(name, src, o)
+	if err != nil {
+		return fail(err)
+	}
+	res.From, res.To = diskSource(src), diskSource(target)
+	if err := s.checkTarget(ctx, app, target); err != nil {
+		return fail(err)
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return fail(err)
+	}
+	defer release()
+	// A cancel from another command comes as a file (this one holds the
+	// monitor): seen at the next progress poll.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	m := &diskMove{s: s, name: name, c: c, app: app, opts: o, start: time.Now(), stop: stop,
+		cancelReq: moveCancelFile(s.paths(name), disk)}
+	os.Remove(m.cancelReq)
+	defer os.Remove(m.cancelReq)
+	if m.in, err = s.newMoveIntent(ctx, name, c, src, target, fileSrc); err != nil {
+		return fail(err)
+	}
+	op, err := s.beginOp(ctx, name, opDiskMove, m.in)
+	if err != nil {
+		return fail(err)
+	}
+	m.op = op
+	if _, err := runSteps(ctx, name, m.steps(), s.traced(op)); err != nil {
+		if !m.pivoted {
+			op.End() // undone by the steps' undos
+		} // else: the device runs on the target: recovery records it
+		if m.cancelled {
+			return fail(fmt.Errorf("cancelled (vmsup disk move --cancel): it stays on %s", res.From))
+		}
+		return fail(stepCause(err))
+	}
+	op.End()
+	res.Bytes, res.Duration, res.Note = m.bytes, time.Since(m.start), m.note
+	s.lifecycle(name, "disk-move", map[string]any{"disk": disk, "from": res.From, "to": res.To})
+	return res, nil
+}
+
+// movableDisk finds disk in what the VM runs with (its file's disks, as
+// moved, and the attached ones) and refuses what is not moved; fileSrc is
+// the file's source of a disk of the file ("" for an attached one).
+func movableDisk(app *vmstate.Applied, vm *spec.VM, disk string) (d spec.Disk, fileSrc string, err error) {
+	if i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk }); i >= 0 {
+		d, fileSrc = vm.Disks[i], diskSource(vm.Disks[i])
+		if mv, ok := app.Moved[disk]; ok && mv.From == fileSrc {
+			d = mv.Disk
+		}
+	} else if i := slices.IndexFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk }); i >= 0 {
+		d = app.Attached[i].Disk
+	} else {
+		return d, "", errors.New("the VM has no such disk")
+	}
+	switch {
+	case d.IsCDROM() || d.ReadOnly:
+		return d, "", errors.New("it is a CD-ROM or read-only: nothing is written to it, copy the image and edit the file instead")
+	case d.Type != spec.DiskFile && d.Type != spec.DiskRBD:
+		return d, "", fmt.Errorf("it is of type %s: moves are from image files and RBD images", d.Type)
+	}
+	return d, fileSrc, nil
+}
+
+// moveTarget is the disk as it will be: the source's device side (bus,
+// serial, boot index) on the new image.
+func moveTarget(vm string, src spec.Disk, o MoveOptions) (spec.Disk, error) {
+	var t spec.Disk
+	switch {
+	case (o.To == "") == (o.Spec == nil):
+		return t, errors.New("give exactly one of a target path and a target spec")
+	case o.Spec != nil:
+		t = *o.Spec
+		if t.Name != src.Name && t.Name != "" {
+			return t, fmt.Errorf("the target spec names disk %q, not %q", t.Name, src.Name)
+		}
+		t.Name = src.Name
+	default:
+		t = src
+		t.Type, t.File, t.Format, t.Backing, t.Size = spec.DiskFile, o.To, o.Format, "", 0
+		t.Pool, t.Image, t.Namespace, t.Snapshot, t.Monitors, t.CephConf, t.User, t.SecretFile = "", "", "", "", nil, "", "", ""
+		d, err := spec.CheckDisk("--to", t, vm)
+		if err != nil {
+			return t, err
+		}
+		t = *d
+	}
+	t.Bus, t.Serial, t.BootIndex, t.Device, t.IOThread = src.Bus, src.Serial, src.BootIndex, src.Device, src.IOThread
+	switch {
+	case t.Type != spec.DiskFile && t.Type != spec.DiskRBD:
+		return t, fmt.Errorf("the target is of type %s: a disk moves to an image file or an RBD image", t.Type)
+	case t.ReadOnly:
+		return t, errors.New("the target is read-only")
+	case diskSource(t) == diskSource(src):
+		return t, fmt.Errorf("the disk is already on %s", diskSource(t))
+	}
+	return t, nil
+}
+
+// checkTarget refuses a target file that exists or that the running VM
+// could not open, and checks an RBD target as attach does.
+func (s *Supervisor) checkTarget(ctx context.Context, app *vmstate.Applied, t spec.Disk) error {
+	if t.Type != spec.DiskFile {
+		probe := t
+		probe.InitiatorName = t.InitiatorFor(app.UUID)
+		return s.tools().Check(ctx, probe)
+	}
+	if _, err := os.Lstat(t.File); err == nil {
+		return fmt.Errorf("%s exists: the move creates its target, give a new path", t.File)
+	}
+	if t.Backing != "" {
+		return errors.New("the target cannot have a backing image: the move copies the whole disk")
+	}
+	return s.reachable(t.File)
+}
+
+// newMoveIntent names everything the move will put into QEMU and take out.
+func (s *Supervisor) newMoveIntent(ctx context.Context, name string, c *qmp.Conn, src, t spec.Disk, fileSrc string) (*moveIntent, error) {
+	in := &moveIntent{Disk: src.Name, Source: src, Target: t, FromFile: fileSrc != "", FileSource: fileSrc,
+		Job: "vmsup-move-" + src.Name, Created: t.Type == spec.DiskFile}
+	top, err := deviceNode(ctx, c, src.Name)
+	if err != nil {
+		return nil, err
+	}
+	sp, err := s.runningParts(name, src, top)
+	if err != nil {
+		return nil, err
+	}
+	in.SourceNodes, in.SourceObjects = partNames(sp)
+	tp, err := qemuargs.MoveTarget(t, s.moveHost(name, t))
+	if err != nil {
+		return nil, err
+	}
+	in.Nodes, in.Objects = partNames(tp)
+	return in, nil
+}
+
+func (s *Supervisor) moveHost(name string, t spec.Disk) qemuargs.DiskHost {
+	return qemuargs.DiskHost{SecretFile: moveSecretFile(s.paths(name), t)}
+}
+
+// runningParts are the block nodes and secret object disk d runs on,
+// top the device's node: named as at boot, or as a move target (an
+// earlier move in this run). Other names (a snapshot overlay's) are not
+// vmsup's to close here.
+func (s *Supervisor) runningParts(name string, d spec.Disk, top string) (qemuargs.DiskParts, error) {
+	switch top {
+	case qemuargs.DiskNodeName(d.Name):
+		img, sec := storage.HostFiles(s.paths(name).Dir, d)
+		p, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: img, SecretFile: orDefault(sec, "/dev/null")}, "pci.0")
+		p.Objects = slices.DeleteFunc(p.Objects, func(o qemuargs.Object) bool { return o.QOMType != "secret" })
+		return p, err
+	case qemuargs.MoveNodeName(d.Name, d):
+		return qemuargs.MoveTarget(d, s.moveHost(name, d))
+	}
+	return qemuargs.DiskParts{}, fmt.Errorf("its device runs on node %s, which is not the disk's own (a snapshot overlay?): restart the VM first", top)
+}
+
+func partNames(p qemuargs.DiskParts) (nodes, objects []string) {
+	for _, b := range p.Blockdevs {
+		nodes = append(nodes, b.NodeName)
+	}
+	for _, o := range p.Objects {
+		objects = append(objects, o.ID)
+	}
+	return nodes, objects
+}
+
+// moveSecretFile is where a target's key is copied for QEMU ("" for a
+// target without one): the secret object reads it at creation.
+func moveSecretFile(p vmstate.Paths, t spec.Disk) string {
+	if !t.NeedsSecret() {
+		return ""
+	}
+	_, sec := storage.HostFiles(p.Dir, t)
+	return sec
+}
+
+// deviceNode is the node disk's device runs on (query-block's inserted
+// node): its format node, or the overlay a snapshot put on it.
+func deviceNode(ctx context.Context, c *qmp.Conn, disk string) (string, error) {
+	blocks, err := c.QueryBlock(ctx)
+	if err != nil {
+		return "", err
+	}
+	id := qemuargs.DiskDeviceID(disk)
+	for _, b := range blocks {
+		// virtio-blk's backend is a child of the device: its QOM path.
+		if b.Inserted != nil && (b.QdevID == id || strings.HasPrefix(b.QdevID, "/machine/peripheral/"+id+"/") ||
+			b.QdevID == "/machine/peripheral/"+id) {
+			return b.Inserted.NodeName, nil
+		}
+	}
+	return "", fmt.Errorf("QEMU has no device %s with an image in it", id)
+}
+
+// movedParts is parts (of disk d, named as at boot) as QEMU has them: a
+// disk moved in this run runs on its move target's nodes and key.
+func (s *Supervisor) movedParts(ctx context.Context, c *qmp.Conn, name string, d spec.Disk, parts qemuargs.DiskParts) (qemuargs.DiskParts, error) {
+	top, err := deviceNode(ctx, c, d.Name)
+	if err != nil || top != qemuargs.MoveNodeName(d.Name, d) {
+		return parts, nil // as booted (or the device is gone already)
+	}
+	mp, err := qemuargs.MoveTarget(d, s.moveHost(name, d))
+	if err != nil {
+		return parts, err
+	}
+	parts.Blockdevs = mp.Blockdevs
+	parts.Objects = append(slices.DeleteFunc(parts.Objects, func(o qemuargs.Object) bool { return o.QOMType == "secret" }), mp.Objects...)
+	return parts, nil
+}
+
+// CancelDiskMove asks the move of disk in progress on VM name to cancel.
+// The move's command holds the VM's lock and its monitor, so the request
+// is a file it looks for at each progress poll; it then cancels its job
+// (the device stays on the source) and takes the target out again.
+func (s *Supervisor) CancelDiskMove(ctx context.Context, name, disk string) error {
+	fail := func(err error) error { return vmErr(name, fmt.Errorf("cancel the move of disk %q: %w", disk, err)) }
+	op, err := s.state.PendingOp(name)
+	if err != nil {
+		return fail(err)
+	}
+	if op == nil || op.Kind != opDiskMove {
+		return fail(errNoMove)
+	}
+	if in, err := intentOf[moveIntent](op); err != nil || in.Disk != disk {
+		return fail(errNoMove)
+	}
+	if err := os.WriteFile(moveCancelFile(s.paths(name), disk), nil, 0o600); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+func moveCancelFile(p vmstate.Paths, disk string) string {
+	return filepath.Join(p.Dir, "move-cancel-"+disk)
+}
+
+// errNoMove says no move job runs.
+var errNoMove = errors.New("no move in progress")
+
+// cancelMoveJob cancels job id without a pivot: a ready mirror with
+// block-job-cancel (it concludes without error, the device stays on the
+// source), one still copying with job-cancel. wait: until it concluded,
+// then dismiss it.
+func cancelMoveJob(ctx context.Context, c *qmp.Conn, id string, wait bool) error {
+	jobs, err := c.QueryJobs(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(jobs, func(j qmp.Job) bool { return j.ID == id })
+	if i < 0 {
+		return errNoMove
+	}
+	switch j := jobs[i]; j.Status {
+	case "ready":
+		err = c.BlockJobCancel(ctx, id, false)
+	case "concluded", "null", "aborting":
+	default:
+		err = c.JobCancel(ctx, id)
+	}
+	if err != nil || !wait {
+		return err
+	}
+	_, _ = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, nil)
+	return c.JobDismiss(ctx, id)
+}
+
+// moveRules are the grants a target needs: its files, and its key.
+func moveRules(ctx context.Context, p vmstate.Paths, t spec.Disk) ([]units.PathRule, error) {
+	rules, err := confine.DiskRules(ctx, t)
+	if sec := moveSecretFile(p, t); sec != "" {
+		rules = append(rules, units.PathRule{Path: sec, Mode: "r"})
+	}
+	return rules, err
+}

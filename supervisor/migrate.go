@@ -88,6 +88,9 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil && !tree.Empty() && !o.Local {
 		return MigrateResult{}, vmErr(name, errors.New("migrate: the VM has snapshots, whose images are on this host: remove them first (vmsup snapshot rm)"))
 	}
+	if app, err := s.state.ReadApplied(name); err == nil && len(app.Moved) > 0 && !o.Local {
+		return MigrateResult{}, vmErr(name, errors.New("migrate: a disk was moved (vmsup disk move) and the VM's file still names its old image: update the file and restart the VM first"))
+	}
 	m := &outgoing{s: s, name: name, o: o.WithDefaults(), start: time.Now(), p: s.paths(name)}
 	m.res.VM, m.res.To = name, m.o.To
 	if m.o.Local {

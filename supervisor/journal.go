@@ -98,6 +98,8 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverRevert(ctx, name, op)
 	case opSnapshotRemove:
 		note, err = s.recoverSnapshotRemove(ctx, name, op)
+	case opBackup:
+		note, err = s.recoverBackup(ctx, name, op)
 	default:
 		note = "dropped an unreadable journal (" + op.Kind + ")"
 	}

@@ -331,7 +331,7 @@ func (b *backupRun) explain(err error) error {
 		if n, ferr := freeBytes(b.in.Dir); ferr == nil {
 			free = fmt.Sprintf(" (%.1f MiB free)", float64(n)/(1<<20))
 		}
-		return fmt.Errorf("not enough space in %s%s: %w", b.in.Dir, free, err)
+		return fmt.Errorf("not enough space%s: %w", free, err)
 	}
 	return err
 }

@@ -87,6 +87,8 @@ func (m *Manifest) whyFull(d Disk, prev int, last *DiskPoint, since string) stri
 		}
 		return ""
 	}
-	return fmt.Sprintf("disk %q: dirty bitmap %s (of point %d) is missing from %s (a snapshot moved the disk onto a new overlay, the backup of point %d was taken with the VM off, or the bitmap was removed)",
+	// QEMU 7.2 writes a new persistent bitmap into the image only when it
+	// closes it: a QEMU killed before that loses it.
+	return fmt.Sprintf("disk %q: dirty bitmap %s (of point %d) is missing from %s (QEMU stopped without saving it, e.g. killed or a host crash before its first clean stop; or a snapshot moved the disk onto a new overlay; or point %d was taken with the VM off)",
 		d.Name, since, prev, d.Image, prev)
 }

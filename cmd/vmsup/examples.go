@@ -31,6 +31,8 @@ var examples = map[string]string{
 	"disk":             "  vmsup disk attach web --file /srv/data.qcow2\n  vmsup disk ls web\n  vmsup disk detach web data",
 	"nic":              "  vmsup nic attach web lan1 --type bridge --bridge br0\n  vmsup nic ls web\n  vmsup nic detach web lan1",
 	"hostdev":          "  vmsup hostdev attach web 0000:01:00.0\n  vmsup hostdev detach web 0000:01:00.0",
+	"backup":           "  vmsup backup web --to /srv/backup/web                 # a full point\n  vmsup backup web --to /srv/backup/web --incremental   # what changed since",
+	"restore":          "  vmsup restore /srv/backup/web --to /srv/web-data.qcow2\n  vmsup restore /srv/backup/web --disk data --point 2 --format raw --to /tmp/data.raw",
 	"version":          "  vmsup version\n  vmsup --version",
 	"completion":       "  source <(vmsup completion bash)",
 }

@@ -303,3 +303,76 @@ func smallTmpfs(t *testing.T, size string) string {
 	t.Cleanup(func() { exec.Command("umount", d).Run() })
 	return d
 }
+
+// TestBackupKilled: vmsup killed after each step of an incremental
+// backup: the guest keeps running, the next command leaves no job, node,
+// fd set or file of the point (unless the manifest had it), and the next
+// backup is still incremental.
+func TestBackupKilled(t *testing.T) {
+	ctx := supervisortest.Context(t, 5*time.Minute)
+	root := t.TempDir()
+	sup := supervisortest.New(t, env, root, vmsupBin)
+	const name = "bkkill"
+	backupVM(t, ctx, sup, name)
+	st, err := sup.Status(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := supervisortest.Shell(t, ctx, st)
+	dir := filepath.Join(t.TempDir(), "backups")
+	guestWrite(t, ctx, sh, "AAAA", 0)
+	if _, err := sup.Backup(ctx, name, supervisor.BackupOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		step     string
+		recorded bool
+	}{{"files", false}, {"nodes", false}, {"start", false}, {"copy", false}, {"detach", false}, {"manifest", true}} {
+		guestWrite(t, ctx, sh, "KILL", 2+i)
+		before, _ := backup.Load(dir)
+		cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, name, dir, "backup-incremental", c.step)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("the helper was not killed after %s: %v\n%s", c.step, err, out)
+		}
+		// The next command recovers (under the VM's lock).
+		if err := sup.Pause(ctx, name); err != nil {
+			t.Fatalf("after a kill after %s: next command: %v", c.step, err)
+		}
+		if err := sup.Resume(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if l := leftovers(t, ctx, sup, name); l != "" {
+			t.Fatalf("killed after %s: left %s", c.step, l)
+		}
+		after, _ := backup.Load(dir)
+		if got := len(after.Points) > len(before.Points); got != c.recorded {
+			t.Fatalf("killed after %s: recorded %v, want %v", c.step, got, c.recorded)
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.qcow2"))
+		if len(files) != len(after.Points) {
+			t.Fatalf("killed after %s: files %v for %d points", c.step, files, len(after.Points))
+		}
+		r, err := sup.Backup(ctx, name, supervisor.BackupOptions{Dir: dir, Incremental: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Disks[0].Mode != backup.Incremental {
+			t.Fatalf("killed after %s: the next point is %s (%s)", c.step, r.Disks[0].Mode, r.Disks[0].Reason)
+		}
+		if bm := bitmapNames(t, ctx, sup, name); len(bm) != 1 {
+			t.Fatalf("killed after %s: bitmaps %v", c.step, bm)
+		}
+		t.Logf("killed after %s: recorded=%v; next point %d incremental, %d bytes copied", c.step, c.recorded, r.Point, r.Disks[0].Copied)
+	}
+	sh.Close()
+	last, _ := backup.Load(dir)
+	img := restoreRaw(t, ctx, sup, dir, last.Points[len(last.Points)-1].N)
+	expect(t, img, 0, 0, "AAAA")
+	for i := range 6 {
+		expect(t, img, 0, 2+i, "KILL")
+	}
+	if st, err := sup.Status(ctx, name); err != nil || st.State != supervisor.StateRunning {
+		t.Fatalf("the guest is %s (%v)", st.State, err)
+	}
+}

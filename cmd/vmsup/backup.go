@@ -58,9 +58,9 @@ func backupCmd(g *globals) *cobra.Command {
 type backupEvent struct {
 	Name     string                     `json:"name"`
 	Event    string                     `json:"event"`
-	Progress *supervisor.BackupProgress `json:"progress,omitempty"`
-	Result   *supervisor.BackupResult   `json:"result,omitempty"`
-	Error    *errorJSON                 `json:"error,omitempty"`
+	Progress *supervisor.BackupProgress `json:"progress"`
+	Result   *supervisor.BackupResult   `json:"result"`
+	Error    *errorJSON                 `json:"error"`
 }
 
 func backupProgress(g *globals, name string, out io.Writer) func(supervisor.BackupProgress) {

@@ -107,6 +107,9 @@ type Job struct {
 // ended reports whether the job can change no more.
 func (j Job) ended() bool { return j.Status == "concluded" || j.Status == "null" }
 
+// Ended reports whether the job can change no more (concluded, or gone).
+func (j Job) Ended() bool { return j.ended() }
+
 // QueryJobs lists QEMU's jobs, running or waiting to be dismissed.
 func (c *Conn) QueryJobs(ctx context.Context) ([]Job, error) {
 	var js []Job

@@ -104,8 +104,9 @@ mkdir -p "$WORK/k" "$ROOT"
 REQUIRED=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk
 	failover net_failover virtio_net virtio_console virtio_balloon button evdev)
 # Optional modules: NAME loads always, NAME@ID only when a virtio device of that ID exists
-# (scsi 0x0008, rng 0x0004, 9p 0x0009, vsock 0x0013, mem 0x0018); their dependencies inherit that.
-OPTIONAL=(cdrom isofs pvpanic pvpanic_mmio i6300esb
+# (blk 0x0002, scsi 0x0008, rng 0x0004, 9p 0x0009, vsock 0x0013, mem 0x0018); their dependencies inherit that.
+# ext4 (which mounts ext2 too): a filesystem qemu-ga can freeze, for the snapshot tests.
+OPTIONAL=(cdrom isofs pvpanic pvpanic_mmio i6300esb crc32c_generic@0x0002 ext4@0x0002
 	scsi_common@0x0008 scsi_mod@0x0008 virtio_scsi@0x0008 crc64@0x0008 crc64_rocksoft@0x0008
 	crct10dif_common@0x0008 crc_t10dif@0x0008 t10_pi@0x0008 sd_mod@0x0008 sr_mod@0x0008
 	virtio_rng@0x0004 virtio_mem@0x0018 vsock@0x0013 vmw_vsock_virtio_transport_common@0x0013

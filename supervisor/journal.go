@@ -100,6 +100,8 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverSnapshotRemove(ctx, name, op)
 	case opDiskMove:
 		note, err = s.recoverDiskMove(ctx, name, op)
+	case opBackup:
+		note, err = s.recoverBackup(ctx, name, op)
 	default:
 		note = "dropped an unreadable journal (" + op.Kind + ")"
 	}

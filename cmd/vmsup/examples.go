@@ -32,6 +32,8 @@ var examples = map[string]string{
 	"nic":              "  vmsup nic attach web lan1 --type bridge --bridge br0\n  vmsup nic ls web\n  vmsup nic detach web lan1",
 	"hostdev":          "  vmsup hostdev attach web 0000:01:00.0\n  vmsup hostdev detach web 0000:01:00.0",
 	"snapshot":         "  vmsup snapshot create web before-upgrade\n  vmsup snapshot create web warm --memory\n  vmsup snapshot ls web\n  vmsup snapshot revert --force web before-upgrade\n  vmsup snapshot rm web before-upgrade",
+	"backup":           "  vmsup backup web --to /srv/backup/web                 # a full point\n  vmsup backup web --to /srv/backup/web --incremental   # what changed since",
+	"restore":          "  vmsup restore /srv/backup/web --to /srv/web-data.qcow2\n  vmsup restore /srv/backup/web --disk data --point 2 --format raw --to /tmp/data.raw",
 	"version":          "  vmsup version\n  vmsup --version",
 	"completion":       "  source <(vmsup completion bash)",
 }

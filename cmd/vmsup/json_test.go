@@ -115,6 +115,11 @@ func TestCLIJSON(t *testing.T) {
 	check("error", -1, "snapshot", "revert", "js", "s1")
 	check("snapshot rm", 0, "snapshot", "rm", "js", "s1")
 	check("disk move", 0, "disk", "move", "js", "hot", "--to", filepath.Join(root, "images", "hot2.qcow2"))
+	// A full backup of the VM's disks (the attached one too), then one
+	// restored.
+	bdir := filepath.Join(dir, "backup")
+	check("backup", 0, "backup", "js", "--to", bdir)
+	check("restore", 0, "restore", bdir, "--disk", "hot", "--to", filepath.Join(dir, "hot-restored.qcow2"))
 	check("disk detach", 0, "disk", "detach", "js", "hot")
 	check("nic attach", 0, "nic", "attach", "js", "n2")
 	check("nic detach", 0, "nic", "detach", "js", "n2")

@@ -18,8 +18,9 @@ import (
 )
 
 // crashHelper runs in a child process: a snapshot (ROOT BUS SELF VM TAG
-// MEMORY STEP), killing itself with SIGKILL right after the named step, as
-// if vmsup died there.
+// MEMORY STEP), or a backup (the same with TAG the backup directory and
+// MEMORY "backup" or "backup-incremental"), killing itself with SIGKILL
+// right after the named step, as if vmsup died there.
 func crashHelper(args []string) int {
 	root, bus, self, name, tag, memory, killAfter := args[0], args[1], args[2], args[3], args[4], args[5], args[6]
 	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self,
@@ -32,7 +33,11 @@ func crashHelper(args []string) int {
 		fmt.Println(err)
 		return 1
 	}
-	_, err = sup.Snapshot(context.Background(), name, tag, supervisor.SnapshotOptions{Memory: memory == "memory"})
+	if strings.HasPrefix(memory, "backup") {
+		_, err = sup.Backup(context.Background(), name, supervisor.BackupOptions{Dir: tag, Incremental: memory == "backup-incremental"})
+	} else {
+		_, err = sup.Snapshot(context.Background(), name, tag, supervisor.SnapshotOptions{Memory: memory == "memory"})
+	}
 	if err != nil {
 		fmt.Println(err)
 		return 1

@@ -171,8 +171,6 @@ func abortJobs(ctx context.Context, c *qmp.Conn, in backupIntent) {
 // that fails fails the point (the start step's undo cancels the others).
 func (b *backupRun) wait(ctx context.Context) error {
 	start := time.Now()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
 	for {
 		jobs, err := b.c.QueryJobs(ctx)
 		if err != nil {
@@ -201,10 +199,16 @@ func (b *backupRun) wait(ctx context.Context) error {
 		if running == 0 {
 			return nil
 		}
+		// Often at first (a small incremental point ends in milliseconds),
+		// then every 200 ms.
+		every := 20 * time.Millisecond
+		if pr.Elapsed > 2*time.Second {
+			every = 200 * time.Millisecond
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-time.After(every):
 		}
 	}
 }

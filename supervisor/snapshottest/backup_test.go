@@ -164,7 +164,7 @@ func TestBackups(t *testing.T) {
 	ctx := supervisortest.Context(t, 8*time.Minute)
 	sup := supervisortest.New(t, env, "", vmsupBin)
 	const name = "bkvm"
-	f, image := backupVM(t, ctx, sup, name)
+	f, _ := backupVM(t, ctx, sup, name)
 	st, err := sup.Status(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -291,34 +291,6 @@ func TestBackups(t *testing.T) {
 		t.Fatalf("the guest is %s (%v)", st.State, err)
 	}
 	take(true, backup.Incremental) // the chain's bitmap survived the failure
-	throughput(t, ctx, sup, name, image)
-}
-
-// throughput logs (informational, not asserted) a full backup of 32 MiB
-// of written data against qemu-img convert of the same image.
-func throughput(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name, image string) {
-	st, _ := sup.Status(ctx, name)
-	sh := supervisortest.Shell(t, ctx, st)
-	cmd := fmt.Sprintf("yes DATA | head -c %d | dd of=/dev/vda bs=65536 seek=%d conv=notrunc 2>/dev/null && sync", 32*mib, 28*16)
-	if _, _, err := sh.Run(ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
-	sh.Close()
-	start := time.Now()
-	r, err := sup.Backup(ctx, name, supervisor.BackupOptions{Dir: filepath.Join(t.TempDir(), "bench")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bk := time.Since(start)
-	start = time.Now()
-	out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-U", "-f", "qcow2", "-O", "qcow2", image, filepath.Join(t.TempDir(), "c.qcow2")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img convert: %v %s", err, out)
-	}
-	cv := time.Since(start)
-	data := float64(allocated(t, image)) / mib
-	t.Logf("INFORMATIONAL throughput, %.0f MiB allocated in a 64 MiB qcow2 (TCG guest idle): vmsup backup (full, live) %s = %.0f MiB/s (whole call; the copy itself %s); qemu-img convert %s = %.0f MiB/s",
-		data, bk.Round(time.Millisecond), data/bk.Seconds(), r.Duration.Round(time.Millisecond), cv.Round(time.Millisecond), data/cv.Seconds())
 }
 
 // smallTmpfs mounts a tmpfs of size under a temporary directory.

@@ -290,7 +290,7 @@ func openBy(st supervisor.Status, file string) bool {
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 // moveHelper runs in a child process: a move of DISK of VM to TARGET
-// (slow: 1 MiB/s), killing itself with SIGKILL right after the named
+// (slow, 1 MiB/s, unless it is killed after the pivot), killing itself with SIGKILL right after the named
 // step, as if vmsup died there.
 func moveHelper(args []string) int {
 	root, bus, self, vm, disk, target, killAfter := args[0], args[1], args[2], args[3], args[4], args[5], args[6]
@@ -304,7 +304,11 @@ func moveHelper(args []string) int {
 		fmt.Println(err)
 		return 1
 	}
-	_, err = sup.MoveDisk(context.Background(), vm, disk, supervisor.MoveOptions{To: target, Speed: 1 << 20})
+	speed := int64(1 << 20) // still copying when killed after "mirror"
+	if killAfter == "pivot" {
+		speed = 0 // no need to wait for the copy
+	}
+	_, err = sup.MoveDisk(context.Background(), vm, disk, supervisor.MoveOptions{To: target, Speed: speed})
 	fmt.Println("the move ended without the kill:", err)
 	return 1
 }

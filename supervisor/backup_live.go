@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/backup"
+	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 )
 
@@ -32,17 +33,6 @@ func backupFDOpaque(file string) string {
 func fileHash(file string) string {
 	h := sha256.Sum256([]byte(file))
 	return hex.EncodeToString(h[:8])
-}
-
-// targetNode is blockdev-add's argument for a backup target: qcow2 over
-// the fd set, its backing not opened (the job writes only this point's
-// clusters; the previous point's file is read when the chain is).
-type targetNode struct {
-	Driver   string  `json:"driver"`
-	NodeName string  `json:"node-name"`
-	File     any     `json:"file"`
-	Filename string  `json:"filename,omitempty"`
-	Backing  *string `json:"backing"`
 }
 
 // addNodes opens each target file, passes it to QEMU (add-fd) and adds its
@@ -66,11 +56,12 @@ func (b *backupRun) addNode(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("add-fd: %w", err)
 	}
-	proto := map[string]any{"driver": "file", "node-name": backupFile(path), "filename": fmt.Sprintf("/dev/fdset/%d", fd.FDSetID)}
+	proto := qemuargs.Blockdev{Driver: "file", NodeName: backupFile(path), Filename: fmt.Sprintf("/dev/fdset/%d", fd.FDSetID)}
 	if err := b.c.BlockdevAdd(ctx, proto); err != nil {
 		return err
 	}
-	return b.c.BlockdevAdd(ctx, targetNode{Driver: "qcow2", NodeName: backupNode(path), File: backupFile(path)})
+	target := qemuargs.OverlayBlockdev{Blockdev: qemuargs.Blockdev{Driver: "qcow2", NodeName: backupNode(path), File: backupFile(path)}}
+	return b.c.BlockdevAdd(ctx, target)
 }
 
 // detach takes back what addNodes gave QEMU (whatever part of it exists).

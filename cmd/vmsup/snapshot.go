@@ -29,7 +29,9 @@ func snapshotCreateCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				o.Progress = bar(cmd.ErrOrStderr(), "memory")
 				r, err := sup.Snapshot(cmd.Context(), name, args[1], o)
+				endBar(cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}
@@ -84,7 +86,14 @@ func snapshotRmCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
-				if err := sup.RemoveSnapshot(cmd.Context(), name, args[1], nil); err != nil {
+				show := bar(cmd.ErrOrStderr(), "merge")
+				var progress func(string, int64, int64)
+				if show != nil {
+					progress = func(disk string, done, total int64) { show(done, total) }
+				}
+				err := sup.RemoveSnapshot(cmd.Context(), name, args[1], progress)
+				endBar(cmd.ErrOrStderr())
+				if err != nil {
 					return err
 				}
 				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "removed", Note: "snapshot " + args[1]},
@@ -172,5 +181,29 @@ func printSnapshots(w io.Writer, s snapshotsJSON) {
 	}
 	for _, a := range s.Active {
 		fmt.Fprintf(w, "  runs on %s\n", a)
+	}
+}
+
+// bar is a progress bar redrawn in place on a terminal (nil elsewhere:
+// --json and logs get the result only).
+func bar(out io.Writer, label string) func(done, total int64) {
+	if !isTerminal(out) {
+		return nil
+	}
+	return func(done, total int64) {
+		f := 0.0
+		if total > 0 {
+			f = float64(done) / float64(total)
+		}
+		const width = 30
+		n := min(int(f*width), width)
+		fmt.Fprintf(out, "\r\x1b[K%s [%s%s] %3.0f%% %s of %s", label, strings.Repeat("#", n), strings.Repeat(".", width-n),
+			f*100, humanBytes(float64(done)), humanBytes(float64(total)))
+	}
+}
+
+func endBar(out io.Writer) {
+	if isTerminal(out) {
+		fmt.Fprint(out, "\r\x1b[K")
 	}
 }

@@ -24,6 +24,23 @@ func (c *Conn) NBDServerStart(ctx context.Context, unixSocket string) error {
 	return c.Execute(ctx, "nbd-server-start", args, nil)
 }
 
+// NBDServerStartFD starts QEMU's NBD server on a listening socket the
+// caller passed with GetFD under fdName (the caller binds it where it
+// wants; a confined QEMU needs no path).
+func (c *Conn) NBDServerStartFD(ctx context.Context, fdName string) error {
+	type fdAddr struct {
+		Str string `json:"str"`
+	}
+	type addr struct {
+		Type string `json:"type"`
+		Data fdAddr `json:"data"`
+	}
+	args := struct {
+		Addr addr `json:"addr"`
+	}{addr{"fd", fdAddr{fdName}}}
+	return c.Execute(ctx, "nbd-server-start", args, nil)
+}
+
 // NBDServerStop stops the NBD server and removes its exports.
 func (c *Conn) NBDServerStop(ctx context.Context) error {
 	return c.Execute(ctx, "nbd-server-stop", nil, nil)

@@ -94,6 +94,8 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverHostDevDetach(ctx, name, op)
 	case opSnapshot:
 		note, err = s.recoverSnapshot(ctx, name, op)
+	case opNBDExport:
+		note, err = s.recoverNBDExport(ctx, name, op)
 	case opSnapshotRevert:
 		note, err = s.recoverRevert(ctx, name, op)
 	case opSnapshotRemove:

@@ -13,8 +13,9 @@ import (
 
 func backupCmd(g *globals) *cobra.Command {
 	var o supervisor.BackupOptions
+	var nbd string
 	c := &cobra.Command{
-		Use:   "backup NAME --to DIR [--incremental]",
+		Use:   "backup NAME (--to DIR [--incremental] | --nbd SOCKET)",
 		Short: "Back up a VM's writable disks into DIR: a full qcow2 copy, or with --incremental only what changed since DIR's last point",
 		Long: "Back up every writable image disk of a VM, all at one moment, into DIR as a chain of qcow2 files\n" +
 			"(an incremental one has the previous as its backing file) and DIR/manifest.json (the points and\n" +
@@ -23,11 +24,21 @@ func backupCmd(g *globals) *cobra.Command {
 			"survives restarts. When that bitmap cannot be trusted (QEMU was killed, a snapshot moved the\n" +
 			"disk onto a new overlay, the disk is raw), --incremental takes a full point and says why.\n" +
 			"A VM that is off gets a full copy (qemu-img). vmsup opens the target files itself and passes\n" +
-			"them to QEMU: DIR may be anywhere root can write. Restore with vmsup restore.",
+			"them to QEMU: DIR may be anywhere root can write. Restore with vmsup restore.\n\n" +
+			"--nbd SOCKET serves instead, for an external backup tool, an NBD export of each disk as it was\n" +
+			"when the command started (the guest runs on; QEMU keeps the old data aside) with a dirty bitmap\n" +
+			"of what changed since the previous export (qemu:dirty-bitmap:vmsup-nbd-N), until Ctrl-C or\n" +
+			"SIGTERM; the next export's bitmap starts at this one's moment.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
 				out := cmd.OutOrStdout()
+				if nbd != "" {
+					if o.Dir != "" || o.Incremental {
+						return usageError{fmt.Errorf("--nbd serves an export instead of writing DIR: give it alone")}
+					}
+					return serveNBD(g, cmd, sup, name, nbd)
+				}
 				o.Progress = backupProgress(g, name, out)
 				res, err := sup.Backup(cmd.Context(), name, o)
 				if g.json {
@@ -50,6 +61,7 @@ func backupCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&o.Dir, "to", "", "backup directory (made if missing; one VM's chain per directory)")
+	c.Flags().StringVar(&nbd, "nbd", "", "serve an NBD export of the disks at this moment on the unix socket SOCKET, until interrupted")
 	c.Flags().BoolVar(&o.Incremental, "incremental", false, "copy only what changed since DIR's last point (needs a full one in DIR)")
 	return c
 }
@@ -60,7 +72,35 @@ type backupEvent struct {
 	Event    string                     `json:"event"`
 	Progress *supervisor.BackupProgress `json:"progress"`
 	Result   *supervisor.BackupResult   `json:"result"`
+	Export   *supervisor.ExportInfo     `json:"export"` // --nbd: what serves (event "serving")
 	Error    *errorJSON                 `json:"error"`
+}
+
+// serveNBD is backup --nbd: it serves until the command is interrupted.
+func serveNBD(g *globals, cmd *cobra.Command, sup *supervisor.Supervisor, name, socket string) error {
+	out := cmd.OutOrStdout()
+	err := sup.ExportNBD(cmd.Context(), name, supervisor.ExportOptions{Socket: socket, Ready: func(x supervisor.ExportInfo) {
+		if g.json {
+			g.out.line(backupEvent{Name: name, Event: "serving", Export: &x})
+			return
+		}
+		fmt.Fprintf(out, "%s: serving its disks as they were at %s over NBD on %s (Ctrl-C ends it)\n", name, time.Now().Format("15:04:05"), x.Socket)
+		for _, d := range x.Exports {
+			bm := "no dirty bitmap (" + d.Reason + "): read it all"
+			if d.Bitmap != "" {
+				bm = "dirty bitmap qemu:dirty-bitmap:" + d.Bitmap + " (what changed since the previous export)"
+			}
+			fmt.Fprintf(out, "  disk %s: export %q, %s\n", d.Disk, d.Export, bm)
+		}
+	}})
+	if g.json {
+		ev := backupEvent{Name: name, Event: "done"}
+		if err != nil {
+			ev = backupEvent{Name: name, Event: "failed", Error: toErrorJSON(err)}
+		}
+		g.out.line(ev)
+	}
+	return err
 }
 
 func backupProgress(g *globals, name string, out io.Writer) func(supervisor.BackupProgress) {

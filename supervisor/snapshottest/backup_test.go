@@ -128,8 +128,17 @@ func leftovers(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, na
 	if f := qmpJSON(t, ctx, sup, name, "query-fdsets"); strings.Contains(f, "vmsup-backup") {
 		left = append(left, "fdsets "+f)
 	}
+	if f := qmpJSON(t, ctx, sup, name, "query-fdsets"); strings.Contains(f, "vmsup-nbd") {
+		left = append(left, "nbd fdsets "+f)
+	}
 	if n := qmpJSON(t, ctx, sup, name, "query-named-block-nodes"); strings.Contains(n, `"bkq-`) || strings.Contains(n, `"bkf-`) {
 		left = append(left, "backup nodes")
+	}
+	if n := qmpJSON(t, ctx, sup, name, "query-named-block-nodes"); strings.Contains(n, `"flq-`) || strings.Contains(n, `"flf-`) {
+		left = append(left, "fleece nodes")
+	}
+	if x := qmpJSON(t, ctx, sup, name, "query-block-exports"); strings.Contains(x, `"id"`) {
+		left = append(left, "exports "+x)
 	}
 	return strings.Join(left, "; ")
 }

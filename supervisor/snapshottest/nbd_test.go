@@ -1,0 +1,170 @@
+package snapshottest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
+)
+
+// TestNBDExport: an external client (qemu-img, not vmsup) reads a running
+// guest's disk over vmsup's NBD export as it was when the export began,
+// while the guest writes on; the next export's dirty bitmap shows exactly
+// what changed since the first export's moment; when the export ends no
+// job, export or fleece file is left, and a vmsup killed while serving is
+// taken down by the next command.
+func TestNBDExport(t *testing.T) {
+	ctx := supervisortest.Context(t, 5*time.Minute)
+	dir := t.TempDir()
+	body := fmt.Sprintf(`name = "nbdvm"
+memory = "128M"
+accel = "tcg"
+stop_timeout = "20s"
+
+[[disk]]
+name = "data"
+file = %q
+size = "16M"
+
+[boot]
+kernel = %q
+initrd = %q
+cmdline = "console=ttyS0"
+`, filepath.Join(dir, "data.qcow2"), env.Guest.Kernel, env.Guest.Initrd)
+	path := filepath.Join(dir, "nbdvm.toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := supervisortest.New(t, env, "", vmsupBin)
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), "nbdvm") })
+	st, err := sup.Status(ctx, "nbdvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := supervisortest.Shell(t, ctx, st)
+	write := func(pattern string, mib int) {
+		t.Helper()
+		cmd := fmt.Sprintf("printf %s | dd of=/dev/vda bs=1M seek=%d conv=notrunc 2>/dev/null && sync", pattern, mib)
+		if _, _, err := sh.Run(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("AAAAAAAA", 0)
+
+	sock := filepath.Join(dir, "nbd.sock")
+	serve := func() (supervisor.ExportInfo, func()) {
+		t.Helper()
+		ectx, stop := context.WithCancel(ctx)
+		ready, done := make(chan supervisor.ExportInfo, 1), make(chan error, 1)
+		go func() {
+			done <- sup.ExportNBD(ectx, "nbdvm", supervisor.ExportOptions{Socket: sock, Ready: func(x supervisor.ExportInfo) { ready <- x }})
+		}()
+		select {
+		case x := <-ready:
+			return x, func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+		case err := <-done:
+			stop()
+			t.Fatalf("export: %v", err)
+		}
+		return supervisor.ExportInfo{}, nil
+	}
+	x, stop := serve()
+	t.Logf("first export: %+v", x)
+	if x.Exports[0].Bitmap != "" {
+		t.Fatalf("a first export with a bitmap: %+v", x)
+	}
+	// The guest writes on; the export still reads the moment it began.
+	write("BBBBBBBB", 0)
+	if got := readNBD(t, ctx, sock, "data", 8); got != "AAAAAAAA" {
+		t.Fatalf("the export reads %q, want the moment it began (AAAAAAAA)", got)
+	}
+	stop()
+	if l := leftovers(t, ctx, sup, "nbdvm"); l != "" {
+		t.Fatalf("after the export: %s", l)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Fatal("the socket is left")
+	}
+
+	write("CCCCCCCC", 5)
+	x, stop = serve()
+	t.Logf("second export: %+v", x)
+	bm := x.Exports[0].Bitmap
+	if bm == "" {
+		t.Fatalf("the second export has no bitmap: %+v", x)
+	}
+	dirty := dirtyMiB(t, ctx, sock, "data", bm)
+	// B (MiB 0) came after the first export's moment, then C (MiB 5).
+	if strings.Join(dirty, ",") != "0,5" {
+		t.Fatalf("dirty MiB per the bitmap: %v, want 0 and 5", dirty)
+	}
+	if got := readNBD(t, ctx, sock, "data", 8); got != "BBBBBBBB" {
+		t.Fatalf("the second export reads %q", got)
+	}
+	stop()
+}
+
+// readNBD reads the first n bytes of an export with qemu-img (an NBD
+// client that is not vmsup).
+func readNBD(t *testing.T, ctx context.Context, sock, export string, n int) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "read.raw")
+	img := fmt.Sprintf("driver=nbd,server.type=unix,server.path=%s,export=%s", sock, export)
+	if b, err := exec.CommandContext(ctx, "qemu-img", "dd", "--image-opts", "-O", "raw", "bs=512", "count=1", "if="+img, "of="+out).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img dd over NBD: %v %s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || len(b) < n {
+		t.Fatalf("read %d bytes (%v)", len(b), err)
+	}
+	return string(b[:n])
+}
+
+// dirtyMiB lists the MiB the export's bitmap marks dirty (qemu-img map
+// shows them as "data": false under x-dirty-bitmap).
+func dirtyMiB(t *testing.T, ctx context.Context, sock, export, bitmap string) []string {
+	t.Helper()
+	img := fmt.Sprintf("driver=nbd,server.type=unix,server.path=%s,export=%s,x-dirty-bitmap=qemu:dirty-bitmap:%s", sock, export, bitmap)
+	b, err := exec.CommandContext(ctx, "qemu-img", "map", "--output=json", "--image-opts", img).Output()
+	if err != nil {
+		t.Fatalf("qemu-img map: %v", err)
+	}
+	var ext []struct {
+		Start, Length int64
+		Data          bool
+	}
+	if err := json.Unmarshal(b, &ext); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ext {
+		if e.Data {
+			continue
+		}
+		for m := e.Start >> 20; m < (e.Start+e.Length+(1<<20)-1)>>20; m++ {
+			out = append(out, fmt.Sprint(m))
+		}
+	}
+	return out
+}

@@ -53,3 +53,13 @@ func (c *Conn) BlockDirtyBitmapEnable(ctx context.Context, node, name string) er
 func (c *Conn) BlockDirtyBitmapDisable(ctx context.Context, node, name string) error {
 	return c.Execute(ctx, "block-dirty-bitmap-disable", bitmapRef{node, name}, nil)
 }
+
+// BlockDirtyBitmapMerge ORs bitmaps (of the same node) into target.
+func (c *Conn) BlockDirtyBitmapMerge(ctx context.Context, node, target string, bitmaps []string) error {
+	args := struct {
+		Node    string   `json:"node"`
+		Target  string   `json:"target"`
+		Bitmaps []string `json:"bitmaps"`
+	}{node, target, bitmaps}
+	return c.Execute(ctx, "block-dirty-bitmap-merge", args, nil)
+}

@@ -365,13 +365,11 @@ func stopFleeceJobs(ctx context.Context, c *qmp.Conn, in nbdIntent, committed bo
 		switch {
 		case committed && d.Old != "":
 			_ = c.BlockDirtyBitmapRemove(ctx, d.Node, d.Old)
-		case !committed:
-			if d.New != "" {
-				_ = c.BlockDirtyBitmapRemove(ctx, d.Node, d.New)
-			}
-			if d.Old != "" {
-				_ = c.BlockDirtyBitmapEnable(ctx, d.Node, d.Old)
-			}
+		case !committed && d.Old != "":
+			// Old records again, and takes in what New saw meanwhile.
+			_ = c.BlockDirtyBitmapEnable(ctx, d.Node, d.Old)
+			_ = c.BlockDirtyBitmapMerge(ctx, d.Node, d.Old, []string{d.New})
+			_ = c.BlockDirtyBitmapRemove(ctx, d.Node, d.New)
 		}
 	}
 }

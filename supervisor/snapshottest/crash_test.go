@@ -19,7 +19,8 @@ import (
 
 // crashHelper runs in a child process: a snapshot (ROOT BUS SELF VM TAG
 // MEMORY STEP), or a backup (the same with TAG the backup directory and
-// MEMORY "backup" or "backup-incremental"), killing itself with SIGKILL
+// MEMORY "backup" or "backup-incremental"), or an NBD export (TAG the
+// socket, MEMORY "nbd"), killing itself with SIGKILL
 // right after the named step, as if vmsup died there.
 func crashHelper(args []string) int {
 	root, bus, self, name, tag, memory, killAfter := args[0], args[1], args[2], args[3], args[4], args[5], args[6]
@@ -33,9 +34,12 @@ func crashHelper(args []string) int {
 		fmt.Println(err)
 		return 1
 	}
-	if strings.HasPrefix(memory, "backup") {
+	switch {
+	case memory == "nbd": // TAG is the socket
+		err = sup.ExportNBD(context.Background(), name, supervisor.ExportOptions{Socket: tag})
+	case strings.HasPrefix(memory, "backup"):
 		_, err = sup.Backup(context.Background(), name, supervisor.BackupOptions{Dir: tag, Incremental: memory == "backup-incremental"})
-	} else {
+	default:
 		_, err = sup.Snapshot(context.Background(), name, tag, supervisor.SnapshotOptions{Memory: memory == "memory"})
 	}
 	if err != nil {

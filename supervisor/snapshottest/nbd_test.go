@@ -123,6 +123,32 @@ cmdline = "console=ttyS0"
 		t.Fatalf("the second export reads %q", got)
 	}
 	stop()
+
+	// vmsup killed while it serves: the export lives on until the next
+	// command takes it down, and the bitmap counts on from the second
+	// export's moment (the killed one's client may not have finished).
+	cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", sup.Root(), env.Systemd.BusAddress, vmsupBin, "nbdvm", sock, "nbd", "export")
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("the helper was not killed:\n%s", out)
+	}
+	if got := readNBD(t, ctx, sock, "data", 8); got != "BBBBBBBB" {
+		t.Fatalf("the orphaned export reads %q", got)
+	}
+	if err := sup.Pause(ctx, "nbdvm"); err != nil { // the next command recovers
+		t.Fatal(err)
+	}
+	if err := sup.Resume(ctx, "nbdvm"); err != nil {
+		t.Fatal(err)
+	}
+	if l := leftovers(t, ctx, sup, "nbdvm"); l != "" {
+		t.Fatalf("after recovering a killed export: %s", l)
+	}
+	write("DDDDDDDD", 9)
+	x, stop = serve()
+	if got := dirtyMiB(t, ctx, sock, "data", x.Exports[0].Bitmap); strings.Join(got, ",") != "9" {
+		t.Fatalf("after the killed export, dirty MiB %v (bitmap %s), want 9", got, x.Exports[0].Bitmap)
+	}
+	stop()
 }
 
 // readNBD reads the first n bytes of an export with qemu-img (an NBD

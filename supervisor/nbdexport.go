@@ -370,6 +370,9 @@ func stopFleeceJobs(ctx context.Context, c *qmp.Conn, in nbdIntent, committed bo
 			_ = c.BlockDirtyBitmapEnable(ctx, d.Node, d.Old)
 			_ = c.BlockDirtyBitmapMerge(ctx, d.Node, d.Old, []string{d.New})
 			_ = c.BlockDirtyBitmapRemove(ctx, d.Node, d.New)
+		case !committed:
+			// A full export that may not have been read: the next is full.
+			_ = c.BlockDirtyBitmapRemove(ctx, d.Node, d.New)
 		}
 	}
 }

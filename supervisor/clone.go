@@ -93,6 +93,8 @@ func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM,
 		return nil, nil, fmt.Errorf("VM %q has no snapshot %q", src, tag)
 	case snap.Memory == "":
 		return nil, nil, fmt.Errorf("snapshot %q has no memory (take it with --memory)", tag)
+	case len(snap.RBD) > 0:
+		return nil, nil, fmt.Errorf("snapshot %q holds RBD disks, which a clone cannot stand on yet (an RBD clone needs a protected snapshot)", tag)
 	}
 	app, err := s.state.ReadApplied(src)
 	if err != nil {

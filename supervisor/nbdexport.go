@@ -148,7 +148,6 @@ type nbdRun struct {
 	op      *vmstate.Op
 	c       *qmp.Conn
 	release func()
-	ln      *net.UnixListener
 }
 
 // plan picks the disks, their active nodes and bitmaps.

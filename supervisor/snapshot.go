@@ -54,6 +54,7 @@ type snapIntent struct {
 	Snap   snapshot.Snapshot `json:"snapshot"`
 	Live   bool              `json:"live"`
 	Disks  []spec.Disk       `json:"disks"` // as QEMU opens them (cache, aio)
+	RBD    []spec.Disk       `json:"rbd,omitempty"` // snapshotted by Ceph
 	// Paused: the snapshot paused the guest (a memory save); recovery
 	// resumes it.
 	Paused bool `json:"paused,omitempty"`
@@ -88,15 +89,19 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 	if err != nil {
 		return fail(err)
 	}
-	disks, specs, err := s.snapshotDisks(app, vm)
+	disks, err := s.snapshotDisks(app, vm)
 	if err != nil {
 		return fail(err)
 	}
-	layers, err := tree.PlanTake(tag, disks, exists)
-	if err != nil {
+	var layers []snapshot.Layer
+	if len(disks.files) > 0 || len(disks.rbd) == 0 {
+		if layers, err = tree.PlanTake(tag, disks.files, exists); err != nil {
+			return fail(err)
+		}
+	} else if err := tree.CheckTag(tag); err != nil {
 		return fail(err)
 	}
-	in := snapIntent{Tag: tag, Layers: layers, Live: !stopped, Disks: specs,
+	in := snapIntent{Tag: tag, Layers: layers, Live: !stopped, Disks: disks.specs, RBD: disks.rbd,
 		Snap: snapshot.Snapshot{Tag: tag, Created: time.Now().UTC()}}
 	if o.Memory {
 		in.Snap.Memory, in.Snap.Devices = s.paths(name).SnapshotState(tag), devicesOf(app)
@@ -124,6 +129,9 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 	op.End()
 	for _, l := range layers {
 		res.Disks = append(res.Disks, l.Disk)
+	}
+	for _, d := range disks.rbd {
+		res.Disks = append(res.Disks, d.Name)
 	}
 	res.Memory, res.Quiesced, res.Pause = in.Snap.Memory, in.Snap.Quiesced, tk.pause
 	s.lifecycle(name, "snapshot", map[string]any{"tag": tag, "memory": o.Memory, "pause_ms": tk.pause.Milliseconds()})
@@ -174,22 +182,26 @@ func devicesOf(app *vmstate.Applied) string {
 // snapshotDisks lists the VM's disks a snapshot holds (every writable
 // image file; CD-ROMs are media, not state) and refuses the kinds it
 // cannot hold yet.
-func (s *Supervisor) snapshotDisks(app *vmstate.Applied, vm *spec.VM) ([]snapshot.Disk, []spec.Disk, error) {
+func (s *Supervisor) snapshotDisks(app *vmstate.Applied, vm *spec.VM) (snapDisks, error) {
 	all := withMoved(vm.Disks, app.Moved)
 	for _, a := range app.Attached {
 		all = append(all, a.Disk)
 	}
-	var out []snapshot.Disk
-	var specs []spec.Disk
+	var out snapDisks
 	for _, d := range all {
 		if d.IsCDROM() {
 			continue
 		}
 		switch {
 		case d.ReadOnly:
-			return nil, nil, fmt.Errorf("disk %q is read-only: a snapshot could not hold it consistently with the others (make it a CD-ROM, or writable)", d.Name)
+			return out, fmt.Errorf("disk %q is read-only: a snapshot could not hold it consistently with the others (make it a CD-ROM, or writable)", d.Name)
+		case d.Type == spec.DiskRBD && d.Snapshot != "":
+			return out, fmt.Errorf("disk %q opens RBD snapshot %q, read-only: make it read_only", d.Name, d.Snapshot)
+		case d.Type == spec.DiskRBD:
+			out.rbd = append(out.rbd, d) // Ceph keeps its snapshots
+			continue
 		case d.Type != spec.DiskFile:
-			return nil, nil, fmt.Errorf("disk %q is of type %s: snapshots hold image files (qcow2, raw) only so far", d.Name, d.Type)
+			return out, fmt.Errorf("disk %q is of type %s: snapshots hold image files (qcow2, raw) and RBD images only so far", d.Name, d.Type)
 		}
 		dir := filepath.Dir(d.File)
 		if in, err := s.confiner().InImageDirs(d.File); err != nil || !in {
@@ -197,10 +209,18 @@ func (s *Supervisor) snapshotDisks(app *vmstate.Applied, vm *spec.VM) ([]snapsho
 			// mount namespace binds the image directories).
 			dir = s.opts.ImageDirs[0]
 		}
-		out = append(out, snapshot.Disk{Name: d.Name, Own: snapshot.Image{Path: d.File, Format: d.Format}, OverlayDir: dir})
-		specs = append(specs, d)
+		out.files = append(out.files, snapshot.Disk{Name: d.Name, Own: snapshot.Image{Path: d.File, Format: d.Format}, OverlayDir: dir})
+		out.specs = append(out.specs, d)
 	}
-	return out, specs, nil
+	return out, nil
+}
+
+// snapDisks are the disks a snapshot holds: image files (each gets an
+// overlay; specs as QEMU opens them) and RBD images (an RBD snapshot each).
+type snapDisks struct {
+	files []snapshot.Disk
+	specs []spec.Disk
+	rbd   []spec.Disk
 }
 
 // snapTake is one snapshot's steps.
@@ -223,6 +243,8 @@ func (t *snapTake) steps() []step {
 			step{Name: "confine", Do: t.confine, Undo: t.release},
 			step{Name: "nodes", Do: t.addNodes, Undo: t.delNodes},
 			step{Name: "switch", Do: t.switchDisks})
+	} else if len(t.in.RBD) > 0 {
+		steps = append(steps, step{Name: "rbd", Do: t.createRBD, Undo: t.removeRBD})
 	}
 	return append(steps, step{Name: "record", Do: t.record})
 }
@@ -331,7 +353,7 @@ func (t *snapTake) switchDisks(ctx context.Context) error {
 	if t.frozeAt.IsZero() {
 		t.frozeAt = time.Now()
 	}
-	err = t.c.Transaction(ctx, actions, false)
+	err = t.switchAll(ctx, qs.Running, actions)
 	terr := thaw()
 	t.pause = time.Since(t.frozeAt)
 	if err != nil {
@@ -351,6 +373,7 @@ func (t *snapTake) record(context.Context) error {
 	if t.in.Snap.Quiesced == "" {
 		t.in.Snap.Quiesced = "VM off"
 	}
+	t.in.Snap.RBD = rbdSnaps(*t.in)
 	tree.Taken(t.in.Snap, t.in.Layers)
 	return tree.Save(p.Snapshots())
 }

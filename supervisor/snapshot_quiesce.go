@@ -119,7 +119,12 @@ func (t *snapTake) withPause(ctx context.Context, running bool, actions []qmp.Tr
 		return err
 	}
 	t.s.traced(t.op)(t.name, "paused")
-	if err := t.c.Transaction(ctx, actions, false); err != nil {
+	if err := t.createRBD(ctx); err != nil {
+		_ = t.c.Cont(ctx)
+		return err
+	}
+	if err := t.transaction(ctx, actions); err != nil {
+		t.removeRBD(ctx)
 		_ = t.c.Cont(ctx)
 		return fmt.Errorf("transaction: %w", err)
 	}

@@ -44,6 +44,9 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 		if err != nil {
 			return "", err
 		}
+		if len(in.Layers) == 0 { // RBD disks only: the switch step made their snapshots
+			switched = slices.Contains(op.Done, "switch")
+		}
 		serr := s.settleGuestWith(ctx, name, c, in, slices.Contains(op.Done, "frozen"))
 		if switched {
 			return "the disks ran on the new overlays: recorded the snapshot", errors.Join(s.recordTaken(name, in), serr)
@@ -51,6 +54,7 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 		delOverlayNodes(ctx, c, in.Layers)
 		_ = s.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
 		removeLayerFiles(in.Layers)
+		s.removeRBDSnaps(ctx, in)
 		return "the disks had not switched: removed the overlays", serr
 	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNotFound):
 		// QEMU is gone: whether it switched cannot be asked. Keeping the
@@ -58,8 +62,14 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 		for _, l := range in.Layers {
 			if !exists(l.Overlay.Path) {
 				removeLayerFiles(in.Layers)
+				s.removeRBDSnaps(ctx, in)
 				return "the overlays were not all made: removed them", nil
 			}
+		}
+		if len(in.RBD) > 0 && !slices.Contains(op.Done, "rbd") && !slices.Contains(op.Done, "switch") {
+			removeLayerFiles(in.Layers)
+			s.removeRBDSnaps(ctx, in)
+			return "the RBD snapshots were not all made: removed them", nil
 		}
 		return "recorded the snapshot (the VM is off)", s.recordTaken(name, in)
 	default:
@@ -82,6 +92,7 @@ func (s *Supervisor) recordTaken(name string, in snapIntent) error {
 	if in.Snap.Quiesced == "" {
 		in.Snap.Quiesced = "interrupted; recorded by recovery"
 	}
+	in.Snap.RBD = rbdSnaps(in)
 	tree.Taken(in.Snap, in.Layers)
 	return tree.Save(p.Snapshots())
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -25,6 +26,7 @@ type snapRmIntent struct {
 	Tag    string           `json:"tag"`
 	Merges []snapshot.Merge `json:"merges"`
 	Memory string           `json:"memory,omitempty"`
+	RBD    []spec.Disk      `json:"rbd,omitempty"` // their RBD snapshots go
 }
 
 // RemoveSnapshot removes snapshot tag of VM name, running or off.
@@ -48,6 +50,21 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 		return fail(err)
 	}
 	in := snapRmIntent{Tag: tag, Merges: merges, Memory: snap.Memory}
+	if len(snap.RBD) > 0 {
+		app, vm, err := s.runningSpec(name)
+		if err != nil && !errors.Is(err, ErrNotRunning) {
+			return fail(err)
+		}
+		disks, err := s.snapshotDisks(app, vm)
+		if err != nil {
+			return fail(err)
+		}
+		for _, d := range disks.rbd {
+			if _, ok := snap.RBD[d.Name]; ok {
+				in.RBD = append(in.RBD, d)
+			}
+		}
+	}
 	op, err := s.beginOp(ctx, name, opSnapshotRemove, in)
 	if err != nil {
 		return fail(err)
@@ -96,6 +113,11 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.
 				return fmt.Errorf("disk %q: %w", m.Disk, err)
 			}
 			s.traced(op)(name, "merged "+m.Disk)
+		}
+		for _, d := range in.RBD {
+			if err := s.tools().RBDSnap(ctx, d, "rm", snapshot.RBDSnapName(in.Tag)); err != nil {
+				return fmt.Errorf("disk %q: %w", d.Name, err)
+			}
 		}
 		tree.Removed(in.Tag, in.Merges)
 		if err := tree.Save(p.Snapshots()); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
 )
 
 // A revert puts each disk of a snapshot on a new overlay on the image it
@@ -37,6 +38,7 @@ type revertIntent struct {
 	Start   bool             `json:"start"`  // start the VM after
 	Memory  string           `json:"memory"` // from this state file
 	Dropped []string         `json:"dropped,omitempty"`
+	RBD     []spec.Disk      `json:"rbd,omitempty"` // rolled back
 }
 
 // RevertSnapshot reverts VM name to snapshot tag. A running VM is stopped
@@ -64,15 +66,22 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 	if err != nil {
 		return fail(err)
 	}
-	disks, _, err := s.snapshotDisks(app, vm)
+	disks, err := s.snapshotDisks(app, vm)
 	if err != nil {
 		return fail(err)
 	}
-	snap, layers, err := tree.PlanRevert(tag, disks, exists)
+	snap, layers, err := tree.PlanRevert(tag, disks.files, exists)
 	if err != nil {
 		return fail(err)
 	}
 	in := revertIntent{Tag: tag, Layers: layers, Start: running, Memory: snap.Memory}
+	for name := range snap.RBD {
+		i := slices.IndexFunc(disks.rbd, func(d spec.Disk) bool { return d.Name == name })
+		if i < 0 {
+			return fail(fmt.Errorf("snapshot %q has RBD disk %q, which the VM no longer has", tag, name))
+		}
+		in.RBD = append(in.RBD, disks.rbd[i])
+	}
 	if snap.Memory != "" {
 		if snap.Devices != devicesOf(app) {
 			return fail(errors.New("the VM's devices changed since the snapshot, so its memory state does not fit them"))
@@ -112,7 +121,12 @@ func (s *Supervisor) finishRevert(ctx context.Context, name string, op *vmstate.
 	if err != nil {
 		return err
 	}
-	if !reverted(tree, in) {
+	if !slices.Contains(op.Done, "record") {
+		for _, d := range in.RBD { // again after a kill: a rollback is idempotent
+			if err := s.tools().RBDSnap(ctx, d, "rollback", snapshot.RBDSnapName(in.Tag)); err != nil {
+				return fmt.Errorf("disk %q: %w", d.Name, err)
+			}
+		}
 		for _, l := range in.Layers {
 			if exists(l.Overlay.Path) {
 				continue // made before a kill; it has nothing in it yet

@@ -27,16 +27,24 @@ type Layer struct {
 // PlanTake plans snapshot tag of disks: each disk's active image is frozen
 // and gets a new overlay. exists reports whether a path is taken.
 func (t *Tree) PlanTake(tag string, disks []Disk, exists func(string) bool) ([]Layer, error) {
-	if err := ValidTag(tag); err != nil {
+	if err := t.CheckTag(tag); err != nil {
 		return nil, err
-	}
-	if t.Find(tag) != nil {
-		return nil, fmt.Errorf("snapshot %q exists", tag)
 	}
 	if len(disks) == 0 {
 		return nil, errors.New("the VM has no writable disk to snapshot")
 	}
 	return t.layers(tag, disks, func(d Disk) Image { return t.ActiveImage(d.Name, d.Own) }, exists), nil
+}
+
+// CheckTag checks that tag can name a new snapshot.
+func (t *Tree) CheckTag(tag string) error {
+	if err := ValidTag(tag); err != nil {
+		return err
+	}
+	if t.Find(tag) != nil {
+		return fmt.Errorf("snapshot %q exists", tag)
+	}
+	return nil
 }
 
 func (t *Tree) layers(tag string, disks []Disk, base func(Disk) Image, exists func(string) bool) []Layer {

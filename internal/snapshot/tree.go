@@ -49,6 +49,9 @@ type Snapshot struct {
 	// Quiesced says how the guest's filesystems were made consistent:
 	// "fsfreeze (N filesystems)", "paused (memory)", or why not.
 	Quiesced string `json:"quiesced,omitempty"`
+	// RBD are the snapshots of the VM's RBD disks (disk -> the RBD snapshot's
+	// name in the disk's image): Ceph keeps them, no overlay is made.
+	RBD map[string]string `json:"rbd,omitempty"`
 	// Clones are the VMs started from this (memory) snapshot: they stand
 	// on its images, which must stay as they are while they exist.
 	Clones []string `json:"clones,omitempty"`
@@ -129,9 +132,15 @@ func (t *Tree) HasDisk(disk string) bool {
 		if _, ok := s.Disks[disk]; ok {
 			return true
 		}
+		if _, ok := s.RBD[disk]; ok {
+			return true
+		}
 	}
 	return false
 }
+
+// RBDSnapName is the name of snapshot tag in an RBD image.
+func RBDSnapName(tag string) string { return "vmsup-" + tag }
 
 // ValidTag checks a snapshot tag: a short name usable in a file name.
 func ValidTag(tag string) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // One systemd sandbox and one test guest for the package.
@@ -25,12 +26,18 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "-move-helper" {
 		os.Exit(moveHelper(os.Args[2:]))
 	}
-	os.Exit(testenv.Main(m, func(e *testenv.Env) (err error) {
+	code := testenv.Main(m, func(e *testenv.Env) (err error) {
 		env = e
 		vmsupBin, err = testenv.BuildVmsup(context.Background(), e.Dir)
 		return err
-	}))
+	})
+	shared.Stop()
+	os.Exit(code)
 }
+
+// shared is the Ceph cluster (and iSCSI target) the package starts when a
+// test first needs it.
+var shared supervisortest.Targets
 
 var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
 

@@ -53,7 +53,7 @@ type snapIntent struct {
 	Layers []snapshot.Layer  `json:"layers"`
 	Snap   snapshot.Snapshot `json:"snapshot"`
 	Live   bool              `json:"live"`
-	Disks  []spec.Disk       `json:"disks"` // as QEMU opens them (cache, aio)
+	Disks  []spec.Disk       `json:"disks"`         // as QEMU opens them (cache, aio)
 	RBD    []spec.Disk       `json:"rbd,omitempty"` // snapshotted by Ceph
 	// Paused: the snapshot paused the guest (a memory save); recovery
 	// resumes it.

@@ -117,6 +117,11 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 		return fail(err)
 	}
 	res.From, res.To = diskSource(src), diskSource(target)
+	if (target.Type == spec.DiskRBD || target.Type == spec.DiskISCSI) && !hostNetworked(app, vm) {
+		// Its unit was started without the host's network (no NIC, no
+		// network disk): QEMU cannot reach the storage until a restart.
+		return fail(fmt.Errorf("the VM's QEMU runs without the host's network (it booted with no NIC and no network disk), so it cannot reach %s: restart it with the disk in its file, or move to a file", target.Type))
+	}
 	if err := s.checkTarget(ctx, app, target); err != nil {
 		return fail(err)
 	}
@@ -390,4 +395,18 @@ func moveRules(ctx context.Context, p vmstate.Paths, t spec.Disk) ([]units.PathR
 		rules = append(rules, units.PathRule{Path: sec, Mode: "r"})
 	}
 	return rules, err
+}
+
+// hostNetworked reports whether the VM's unit runs in the host's network
+// (units.Sandbox.HostNetwork at its start).
+func hostNetworked(app *vmstate.Applied, vm *spec.VM) bool {
+	if len(vm.NICs) > 0 || vm.HasNetworkDisk() {
+		return true
+	}
+	for _, a := range app.Attached {
+		if a.Disk.Type == spec.DiskRBD || a.Disk.Type == spec.DiskISCSI {
+			return true
+		}
+	}
+	return false
 }

@@ -110,7 +110,7 @@ func TestCLIJSON(t *testing.T) {
 	check("disk attach", 0, "disk", "attach", "js", "--file", filepath.Join(root, "images", "hot.qcow2"), "--size", "16M")
 	// A snapshot of the attached disk, listed, not reverted while the VM
 	// runs (no --force), and removed (a live commit back into hot.qcow2).
-	check("snapshot create", 0, "snapshot", "create", "js", "s1")
+	check("snapshot create", 0, "snapshot", "create", "js", "s1", "--memory") // progress lines, then done
 	check("snapshot ls", 0, "snapshot", "ls", "js")
 	check("error", -1, "snapshot", "revert", "js", "s1")
 	check("snapshot rm", 0, "snapshot", "rm", "js", "s1")

@@ -29,21 +29,20 @@ func snapshotCreateCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
-				o.Progress = bar(cmd.ErrOrStderr(), "memory")
+				o.Progress = snapshotProgress(g, cmd.ErrOrStderr(), name, "memory")
 				r, err := sup.Snapshot(cmd.Context(), name, args[1], o)
 				endBar(cmd.ErrOrStderr())
-				if err != nil {
-					return err
+				note := ""
+				if err == nil {
+					note = fmt.Sprintf("snapshot %s: disks %s; %s", r.Tag, strings.Join(r.Disks, ", "), r.Quiesced)
+					if r.Live {
+						note += fmt.Sprintf("; guest paused %s", r.Pause.Round(100*1e3))
+					}
+					if r.Memory != "" {
+						note += "; with memory"
+					}
 				}
-				note := fmt.Sprintf("snapshot %s: disks %s; %s", r.Tag, strings.Join(r.Disks, ", "), r.Quiesced)
-				if r.Live {
-					note += fmt.Sprintf("; guest paused %s", r.Pause.Round(100*1e3))
-				}
-				if r.Memory != "" {
-					note += "; with memory"
-				}
-				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "snapshot", Note: note}, name+": "+note)
-				return nil
+				return snapshotDone(g, cmd.OutOrStdout(), name, note, err)
 			})
 		},
 	}
@@ -86,19 +85,14 @@ func snapshotRmCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
-				show := bar(cmd.ErrOrStderr(), "merge")
+				show := snapshotProgress(g, cmd.ErrOrStderr(), name, "merge")
 				var progress func(string, int64, int64)
 				if show != nil {
 					progress = func(disk string, done, total int64) { show(done, total) }
 				}
 				err := sup.RemoveSnapshot(cmd.Context(), name, args[1], progress)
 				endBar(cmd.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				g.out.action(actionJSON{Name: name, File: fileOf(args[0]), Action: "removed", Note: "snapshot " + args[1]},
-					fmt.Sprintf("%s: snapshot %s removed", name, args[1]))
-				return nil
+				return snapshotDone(g, cmd.OutOrStdout(), name, "snapshot "+args[1]+" removed", err)
 			})
 		},
 	}
@@ -206,4 +200,49 @@ func endBar(out io.Writer) {
 	if isTerminal(out) {
 		fmt.Fprint(out, "\r\x1b[K")
 	}
+}
+
+// snapshotEvent is one line of snapshot create/rm --json: progress of a
+// long step (a memory save, a live merge), then done or failed.
+type snapshotEvent struct {
+	Name     string            `json:"name"`
+	Event    string            `json:"event"`
+	Progress *snapshotProgJSON `json:"progress"`
+	Note     string            `json:"note"`
+	Error    *errorJSON        `json:"error"`
+}
+
+type snapshotProgJSON struct {
+	Step  string `json:"step"` // "memory" or "merge"
+	Done  int64  `json:"done_bytes"`
+	Total int64  `json:"total_bytes"`
+}
+
+// snapshotProgress reports a long step: --json lines, a bar on a
+// terminal, nothing otherwise.
+func snapshotProgress(g *globals, tty io.Writer, name, step string) func(done, total int64) {
+	if g.json {
+		return func(done, total int64) {
+			g.out.line(snapshotEvent{Name: name, Event: "progress", Progress: &snapshotProgJSON{step, done, total}})
+		}
+	}
+	return bar(tty, step)
+}
+
+// snapshotDone prints the outcome: a done or failed line with --json, the
+// note otherwise.
+func snapshotDone(g *globals, out io.Writer, name, note string, err error) error {
+	if g.json {
+		ev := snapshotEvent{Name: name, Event: "done", Note: note}
+		if err != nil {
+			ev = snapshotEvent{Name: name, Event: "failed", Error: toErrorJSON(err)}
+		}
+		g.out.line(ev)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, name+": "+note)
+	return nil
 }

@@ -85,6 +85,9 @@ cmdline = "console=ttyS0 vmsup.counter"
 	if !strings.HasPrefix(r.Quiesced, "fsfreeze") {
 		t.Errorf("s1 was not quiesced by the guest agent: %s", r.Quiesced)
 	}
+	if _, err := sup.Snapshot(ctx, "snapvm", "s1", supervisor.SnapshotOptions{}); err == nil || !strings.Contains(err.Error(), `snapshot "s1" exists`) {
+		t.Fatalf("a second snapshot s1: %v", err)
+	}
 	write(sh, "PATTERN2")
 	if got := read(sh); !strings.Contains(got, "PATTERN2") {
 		t.Fatalf("after the second write the guest reads %q", got)
@@ -183,5 +186,55 @@ func waitAgent(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, na
 			t.Fatalf("the guest agent did not answer: %v", err)
 		}
 		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// TestSnapshotRefusals: a VM with a read-only disk (no guest OS: nothing
+// needs to boot) gets a one-line refusal naming the disk, and runs on.
+func TestSnapshotRefusals(t *testing.T) {
+	ctx := supervisortest.Context(t, 2*time.Minute)
+	dir := t.TempDir()
+	ro := filepath.Join(dir, "ro.raw")
+	if err := os.WriteFile(ro, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`name = "refvm"
+memory = "64M"
+accel = "tcg"
+stop_timeout = "1ms"
+guest_agent = false
+
+[[disk]]
+name = "data"
+file = %q
+size = "8M"
+
+[[disk]]
+name = "ro"
+file = %q
+read_only = true
+`, filepath.Join(dir, "data.raw"), ro)
+	path := filepath.Join(dir, "refvm.toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := supervisortest.New(t, env, "", vmsupBin)
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), "refvm") })
+	_, err = sup.Snapshot(ctx, "refvm", "a", supervisor.SnapshotOptions{})
+	if err == nil || !strings.Contains(err.Error(), `disk "ro" is read-only`) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("snapshot of a VM with a read-only disk: %v", err)
+	}
+	if st, err := sup.Status(ctx, "refvm"); err != nil || st.State != supervisor.StateRunning {
+		t.Fatalf("after the refusal the VM is %s (%v)", st.State, err)
+	}
+	if tree, err := sup.SnapshotTree("refvm"); err != nil || !tree.Empty() {
+		t.Fatalf("tree after the refusal: %+v %v", tree, err)
 	}
 }

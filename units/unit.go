@@ -78,6 +78,31 @@ func (u Unit) properties() ([]sd.Property, error) {
 	if len(u.Argv) == 0 {
 		return nil, fmt.Errorf("unit %s: empty command", u.Name)
 	}
+	p := append(u.lifecycleProps(), u.resourceProps()...)
+	devices := u.DeviceAllow
+	if u.Sandbox != nil {
+		sp, err := u.Sandbox.properties(&u)
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, sp...)
+		devices = append(append([]DeviceRule(nil), devices...), u.Sandbox.Devices...)
+	}
+	if !u.DeviceAll {
+		p = append(p, prop("DevicePolicy", "closed"))
+		type rule struct{ Path, Access string }
+		rules := make([]rule, 0, len(devices))
+		for _, r := range devices {
+			rules = append(rules, rule(r))
+		}
+		p = append(p, prop("DeviceAllow", rules))
+	}
+	return p, nil
+}
+
+// lifecycleProps: the command, how it starts, stops and is collected,
+// its order and process environment.
+func (u Unit) lifecycleProps() []sd.Property {
 	p := []sd.Property{
 		sd.PropDescription(u.Description),
 		// false: a QEMU that exits non-zero must make the unit fail (the
@@ -128,6 +153,16 @@ func (u Unit) properties() ([]sd.Property, error) {
 	if u.UMask != 0 {
 		p = append(p, prop("UMask", u.UMask))
 	}
+	if u.NetworkNamespacePath != "" {
+		p = append(p, prop("NetworkNamespacePath", u.NetworkNamespacePath))
+	}
+	return p
+}
+
+// resourceProps: the cgroup limits and accounting, CPU affinity, locked
+// memory.
+func (u Unit) resourceProps() []sd.Property {
+	var p []sd.Property
 	if u.MemoryMax > 0 {
 		p = append(p, prop("MemoryAccounting", true), prop("MemoryMax", u.MemoryMax))
 	}
@@ -149,28 +184,7 @@ func (u Unit) properties() ([]sd.Property, error) {
 	if u.MemLock > 0 {
 		p = append(p, prop("LimitMEMLOCK", u.MemLock), prop("LimitMEMLOCKSoft", u.MemLock))
 	}
-	if u.NetworkNamespacePath != "" {
-		p = append(p, prop("NetworkNamespacePath", u.NetworkNamespacePath))
-	}
-	devices := u.DeviceAllow
-	if u.Sandbox != nil {
-		sp, err := u.Sandbox.properties(&u)
-		if err != nil {
-			return nil, err
-		}
-		p = append(p, sp...)
-		devices = append(append([]DeviceRule(nil), devices...), u.Sandbox.Devices...)
-	}
-	if !u.DeviceAll {
-		p = append(p, prop("DevicePolicy", "closed"))
-		type rule struct{ Path, Access string }
-		rules := make([]rule, 0, len(devices))
-		for _, r := range devices {
-			rules = append(rules, rule(r))
-		}
-		p = append(p, prop("DeviceAllow", rules))
-	}
-	return p, nil
+	return p
 }
 
 func prop(name string, v any) sd.Property {

@@ -64,21 +64,9 @@ cmdline = "console=ttyS0"
 		sup.Down(dctx, "snap")
 		sup.Remove(dctx, "snap")
 	}()
-	var cold []float64
-	for i := range reps {
-		start := time.Now()
-		if _, err := sup.Up(ctx, vm); err != nil {
-			return err
-		}
-		if err := consoleAnswers(ctx, sup, "snap", true); err != nil {
-			return err
-		}
-		cold = append(cold, ms(time.Since(start)))
-		if i < reps-1 {
-			if _, err := sup.Down(ctx, "snap"); err != nil {
-				return err
-			}
-		}
+	cold, err := coldBoots(ctx, sup, vm, reps)
+	if err != nil {
+		return err
 	}
 	if err := waitAgentAnswers(ctx, sup, "snap"); err != nil {
 		return err
@@ -99,19 +87,9 @@ cmdline = "console=ttyS0"
 	if err != nil {
 		return err
 	}
-	var warm []float64
-	for i := range reps {
-		name := fmt.Sprintf("clone%d", i)
-		start := time.Now()
-		if _, err := sup.UpFromSnapshot(ctx, "snap", "warm", name); err != nil {
-			return err
-		}
-		if err := consoleAnswers(ctx, sup, name, false); err != nil {
-			return err
-		}
-		warm = append(warm, ms(time.Since(start)))
-		sup.Down(ctx, name)
-		sup.Remove(ctx, name)
+	warm, err := clones(ctx, sup, reps)
+	if err != nil {
+		return err
 	}
 	r := f.report
 	r.Add(bench.Row{Section: secPause, Figure: "disk-only snapshot: guest-visible pause", Variant: vAPI, Accel: "tcg", Unit: "ms",
@@ -123,6 +101,48 @@ cmdline = "console=ttyS0"
 	r.Add(bench.Row{Section: secClone, Figure: "up to the console's answer", Variant: "up --from-snapshot", Accel: "tcg", Unit: "ms",
 		Summary: bench.Summarize(warm), Baseline: "cold boot", Target: 0.25, Note: "overlays made, state read from the file, guest resumed"})
 	return nil
+}
+
+// coldBoots times up to the console's answer, reps times; the VM stays
+// up after the last.
+func coldBoots(ctx context.Context, sup *supervisor.Supervisor, vm *spec.File, reps int) ([]float64, error) {
+	var cold []float64
+	for i := range reps {
+		start := time.Now()
+		if _, err := sup.Up(ctx, vm); err != nil {
+			return nil, err
+		}
+		if err := consoleAnswers(ctx, sup, vm.VM.Name, true); err != nil {
+			return nil, err
+		}
+		cold = append(cold, ms(time.Since(start)))
+		if i < reps-1 {
+			if _, err := sup.Down(ctx, vm.VM.Name); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return cold, nil
+}
+
+// clones times up --from-snapshot snap:warm to the clone's console
+// answer, reps times, each clone removed after.
+func clones(ctx context.Context, sup *supervisor.Supervisor, reps int) ([]float64, error) {
+	var warm []float64
+	for i := range reps {
+		name := fmt.Sprintf("clone%d", i)
+		start := time.Now()
+		if _, err := sup.UpFromSnapshot(ctx, "snap", "warm", name); err != nil {
+			return nil, err
+		}
+		if err := consoleAnswers(ctx, sup, name, false); err != nil {
+			return nil, err
+		}
+		warm = append(warm, ms(time.Since(start)))
+		sup.Down(ctx, name)
+		sup.Remove(ctx, name)
+	}
+	return warm, nil
 }
 
 // consoleAnswers waits until the VM's console shell answers a command; a

@@ -15,6 +15,7 @@ import (
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // applyCfg is one version of TestApply's file.
@@ -415,9 +416,9 @@ func applyKilled(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, 
 	kpath := filepath.Join(filepath.Dir(path), "apply-k.toml")
 	fk := k.write(t, kpath, images)
 	fb := base.write(t, path, images)
-	job := faultJob{Root: root, Bus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir, QEMU: env.QEMU, Self: vmsupBin,
+	job := supervisortest.FaultJob{Root: root, Bus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir, QEMU: env.QEMU, Self: vmsupBin,
 		HostCache: env.CapsCache, Op: "apply", VM: "apply", File: kpath, Trace: filepath.Join(t.TempDir(), "trace")}
-	if killed, out, _ := runJob(t, ctx, job, 0); killed || strings.TrimSpace(out) != "" {
+	if killed, out, _ := supervisortest.RunJob(t, ctx, job, 0); killed || strings.TrimSpace(out) != "" {
 		t.Fatalf("clean apply: killed %v: %s", killed, out)
 	}
 	b, _ := os.ReadFile(job.Trace)
@@ -441,7 +442,7 @@ func applyKilled(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, 
 	for _, point := range points {
 		j := job
 		j.KillAfter, j.Trace = point, ""
-		if killed, out, _ := runJob(t, ctx, j, 0); !killed {
+		if killed, out, _ := supervisortest.RunJob(t, ctx, j, 0); !killed {
 			t.Fatalf("not killed after %q: %s", point, out)
 		}
 		p, err := sup.Plan(ctx, fk)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // loopFS mounts a fresh ext4 filesystem of size bytes at a new directory,
@@ -85,48 +86,48 @@ func fill(t *testing.T, dir string, leave int64) func() {
 func TestFullStateFS(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
 	root := loopFS(t, 96<<20)
-	a := sideOf(t, "A", env.Systemd, root, filepath.Join(root, "etc-systemd"), nil)
+	a := supervisortest.NewSide(t, env, vmsupBin, "A", env.Systemd, root, filepath.Join(root, "etc-systemd"), nil)
 	const vm = "ffull"
-	h := newHotVM(t, ctx, a.sup, root, vm, "vmsfullbr0")
+	h := supervisortest.NewHotVM(t, ctx, env, a.Sup, root, vm, "vmsfullbr0")
 	// A second guest without a tap NIC for migrate --local (a tap takes one
 	// QEMU at a time).
 	const vm2 = "ffmig"
 	f2 := counterGuest(t, t.TempDir(), vm2, "")
-	if _, err := a.sup.Up(ctx, f2); err != nil {
+	if _, err := a.Sup.Up(ctx, f2); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.sup.Down(context.Background(), vm2) })
+	t.Cleanup(func() { a.Sup.Down(context.Background(), vm2) })
 	cmds := []struct {
 		name string
 		run  func(context.Context) error
 		undo func(*testing.T, context.Context, supervisor.Status)
 	}{
-		{"disk-attach", func(ctx context.Context) error { _, err := h.sup.AttachDisk(ctx, vm, *h.disk); return err },
+		{"disk-attach", func(ctx context.Context) error { _, err := h.Sup.AttachDisk(ctx, vm, *h.Disk); return err },
 			func(t *testing.T, ctx context.Context, st supervisor.Status) {
-				if h.hasDisk(st) {
-					h.detach(t, ctx)
+				if h.HasDisk(st) {
+					h.Detach(t, ctx)
 				}
-				os.Remove(h.disk.File)
+				os.Remove(h.Disk.File)
 			}},
-		{"nic-attach", func(ctx context.Context) error { _, err := h.sup.AttachNIC(ctx, vm, h.nic); return err },
+		{"nic-attach", func(ctx context.Context) error { _, err := h.Sup.AttachNIC(ctx, vm, h.NIC); return err },
 			func(t *testing.T, ctx context.Context, st supervisor.Status) {
-				if h.hasNIC(st) {
-					h.nicDetach(t, ctx)
+				if h.HasNIC(st) {
+					h.NICDetach(t, ctx)
 				}
 			}},
 		{"set", func(ctx context.Context) error {
-			_, err := h.sup.Resize(ctx, vm, supervisor.ResizeOptions{Memory: bigMem})
+			_, err := h.Sup.Resize(ctx, vm, supervisor.ResizeOptions{Memory: supervisortest.BigMem})
 			return err
 		}, func(t *testing.T, ctx context.Context, st supervisor.Status) {
-			if st.Memory != smallMem.String() {
-				h.setMem(t, ctx, smallMem)
+			if st.Memory != supervisortest.SmallMem.String() {
+				h.SetMem(t, ctx, supervisortest.SmallMem)
 			}
 		}},
 		{"migrate-local", func(ctx context.Context) error {
-			_, err := h.sup.Migrate(ctx, vm2, supervisor.MigrateOptions{Local: true})
+			_, err := h.Sup.Migrate(ctx, vm2, supervisor.MigrateOptions{Local: true})
 			return err
 		}, nil},
-		{"restart", func(ctx context.Context) error { _, err := h.sup.Restart(ctx, h.f); return err }, nil},
+		{"restart", func(ctx context.Context) error { _, err := h.Sup.Restart(ctx, h.File); return err }, nil},
 	}
 	for _, leave := range []int64{0, 1400 << 10} {
 		for _, c := range cmds {
@@ -147,12 +148,12 @@ func TestFullStateFS(t *testing.T) {
 					t.Logf("refused in %s: %v", took.Round(time.Millisecond), err)
 				}
 				if c.name == "migrate-local" {
-					settle(t, ctx, faultOp{vm: vm2, sides: []*faultSide{a}}, nil)
+					supervisortest.Settle(t, ctx, vm2, []*supervisortest.Side{a}, "", nil)
 					return
 				}
 				var st supervisor.Status
-				on := settle(t, ctx, faultOp{vm: vm, sides: []*faultSide{a}}, &st)
-				h.checkAll(t, ctx, on, st)
+				on := supervisortest.Settle(t, ctx, vm, []*supervisortest.Side{a}, "", &st)
+				h.CheckAll(t, ctx, on, st)
 				if c.undo != nil {
 					c.undo(t, ctx, st)
 				}

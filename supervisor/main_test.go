@@ -25,11 +25,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "-crash-helper" {
 		os.Exit(crashHelper(os.Args[2:]))
 	}
+	// apply's kills run it in a child: this binary again
+	// (supervisortest.RunJob).
 	if len(os.Args) > 2 && os.Args[1] == "-fault-helper" {
-		os.Exit(faultHelper(os.Args[2]))
+		os.Exit(supervisortest.FaultHelper(os.Args[2]))
 	}
-	// A network namespace of its own: the fault suite's bridge and taps
-	// stay out of the host's.
+	// A network namespace of its own: the full-filesystem test's bridge and
+	// taps and the cross-host tests' veths stay out of the host's.
 	if code, ok := testenv.InPrivateNetns(); ok {
 		os.Exit(code)
 	}

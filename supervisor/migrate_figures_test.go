@@ -39,14 +39,14 @@ func TestMigrationFigures(t *testing.T) {
 			dir := t.TempDir()
 			name := "fig" + strings.ToLower(mem)
 			f := migGuest(t, dir, name, mem, filepath.Join(dir, "data.raw"))
-			if _, err := a.sup.Up(ctx, f); err != nil {
+			if _, err := a.Sup.Up(ctx, f); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				a.sup.Down(context.Background(), name)
-				b.sup.Down(context.Background(), name)
+				a.Sup.Down(context.Background(), name)
+				b.Sup.Down(context.Background(), name)
 			})
-			st, _ := a.sup.Status(ctx, name)
+			st, _ := a.Sup.Status(ctx, name)
 			waitConsole(t, st, "VMSUP-SHELL-READY", 120*time.Second)
 			// Each figure is the median of three runs, with the range.
 			type sample struct {
@@ -110,7 +110,7 @@ func TestMigrationFigures(t *testing.T) {
 				for _, c := range cases {
 					var runs []sample
 					for range n {
-						res, err := a.sup.Migrate(ctx, name, c.o)
+						res, err := a.Sup.Migrate(ctx, name, c.o)
 						if err != nil {
 							t.Fatalf("%s: %v", c.what, err)
 						}
@@ -131,8 +131,8 @@ func TestMigrationFigures(t *testing.T) {
 					from, to := a, b
 					for i := range n + 1 {
 						o := c.o
-						o.To, o.Address, o.Transport, o.Dial = to.name, to.addr, to.transport(""), from.dial
-						res, err := from.sup.Migrate(ctx, name, o)
+						o.To, o.Address, o.Transport, o.Dial = to.Name, to.Addr, to.Transport(""), from.Dial
+						res, err := from.Sup.Migrate(ctx, name, o)
 						if err != nil {
 							t.Fatalf("%s: %v", c.what, err)
 						}
@@ -144,7 +144,7 @@ func TestMigrationFigures(t *testing.T) {
 					row(phase, c.what, runs)
 				}
 			}
-			st, _ = a.sup.Status(ctx, name)
+			st, _ = a.Sup.Status(ctx, name)
 			if lastCounter(t, st.ConsoleLog) < 0 {
 				t.Fatalf("no counter on the console")
 			}

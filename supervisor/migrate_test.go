@@ -6,142 +6,48 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
-// migGuest writes a spec for a guest that prints a counter every 0.2 s and
-// has one raw data disk at disk (shared: both "hosts" see the same /tmp).
+// The counter guest's helpers (supervisortest), under the names these
+// tests use.
 func migGuest(t testing.TB, dir, name, memory, disk string) *spec.File {
 	t.Helper()
-	if err := os.WriteFile(disk, make([]byte, 4<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, name+".toml")
-	body := fmt.Sprintf(`name = %q
-memory = %q
-accel = "tcg"
-stop_timeout = "5s"
-
-[boot]
-kernel = %q
-initrd = %q
-cmdline = "console=ttyS0 vmsup.counter"
-
-[[disk]]
-name = "data"
-file = %q
-format = "raw"
-`, name, memory, env.Guest.Kernel, env.Guest.Initrd, disk)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return supervisortest.MigrationGuest(t, env, dir, name, memory, disk)
 }
 
-// guestRun runs one shell command in the guest over its console socket.
 func guestExec(t testing.TB, ctx context.Context, consoleSock, cmd string) string {
 	t.Helper()
-	sh, err := testenv.DialConsole(ctx, consoleSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	out, code, err := sh.Run(rctx, cmd)
-	if err != nil || code != 0 {
-		t.Fatalf("guest %q: exit %d, %v; output %q", cmd, code, err, tail(out, 600))
-	}
-	return out
+	return supervisortest.GuestExec(t, ctx, consoleSock, cmd)
 }
 
-// writeGuestData writes token at the start of the guest's data disk,
-// bypassing nothing: it must reach the image before the migration ends.
 func writeGuestData(t testing.TB, ctx context.Context, consoleSock, token string) {
-	guestExec(t, ctx, consoleSock, fmt.Sprintf("printf '%%s' %s | dd of=/dev/vda bs=512 conv=fsync,notrunc 2>/dev/null; sync", token))
-}
-
-// readGuestData reads the token back from the disk with the page cache
-// dropped, so the bytes come from the image as the destination QEMU sees it.
-func readGuestData(t testing.TB, ctx context.Context, consoleSock string, n int) string {
-	// The counter prints on the same console: fence the data so a counter
-	// line landing next to it cannot be taken for part of it.
-	out := guestExec(t, ctx, consoleSock, fmt.Sprintf("dmesg -n 1; echo 3 > /proc/sys/vm/drop_caches; printf 'DATA[%%s]\\n' \"$(dd if=/dev/vda bs=512 count=1 2>/dev/null | head -c %d)\"", n))
-	m := regexp.MustCompile(`DATA\[([^\]]*)\]`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no DATA[...] in %q", out)
-	}
-	return m[1]
-}
-
-var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
-
-// counters returns the counter values in the console log, in order.
-func counters(t testing.TB, log string) []int {
 	t.Helper()
-	b, _ := os.ReadFile(log)
-	var out []int
-	for _, m := range counterRE.FindAllStringSubmatch(string(b), -1) {
-		n, _ := strconv.Atoi(m[1])
-		out = append(out, n)
-	}
-	return out
+	supervisortest.WriteGuestData(t, ctx, consoleSock, token)
 }
 
-// waitCounterPast waits until the log shows a counter value > n and returns
-// the values.
+func readGuestData(t testing.TB, ctx context.Context, consoleSock string, n int) string {
+	t.Helper()
+	return supervisortest.ReadGuestData(t, ctx, consoleSock, n)
+}
+
 func waitCounterPast(t testing.TB, log string, n int, d time.Duration) []int {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		c := counters(t, log)
-		if len(c) > 0 && c[len(c)-1] > n {
-			return c
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(log)
-			t.Fatalf("%s: counter did not pass %d within %s (last values %v); log tail:\n%s", log, n, d, lastN(c, 5), tail(string(b), 1500))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return supervisortest.WaitCounterPast(t, log, n, d)
 }
 
-// checkContinuous fails unless the values go up by exactly one each time.
 func checkContinuous(t testing.TB, c []int) {
 	t.Helper()
-	for i := 1; i < len(c); i++ {
-		if c[i] != c[i-1]+1 {
-			t.Fatalf("counter jumps from %d to %d (values around: %v)", c[i-1], c[i], c[max(0, i-5):min(len(c), i+5)])
-		}
-	}
+	supervisortest.CheckContinuous(t, c)
 }
 
-func lastN(c []int, n int) []int {
-	if len(c) > n {
-		return c[len(c)-n:]
-	}
-	return c
-}
-
-func lastCounter(t testing.TB, log string) int {
-	c := counters(t, log)
-	if len(c) == 0 {
-		return -1
-	}
-	return c[len(c)-1]
-}
+func lastCounter(t testing.TB, log string) int { return supervisortest.LastCounter(t, log) }
 
 // TestMigrateLocal: a running guest moves into a new QEMU on the same host
 // (and back): the counter goes on without a gap, the disk data reads back,

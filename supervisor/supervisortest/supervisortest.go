@@ -1,7 +1,11 @@
 // Package supervisortest has what the tests that drive a Supervisor share,
 // as net/http/httptest does for handlers: a Supervisor wired to a testenv
 // sandbox, a VM file that boots the test guest, waits on a VM's state and
-// console, and the guest's shell. It is for tests only: it fails them
+// console, and the guest's shell; the counter guest (counter.go), two
+// "hosts" for cross-host migrations (hosts.go), and the fault machinery
+// that kills a command mid-way and checks what it left (fault.go,
+// settle.go, hotvm.go), which the supervisor package and its fault suite
+// (supervisor/faulttest) both use. It is for tests only: it fails them
 // through testing.TB.
 package supervisortest
 

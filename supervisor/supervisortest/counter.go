@@ -1,0 +1,170 @@
+package supervisortest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// The counter guest prints "VMSUP-COUNTER N" on its console every 0.2 s
+// (kernel argument vmsup.counter): a gap or a repeat in the numbers is a
+// guest that stopped or ran twice, which is what a migration or a killed
+// command must never cause.
+
+// MigrationGuest writes DIR/NAME.toml for a counter guest of the given
+// memory with one raw data disk at disk (4 MiB of zeros, made here; shared:
+// both "hosts" of TwoHosts see the same /tmp), and parses it.
+func MigrationGuest(t testing.TB, e *testenv.Env, dir, name, memory, disk string) *spec.File {
+	t.Helper()
+	if err := os.WriteFile(disk, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name+".toml")
+	body := fmt.Sprintf(`name = %q
+memory = %q
+accel = "tcg"
+stop_timeout = "5s"
+
+[boot]
+kernel = %q
+initrd = %q
+cmdline = "console=ttyS0 vmsup.counter"
+
+[[disk]]
+name = "data"
+file = %q
+format = "raw"
+`, name, memory, e.Guest.Kernel, e.Guest.Initrd, disk)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// GuestExec runs one shell command in the guest over its console socket
+// and returns its output; it fails the test unless the command exits 0.
+func GuestExec(t testing.TB, ctx context.Context, consoleSock, cmd string) string {
+	t.Helper()
+	sh, err := testenv.DialConsole(ctx, consoleSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, code, err := sh.Run(rctx, cmd)
+	if err != nil || code != 0 {
+		t.Fatalf("guest %q: exit %d, %v; output %q", cmd, code, err, Tail(out, 600))
+	}
+	return out
+}
+
+// WriteGuestData writes token at the start of the guest's data disk,
+// bypassing nothing: it must reach the image before the migration ends.
+func WriteGuestData(t testing.TB, ctx context.Context, consoleSock, token string) {
+	t.Helper()
+	GuestExec(t, ctx, consoleSock, fmt.Sprintf("printf '%%s' %s | dd of=/dev/vda bs=512 conv=fsync,notrunc 2>/dev/null; sync", token))
+}
+
+// ReadGuestData reads n bytes back from the data disk with the page cache
+// dropped, so the bytes come from the image as the destination QEMU sees it.
+func ReadGuestData(t testing.TB, ctx context.Context, consoleSock string, n int) string {
+	t.Helper()
+	// The counter prints on the same console: fence the data so a counter
+	// line landing next to it cannot be taken for part of it.
+	out := GuestExec(t, ctx, consoleSock, fmt.Sprintf("dmesg -n 1; echo 3 > /proc/sys/vm/drop_caches; printf 'DATA[%%s]\\n' \"$(dd if=/dev/vda bs=512 count=1 2>/dev/null | head -c %d)\"", n))
+	m := regexp.MustCompile(`DATA\[([^\]]*)\]`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no DATA[...] in %q", out)
+	}
+	return m[1]
+}
+
+var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
+
+// counters returns the counter values in the console log, in order.
+func counters(t testing.TB, log string) []int {
+	t.Helper()
+	b, _ := os.ReadFile(log)
+	var out []int
+	for _, m := range counterRE.FindAllStringSubmatch(string(b), -1) {
+		n, _ := strconv.Atoi(m[1])
+		out = append(out, n)
+	}
+	return out
+}
+
+// WaitCounterPast waits until the console log shows a counter value > n
+// and returns the values.
+func WaitCounterPast(t testing.TB, log string, n int, d time.Duration) []int {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		c := counters(t, log)
+		if len(c) > 0 && c[len(c)-1] > n {
+			return c
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s: counter did not pass %d within %s (last values %v); log tail:\n%s", log, n, d, lastN(c, 5), Tail(string(b), 1500))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// CheckContinuous fails unless the values go up by exactly one each time.
+func CheckContinuous(t testing.TB, c []int) {
+	t.Helper()
+	for i := 1; i < len(c); i++ {
+		if c[i] != c[i-1]+1 {
+			t.Fatalf("counter jumps from %d to %d (values around: %v)", c[i-1], c[i], c[max(0, i-5):min(len(c), i+5)])
+		}
+	}
+}
+
+func lastN(c []int, n int) []int {
+	if len(c) > n {
+		return c[len(c)-n:]
+	}
+	return c
+}
+
+// LastCounter is the last counter value in the console log (-1 if none).
+func LastCounter(t testing.TB, log string) int {
+	c := counters(t, log)
+	if len(c) == 0 {
+		return -1
+	}
+	return c[len(c)-1]
+}
+
+// waitCounterMoves waits for three more counter lines in the log: the
+// guest runs (it is not frozen, and not stopped by a migration).
+func waitCounterMoves(t testing.TB, log string, d time.Duration, diag ...func() string) {
+	t.Helper()
+	n := len(counters(t, log))
+	deadline := time.Now().Add(d)
+	for len(counters(t, log)) < n+3 {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log)
+			extra := ""
+			for _, f := range diag {
+				extra += f()
+			}
+			t.Fatalf("%s: the guest's counter did not move in %s; log tail:\n%s\nQEMU: %s", log, d, Tail(string(b), 800), extra)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,135 @@
+package supervisortest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// A command under fault runs in a child process (the test binary again, in
+// FaultHelper) so that it can be killed with SIGKILL mid-way, as a crash or
+// an OOM kill would: after one of its steps (FaultJob.KillAfter) or at a
+// time (RunJob's killAt). The fault suite (supervisor/faulttest) and the
+// supervisor package's apply kills both run their commands this way.
+
+// FaultJob is one command for FaultHelper, with the options of the
+// Supervisor that runs it.
+type FaultJob struct {
+	Root, Bus, JournalDir, QEMU, Self, UnitDir, RunDir, HostCache string
+
+	Op, VM    string
+	KillAfter string // SIGKILL itself right after this step ("": never)
+	Trace     string // append each step's name to this file
+
+	File      string     `json:",omitempty"` // restart
+	Disk      *spec.Disk `json:",omitempty"` // disk attach, detach
+	NIC       *spec.NIC  `json:",omitempty"` // nic attach, detach
+	Memory    spec.Size  `json:",omitempty"` // set
+	To        string     `json:",omitempty"` // migrate
+	Address   string     `json:",omitempty"`
+	Transport []string   `json:",omitempty"`
+	DialNetns string     `json:",omitempty"`
+}
+
+// FaultHelper runs the job arg (FaultJob as JSON) and returns the exit
+// code: the TestMain of a package that calls RunJob calls it when its
+// arguments are "-fault-helper JSON".
+func FaultHelper(arg string) int {
+	var j FaultJob
+	if err := json.Unmarshal([]byte(arg), &j); err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	var trace *os.File
+	if j.Trace != "" {
+		trace, _ = os.OpenFile(j.Trace, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	}
+	sup, err := supervisor.New(supervisor.Options{
+		Root: j.Root, SystemdBus: j.Bus, JournalDir: j.JournalDir, QEMU: j.QEMU, Self: j.Self,
+		UnitDir: j.UnitDir, RunDir: j.RunDir, BootTarget: testenv.BootTarget, HostCapsCache: j.HostCache,
+		AfterStep: func(_, step string) {
+			if trace != nil {
+				fmt.Fprintln(trace, step)
+			}
+			if step == j.KillAfter {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	ctx := context.Background()
+	switch j.Op {
+	case "migrate-local":
+		_, err = sup.Migrate(ctx, j.VM, supervisor.MigrateOptions{Local: true})
+	case "migrate":
+		_, err = sup.Migrate(ctx, j.VM, supervisor.MigrateOptions{To: j.To, Address: j.Address, Transport: j.Transport, Dial: dialIn(j.DialNetns)})
+	case "disk-attach":
+		_, err = sup.AttachDisk(ctx, j.VM, *j.Disk)
+	case "disk-detach":
+		err = sup.DetachDisk(ctx, j.VM, j.Disk.Name)
+	case "nic-attach":
+		_, err = sup.AttachNIC(ctx, j.VM, *j.NIC)
+	case "nic-detach":
+		err = sup.DetachNIC(ctx, j.VM, j.NIC.Name)
+	case "set":
+		_, err = sup.Resize(ctx, j.VM, supervisor.ResizeOptions{Memory: j.Memory})
+	case "reboot":
+		_, err = sup.Reboot(ctx, j.VM, supervisor.RebootACPI)
+	case "restart":
+		var f *spec.File
+		if f, err = spec.Load(j.File); err == nil {
+			_, err = sup.Restart(ctx, f)
+		}
+	case "apply":
+		var f *spec.File
+		if f, err = spec.Load(j.File); err == nil {
+			_, err = sup.Apply(ctx, f, supervisor.ApplyOptions{})
+		}
+	default:
+		err = fmt.Errorf("unknown op %q", j.Op)
+	}
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	return 0
+}
+
+// RunJob runs j in a child process (os.Args[0] -fault-helper, see
+// FaultHelper); killAt > 0 kills it then (if it still runs). killed
+// reports whether it died of SIGKILL; out is its output (nothing when the
+// command succeeded).
+func RunJob(t *testing.T, ctx context.Context, j FaultJob, killAt time.Duration) (killed bool, out string, took time.Duration) {
+	t.Helper()
+	b, _ := json.Marshal(j)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-fault-helper", string(b))
+	var buf strings.Builder
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if killAt > 0 {
+		timer := time.AfterFunc(killAt, func() { cmd.Process.Signal(syscall.SIGKILL) })
+		defer timer.Stop()
+	}
+	err := cmd.Wait()
+	took = time.Since(t0)
+	var ee *exec.ExitError
+	killed = errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
+	return killed, buf.String(), took
+}

@@ -1,0 +1,215 @@
+package supervisortest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// Host is one "host" of the cross-host tests: a network namespace made
+// inside a systemd sandbox's mount namespace, its own systemd and vmsup
+// state root. QEMU needs no network (vmsup relays the stream over TCP):
+// the receiver runs in the namespace (Transport enters it) and the source
+// dials from it (Dial).
+type Host struct {
+	Name  string
+	SD    *testenv.Systemd
+	Netns string // path from the host: /proc/PID1/root/run/netns/NAME
+	NS    string // the namespace's name inside the sandbox
+	Addr  string // its veth address
+	Dev   string // its veth
+	Root  string
+	QEMU  string
+	Sup   *supervisor.Supervisor
+	Dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	env  *testenv.Env // the host caps every supervisor of the host uses
+	self string       // the vmsup binary: units call it, Transport runs it
+}
+
+// dialIn returns a dialer whose sockets are made in the network namespace
+// at nsPath: the dial runs on a locked thread moved into it, and the
+// thread is discarded afterwards (its goroutine exits locked).
+func dialIn(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			f, err := os.Open(nsPath)
+			if err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				ch <- result{nil, fmt.Errorf("setns %s: %w", nsPath, err)}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+}
+
+// Transport returns the command that runs "vmsup migrate-receive" as this
+// host: inside its network namespace, with its root, systemd and QEMU (qemu
+// instead, if set). wrap, if set, is put in front of vmsup (fault
+// injection).
+func (h *Host) Transport(qemu string, wrap ...string) []string {
+	if qemu == "" {
+		qemu = h.QEMU
+	}
+	argv := []string{"env", "VMSUP_ROOT=" + h.Root, "VMSUP_SYSTEMD_BUS=" + h.SD.BusAddress,
+		"VMSUP_JOURNAL_DIR=" + h.SD.JournalDir, "VMSUP_QEMU=" + qemu, "VMSUP_UNIT_DIR=" + h.UnitDir(),
+		"VMSUP_BOOT_TARGET=" + testenv.BootTarget, "VMSUP_RUN_DIR=" + filepath.Join(h.Root, "run"),
+		"nsenter", "--net=" + h.Netns}
+	argv = append(argv, wrap...)
+	return append(argv, h.self, "migrate-receive")
+}
+
+// UnitDir stands for the host's /etc/systemd/system.
+func (h *Host) UnitDir() string { return filepath.Join(h.Root, "etc-systemd") }
+
+// RunCmd runs argv and fails the test, with its output, if it fails.
+func RunCmd(t testing.TB, argv ...string) {
+	t.Helper()
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+}
+
+// InNS runs argv in the host's network namespace.
+func (h *Host) InNS(t testing.TB, argv ...string) {
+	t.Helper()
+	RunCmd(t, append([]string{"nsenter", "--net=" + h.Netns}, argv...)...)
+}
+
+// TwoHosts makes hosts A (the sandbox of e) and B (a second sandbox), each
+// with a network namespace, joined by a veth pair 10.99.N.1 - .2; self is
+// the vmsup binary. All of it goes when the test ends.
+func TwoHosts(t *testing.T, e *testenv.Env, self string) (a, b *Host) {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	bdir, err := os.MkdirTemp("", "vmsup-mig-b-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdB, err := testenv.StartSystemd(ctx, bdir)
+	if err != nil {
+		os.RemoveAll(bdir)
+		t.Fatalf("second systemd sandbox (host B): %v", err)
+	}
+	t.Cleanup(func() { sdB.Stop(); os.RemoveAll(bdir) })
+	tag := fmt.Sprintf("%d", os.Getpid()%10000)
+	net := fmt.Sprintf("10.99.%d.", os.Getpid()%250+1)
+	dir := t.TempDir()
+	a = &Host{Name: "A", SD: e.Systemd, NS: "vmsupmigA" + tag, Addr: net + "1", Dev: "vmA" + tag, env: e, self: self}
+	b = &Host{Name: "B", SD: sdB, NS: "vmsupmigB" + tag, Addr: net + "2", Dev: "vmB" + tag, env: e, self: self}
+	for _, h := range []*Host{a, b} {
+		RunCmd(t, "nsenter", "-t", fmt.Sprint(h.SD.PID1), "-m", "-p", "ip", "netns", "add", h.NS)
+		t.Cleanup(func() {
+			exec.Command("nsenter", "-t", fmt.Sprint(h.SD.PID1), "-m", "-p", "ip", "netns", "delete", h.NS).Run()
+		})
+		h.Netns = fmt.Sprintf("/proc/%d/root/run/netns/%s", h.SD.PID1, h.NS)
+		h.Root = filepath.Join(dir, "root"+h.Name)
+		h.QEMU = e.QEMU
+		h.Dial = dialIn(h.Netns)
+		h.Sup = h.WithHook(t, nil)
+	}
+	// The pair is made in the test's namespace and moved at once.
+	RunCmd(t, "ip", "link", "add", a.Dev, "type", "veth", "peer", "name", b.Dev)
+	for _, h := range []*Host{a, b} {
+		RunCmd(t, "nsenter", "-t", fmt.Sprint(h.SD.PID1), "-m", "-p", "ip", "link", "set", h.Dev, "netns", h.NS)
+		h.InNS(t, "ip", "link", "set", "lo", "up")
+		h.InNS(t, "ip", "addr", "add", h.Addr+"/24", "dev", h.Dev)
+		h.InNS(t, "ip", "link", "set", h.Dev, "up")
+	}
+	return a, b
+}
+
+// ExpectOnlyOn checks that the VM runs on one host and that the other knows
+// nothing of it (no state directory, no unit).
+func ExpectOnlyOn(t *testing.T, ctx context.Context, name string, on, off *Host) {
+	t.Helper()
+	st, err := on.Sup.Status(ctx, name)
+	if err != nil || st.State != supervisor.StateRunning {
+		t.Fatalf("host %s: want running, got %+v %v", on.Name, st, err)
+	}
+	if _, err := off.Sup.Status(ctx, name); !errors.Is(err, supervisor.ErrNotFound) {
+		t.Fatalf("host %s: want no such VM, got %v", off.Name, err)
+	}
+	if ls, err := off.Sup.List(ctx); err != nil || len(ls) != 0 {
+		t.Fatalf("host %s: vmsup ls shows %+v %v", off.Name, ls, err)
+	}
+	if out, _ := off.SD.Systemctl(ctx, "list-units", "--all", "--no-legend", "vmsup-"+name+"*"); strings.TrimSpace(string(out)) != "" {
+		t.Fatalf("host %s: units left: %s", off.Name, out)
+	}
+	for _, d := range []string{"vms", "records"} {
+		ents, _ := os.ReadDir(filepath.Join(off.Root, d))
+		var names []string
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), ".") { // lock files stay beside the VM directories
+				names = append(names, e.Name())
+			}
+		}
+		if len(names) > 0 {
+			t.Fatalf("host %s: state left in %s: %v", off.Name, d, names)
+		}
+	}
+}
+
+// AfterPrepared returns an AfterStep hook that runs fn once, d after the
+// step "migrate-prepared": a fault injected while the stream flows.
+func AfterPrepared(d time.Duration, fn func()) func(vm, step string) {
+	return func(vm, step string) {
+		if step == "migrate-prepared" {
+			go func() { time.Sleep(d); fn() }()
+		}
+	}
+}
+
+// WithHook returns a supervisor for host h whose AfterStep is hook; it is
+// closed when the test ends.
+func (h *Host) WithHook(t *testing.T, hook func(vm, step string)) *supervisor.Supervisor {
+	s, err := supervisor.New(supervisor.Options{Root: h.Root, SystemdBus: h.SD.BusAddress, JournalDir: h.SD.JournalDir, HostCaps: h.env.Caps,
+		Self: h.self, QEMU: h.QEMU, AfterStep: hook, UnitDir: h.UnitDir(), BootTarget: testenv.BootTarget,
+		RunDir: filepath.Join(h.Root, "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// KillUnit sends SIGKILL to every process in the unit of sd; a unit with
+// none is an error of the test.
+func KillUnit(t *testing.T, sd *testenv.Systemd, unit string) {
+	pids, _ := sd.HostPIDs(unit)
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	if len(pids) == 0 {
+		t.Errorf("no process in %s to kill", unit)
+	}
+}

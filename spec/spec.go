@@ -74,6 +74,8 @@ type VM struct {
 	// Guest devices (guestdev.go): a TPM 2.0, host folders.
 	TPM    *TPM    `toml:"tpm"`
 	Shares []Share `toml:"share"`
+	// Placement constrains where a fleet runs the VM (placement.go).
+	Placement Placement `toml:"placement"`
 }
 
 // Accel is the accelerator choice.

@@ -52,7 +52,7 @@ func (f *File) validate() error {
 		f.validateName, f.validateMachine, f.validateCPUs, f.validateMemory, f.validateStop,
 		f.validateBoot, f.validateSecurity, f.validateLimits, f.validateHealth, f.validateFailure, f.validateIdentity,
 		f.validateSATA, f.validateTopology, f.validatePinning, f.validateNUMA, f.validateGuestDevs,
-		f.validateHugepages, f.validateVsock, f.validateHostDevs,
+		f.validateHugepages, f.validateVsock, f.validateHostDevs, f.validatePlacement,
 	} {
 		add(check())
 	}

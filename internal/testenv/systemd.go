@@ -59,7 +59,7 @@ const outerScript = `set -eu
 IFS='
 '
 for f in $VMSUP_PROCS; do echo $$ >"$f"; done
-exec unshare --pid --fork --kill-child --mount --uts --mount-proc --propagation private bash -c "$1"`
+exec unshare --pid --fork --kill-child --mount --uts --mount-proc --propagation private $VMSUP_UNSHARE_NET bash -c "$1"`
 
 // innerScript gives systemd private copies of what it would otherwise change for the
 // whole host: /run, /dev/console, the hostname, and the /sys/fs/cgroup tmpfs (systemd
@@ -98,6 +98,17 @@ const BootTarget = "vmsup-test.target"
 // does without SYSTEMD_UNIT_PATH: else a daemon-reload loses their files ("not-found"). Call Stop when done; after an error nothing is left
 // to stop.
 func StartSystemd(ctx context.Context, dir string, unitDirs ...string) (*Systemd, error) {
+	return startSystemd(ctx, dir, false, unitDirs)
+}
+
+// StartSystemdHost is StartSystemd in a network namespace of its own, with
+// only lo: a "host" of a multi-host test, which JoinLAN then connects.
+// Everything in the sandbox (its units, QEMU) has that network.
+func StartSystemdHost(ctx context.Context, dir string, unitDirs ...string) (*Systemd, error) {
+	return startSystemd(ctx, dir, true, unitDirs)
+}
+
+func startSystemd(ctx context.Context, dir string, netns bool, unitDirs []string) (*Systemd, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("testenv: systemd sandbox needs root")
 	}
@@ -141,7 +152,7 @@ func StartSystemd(ctx context.Context, dir string, unitDirs ...string) (*Systemd
 	cmd.Env = append(os.Environ(),
 		"VMSUP_PROCS="+strings.Join(s.cg.procsFiles(), "\n"),
 		"VMSUP_RUN="+s.RunDir, "VMSUP_CONSOLE="+s.ConsoleLog, "VMSUP_UNITS="+strings.Join(append(append([]string{"/run/systemd/transient"}, unitDirs...), units), ":"), "VMSUP_EMPTY="+empty,
-		"VMSUP_CGSTAGE="+cgstage)
+		"VMSUP_CGSTAGE="+cgstage, "VMSUP_UNSHARE_NET="+map[bool]string{true: "--net"}[netns])
 	cmd.Stdout, cmd.Stderr = console, console
 	// If this test process dies, the kernel kills unshare, and unshare kills PID 1.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

@@ -1,0 +1,263 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// Agent is the fleet's one resident process per host (vmsup agent): it
+// keeps the host registered under its lease, runs the VMs placed on the
+// host through the supervisor library (up, apply, migrate, down), reports
+// their state, and takes its turn as the scheduler when elected. It keeps
+// no state a restart would lose: the VMs run in their systemd units, the
+// lease ID and the VMs it manages are files under StateDir, so a new agent
+// re-adopts all of them.
+type Agent struct {
+	Store *Store
+	Sup   *supervisor.Supervisor
+	Host  Host   // Name, CPUs, Memory, Labels, Migration: what it registers
+	State string // its directory (ROOT/fleet)
+	// TTL of the host's lease (default 10 s); the agent fences itself
+	// SelfFenceMargin (default 3 s) before it would expire.
+	TTL, SelfFenceMargin time.Duration
+	// Fence, when set, lets this agent's scheduler restart a lost host's VMs.
+	Fence Fencer
+	// Migrate adjusts the options of a drain's migration (tests dial from
+	// a network namespace).
+	Migrate func(o *supervisor.MigrateOptions)
+	Log     *slog.Logger
+	// Decided, when set, gets each placement decision's duration.
+	Decided func(vm string, d time.Duration)
+
+	lease  *lease
+	mu     sync.Mutex
+	fenced bool
+	cancel context.CancelFunc // the reconcile pass running, cancelled by a self-fence
+	failed map[string]time.Time
+}
+
+// Run registers the host and works until ctx ends; only a failure to
+// register at all is an error.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.TTL == 0 {
+		a.TTL = 10 * time.Second
+	}
+	if a.SelfFenceMargin == 0 {
+		a.SelfFenceMargin = 3 * time.Second
+	}
+	if a.Log == nil {
+		a.Log = slog.Default()
+	}
+	a.failed = map[string]time.Time{}
+	a.lease = &lease{store: a.Store, file: filepath.Join(a.State, "lease"), ttl: a.TTL}
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { a.keepAlive(ctx) })
+	wg.Go(func() { a.schedule(ctx) })
+	a.reconcileLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// register takes the lease (the old one after a restart) and puts the host
+// record under it, unless another live agent holds the name.
+func (a *Agent) register(ctx context.Context) error {
+	reused, err := a.lease.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("host %s: lease: %w", a.Host.Name, err)
+	}
+	id, _ := a.lease.get()
+	h := a.Host
+	h.Lease, h.Started = int64(id), time.Now().UTC()
+	k := a.Store.key("hosts", h.Name)
+	put := clientv3.OpPut(k, mustJSON(h), clientv3.WithLease(id))
+	cctx, cancel := a.Store.ctx(ctx)
+	defer cancel()
+	r, err := a.Store.Client().Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(put).
+		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(k), "=", id)}, []clientv3.Op{put}, nil)).Commit()
+	if err != nil {
+		return fmt.Errorf("host %s: register: %w", h.Name, quorumErr(err))
+	}
+	if !r.Succeeded && !r.Responses[0].GetResponseTxn().Succeeded {
+		return fmt.Errorf("host %s: another live agent holds this host's name in the fleet (its lease has not expired)", h.Name)
+	}
+	a.Log.Info("registered", "host", h.Name, "lease", fmt.Sprintf("%x", int64(id)), "reused", reused)
+	return nil
+}
+
+// keepAlive renews the lease and fences the host when it cannot.
+func (a *Agent) keepAlive(ctx context.Context) {
+	tick := time.NewTicker(a.TTL / 10)
+	defer tick.Stop()
+	lastTry := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		_, last := a.lease.get()
+		if time.Since(lastTry) >= a.TTL/3 {
+			lastTry = time.Now()
+			err := a.lease.renew(ctx)
+			switch {
+			case err == nil:
+				a.unfence()
+				continue
+			case errors.Is(err, errLeaseGone):
+				// Expired: the scheduler may have moved our VMs already.
+				a.selfFence(ctx, "the host's lease expired")
+				if rerr := a.register(ctx); rerr == nil {
+					a.unfence()
+				}
+				continue
+			}
+		}
+		if time.Since(last) > a.TTL-a.SelfFenceMargin && !a.isFenced() {
+			if a.lease.noLeader(ctx) {
+				continue // etcd has no quorum: nobody can move our VMs
+			}
+			a.selfFence(ctx, fmt.Sprintf("no lease renewal for %s", time.Since(last).Round(time.Millisecond)))
+		}
+	}
+}
+
+func (a *Agent) isFenced() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fenced
+}
+
+func (a *Agent) unfence() {
+	a.mu.Lock()
+	was := a.fenced
+	a.fenced = false
+	a.mu.Unlock()
+	if was {
+		a.Log.Info("lease renewed: reconciling again")
+	}
+}
+
+// selfFence stops every VM this agent manages, at once (SIGKILL: it must
+// beat the lease's expiry), and holds reconciling until the lease is back.
+func (a *Agent) selfFence(ctx context.Context, why string) {
+	a.mu.Lock()
+	if a.fenced {
+		a.mu.Unlock()
+		return
+	}
+	a.fenced = true
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.mu.Unlock()
+	names, _ := a.managed()
+	a.Log.Warn("self-fence: stopping this host's fleet VMs", "why", why, "vms", names)
+	for _, name := range names {
+		if _, err := a.Sup.Kill(context.WithoutCancel(ctx), name); err != nil && !errors.Is(err, supervisor.ErrNotFound) {
+			a.Log.Error("self-fence", "vm", name, "err", err)
+		}
+	}
+}
+
+// schedule campaigns for the scheduler's role and, while it holds it, runs
+// a pass after each change of the fleet and every second.
+func (a *Agent) schedule(ctx context.Context) {
+	s := &Scheduler{Store: a.Store, Log: a.Log, Fence: a.Fence, Decided: a.Decided}
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(a.Store.Client(), concurrency.WithTTL(int(a.TTL/time.Second)), concurrency.WithContext(ctx))
+		if err != nil {
+			sleep(ctx, time.Second)
+			continue
+		}
+		el := concurrency.NewElection(sess, a.Store.prefix+"leader")
+		if err := el.Campaign(ctx, a.Host.Name); err != nil {
+			sess.Close()
+			sleep(ctx, time.Second)
+			continue
+		}
+		a.Log.Info("elected scheduler")
+		a.watchLoop(ctx, sess.Done(), func(ctx context.Context) {
+			if err := s.Pass(ctx); err != nil {
+				a.Log.Warn("schedule", "err", err)
+			}
+		})
+		sess.Close()
+	}
+}
+
+// reconcileLoop runs reconcile after each change of the fleet and every
+// two seconds (the VMs' own changes: a guest that powered off).
+func (a *Agent) reconcileLoop(ctx context.Context) {
+	a.watchLoop(ctx, nil, func(ctx context.Context) {
+		if a.isFenced() {
+			return
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		a.mu.Lock()
+		a.cancel = cancel
+		a.mu.Unlock()
+		if err := a.reconcile(pctx); err != nil {
+			a.Log.Warn("reconcile", "err", err)
+		}
+		cancel()
+	})
+}
+
+// watchLoop calls pass now, after each change under the fleet's prefix
+// (coalesced) and every 2 s, until ctx or stop ends.
+func (a *Agent) watchLoop(ctx context.Context, stop <-chan struct{}, pass func(context.Context)) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	w := a.Store.Client().Watch(wctx, a.Store.prefix, clientv3.WithPrefix())
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-tick.C:
+		case _, ok := <-w:
+			if !ok { // etcd lost its leader, or the client its members
+				sleep(ctx, time.Second)
+				w = a.Store.Client().Watch(wctx, a.Store.prefix, clientv3.WithPrefix())
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// managed lists the VMs this host's agent runs for the fleet (its marks).
+func (a *Agent) managed() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(a.State, "vms"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out, nil
+}

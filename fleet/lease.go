@@ -1,0 +1,123 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/renameio/v2"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The host's lease is its presence: the host record lives under it, and the
+// scheduler fails a host over when it expires. Its ID is kept in a file, so
+// an agent restarted (or killed and restarted by systemd) inside the TTL
+// takes the same lease back: the host never looks lost, and its VMs never
+// move, because of an agent restart.
+//
+// Timeline at the default TTL of 10 s: the agent renews every TTL/3 (3.3
+// s). An agent that has not renewed for TTL - SelfFenceMargin (7 s) kills
+// its VMs (self-fence) unless a reachable etcd member says the cluster has
+// no leader (then no lease can expire and no VM can be restarted elsewhere,
+// so they run on). etcd expires the lease at TTL (10 s); the scheduler,
+// elected on another host, then fences the host on Ceph (blocklist, RBD lock
+// takeover) and places the VMs elsewhere, whose agents start them (a few
+// seconds more).
+type lease struct {
+	store *Store
+	file  string
+	ttl   time.Duration
+
+	mu        sync.Mutex
+	id        clientv3.LeaseID
+	lastRenew time.Time
+}
+
+// acquire takes back the lease in the file if etcd still has it, else
+// grants a new one and records it.
+func (l *lease) acquire(ctx context.Context) (reused bool, err error) {
+	c := l.store.Client()
+	if b, err := os.ReadFile(l.file); err == nil {
+		if id, err := strconv.ParseInt(strings.TrimSpace(string(b)), 16, 64); err == nil {
+			cctx, cancel := l.store.ctx(ctx)
+			_, kerr := c.KeepAliveOnce(cctx, clientv3.LeaseID(id))
+			cancel()
+			if kerr == nil {
+				l.set(clientv3.LeaseID(id))
+				return true, nil
+			}
+			if !errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
+				return false, quorumErr(kerr)
+			}
+		}
+	}
+	cctx, cancel := l.store.ctx(ctx)
+	defer cancel()
+	g, err := c.Grant(cctx, int64(l.ttl/time.Second))
+	if err != nil {
+		return false, quorumErr(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(l.file), 0o700); err != nil {
+		return false, err
+	}
+	if err := renameio.WriteFile(l.file, []byte(fmt.Sprintf("%x\n", int64(g.ID))), 0o600); err != nil {
+		return false, err
+	}
+	l.set(g.ID)
+	return false, nil
+}
+
+func (l *lease) set(id clientv3.LeaseID) {
+	l.mu.Lock()
+	l.id, l.lastRenew = id, time.Now()
+	l.mu.Unlock()
+}
+
+func (l *lease) get() (clientv3.LeaseID, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id, l.lastRenew
+}
+
+// renew keeps the lease once; errLeaseGone means it expired.
+func (l *lease) renew(ctx context.Context) error {
+	id, _ := l.get()
+	cctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+	defer cancel()
+	_, err := l.store.Client().KeepAliveOnce(cctx, id)
+	if err == nil {
+		l.mu.Lock()
+		l.lastRenew = time.Now()
+		l.mu.Unlock()
+		return nil
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return errLeaseGone
+	}
+	return quorumErr(err)
+}
+
+var errLeaseGone = errors.New("the host's lease expired")
+
+// noLeader reports whether some etcd member answers and says the cluster
+// has no leader: then no lease expires anywhere and nobody can restart this
+// host's VMs elsewhere, so they need not be fenced.
+func (l *lease) noLeader(ctx context.Context) bool {
+	c := l.store.Client()
+	for _, ep := range c.Endpoints() {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := c.Status(cctx, ep)
+		cancel()
+		if err == nil && st.Leader == 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,235 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/renameio/v2"
+
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// retryAfter spaces the attempts at a VM whose start, apply or migration
+// failed (its status says why meanwhile).
+const retryAfter = 30 * time.Second
+
+// reconcile brings this host's VMs to what the fleet says, from a
+// linearizable read only: with no quorum it does nothing, and the VMs run
+// on untouched.
+func (a *Agent) reconcile(ctx context.Context) error {
+	snap, err := a.Store.Load(ctx, false)
+	if err != nil {
+		return err
+	}
+	me := a.Host.Name
+	var errs []error
+	names := make([]string, 0, len(snap.Placements))
+	for name := range snap.Placements {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p := snap.Placements[name]
+		rec, ok := snap.VMs[name]
+		switch {
+		case !ok:
+		case p.Value.Host == me && p.Value.Target == "":
+			errs = append(errs, a.ensure(ctx, snap, rec))
+		case p.Value.Host == me:
+			errs = append(errs, a.moveOut(ctx, snap, rec, p))
+		case p.Value.Target == me:
+			errs = append(errs, a.finishMoveIn(ctx, snap, rec, p))
+		}
+	}
+	managed, err := a.managed()
+	if err != nil {
+		return err
+	}
+	for _, name := range managed {
+		p, placed := snap.Placements[name]
+		if placed && (p.Value.Host == me || p.Value.Target == me) {
+			continue
+		}
+		errs = append(errs, a.release(ctx, name, placed))
+	}
+	return errors.Join(errs...)
+}
+
+// ensure keeps one VM placed here running at its spec's generation.
+func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]) error {
+	name, gen := rec.Value.Name, rec.Value.Generation
+	f, err := spec.Parse(rec.Value.File, []byte(rec.Value.TOML))
+	if err != nil {
+		return a.report(ctx, snap, name, Status{State: StateInvalid, Reason: err.Error()})
+	}
+	applied, managed := a.applied(name)
+	if !managed {
+		if err := a.mark(name, 0); err != nil { // before Up: a crash after it still knows the VM
+			return err
+		}
+	}
+	st, err := a.Sup.Status(ctx, name)
+	down := errors.Is(err, supervisor.ErrNotFound) || (err == nil && (st.State == supervisor.StateShutOff || st.State == supervisor.StateCrashed))
+	switch {
+	case err != nil && !down:
+		return a.report(ctx, snap, name, Status{State: "unknown", Reason: err.Error()})
+	case down && time.Since(a.failed[name]) < retryAfter:
+		return nil // its status still says why it failed
+	case down:
+		if _, err := a.Sup.Up(ctx, f); err != nil {
+			a.failed[name] = time.Now()
+			return a.report(ctx, snap, name, Status{State: "failed", Reason: err.Error(), Generation: applied})
+		}
+		delete(a.failed, name)
+		applied = gen
+		if err := a.mark(name, gen); err != nil {
+			return err
+		}
+	case applied != gen && (st.State == supervisor.StateRunning || st.State == supervisor.StatePaused) && time.Since(a.failed[name]) >= retryAfter:
+		if _, err := a.Sup.Apply(ctx, f, supervisor.ApplyOptions{}); err != nil {
+			a.failed[name] = time.Now()
+			return a.report(ctx, snap, name, Status{State: string(st.State), Reason: fmt.Sprintf("generation %d not applied: %v", gen, err), Generation: applied})
+		}
+		applied = gen
+		if err := a.mark(name, gen); err != nil {
+			return err
+		}
+	}
+	if st, err = a.Sup.Status(ctx, name); err != nil {
+		return err
+	}
+	return a.report(ctx, snap, name, Status{State: string(st.State), Reason: st.Reason, Generation: applied})
+}
+
+// moveOut live-migrates a VM a drain moves to its target, then hands the
+// placement over (or the target's agent does, if this one dies first).
+func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord], p Entry[Placement]) error {
+	name, target := rec.Value.Name, p.Value.Target
+	h, ok := snap.Hosts[target]
+	if !ok || time.Since(a.failed[name]) < retryAfter {
+		return nil
+	}
+	st, err := a.Sup.Status(ctx, name)
+	if errors.Is(err, supervisor.ErrNotFound) {
+		return nil // moved already: the target's agent takes the placement over
+	}
+	if err != nil {
+		return err
+	}
+	if st.State != supervisor.StateRunning && st.State != supervisor.StatePaused {
+		// Nothing to migrate live: it starts on the target from its spec.
+		if _, err := a.Sup.RemoveVM(ctx, name); err != nil {
+			return err
+		}
+		return a.handOver(ctx, name, p, Status{Host: target, State: StatePending, Reason: "moved stopped by a drain"})
+	}
+	o := supervisor.MigrateOptions{To: target, Address: h.Migration.Address, Transport: h.Migration.Transport}
+	if a.Migrate != nil {
+		a.Migrate(&o)
+	}
+	a.Log.Info("drain: migrating", "vm", name, "to", target)
+	if _, err := a.Sup.Migrate(ctx, name, o); err != nil {
+		a.failed[name] = time.Now()
+		return a.report(ctx, snap, name, Status{State: string(st.State), Reason: fmt.Sprintf("drain: migration to %s failed: %v", target, err)})
+	}
+	return a.handOver(ctx, name, p, Status{Host: target, State: string(supervisor.StateRunning), Reason: "migrated by a drain", Generation: rec.Value.Generation})
+}
+
+// handOver gives the placement to its target and forgets the VM here.
+func (a *Agent) handOver(ctx context.Context, name string, p Entry[Placement], st Status) error {
+	ok, err := a.Store.movePlacement(ctx, name, p.Rev, Placement{Host: p.Value.Target, Epoch: p.Value.Epoch + 1}, &st)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return a.unmark(name)
+	}
+	return nil // the target's agent was first
+}
+
+// finishMoveIn takes over the placement of a VM that a drain's migration
+// brought here, if the source's agent did not live to do it.
+func (a *Agent) finishMoveIn(ctx context.Context, snap *Snapshot, rec Entry[VMRecord], p Entry[Placement]) error {
+	st, err := a.Sup.Status(ctx, rec.Value.Name)
+	if err != nil || st.State != supervisor.StateRunning {
+		return nil
+	}
+	ok, err := a.Store.movePlacement(ctx, rec.Value.Name, p.Rev, Placement{Host: a.Host.Name, Epoch: p.Value.Epoch + 1},
+		&Status{Host: a.Host.Name, State: string(st.State), Reason: "migrated by a drain", Generation: rec.Value.Generation})
+	if err == nil && ok {
+		return a.mark(rec.Value.Name, rec.Value.Generation)
+	}
+	return err
+}
+
+// release stops a VM this host no longer owns: removed from the fleet
+// (graceful down, its state removed, its status dropped) or placed
+// elsewhere by a failover (killed at once: another copy may run).
+func (a *Agent) release(ctx context.Context, name string, placedElsewhere bool) error {
+	var err error
+	if placedElsewhere {
+		_, err = a.Sup.Kill(ctx, name)
+	} else {
+		_, err = a.Sup.Down(ctx, name)
+	}
+	if err != nil && !errors.Is(err, supervisor.ErrNotFound) {
+		return err
+	}
+	if _, err := a.Sup.RemoveVM(ctx, name); err != nil && !errors.Is(err, supervisor.ErrNotFound) {
+		return err
+	}
+	if !placedElsewhere {
+		if err := a.Store.deleteStatus(ctx, name); err != nil {
+			return err
+		}
+	}
+	a.Log.Info("released", "vm", name, "placed elsewhere", placedElsewhere)
+	return a.unmark(name)
+}
+
+// report writes the VM's status unless it says what is stored already.
+func (a *Agent) report(ctx context.Context, snap *Snapshot, name string, st Status) error {
+	st.Host = a.Host.Name
+	if cur, ok := snap.Statuses[name]; ok {
+		c := cur.Value
+		if c.Host == st.Host && c.State == st.State && c.Reason == st.Reason && c.Generation == st.Generation {
+			return nil
+		}
+	}
+	return a.Store.PutStatus(ctx, name, st)
+}
+
+// The marks: STATE/vms/NAME holds the generation applied (0 before the
+// first start).
+func (a *Agent) markPath(name string) string { return filepath.Join(a.State, "vms", name) }
+
+func (a *Agent) mark(name string, gen int64) error {
+	if err := os.MkdirAll(filepath.Dir(a.markPath(name)), 0o700); err != nil {
+		return err
+	}
+	return renameio.WriteFile(a.markPath(name), []byte(strconv.FormatInt(gen, 10)+"\n"), 0o600)
+}
+
+func (a *Agent) unmark(name string) error {
+	if err := os.Remove(a.markPath(name)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+func (a *Agent) applied(name string) (gen int64, ok bool) {
+	b, err := os.ReadFile(a.markPath(name))
+	if err != nil {
+		return 0, false
+	}
+	gen, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return gen, true
+}

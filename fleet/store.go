@@ -1,0 +1,229 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The fleet's state in etcd, under one prefix (default "/vmsup/"):
+//
+//	PREFIX/vms/NAME        VMRecord: the spec (its TOML) and its generation
+//	PREFIX/placement/NAME  Placement: the host that owns the VM (compare-and-swap only)
+//	PREFIX/status/NAME     Status: what the owning agent (or the scheduler) last saw
+//	PREFIX/hosts/HOST      Host: a live agent, under its lease
+//	PREFIX/cordon/HOST     a drained host: it takes no new VMs (no lease: it outlives agents)
+//	PREFIX/leader/         the scheduler's election
+//
+// Nothing vmsup-specific runs in etcd: any etcd cluster does.
+
+// VMRecord is one VM's desired state.
+type VMRecord struct {
+	Name       string `json:"name"`
+	File       string `json:"file"` // the path it was applied from: messages, and relative paths in the TOML
+	TOML       string `json:"toml"`
+	Generation int64  `json:"generation"` // +1 at each apply that changes the TOML
+}
+
+// Placement is the VM's owner. Epoch goes up each time the owner changes,
+// so a stale agent's write (a compare on the key's revision) fails.
+type Placement struct {
+	Host   string `json:"host"`
+	Target string `json:"target,omitempty"` // a drain moves it there (live migration)
+	Epoch  int64  `json:"epoch"`
+}
+
+// Status is a VM's real state as last reported.
+type Status struct {
+	Host       string    `json:"host,omitempty"`
+	State      string    `json:"state"` // running, stopped, failed, pending, unschedulable, migrating, fenced, lost
+	Reason     string    `json:"reason,omitempty"`
+	Generation int64     `json:"generation,omitempty"` // of the spec running
+	Updated    time.Time `json:"updated"`
+}
+
+// Fleet states beyond the supervisor's own (running, stopped, failed...).
+const (
+	StatePending       = "pending"       // not placed yet
+	StateUnschedulable = "unschedulable" // no host fits: Reason says why
+	StateMigrating     = "migrating"     // a drain moves it
+	StateInvalid       = "invalid"       // the owning host refuses the spec: Reason is the one-line error
+	StateLost          = "lost"          // its host's lease expired and it is not restarted elsewhere: Reason says why
+)
+
+// Host is a live agent's host, registered under its lease.
+type Host struct {
+	Name      string            `json:"name"`
+	CPUs      int               `json:"cpus"`   // vCPUs it offers
+	Memory    int64             `json:"memory"` // bytes it offers to guests
+	Labels    map[string]string `json:"labels,omitempty"`
+	Draining  bool              `json:"draining,omitempty"` // from PREFIX/cordon, not stored here
+	Migration Endpoint          `json:"migration"`
+	Lease     int64             `json:"lease"`
+	Started   time.Time         `json:"started"` // the agent's start
+}
+
+// Endpoint is how another host's vmsup migrates a VM to this one: the
+// address QEMU's stream goes to and the command that runs `vmsup
+// migrate-receive` here (e.g. ssh HOST vmsup migrate-receive).
+type Endpoint struct {
+	Address   string   `json:"address,omitempty"`
+	Transport []string `json:"transport,omitempty"`
+}
+
+// Store reads and writes the fleet's keys; every call is bounded by
+// Timeout, so a fleet without quorum answers with an error, not a hang.
+type Store struct {
+	c       *clientv3.Client
+	prefix  string
+	Timeout time.Duration
+}
+
+// NewStore uses c with keys under prefix ("" means "/vmsup/").
+func NewStore(c *clientv3.Client, prefix string) *Store {
+	if prefix == "" {
+		prefix = "/vmsup/"
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &Store{c: c, prefix: prefix, Timeout: 5 * time.Second}
+}
+
+// Client is the etcd client under the store.
+func (s *Store) Client() *clientv3.Client { return s.c }
+
+func (s *Store) key(kind, name string) string { return s.prefix + kind + "/" + name }
+func (s *Store) dir(kind string) string       { return s.prefix + kind + "/" }
+
+// ctx bounds one call.
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.Timeout)
+}
+
+// Entry is a value with the revision the compare-and-swaps use.
+type Entry[T any] struct {
+	Value T
+	Rev   int64 // ModRevision; 0: no such key
+}
+
+// Snapshot is the whole fleet at one etcd revision.
+type Snapshot struct {
+	Rev        int64
+	VMs        map[string]Entry[VMRecord]
+	Placements map[string]Entry[Placement]
+	Statuses   map[string]Entry[Status]
+	Hosts      map[string]Host
+	Cordoned   map[string]bool
+}
+
+// ErrNoQuorum is returned (wrapped) when etcd cannot serve a linearizable
+// request; a serializable read may still answer.
+var ErrNoQuorum = errors.New("etcd has no quorum")
+
+// Load reads the whole fleet in one transaction-consistent read. With
+// serializable set it reads from whichever member answers (a possibly stale
+// view, for `fleet ls` when etcd has lost quorum).
+func (s *Store) Load(ctx context.Context, serializable bool) (*Snapshot, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	r, err := s.c.Get(ctx, s.prefix, opts...)
+	if err != nil {
+		return nil, quorumErr(err)
+	}
+	snap := &Snapshot{Rev: r.Header.Revision, VMs: map[string]Entry[VMRecord]{}, Placements: map[string]Entry[Placement]{},
+		Statuses: map[string]Entry[Status]{}, Hosts: map[string]Host{}, Cordoned: map[string]bool{}}
+	for _, kv := range r.Kvs {
+		kind, name := path.Split(strings.TrimPrefix(string(kv.Key), s.prefix))
+		var err error
+		switch kind {
+		case "vms/":
+			err = decode(kv.Value, kv.ModRevision, snap.VMs, name)
+		case "placement/":
+			err = decode(kv.Value, kv.ModRevision, snap.Placements, name)
+		case "status/":
+			err = decode(kv.Value, kv.ModRevision, snap.Statuses, name)
+		case "hosts/":
+			var h Host
+			if err = json.Unmarshal(kv.Value, &h); err == nil {
+				snap.Hosts[name] = h
+			}
+		case "cordon/":
+			snap.Cordoned[name] = true
+		}
+		if err != nil {
+			return nil, fmt.Errorf("etcd key %s: %w", kv.Key, err)
+		}
+	}
+	for name, h := range snap.Hosts {
+		h.Draining = snap.Cordoned[name]
+		snap.Hosts[name] = h
+	}
+	return snap, nil
+}
+
+func decode[T any](b []byte, rev int64, into map[string]Entry[T], name string) error {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	into[name] = Entry[T]{Value: v, Rev: rev}
+	return nil
+}
+
+// quorumErr names a lost quorum (deadline, "no leader") for what it is.
+func quorumErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "no leader") {
+		return fmt.Errorf("%w: %v", ErrNoQuorum, err)
+	}
+	return err
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own plain records are marshalled
+	}
+	return string(b)
+}
+
+// cas commits ops only if every key in revs still has its revision (0: the
+// key must not exist). It reports whether it committed.
+func (s *Store) cas(ctx context.Context, revs map[string]int64, ops ...clientv3.Op) (bool, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var cmps []clientv3.Cmp
+	for k, rev := range revs {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
+	}
+	r, err := s.c.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, quorumErr(err)
+	}
+	return r.Succeeded, nil
+}
+
+// PutStatus records a VM's status (unconditionally: the owner or the
+// scheduler writes it, and each write is a whole state).
+func (s *Store) PutStatus(ctx context.Context, name string, st Status) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if st.Updated.IsZero() {
+		st.Updated = time.Now().UTC()
+	}
+	_, err := s.c.Put(ctx, s.key("status", name), mustJSON(st))
+	return quorumErr(err)
+}

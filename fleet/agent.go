@@ -33,9 +33,9 @@ type Agent struct {
 	TTL, SelfFenceMargin time.Duration
 	// Fence, when set, lets this agent's scheduler restart a lost host's VMs.
 	Fence Fencer
-	// Migrate adjusts the options of a drain's migration (tests dial from
-	// a network namespace).
-	Migrate func(o *supervisor.MigrateOptions)
+	// Connect is the transport to another agent's migration port
+	// (`vmsup fleet migrate-connect ADDR`), for hosts that register one.
+	Connect func(receiver string) []string
 	Log     *slog.Logger
 	// Decided, when set, gets each placement decision's duration.
 	Decided func(vm string, d time.Duration)
@@ -89,7 +89,7 @@ func (a *Agent) register(ctx context.Context) error {
 	r, err := a.Store.Client().Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(put).
 		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(k), "=", id)}, []clientv3.Op{put}, nil)).Commit()
 	if err != nil {
-		return fmt.Errorf("host %s: register: %w", h.Name, quorumErr(err))
+		return fmt.Errorf("host %s: register: %w", h.Name, a.Store.explain(err))
 	}
 	if !r.Succeeded && !r.Responses[0].GetResponseTxn().Succeeded {
 		return fmt.Errorf("host %s: another live agent holds this host's name in the fleet (its lease has not expired)", h.Name)

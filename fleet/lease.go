@@ -54,7 +54,7 @@ func (l *lease) acquire(ctx context.Context) (reused bool, err error) {
 				return true, nil
 			}
 			if !errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
-				return false, quorumErr(kerr)
+				return false, l.store.explain(kerr)
 			}
 		}
 	}
@@ -62,7 +62,7 @@ func (l *lease) acquire(ctx context.Context) (reused bool, err error) {
 	defer cancel()
 	g, err := c.Grant(cctx, int64(l.ttl/time.Second))
 	if err != nil {
-		return false, quorumErr(err)
+		return false, l.store.explain(err)
 	}
 	if err := os.MkdirAll(filepath.Dir(l.file), 0o700); err != nil {
 		return false, err
@@ -101,7 +101,7 @@ func (l *lease) renew(ctx context.Context) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return errLeaseGone
 	}
-	return quorumErr(err)
+	return l.store.explain(err)
 }
 
 var errLeaseGone = errors.New("the host's lease expired")

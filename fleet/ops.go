@@ -111,7 +111,7 @@ func (s *Store) Cordon(ctx context.Context, host string, on bool) error {
 	} else {
 		_, err = s.c.Delete(ctx, s.key("cordon", host))
 	}
-	return quorumErr(err)
+	return s.explain(err)
 }
 
 // place commits a first placement: only if the VM's spec is still the one
@@ -138,5 +138,18 @@ func (s *Store) deleteStatus(ctx context.Context, name string) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	_, err := s.c.Delete(ctx, s.key("status", name))
-	return quorumErr(err)
+	return s.explain(err)
+}
+
+// PutHost registers a host under lease (0: none, for tools and tests that
+// stand in for an agent).
+func (s *Store) PutHost(ctx context.Context, h Host, lease clientv3.LeaseID) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var opts []clientv3.OpOption
+	if lease != 0 {
+		opts = append(opts, clientv3.WithLease(lease))
+	}
+	_, err := s.c.Put(ctx, s.key("hosts", h.Name), mustJSON(h), opts...)
+	return s.explain(err)
 }

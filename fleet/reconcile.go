@@ -132,8 +132,8 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 		return a.handOver(ctx, name, p, Status{Host: target, State: StatePending, Reason: "moved stopped by a drain"})
 	}
 	o := supervisor.MigrateOptions{To: target, Address: h.Migration.Address, Transport: h.Migration.Transport}
-	if a.Migrate != nil {
-		a.Migrate(&o)
+	if len(o.Transport) == 0 && h.Migration.Receiver != "" && a.Connect != nil {
+		o.Transport = a.Connect(h.Migration.Receiver)
 	}
 	a.Log.Info("drain: migrating", "vm", name, "to", target)
 	if _, err := a.Sup.Migrate(ctx, name, o); err != nil {
@@ -158,8 +158,11 @@ func (a *Agent) handOver(ctx context.Context, name string, p Entry[Placement], s
 // finishMoveIn takes over the placement of a VM that a drain's migration
 // brought here, if the source's agent did not live to do it.
 func (a *Agent) finishMoveIn(ctx context.Context, snap *Snapshot, rec Entry[VMRecord], p Entry[Placement]) error {
+	// Only a guest that runs here: QEMU runs a guest only once the stream
+	// is complete (an incoming one is "inmigrate"), so the source's copy
+	// has stopped for good.
 	st, err := a.Sup.Status(ctx, rec.Value.Name)
-	if err != nil || st.State != supervisor.StateRunning {
+	if err != nil || st.State != supervisor.StateRunning || st.QEMUStatus != "running" {
 		return nil
 	}
 	ok, err := a.Store.movePlacement(ctx, rec.Value.Name, p.Rev, Placement{Host: a.Host.Name, Epoch: p.Value.Epoch + 1},
@@ -180,7 +183,7 @@ func (a *Agent) release(ctx context.Context, name string, placedElsewhere bool) 
 	} else {
 		_, err = a.Sup.Down(ctx, name)
 	}
-	if err != nil && !errors.Is(err, supervisor.ErrNotFound) {
+	if err != nil && !errors.Is(err, supervisor.ErrNotFound) && !errors.Is(err, supervisor.ErrNotRunning) {
 		return err
 	}
 	if _, err := a.Sup.RemoveVM(ctx, name); err != nil && !errors.Is(err, supervisor.ErrNotFound) {

@@ -21,8 +21,9 @@ type Scheduler struct {
 	// Fence cuts a lost host off the shared disks of a VM before the VM
 	// is restarted elsewhere (nil: VMs of lost hosts are never restarted).
 	Fence Fencer
-	// Decided, when set, gets how long each placement decision took (read
-	// to commit): the figures.
+	// Decided, when set, gets how long each first placement took, from
+	// the choice to the committed transaction (a pass reads the fleet once
+	// for all its decisions): the figures.
 	Decided func(vm string, d time.Duration)
 }
 
@@ -34,7 +35,6 @@ type Fencer interface {
 
 // Pass runs one scheduling pass over a fresh read of the fleet.
 func (s *Scheduler) Pass(ctx context.Context) error {
-	t0 := time.Now()
 	snap, err := s.Store.Load(ctx, false)
 	if err != nil {
 		return err
@@ -52,6 +52,7 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 			// (apply validates; a spec stored by an older vmsup may not parse)
 			errs = append(errs, s.status(ctx, snap, name, Status{State: StateInvalid, Reason: perr.Error()}))
 		case !placed:
+			t0 := time.Now()
 			host, err := Choose(RequestOf(&f.VM), hosts, loads)
 			if err != nil {
 				errs = append(errs, s.unschedulable(ctx, snap, name, "", err))
@@ -191,7 +192,10 @@ func LocalDisk(vm *spec.VM) string {
 		if d.ReadOnly || d.Type == spec.DiskRBD {
 			continue
 		}
-		return fmt.Sprintf("disk %s is %s on the host's own storage", d.Name, d.Type)
+		if d.Type == spec.DiskISCSI {
+			return fmt.Sprintf("disk %s is iSCSI, which vmsup cannot fence", d.Name)
+		}
+		return fmt.Sprintf("disk %s is a %s on the host's own storage", d.Name, d.Type)
 	}
 	return ""
 }

@@ -74,7 +74,8 @@ type Host struct {
 // migrate-receive` here (e.g. ssh HOST vmsup migrate-receive).
 type Endpoint struct {
 	Address   string   `json:"address,omitempty"`
-	Transport []string `json:"transport,omitempty"`
+	Receiver  string   `json:"receiver,omitempty"`  // the agent's migration port (ADDR:PORT, mutual TLS)
+	Transport []string `json:"transport,omitempty"` // instead of the port: a command, e.g. ssh HOST vmsup migrate-receive
 }
 
 // Store reads and writes the fleet's keys; every call is bounded by
@@ -139,7 +140,7 @@ func (s *Store) Load(ctx context.Context, serializable bool) (*Snapshot, error) 
 	}
 	r, err := s.c.Get(ctx, s.prefix, opts...)
 	if err != nil {
-		return nil, quorumErr(err)
+		return nil, s.explain(err)
 	}
 	snap := &Snapshot{Rev: r.Header.Revision, VMs: map[string]Entry[VMRecord]{}, Placements: map[string]Entry[Placement]{},
 		Statuses: map[string]Entry[Status]{}, Hosts: map[string]Host{}, Cordoned: map[string]bool{}}
@@ -181,15 +182,35 @@ func decode[T any](b []byte, rev int64, into map[string]Entry[T], name string) e
 	return nil
 }
 
-// quorumErr names a lost quorum (deadline, "no leader") for what it is.
-func quorumErr(err error) error {
+// ErrUnreachable is returned (wrapped) when no etcd member answers.
+var ErrUnreachable = errors.New("no etcd member answers")
+
+// explain names what a timed-out request met: no member that answers
+// (ErrUnreachable), or members without a leader (ErrNoQuorum).
+func (s *Store) explain(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "no leader") {
-		return fmt.Errorf("%w: %v", ErrNoQuorum, err)
+	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "no leader") {
+		return err
 	}
-	return err
+	eps := s.c.Endpoints()
+	answer := 0
+	for _, ep := range eps {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, serr := s.c.Status(ctx, ep)
+		cancel()
+		if serr == nil {
+			answer++
+			if st.Leader != 0 {
+				return err // a leader: a plain timeout
+			}
+		}
+	}
+	if answer == 0 {
+		return fmt.Errorf("%w at %s", ErrUnreachable, strings.Join(eps, ","))
+	}
+	return fmt.Errorf("%w: %d of %d members answer, none has a leader; nothing can be placed or moved until a majority is back", ErrNoQuorum, answer, len(eps))
 }
 
 func mustJSON(v any) string {
@@ -211,7 +232,7 @@ func (s *Store) cas(ctx context.Context, revs map[string]int64, ops ...clientv3.
 	}
 	r, err := s.c.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return false, quorumErr(err)
+		return false, s.explain(err)
 	}
 	return r.Succeeded, nil
 }
@@ -225,5 +246,5 @@ func (s *Store) PutStatus(ctx context.Context, name string, st Status) error {
 		st.Updated = time.Now().UTC()
 	}
 	_, err := s.c.Put(ctx, s.key("status", name), mustJSON(st))
-	return quorumErr(err)
+	return s.explain(err)
 }

@@ -61,8 +61,18 @@ func main() {
 	flag.IntVar(&c.memVMs, "mem-vms", 10, "VMs running while memory is measured")
 	flag.IntVar(&c.qmpCalls, "qmp-calls", 200, "QMP calls per client per round")
 	flag.StringVar(&c.compare, "compare", "", "an earlier run's .json: its medians are shown beside this run's")
-	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape,snapshot); default all")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape,snapshot,fleet); default all")
+	var fleetChildDir, fleetOut string
+	flag.StringVar(&fleetChildDir, "fleet-child", "", "(internal) run the fleet section here, in this process's network namespace")
+	flag.StringVar(&fleetOut, "fleet-out", "", "(internal) where the fleet child writes its rows")
 	flag.Parse()
+	if fleetChildDir != "" {
+		if err := fleetChild(fleetChildDir, c.vmsupBin, fleetOut); err != nil {
+			fmt.Fprintln(os.Stderr, "vmsup-bench: fleet:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	for _, s := range strings.Split(scale, ",") {
 		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
 			c.scale = append(c.scale, n)
@@ -229,6 +239,7 @@ func (f *fixture) runSections(ctx context.Context, began time.Time) error {
 		{"qmp", f.qmpLatency},
 		{"scrape", f.scrape},
 		{"snapshot", f.snapshots},
+		{"fleet", f.fleetSection},
 	}
 	name := time.Now().UTC().Format("2006-01-02T1504Z")
 	for _, s := range sections {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,8 +27,9 @@ func agentCmd(g *globals) *cobra.Command {
 	e := &etcdFlags{}
 	var host, memory, address, transport string
 	var labels []string
-	var cpus int
+	var cpus, port int
 	var ttl, margin time.Duration
+	var failover bool
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "Run this host's part of the fleet: keep its VMs as etcd says, report them, schedule when elected",
@@ -38,10 +43,40 @@ func agentCmd(g *globals) *cobra.Command {
 			if ttl < 2*time.Second || margin <= 0 || margin >= ttl {
 				return usageError{fmt.Errorf("--ttl %s, --self-fence-margin %s: want a TTL of at least 2s and a margin between 0 and the TTL", ttl, margin)}
 			}
+			if port != 0 && (address == "" || e.ca == "" || e.cert == "") {
+				return usageError{errors.New("--migration-port needs --migration-address and the fleet's TLS files (--etcd-ca, --etcd-cert, --etcd-key): the port takes only fleet hosts")}
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			return e.with(func(s *fleet.Store) error {
 				return g.with(func(sup *supervisor.Supervisor) error {
-					a := &fleet.Agent{Store: s, Sup: sup, Host: h, State: filepath.Join(g.root, "fleet"), TTL: ttl, SelfFenceMargin: margin,
-						Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+					a := &fleet.Agent{Store: s, Sup: sup, Host: h, State: filepath.Join(g.root, "fleet"), TTL: ttl, SelfFenceMargin: margin, Log: log}
+					if failover {
+						if _, err := exec.LookPath("rbd"); err != nil {
+							return fmt.Errorf("--failover needs the Ceph tools (rbd, ceph) to fence lost hosts: %w (or --failover=false)", err)
+						}
+						a.Fence = &fleet.CephFencer{History: func(vm, image, owner string) {
+							log.Warn("fenced", "vm", vm, "image", image, "owner", owner)
+						}}
+					}
+					if port != 0 {
+						srv, _, err := fleet.PeerTLS(e.ca, e.cert, e.key)
+						if err != nil {
+							return err
+						}
+						l, err := net.Listen("tcp", net.JoinHostPort(address, strconv.Itoa(port)))
+						if err != nil {
+							return fmt.Errorf("--migration-port: %w", err)
+						}
+						a.Host.Migration.Receiver = l.Addr().String()
+						go fleet.ServeMigrations(cmd.Context(), l, srv, sup, log)
+					}
+					self, err := os.Executable()
+					if err != nil {
+						return err
+					}
+					a.Connect = func(receiver string) []string {
+						return []string{self, "fleet", "migrate-connect", "--etcd-ca", e.ca, "--etcd-cert", e.cert, "--etcd-key", e.key, receiver}
+					}
 					return a.Run(cmd.Context())
 				})
 			})
@@ -56,6 +91,8 @@ func agentCmd(g *globals) *cobra.Command {
 	f.StringVar(&memory, "memory", "", "memory this host offers to fleet VMs; default all but 1G")
 	f.StringVar(&address, "migration-address", "", "the address other hosts' QEMUs send a migration's stream to")
 	f.StringVar(&transport, "migration-transport", "", "the command, split at spaces, that runs `vmsup migrate-receive` on this host from another (default: ssh HOST vmsup migrate-receive)")
+	f.IntVar(&port, "migration-port", 0, "listen on --migration-address:PORT for other agents' migrations (mutual TLS with the etcd certificates); 0: use --migration-transport")
+	f.BoolVar(&failover, "failover", true, "when elected scheduler, restart a lost host's VMs elsewhere (those with only RBD disks), after fencing it on Ceph")
 	f.DurationVar(&ttl, "ttl", 10*time.Second, "the host's lease: other hosts take its VMs over (after fencing) when it lapses")
 	f.DurationVar(&margin, "self-fence-margin", 3*time.Second, "an agent that has not renewed its lease for TTL minus this kills its VMs")
 	return c

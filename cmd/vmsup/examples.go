@@ -36,6 +36,10 @@ var examples = map[string]string{
 	"restore":          "  vmsup restore /srv/backup/web --to /srv/web-data.qcow2\n  vmsup restore /srv/backup/web --disk data --point 2 --format raw --to /tmp/data.raw",
 	"version":          "  vmsup version\n  vmsup --version",
 	"completion":       "  source <(vmsup completion bash)",
+	"fleet": "  export VMSUP_ETCD_ENDPOINTS=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379\n" +
+		"  vmsup fleet apply web.toml db.toml   # stored in etcd; the scheduler places them\n  vmsup fleet ls\n  vmsup fleet hosts\n" +
+		"  vmsup fleet drain host-b             # live-migrates its VMs away\n  vmsup fleet uncordon host-b\n  vmsup fleet rm web",
+	"agent": "  vmsup agent --host host-a --labels zone=a --migration-address 10.0.0.11 --migration-port 7788   # as a systemd service",
 }
 
 func addExamples(root *cobra.Command) {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/vmsup/vmsup/fleet"
 	"github.com/vmsup/vmsup/spec"
@@ -50,7 +51,8 @@ func (e *etcdFlags) store() (*fleet.Store, error) {
 	if len(e.endpoints) == 0 {
 		return nil, usageError{errors.New("no etcd: give --etcd URL,... (or VMSUP_ETCD_ENDPOINTS)")}
 	}
-	cfg := clientv3.Config{Endpoints: e.endpoints, DialTimeout: e.dialTimeout}
+	// etcd's client logs retries as JSON on stderr: vmsup says what failed itself.
+	cfg := clientv3.Config{Endpoints: e.endpoints, DialTimeout: e.dialTimeout, Logger: zap.NewNop()}
 	if e.cert != "" || e.ca != "" {
 		tc, err := transport.TLSInfo{CertFile: e.cert, KeyFile: e.key, TrustedCAFile: e.ca}.ClientConfig()
 		if err != nil {
@@ -83,7 +85,8 @@ func fleetCmd(g *globals) *cobra.Command {
 		Short: "Run VMs on many hosts: desired state in etcd, one vmsup agent per host",
 	}
 	e.add(c)
-	c.AddCommand(fleetApplyCmd(g, e), fleetLsCmd(g, e), fleetHostsCmd(g, e), fleetRmCmd(g, e), fleetDrainCmd(g, e), fleetUncordonCmd(g, e))
+	c.AddCommand(fleetApplyCmd(g, e), fleetLsCmd(g, e), fleetHostsCmd(g, e), fleetRmCmd(g, e), fleetDrainCmd(g, e), fleetUncordonCmd(g, e),
+		fleetConnectCmd(e))
 	return c
 }
 
@@ -357,6 +360,24 @@ func fleetUncordonCmd(g *globals, e *etcdFlags) *cobra.Command {
 				g.out.action(actionJSON{Name: args[0], Action: "uncordoned"}, "host "+args[0]+": takes VMs again")
 				return nil
 			})
+		},
+	}
+}
+
+// fleetConnectCmd is a drain's transport: the source's migration protocol
+// on stdin/stdout, piped to the target agent's migration port.
+func fleetConnectCmd(e *etcdFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:    "migrate-connect ADDR:PORT",
+		Short:  "Pipe stdin/stdout to another agent's migration port (a drain's transport)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, client, err := fleet.PeerTLS(e.ca, e.cert, e.key)
+			if err != nil {
+				return err
+			}
+			return fleet.Connect(cmd.Context(), args[0], client, os.Stdin, os.Stdout)
 		},
 	}
 }

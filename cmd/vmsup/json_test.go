@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
 )
 
 // TestCLIJSON walks every command of the CLI with --json on a real guest
@@ -134,6 +137,20 @@ func TestCLIJSON(t *testing.T) {
 	check("down", 0, "down", "js")
 	check("kill", 0, "kill", "js")
 	check("rm", 0, "rm", "js")
+	// The fleet's commands, on a one-member etcd and no agent: nothing runs.
+	etcd, err := etcdtest.Start(context.Background(), t.TempDir(), etcdtest.Options{Members: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	ep := "--etcd=" + strings.Join(etcd.Endpoints(), ",")
+	check("fleet apply", 0, "fleet", "apply", ep, file)
+	check("fleet ls", 0, "fleet", "ls", ep)
+	check("fleet hosts", 0, "fleet", "hosts", ep)
+	check("fleet drain", 0, "fleet", "drain", ep, "nohost")
+	check("fleet uncordon", 0, "fleet", "uncordon", ep, "nohost")
+	check("fleet rm", 0, "fleet", "rm", ep, "js")
+	check("error", 2, "agent", ep, "--ttl", "1s")
 	// Errors, as JSON objects.
 	if out := check("error", 3, "status", "nosuch"); !strings.Contains(out, `"kind": "not-found"`) {
 		t.Errorf("status nosuch: %s", out)

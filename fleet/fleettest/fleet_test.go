@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/fleet/fleettest"
 	"github.com/vmsup/vmsup/internal/testenv"
 )
 
@@ -18,8 +19,9 @@ import (
 // member works on, losing two freezes placements but leaves every VM alone.
 func TestFleet(t *testing.T) {
 	testenv.SkipUnlessRoot(t)
-	// Each host offers 2 vCPUs and 600M: two 256M guests fit, a third not.
-	f := newFleet(t, 3, 2, "600M")
+	// Each host offers 4 vCPUs and 1G: six 256M guests go two per host,
+	// and a drained host's two fit on the others.
+	f := newFleet(t, fleettest.Options{Hosts: 3, CPUs: 4, Memory: "1G", Ceph: true})
 	dir := t.TempDir()
 	var files []string
 	for i := 1; i <= 6; i++ {
@@ -27,20 +29,20 @@ func TestFleet(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, h := range f.hosts {
-				t.Logf("agent %s log:\n%s", h.name, tail(h.agentLog(t), 3000))
+			for _, h := range f.Hosts {
+				t.Logf("agent %s log:\n%s", h.Name, tail(h.AgentLog(), 3000))
 			}
 		}
 	})
 	// (the agents register within a second or two: the first apply may find
 	// fewer hosts, which only delays placement: the scheduler runs on)
 	t.Run("place", func(t *testing.T) {
-		out, err := f.vmsup(t, append([]string{"fleet", "apply"}, files...)...)
+		out, err := f.VMSUP(append([]string{"fleet", "apply"}, files...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("fleet apply:\n%s", out)
-		vms := f.waitLs(t, 4*time.Minute, "six VMs running", func(m map[string]fleetVM) bool {
+		vms := waitLs(t, f, 4*time.Minute, "six VMs running", func(m map[string]fleettest.VM) bool {
 			n := 0
 			for _, v := range m {
 				if v.State == "running" {
@@ -53,23 +55,23 @@ func TestFleet(t *testing.T) {
 		for name, v := range vms {
 			per[v.Host] = append(per[v.Host], name)
 		}
-		for _, h := range f.hosts {
-			got := per[h.name]
+		for _, h := range f.Hosts {
+			got := per[h.Name]
 			if len(got) != 2 {
-				t.Errorf("host %s runs %v; want two VMs on each host (by free memory)", h.name, got)
+				t.Errorf("host %s runs %v; want two VMs on each host (by free memory)", h.Name, got)
 			}
 			for _, vm := range got {
-				if h.qemuPID(vm) == 0 {
-					t.Errorf("fleet ls says %s runs on %s, but no QEMU there", vm, h.name)
+				if h.QEMUPID(vm) == 0 {
+					t.Errorf("fleet ls says %s runs on %s, but no QEMU there", vm, h.Name)
 				}
-				for _, o := range f.hosts {
-					if o != h && o.qemuPID(vm) != 0 {
-						t.Errorf("%s also runs on %s", vm, o.name)
+				for _, o := range f.Hosts {
+					if o != h && o.QEMUPID(vm) != 0 {
+						t.Errorf("%s also runs on %s", vm, o.Name)
 					}
 				}
 			}
 		}
-		out, _ = f.vmsup(t, "fleet", "hosts")
+		out, _ = f.VMSUP("fleet", "hosts")
 		t.Logf("fleet hosts:\n%s", out)
 	})
 	if t.Failed() {
@@ -77,19 +79,24 @@ func TestFleet(t *testing.T) {
 	}
 	t.Run("bad-input", func(t *testing.T) { badInput(t, f, dir) })
 	t.Run("agent-kill", func(t *testing.T) { agentKill(t, f) })
+	t.Run("drain", func(t *testing.T) { drain(t, f) })
+	if t.Failed() {
+		return
+	}
+	t.Run("failover", func(t *testing.T) { failover(t, f, dir) })
 	t.Run("etcd-quorum", func(t *testing.T) { etcdQuorum(t, f, files[5]) })
 }
 
 // badInput: a VM larger than any host and one with a label no host has are
 // stored but unschedulable, with the reason; a file that fails validation
 // stops the whole apply (the good file beside it is not stored either).
-func badInput(t *testing.T, f *testFleet, dir string) {
+func badInput(t *testing.T, f *fleettest.Fleet, dir string) {
 	big := counterGuest(t, dir, "big", "4G", "")
 	mars := counterGuest(t, dir, "mars", "128M", "[placement]\nlabels = {zone = \"mars\"}")
-	if _, err := f.vmsup(t, "fleet", "apply", big, mars); err != nil {
+	if _, err := f.VMSUP("fleet", "apply", big, mars); err != nil {
 		t.Fatal(err)
 	}
-	vms := f.waitLs(t, 30*time.Second, "big and mars unschedulable", func(m map[string]fleetVM) bool {
+	vms := waitLs(t, f, 30*time.Second, "big and mars unschedulable", func(m map[string]fleettest.VM) bool {
 		return m["big"].State == "unschedulable" && m["mars"].State == "unschedulable"
 	})
 	for name, want := range map[string]string{"big": "needs 1 vCPUs and 4G; no host fits", "mars": "no label zone=mars"} {
@@ -99,11 +106,11 @@ func badInput(t *testing.T, f *testFleet, dir string) {
 	}
 	bad := counterGuest(t, dir, "bad", "lots", "")
 	good := counterGuest(t, dir, "good", "128M", "")
-	_, err := f.vmsup(t, "fleet", "apply", good, bad)
+	_, err := f.VMSUP("fleet", "apply", good, bad)
 	if err == nil || !strings.Contains(err.Error(), "bad.toml:2:") || !strings.Contains(err.Error(), "memory") {
 		t.Fatalf("apply of an invalid file: %v; want an error naming bad.toml's line and field", err)
 	}
-	vms, _ = f.ls(t)
+	vms, _ = ls(t, f)
 	if _, ok := vms["good"]; ok {
 		t.Errorf("good.toml was stored though the apply failed")
 	}
@@ -111,30 +118,30 @@ func badInput(t *testing.T, f *testFleet, dir string) {
 		t.Errorf("bad.toml was stored")
 	}
 	for _, name := range []string{"big", "mars"} {
-		if _, err := f.vmsup(t, "fleet", "rm", name); err != nil {
+		if _, err := f.VMSUP("fleet", "rm", name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.vmsup(t, "fleet", "rm", "nosuch"); err == nil || !strings.Contains(err.Error(), "nosuch") {
+	if _, err := f.VMSUP("fleet", "rm", "nosuch"); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Errorf("fleet rm nosuch: %v", err)
 	}
 }
 
 // agentKill: SIGKILL to h1's agent; its QEMUs run on, systemd restarts it,
 // it takes its lease back (the host never looked lost) and re-adopts them.
-func agentKill(t *testing.T, f *testFleet) {
-	h := f.hosts[0]
-	before, _ := f.ls(t)
+func agentKill(t *testing.T, f *fleettest.Fleet) {
+	h := f.Hosts[0]
+	before, _ := ls(t, f)
 	var mine []string
 	qemus := map[string]int{}
 	for name, v := range before {
-		if v.Host == h.name {
+		if v.Host == h.Name {
 			mine = append(mine, name)
-			qemus[name] = h.qemuPID(name)
+			qemus[name] = h.QEMUPID(name)
 		}
 	}
 	slices.Sort(mine)
-	old := h.agentPID()
+	old := h.AgentPID()
 	if old == 0 || len(mine) == 0 {
 		t.Fatalf("agent pid %d, VMs %v", old, mine)
 	}
@@ -142,7 +149,7 @@ func agentKill(t *testing.T, f *testFleet) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for h.agentPID() == 0 || h.agentPID() == old {
+	for h.AgentPID() == 0 || h.AgentPID() == old {
 		if time.Now().After(deadline) {
 			t.Fatalf("the agent did not come back")
 		}
@@ -150,73 +157,73 @@ func agentKill(t *testing.T, f *testFleet) {
 	}
 	// It re-registers with its lease and reports its VMs again.
 	waitFor(t, 30*time.Second, "the agent takes its lease back", func() bool {
-		return strings.Contains(h.agentLog(t), "reused=true")
+		return strings.Contains(h.AgentLog(), "reused=true")
 	})
 	time.Sleep(3 * time.Second) // a few reconcile passes
-	after, _ := f.ls(t)
+	after, _ := ls(t, f)
 	for _, name := range mine {
-		if after[name].Host != h.name || after[name].State != "running" {
+		if after[name].Host != h.Name || after[name].State != "running" {
 			t.Errorf("%s after the agent's restart: %+v", name, after[name])
 		}
-		if p := h.qemuPID(name); p != qemus[name] {
+		if p := h.QEMUPID(name); p != qemus[name] {
 			t.Errorf("%s: QEMU pid %d -> %d: the agent's restart touched it", name, qemus[name], p)
 		}
 	}
-	t.Logf("agent %d killed, %d re-adopted %v with their QEMUs untouched", old, h.agentPID(), mine)
+	t.Logf("agent %d killed, %d re-adopted %v with their QEMUs untouched", old, h.AgentPID(), mine)
 }
 
 // etcdQuorum: one member down, the fleet works (a VM removed and applied
 // again); two down, no quorum: apply fails and says so, fleet ls shows the
 // last known state with a note, and no agent touches a VM for longer than a
 // lease's TTL; quorum back, the apply goes through.
-func etcdQuorum(t *testing.T, f *testFleet, file string) {
+func etcdQuorum(t *testing.T, f *fleettest.Fleet, file string) {
 	qemus := map[string]int{}
-	vms, _ := f.ls(t)
+	vms, _ := ls(t, f)
 	for name, v := range vms {
-		for _, h := range f.hosts {
-			if h.name == v.Host {
-				qemus[name] = h.qemuPID(name)
+		for _, h := range f.Hosts {
+			if h.Name == v.Host {
+				qemus[name] = h.QEMUPID(name)
 			}
 		}
 	}
-	if err := f.etcd.StopMember(0); err != nil {
+	if err := f.Etcd.StopMember(0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.vmsup(t, "fleet", "rm", "vm6"); err != nil {
+	if _, err := f.VMSUP("fleet", "rm", "vm6"); err != nil {
 		t.Fatalf("rm with 2 of 3 members: %v", err)
 	}
-	f.waitLs(t, time.Minute, "vm6 gone", func(m map[string]fleetVM) bool { _, ok := m["vm6"]; return !ok })
+	waitLs(t, f, time.Minute, "vm6 gone", func(m map[string]fleettest.VM) bool { _, ok := m["vm6"]; return !ok })
 	waitFor(t, time.Minute, "vm6's QEMU stopped", func() bool {
-		for _, h := range f.hosts {
-			if h.qemuPID("vm6") != 0 {
+		for _, h := range f.Hosts {
+			if h.QEMUPID("vm6") != 0 {
 				return false
 			}
 		}
 		return true
 	})
 	delete(qemus, "vm6")
-	if err := f.etcd.StopMember(1); err != nil {
+	if err := f.Etcd.StopMember(1); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.vmsup(t, "fleet", "apply", file)
+	_, err := f.VMSUP("fleet", "apply", file)
 	if err == nil || !strings.Contains(err.Error(), "no quorum") {
 		t.Fatalf("apply with 1 of 3 members: %v; want a no-quorum error", err)
 	}
 	t.Logf("apply without quorum: %v", err)
-	lsVMs, note := f.ls(t)
+	lsVMs, note := ls(t, f)
 	if !strings.Contains(note, "no quorum") || len(lsVMs) != 5 {
 		t.Errorf("fleet ls without quorum: note %q, %d VMs; want the note and the 5 VMs", note, len(lsVMs))
 	}
 	time.Sleep(12 * time.Second) // past the TTL (10 s) and the self-fence point (7 s)
 	for name, pid := range qemus {
-		for _, h := range f.hosts {
-			if p := h.qemuPID(name); p != 0 && p != pid {
+		for _, h := range f.Hosts {
+			if p := h.QEMUPID(name); p != 0 && p != pid {
 				t.Errorf("%s: QEMU changed without quorum", name)
 			}
 		}
 		found := false
-		for _, h := range f.hosts {
-			found = found || h.qemuPID(name) == pid
+		for _, h := range f.Hosts {
+			found = found || h.QEMUPID(name) == pid
 		}
 		if !found {
 			t.Errorf("%s (QEMU %d) stopped while etcd had no quorum", name, pid)
@@ -224,22 +231,11 @@ func etcdQuorum(t *testing.T, f *testFleet, file string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.etcd.RestartMember(ctx, 1); err != nil {
+	if err := f.Etcd.RestartMember(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.vmsup(t, "fleet", "apply", file); err != nil {
+	if _, err := f.VMSUP("fleet", "apply", file); err != nil {
 		t.Fatalf("apply with quorum back: %v", err)
 	}
-	f.waitLs(t, 2*time.Minute, "vm6 running again", func(m map[string]fleetVM) bool { return m["vm6"].State == "running" })
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitLs(t, f, 2*time.Minute, "vm6 running again", func(m map[string]fleettest.VM) bool { return m["vm6"].State == "running" })
 }

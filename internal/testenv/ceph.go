@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,7 +39,13 @@ const cephCallTimeout = 60 * time.Second
 
 // StartCeph creates and starts the cluster under dir and makes pool "rbd".
 // A failure says which step failed with the daemon's log tail.
-func StartCeph(ctx context.Context, dir string) (_ *Ceph, err error) {
+func StartCeph(ctx context.Context, dir string) (*Ceph, error) {
+	return StartCephOn(ctx, dir, "127.0.0.1")
+}
+
+// StartCephOn is StartCeph with the daemons on ip (a test LAN's bridge,
+// which hosts in network namespaces reach).
+func StartCephOn(ctx context.Context, dir, ip string) (_ *Ceph, err error) {
 	for _, b := range []string{"ceph-mon", "ceph-osd", "ceph", "rbd", "ceph-authtool", "monmaptool"} {
 		if _, err := exec.LookPath(b); err != nil {
 			return nil, fmt.Errorf("testenv: %s not found (apt-get install ceph-mon ceph-osd ceph-common): %w", b, err)
@@ -49,7 +56,7 @@ func StartCeph(ctx context.Context, dir string) (_ *Ceph, err error) {
 		return nil, err
 	}
 	c := &Ceph{Dir: dir, Conf: filepath.Join(dir, "ceph.conf"), ClientConf: filepath.Join(dir, "client.conf"),
-		MonAddr: "127.0.0.1:" + strconv.Itoa(port), Pool: "rbd"}
+		MonAddr: net.JoinHostPort(ip, strconv.Itoa(port)), Pool: "rbd"}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -86,7 +93,9 @@ auth service required = cephx
 auth client required = cephx
 ms bind msgr2 = false
 `, fsid, c.MonAddr)
+	host, _, _ := net.SplitHostPort(c.MonAddr)
 	conf := common + fmt.Sprintf(`mon initial members = a
+public addr = %[3]s
 keyring = %[1]s
 run dir = %[2]s/run
 admin socket = %[2]s/run/$name.asok
@@ -103,7 +112,7 @@ osd objectstore = memstore
 memstore device bytes = 1073741824
 osd data = %[2]s/osd/$cluster-$id
 mon data = %[2]s/mon/$cluster-$id
-`, keyring, c.Dir)
+`, keyring, c.Dir, host)
 	if err := os.WriteFile(c.Conf, []byte(conf), 0o600); err != nil {
 		return err
 	}

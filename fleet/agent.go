@@ -66,6 +66,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { a.keepAlive(ctx) })
+	wg.Go(func() { a.watchdog(ctx) })
 	wg.Go(func() { a.schedule(ctx) })
 	a.reconcileLoop(ctx)
 	wg.Wait()
@@ -98,38 +99,59 @@ func (a *Agent) register(ctx context.Context) error {
 	return nil
 }
 
-// keepAlive renews the lease and fences the host when it cannot.
+// keepAlive renews the lease: every TTL/3, and every second while it
+// fails. A lease found expired fences the host and registers it anew.
 func (a *Agent) keepAlive(ctx context.Context) {
-	tick := time.NewTicker(a.TTL / 10)
+	for ctx.Err() == nil {
+		err := a.lease.renew(ctx)
+		switch {
+		case err == nil:
+			a.unfence()
+			sleep(ctx, a.TTL/3)
+			continue
+		case errors.Is(err, errLeaseGone):
+			// Expired: the scheduler may have moved our VMs already.
+			a.selfFence(ctx, "the host's lease expired")
+			if rerr := a.register(ctx); rerr == nil {
+				a.unfence()
+				continue
+			}
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+// watchdog fences the host at TTL - SelfFenceMargin after the last
+// renewal, on its own clock: a renewal stuck on a dead network must not
+// delay it. Only etcd saying it has no leader holds it off (no lease can
+// expire then, nobody can move our VMs, and the next leader gives every
+// lease a full TTL, so the count starts again from now).
+func (a *Agent) watchdog(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	lastTry := time.Time{}
+	var probed time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		_, last := a.lease.get()
-		if time.Since(lastTry) >= a.TTL/3 {
-			lastTry = time.Now()
-			err := a.lease.renew(ctx)
-			switch {
-			case err == nil:
-				a.unfence()
-				continue
-			case errors.Is(err, errLeaseGone):
-				// Expired: the scheduler may have moved our VMs already.
-				a.selfFence(ctx, "the host's lease expired")
-				if rerr := a.register(ctx); rerr == nil {
-					a.unfence()
-				}
+		id, last := a.lease.get()
+		if a.isFenced() || time.Since(last) < a.TTL/3+time.Second {
+			continue // renewing as it should
+		}
+		// Renewals fail: watch for "no leader" all along (not only at the
+		// fence point), so that a leader just back leaves the renewals a
+		// full margin to get through.
+		overdue := time.Since(last) > a.TTL-a.SelfFenceMargin
+		if overdue || time.Since(probed) > 500*time.Millisecond {
+			probed = time.Now()
+			if a.lease.noLeader(ctx) {
+				a.lease.set(id)
 				continue
 			}
 		}
-		if time.Since(last) > a.TTL-a.SelfFenceMargin && !a.isFenced() {
-			if a.lease.noLeader(ctx) {
-				continue // etcd has no quorum: nobody can move our VMs
-			}
+		if overdue {
 			a.selfFence(ctx, fmt.Sprintf("no lease renewal for %s", time.Since(last).Round(time.Millisecond)))
 		}
 	}

@@ -25,8 +25,9 @@ import (
 // Timeline at the default TTL of 10 s: the agent renews every TTL/3 (3.3
 // s). An agent that has not renewed for TTL - SelfFenceMargin (7 s) kills
 // its VMs (self-fence) unless a reachable etcd member says the cluster has
-// no leader (then no lease can expire and no VM can be restarted elsewhere,
-// so they run on). etcd expires the lease at TTL (10 s); the scheduler,
+// no leader: then no lease can expire and no VM can be restarted elsewhere,
+// so they run on, and since the next leader gives every lease a full TTL,
+// the 7 s count again from the last time no leader was seen. etcd expires the lease at TTL (10 s); the scheduler,
 // elected on another host, then fences the host on Ceph (blocklist, RBD lock
 // takeover) and places the VMs elsewhere, whose agents start them (a few
 // seconds more).
@@ -89,7 +90,7 @@ func (l *lease) get() (clientv3.LeaseID, time.Time) {
 // renew keeps the lease once; errLeaseGone means it expired.
 func (l *lease) renew(ctx context.Context) error {
 	id, _ := l.get()
-	cctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err := l.store.Client().KeepAliveOnce(cctx, id)
 	if err == nil {
@@ -106,16 +107,25 @@ func (l *lease) renew(ctx context.Context) error {
 
 var errLeaseGone = errors.New("the host's lease expired")
 
-// noLeader reports whether some etcd member answers and says the cluster
-// has no leader: then no lease expires anywhere and nobody can restart this
-// host's VMs elsewhere, so they need not be fenced.
+// noLeader reports whether some etcd member answers, within half a
+// second, and says the cluster has no leader: then no lease expires
+// anywhere and nobody can restart this host's VMs elsewhere, so they need
+// not be fenced. The members are asked at once: the answer must come well
+// inside the self-fence margin.
 func (l *lease) noLeader(ctx context.Context) bool {
 	c := l.store.Client()
-	for _, ep := range c.Endpoints() {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := c.Status(cctx, ep)
-		cancel()
-		if err == nil && st.Leader == 0 {
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	eps := c.Endpoints()
+	found := make(chan bool, len(eps))
+	for _, ep := range eps {
+		go func() {
+			st, err := c.Status(ctx, ep)
+			found <- err == nil && st.Leader == 0
+		}()
+	}
+	for range eps {
+		if <-found {
 			return true
 		}
 	}

@@ -84,11 +84,13 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 	case down && time.Since(a.failed[name]) < retryAfter:
 		return nil // its status still says why it failed
 	case down:
+		t0 := time.Now()
 		if _, err := a.Sup.Up(ctx, f); err != nil {
 			a.failed[name] = time.Now()
 			return a.report(ctx, snap, name, Status{State: "failed", Reason: err.Error(), Generation: applied})
 		}
 		delete(a.failed, name)
+		a.Log.Info("started", "vm", name, "generation", gen, "took", time.Since(t0).Round(time.Millisecond))
 		applied = gen
 		if err := a.mark(name, gen); err != nil {
 			return err

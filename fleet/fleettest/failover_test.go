@@ -61,14 +61,24 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 		if err != nil {
 			t.Fatalf("%s on %s: %v", name, to.Name, err)
 		}
-		n := 0
-		waitFor(t, 30*time.Second, name+"'s counter moving on "+to.Name, func() bool {
+		n := -1
+		deadline := time.Now().Add(30 * time.Second)
+		for {
 			c := counters(st.ConsoleLog)
-			if n == 0 && len(c) > 0 {
+			if n < 0 && len(c) > 0 {
 				n = c[len(c)-1]
 			}
-			return len(c) > 0 && c[len(c)-1] > n+5
-		})
+			if len(c) > 0 && c[len(c)-1] > n+5 {
+				break
+			}
+			if time.Now().After(deadline) {
+				now, _ := to.Sup.Status(context.Background(), name)
+				b, _ := os.ReadFile(st.ConsoleLog)
+				t.Fatalf("%s's counter on %s does not move (%d values, first seen %d; QEMU %s, unit %s); console log %s:\n%s",
+					name, to.Name, len(c), n, now.QEMUStatus, now.UnitState, st.ConsoleLog, tail(string(b), 600))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		c := counters(st.ConsoleLog)
 		for i := 1; i < len(c); i++ {
 			if c[i] != c[i-1]+1 {
@@ -92,7 +102,7 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 // reads the number there, then writes the next one (fsync'd) every 0.2 s
 // and prints it on the console once it is on the disk.
 const genLoop = `n=$(dd if=/dev/vda bs=16 count=1 2>/dev/null | tr -dc 0-9); n=${n:-0}; echo "VMSUP-GEN-START $n" >/dev/console; ` +
-	`(while :; do n=$((n+1)); printf '%-15s\n' $n | dd of=/dev/vda bs=16 count=1 conv=fsync,notrunc 2>/dev/null && echo "VMSUP-GEN $n"; sleep 0.2; done) >/dev/console 2>&1 &`
+	`(while :; do n=$((n+1)); printf '%-15s\n' $n | dd of=/dev/vda bs=16 count=1 conv=fsync,notrunc 2>/dev/null && echo "VMSUP-GEN $n"; sleep 0.2; done) >/dev/console 2>&1 & true`
 
 var genRE = regexp.MustCompile(`VMSUP-GEN(-START)? (\d+)`)
 
@@ -214,7 +224,7 @@ secret_file = %q
 		t.Fatalf("ha on %s, pinned on %s: want both on %s (the emptiest host)", vms["ha"].Host, vms["pinned"].Host, h.Name)
 	}
 	st, _ := h.Sup.Status(ctx, "ha")
-	testenv.WaitLog(t, st.ConsoleLog, "VMSUP-COUNTER", 2*time.Minute)
+	testenv.WaitLog(t, st.ConsoleLog, "VMSUP-SHELL-READY", 2*time.Minute)
 	startGen(t, h, "ha")
 	waitFor(t, 30*time.Second, "generations on ha's disk", func() bool { return lastGen(st.ConsoleLog) > 10 })
 	locks := watchLock(ctx, c, c.Pool+"/ha")
@@ -235,7 +245,8 @@ secret_file = %q
 	}
 	testenv.WaitLog(t, stTo.ConsoleLog, "VMSUP-COUNTER", time.Minute)
 	took := time.Since(cut)
-	t.Logf("FLEET failover: link cut -> the guest's first counter line on %s in %s (TTL 10 s)", to.Name, took.Round(time.Millisecond))
+	t.Logf("FLEET failover: link cut at %s -> the guest's first counter line on %s in %s (TTL 10 s); the agents meanwhile:\n%s",
+		cut.UTC().Format("15:04:05.000"), to.Name, took.Round(time.Millisecond), agentLines(f, cut))
 	if h.QEMUPID("ha") != 0 || h.QEMUPID("pinned") != 0 {
 		t.Errorf("QEMUs left on the cut host: ha %d, pinned %d (the agent must fence itself)", h.QEMUPID("ha"), h.QEMUPID("pinned"))
 	}
@@ -244,6 +255,7 @@ secret_file = %q
 	}
 	// The disk has every generation written before the cut; a new loop
 	// goes on from there.
+	testenv.WaitLog(t, stTo.ConsoleLog, "VMSUP-SHELL-READY", time.Minute)
 	startGen(t, to, "ha")
 	waitFor(t, 30*time.Second, "generations on "+to.Name, func() bool { return lastGen(stTo.ConsoleLog) > genAtCut+5 })
 	b, _ := os.ReadFile(stTo.ConsoleLog)
@@ -289,4 +301,21 @@ secret_file = %q
 	if got := locks.history(); got[len(got)-1] != owners[1] {
 		t.Fatalf("the lock changed hands after the link came back: %q", got)
 	}
+}
+
+// agentLines are the agents' log lines since t, each with its host.
+func agentLines(f *fleettest.Fleet, since time.Time) string {
+	var out []string
+	for _, h := range f.Hosts {
+		for _, l := range strings.Split(h.AgentLog(), "\n") {
+			i := strings.Index(l, "time=")
+			if i < 0 || len(l) < i+29 {
+				continue
+			}
+			if ts, err := time.Parse(time.RFC3339Nano, l[i+5:i+29]); err == nil && ts.After(since) {
+				out = append(out, h.Name+": "+l[i:])
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -116,7 +116,17 @@ func Start(ctx context.Context, e *testenv.Env, vmsupBin, dir string, o Options)
 		}
 		f.Hosts = append(f.Hosts, h)
 	}
-	return f, nil
+	// Every agent registered: the fleet is up as an operator finds it.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out, err := f.VMSUP("fleet", "hosts", "--json")
+		var doc struct{ Hosts []struct{ Name string } }
+		if err == nil && json.Unmarshal([]byte(out), &doc) == nil && len(doc.Hosts) == len(f.Hosts) {
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the agents did not all register within a minute: %s %v", out, err)
+		}
+	}
 }
 
 // Close stops the hosts (their VMs with them), etcd, Ceph and the LAN.

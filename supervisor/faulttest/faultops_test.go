@@ -40,7 +40,7 @@ func TestFaultsHotplug(t *testing.T) {
 		t.Run(op.name, func(t *testing.T) {
 			op.vm, op.sides = vm, []*faultSide{a}
 			if op.random == 0 {
-				op.random = 10
+				op.random = randomKills
 			}
 			n := runFaults(t, ctx, op)
 			counts = append(counts, fmt.Sprintf("%s %d+%d", op.name, n.stepKills, n.randomKills+n.randomMissed))
@@ -165,7 +165,7 @@ func TestFaultsMigrate(t *testing.T) {
 	var counts []string
 	none := func(*testing.T, context.Context, *faultSide) {}
 	t.Run("local", func(t *testing.T) {
-		n := runFaults(t, ctx, faultOp{name: "migrate-local", vm: vm, sides: []*faultSide{a}, random: 10, markers: dir, before: none,
+		n := runFaults(t, ctx, faultOp{name: "migrate-local", vm: vm, sides: []*faultSide{a}, random: randomKills, markers: dir, before: none,
 			job: func(on *faultSide) faultJob {
 				j := on.Job
 				j.Op, j.VM = "migrate-local", vm
@@ -192,7 +192,7 @@ func TestFaultsMigrate(t *testing.T) {
 		return supervisor.MigrateOptions{To: to.Name, Address: to.Addr, Transport: to.Transport(""), Dial: host[from].Dial}
 	}
 	t.Run("cross-host", func(t *testing.T) {
-		n := runFaults(t, ctx, faultOp{name: "migrate", vm: vm, sides: []*faultSide{a, b}, random: 10, markers: dir, before: none,
+		n := runFaults(t, ctx, faultOp{name: "migrate", vm: vm, sides: []*faultSide{a, b}, random: randomKills, markers: dir, before: none,
 			job: func(on *faultSide) faultJob {
 				o := opts(on)
 				j := on.Job

@@ -22,10 +22,40 @@ type ApplyResult struct {
 // apply, the scheduler): nothing was written; run it again.
 var ErrConflict = errors.New("the fleet changed during the command; nothing was written, run it again")
 
-// Apply stores the VMs' specs, all or none, in one transaction: a VM whose
-// TOML changed gets the next generation, which its owner applies. The files
-// were parsed and validated by the caller; a name twice is refused.
+// applyBatch is how many VMs one transaction stores: etcd refuses a
+// transaction of more than 128 operations by default (--max-txn-ops), and
+// a new VM takes two (its spec, its pending status).
+const applyBatch = 64
+
+// Apply stores the VMs' specs, all or none, in one transaction (up to
+// applyBatch VMs; a larger apply is several, each all or none, and a
+// conflict says how many were stored: apply is idempotent, run it again): a
+// VM whose TOML changed gets the next generation, which its owner applies.
+// The files were parsed and validated by the caller; a name twice is
+// refused before anything is written.
 func (s *Store) Apply(ctx context.Context, files ...*spec.File) ([]ApplyResult, error) {
+	seen := map[string]string{}
+	for _, f := range files {
+		if prev, dup := seen[f.VM.Name]; dup {
+			return nil, f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+		}
+		seen[f.VM.Name] = f.Path
+	}
+	var out []ApplyResult
+	for i := 0; i < len(files); i += applyBatch {
+		res, err := s.applyBatch(ctx, files[i:min(i+applyBatch, len(files))])
+		if err != nil {
+			if i > 0 {
+				return nil, fmt.Errorf("%w (the first %d of %d VMs were stored)", err, i, len(files))
+			}
+			return nil, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
+}
+
+func (s *Store) applyBatch(ctx context.Context, files []*spec.File) ([]ApplyResult, error) {
 	snap, err := s.Load(ctx, false)
 	if err != nil {
 		return nil, err
@@ -33,13 +63,8 @@ func (s *Store) Apply(ctx context.Context, files ...*spec.File) ([]ApplyResult, 
 	revs := map[string]int64{}
 	var ops []clientv3.Op
 	var out []ApplyResult
-	seen := map[string]string{}
 	for _, f := range files {
 		name := f.VM.Name
-		if prev, dup := seen[name]; dup {
-			return nil, f.Errorf("name", "VM %q is also defined in %s", name, prev)
-		}
-		seen[name] = f.Path
 		cur, exists := snap.VMs[name]
 		r := ApplyResult{Name: name, Action: "unchanged", Generation: cur.Value.Generation}
 		k := s.key("vms", name)

@@ -33,6 +33,9 @@ type Fencer interface {
 	Fence(ctx context.Context, lost string, vm *spec.VM) error
 }
 
+// errRaced ends a pass whose compare-and-swap lost to another writer.
+var errRaced = errors.New("the fleet changed during the pass; the next pass reads it again")
+
 // Pass runs one scheduling pass over a fresh read of the fleet.
 func (s *Scheduler) Pass(ctx context.Context) error {
 	snap, err := s.Store.Load(ctx, false)
@@ -59,9 +62,15 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 				continue
 			}
 			ok, err := s.Store.place(ctx, rec, host)
-			if err != nil || !ok {
-				errs = append(errs, err) // lost a race: the next pass sees why
+			if err != nil {
+				errs = append(errs, err)
 				continue
+			}
+			if !ok {
+				// Someone changed the fleet since the read: every later
+				// choice here would rest on stale loads. The next pass
+				// reads again.
+				return errors.Join(append(errs, errRaced)...)
 			}
 			loads = append(loads, Load{Request: RequestOf(&f.VM), Host: host})
 			if s.Decided != nil {

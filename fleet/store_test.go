@@ -78,6 +78,14 @@ func TestApplyGenerations(t *testing.T) {
 	if st := snap.Statuses["a"].Value; st.State != StatePending {
 		t.Fatalf("a new VM's status: %+v", st)
 	}
+	// More VMs than etcd takes in one transaction: several, each whole.
+	var many []*spec.File
+	for i := range 150 {
+		many = append(many, vmFile(t, fmt.Sprintf("m%d", i), "64M", ""))
+	}
+	if res, err := s.Apply(ctx, many...); err != nil || len(res) != 150 {
+		t.Fatalf("150 VMs: %d results, %v", len(res), err)
+	}
 }
 
 // TestPlacementCAS: two schedulers pass over the same fleet at once; every

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,7 +120,7 @@ func placements(ctx context.Context, dir string) ([]bench.Row, error) {
 		return nil, err
 	}
 	var took []float64
-	sch := &vmfleet.Scheduler{Store: s, Decided: func(_ string, d time.Duration) { took = append(took, ms(d)) }}
+	sch := &vmfleet.Scheduler{Store: s, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Decided: func(_ string, d time.Duration) { took = append(took, ms(d)) }}
 	t0 := time.Now()
 	if err := sch.Pass(ctx); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package fleettest_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -34,8 +35,6 @@ func TestFleet(t *testing.T) {
 			}
 		}
 	})
-	// (the agents register within a second or two: the first apply may find
-	// fewer hosts, which only delays placement: the scheduler runs on)
 	t.Run("place", func(t *testing.T) {
 		out, err := f.VMSUP(append([]string{"fleet", "apply"}, files...)...)
 		if err != nil {
@@ -88,8 +87,10 @@ func TestFleet(t *testing.T) {
 }
 
 // badInput: a VM larger than any host and one with a label no host has are
-// stored but unschedulable, with the reason; a file that fails validation
-// stops the whole apply (the good file beside it is not stored either).
+// stored but unschedulable, with the reason; one whose host refuses it
+// (its kernel is missing) is failed, with the host's reason; a file that
+// fails validation stops the whole apply (the good file beside it is not
+// stored either).
 func badInput(t *testing.T, f *fleettest.Fleet, dir string) {
 	big := counterGuest(t, dir, "big", "4G", "")
 	mars := counterGuest(t, dir, "mars", "128M", "[placement]\nlabels = {zone = \"mars\"}")
@@ -117,7 +118,25 @@ func badInput(t *testing.T, f *fleettest.Fleet, dir string) {
 	if _, ok := vms["bad"]; ok {
 		t.Errorf("bad.toml was stored")
 	}
-	for _, name := range []string{"big", "mars"} {
+	// Valid as a file, refused by the host that gets it (its kernel is
+	// nowhere): failed, with the host's one-line reason, and no QEMU.
+	nok := counterGuest(t, dir, "nokernel", "128M", "")
+	b, _ := os.ReadFile(nok)
+	os.WriteFile(nok, []byte(strings.Replace(string(b), env.Guest.Kernel, "/nonexistent/vmlinuz", 1)), 0o644)
+	if _, err := f.VMSUP("fleet", "apply", nok); err != nil {
+		t.Fatal(err)
+	}
+	vms = waitLs(t, f, time.Minute, "nokernel failed", func(m map[string]fleettest.VM) bool { return m["nokernel"].State == "failed" })
+	if v := vms["nokernel"]; !strings.Contains(v.Reason, "/nonexistent/vmlinuz") || v.Host == "" {
+		t.Errorf("nokernel: %+v; want failed on its host, naming the kernel", v)
+	}
+	t.Logf("a spec its host refuses: %+v", vms["nokernel"])
+	for _, h := range f.Hosts {
+		if h.QEMUPID("nokernel") != 0 {
+			t.Errorf("nokernel's QEMU runs on %s", h.Name)
+		}
+	}
+	for _, name := range []string{"big", "mars", "nokernel"} {
 		if _, err := f.VMSUP("fleet", "rm", name); err != nil {
 			t.Fatal(err)
 		}

@@ -131,24 +131,6 @@ func placements(ctx context.Context, dir string) ([]bench.Row, error) {
 		Note: fmt.Sprintf("200 VMs, 10 hosts, one pass of %s (one read of the fleet)", pass.Round(time.Millisecond))}}, nil
 }
 
-// idleVM is a fleet VM with no guest OS (SeaBIOS, a blank disk), TCG.
-func idleVM(dir, name, blank string) (string, error) {
-	path := filepath.Join(dir, name+".toml")
-	return path, os.WriteFile(path, fmt.Appendf(nil, `name = %q
-memory = "64M"
-accel = "tcg"
-hotplug_slots = 0
-guest_agent = false
-stop_timeout = "1ms"
-
-[[disk]]
-name = "blank"
-file = %q
-format = "raw"
-read_only = true
-`, name, blank), 0o644)
-}
-
 // drainAndMemory: 10 idle VMs on h1 of two hosts, drained to h2 (timed);
 // the agents' resident memory with 10 VMs, then with 100.
 func drainAndMemory(ctx context.Context, env *testenv.Env, vmsupBin, dir string) ([]bench.Row, error) {
@@ -166,7 +148,7 @@ func drainAndMemory(ctx context.Context, env *testenv.Env, vmsupBin, dir string)
 	}
 	var files []string
 	for i := range 100 {
-		p, err := idleVM(dir, fmt.Sprintf("idle%d", i), blank)
+		p, err := specFile(dir, fmt.Sprintf("idle%d", i), kindIdleTCG, 64, blank, guestFiles{})
 		if err != nil {
 			return nil, err
 		}

@@ -138,17 +138,28 @@ func load(ctx context.Context, s *fleet.Store) (*fleet.Snapshot, string, error) 
 	return snap, "", err
 }
 
+// reading runs fn on the fleet as a read command sees it (load); in text
+// mode the no-quorum note goes to stderr first.
+func (e *etcdFlags) reading(g *globals, cmd *cobra.Command, fn func(snap *fleet.Snapshot, note string) error) error {
+	return e.with(func(s *fleet.Store) error {
+		snap, note, err := load(cmd.Context(), s)
+		if err != nil {
+			return err
+		}
+		if note != "" && !g.out.json {
+			fmt.Fprintln(os.Stderr, "vmsup: "+note)
+		}
+		return fn(snap, note)
+	})
+}
+
 func fleetLsCmd(g *globals, e *etcdFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
 		Short: "Where each fleet VM runs and its state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.with(func(s *fleet.Store) error {
-				snap, note, err := load(cmd.Context(), s)
-				if err != nil {
-					return err
-				}
+			return e.reading(g, cmd, func(snap *fleet.Snapshot, note string) error {
 				var rows []fleetVMJSON
 				for _, name := range slices.Sorted(maps.Keys(snap.VMs)) {
 					rec, p, st := snap.VMs[name].Value, snap.Placements[name].Value, snap.Statuses[name].Value
@@ -168,9 +179,6 @@ func fleetLsCmd(g *globals, e *etcdFlags) *cobra.Command {
 					VMs  []fleetVMJSON `json:"vms"`
 					Note string        `json:"note"`
 				}{rows, note}, func(w io.Writer) {
-					if note != "" {
-						fmt.Fprintln(os.Stderr, "vmsup: "+note)
-					}
 					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "NAME\tHOST\tSTATE\tGEN\tREASON")
 					for _, r := range rows {
@@ -210,19 +218,12 @@ func fleetHostsCmd(g *globals, e *etcdFlags) *cobra.Command {
 		Short: "The fleet's hosts (live agents): capacity, use, labels, VMs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.with(func(s *fleet.Store) error {
-				snap, note, err := load(cmd.Context(), s)
-				if err != nil {
-					return err
-				}
+			return e.reading(g, cmd, func(snap *fleet.Snapshot, note string) error {
 				rows := hostRows(snap)
 				return g.out.object(struct {
 					Hosts []fleetHostJSON `json:"hosts"`
 					Note  string          `json:"note"`
 				}{rows, note}, func(w io.Writer) {
-					if note != "" {
-						fmt.Fprintln(os.Stderr, "vmsup: "+note)
-					}
 					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "HOST\tSTATE\tVCPUS\tMEMORY\tLABELS\tVMS")
 					for _, h := range rows {

@@ -41,6 +41,16 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 			moving = append(moving, name)
 		}
 	}
+	// Counters in the guests that move (the others stay quiet: CPU).
+	for _, name := range moving {
+		st, err := h.Sup.Status(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitLog(t, st.ConsoleLog, "VMSUP-SHELL-READY", 2*time.Minute)
+		guestRun(t, h, name, `(n=0; while :; do echo "VMSUP-COUNTER $n"; n=$((n+1)); sleep 0.2; done) >/dev/console 2>&1 & true`)
+		waitFor(t, 30*time.Second, name+"'s counter", func() bool { return len(counters(st.ConsoleLog)) > 5 })
+	}
 	t0 := time.Now()
 	out, err := f.VMSUP("fleet", "drain", h.Name, "--timeout", "3m")
 	if err != nil {
@@ -121,6 +131,12 @@ func lastGen(log string) int {
 // startGen starts the generation loop in the guest over its console.
 func startGen(t *testing.T, h *fleettest.Host, vm string) {
 	t.Helper()
+	guestRun(t, h, vm, genLoop)
+}
+
+// guestRun runs a shell command in the guest over its console.
+func guestRun(t *testing.T, h *fleettest.Host, vm, cmd string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sh, err := testenv.DialConsole(ctx, h.Sup.ConsoleSocket(vm))
@@ -128,8 +144,8 @@ func startGen(t *testing.T, h *fleettest.Host, vm string) {
 		t.Fatal(err)
 	}
 	defer sh.Close()
-	if out, code, err := sh.Run(ctx, genLoop); err != nil || code != 0 {
-		t.Fatalf("%s on %s: the generation loop: %d %v %q", vm, h.Name, code, err, out)
+	if out, code, err := sh.Run(ctx, cmd); err != nil || code != 0 {
+		t.Fatalf("%s on %s: %q: %d %v %q", vm, h.Name, cmd, code, err, out)
 	}
 }
 
@@ -213,7 +229,7 @@ secret_file = %q
 	if err := os.WriteFile(local, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pinned := counterGuest(t, dir, "pinned", "128M", fmt.Sprintf("[placement]\nlabels = {zone = %q}\n\n[[disk]]\nname = \"data\"\nfile = %q\nformat = \"raw\"\n", h.Name, local))
+	pinned := quietGuest(t, dir, "pinned", "128M", fmt.Sprintf("[placement]\nlabels = {zone = %q}\n\n[[disk]]\nname = \"data\"\nfile = %q\nformat = \"raw\"\n", h.Name, local))
 	if _, err := f.VMSUP("fleet", "apply", ha, pinned); err != nil {
 		t.Fatal(err)
 	}

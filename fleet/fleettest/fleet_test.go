@@ -26,7 +26,7 @@ func TestFleet(t *testing.T) {
 	dir := t.TempDir()
 	var files []string
 	for i := 1; i <= 6; i++ {
-		files = append(files, counterGuest(t, dir, fmt.Sprintf("vm%d", i), "256M", ""))
+		files = append(files, quietGuest(t, dir, fmt.Sprintf("vm%d", i), "256M", ""))
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -92,8 +92,8 @@ func TestFleet(t *testing.T) {
 // fails validation stops the whole apply (the good file beside it is not
 // stored either).
 func badInput(t *testing.T, f *fleettest.Fleet, dir string) {
-	big := counterGuest(t, dir, "big", "4G", "")
-	mars := counterGuest(t, dir, "mars", "128M", "[placement]\nlabels = {zone = \"mars\"}")
+	big := quietGuest(t, dir, "big", "4G", "")
+	mars := quietGuest(t, dir, "mars", "128M", "[placement]\nlabels = {zone = \"mars\"}")
 	if _, err := f.VMSUP("fleet", "apply", big, mars); err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +105,8 @@ func badInput(t *testing.T, f *fleettest.Fleet, dir string) {
 			t.Errorf("%s: %+v; want unplaced, reason with %q", name, v, want)
 		}
 	}
-	bad := counterGuest(t, dir, "bad", "lots", "")
-	good := counterGuest(t, dir, "good", "128M", "")
+	bad := quietGuest(t, dir, "bad", "lots", "")
+	good := quietGuest(t, dir, "good", "128M", "")
 	_, err := f.VMSUP("fleet", "apply", good, bad)
 	if err == nil || !strings.Contains(err.Error(), "bad.toml:2:") || !strings.Contains(err.Error(), "memory") {
 		t.Fatalf("apply of an invalid file: %v; want an error naming bad.toml's line and field", err)
@@ -120,7 +120,7 @@ func badInput(t *testing.T, f *fleettest.Fleet, dir string) {
 	}
 	// Valid as a file, refused by the host that gets it (its kernel is
 	// nowhere): failed, with the host's one-line reason, and no QEMU.
-	nok := counterGuest(t, dir, "nokernel", "128M", "")
+	nok := quietGuest(t, dir, "nokernel", "128M", "")
 	b, _ := os.ReadFile(nok)
 	os.WriteFile(nok, []byte(strings.Replace(string(b), env.Guest.Kernel, "/nonexistent/vmlinuz", 1)), 0o644)
 	if _, err := f.VMSUP("fleet", "apply", nok); err != nil {

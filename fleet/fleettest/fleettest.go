@@ -276,6 +276,16 @@ func (f *Fleet) WaitLs(ctx context.Context, d time.Duration, ok func(map[string]
 // CounterGuest writes NAME.toml in dir: the test guest under TCG, printing
 // a counter on its console, with extra top-level keys and tables.
 func CounterGuest(e *testenv.Env, dir, name, memory, extra string) (string, error) {
+	return guestFile(e, dir, name, memory, "console=ttyS0 vmsup.counter", extra)
+}
+
+// QuietGuest is CounterGuest without the counter: an idle guest costs a
+// TCG host far less CPU than one printing five lines a second.
+func QuietGuest(e *testenv.Env, dir, name, memory, extra string) (string, error) {
+	return guestFile(e, dir, name, memory, "console=ttyS0", extra)
+}
+
+func guestFile(e *testenv.Env, dir, name, memory, cmdline, extra string) (string, error) {
 	path := filepath.Join(dir, name+".toml")
 	body := fmt.Sprintf(`name = %q
 memory = %q
@@ -285,7 +295,7 @@ stop_timeout = "5s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 vmsup.counter"
-`, name, memory, extra, e.Guest.Kernel, e.Guest.Initrd)
+cmdline = %q
+`, name, memory, extra, e.Guest.Kernel, e.Guest.Initrd, cmdline)
 	return path, os.WriteFile(path, []byte(body), 0o644)
 }

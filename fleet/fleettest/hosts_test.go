@@ -52,6 +52,16 @@ func counterGuest(t *testing.T, dir, name, memory, extra string) string {
 	return path
 }
 
+// quietGuest is a guest without the counter (see fleettest.QuietGuest).
+func quietGuest(t *testing.T, dir, name, memory, extra string) string {
+	t.Helper()
+	path, err := fleettest.QuietGuest(env, dir, name, memory, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

@@ -77,6 +77,16 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 		}
 	}
 	st, err := a.Sup.Status(ctx, name)
+	if !managed && err == nil && (st.State == supervisor.StateRunning || st.State == supervisor.StatePaused) {
+		// Come here running (a drain's migration, or marks lost): if it
+		// runs its spec, it is at this generation; nothing to apply.
+		if p, perr := a.Sup.Plan(ctx, f); perr == nil && len(p.Changes) == 0 {
+			applied = gen
+			if err := a.mark(name, gen); err != nil {
+				return err
+			}
+		}
+	}
 	down := errors.Is(err, supervisor.ErrNotFound) || (err == nil && (st.State == supervisor.StateShutOff || st.State == supervisor.StateCrashed))
 	switch {
 	case err != nil && !down:

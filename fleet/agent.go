@@ -102,8 +102,13 @@ func (a *Agent) register(ctx context.Context) error {
 // keepAlive renews the lease: every TTL/3, and every second while it
 // fails. A lease found expired fences the host and registers it anew.
 func (a *Agent) keepAlive(ctx context.Context) {
+	failing := false
 	for ctx.Err() == nil {
 		err := a.lease.renew(ctx)
+		if err != nil && !failing {
+			a.Log.Warn("lease renewal failed", "err", err)
+		}
+		failing = err != nil
 		switch {
 		case err == nil:
 			a.unfence()

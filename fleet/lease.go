@@ -87,15 +87,22 @@ func (l *lease) get() (clientv3.LeaseID, time.Time) {
 	return l.id, l.lastRenew
 }
 
-// renew keeps the lease once; errLeaseGone means it expired.
+// renew keeps the lease once; errLeaseGone means it expired. It may take
+// up to two thirds of the TTL: on a loaded host etcd answers late, and the
+// watchdog fences on its own clock anyway. A renewal counts from when it
+// was sent (the leader renews on receipt): a late answer never moves the
+// fence point past the lease's real expiry.
 func (l *lease) renew(ctx context.Context) error {
 	id, _ := l.get()
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	sent := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, l.ttl*2/3)
 	defer cancel()
 	_, err := l.store.Client().KeepAliveOnce(cctx, id)
 	if err == nil {
 		l.mu.Lock()
-		l.lastRenew = time.Now()
+		if sent.After(l.lastRenew) {
+			l.lastRenew = sent
+		}
 		l.mu.Unlock()
 		return nil
 	}

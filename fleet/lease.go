@@ -120,21 +120,6 @@ var errLeaseGone = errors.New("the host's lease expired")
 // not be fenced. The members are asked at once: the answer must come well
 // inside the self-fence margin.
 func (l *lease) noLeader(ctx context.Context) bool {
-	c := l.store.Client()
-	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	eps := c.Endpoints()
-	found := make(chan bool, len(eps))
-	for _, ep := range eps {
-		go func() {
-			st, err := c.Status(ctx, ep)
-			found <- err == nil && st.Leader == 0
-		}()
-	}
-	for range eps {
-		if <-found {
-			return true
-		}
-	}
-	return false
+	_, leaderless := l.store.askMembers(ctx, 500*time.Millisecond)
+	return leaderless > 0
 }

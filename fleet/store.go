@@ -194,23 +194,43 @@ func (s *Store) explain(err error) error {
 	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "no leader") {
 		return err
 	}
+	answered, leaderless := s.askMembers(context.Background(), time.Second)
 	eps := s.c.Endpoints()
-	answer := 0
+	switch {
+	case answered == 0:
+		return fmt.Errorf("%w at %s", ErrUnreachable, strings.Join(eps, ","))
+	case answered > leaderless:
+		return err // a member with a leader: a plain timeout
+	}
+	return fmt.Errorf("%w: %d of %d members answer, none has a leader; nothing can be placed or moved until a majority is back", ErrNoQuorum, answered, len(eps))
+}
+
+// askMembers asks every member for its status at once, all within d: how
+// many answered, and how many of those know no leader. Both the errors'
+// wording (explain) and the self-fence's exception (lease.noLeader) rest
+// on it.
+func (s *Store) askMembers(ctx context.Context, d time.Duration) (answered, leaderless int) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	eps := s.c.Endpoints()
+	type answer struct{ ok, leaderless bool }
+	ch := make(chan answer, len(eps))
 	for _, ep := range eps {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, serr := s.c.Status(ctx, ep)
-		cancel()
-		if serr == nil {
-			answer++
-			if st.Leader != 0 {
-				return err // a leader: a plain timeout
-			}
+		go func() {
+			st, err := s.c.Status(ctx, ep)
+			ch <- answer{err == nil, err == nil && st.Leader == 0}
+		}()
+	}
+	for range eps {
+		a := <-ch
+		if a.ok {
+			answered++
+		}
+		if a.leaderless {
+			leaderless++
 		}
 	}
-	if answer == 0 {
-		return fmt.Errorf("%w at %s", ErrUnreachable, strings.Join(eps, ","))
-	}
-	return fmt.Errorf("%w: %d of %d members answer, none has a leader; nothing can be placed or moved until a majority is back", ErrNoQuorum, answer, len(eps))
+	return answered, leaderless
 }
 
 func mustJSON(v any) string {

@@ -99,30 +99,57 @@ func (a *Agent) register(ctx context.Context) error {
 	return nil
 }
 
-// keepAlive renews the lease: every TTL/3, and every second while it
-// fails. A lease found expired fences the host and registers it anew.
+// keepAlive renews the lease every TTL/3. While renewals fail it sends one
+// every second beside those still waiting (up to 4): a renewal stuck on a
+// member that had no leader must not hold back the one a new leader would
+// answer at once (found by the full suite: an agent fenced itself seconds
+// after quorum came back). A lease found expired fences the host and
+// registers it anew.
 func (a *Agent) keepAlive(ctx context.Context) {
-	failing := false
-	for ctx.Err() == nil {
-		err := a.lease.renew(ctx)
-		if err != nil && !failing {
-			a.Log.Warn("lease renewal failed", "err", err)
-		}
-		failing = err != nil
-		switch {
-		case err == nil:
-			a.unfence()
-			sleep(ctx, a.TTL/3)
+	type answer struct {
+		r   renewal
+		err error
+	}
+	answers := make(chan answer, 4)
+	waiting, failing := 0, false
+	var ok time.Time // when the last renewal that succeeded was sent
+	next := time.NewTimer(0)
+	defer next.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-next.C:
+			if waiting < cap(answers) {
+				waiting++
+				go func() {
+					r, err := a.lease.renew(ctx)
+					answers <- answer{r, err}
+				}()
+			}
+			next.Reset(time.Second) // no answer within a second: send another
 			continue
-		case errors.Is(err, errLeaseGone):
-			// Expired: the scheduler may have moved our VMs already.
-			a.selfFence(ctx, "the host's lease expired")
-			if rerr := a.register(ctx); rerr == nil {
+		case ans := <-answers:
+			waiting--
+			switch {
+			case ans.err == nil:
+				failing, ok = false, ans.r.sent
 				a.unfence()
-				continue
+				next.Reset(a.TTL / 3)
+			case ans.r.id != a.lease.current() || ans.r.sent.Before(ok):
+				// a late answer about a lease since replaced, or older than a success
+			case errors.Is(ans.err, errLeaseGone):
+				// Expired: the scheduler may have moved our VMs already.
+				a.selfFence(ctx, "the host's lease expired")
+				if err := a.register(ctx); err == nil {
+					a.unfence()
+					next.Reset(a.TTL / 3)
+				}
+			case !failing:
+				failing = true
+				a.Log.Warn("lease renewal failed", "err", ans.err)
 			}
 		}
-		sleep(ctx, time.Second)
 	}
 }
 
@@ -130,33 +157,41 @@ func (a *Agent) keepAlive(ctx context.Context) {
 // renewal, on its own clock: a renewal stuck on a dead network must not
 // delay it. Only etcd saying it has no leader holds it off (no lease can
 // expire then, nobody can move our VMs, and the next leader gives every
-// lease a full TTL, so the count starts again from now).
+// lease a full TTL, so the count starts again from when that was asked).
+// While renewals fail it asks every half second until the fence point, in
+// the background; at the fence point it waits for the question in flight
+// (at most a second: the margin must leave more than that before the lease
+// can expire).
 func (a *Agent) watchdog(ctx context.Context) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	answers := make(chan time.Time, 1) // when a probe that found no leader was sent; zero: a leader, or no answer
+	probing := false
 	var probed time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case sent := <-answers:
+			probing = false
+			a.lease.hold(sent)
 		case <-tick.C:
 		}
-		id, last := a.lease.get()
+		_, last := a.lease.get()
 		if a.isFenced() || time.Since(last) < a.TTL/3+time.Second {
 			continue // renewing as it should
 		}
-		// Renewals fail: watch for "no leader" all along (not only at the
-		// fence point), so that a leader just back leaves the renewals a
-		// full margin to get through.
-		overdue := time.Since(last) > a.TTL-a.SelfFenceMargin
-		if overdue || time.Since(probed) > 500*time.Millisecond {
-			probed = time.Now()
-			if a.lease.noLeader(ctx) {
-				a.lease.set(id)
-				continue
-			}
+		due := last.Add(a.TTL - a.SelfFenceMargin)
+		if !probing && time.Since(probed) >= 500*time.Millisecond && time.Now().Before(due) {
+			probing, probed = true, time.Now()
+			go func(sent time.Time) {
+				if !a.lease.noLeader(ctx) {
+					sent = time.Time{}
+				}
+				answers <- sent
+			}(probed)
 		}
-		if overdue {
+		if !probing && time.Now().After(due) {
 			a.selfFence(ctx, fmt.Sprintf("no lease renewal for %s", time.Since(last).Round(time.Millisecond)))
 		}
 	}
@@ -253,6 +288,11 @@ func (a *Agent) watchLoop(ctx context.Context, stop <-chan struct{}, pass func(c
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
+		select {
+		case <-stop: // checked first: select picks among ready cases at random
+			return
+		default:
+		}
 		pass(ctx)
 		select {
 		case <-ctx.Done():

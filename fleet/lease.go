@@ -23,14 +23,15 @@ import (
 // move, because of an agent restart.
 //
 // Timeline at the default TTL of 10 s: the agent renews every TTL/3 (3.3
-// s). An agent that has not renewed for TTL - SelfFenceMargin (7 s) kills
-// its VMs (self-fence) unless a reachable etcd member says the cluster has
-// no leader: then no lease can expire and no VM can be restarted elsewhere,
-// so they run on, and since the next leader gives every lease a full TTL,
-// the 7 s count again from the last time no leader was seen. etcd expires the lease at TTL (10 s); the scheduler,
-// elected on another host, then fences the host on Ceph (blocklist, RBD lock
-// takeover) and places the VMs elsewhere, whose agents start them (a few
-// seconds more).
+// s; every second while renewals fail). An agent that has not renewed for
+// TTL - SelfFenceMargin (7 s, plus up to 1 s waiting for etcd's answer)
+// kills its VMs (self-fence) unless a reachable etcd member says the
+// cluster has no leader: then no lease can expire and no VM can be
+// restarted elsewhere, so they run on, and since the next leader gives
+// every lease a full TTL, the 7 s count again from when that was asked.
+// etcd expires the lease at TTL (10 s); the scheduler, elected on another
+// host, then fences the host on Ceph (blocklist, RBD lock takeover) and
+// places the VMs elsewhere, whose agents start them (a few seconds more).
 type lease struct {
 	store *Store
 	file  string
@@ -91,35 +92,56 @@ func (l *lease) get() (clientv3.LeaseID, time.Time) {
 // up to two thirds of the TTL: on a loaded host etcd answers late, and the
 // watchdog fences on its own clock anyway. A renewal counts from when it
 // was sent (the leader renews on receipt): a late answer never moves the
-// fence point past the lease's real expiry.
-func (l *lease) renew(ctx context.Context) error {
+// fence point past the lease's real expiry. It reports the lease it renewed
+// and when it sent the renewal, so that a late answer about a lease since
+// replaced, or older than a success, is told apart.
+func (l *lease) renew(ctx context.Context) (renewal, error) {
 	id, _ := l.get()
-	sent := time.Now()
+	r := renewal{id: id, sent: time.Now()}
 	cctx, cancel := context.WithTimeout(ctx, l.ttl*2/3)
 	defer cancel()
 	_, err := l.store.Client().KeepAliveOnce(cctx, id)
 	if err == nil {
-		l.mu.Lock()
-		if sent.After(l.lastRenew) {
-			l.lastRenew = sent
-		}
-		l.mu.Unlock()
-		return nil
+		l.hold(r.sent)
+		return r, nil
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return errLeaseGone
+		return r, errLeaseGone
 	}
-	return l.store.explain(err)
+	return r, l.store.explain(err)
+}
+
+type renewal struct {
+	id   clientv3.LeaseID
+	sent time.Time
+}
+
+// hold moves the last renewal to t if t is later: a renewal sent at t, or
+// "no leader" seen by a probe sent at t (the next leader gives every lease
+// a full TTL from its election, which is later than t).
+func (l *lease) hold(t time.Time) {
+	l.mu.Lock()
+	if t.After(l.lastRenew) {
+		l.lastRenew = t
+	}
+	l.mu.Unlock()
+}
+
+// current is the lease held now.
+func (l *lease) current() clientv3.LeaseID {
+	id, _ := l.get()
+	return id
 }
 
 var errLeaseGone = errors.New("the host's lease expired")
 
-// noLeader reports whether some etcd member answers, within half a
-// second, and says the cluster has no leader: then no lease expires
-// anywhere and nobody can restart this host's VMs elsewhere, so they need
-// not be fenced. The members are asked at once: the answer must come well
-// inside the self-fence margin.
+// noLeader reports whether some etcd member answers, within a second, and
+// says the cluster has no leader: then no lease expires anywhere and nobody
+// can restart this host's VMs elsewhere, so they need not be fenced. The
+// members are asked at once. (Half a second was too short: under load the
+// one member left answered later than that, the watchdog missed the
+// leaderless seconds and counted its 7 s from before them.)
 func (l *lease) noLeader(ctx context.Context) bool {
-	_, leaderless := l.store.askMembers(ctx, 500*time.Millisecond)
+	_, leaderless := l.store.askMembers(ctx, time.Second)
 	return leaderless > 0
 }

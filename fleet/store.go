@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // The fleet's state in etcd, under one prefix (default "/vmsup/"):
@@ -84,6 +87,9 @@ type Store struct {
 	c       *clientv3.Client
 	prefix  string
 	Timeout time.Duration
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // one per member, for status probes
 }
 
 // NewStore uses c with keys under prefix ("" means "/vmsup/").
@@ -217,7 +223,11 @@ func (s *Store) askMembers(ctx context.Context, d time.Duration) (answered, lead
 	ch := make(chan answer, len(eps))
 	for _, ep := range eps {
 		go func() {
-			st, err := s.c.Status(ctx, ep)
+			var st *pb.StatusResponse
+			conn, err := s.memberConn(ep)
+			if err == nil {
+				st, err = pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{})
+			}
 			ch <- answer{err == nil, err == nil && st.Leader == 0}
 		}()
 	}
@@ -231,6 +241,39 @@ func (s *Store) askMembers(ctx context.Context, d time.Duration) (answered, lead
 		}
 	}
 	return answered, leaderless
+}
+
+// memberConn is a connection to one member, kept for the client's life.
+// clientv3's Maintenance.Status dials a new one on every call: a TCP and TLS
+// handshake per member per question, which on a loaded host took longer
+// than the self-fence's probe may (the watchdog then missed that etcd had
+// no leader, and an agent fenced itself for nothing).
+func (s *Store) memberConn(ep string) (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.c.Ctx().Err(); err != nil {
+		return nil, err // closed: a new connection would outlive it
+	}
+	if c, ok := s.conns[ep]; ok {
+		return c, nil
+	}
+	c, err := s.c.Dial(ep)
+	if err != nil {
+		return nil, err
+	}
+	if s.conns == nil {
+		s.conns = map[string]*grpc.ClientConn{}
+		go func() {
+			<-s.c.Ctx().Done()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, c := range s.conns {
+				c.Close()
+			}
+		}()
+	}
+	s.conns[ep] = c
+	return c, nil
 }
 
 func mustJSON(v any) string {

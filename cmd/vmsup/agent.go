@@ -40,8 +40,10 @@ func agentCmd(g *globals) *cobra.Command {
 				return err
 			}
 			h.Migration = fleet.Endpoint{Address: address, Transport: strings.Fields(transport)}
-			if ttl < 2*time.Second || margin <= 0 || margin >= ttl {
-				return usageError{fmt.Errorf("--ttl %s, --self-fence-margin %s: want a TTL of at least 2s and a margin between 0 and the TTL", ttl, margin)}
+			// The watchdog may wait up to 1 s past the fence point for etcd's
+			// answer (fleet.Agent.watchdog): the margin must exceed that.
+			if ttl < 2*time.Second || margin < 1500*time.Millisecond || margin >= ttl {
+				return usageError{fmt.Errorf("--ttl %s, --self-fence-margin %s: want a TTL of at least 2s and a margin from 1.5s to less than the TTL", ttl, margin)}
 			}
 			if port != 0 && (address == "" || e.ca == "" || e.cert == "") {
 				return usageError{errors.New("--migration-port needs --migration-address and the fleet's TLS files (--etcd-ca, --etcd-cert, --etcd-key): the port takes only fleet hosts")}

@@ -15,20 +15,8 @@ import (
 
 	"github.com/vmsup/vmsup/fleet/fleettest"
 	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
-
-var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
-
-// counters are the guest's counter values in a console log, in order.
-func counters(log string) []int {
-	b, _ := os.ReadFile(log)
-	var out []int
-	for _, m := range counterRE.FindAllStringSubmatch(string(b), -1) {
-		n, _ := strconv.Atoi(m[1])
-		out = append(out, n)
-	}
-	return out
-}
 
 // drain: fleet drain h2 moves its two VMs live to the other hosts; each
 // guest's counter, carried in the console log, goes on without a gap.
@@ -49,7 +37,7 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 		}
 		testenv.WaitLog(t, st.ConsoleLog, "VMSUP-SHELL-READY", 2*time.Minute)
 		guestRun(t, h, name, `(n=0; while :; do echo "VMSUP-COUNTER $n"; n=$((n+1)); sleep 0.2; done) >/dev/console 2>&1 & true`)
-		waitFor(t, 30*time.Second, name+"'s counter", func() bool { return len(counters(st.ConsoleLog)) > 5 })
+		waitFor(t, 30*time.Second, name+"'s counter", func() bool { return len(supervisortest.Counters(st.ConsoleLog)) > 5 })
 	}
 	t0 := time.Now()
 	out, err := f.VMSUP("fleet", "drain", h.Name, "--timeout", "3m")
@@ -74,7 +62,7 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 		n := -1
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			c := counters(st.ConsoleLog)
+			c := supervisortest.Counters(st.ConsoleLog)
 			if n < 0 && len(c) > 0 {
 				n = c[len(c)-1]
 			}
@@ -85,11 +73,11 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 				now, _ := to.Sup.Status(context.Background(), name)
 				b, _ := os.ReadFile(st.ConsoleLog)
 				t.Fatalf("%s's counter on %s does not move (%d values, first seen %d; QEMU %s, unit %s); console log %s:\n%s",
-					name, to.Name, len(c), n, now.QEMUStatus, now.UnitState, st.ConsoleLog, tail(string(b), 600))
+					name, to.Name, len(c), n, now.QEMUStatus, now.UnitState, st.ConsoleLog, supervisortest.Tail(string(b), 600))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		c := counters(st.ConsoleLog)
+		c := supervisortest.Counters(st.ConsoleLog)
 		for i := 1; i < len(c); i++ {
 			if c[i] != c[i-1]+1 {
 				t.Fatalf("%s: the counter jumps from %d to %d", name, c[i-1], c[i])

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmsup/vmsup/fleet/fleettest"
 	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // TestFleet: 3 etcd members, 3 hosts (agents under their systemd); six VMs
@@ -31,7 +32,7 @@ func TestFleet(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, h := range f.Hosts {
-				t.Logf("agent %s log:\n%s", h.Name, tail(h.AgentLog(), 3000))
+				t.Logf("agent %s log:\n%s", h.Name, supervisortest.Tail(h.AgentLog(), 3000))
 			}
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // Options shape a fleet.
@@ -208,13 +209,7 @@ func (h *Host) AgentLog() string {
 
 // QEMUPID is the host PID of the VM's QEMU on h (0 if it does not run there).
 func (h *Host) QEMUPID(vm string) int {
-	pids, _ := h.SD.HostPIDs("vmsup-" + vm + ".service")
-	for _, p := range pids {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); err == nil && strings.HasPrefix(string(b), "qemu-system") {
-			return p
-		}
-	}
-	return 0
+	return supervisortest.QEMUPID(h.SD, "vmsup-"+vm+".service")
 }
 
 // VMSUP runs the CLI against the fleet: stdout, and an error carrying

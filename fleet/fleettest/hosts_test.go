@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/fleet/fleettest"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // newFleet starts a fleet for the test (stopped when it ends).
@@ -36,7 +37,7 @@ func waitLs(t *testing.T, f *fleettest.Fleet, d time.Duration, what string, ok f
 	vms, err := f.WaitLs(context.Background(), d, ok)
 	if err != nil {
 		for _, h := range f.Hosts {
-			t.Logf("agent %s:\n%s", h.Name, tail(h.AgentLog(), 1500))
+			t.Logf("agent %s:\n%s", h.Name, supervisortest.Tail(h.AgentLog(), 1500))
 		}
 		t.Fatalf("%s: %v", what, err)
 	}
@@ -71,11 +72,4 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/qmp"
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -79,24 +78,8 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, filepath.Join(dir, "data.qcow2"), filepath.Join(dir, "fs.raw"), env.Guest.Kernel, env.Guest.Initrd)
-	path := filepath.Join(dir, "crashvm.toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	root := t.TempDir()
-	sup := supervisortest.New(t, env, root, vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(context.Background(), "crashvm") })
-	st, err := sup.Status(ctx, "crashvm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, _, st := upVM(t, ctx, root, dir, "crashvm", body)
 	sh := supervisortest.Shell(t, ctx, st)
 	out, _, err := sh.Run(ctx, "mke2fs -q /dev/vdb && mkdir -p /mnt/fs && mount -t ext2 /dev/vdb /mnt/fs && echo MOUNTED")
 	canFreeze := err == nil && strings.Contains(out, "MOUNTED")

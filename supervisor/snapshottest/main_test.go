@@ -3,6 +3,7 @@ package snapshottest
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"syscall"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
@@ -38,6 +41,31 @@ func TestMain(m *testing.M) {
 // shared is the Ceph cluster (and iSCSI target) the package starts when a
 // test first needs it.
 var shared supervisortest.Targets
+
+// upVM writes body to dir/name.toml, loads it, and brings the VM up with a
+// supervisor of its own on root ("" for a new one), brought down at
+// cleanup: the supervisor, the loaded file and the VM's status.
+func upVM(t *testing.T, ctx context.Context, root, dir, name, body string) (*supervisor.Supervisor, *spec.File, supervisor.Status) {
+	t.Helper()
+	path := filepath.Join(dir, name+".toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := supervisortest.New(t, env, root, vmsupBin)
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), name) })
+	st, err := sup.Status(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sup, f, st
+}
 
 var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
 

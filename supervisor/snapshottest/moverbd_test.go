@@ -1,7 +1,6 @@
 package snapshottest
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,23 +46,7 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, filepath.Join(dir, "data.raw"), env.Guest.Kernel, env.Guest.Initrd)
-	path := filepath.Join(dir, "mvrbd.toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(context.Background(), "mvrbd") })
-	st, err := sup.Status(ctx, "mvrbd")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, f, st := upVM(t, ctx, "", dir, "mvrbd", body)
 	sh := supervisortest.Shell(t, ctx, st)
 	run := func(cmd string) string {
 		t.Helper()

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -40,23 +39,7 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, filepath.Join(dir, "data.qcow2"), env.Guest.Kernel, env.Guest.Initrd)
-	path := filepath.Join(dir, "nbdvm.toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(context.Background(), "nbdvm") })
-	st, err := sup.Status(ctx, "nbdvm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, _, st := upVM(t, ctx, "", dir, "nbdvm", body)
 	sh := supervisortest.Shell(t, ctx, st)
 	write := func(pattern string, mib int) {
 		t.Helper()

@@ -1,7 +1,6 @@
 package snapshottest
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -54,23 +52,7 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, filepath.Join(dir, "data.raw"), c.Pool, c.ClientConf, key, env.Guest.Kernel, env.Guest.Initrd)
-	path := filepath.Join(dir, "rbdvm.toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(context.Background(), "rbdvm") })
-	st, err := sup.Status(ctx, "rbdvm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, _, st := upVM(t, ctx, "", dir, "rbdvm", body)
 	sh := supervisortest.Shell(t, ctx, st)
 	run := func(cmd string) string {
 		t.Helper()

@@ -42,23 +42,7 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0 vmsup.counter"
 `, data, env.Guest.Kernel, env.Guest.Initrd)
-	path := filepath.Join(dir, "snapvm.toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(context.Background(), "snapvm") })
-	st, err := sup.Status(ctx, "snapvm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sup, _, st := upVM(t, ctx, "", dir, "snapvm", body)
 	sh := supervisortest.Shell(t, ctx, st)
 	write := func(sh *testenv.GuestShell, pattern string) {
 		t.Helper()

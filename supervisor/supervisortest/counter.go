@@ -94,9 +94,8 @@ func ReadGuestData(t testing.TB, ctx context.Context, consoleSock string, n int)
 
 var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
 
-// counters returns the counter values in the console log, in order.
-func counters(t testing.TB, log string) []int {
-	t.Helper()
+// Counters returns the counter values in the console log, in order.
+func Counters(log string) []int {
 	b, _ := os.ReadFile(log)
 	var out []int
 	for _, m := range counterRE.FindAllStringSubmatch(string(b), -1) {
@@ -112,7 +111,7 @@ func WaitCounterPast(t testing.TB, log string, n int, d time.Duration) []int {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		c := counters(t, log)
+		c := Counters(log)
 		if len(c) > 0 && c[len(c)-1] > n {
 			return c
 		}
@@ -143,7 +142,7 @@ func lastN(c []int, n int) []int {
 
 // LastCounter is the last counter value in the console log (-1 if none).
 func LastCounter(t testing.TB, log string) int {
-	c := counters(t, log)
+	c := Counters(log)
 	if len(c) == 0 {
 		return -1
 	}
@@ -154,9 +153,9 @@ func LastCounter(t testing.TB, log string) int {
 // guest runs (it is not frozen, and not stopped by a migration).
 func waitCounterMoves(t testing.TB, log string, d time.Duration, diag ...func() string) {
 	t.Helper()
-	n := len(counters(t, log))
+	n := len(Counters(log))
 	deadline := time.Now().Add(d)
-	for len(counters(t, log)) < n+3 {
+	for len(Counters(log)) < n+3 {
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(log)
 			extra := ""

@@ -95,7 +95,7 @@ func Settle(t *testing.T, ctx context.Context, vm string, sides []*Side, markers
 	for _, s := range sides {
 		pids := qemuIn(s.SD, vm)
 		total += len(pids)
-		if s == on && (len(pids) != 1 || pids[0] != hostPIDOf(s.SD, st.Unit)) {
+		if s == on && (len(pids) != 1 || pids[0] != QEMUPID(s.SD, st.Unit)) {
 			t.Fatalf("%s: status says %s runs but its QEMUs are %v", s.Name, st.Unit, pids)
 		}
 		out, _ := s.SD.Systemctl(ctx, "list-units", "--all", "--no-legend", "--plain", "vmsup-"+vm+".service", "vmsup-"+vm+"@*")
@@ -155,8 +155,8 @@ func qemuIn(sd *testenv.Systemd, vm string) []int {
 	return out
 }
 
-// hostPIDOf is the host PID of the unit's QEMU (0 if none).
-func hostPIDOf(sd *testenv.Systemd, unit string) int {
+// QEMUPID is the host PID of the unit's QEMU in sd (0 if none).
+func QEMUPID(sd *testenv.Systemd, unit string) int {
 	pids, _ := sd.HostPIDs(unit)
 	for _, p := range pids {
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); err == nil && strings.HasPrefix(string(b), "qemu-system") {

@@ -387,13 +387,17 @@ func unitProp(t *testing.T, ctx context.Context, vm, prop string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// waitGeneration waits until the VM runs a generation after gen.
+// waitGeneration waits until the VM runs a generation after gen and the
+// guardian that started it has ended.
 func waitGeneration(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, vm string, gen int) supervisor.Status {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		st, err := sup.Status(ctx, vm)
-		if err == nil && st.State == supervisor.StateRunning && st.Generation > gen {
+		// The guardian holds the VM's lock until its health gate passes,
+		// after the VM runs: the next command would find it busy.
+		_, guarding := env.Systemd.Systemctl(ctx, "is-active", "--quiet", "vmsup-"+vm+"@reboot.service")
+		if err == nil && st.State == supervisor.StateRunning && st.Generation > gen && guarding != nil {
 			return st
 		}
 		time.Sleep(500 * time.Millisecond)

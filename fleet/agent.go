@@ -252,6 +252,7 @@ func (a *Agent) schedule(ctx context.Context) {
 			continue
 		}
 		a.Log.Info("elected scheduler")
+		s.leads(el)
 		a.watchLoop(ctx, sess.Done(), func(ctx context.Context) {
 			if err := s.Pass(ctx); err != nil {
 				a.Log.Warn("schedule", "err", err)

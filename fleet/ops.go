@@ -82,7 +82,7 @@ func (s *Store) applyBatch(ctx context.Context, files []*spec.File) ([]ApplyResu
 	if len(ops) == 0 {
 		return out, nil
 	}
-	ok, err := s.cas(ctx, revs, ops...)
+	ok, err := s.cas(ctx, revs, nil, ops...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	} else {
 		ops = append(ops, clientv3.OpPut(s.key("status", name), mustJSON(Status{Host: p.Value.Host, State: "removing", Updated: time.Now().UTC()})))
 	}
-	ok, err = s.cas(ctx, map[string]int64{s.key("vms", name): rec.Rev, s.key("placement", name): p.Rev}, ops...)
+	ok, err = s.cas(ctx, map[string]int64{s.key("vms", name): rec.Rev, s.key("placement", name): p.Rev}, nil, ops...)
 	if err != nil {
 		return err
 	}
@@ -140,22 +140,23 @@ func (s *Store) Cordon(ctx context.Context, host string, on bool) error {
 }
 
 // place commits a first placement: only if the VM's spec is still the one
-// decided on and nobody placed it meanwhile.
-func (s *Store) place(ctx context.Context, rec Entry[VMRecord], host string) (bool, error) {
+// decided on, nobody placed it meanwhile, and guard holds.
+func (s *Store) place(ctx context.Context, rec Entry[VMRecord], host string, guard []clientv3.Cmp) (bool, error) {
 	name := rec.Value.Name
-	return s.cas(ctx, map[string]int64{s.key("vms", name): rec.Rev, s.key("placement", name): 0},
+	return s.cas(ctx, map[string]int64{s.key("vms", name): rec.Rev, s.key("placement", name): 0}, guard,
 		clientv3.OpPut(s.key("placement", name), mustJSON(Placement{Host: host, Epoch: 1})),
 		clientv3.OpPut(s.key("status", name), mustJSON(Status{Host: host, State: StatePending, Reason: "placed; the agent starts it", Updated: time.Now().UTC()})))
 }
 
-// movePlacement swaps the placement from cur (at rev) to next.
-func (s *Store) movePlacement(ctx context.Context, name string, rev int64, next Placement, st *Status) (bool, error) {
+// movePlacement swaps the placement from cur (at rev) to next, if guard
+// holds.
+func (s *Store) movePlacement(ctx context.Context, name string, rev int64, next Placement, st *Status, guard []clientv3.Cmp) (bool, error) {
 	ops := []clientv3.Op{clientv3.OpPut(s.key("placement", name), mustJSON(next))}
 	if st != nil {
 		st.Updated = time.Now().UTC()
 		ops = append(ops, clientv3.OpPut(s.key("status", name), mustJSON(*st)))
 	}
-	return s.cas(ctx, map[string]int64{s.key("placement", name): rev}, ops...)
+	return s.cas(ctx, map[string]int64{s.key("placement", name): rev}, guard, ops...)
 }
 
 // deleteStatus drops a removed VM's status, once its owner cleaned up.

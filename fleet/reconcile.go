@@ -157,7 +157,7 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 
 // handOver gives the placement to its target and forgets the VM here.
 func (a *Agent) handOver(ctx context.Context, name string, p Entry[Placement], st Status) error {
-	ok, err := a.Store.movePlacement(ctx, name, p.Rev, Placement{Host: p.Value.Target, Epoch: p.Value.Epoch + 1}, &st)
+	ok, err := a.Store.movePlacement(ctx, name, p.Rev, Placement{Host: p.Value.Target, Epoch: p.Value.Epoch + 1}, &st, nil)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (a *Agent) finishMoveIn(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 		return nil
 	}
 	ok, err := a.Store.movePlacement(ctx, rec.Value.Name, p.Rev, Placement{Host: a.Host.Name, Epoch: p.Value.Epoch + 1},
-		&Status{Host: a.Host.Name, State: string(st.State), Reason: "migrated by a drain", Generation: rec.Value.Generation})
+		&Status{Host: a.Host.Name, State: string(st.State), Reason: "migrated by a drain", Generation: rec.Value.Generation}, nil)
 	if err == nil && ok {
 		return a.mark(rec.Value.Name, rec.Value.Generation)
 	}

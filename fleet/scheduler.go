@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/vmsup/vmsup/spec"
 )
@@ -25,7 +29,21 @@ type Scheduler struct {
 	// the choice to the committed transaction (a pass reads the fleet once
 	// for all its decisions): the figures.
 	Decided func(vm string, d time.Duration)
+
+	// guard holds while this scheduler leads (its election key exists):
+	// every decision commits only with it, and a failover checks it before
+	// fencing, so a scheduler that lost its election (its session expired
+	// while etcd had no quorum, say) decides nothing. nil: no election.
+	guard []clientv3.Cmp
 }
+
+// leads makes the scheduler's decisions conditional on el's leadership.
+func (s *Scheduler) leads(el *concurrency.Election) {
+	s.guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
+}
+
+// errNotLeader ends a pass of a scheduler that lost its election.
+var errNotLeader = errors.New("this agent no longer leads the scheduling (its election key is gone)")
 
 // Fencer fences a lost host from one VM's shared disks (Ceph: blocklist
 // its clients, take over the RBD locks); an error leaves the VM where it is.
@@ -50,58 +68,70 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		rec := snap.VMs[name]
 		f, perr := spec.Parse(rec.Value.File, []byte(rec.Value.TOML))
 		p, placed := snap.Placements[name]
+		var err error
 		switch {
 		case perr != nil:
 			// (apply validates; a spec stored by an older vmsup may not parse)
-			errs = append(errs, s.status(ctx, snap, name, Status{State: StateInvalid, Reason: perr.Error()}))
+			err = s.status(ctx, snap, name, Status{State: StateInvalid, Reason: perr.Error()})
 		case !placed:
-			t0 := time.Now()
-			host, err := Choose(RequestOf(&f.VM), hosts, loads)
-			if err != nil {
-				errs = append(errs, s.unschedulable(ctx, snap, name, "", err))
-				continue
-			}
-			ok, err := s.Store.place(ctx, rec, host)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if !ok {
-				// Someone changed the fleet since the read: every later
-				// choice here would rest on stale loads. The next pass
-				// reads again.
-				return errors.Join(append(errs, errRaced)...)
-			}
-			loads = append(loads, Load{Request: RequestOf(&f.VM), Host: host})
-			if s.Decided != nil {
-				s.Decided(name, time.Since(t0))
-			}
-			s.log().Info("placed", "vm", name, "host", host)
+			err = s.placeNew(ctx, snap, rec, f, hosts, &loads)
 		case !alive(snap, p.Value.Host):
-			errs = append(errs, s.failover(ctx, snap, rec, p, f, hosts, &loads))
+			err = s.failover(ctx, snap, rec, p, f, hosts, &loads)
 		case snap.Cordoned[p.Value.Host] && p.Value.Target == "":
-			target, err := Choose(RequestOf(&f.VM), hosts, loads, p.Value.Host)
-			if err != nil {
-				errs = append(errs, s.unschedulable(ctx, snap, name, p.Value.Host, err))
-				continue
-			}
-			next := p.Value
-			next.Target = target
-			if ok, err := s.Store.movePlacement(ctx, name, p.Rev, next, &Status{Host: p.Value.Host, State: StateMigrating, Reason: "drain: to " + target}); err != nil || !ok {
-				errs = append(errs, err)
-				continue
-			}
-			loads = append(loads, Load{Request: RequestOf(&f.VM), Host: target})
-			s.log().Info("drain", "vm", name, "from", p.Value.Host, "to", target)
+			err = s.drain(ctx, snap, p, f, hosts, &loads)
 		case p.Value.Target != "" && !alive(snap, p.Value.Target):
 			// The drain's target died: the VM stays, the next pass picks again.
 			next := p.Value
 			next.Target = ""
-			_, err := s.Store.movePlacement(ctx, name, p.Rev, next, nil)
-			errs = append(errs, err)
+			_, err = s.Store.movePlacement(ctx, name, p.Rev, next, nil, s.guard)
+		}
+		errs = append(errs, err)
+		if errors.Is(err, errRaced) || errors.Is(err, errNotLeader) {
+			// Every later decision here would rest on a stale read, or is
+			// not this scheduler's to make: the next pass reads again.
+			break
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// placeNew places an unplaced VM on the host Choose picks; errRaced if the
+// fleet changed since the read (or this scheduler lost its election).
+func (s *Scheduler) placeNew(ctx context.Context, snap *Snapshot, rec Entry[VMRecord], f *spec.File, hosts []Host, loads *[]Load) error {
+	name := rec.Value.Name
+	t0 := time.Now()
+	host, err := Choose(RequestOf(&f.VM), hosts, *loads)
+	if err != nil {
+		return s.unschedulable(ctx, snap, name, "", err)
+	}
+	ok, err := s.Store.place(ctx, rec, host, s.guard)
+	if err != nil || !ok {
+		return cmp.Or(err, errRaced)
+	}
+	*loads = append(*loads, Load{Request: RequestOf(&f.VM), Host: host})
+	if s.Decided != nil {
+		s.Decided(name, time.Since(t0))
+	}
+	s.log().Info("placed", "vm", name, "host", host)
+	return nil
+}
+
+// drain gives a VM on a cordoned host a target to migrate to.
+func (s *Scheduler) drain(ctx context.Context, snap *Snapshot, p Entry[Placement], f *spec.File, hosts []Host, loads *[]Load) error {
+	name := f.VM.Name
+	target, err := Choose(RequestOf(&f.VM), hosts, *loads, p.Value.Host)
+	if err != nil {
+		return s.unschedulable(ctx, snap, name, p.Value.Host, err)
+	}
+	next := p.Value
+	next.Target = target
+	ok, err := s.Store.movePlacement(ctx, name, p.Rev, next, &Status{Host: p.Value.Host, State: StateMigrating, Reason: "drain: to " + target}, s.guard)
+	if err != nil || !ok {
+		return err
+	}
+	*loads = append(*loads, Load{Request: RequestOf(&f.VM), Host: target})
+	s.log().Info("drain", "vm", name, "from", p.Value.Host, "to", target)
+	return nil
 }
 
 func (s *Scheduler) log() *slog.Logger {
@@ -181,11 +211,15 @@ func (s *Scheduler) failover(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 	if err != nil {
 		return s.unschedulable(ctx, snap, name, "", err)
 	}
+	// Fencing cannot be undone: only the leader does it.
+	if ok, err := s.Store.cas(ctx, nil, s.guard); err != nil || !ok {
+		return errors.Join(err, errNotLeader)
+	}
 	if err := s.Fence.Fence(ctx, lost, &f.VM); err != nil {
 		return s.status(ctx, snap, name, Status{Host: lost, State: StateLost, Reason: fmt.Sprintf("host %s is down; fencing it failed, so not restarted: %v", lost, err)})
 	}
 	next := Placement{Host: target, Epoch: p.Value.Epoch + 1}
-	ok, err := s.Store.movePlacement(ctx, name, p.Rev, next, &Status{Host: target, State: StatePending, Reason: fmt.Sprintf("failover from %s (fenced)", lost)})
+	ok, err := s.Store.movePlacement(ctx, name, p.Rev, next, &Status{Host: target, State: StatePending, Reason: fmt.Sprintf("failover from %s (fenced)", lost)}, s.guard)
 	if err == nil && ok {
 		*loads = append(*loads, Load{Request: RequestOf(&f.VM), Host: target})
 		s.log().Info("failover", "vm", name, "from", lost, "to", target)

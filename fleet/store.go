@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -285,11 +286,12 @@ func mustJSON(v any) string {
 }
 
 // cas commits ops only if every key in revs still has its revision (0: the
-// key must not exist). It reports whether it committed.
-func (s *Store) cas(ctx context.Context, revs map[string]int64, ops ...clientv3.Op) (bool, error) {
+// key must not exist) and every comparison in guard holds (the scheduler's
+// leadership). It reports whether it committed; with no ops it only checks.
+func (s *Store) cas(ctx context.Context, revs map[string]int64, guard []clientv3.Cmp, ops ...clientv3.Op) (bool, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var cmps []clientv3.Cmp
+	cmps := slices.Clone(guard)
 	for k, rev := range revs {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
 	}

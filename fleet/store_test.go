@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
 	"github.com/vmsup/vmsup/spec"
@@ -178,5 +180,63 @@ func TestDrainAndRemove(t *testing.T) {
 	snap, _ = s.Load(ctx, false)
 	if len(snap.VMs) != 0 || len(snap.Placements) != 0 || snap.Statuses["a"].Value.State != "removing" {
 		t.Fatalf("after rm: %+v %+v %+v", snap.VMs, snap.Placements, snap.Statuses)
+	}
+}
+
+type countFence struct{ n int }
+
+func (c *countFence) Fence(context.Context, string, *spec.VM) error { c.n++; return nil }
+
+// TestDeposedScheduler: a scheduler whose election key is gone (its session
+// ended) commits no placement and fences nothing; elected again, it does.
+func TestDeposedScheduler(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	putHost(t, s, Host{Name: "h1", CPUs: 4, Memory: 1 << 30})
+	// "zz" (its disk on RBD) is placed on a host that is gone: a failover.
+	zz := vmFile(t, "zz", "256M", "[[disk]]\nname = \"d\"\ntype = \"rbd\"\npool = \"p\"\nimage = \"zz\"\n")
+	if _, err := s.Apply(ctx, vmFile(t, "a", "256M", ""), zz); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := s.Load(ctx, false)
+	if ok, err := s.place(ctx, snap.VMs["zz"], "gone", nil); err != nil || !ok {
+		t.Fatalf("place zz: %v %v", ok, err)
+	}
+	fence := &countFence{}
+	sch := &Scheduler{Store: s, Fence: fence}
+	elect := func() *concurrency.Session {
+		sess, err := concurrency.NewSession(s.Client(), concurrency.WithTTL(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		el := concurrency.NewElection(sess, s.prefix+"leader")
+		if err := el.Campaign(ctx, "h1"); err != nil {
+			t.Fatal(err)
+		}
+		sch.leads(el)
+		return sess
+	}
+	elect().Close() // revokes its lease: the election key is gone
+	if err := sch.Pass(ctx); !errors.Is(err, errRaced) {
+		t.Errorf("deposed pass over a new VM: %v; want it ended as raced", err)
+	}
+	if err := s.Remove(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.Pass(ctx); !errors.Is(err, errNotLeader) {
+		t.Errorf("deposed pass over a lost host's VM: %v; want %v", err, errNotLeader)
+	}
+	snap, _ = s.Load(ctx, false)
+	if p := snap.Placements["zz"].Value; p.Host != "gone" || fence.n != 0 {
+		t.Fatalf("a deposed scheduler moved zz (%+v) or fenced (%d times)", p, fence.n)
+	}
+	sess := elect()
+	defer sess.Close()
+	if err := sch.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ = s.Load(ctx, false)
+	if p := snap.Placements["zz"].Value; p.Host != "h1" || p.Epoch != 2 || fence.n != 1 {
+		t.Fatalf("the leader's failover: %+v, fenced %d times; want zz on h1, epoch 2, fenced once", p, fence.n)
 	}
 }

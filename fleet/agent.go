@@ -112,7 +112,7 @@ func (a *Agent) keepAlive(ctx context.Context) {
 	}
 	answers := make(chan answer, 4)
 	waiting, failing := 0, false
-	var ok time.Time // when the last renewal that succeeded was sent
+	var lastOK time.Time // when the last renewal that succeeded was sent
 	next := time.NewTimer(0)
 	defer next.Stop()
 	for {
@@ -133,10 +133,10 @@ func (a *Agent) keepAlive(ctx context.Context) {
 			waiting--
 			switch {
 			case ans.err == nil:
-				failing, ok = false, ans.r.sent
+				failing, lastOK = false, ans.r.sent
 				a.unfence()
 				next.Reset(a.TTL / 3)
-			case ans.r.id != a.lease.current() || ans.r.sent.Before(ok):
+			case ans.r.id != a.lease.current() || ans.r.sent.Before(lastOK):
 				// a late answer about a lease since replaced, or older than a success
 			case errors.Is(ans.err, errLeaseGone):
 				// Expired: the scheduler may have moved our VMs already.

@@ -59,30 +59,8 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 		if err != nil {
 			t.Fatalf("%s on %s: %v", name, to.Name, err)
 		}
-		n := -1
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			c := supervisortest.Counters(st.ConsoleLog)
-			if n < 0 && len(c) > 0 {
-				n = c[len(c)-1]
-			}
-			if len(c) > 0 && c[len(c)-1] > n+5 {
-				break
-			}
-			if time.Now().After(deadline) {
-				now, _ := to.Sup.Status(context.Background(), name)
-				b, _ := os.ReadFile(st.ConsoleLog)
-				t.Fatalf("%s's counter on %s does not move (%d values, first seen %d; QEMU %s, unit %s); console log %s:\n%s",
-					name, to.Name, len(c), n, now.QEMUStatus, now.UnitState, st.ConsoleLog, supervisortest.Tail(string(b), 600))
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		c := supervisortest.Counters(st.ConsoleLog)
-		for i := 1; i < len(c); i++ {
-			if c[i] != c[i-1]+1 {
-				t.Fatalf("%s: the counter jumps from %d to %d", name, c[i-1], c[i])
-			}
-		}
+		c := supervisortest.WaitCounterPast(t, st.ConsoleLog, supervisortest.LastCounter(t, st.ConsoleLog)+5, 30*time.Second)
+		supervisortest.CheckContinuous(t, c)
 		if c[0] != 0 || h.QEMUPID(name) != 0 {
 			t.Fatalf("%s: first counter %d (want the guest's history from 0); QEMU left on %s: %d", name, c[0], h.Name, h.QEMUPID(name))
 		}

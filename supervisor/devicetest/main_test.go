@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,20 +93,8 @@ func (h hugeMount) undo() {
 // of the package's sandbox; the VM goes down when the test ends.
 func upVM(t *testing.T, ctx context.Context, dir, name, body string) (*supervisor.Supervisor, *spec.File) {
 	t.Helper()
-	path := filepath.Join(dir, name+".toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sup := supervisortest.New(t, env, "", vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(ctx, name) })
-	return sup, f
+	return sup, supervisortest.UpTOML(t, ctx, sup, dir, name, body)
 }
 
 // status is the VM's status.

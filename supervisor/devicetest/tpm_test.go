@@ -10,14 +10,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -253,15 +251,9 @@ func TestTPMKilledAfterStart(t *testing.T) {
 	}
 	ctx := supervisortest.Context(t, 3*time.Minute)
 	root, dir := t.TempDir(), t.TempDir()
-	path := filepath.Join(dir, "tpmkill.toml")
 	body := fmt.Sprintf("name = \"tpmkill\"\nmemory = \"128M\"\naccel = \"tcg\"\nstop_timeout = \"1s\"\n[tpm]\n[boot]\nkernel = %q\n", env.Guest.BzImage)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := supervisortest.LoadTOML(t, dir, "tpmkill", body)
+	path := f.Path
 	sup := supervisortest.New(t, env, root, vmsupBin)
 	const swtpm = "vmsup-tpm@tpmkill.service"
 	for _, next := range []string{"down", "up"} {

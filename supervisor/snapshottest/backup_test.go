@@ -41,19 +41,7 @@ kernel = %q
 initrd = %q
 cmdline = "console=ttyS0"
 `, name, filepath.Join(dir, "data.qcow2"), env.Guest.Kernel, env.Guest.Initrd)
-	path := filepath.Join(dir, name+".toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(context.Background(), name) })
-	return f, filepath.Join(dir, "data.qcow2")
+	return supervisortest.UpTOML(t, ctx, sup, dir, name, body), filepath.Join(dir, "data.qcow2")
 }
 
 // pattern is what guestWrite writes: word repeated over n bytes.

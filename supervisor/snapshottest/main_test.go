@@ -3,7 +3,6 @@ package snapshottest
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"syscall"
@@ -47,19 +46,8 @@ var shared supervisortest.Targets
 // cleanup: the supervisor, the loaded file and the VM's status.
 func upVM(t *testing.T, ctx context.Context, root, dir, name, body string) (*supervisor.Supervisor, *spec.File, supervisor.Status) {
 	t.Helper()
-	path := filepath.Join(dir, name+".toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sup := supervisortest.New(t, env, root, vmsupBin)
-	if _, err := sup.Up(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sup.Down(context.Background(), name) })
+	f := supervisortest.UpTOML(t, ctx, sup, dir, name, body)
 	st, err := sup.Status(ctx, name)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -27,7 +26,6 @@ func MigrationGuest(t testing.TB, e *testenv.Env, dir, name, memory, disk string
 	if err := os.WriteFile(disk, make([]byte, 4<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, name+".toml")
 	body := fmt.Sprintf(`name = %q
 memory = %q
 accel = "tcg"
@@ -43,14 +41,7 @@ name = "data"
 file = %q
 format = "raw"
 `, name, memory, e.Guest.Kernel, e.Guest.Initrd, disk)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return LoadTOML(t, dir, name, body)
 }
 
 // GuestExec runs one shell command in the guest over its console socket

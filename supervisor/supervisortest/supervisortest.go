@@ -135,3 +135,30 @@ func Tail(s string, n int) string {
 	}
 	return s
 }
+
+// LoadTOML writes body as DIR/NAME.toml and loads it (spec.Load: parsed and
+// validated).
+func LoadTOML(t testing.TB, dir, name, body string) *spec.File {
+	t.Helper()
+	path := filepath.Join(dir, name+".toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// UpTOML loads body (LoadTOML) and brings its VM up with sup; the VM goes
+// down when the test ends.
+func UpTOML(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, dir, name, body string) *spec.File {
+	t.Helper()
+	f := LoadTOML(t, dir, name, body)
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), name) })
+	return f
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // The networks every test shares, all in the test's own namespace: a Linux
@@ -178,7 +179,6 @@ func (b *syncBuffer) String() string {
 // extra TOML (NICs), and parses it.
 func guestFile(t testing.TB, name, cmdline, extra string) *spec.File {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name+".toml")
 	if !strings.Contains(extra, "stop_timeout") {
 		extra = "stop_timeout = \"20s\"\n" + extra
 	}
@@ -198,14 +198,7 @@ initrd = %q
 cmdline = %q
 
 %s`, name, top, env.Guest.Kernel, env.Guest.Initrd, "console=ttyS0 "+cmdline, tables)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return supervisortest.LoadTOML(t, t.TempDir(), name, body)
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

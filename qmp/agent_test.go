@@ -279,7 +279,7 @@ func TestAgentReal(t *testing.T) {
 	qga := filepath.Join(dir, "qga.sock")
 	console := filepath.Join(dir, "console.log")
 	q := startQEMU(t, "-cpu", "max", "-m", "256", "-kernel", kernel, "-initrd", initrd,
-		"-append", "console=ttyS0", "-serial", "file:"+console,
+		"-append", "console=ttyS0 no_timer_check", "-serial", "file:"+console,
 		"-device", "virtio-serial",
 		"-chardev", "socket,path="+qga+",server=on,wait=off,id=qga0",
 		"-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0")

@@ -51,7 +51,7 @@ balloon_target = %q
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 vmsup.online memhp_default_state=online_movable%s"
+cmdline = "console=ttyS0 no_timer_check vmsup.online memhp_default_state=online_movable%s"
 [limits]
 cpu_quota = %d
 [health]

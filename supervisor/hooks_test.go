@@ -68,7 +68,7 @@ func counterGuest(t testing.TB, dir, name, extra string) *spec.File {
 	path := filepath.Join(dir, name+".toml")
 	writeGuestTOML(t, path, name, extra)
 	b, _ := os.ReadFile(path)
-	b = []byte(strings.Replace(string(b), `cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 vmsup.counter"`, 1))
+	b = []byte(strings.Replace(string(b), `cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "console=ttyS0 no_timer_check vmsup.counter"`, 1))
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ stop_timeout = "10s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 vmsup.online memhp_default_state=online_movable"
+cmdline = "console=ttyS0 no_timer_check vmsup.online memhp_default_state=online_movable"
 `, env.Guest.Kernel, env.Guest.Initrd)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)

@@ -115,7 +115,7 @@ stop_timeout = "20s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 vmsup.dhcp"
+cmdline = "console=ttyS0 no_timer_check vmsup.dhcp"
 [[disk]]
 name = "raw"
 file = %q

@@ -27,9 +27,9 @@ func TestCLIHostileInput(t *testing.T) {
 	cases := []struct {
 		name, body, want string
 	}{
-		{"cmdline-5M", strings.Replace(guestTOML("h1", ""), `cmdline = "console=ttyS0"`, `cmdline = "`+bigCmdline+`"`, 1),
+		{"cmdline-5M", strings.Replace(guestTOML("h1", ""), `cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "`+bigCmdline+`"`, 1),
 			"5.0 MiB, more than the 1.0 MiB vmsup reads"},
-		{"cmdline-200K", strings.Replace(guestTOML("h2", ""), `cmdline = "console=ttyS0"`, `cmdline = "`+bigCmdline[:200<<10]+`"`, 1),
+		{"cmdline-200K", strings.Replace(guestTOML("h2", ""), `cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "`+bigCmdline[:200<<10]+`"`, 1),
 			"boot.cmdline: 204800 bytes, more than the limit of 4096"},
 		{"user-data-dev-zero", guestTOML("h3", "") + "\n[[disk]]\nname = \"seed\"\ntype = \"seed\"\nuser_data_file = \"/dev/zero\"\n",
 			"/dev/zero is a character device, not a regular file"},

@@ -34,7 +34,7 @@ func TestCLIJSON(t *testing.T) {
 	}
 	root, dir := t.TempDir(), t.TempDir()
 	file := write(t, dir, "js.toml", strings.Replace(guestTOML("js", "[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"),
-		`cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 vmsup.dhcp"`, 1))
+		`cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "console=ttyS0 no_timer_check vmsup.dhcp"`, 1))
 	covered := map[string]bool{}
 	check := func(key string, wantCode int, args ...string) string {
 		t.Helper()

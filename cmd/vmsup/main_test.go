@@ -72,7 +72,7 @@ stop_timeout = "20s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, name, extra, env.Guest.Kernel, env.Guest.Initrd)
 }
 

@@ -21,7 +21,7 @@ func TestCLIVerbs(t *testing.T) {
 	body := strings.Replace(guestTOML("verbs", "description = \"the verbs test\"\n"+
 		"[[disk]]\nname = \"data\"\nfile = \""+dir+"/data.qcow2\"\nsize = \"16M\"\n"+
 		"[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"),
-		`cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 vmsup.dhcp"`, 1)
+		`cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "console=ttyS0 no_timer_check vmsup.dhcp"`, 1)
 	file := write(t, dir, "verbs.toml", body)
 	if r := vmsup(t, root, "", "up", file); r.code != 0 {
 		t.Fatalf("up: %+v", r)

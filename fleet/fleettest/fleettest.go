@@ -271,13 +271,13 @@ func (f *Fleet) WaitLs(ctx context.Context, d time.Duration, ok func(map[string]
 // CounterGuest writes NAME.toml in dir: the test guest under TCG, printing
 // a counter on its console, with extra top-level keys and tables.
 func CounterGuest(e *testenv.Env, dir, name, memory, extra string) (string, error) {
-	return guestFile(e, dir, name, memory, "console=ttyS0 vmsup.counter", extra)
+	return guestFile(e, dir, name, memory, "console=ttyS0 no_timer_check vmsup.counter", extra)
 }
 
 // QuietGuest is CounterGuest without the counter: an idle guest costs a
 // TCG host far less CPU than one printing five lines a second.
 func QuietGuest(e *testenv.Env, dir, name, memory, extra string) (string, error) {
-	return guestFile(e, dir, name, memory, "console=ttyS0", extra)
+	return guestFile(e, dir, name, memory, "console=ttyS0 no_timer_check", extra)
 }
 
 func guestFile(e *testenv.Env, dir, name, memory, cmdline, extra string) (string, error) {

@@ -29,7 +29,7 @@ func TestGuestShell(t *testing.T) {
 	sock, log := filepath.Join(dir, "c.sock"), filepath.Join(dir, "c.log")
 	q := exec.Command("qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-machine", "q35", "-m", "256",
 		"-nodefaults", "-no-user-config", "-display", "none", "-kernel", g.Kernel, "-initrd", g.Initrd,
-		"-append", "console=ttyS0", "-chardev", "socket,id=c,path="+sock+",server=on,wait=off,logfile="+log,
+		"-append", "console=ttyS0 no_timer_check", "-chardev", "socket,id=c,path="+sock+",server=on,wait=off,logfile="+log,
 		"-serial", "chardev:c")
 	if err := q.Start(); err != nil {
 		t.Fatal(err)

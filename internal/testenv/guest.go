@@ -25,7 +25,9 @@ const (
 const DefaultGuestDir = "/var/cache/vmsup/guest"
 
 // GuestImage is a bootable test guest: pass Kernel to -kernel and Initrd to -initrd,
-// with "console=ttyS0" on the kernel command line. The kernel is an uncompressed ELF
+// with "console=ttyS0 no_timer_check" on the kernel command line (no_timer_check: under TCG on a
+// loaded host the kernel's IO-APIC timer check can miss its ticks and panic, "IO-APIC + timer
+// doesn't work", as a fleet test guest did in a full run). The kernel is an uncompressed ELF
 // (PVH entry); it boots under TCG (-accel tcg -cpu max) in a few seconds.
 type GuestImage struct {
 	Kernel string // vmlinux: boots fastest (PVH)

@@ -36,7 +36,7 @@ func TestGuestBoot(t *testing.T) {
 	qmpSock, qgaSock := filepath.Join(dir, "qmp.sock"), filepath.Join(dir, "qga.sock")
 	cmd := exec.Command(qemu, "-accel", "tcg", "-cpu", "max", "-machine", "q35", "-m", "256",
 		"-nodefaults", "-no-user-config", "-display", "none",
-		"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", "console=ttyS0 quiet",
+		"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", "console=ttyS0 no_timer_check quiet",
 		"-serial", "stdio",
 		"-qmp", "unix:"+qmpSock+",server=on,wait=off",
 		"-device", "virtio-serial",

@@ -64,7 +64,7 @@ read_only = true
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, pages, env.Guest.Kernel, env.Guest.Initrd)
 	sup, _ := upVM(t, ctx, dir, "sharevm", body)
 	st := status(t, ctx, sup, "sharevm")

@@ -156,7 +156,7 @@ stop_timeout = "20s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, env.Guest.BzImage, env.Guest.Initrd)
 	sup, f := upVM(t, ctx, dir, "tpmvm", body)
 	dial := func() *testenv.GuestShell { return shell(t, ctx, status(t, ctx, sup, "tpmvm")) }

@@ -197,7 +197,7 @@ kernel = %q
 initrd = %q
 cmdline = %q
 
-%s`, name, top, env.Guest.Kernel, env.Guest.Initrd, "console=ttyS0 "+cmdline, tables)
+%s`, name, top, env.Guest.Kernel, env.Guest.Initrd, "console=ttyS0 no_timer_check "+cmdline, tables)
 	return supervisortest.LoadTOML(t, t.TempDir(), name, body)
 }
 

@@ -53,7 +53,7 @@ emulator = "0-1"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 vmsup.online"
+cmdline = "console=ttyS0 no_timer_check vmsup.online"
 `, env.Guest.Kernel, env.Guest.Initrd)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)

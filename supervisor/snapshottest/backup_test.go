@@ -39,7 +39,7 @@ size = "64M"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, name, filepath.Join(dir, "data.qcow2"), env.Guest.Kernel, env.Guest.Initrd)
 	return supervisortest.UpTOML(t, ctx, sup, dir, name, body), filepath.Join(dir, "data.qcow2")
 }

@@ -39,7 +39,7 @@ name = "net0"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, filepath.Join(dir, "data.raw"), env.Guest.Kernel, env.Guest.Initrd)
 	path := filepath.Join(dir, "tmpl.toml")
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {

@@ -76,7 +76,7 @@ size = "8M"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, filepath.Join(dir, "data.qcow2"), filepath.Join(dir, "fs.raw"), env.Guest.Kernel, env.Guest.Initrd)
 	root := t.TempDir()
 	sup, _, st := upVM(t, ctx, root, dir, "crashvm", body)

@@ -44,7 +44,7 @@ name = "net0"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, filepath.Join(dir, "data.raw"), env.Guest.Kernel, env.Guest.Initrd)
 	sup, f, st := upVM(t, ctx, "", dir, "mvrbd", body)
 	sh := supervisortest.Shell(t, ctx, st)

@@ -37,7 +37,7 @@ size = "16M"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, filepath.Join(dir, "data.qcow2"), env.Guest.Kernel, env.Guest.Initrd)
 	sup, _, st := upVM(t, ctx, "", dir, "nbdvm", body)
 	sh := supervisortest.Shell(t, ctx, st)

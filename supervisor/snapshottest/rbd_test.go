@@ -50,7 +50,7 @@ secret_file = %q
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, filepath.Join(dir, "data.raw"), c.Pool, c.ClientConf, key, env.Guest.Kernel, env.Guest.Initrd)
 	sup, _, st := upVM(t, ctx, "", dir, "rbdvm", body)
 	sh := supervisortest.Shell(t, ctx, st)

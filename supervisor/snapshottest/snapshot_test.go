@@ -40,7 +40,7 @@ size = "16M"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 vmsup.counter"
+cmdline = "console=ttyS0 no_timer_check vmsup.counter"
 `, data, env.Guest.Kernel, env.Guest.Initrd)
 	sup, _, st := upVM(t, ctx, "", dir, "snapvm", body)
 	sh := supervisortest.Shell(t, ctx, st)

@@ -34,7 +34,7 @@ stop_timeout = "5s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 vmsup.counter"
+cmdline = "console=ttyS0 no_timer_check vmsup.counter"
 
 [[disk]]
 name = "data"

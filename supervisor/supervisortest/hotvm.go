@@ -55,7 +55,7 @@ name = "boot"
 type = "bridge"
 bridge = "`+bridge+`"`)
 	b, _ := os.ReadFile(path)
-	os.WriteFile(path, []byte(strings.Replace(string(b), `cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 vmsup.counter memhp_default_state=online_movable"`, 1)), 0o644)
+	os.WriteFile(path, []byte(strings.Replace(string(b), `cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "console=ttyS0 no_timer_check vmsup.counter memhp_default_state=online_movable"`, 1)), 0o644)
 	f, err := spec.Load(path)
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ hotplug_slots = 2
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0"
+cmdline = "console=ttyS0 no_timer_check"
 `, name, extra, e.Guest.Kernel, e.Guest.Initrd)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)

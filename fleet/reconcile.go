@@ -80,7 +80,7 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 	if !managed && err == nil && (st.State == supervisor.StateRunning || st.State == supervisor.StatePaused) {
 		// Come here running (a drain's migration, or marks lost): if it
 		// runs its spec, it is at this generation; nothing to apply.
-		if p, perr := a.Sup.Plan(ctx, f); perr == nil && len(p.Changes) == 0 {
+		if p, perr := a.Sup.PlanWith(ctx, f, supervisor.PlanOptions{Adopt: true}); perr == nil && len(p.Changes) == 0 {
 			applied = gen
 			if err := a.mark(name, gen); err != nil {
 				return err
@@ -95,7 +95,7 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 		return nil // its status still says why it failed
 	case down:
 		t0 := time.Now()
-		if _, err := a.Sup.Up(ctx, f); err != nil {
+		if _, err := a.Sup.UpWith(ctx, supervisor.UpOptions{Adopt: true}, f); err != nil {
 			a.failed[name] = time.Now()
 			return a.report(ctx, snap, name, Status{State: "failed", Reason: err.Error(), Generation: applied})
 		}
@@ -106,7 +106,7 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 			return err
 		}
 	case applied != gen && (st.State == supervisor.StateRunning || st.State == supervisor.StatePaused) && time.Since(a.failed[name]) >= retryAfter:
-		if _, err := a.Sup.Apply(ctx, f, supervisor.ApplyOptions{}); err != nil {
+		if _, err := a.Sup.Apply(ctx, f, supervisor.ApplyOptions{Adopt: true}); err != nil {
 			a.failed[name] = time.Now()
 			return a.report(ctx, snap, name, Status{State: string(st.State), Reason: fmt.Sprintf("generation %d not applied: %v", gen, err), Generation: applied})
 		}

@@ -49,11 +49,11 @@ func (s *Supervisor) GuestPing(ctx context.Context, name string) (AgentStatus, e
 // whether the guest has the agent's port open at all (qemu-ga running):
 // if not, there is nothing to wait for.
 func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (AgentStatus, error) {
-	_, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if err != nil {
 		return AgentStatus{}, vmErr(name, err)
 	}
-	if !vm.HasGuestAgent() {
+	if !v.Booted.HasGuestAgent() {
 		return AgentStatus{}, vmErr(name, errors.New("guest_agent = false: it has no agent channel"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, agentTimeout)

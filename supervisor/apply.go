@@ -44,7 +44,22 @@ func (p PlanResult) InSync() bool { return p.Running && len(p.Changes) == 0 }
 
 // Plan compares f with its running VM and says what apply would do.
 func (s *Supervisor) Plan(ctx context.Context, f *spec.File) (PlanResult, error) {
+	return s.PlanWith(ctx, f, PlanOptions{})
+}
+
+// PlanOptions change what PlanWith does.
+type PlanOptions struct {
+	// Adopt plans f for its VM although the VM belongs to another file
+	// (what apply --adopt would do); without it that is an OwnerError.
+	Adopt bool
+}
+
+// PlanWith is Plan with options.
+func (s *Supervisor) PlanWith(ctx context.Context, f *spec.File, o PlanOptions) (PlanResult, error) {
 	if err := s.ValidateContext(ctx, f); err != nil {
+		return PlanResult{VM: f.VM.Name, File: f.Path}, err
+	}
+	if err := s.checkOwner(f, o.Adopt); err != nil {
 		return PlanResult{VM: f.VM.Name, File: f.Path}, err
 	}
 	if _, err := s.recoverUnlocked(ctx, f.VM.Name); err != nil {
@@ -56,7 +71,7 @@ func (s *Supervisor) Plan(ctx context.Context, f *spec.File) (PlanResult, error)
 func (s *Supervisor) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	name := f.VM.Name
 	res := PlanResult{VM: name, File: absPath(f.Path), Changes: []plan.Change{}}
-	app, _, err := s.runningSpec(name)
+	v, err := s.view(name)
 	switch {
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNotRunning):
 		res.Note = "not running: vmsup up " + f.Path + " starts it from its file"
@@ -65,22 +80,19 @@ func (s *Supervisor) plan(ctx context.Context, f *spec.File) (PlanResult, error)
 		return res, vmErr(name, err)
 	}
 	res.Running = true
-	boot, err := app.VM()
-	if err != nil {
-		return res, err
+	app, running := v.Applied, v.Spec
+	facts := plan.Facts{BootMemory: v.Booted.Memory, NotLive: s.notLive(f, v)}
+	for _, d := range v.Disks {
+		if d.Attached {
+			facts.KeptDisks = append(facts.KeptDisks, d.Name)
+			res.Kept = append(res.Kept, "disk "+d.Name)
+		}
 	}
-	running, err := app.Running()
-	if err != nil {
-		return res, err
-	}
-	facts := plan.Facts{BootMemory: boot.Memory}
-	for _, a := range app.Attached {
-		facts.KeptDisks = append(facts.KeptDisks, a.Disk.Name)
-		res.Kept = append(res.Kept, "disk "+a.Disk.Name)
-	}
-	for _, n := range app.AttachedNICs {
-		facts.KeptNICs = append(facts.KeptNICs, n.Name)
-		res.Kept = append(res.Kept, "nic "+n.Name)
+	for _, n := range v.NICs {
+		if n.Attached {
+			facts.KeptNICs = append(facts.KeptNICs, n.Name)
+			res.Kept = append(res.Kept, "nic "+n.Name)
+		}
 	}
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
@@ -105,6 +117,22 @@ func (s *Supervisor) plan(ctx context.Context, f *spec.File) (PlanResult, error)
 	return res, nil
 }
 
+// notLive finds the disks new in f that the running VM could not open
+// (the check attachDisk makes): apply adds them by a restart.
+func (s *Supervisor) notLive(f *spec.File, v *vmstate.View) map[string]string {
+	out := map[string]string{}
+	for _, d := range f.VM.Disks {
+		if v.Disk(d.Name) != nil || d.Type == spec.DiskBlock {
+			continue
+		}
+		if path := s.unreachable(d.File, d.Backing); path != "" {
+			out[d.Name] = fmt.Sprintf("%s is outside the image directories (%s), which a running VM cannot open: the disk is added by a restart (vmsup apply --restart)",
+				path, strings.Join(s.opts.ImageDirs, ", "))
+		}
+	}
+	return out
+}
+
 // ApplyOptions say what apply does with the changes it cannot make live.
 type ApplyOptions struct {
 	// Restart: restart the VM now for them, health-gated (the VM's
@@ -114,6 +142,9 @@ type ApplyOptions struct {
 	// started again with the file then). Changes of class reboot are
 	// always deferred so.
 	AtNextReboot bool
+	// Adopt makes f the file the VM belongs to although it was started
+	// from another (without it, an OwnerError).
+	Adopt bool
 }
 
 // ApplyResult is what Apply did to one VM.
@@ -144,7 +175,7 @@ func (s *Supervisor) Apply(ctx context.Context, f *spec.File, o ApplyOptions) (A
 		return res, err
 	}
 	defer unlock()
-	pr, err := s.Plan(ctx, f)
+	pr, err := s.PlanWith(ctx, f, PlanOptions{Adopt: o.Adopt})
 	if err != nil {
 		return res, err
 	}
@@ -157,6 +188,11 @@ func (s *Supervisor) Apply(ctx context.Context, f *spec.File, o ApplyOptions) (A
 			lines[i] = fmt.Sprintf("%s: %s", c.Field, c.Why)
 		}
 		return res, vmErr(name, fmt.Errorf("%s cannot be applied, nothing was changed: %s", f.Path, strings.Join(lines, "; ")))
+	}
+	if o.Adopt {
+		if err := s.adopt(ctx, f); err != nil {
+			return res, err
+		}
 	}
 	live := plan.Only(pr.Changes, plan.Live)
 	for i, c := range live {

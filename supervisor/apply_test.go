@@ -28,6 +28,7 @@ type applyCfg struct {
 	iops           int
 	cd             string
 	extraDisk      bool
+	outside        string // a disk image outside the image directories
 	wan            bool
 	lanDown        bool
 	health, within string
@@ -71,6 +72,9 @@ file = %q
 		filepath.Join(images, "data.qcow2"), c.iops, filepath.Join(images, c.cd))
 	if c.extraDisk {
 		fmt.Fprintf(&b, "[[disk]]\nname = \"extra\"\nfile = %q\nsize = \"16M\"\nserial = \"extra\"\n", filepath.Join(images, "extra.qcow2"))
+	}
+	if c.outside != "" {
+		fmt.Fprintf(&b, "[[disk]]\nname = \"outside\"\nfile = %q\nsize = \"8M\"\nserial = \"outside\"\n", c.outside)
 	}
 	link := "up"
 	if c.lanDown {
@@ -313,11 +317,18 @@ func TestApply(t *testing.T) {
 	})
 
 	t.Run("restart", func(t *testing.T) {
+		// max_cpus, and a disk outside the image directories, which the
+		// running QEMU cannot open: plan says so (restart), as apply does.
 		v5 := v1
-		v5.maxCPUs = 3
+		v5.maxCPUs, v5.outside = 3, filepath.Join(t.TempDir(), "outside.qcow2")
 		f5 := v5.write(t, path, images)
+		p, err := sup.Plan(ctx, f5)
+		if err != nil || len(p.Changes) != 2 || p.Changes[0].Field != "disk[outside]" || p.Changes[0].Class != plan.Restart ||
+			!strings.Contains(p.Changes[0].Why, "outside the image directories") {
+			t.Fatalf("plan of a disk outside the image directories: %v\n%s", err, planLines(p.Changes))
+		}
 		res, err := sup.Apply(ctx, f5, supervisor.ApplyOptions{})
-		if err != nil || res.AtReboot || len(res.Pending) != 1 || !strings.Contains(res.Note, "need a restart") {
+		if err != nil || res.AtReboot || len(res.Pending) != 2 || !strings.Contains(res.Note, "need a restart") {
 			t.Fatalf("apply without --restart: %+v, %v", res, err)
 		}
 		if res, err = sup.Apply(ctx, f5, supervisor.ApplyOptions{Restart: true}); err != nil || !res.Restarted {
@@ -328,6 +339,7 @@ func TestApply(t *testing.T) {
 		if got := g.run("cat /sys/devices/system/cpu/possible"); got != "0-2" {
 			t.Errorf("possible cpus %q after max_cpus = 3", got)
 		}
+		g.devOf("outside")
 		expectPlan(t, ctx, sup, f5)
 
 		// A gate the new spec cannot pass: the previous spec comes back.
@@ -343,7 +355,7 @@ func TestApply(t *testing.T) {
 		if got := g.run("cat /sys/devices/system/cpu/possible"); st.State != supervisor.StateRunning || got != "0-2" {
 			t.Errorf("after the rollback: %s, possible cpus %q (want the previous 0-2)", st.State, got)
 		}
-		p, err := sup.Plan(ctx, f6)
+		p, err = sup.Plan(ctx, f6)
 		if err != nil || len(p.Changes) != 1 || p.Changes[0].Field != "max_cpus" || p.Changes[0].Class != plan.Restart {
 			t.Errorf("plan after the rollback: %v\n%s", err, planLines(p.Changes))
 		}
@@ -417,11 +429,12 @@ func waitGeneration(t *testing.T, ctx context.Context, sup *supervisor.Superviso
 func applyKilled(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, root, path, images string, base applyCfg) {
 	k := base
 	k.desc, k.iops, k.extraDisk, k.lanDown, k.cpuQuota = "killed", 10, true, true, 80
-	kpath := filepath.Join(filepath.Dir(path), "apply-k.toml")
-	fk := k.write(t, kpath, images)
+	// The VM's own file, edited back and forth (another file would not
+	// be its own: refused); the job applies what it holds then.
 	fb := base.write(t, path, images)
+	fk := k.write(t, path, images)
 	job := supervisortest.FaultJob{Root: root, Bus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir, QEMU: env.QEMU, Self: vmsupBin,
-		HostCache: env.CapsCache, Op: "apply", VM: "apply", File: kpath, Trace: filepath.Join(t.TempDir(), "trace")}
+		HostCache: env.CapsCache, Op: "apply", VM: "apply", File: path, Trace: filepath.Join(t.TempDir(), "trace")}
 	if killed, out, _ := supervisortest.RunJob(t, ctx, job, 0); killed || strings.TrimSpace(out) != "" {
 		t.Fatalf("clean apply: killed %v: %s", killed, out)
 	}
@@ -441,6 +454,7 @@ func applyKilled(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, 
 			t.Fatalf("revert: %v", err)
 		}
 		expectPlan(t, ctx, sup, fb)
+		k.write(t, path, images) // what the next job applies
 	}
 	revert()
 	for _, point := range points {

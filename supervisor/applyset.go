@@ -70,7 +70,7 @@ func (s *Supervisor) recoverApplySet(ctx context.Context, name string, op *vmsta
 	if err := json.Unmarshal(in.Want, &want); err != nil {
 		return "", err
 	}
-	if _, _, err := s.runningSpec(name); errors.Is(err, ErrNotRunning) {
+	if _, err := s.view(name); errors.Is(err, ErrNotRunning) {
 		return "QEMU is gone: nothing to set", nil
 	}
 	if err := s.makeSetting(ctx, name, &want, in.Change, func(string, string) {}); err != nil {

@@ -47,6 +47,11 @@ func (s *Supervisor) Enable(ctx context.Context, files ...*spec.File) ([]EnableR
 	if err := s.ValidateContext(ctx, files...); err != nil {
 		return nil, err
 	}
+	for _, f := range files {
+		if err := s.checkOwner(f, false); err != nil {
+			return nil, err
+		}
+	}
 	out, err := s.mark(files)
 	if err != nil {
 		return out, err

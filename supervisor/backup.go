@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/backup"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -87,16 +85,16 @@ func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (
 		return res, err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	stopped := errors.Is(err, ErrNotRunning)
 	if err != nil && !stopped {
 		return fail(err)
 	}
-	m, err := backupManifest(dir, name, app, o.Incremental, stopped)
+	m, err := backupManifest(dir, name, v.Applied, o.Incremental, stopped)
 	if err != nil {
 		return fail(err)
 	}
-	disks, err := s.backupDisks(app, vm)
+	disks, err := backupDisks(v)
 	if err != nil {
 		return fail(err)
 	}
@@ -177,25 +175,13 @@ func backupManifest(dir, name string, app *vmstate.Applied, incremental, stopped
 // backupDisks lists the disks a backup copies (every writable image file;
 // CD-ROMs, seeds and read-only disks are not state) and refuses the kinds
 // it cannot copy yet.
-func (s *Supervisor) backupDisks(app *vmstate.Applied, vm *spec.VM) ([]backup.Disk, error) {
-	all := slices.Clone(vm.Disks)
-	for _, a := range app.Attached {
-		all = append(all, a.Disk)
-	}
-	tree, err := snapshot.Load(s.paths(vm.Name).Snapshots())
-	if err != nil {
-		return nil, err
-	}
+func backupDisks(v *vmstate.View) ([]backup.Disk, error) {
 	var out []backup.Disk
-	for _, d := range all {
-		if d.IsCDROM() || d.ReadOnly || d.Type == spec.DiskSeed {
-			continue
-		}
+	for _, d := range v.Writable() {
 		if d.Type != spec.DiskFile {
 			return nil, fmt.Errorf("disk %q is of type %s: backups copy image files (qcow2, raw) only; %s disks are not supported yet", d.Name, d.Type, d.Type)
 		}
-		im := tree.ActiveImage(d.Name, snapshot.Image{Path: d.File, Format: d.Format})
-		out = append(out, backup.Disk{Name: d.Name, Image: im.Path, Format: im.Format})
+		out = append(out, backup.Disk{Name: d.Name, Image: d.Active.Path, Format: d.Active.Format})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("the VM has no writable image disk to back up")
@@ -303,7 +289,7 @@ func (b *backupRun) convert(ctx context.Context) error {
 
 func (b *backupRun) pointOf(i int, copied int64) backup.DiskPoint {
 	p := b.in.Disks[i]
-	return backup.DiskPoint{Disk: p.Disk, File: p.File, Mode: p.Mode, Reason: p.Reason, Backing: p.Backing, Size: p.Size, Copied: copied}
+	return backup.DiskPoint{Disk: p.Disk, File: p.File, Mode: p.Mode, Reason: p.Reason, Backing: p.Backing, Size: p.Size, Copied: copied, Image: p.Image}
 }
 
 // sums checksums each file (synced first).

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +24,12 @@ type CloneResult struct {
 	UpResult
 	From  string   // "VM:TAG"
 	Disks []string // the clone's overlays
+	// File is the VM file vmsup wrote for the clone: the file it belongs
+	// to (vmsup up, plan and apply take it, or the clone's name).
+	File string
+	// Dropped says what of the template the clone does not have (its NICs'
+	// host port forwards, whose ports the template holds).
+	Dropped []string
 }
 
 // UpFromSnapshot starts VM newName from memory snapshot tag of VM src.
@@ -53,17 +58,19 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 	if err != nil {
 		return fail(err)
 	}
-	res.Disks = overlays
+	res.Disks, res.Dropped = overlays, droppedForwards(vm)
 	undoFiles := func() {
 		for _, o := range overlays {
 			os.Remove(o)
 		}
+		_ = s.removeVMFile(newName)
 	}
-	f, err := spec.New(newName, cvm)
+	f, err := s.cloneFile(cvm)
 	if err != nil {
 		undoFiles()
 		return fail(err)
 	}
+	res.File = f.Path
 	if err := s.noteClone(src, tag, newName); err != nil {
 		undoFiles()
 		return fail(err)
@@ -78,6 +85,32 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 	res.Action, res.State = Started, StateRunning
 	s.lifecycle(newName, EventStarted, map[string]any{"generation": r.app.Generation, "cloned_from": res.From})
 	return res, nil
+}
+
+// cloneFile checks the clone's VM as a file would be and writes it as the
+// file the clone belongs to.
+func (s *Supervisor) cloneFile(vm spec.VM) (*spec.File, error) {
+	f, err := spec.New(vm.Name, vm)
+	if err != nil {
+		return nil, err
+	}
+	path, err := s.writeVMFile(f.VM)
+	if err != nil {
+		return nil, fmt.Errorf("its file: %w", err)
+	}
+	return spec.Load(path)
+}
+
+// droppedForwards names the template's host port forwards, which a clone
+// does not get (the template holds those host ports).
+func droppedForwards(vm *spec.VM) []string {
+	var out []string
+	for _, n := range vm.NICs {
+		for _, fw := range n.Forwards {
+			out = append(out, fmt.Sprintf("nic %q forward %s (the template holds its host port; give the clone its own in its file)", n.Name, fw))
+		}
+	}
+	return out
 }
 
 // cloneSource reads the template's memory snapshot and the VM it was
@@ -96,19 +129,17 @@ func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM,
 	case len(snap.RBD) > 0:
 		return nil, nil, fmt.Errorf("snapshot %q holds RBD disks, which a clone cannot stand on yet (an RBD clone needs a protected snapshot)", tag)
 	}
-	app, err := s.state.ReadApplied(src)
-	if err != nil {
+	v, err := s.view(src)
+	if v == nil {
 		return nil, nil, fmt.Errorf("VM %q: %w", src, err)
 	}
-	if snap.Devices != devicesOf(app) {
+	if snap.Devices != devicesOf(v.Applied) {
 		return nil, nil, fmt.Errorf("VM %q was started with another spec since snapshot %q: its recorded devices are not the ones the memory state has", src, tag)
 	}
-	var vm spec.VM
-	if err := json.Unmarshal(app.Spec, &vm); err != nil {
-		return nil, nil, err
-	}
-	for _, a := range app.Attached { // carried at boot, after the file's
-		vm.Disks = append(vm.Disks, a.Disk)
+	vm := *v.Booted
+	vm.Disks = nil
+	for _, d := range v.Disks { // as QEMU opens them: moved, then attached (carried at boot)
+		vm.Disks = append(vm.Disks, d.Disk)
 	}
 	return snap, &vm, nil
 }

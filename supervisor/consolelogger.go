@@ -60,7 +60,10 @@ func consoleConfigOf(p vmstate.Paths, vm *spec.VM) consolelog.Config {
 // consoleConfig is the console log of the VM as it was last started (the
 // defaults when there is no record).
 func (s *Supervisor) consoleConfig(name string) consolelog.Config {
-	_, vm, _ := s.runningSpec(name)
+	var vm *spec.VM
+	if v, _ := s.view(name); v != nil {
+		vm = v.Booted
+	}
 	return consoleConfigOf(s.paths(name), vm)
 }
 

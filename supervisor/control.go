@@ -72,7 +72,7 @@ func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Con
 	if err != nil || qs.Status != "guest-panicked" {
 		return err
 	}
-	if _, vm, err := s.runningSpec(name); err == nil && vm.OnPanic == spec.PanicPreserve {
+	if v, err := s.view(name); err == nil && v.Booted.OnPanic == spec.PanicPreserve {
 		return ErrPreserved
 	}
 	return c.SystemReset(ctx)

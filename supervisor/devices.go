@@ -2,8 +2,8 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -15,6 +15,9 @@ type DiskInfo struct {
 	Format     string `json:"format"`
 	ReadOnly   bool   `json:"read_only"`
 	Hotplugged bool   `json:"hotplugged"` // added with vmsup disk attach
+	// Image is the image QEMU writes for a file disk: a snapshot's
+	// overlay on Source when the VM runs on one, else Source itself.
+	Image string `json:"image,omitempty"`
 }
 
 // NICInfo is one of the VM's NICs: the spec's side (MAC, forwards) and,
@@ -26,42 +29,30 @@ type NICInfo struct {
 }
 
 // diskSource says where a disk's data lives, in one string.
-func diskSource(d spec.Disk) string {
-	switch d.Type {
-	case spec.DiskISCSI:
-		return fmt.Sprintf("iscsi://%s/%s/%d", d.Portal, d.Target, d.LUN)
-	case spec.DiskRBD:
-		return "rbd:" + d.Pool + "/" + d.Image
-	case spec.DiskSeed:
-		return "cloud-init seed (built by vmsup)"
-	}
-	return d.File
-}
+func diskSource(d spec.Disk) string { return vmstate.DiskSource(d) }
 
-// devices lists the VM's disks and NICs from the spec it runs (or last ran)
-// with and what was hot-plugged since, NICs with their host side.
+// devices lists the VM's disks and NICs as its view has them (vmstate.View:
+// moved, on snapshot overlays, hot-plugged), NICs with their host side.
 func (s *Supervisor) devices(ctx context.Context, name string) ([]DiskInfo, []NICInfo) {
-	app, vm, _ := s.runningSpec(name)
-	if vm == nil {
+	v, _ := s.view(name)
+	if v == nil {
 		return nil, nil
 	}
 	disks := []DiskInfo{}
-	for _, d := range withMoved(vm.Disks, app.Moved) {
-		disks = append(disks, DiskInfo{Name: d.Name, Type: d.Type, Source: diskSource(d), Format: d.Format, ReadOnly: d.ReadOnly || d.IsCDROM()})
-	}
-	for _, a := range app.Attached {
-		d := a.Disk
-		disks = append(disks, DiskInfo{Name: d.Name, Type: d.Type, Source: diskSource(d), Format: d.Format, ReadOnly: d.ReadOnly || d.IsCDROM(), Hotplugged: true})
+	for _, d := range v.Disks {
+		disks = append(disks, DiskInfo{Name: d.Name, Type: d.Type, Source: diskSource(d.Disk), Format: d.Format,
+			ReadOnly: d.ReadOnly || d.IsCDROM(), Hotplugged: d.Attached, Image: d.Active.Path})
 	}
 	host := map[string]NICStatus{}
 	for _, h := range s.nicStatuses(ctx, name) {
 		host[h.Name] = h
 	}
 	nics := []NICInfo{}
-	for i, n := range append(append([]spec.NIC{}, vm.NICs...), app.AttachedNICs...) {
+	for _, vn := range v.NICs {
+		n := vn.NIC
 		h, ok := host[n.Name]
 		if !ok {
-			h = NICStatus{Name: n.Name, Type: n.Type, Hotplug: i >= len(vm.NICs)}
+			h = NICStatus{Name: n.Name, Type: n.Type, Hotplug: vn.Attached}
 		}
 		fw := n.Forwards
 		if fw == nil {

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/confine"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -98,26 +98,27 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 		return res, err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if errors.Is(err, ErrNotRunning) {
 		return fail(errors.New("the VM is not running: start it, or copy the image and edit the file"))
 	}
 	if err != nil {
 		return fail(err)
 	}
-	src, fileSrc, err := movableDisk(app, vm, disk)
+	app := v.Applied
+	src, fileSrc, err := movableDisk(v, disk)
 	if err != nil {
 		return fail(err)
 	}
-	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err != nil || tree.HasDisk(disk) {
-		return fail(errors.Join(err, errors.New("it is in the VM's snapshots: remove its snapshots first (vmsup snapshot rm)")))
+	if v.Tree.HasDisk(disk) {
+		return fail(errors.New("it is in the VM's snapshots: remove its snapshots first (vmsup snapshot rm)"))
 	}
 	target, err := moveTarget(name, src, o)
 	if err != nil {
 		return fail(err)
 	}
 	res.From, res.To = diskSource(src), diskSource(target)
-	if (target.Type == spec.DiskRBD || target.Type == spec.DiskISCSI) && !hostNetworked(app, vm) {
+	if (target.Type == spec.DiskRBD || target.Type == spec.DiskISCSI) && !hostNetworked(v) {
 		// Its unit was started without the host's network (no NIC, no
 		// network disk): QEMU cannot reach the storage until a restart.
 		return fail(fmt.Errorf("the VM's QEMU runs without the host's network (it booted with no NIC and no network disk), so it cannot reach %s: restart it with the disk in its file, or move to a file", target.Type))
@@ -164,16 +165,14 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 // movableDisk finds disk in what the VM runs with (its file's disks, as
 // moved, and the attached ones) and refuses what is not moved; fileSrc is
 // the file's source of a disk of the file ("" for an attached one).
-func movableDisk(app *vmstate.Applied, vm *spec.VM, disk string) (d spec.Disk, fileSrc string, err error) {
-	if i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk }); i >= 0 {
-		d, fileSrc = vm.Disks[i], diskSource(vm.Disks[i])
-		if mv, ok := app.Moved[disk]; ok && mv.From == fileSrc {
-			d = mv.Disk
-		}
-	} else if i := slices.IndexFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk }); i >= 0 {
-		d = app.Attached[i].Disk
-	} else {
+func movableDisk(v *vmstate.View, disk string) (d spec.Disk, fileSrc string, err error) {
+	vd := v.Disk(disk)
+	if vd == nil {
 		return d, "", errors.New("the VM has no such disk")
+	}
+	d = vd.Disk
+	if !vd.Attached {
+		fileSrc = cmp.Or(vd.MovedFrom, diskSource(d))
 	}
 	switch {
 	case d.IsCDROM() || d.ReadOnly:
@@ -274,6 +273,12 @@ func (s *Supervisor) runningParts(name string, d spec.Disk, top string) (qemuarg
 		return p, err
 	case qemuargs.MoveNodeName(d.Name, d):
 		return qemuargs.MoveTarget(d, s.moveHost(name, d))
+	}
+	if qemuOwned(top) {
+		// An image QEMU opened itself from an overlay's header, which a
+		// snapshot's removal merged the disk down into: QEMU closes it
+		// once the device lets go of it.
+		return qemuargs.DiskParts{Blockdevs: []qemuargs.Blockdev{{NodeName: top}}}, nil
 	}
 	return qemuargs.DiskParts{}, fmt.Errorf("its device runs on node %s, which is not the disk's own (a snapshot overlay?): restart the VM first", top)
 }
@@ -399,14 +404,8 @@ func moveRules(ctx context.Context, p vmstate.Paths, t spec.Disk) ([]units.PathR
 
 // hostNetworked reports whether the VM's unit runs in the host's network
 // (units.Sandbox.HostNetwork at its start).
-func hostNetworked(app *vmstate.Applied, vm *spec.VM) bool {
-	if len(vm.NICs) > 0 || vm.HasNetworkDisk() {
-		return true
-	}
-	for _, a := range app.Attached {
-		if a.Disk.Type == spec.DiskRBD || a.Disk.Type == spec.DiskISCSI {
-			return true
-		}
-	}
-	return false
+func hostNetworked(v *vmstate.View) bool {
+	return len(v.Booted.NICs) > 0 || v.Booted.HasNetworkDisk() || slices.ContainsFunc(v.Disks, func(d vmstate.Disk) bool {
+		return d.Type == spec.DiskRBD || d.Type == spec.DiskISCSI
+	})
 }

@@ -136,6 +136,9 @@ func (m *diskMove) delNodes(ctx context.Context) {
 func delParts(ctx context.Context, c *qmp.Conn, nodes, objects []string) error {
 	var errs []error
 	for i := len(nodes) - 1; i >= 0; i-- {
+		if qemuOwned(nodes[i]) {
+			continue // not the monitor's to delete: QEMU frees it when unused
+		}
 		if err := blockdevDelRetry(ctx, c, nodes[i]); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("blockdev-del %s: %w", nodes[i], err))
 		}
@@ -147,6 +150,10 @@ func delParts(ctx context.Context, c *qmp.Conn, nodes, objects []string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// qemuOwned reports whether QEMU named a block node itself ("#block123"):
+// one it opened from an image's header, which blockdev-del refuses.
+func qemuOwned(node string) bool { return strings.HasPrefix(node, "#") }
 
 // blockdevDelRetry deletes a node, trying again for a moment while QEMU
 // says it is in use (a job that just ended can hold it briefly).

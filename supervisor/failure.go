@@ -62,11 +62,10 @@ func (s *Supervisor) restartAfter(ctx context.Context, name string, app *vmstate
 	if app == nil || (event != EventPanicked && event != EventCrashed) {
 		return "", nil
 	}
-	var vm spec.VM
-	if err := json.Unmarshal(app.Spec, &vm); err != nil {
-		return "", vmErr(name, fmt.Errorf("%s: %w", s.paths(name).State, err))
+	vm, err := app.VM()
+	if err != nil {
+		return "", vmErr(name, err)
 	}
-	vm.FillDefaults()
 	cause := "the guest panicked"
 	if event == EventCrashed {
 		cause = "QEMU crashed"

@@ -37,14 +37,14 @@ func (s *Supervisor) guestAgent(ctx context.Context, name string, fn func(*qmp.A
 	if err := spec.ValidName(name); err != nil {
 		return vmErr(name, err)
 	}
-	_, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotRunning) {
 		return s.absent(name)
 	}
 	if err != nil {
 		return vmErr(name, err)
 	}
-	if !vm.HasGuestAgent() {
+	if !v.Booted.HasGuestAgent() {
 		return vmErr(name, errors.New("guest_agent = false: it has no agent channel"))
 	}
 	c, release, err := s.qmpSession(ctx, name)

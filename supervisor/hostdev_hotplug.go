@@ -53,13 +53,14 @@ func (s *Supervisor) AttachHostDev(ctx context.Context, name string, h spec.Host
 		return err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	view, err := s.view(name)
 	if errors.Is(err, ErrNotRunning) {
 		return fail(errors.New("the VM is not running (a hot-plug is live only: put the device in the file's [[hostdev]] to boot with it)"))
 	}
 	if err != nil {
 		return fail(err)
 	}
+	app, vm := view.Applied, view.Booted
 	others := hostDevAddrs(vm, app)
 	for _, d := range append(slices.Clone(vm.HostDevs), attachedDevs(app)...) {
 		if d.Address == addr || d.Name == h.Name {
@@ -168,10 +169,11 @@ func (s *Supervisor) DetachHostDev(ctx context.Context, name, which string) erro
 		return err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	view, err := s.view(name)
 	if err != nil {
 		return fail(err)
 	}
+	app, vm := view.Applied, view.Booted
 	i := slices.IndexFunc(app.AttachedHostDevs, func(a vmstate.AttachedHostDev) bool {
 		return a.Dev.Address == which || a.Dev.Name == which
 	})

@@ -2,17 +2,14 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -57,23 +54,19 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 		return res, err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	stopped := errors.Is(err, ErrNotRunning)
 	if err != nil && !stopped {
 		return fail(err)
 	}
+	app, vm := v.Applied, v.Booted
 	if err := spec.ValidName(d.Name); err != nil {
 		return fail(err)
 	}
-	for _, b := range vm.Disks {
-		if b.Name == d.Name {
-			return fail(fmt.Errorf("the VM already has a disk named %q", d.Name))
-		}
-	}
-	for _, a := range app.Attached {
-		if a.Disk.Name == d.Name {
-			return fail(fmt.Errorf("the VM already has a disk named %q (attached)", d.Name))
-		}
+	if have := v.Disk(d.Name); have != nil && have.Attached {
+		return fail(fmt.Errorf("the VM already has a disk named %q (attached)", d.Name))
+	} else if have != nil {
+		return fail(fmt.Errorf("the VM already has a disk named %q", d.Name))
 	}
 	t := s.tools()
 	if stopped && fromFile {
@@ -152,16 +145,25 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 // unit's mount namespace was fixed at start and sees only the image
 // directories (bound then) among new files, not /tmp or /home.
 func (s *Supervisor) reachable(paths ...string) error {
+	if path := s.unreachable(paths...); path != "" {
+		return fmt.Errorf("%s is outside the image directories (%s), the only places a running VM can open new images; move it there, or add the disk to the VM's file and restart",
+			path, strings.Join(s.opts.ImageDirs, ", "))
+	}
+	return nil
+}
+
+// unreachable is the first of paths a running VM cannot open (reachable),
+// "" when it can open them all.
+func (s *Supervisor) unreachable(paths ...string) string {
 	for _, path := range paths {
 		if path == "" {
 			continue
 		}
 		if in, err := s.confiner().InImageDirs(path); err != nil || !in {
-			return fmt.Errorf("%s is outside the image directories (%s), the only places a running VM can open new images; move it there, or add the disk to the VM's file and restart",
-				path, strings.Join(s.opts.ImageDirs, ", "))
+			return path
 		}
 	}
-	return nil
+	return ""
 }
 
 // diskAttach is the host side of one disk hot-plug: what boot does for a
@@ -239,29 +241,29 @@ func (s *Supervisor) detachDisk(ctx context.Context, name, disk string, fromFile
 		return err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if err != nil && !errors.Is(err, ErrNotRunning) {
 		return fail(err)
 	}
+	app, vd := v.Applied, v.Disk(disk)
 	if fromFile {
 		if err != nil {
 			return fail(err)
 		}
-		i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk })
-		if i < 0 {
+		if vd == nil || vd.Attached {
 			return fail(errors.New("the VM does not run with it"))
 		}
-		if err := s.unplugDisk(ctx, name, app, AttachedDisk{Disk: withMoved(vm.Disks, app.Moved)[i]}); err != nil {
+		if err := s.unplugDisk(ctx, name, app, AttachedDisk{Disk: vd.Disk}); err != nil {
 			return fail(err)
 		}
 		return nil
 	}
-	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil && tree.HasDisk(disk) {
+	if v.Tree.HasDisk(disk) {
 		return fail(errors.New("it is in the VM's snapshots: remove them first (vmsup snapshot rm)"))
 	}
 	i := slices.IndexFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
 	if i < 0 {
-		if vm != nil && slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == disk }) {
+		if vd != nil {
 			return fail(errors.New("it is in the VM's file; remove it there and restart the VM"))
 		}
 		return fail(errors.New("no such attached disk"))
@@ -342,24 +344,4 @@ func (s *Supervisor) unplugDisk(ctx context.Context, name string, app *vmstate.A
 	}
 	s.traced(op)(name, fmt.Sprintf("disk %q: released", a.Disk.Name))
 	return s.forgetDisk(name, app, a.Disk.Name)
-}
-
-// runningSpec returns the applied state and the VM as it was started. The
-// error wraps ErrNotRunning when no QEMU runs (app is still returned).
-func (s *Supervisor) runningSpec(name string) (*vmstate.Applied, *spec.VM, error) {
-	app, err := s.state.ReadApplied(name)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, ErrNotFound
-		}
-		return nil, nil, err
-	}
-	var vm spec.VM
-	if err := json.Unmarshal(app.Spec, &vm); err != nil {
-		return app, nil, fmt.Errorf("%s: %w", s.paths(name).State, err)
-	}
-	if _, err := os.Stat(s.paths(name).QMP); err != nil {
-		return app, &vm, ErrNotRunning
-	}
-	return app, &vm, nil
 }

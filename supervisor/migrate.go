@@ -7,13 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/migration"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -84,12 +84,6 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	}
 	if !o.Local && o.To == "" {
 		return MigrateResult{}, vmErr(name, errors.New("migrate: no destination (give a host or local)"))
-	}
-	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil && !tree.Empty() && !o.Local {
-		return MigrateResult{}, vmErr(name, errors.New("migrate: the VM has snapshots, whose images are on this host: remove them first (vmsup snapshot rm)"))
-	}
-	if app, err := s.state.ReadApplied(name); err == nil && len(app.Moved) > 0 && !o.Local {
-		return MigrateResult{}, vmErr(name, errors.New("migrate: a disk was moved (vmsup disk move) and the VM's file still names its old image: update the file and restart the VM first"))
 	}
 	m := &outgoing{s: s, name: name, o: o.WithDefaults(), start: time.Now(), p: s.paths(name)}
 	m.res.VM, m.res.To = name, m.o.To
@@ -168,7 +162,12 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	if !m.lu.st.Exists || m.lu.st.ActiveState != "active" {
 		return ErrNotRunning
 	}
-	if m.app, err = s.state.ReadApplied(name); err != nil {
+	v, err := s.view(name)
+	if err != nil {
+		return err
+	}
+	m.app = v.Applied
+	if err := migratable(v, m.o.Local); err != nil {
 		return err
 	}
 	if m.raw, err = os.ReadFile(p.Spec); err != nil {
@@ -176,15 +175,6 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	}
 	if m.f, err = spec.Parse(orDefault(m.app.SourceFile, p.Spec), m.raw); err != nil {
 		return fmt.Errorf("applied spec: %w", err)
-	}
-	if len(m.app.Attached) > 0 || len(m.app.AttachedNICs) > 0 {
-		// The destination QEMU is built from the spec: its devices would not
-		// match the source's and QEMU would refuse the stream.
-		return fmt.Errorf("migrate: %d hot-plugged disk(s) and %d NIC(s) are not migrated (the destination starts from the spec file): detach them first",
-			len(m.app.Attached), len(m.app.AttachedNICs))
-	}
-	if m.app.Replugged {
-		return errors.New("migrate: vmsup apply plugged or unplugged devices since it booted, so the destination could not rebuild its device layout from the spec: restart it first (vmsup apply --restart)")
 	}
 	if m.o.Local {
 		for _, n := range m.f.VM.NICs {
@@ -194,10 +184,6 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 				return fmt.Errorf("migrate --local: nic %q is a tap (%s), which only one QEMU can hold at a time: migrate to another host, or restart the VM instead", n.Name, n.Type)
 			}
 		}
-	}
-	if r := m.app.Resized; r != nil {
-		return fmt.Errorf("migrate: its vCPUs or memory were changed live (vmsup set: %d vCPUs, %s); the destination starts from the spec file and could not take them: restart it with the new sizes in its file first",
-			r.CPUs, r.Memory)
 	}
 	// The event monitor, not qmp.sock: status, console and "migrate
 	// --cancel" keep working on the command monitor meanwhile.
@@ -212,6 +198,40 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 		return fmt.Errorf("query-status: %w", err)
 	} else if !qs.Running {
 		return fmt.Errorf("QEMU is %q, not running; resume it first", qs.Status)
+	}
+	return nil
+}
+
+// migratable refuses a VM whose running view the destination, built from
+// the spec, could not recreate (or, on another host, could not reach).
+func migratable(v *vmstate.View, local bool) error {
+	var attached, nics int
+	for _, d := range v.Disks {
+		if d.Attached {
+			attached++
+		}
+	}
+	for _, n := range v.NICs {
+		if n.Attached {
+			nics++
+		}
+	}
+	moved := slices.ContainsFunc(v.Disks, func(d vmstate.Disk) bool { return d.MovedFrom != "" })
+	switch r := v.Applied.Resized; {
+	case !v.Tree.Empty() && !local:
+		return errors.New("migrate: the VM has snapshots, whose images are on this host: remove them first (vmsup snapshot rm)")
+	case moved && !local:
+		return errors.New("migrate: a disk was moved (vmsup disk move) and the VM's file still names its old image: update the file and restart the VM first")
+	case attached > 0 || nics > 0:
+		// The destination QEMU is built from the spec: its devices would not
+		// match the source's and QEMU would refuse the stream.
+		return fmt.Errorf("migrate: %d hot-plugged disk(s) and %d NIC(s) are not migrated (the destination starts from the spec file): detach them first",
+			attached, nics)
+	case v.Applied.Replugged:
+		return errors.New("migrate: vmsup apply plugged or unplugged devices since it booted, so the destination could not rebuild its device layout from the spec: restart it first (vmsup apply --restart)")
+	case r != nil:
+		return fmt.Errorf("migrate: its vCPUs or memory were changed live (vmsup set: %d vCPUs, %s); the destination starts from the spec file and could not take them: restart it with the new sizes in its file first",
+			r.CPUs, r.Memory)
 	}
 	return nil
 }

@@ -7,13 +7,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -57,6 +55,8 @@ type ExportDisk struct {
 	// "" with Reason when there is none to trust: read the whole disk.
 	Bitmap string `json:"bitmap"`
 	Reason string `json:"reason"`
+	// Image is the image QEMU serves the disk from (its active image).
+	Image string `json:"image"`
 }
 
 // nbdIntent is an export's journal entry: what recovery takes down.
@@ -107,12 +107,12 @@ func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions
 		return err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if err != nil {
 		return fail(err)
 	}
 	e := &nbdRun{s: s, name: name, in: nbdIntent{Socket: sock}}
-	if err := e.plan(ctx, app, vm); err != nil {
+	if err := e.plan(ctx, v); err != nil {
 		return fail(err)
 	}
 	op, err := s.beginOp(ctx, name, opNBDExport, e.in)
@@ -151,31 +151,22 @@ type nbdRun struct {
 }
 
 // plan picks the disks, their active nodes and bitmaps.
-func (e *nbdRun) plan(ctx context.Context, app *vmstate.Applied, vm *spec.VM) error {
+func (e *nbdRun) plan(ctx context.Context, v *vmstate.View) error {
 	c, release, err := e.s.qmpSession(ctx, e.name)
 	if err != nil {
 		return err
 	}
 	e.c, e.release = c, release
-	tree, err := snapshot.Load(e.s.paths(e.name).Snapshots())
-	if err != nil {
-		release()
-		return err
-	}
-	disks := slices.Clone(vm.Disks)
-	for _, a := range app.Attached {
-		disks = append(disks, a.Disk)
-	}
 	nodes, err := c.QueryNamedBlockNodes(ctx)
 	if err != nil {
 		release()
 		return err
 	}
-	for _, d := range disks {
+	for _, d := range v.Disks {
 		if d.IsCDROM() || d.Type != spec.DiskFile {
 			continue
 		}
-		im := tree.ActiveImage(d.Name, snapshot.Image{Path: d.File, Format: d.Format})
+		im := d.Active
 		n, err := findNode(ctx, c, im.Path)
 		if err != nil {
 			release()
@@ -317,7 +308,7 @@ func (e *nbdRun) export(ctx context.Context) error {
 func (e *nbdRun) info() ExportInfo {
 	out := ExportInfo{VM: e.name, Socket: e.in.Socket}
 	for _, d := range e.in.Disks {
-		out.Exports = append(out.Exports, ExportDisk{Disk: d.Disk, Export: d.Disk, Bitmap: d.Old, Reason: d.Clean})
+		out.Exports = append(out.Exports, ExportDisk{Disk: d.Disk, Export: d.Disk, Bitmap: d.Old, Reason: d.Clean, Image: d.Image})
 	}
 	return out
 }

@@ -35,10 +35,11 @@ func (s *Supervisor) attachNIC(ctx context.Context, name string, n spec.NIC, fro
 		return n, err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if err != nil {
 		return n, vmErr(name, err)
 	}
+	app, vm := v.Applied, v.Booted
 	n, err = s.newNIC(ctx, name, app, vm, n)
 	if err != nil {
 		return n, err
@@ -121,10 +122,11 @@ func (s *Supervisor) detachNIC(ctx context.Context, name, nic string, fromFile b
 		return err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if err != nil {
 		return err
 	}
+	app, vm := v.Applied, v.Booted
 	var target spec.NIC
 	i := slices.IndexFunc(app.AttachedNICs, func(n spec.NIC) bool { return n.Name == nic })
 	if fromFile {

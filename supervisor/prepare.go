@@ -25,8 +25,9 @@ type startPlan struct {
 	// moved are the disks of the file `vmsup disk move` put elsewhere
 	// (diskmove.go), recorded again with the new run.
 	moved map[string]vmstate.MovedDisk
-	// active are the overlays snapshots put disks on (snapshot.go).
-	active map[string]snapshot.Image
+	// tree is the VM's snapshot tree: the overlays snapshots put disks
+	// on (snapshot.go); nil for a VM coming from another host.
+	tree *snapshot.Tree
 	// accel is the accelerator the start resolved (validate).
 	accel spec.Accel
 	// vsockCID and hugetlbfs are the guest's CID and memory mount

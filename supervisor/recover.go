@@ -300,13 +300,14 @@ func (s *Supervisor) recoverNICDetach(ctx context.Context, name string, op *vmst
 }
 
 func (s *Supervisor) recoverResize(ctx context.Context, name string, _ *vmstate.Op) (string, error) {
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if errors.Is(err, ErrNotRunning) {
 		return "QEMU is gone: nothing to reconcile", nil
 	}
 	if err != nil {
 		return "", err
 	}
+	app, vm := v.Applied, v.Booted
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return "", err

@@ -399,16 +399,19 @@ func (s *Supervisor) answerQuery(ctx context.Context, peer *migration.Peer, name
 // (the destination's) holds their write locks. known is false when the VM
 // has no such disk.
 func (s *Supervisor) lockedElsewhere(name string) (locked, known bool) {
-	_, vm, err := s.runningSpec(name)
-	if vm == nil {
+	v, _ := s.view(name)
+	if v == nil {
 		return false, false
 	}
-	_ = err
-	for _, d := range vm.Disks {
-		if d.File == "" || d.ReadOnly {
+	for _, d := range v.Disks {
+		if d.File == "" || d.ReadOnly || d.IsCDROM() {
 			continue
 		}
-		l, err := storage.WriteLocked(d.File)
+		path := d.File
+		if d.Type == spec.DiskFile {
+			path = d.Active.Path // the image QEMU writes
+		}
+		l, err := storage.WriteLocked(path)
 		if err != nil {
 			continue
 		}
@@ -492,10 +495,11 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmst
 // takeForwards gives the VM's QEMU, new after a local migration, its user
 // NICs' host forwards (forwards.go); the note says what could not be added.
 func (s *Supervisor) takeForwards(ctx context.Context, name string) string {
-	_, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if err != nil {
 		return "forwards: " + err.Error()
 	}
+	vm := v.Booted
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
 		return "forwards: " + err.Error()

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -72,7 +73,7 @@ func (s *Supervisor) remove(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	if err := p.RemoveAll(); err != nil {
+	if err := errors.Join(p.RemoveAll(), s.removeVMFile(name)); err != nil {
 		return vmErr(name, err)
 	}
 	// Its vsock CID was kept from start to start: free for others now.

@@ -53,13 +53,14 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 		return res, err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	if errors.Is(err, ErrNotRunning) {
 		return fail(errors.New("not running; change cpus and memory in its file, they apply at the next up"))
 	}
 	if err != nil {
 		return fail(err)
 	}
+	app, vm := v.Applied, v.Booted
 	res.MaxCPUs, res.MaxMemory = vm.MaxCPUs, vm.MaxMemory
 	if o.CPUQuota != nil || o.CPUWeight != nil {
 		sd, err := s.systemd(ctx)

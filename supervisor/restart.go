@@ -26,6 +26,9 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 	if err := s.ValidateContext(ctx, f); err != nil {
 		return UpResult{VM: name}, err
 	}
+	if err := s.checkOwner(f, false); err != nil {
+		return UpResult{VM: name}, err
+	}
 	st, err := s.status(ctx, name, false)
 	if errors.Is(err, ErrNotFound) || err == nil && st.State == StateShutOff {
 		res, err := s.Up(ctx, f)

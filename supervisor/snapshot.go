@@ -71,11 +71,12 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 		return res, err
 	}
 	defer lk.Unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	stopped := errors.Is(err, ErrNotRunning)
 	if err != nil && !stopped {
 		return fail(err)
 	}
+	app, tree := v.Applied, v.Tree
 	res.Live = !stopped
 	if o.Memory {
 		if stopped {
@@ -85,11 +86,7 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 			return fail(err)
 		}
 	}
-	tree, err := snapshot.Load(s.paths(name).Snapshots())
-	if err != nil {
-		return fail(err)
-	}
-	disks, err := s.snapshotDisks(app, vm)
+	disks, err := s.snapshotDisks(v)
 	if err != nil {
 		return fail(err)
 	}
@@ -182,13 +179,10 @@ func devicesOf(app *vmstate.Applied) string {
 // snapshotDisks lists the VM's disks a snapshot holds (every writable
 // image file; CD-ROMs are media, not state) and refuses the kinds it
 // cannot hold yet.
-func (s *Supervisor) snapshotDisks(app *vmstate.Applied, vm *spec.VM) (snapDisks, error) {
-	all := withMoved(vm.Disks, app.Moved)
-	for _, a := range app.Attached {
-		all = append(all, a.Disk)
-	}
+func (s *Supervisor) snapshotDisks(v *vmstate.View) (snapDisks, error) {
 	var out snapDisks
-	for _, d := range all {
+	for _, vd := range v.Disks {
+		d := vd.Disk
 		if d.IsCDROM() {
 			continue
 		}

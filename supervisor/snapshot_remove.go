@@ -51,11 +51,11 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 	}
 	in := snapRmIntent{Tag: tag, Merges: merges, Memory: snap.Memory}
 	if len(snap.RBD) > 0 {
-		app, vm, err := s.runningSpec(name)
+		v, err := s.view(name)
 		if err != nil && !errors.Is(err, ErrNotRunning) {
 			return fail(err)
 		}
-		disks, err := s.snapshotDisks(app, vm)
+		disks, err := s.snapshotDisks(v)
 		if err != nil {
 			return fail(err)
 		}

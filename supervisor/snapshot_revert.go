@@ -54,7 +54,7 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 		return res, err
 	}
 	defer lu.unlock()
-	app, vm, err := s.runningSpec(name)
+	v, err := s.view(name)
 	running := err == nil
 	if err != nil && !errors.Is(err, ErrNotRunning) {
 		return fail(err)
@@ -62,11 +62,8 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 	if running && !force {
 		return fail(errors.New("the VM is running and would lose everything since the snapshot: stop it, or pass --force"))
 	}
-	tree, err := snapshot.Load(s.paths(name).Snapshots())
-	if err != nil {
-		return fail(err)
-	}
-	disks, err := s.snapshotDisks(app, vm)
+	app, tree := v.Applied, v.Tree
+	disks, err := s.snapshotDisks(v)
 	if err != nil {
 		return fail(err)
 	}

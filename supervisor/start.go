@@ -354,7 +354,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.plan.active = tree.Active
+		r.plan.tree = tree
 		if app, err := r.s.state.ReadApplied(r.name); err == nil {
 			r.plan.moved = movedFor(f, app.Moved)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/vmstats"
 	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -155,12 +156,10 @@ func (s *Supervisor) statsOf(ctx context.Context, sd *units.Manager, pids *pidFi
 func (s *Supervisor) qemuStats(ctx context.Context, c *qmp.Conn, name string, v *VMStats) {
 	// vCPUs from the record, not QMP: every round trip to a busy QEMU
 	// counts when one scrape reads a hundred.
-	app, vm, _ := s.runningSpec(name)
-	if vm != nil {
+	var vm *spec.VM
+	if view, _ := s.view(name); view != nil {
+		vm = view.Spec // with live resizes: the vCPUs the guest has now
 		v.CPU.VCPUs = vm.CPUs
-		if app.Resized != nil {
-			v.CPU.VCPUs = app.Resized.CPUs
-		}
 	}
 	if vm != nil && vm.Balloon {
 		v.Memory.BalloonActualBytes, _ = c.QueryBalloon(ctx)

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/ovmfvars"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -162,11 +159,11 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	if recErr != nil {
 		out.Recovery = recErr.Error()
 	}
-	app, appErr := s.state.ReadApplied(name)
-	s.recorded(&out, p, app, appErr)
+	v, _ := s.state.View(name)
+	s.recorded(&out, p, v)
 	out.Disks, out.NICs = s.devices(ctx, name)
-	if appErr == nil && app.Resized != nil && st.Exists && st.ActiveState == "active" {
-		out.CPUs, out.Memory = app.Resized.CPUs, app.Resized.Memory.String()
+	if v != nil && st.Exists && st.ActiveState == "active" { // live resizes hold for this run
+		out.CPUs, out.Memory = v.Spec.CPUs, v.Spec.Memory.String()
 	}
 	if st.Stopped() {
 		if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
@@ -210,8 +207,8 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		return out, nil
 	}
 	out.QEMUStatus = qs.Status
-	if appErr == nil {
-		s.fileStatus(&out, app)
+	if v != nil {
+		s.fileStatus(&out, v.Applied)
 	}
 	out.State, out.Reason = qemuState(qs)
 	if qs.Running && detail {
@@ -276,39 +273,36 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) {
 // systemd (shell completion).
 func (s *Supervisor) Names() ([]string, error) { return s.state.Known() }
 
-// recorded fills in what the VM's record (app, unless appErr), its file
-// and its UEFI variable store say.
-func (s *Supervisor) recorded(out *Status, p vmstate.Paths, app *vmstate.Applied, appErr error) {
-	if appErr == nil {
-		out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, app.SourceFile
-		out.CPUModel, out.CPUMasks, out.UUID = app.CPUModel, app.CPUMasks, app.UUID
-		out.VsockCID = app.VsockCID
-		for _, a := range app.Attached {
-			out.AttachedDisks = append(out.AttachedDisks, a.Disk.Name)
-		}
-		for _, name := range slices.Sorted(maps.Keys(app.Moved)) {
-			mv := app.Moved[name]
-			out.MovedDisks = append(out.MovedDisks, fmt.Sprintf("%s: %s -> %s", name, mv.From, diskSource(mv.Disk)))
-		}
-	}
-	if f, err := spec.Load(p.Spec); err == nil {
-		out.CPUs, out.Memory, out.Description = f.VM.CPUs, f.VM.Memory.String(), f.VM.Description
-		for _, h := range f.VM.HostDevs {
-			out.HostDevs = append(out.HostDevs, HostDevInfo{Address: h.Address, Name: h.Name})
-		}
-	}
-	if appErr == nil {
-		for _, a := range app.AttachedHostDevs { // after the file's
-			out.HostDevs = append(out.HostDevs, HostDevInfo{Address: a.Dev.Address, Name: a.Dev.Name, Attached: true})
-		}
-	}
+// recorded fills in what the VM's view (nil without a record) and its UEFI
+// variable store say.
+func (s *Supervisor) recorded(out *Status, p vmstate.Paths, v *vmstate.View) {
 	out.SecureBoot = secureBootStatus(p.UEFIVars)
-	if tree, err := snapshot.Load(p.Snapshots()); err == nil {
-		for _, sn := range tree.Snapshots {
-			out.Snapshots = append(out.Snapshots, sn.Tag)
-		}
-		out.CurrentSnapshot = tree.Current
+	if v == nil {
+		return
 	}
+	app := v.Applied
+	out.Accel, out.AccelReason, out.SpecFile = app.Accel, app.AccelReason, v.Owner
+	out.CPUModel, out.CPUMasks, out.UUID = app.CPUModel, app.CPUMasks, app.UUID
+	out.VsockCID = app.VsockCID
+	out.CPUs, out.Memory, out.Description = v.Booted.CPUs, v.Booted.Memory.String(), v.Booted.Description
+	for _, d := range v.Disks {
+		if d.Attached {
+			out.AttachedDisks = append(out.AttachedDisks, d.Name)
+		}
+		if d.MovedFrom != "" {
+			out.MovedDisks = append(out.MovedDisks, fmt.Sprintf("%s: %s -> %s", d.Name, d.MovedFrom, diskSource(d.Disk)))
+		}
+	}
+	for _, h := range v.Booted.HostDevs {
+		out.HostDevs = append(out.HostDevs, HostDevInfo{Address: h.Address, Name: h.Name})
+	}
+	for _, a := range app.AttachedHostDevs { // after the file's
+		out.HostDevs = append(out.HostDevs, HostDevInfo{Address: a.Dev.Address, Name: a.Dev.Name, Attached: true})
+	}
+	for _, sn := range v.Tree.Snapshots {
+		out.Snapshots = append(out.Snapshots, sn.Tag)
+	}
+	out.CurrentSnapshot = v.Tree.Current
 }
 
 // SecureBootStatus is a UEFI VM's variable store as Status shows it.

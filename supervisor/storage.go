@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
@@ -35,23 +36,67 @@ func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
 	_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
 	running := qmpErr == nil
 	uuid := f.VM.UUID // the UUID the VM logs in to iSCSI targets with, when known
-	disks := f.VM.Disks
+	var moved map[string]vmstate.MovedDisk
 	if app, err := s.state.ReadApplied(f.VM.Name); err == nil {
 		uuid = cmp.Or(uuid, app.UUID)
-		disks = withMoved(disks, app.Moved) // checked where the VM will open them
+		moved = app.Moved
 	}
-	for i, d := range disks {
+	tree, err := snapshot.Load(s.paths(f.VM.Name).Snapshots())
+	if err != nil {
+		return f.Errorf("disk", "%v", err)
+	}
+	// Checked as the VM will open them: moved, on their snapshot overlays.
+	for i, od := range bootDisks(&f.VM, moved, nil, tree) {
+		d := od.Opened()
 		d.InitiatorName = d.InitiatorFor(uuid)
 		err := t.Check(ctx, d)
 		if errors.Is(err, storage.ErrInUse) && running {
 			// The VM runs and holds its own images; up leaves it alone.
 			continue
 		}
+		if errors.Is(err, storage.ErrInUse) {
+			err = s.heldBy(f.VM.Name, d, err)
+		}
 		if err != nil {
 			return diskFieldError(f, i, err)
 		}
 	}
 	return nil
+}
+
+// samePath reports whether a and b name one file (through symlinks, or
+// two names of one device).
+func samePath(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
+}
+
+// heldBy names the VM vmsup knows whose QEMU holds the image of d (err is
+// the lock's error): "in use by VM "web" (its disk "data")".
+func (s *Supervisor) heldBy(self string, d spec.Disk, err error) error {
+	names, _ := s.state.Known()
+	for _, n := range names {
+		if n == self {
+			continue
+		}
+		v, verr := s.state.View(n)
+		if verr != nil || !v.Running {
+			continue
+		}
+		for _, od := range v.Disks {
+			if slices.ContainsFunc(od.Images(v.Tree), func(p string) bool { return samePath(p, d.File) }) {
+				return fmt.Errorf("disk %q: %s is in use by VM %q (its disk %q): %w", d.Name, d.File, n, od.Name, storage.ErrInUse)
+			}
+		}
+	}
+	return err
 }
 
 // diskFieldError places a storage error at the disk's key in f:
@@ -92,18 +137,26 @@ func (s *Supervisor) carriedDisks(f *spec.File) ([]spec.Disk, error) {
 // snapshot moved onto an overlay opened there (f itself when none
 // applies).
 func bootFile(f *spec.File, plan *startPlan) *spec.File {
-	if len(plan.carried) == 0 && len(plan.active) == 0 && len(plan.moved) == 0 {
+	if len(plan.carried) == 0 && (plan.tree == nil || plan.tree.Empty()) && len(plan.moved) == 0 {
 		return f
 	}
 	g := *f
-	g.VM.Disks = append(withMoved(f.VM.Disks, plan.moved), plan.carried...)
-	for i, d := range g.VM.Disks {
-		if im, ok := plan.active[d.Name]; ok {
-			d.File, d.Format, d.Backing, d.Size = im.Path, im.Format, "", 0
-			g.VM.Disks[i] = d
-		}
+	g.VM.Disks = nil
+	for _, d := range bootDisks(&f.VM, plan.moved, plan.carried, plan.tree) {
+		g.VM.Disks = append(g.VM.Disks, d.Opened())
 	}
 	return &g
+}
+
+// bootDisks are the disks a start of vm opens (vmstate.OpenedDisks, the
+// rule the running view has too): the file's, moved ones where they are,
+// then the carried ones, each on its snapshot overlay.
+func bootDisks(vm *spec.VM, moved map[string]vmstate.MovedDisk, carried []spec.Disk, tree *snapshot.Tree) []vmstate.Disk {
+	app := &vmstate.Applied{Moved: moved}
+	for _, d := range carried {
+		app.Attached = append(app.Attached, AttachedDisk{Disk: d})
+	}
+	return vmstate.OpenedDisks(vm.Disks, app, tree)
 }
 
 // movedFor keeps the disk moves recorded for f's VM that still apply: a
@@ -118,17 +171,6 @@ func movedFor(f *spec.File, moved map[string]vmstate.MovedDisk) map[string]vmsta
 	}
 	if len(out) == 0 {
 		return nil
-	}
-	return out
-}
-
-// withMoved is disks with each moved one replaced by where it is now.
-func withMoved(disks []spec.Disk, moved map[string]vmstate.MovedDisk) []spec.Disk {
-	out := slices.Clone(disks)
-	for i, d := range out {
-		if mv, ok := moved[d.Name]; ok && mv.From == diskSource(d) {
-			out[i] = mv.Disk
-		}
 	}
 	return out
 }

@@ -152,7 +152,27 @@ const upParallel = 8
 // spec is reported as Changed and not touched. Results are in file order,
 // for the VMs that came up; the error joins every VM's failure.
 func (s *Supervisor) Up(ctx context.Context, files ...*spec.File) ([]UpResult, error) {
+	return s.UpWith(ctx, UpOptions{}, files...)
+}
+
+// UpOptions change what UpWith does.
+type UpOptions struct {
+	// Adopt makes each file the one its VM belongs to where vmsup knows
+	// the VM from another file; without it such a file is refused
+	// (OwnerError) and nothing is started.
+	Adopt bool
+}
+
+// UpWith is Up with options.
+func (s *Supervisor) UpWith(ctx context.Context, o UpOptions, files ...*spec.File) ([]UpResult, error) {
 	if err := s.ValidateContext(ctx, files...); err != nil {
+		return nil, err
+	}
+	var owners []error
+	for _, f := range files {
+		owners = append(owners, s.checkOwner(f, o.Adopt))
+	}
+	if err := errors.Join(owners...); err != nil {
 		return nil, err
 	}
 	res := make([]UpResult, len(files))
@@ -165,6 +185,9 @@ func (s *Supervisor) Up(ctx context.Context, files ...*spec.File) ([]UpResult, e
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			res[i], errs[i] = s.upOne(ctx, f)
+			if errs[i] == nil && o.Adopt && res[i].Action != Started {
+				errs[i] = s.adopt(ctx, f)
+			}
 		}()
 	}
 	wg.Wait()

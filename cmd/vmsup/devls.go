@@ -17,7 +17,11 @@ func diskLsCmd(g *globals) *cobra.Command {
 		func(w io.Writer, st supervisor.Status) {
 			fmt.Fprintln(w, "DISK\tTYPE\tFORMAT\tMODE\tHOTPLUG\tSOURCE")
 			for _, d := range st.Disks {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Type, dash(d.Format), mode(d.ReadOnly), yes(d.Hotplugged), d.Source)
+				src := d.Source
+				if d.Image != "" && d.Image != d.Source {
+					src += " (runs on " + d.Image + ")" // a snapshot's overlay
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Type, dash(d.Format), mode(d.ReadOnly), yes(d.Hotplugged), src)
 			}
 		})
 }

@@ -33,7 +33,7 @@ them; nothing is marked if one is invalid. The VMs' own units stop gracefully
 				if err != nil || !now {
 					return err
 				}
-				return printUp(g, cmd, sup, fs, false)
+				return printUp(g, cmd, sup, fs, false, false)
 			})
 		},
 	}

@@ -96,7 +96,7 @@ func fleetApplyCmd(g *globals, e *etcdFlags) *cobra.Command {
 		Short: "Store the VMs' specs in the fleet (all or none); the scheduler places them and their hosts' agents run them",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fs, err := loadFiles(args)
+			fs, err := loadFiles(nil, args) // files only: the fleet's VMs are in etcd
 			if err != nil {
 				return err // nothing stored: one bad file stops them all
 			}

@@ -83,6 +83,7 @@ func TestCLIJSON(t *testing.T) {
 	waitAgent(t, root, "js")
 	check("status", 0, "status", "js")
 	check("ls", 0, "ls")
+	check("export", 0, "export", "js")
 	if out := check("plan", 0, "plan", file); !strings.Contains(out, `"in_sync": true`) {
 		t.Errorf("plan of the file just brought up: %s", out)
 	}

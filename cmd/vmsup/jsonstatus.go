@@ -50,6 +50,7 @@ type diskJSON struct {
 	Format     string `json:"format"`
 	ReadOnly   bool   `json:"read_only"`
 	Hotplugged bool   `json:"hotplugged"`
+	Image      string `json:"image"` // the image QEMU writes: a snapshot's overlay, else source ("" for non-file disks)
 }
 
 type nicJSON struct {
@@ -118,7 +119,7 @@ func toStatusJSON(s supervisor.Status) statusJSON {
 func disksJSON(ds []supervisor.DiskInfo) []diskJSON {
 	out := []diskJSON{}
 	for _, d := range ds {
-		out = append(out, diskJSON{Name: d.Name, Type: d.Type, Source: d.Source, Format: d.Format, ReadOnly: d.ReadOnly, Hotplugged: d.Hotplugged})
+		out = append(out, diskJSON{Name: d.Name, Type: d.Type, Source: d.Source, Format: d.Format, ReadOnly: d.ReadOnly, Hotplugged: d.Hotplugged, Image: d.Image})
 	}
 	return out
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -29,7 +31,7 @@ func lsCmd(g *globals) *cobra.Command {
 					return g.out.object(out, nil)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tSTATE\tFILE\tIPV4\tCPUS\tMEMORY\tUPTIME\tPORTS\tBOOT\tPID")
+				fmt.Fprintln(w, "NAME\tSTATE\tFILE\tSYNC\tIPV4\tCPUS\tMEMORY\tUPTIME\tPORTS\tBOOT\tPID")
 				for _, s := range sts {
 					state := string(s.State)
 					if s.Reason != "" {
@@ -43,13 +45,27 @@ func lsCmd(g *globals) *cobra.Command {
 					if s.Since != nil && (s.State == supervisor.StateRunning || s.State == supervisor.StatePaused) {
 						up = uptime(*s.Since)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, state, dash(s.Sync), ipv4s(s), s.CPUs, s.Memory, up, ports(s), boot, pid(s.MainPID))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, state, dash(shortPath(s.SpecFile)), dash(s.Sync), ipv4s(s),
+						s.CPUs, s.Memory, up, ports(s), boot, pid(s.MainPID))
 				}
 				return w.Flush()
 			})
 		},
 	}
 	return c
+}
+
+// shortPath is path relative to the working directory when it is below it
+// (the VM's file, as the user named it), else path.
+func shortPath(path string) string {
+	wd, err := os.Getwd()
+	if err != nil || path == "" {
+		return path
+	}
+	if rel, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return path
 }
 
 func pid(p uint32) string {

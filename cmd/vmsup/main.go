@@ -162,7 +162,7 @@ func newRoot() (*cobra.Command, *globals) {
 		nicCmd(g), hostdevCmd(g), snapshotCmd(g), backupCmd(g), restoreCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g), rebootApplyCmd(g), planCmd(g), applyCmd(g), eventsCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
-		execCmd(g), cpCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(),
+		execCmd(g), cpCmd(g), exportCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(),
 		fleetCmd(g), agentCmd(g),
 	)
 	usageArgs(root)
@@ -257,11 +257,13 @@ func vmNames(args []string) ([]string, error) {
 
 // withFiles is with for a command on VM files, each parsed first.
 func (g *globals) withFiles(paths []string, fn func(*supervisor.Supervisor, []*spec.File) error) error {
-	fs, err := loadFiles(paths)
-	if err != nil {
-		return err
-	}
-	return g.with(func(sup *supervisor.Supervisor) error { return fn(sup, fs) })
+	return g.with(func(sup *supervisor.Supervisor) error {
+		fs, err := loadFiles(sup, paths)
+		if err != nil {
+			return err
+		}
+		return fn(sup, fs)
+	})
 }
 
 // isFileArg says whether a NAME|FILE argument is a file.

@@ -48,7 +48,8 @@ type planJSON struct {
 }
 
 func planCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var o supervisor.PlanOptions
+	c := &cobra.Command{
 		Use:   "plan FILE...",
 		Short: "Say what apply would change in each running VM, and how: live, at the next reboot, by a restart, or not at all",
 		Args:  cobra.MinimumNArgs(1),
@@ -57,7 +58,7 @@ func planCmd(g *globals) *cobra.Command {
 				var plans []supervisor.PlanResult
 				var errs []error
 				for _, f := range fs {
-					p, err := sup.Plan(cmd.Context(), f)
+					p, err := sup.PlanWith(cmd.Context(), f, o)
 					if err != nil {
 						errs = append(errs, err)
 						continue
@@ -76,6 +77,8 @@ func planCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	c.Flags().BoolVar(&o.Adopt, "adopt", false, "plan FILE for its VM although the VM was started from another file (what apply --adopt would do)")
+	return c
 }
 
 func toPlanJSON(p supervisor.PlanResult) planJSON {
@@ -163,6 +166,7 @@ second apply of the same file does nothing.`,
 	}
 	c.Flags().BoolVar(&o.Restart, "restart", false, "restart now for the changes that need it (health-gated; the previous spec comes back on failure)")
 	c.Flags().BoolVar(&o.AtNextReboot, "at-next-reboot", false, "apply the changes that need a restart when the guest next reboots")
+	c.Flags().BoolVar(&o.Adopt, "adopt", false, "make FILE the file of its VM where the VM was started from another file (otherwise refused)")
 	return c
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -13,12 +14,13 @@ import (
 )
 
 // loadFiles parses every file and reports the errors of all of them, in
-// file order, before anything is started.
-func loadFiles(paths []string) ([]*spec.File, error) {
+// file order, before anything is started. A VM's name stands for the file
+// it belongs to (loadFile).
+func loadFiles(sup *supervisor.Supervisor, args []string) ([]*spec.File, error) {
 	var fs []*spec.File
 	var errs []error
-	for _, p := range paths {
-		f, err := spec.Load(p)
+	for _, a := range args {
+		f, err := loadFile(sup, a)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -28,8 +30,25 @@ func loadFiles(paths []string) ([]*spec.File, error) {
 	return fs, errors.Join(errs...)
 }
 
+// loadFile parses the file arg names: a path, or the name of a VM vmsup
+// knows, for the file that VM belongs to (its clone file, an exported or
+// adopted one).
+func loadFile(sup *supervisor.Supervisor, arg string) (*spec.File, error) {
+	if sup == nil || isFileArg(arg) || spec.ValidName(arg) != nil {
+		return spec.Load(arg)
+	}
+	if _, err := os.Stat(arg); err == nil {
+		return spec.Load(arg) // a file in the working directory named like a VM
+	}
+	path, err := sup.FileOf(arg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: no such file, and %w", arg, err)
+	}
+	return spec.Load(path)
+}
+
 func upCmd(g *globals) *cobra.Command {
-	var restart bool
+	var restart, adopt bool
 	var from string
 	c := &cobra.Command{
 		Use:   "up FILE... | up --from-snapshot VM:TAG NEWNAME",
@@ -40,19 +59,20 @@ func upCmd(g *globals) *cobra.Command {
 				return upClone(g, cmd, from, args)
 			}
 			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
-				return printUp(g, cmd, sup, fs, restart)
+				return printUp(g, cmd, sup, fs, restart, adopt)
 			})
 		},
 	}
 	c.Flags().StringVar(&from, "from-snapshot", "", "start NEWNAME from VM:TAG, a memory snapshot of a booted VM (copy-on-write disks; the guest resumes instead of booting)")
+	c.Flags().BoolVar(&adopt, "adopt", false, "make each FILE the file of its VM where the VM was started from another file (otherwise refused)")
 	c.Flags().BoolVar(&restart, "restart-changed", false, "restart running VMs whose file changed (graceful down, then up; the previous spec comes back if the new one fails)")
 	return c
 }
 
 // printUp runs Up and prints a line per VM; with restart, running VMs whose
 // spec changed are restarted with it.
-func printUp(g *globals, cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, restart bool) error {
-	res, err := sup.Up(cmd.Context(), fs...)
+func printUp(g *globals, cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, restart, adopt bool) error {
+	res, err := sup.UpWith(cmd.Context(), supervisor.UpOptions{Adopt: adopt}, fs...)
 	for _, r := range res {
 		if r.Action == supervisor.Changed && restart && r.State == supervisor.StateRunning {
 			i := slices.IndexFunc(fs, func(f *spec.File) bool { return f.VM.Name == r.VM })
@@ -91,8 +111,11 @@ func upClone(g *globals, cmd *cobra.Command, from string, args []string) error {
 		if err != nil {
 			return err
 		}
-		note := fmt.Sprintf("cloned from %s (resumed, not booted); disks: %s", r.From, strings.Join(r.Disks, ", "))
-		g.out.action(actionJSON{Name: name, Action: string(r.Action), State: stateJSON(r.State), Note: note},
+		note := fmt.Sprintf("cloned from %s (resumed, not booted); disks: %s; its file: %s", r.From, strings.Join(r.Disks, ", "), r.File)
+		if len(r.Dropped) > 0 {
+			note += "; not carried over: " + strings.Join(r.Dropped, "; ")
+		}
+		g.out.action(actionJSON{Name: name, File: r.File, Action: string(r.Action), State: stateJSON(r.State), Note: note},
 			fmt.Sprintf("%s: %s (accel %s); %s", name, r.Action, r.Accel, note))
 		return nil
 	})

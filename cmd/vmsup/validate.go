@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -25,7 +24,7 @@ func validateCmd(g *globals) *cobra.Command {
 				var last error
 				seen := map[string]string{}
 				for _, p := range args {
-					f, err := spec.Load(p)
+					f, err := loadFile(sup, p)
 					if err == nil {
 						if prev, dup := seen[f.VM.Name]; dup {
 							err = f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)

@@ -34,6 +34,7 @@ func TestCLIVerbs(t *testing.T) {
 	waitAgent(t, root, "verbs")
 	guestTools(t, root, dir)
 	cliPlanApply(t, root, dir, file, body)
+	cliOwner(t, root, file, body)
 
 	for i, c := range []struct {
 		args []string
@@ -115,10 +116,50 @@ func TestCLIVerbs(t *testing.T) {
 	}
 }
 
+// cliOwner: a second file naming TestCLIVerbs's running VM does not take
+// it over: up, plan and apply of it fail (exit 1) naming both files and
+// change nothing; ls shows the file the VM belongs to; the VM's name stands
+// for its file; --adopt hands the VM over (and back).
+func cliOwner(t *testing.T, root, file, body string) {
+	t.Helper()
+	other := write(t, t.TempDir(), "other.toml", strings.Replace(body, `[[disk]]
+name = "data"`, `[[disk]]
+name = "gone"`, 1))
+	for _, verb := range []string{"up", "plan", "apply"} {
+		r := vmsup(t, root, "", verb, other)
+		if r.code != 1 || !strings.Contains(r.stderr, `vm "verbs" belongs to `+file+", not to "+other) || !strings.Contains(r.stderr, "--adopt") {
+			t.Fatalf("%s of another file naming the VM: %+v", verb, r)
+		}
+	}
+	if st := cliStatus(t, root, "verbs"); len(st.Disks) == 0 || st.Disks[0].Name != "data" {
+		t.Fatalf("the other file changed the VM: %+v", st.Disks)
+	}
+	if r := vmsup(t, root, "", "ls"); !strings.Contains(r.stdout, file) {
+		t.Errorf("ls does not show the VM's file %s:\n%s", file, r.stdout)
+	}
+	if r := vmsup(t, root, "", "plan", "verbs"); r.code != 0 || r.stdout != "verbs: in sync with "+file+"\n" {
+		t.Errorf("plan NAME: %+v", r)
+	}
+	if r := vmsup(t, root, "", "plan", "--adopt", other); r.code != 0 || !strings.Contains(r.stdout, "disk[gone]") {
+		t.Errorf("plan --adopt: %+v", r)
+	}
+	if r := vmsup(t, root, "", "up", "--adopt", file); r.code != 0 {
+		t.Errorf("up --adopt of the VM's own file: %+v", r)
+	}
+	// Another VM on verbs' image: refused, naming the VM that holds it.
+	thief := write(t, t.TempDir(), "thief.toml", strings.Replace(body, `name = "verbs"`, `name = "thief"`, 1))
+	for _, verb := range []string{"validate", "up"} {
+		if r := vmsup(t, root, "", verb, thief); r.code != 1 || !strings.Contains(r.stderr, `is in use by VM "verbs" (its disk "data")`) {
+			t.Errorf("%s of a VM on another VM's image: %+v", verb, r)
+		}
+	}
+}
+
 type cliSt struct {
 	State      string
 	MainPID    uint32 `json:"pid"`
 	ConsoleLog string `json:"console_log"`
+	Disks      []struct{ Name string }
 }
 
 func cliStatus(t *testing.T, root, name string) cliSt {

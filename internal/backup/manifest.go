@@ -60,6 +60,9 @@ type DiskPoint struct {
 	Size    int64  `json:"size"`              // the disk's virtual size
 	Copied  int64  `json:"copied"`            // bytes the copy read (all of the disk, or what changed)
 	SHA256  string `json:"sha256"`            // of File as written
+	// Image is the image the point was copied from: the disk's active
+	// image (after moves, on a snapshot's overlay) at the time.
+	Image string `json:"image,omitempty"`
 }
 
 // New is the manifest of an empty directory for VM vm.

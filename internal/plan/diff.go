@@ -224,6 +224,11 @@ func (d *differ) devices(run, want *spec.VM) {
 			d.add(notOnSATA(c, w))
 			continue
 		}
+		if why, ok := d.facts.NotLive[w.Name]; ok {
+			c.Class, c.Kind, c.Op, c.Why = Restart, NotLiveKind, "", why
+			d.add(c)
+			continue
+		}
 		d.add(d.plug(c))
 	}
 	for _, w := range want.NICs {

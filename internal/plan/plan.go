@@ -113,6 +113,10 @@ type Facts struct {
 	// Kept are disks and NICs attached by hand (vmsup disk/nic attach)
 	// that the file does not have: not the file's business, left alone.
 	KeptDisks, KeptNICs []string
+	// NotLive are new disks of the file that the running VM cannot open
+	// (by name: why), found by the same checks a hot-plug makes: their
+	// addition needs a restart.
+	NotLive map[string]string
 }
 
 // Diff lists what differs between running and desired, in a stable order:

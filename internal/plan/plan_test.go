@@ -127,3 +127,16 @@ func TestDiffBalloonLive(t *testing.T) {
 		t.Errorf("balloon target on a VM with a balloon:\n%s", lines(got))
 	}
 }
+
+// TestDiffNotLive: a new disk the running VM could not open (the
+// supervisor's hot-plug check said why) is a restart, with that reason, and
+// takes no hotplug slot.
+func TestDiffNotLive(t *testing.T) {
+	run := parse(t, base)
+	want := parse(t, base+"[[disk]]\nname = \"far\"\nfile = \"/home/u/far.qcow2\"\n[[disk]]\nname = \"near\"\nfile = \"/img/near.qcow2\"\n")
+	got := Diff(run, want, Facts{SpareSlots: 1, BootMemory: run.Memory, NotLive: map[string]string{"far": "outside the image directories"}})
+	if len(got) != 2 || got[1].Name != "far" || got[1].Class != Restart || got[1].Why != "outside the image directories" ||
+		got[0].Name != "near" || got[0].Class != Live {
+		t.Errorf("a disk the running VM cannot open:\n%s", lines(got))
+	}
+}

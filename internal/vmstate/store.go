@@ -112,6 +112,11 @@ func (p Paths) RemoveAll() error {
 	return errors.Join(os.RemoveAll(p.Dir), os.RemoveAll(p.Records))
 }
 
+// File is the VM file vmsup wrote for a VM that came without one (a
+// clone): ROOT/files/NAME.toml, the file the VM belongs to until the
+// operator adopts another.
+func (s Store) File(name string) string { return filepath.Join(s.Root, "files", name+".toml") }
+
 // Applied is what vmsup recorded when it last started a VM: enough to tell a
 // changed spec from an unchanged one and to say how the VM was started.
 type Applied struct {

@@ -19,7 +19,9 @@ import (
 // snapshot answers on its console without booting, far sooner than the
 // template's cold boot did; it has its own UUID and disks (copy on write:
 // its writes are not the template's); the template's snapshot cannot be
-// removed while the clone stands on it.
+// removed while the clone stands on it. The clone is a VM like any other
+// (cloneIsFirstClass), and the template starts again while it runs
+// (templateRestarts).
 func TestCloneFromSnapshot(t *testing.T) {
 	ctx := supervisortest.Context(t, 5*time.Minute)
 	dir := t.TempDir()
@@ -35,6 +37,7 @@ size = "8M"
 
 [[nic]]
 name = "net0"
+forwards = ["tcp:127.0.0.1:0-:22"]
 
 [boot]
 kernel = %q
@@ -112,6 +115,72 @@ cmdline = "console=ttyS0 no_timer_check"
 	}
 	if _, err := sup.UpFromSnapshot(ctx, "tmpl", "warm", "clone1"); err == nil {
 		t.Fatal("a second clone1 was started")
+	}
+	csh.Close()
+	cloneIsFirstClass(t, ctx, sup, r)
+	templateRestarts(t, ctx, sup, f)
+}
+
+// cloneIsFirstClass: a clone has a file of its own (status names it and
+// finds the clone in sync with it), the forwards it could not take are
+// named, and after a down the clone's name brings it up again from that
+// file; vmsup export writes a file plan finds in sync.
+func cloneIsFirstClass(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, r supervisor.CloneResult) {
+	t.Helper()
+	if len(r.Dropped) != 1 || !strings.Contains(r.Dropped[0], "forward") {
+		t.Errorf("the template's forward is not named as dropped: %q", r.Dropped)
+	}
+	st, err := sup.Status(ctx, "clone1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SpecFile != r.File || st.Sync != supervisor.SyncInSync {
+		t.Fatalf("clone's file %q (result %q), sync %q", st.SpecFile, r.File, st.Sync)
+	}
+	file, err := sup.FileOf("clone1")
+	if err != nil || file != r.File {
+		t.Fatalf("FileOf(clone1) = %q, %v; want %q", file, err, r.File)
+	}
+	exported, err := sup.Export("clone1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "clone1.toml")
+	if err := os.WriteFile(out, exported, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ef, err := spec.Load(out)
+	if err != nil {
+		t.Fatalf("exported file: %v\n%s", err, exported)
+	}
+	if _, err := sup.Plan(ctx, ef); err == nil {
+		t.Fatal("plan of an exported copy (another file) was not refused without --adopt")
+	}
+	if p, err := sup.PlanWith(ctx, ef, supervisor.PlanOptions{Adopt: true}); err != nil || !p.InSync() {
+		t.Fatalf("plan --adopt of the exported file: %+v %v", p, err)
+	}
+	if _, err := sup.Down(ctx, "clone1"); err != nil {
+		t.Fatal(err)
+	}
+	cf, err := spec.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sup.Up(ctx, cf); err != nil || len(res) != 1 || res[0].Action != supervisor.Started {
+		t.Fatalf("up of the clone's own file: %+v %v", res, err)
+	}
+}
+
+// templateRestarts: the template goes down and comes up again from its
+// file while a clone stands on its snapshot's images (the lock check looks
+// at the overlay the template really opens, not the frozen base).
+func templateRestarts(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, f *spec.File) {
+	t.Helper()
+	if _, err := sup.Down(ctx, "tmpl"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sup.Up(ctx, f); err != nil || len(res) != 1 || res[0].Action != supervisor.Started {
+		t.Fatalf("the template does not start again while its clone runs: %+v %v", res, err)
 	}
 }
 

@@ -1,0 +1,82 @@
+package supervisor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
+)
+
+// Export is the VM file of VM name as it runs now (its view): the spec QEMU
+// realizes with apply's changes, the live vCPUs and memory, and each disk
+// of its file where it is now (after disk moves). Disks and NICs attached
+// by hand are not in it (a comment names them: the next up boots with the
+// disks anyway). up, plan and apply of the exported file find the VM in
+// sync, once the file is its own (--adopt, or written over the old one).
+func (s *Supervisor) Export(name string) ([]byte, error) {
+	v, err := s.view(name)
+	if v == nil {
+		return nil, vmErr(name, err)
+	}
+	return exportTOML(v)
+}
+
+func exportTOML(v *vmstate.View) ([]byte, error) {
+	vm := *v.Spec
+	vm.Disks = nil
+	var notes []string
+	for _, d := range v.Disks {
+		switch {
+		case d.Attached:
+			notes = append(notes, fmt.Sprintf("disk %q (attached with vmsup disk attach)", d.Name))
+		default:
+			vm.Disks = append(vm.Disks, d.Disk)
+		}
+	}
+	for _, n := range v.NICs {
+		if n.Attached {
+			notes = append(notes, fmt.Sprintf("nic %q (attached with vmsup nic attach)", n.Name))
+		}
+	}
+	f, err := spec.New(vm.Name, vm)
+	if err != nil {
+		return nil, vmErr(vm.Name, fmt.Errorf("export: %w", err))
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# VM %q as it runs, written by vmsup export.\n", vm.Name)
+	for _, n := range notes {
+		fmt.Fprintf(&b, "# Not in this file: %s.\n", n)
+	}
+	b.Write(f.Raw)
+	return b.Bytes(), nil
+}
+
+// writeVMFile writes vm as the VM file vmsup keeps for it (Store.File),
+// root-writable and readable by all, and returns its path.
+func (s *Supervisor) writeVMFile(vm spec.VM) (string, error) {
+	raw, err := toml.Marshal(vm)
+	if err != nil {
+		return "", err
+	}
+	path := s.state.File(vm.Name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	head := fmt.Sprintf("# VM %q: written by vmsup when it made the VM; edit it and vmsup apply %s.\n", vm.Name, vm.Name)
+	return path, renameio.WriteFile(path, append([]byte(head), raw...), 0o644)
+}
+
+// removeVMFile removes the file vmsup wrote for the VM, if any.
+func (s *Supervisor) removeVMFile(name string) error {
+	if err := os.Remove(s.state.File(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

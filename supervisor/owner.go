@@ -1,0 +1,108 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// A VM belongs to the file it was started from (Applied.SourceFile, the
+// view's Owner): up, plan, apply and restart of another file that names the
+// same VM are refused, since the VM's state (its disks attached by hand,
+// snapshots, UEFI variables, TPM) is not that file's. The operator hands a
+// VM to another file explicitly (Adopt), and the file becomes its owner
+// when that command records it.
+
+// OwnerError says a file is not the one its VM belongs to.
+type OwnerError struct {
+	VM    string
+	Owner string // the VM's file
+	File  string // the file given
+}
+
+func (e *OwnerError) Error() string {
+	return fmt.Sprintf("vm %q belongs to %s, not to %s (a VM is changed only from the file it was started from): "+
+		"edit %s, or give --adopt to make %s its file", e.VM, e.Owner, e.File, e.Owner, e.File)
+}
+
+// VMName says which VM the error concerns.
+func (e *OwnerError) VMName() string { return e.VM }
+
+// checkOwner refuses f when vmsup knows its VM and it belongs to another
+// file, unless adopt.
+func (s *Supervisor) checkOwner(f *spec.File, adopt bool) error {
+	if adopt {
+		return nil
+	}
+	app, err := s.state.ReadApplied(f.VM.Name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // not known here: the file makes it
+	}
+	if err != nil {
+		return vmErr(f.VM.Name, err)
+	}
+	if app.SourceFile == "" || sameFileName(app.SourceFile, absPath(f.Path)) {
+		return nil
+	}
+	return &OwnerError{VM: f.VM.Name, Owner: app.SourceFile, File: absPath(f.Path)}
+}
+
+// sameFileName reports whether two absolute paths name one file (equal,
+// or the same inode through a symlink or a bind mount).
+func sameFileName(a, b string) bool {
+	if a == b {
+		return true
+	}
+	return samePath(a, b)
+}
+
+// FileOf is the file VM name belongs to (its owner), for commands that
+// take a VM's name where a file goes. ErrNotFound when vmsup does not know
+// the VM.
+func (s *Supervisor) FileOf(name string) (string, error) {
+	if err := spec.ValidName(name); err != nil {
+		return "", vmErr(name, err)
+	}
+	app, err := s.state.ReadApplied(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", vmErr(name, ErrNotFound)
+	}
+	if err != nil {
+		return "", vmErr(name, err)
+	}
+	if app.SourceFile == "" {
+		return "", vmErr(name, errors.New("vmsup has no file for it (vmsup export writes one)"))
+	}
+	return app.SourceFile, nil
+}
+
+// adopt records f as the file its (running or shut off) VM belongs to.
+func (s *Supervisor) adopt(ctx context.Context, f *spec.File) error {
+	name := f.VM.Name
+	lk, err := s.lock(ctx, name, "adopt")
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	app, err := s.state.ReadApplied(name)
+	if err != nil {
+		return vmErr(name, err)
+	}
+	if app.SourceFile == absPath(f.Path) {
+		return nil
+	}
+	app.SourceFile = absPath(f.Path)
+	if err := s.state.RewriteApplied(app); err != nil {
+		return vmErr(name, fmt.Errorf("record %s as its file: %w", f.Path, err))
+	}
+	if marked, ok := s.state.Marked(); ok == nil && marked[name] != "" && marked[name] != s.paths(name).Spec {
+		// Enabled for boot from its old file: from its new one now.
+		if _, err := s.state.Mark(name, app.SourceFile); err != nil {
+			return vmErr(name, fmt.Errorf("autostart mark: %w", err))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+package supervisor
+
+import (
+	"errors"
+
+	"github.com/vmsup/vmsup/internal/vmstate"
+)
+
+// view returns the VM as it runs (vmstate.View): the one view every command
+// reads its disks, NICs, images and sizes from. Without a record it is
+// ErrNotFound; when no QEMU runs the view comes back with an error wrapping
+// ErrNotRunning.
+func (s *Supervisor) view(name string) (*vmstate.View, error) {
+	v, err := s.state.View(name)
+	switch {
+	case errors.Is(err, vmstate.ErrNoRecord):
+		return nil, ErrNotFound
+	case err != nil:
+		return nil, err
+	case !v.Running:
+		return v, ErrNotRunning
+	}
+	return v, nil
+}

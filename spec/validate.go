@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -29,9 +30,13 @@ func ValidName(s string) error {
 
 // validate runs every independent check and returns all their errors, in
 // file order (an *Errors): a user fixing a file wants the whole list at once.
-// Checks that depend on each other stay in one function, which stops at its
-// first error.
-func (f *File) validate() error {
+func (f *File) validate() error { return f.joinErrors(f.validateList()) }
+
+// validateList is validate's errors, in the order found. Checks that
+// depend on each other stay in one function, which stops at its first
+// error. An error about a field whose value was left out (f.bad: the wrong
+// type, a misspelt key) is dropped: it says the same again.
+func (f *File) validateList() []*Error {
 	var errs []*Error
 	add := func(err error) {
 		if err == nil {
@@ -62,7 +67,13 @@ func (f *File) validate() error {
 	for _, err := range f.validateNICs() {
 		add(err)
 	}
-	return f.joinErrors(errs)
+	kept := errs[:0]
+	for _, e := range errs {
+		if !slices.ContainsFunc(f.bad, func(b string) bool { return related(b, e.Field) }) {
+			kept = append(kept, e)
+		}
+	}
+	return kept
 }
 
 func (f *File) validateName() error {

@@ -27,20 +27,30 @@ func (s *Supervisor) tools() storage.Tools {
 
 // checkStorage checks every disk of f (and the disks attached to the VM
 // earlier, which the next start boots with) before anything is started:
-// one clear error naming the file, the disk field and the disk.
-func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
+// one clear error per disk naming the file, the disk field and the disk.
+// Disks with a problem in the file (f.Broken) are skipped; named says
+// whether the VM's name is sound, to look for its running QEMU and its
+// records.
+func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File, named bool) error {
 	ctx, cancel := context.WithTimeout(ctx, storageCheckTimeout)
 	defer cancel()
 	t := s.tools()
-	_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
-	running := qmpErr == nil
+	running := false
 	uuid := f.VM.UUID // the UUID the VM logs in to iSCSI targets with, when known
 	disks := f.VM.Disks
-	if app, err := s.state.ReadApplied(f.VM.Name); err == nil {
-		uuid = cmp.Or(uuid, app.UUID)
-		disks = withMoved(disks, app.Moved) // checked where the VM will open them
+	if named {
+		_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
+		running = qmpErr == nil
+		if app, err := s.state.ReadApplied(f.VM.Name); err == nil {
+			uuid = cmp.Or(uuid, app.UUID)
+			disks = withMoved(disks, app.Moved) // checked where the VM will open them
+		}
 	}
+	var errs []error
 	for i, d := range disks {
+		if f.Broken(fmt.Sprintf("disk[%d]", i)) {
+			continue
+		}
 		d.InitiatorName = d.InitiatorFor(uuid)
 		err := t.Check(ctx, d)
 		if errors.Is(err, storage.ErrInUse) && running {
@@ -48,10 +58,10 @@ func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
 			continue
 		}
 		if err != nil {
-			return diskFieldError(f, i, err)
+			errs = append(errs, diskFieldError(f, i, err))
 		}
 	}
-	return nil
+	return f.Join(errs...)
 }
 
 // diskFieldError places a storage error at the disk's key in f:

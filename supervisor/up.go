@@ -50,44 +50,57 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 }
 
 // ValidateContext is Validate bounded by ctx (each check has its own bound
-// too: storage probes, NIC targets, the confinement's image rule).
+// too: storage probes, NIC targets, the confinement's image rule). Every
+// check runs and the error names every problem, one line each in file
+// order (a *spec.Errors per file, files joined), except the checks that
+// need one that failed: no argv without the host's accelerator, no
+// confinement check without the disks' images. A file from
+// spec.ParsePartial brings its own errors; the host checks skip the fields
+// they concern.
 func (s *Supervisor) ValidateContext(ctx context.Context, files ...*spec.File) error {
 	seen := map[string]string{}
+	var errs []error
 	for _, f := range files {
-		if prev, dup := seen[f.VM.Name]; dup {
-			return f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+		var dup error
+		if prev, ok := seen[f.VM.Name]; ok {
+			dup = f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+		} else {
+			seen[f.VM.Name] = f.Path
 		}
-		seen[f.VM.Name] = f.Path
-		if err := checkHost(f, s.hostFacts(), s.opts.QEMU); err != nil {
-			return err
-		}
-		accel, _, _, err := s.resolveHost(f)
-		if err != nil {
-			return err
-		}
-		if err := s.checkStorage(ctx, f); err != nil {
-			return err
-		}
-		if _, err := s.Argv(f); err != nil {
-			return err
-		}
-		if err := s.validateNICs(ctx, f); err != nil {
-			return err
-		}
-		if err := s.checkForwardPorts(f); err != nil {
-			return err
-		}
-		if err := s.checkHostDevs(f); err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel)
-		cancel()
-		if err != nil {
-			return err
-		}
+		errs = append(errs, s.validateFile(ctx, f, dup))
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// validateFile runs the host checks of one file, each unless one it needs
+// failed, and joins their errors with the file's own (f.Join).
+func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) error {
+	errs := []error{f.Err(), dup}
+	failed := func(err error) bool {
+		errs = append(errs, err)
+		return err != nil
+	}
+	sound := f.Err() == nil             // argv and the confinement need the whole spec
+	named := sound || !f.Broken("name") // paths in the state root need the name
+	failed(checkHost(f, s.hostFacts(), s.opts.QEMU))
+	accel, _, _, err := s.resolveHost(f)
+	resolved := !failed(err)
+	storageOK := !failed(s.checkStorage(ctx, f, named))
+	if sound && resolved {
+		_, err := s.Argv(f)
+		failed(err)
+	}
+	failed(s.validateNICs(ctx, f))
+	if named {
+		failed(s.checkForwardPorts(f))
+	}
+	hostDevsOK := !failed(s.checkHostDevs(f))
+	if sound && resolved && storageOK && hostDevsOK { // it looks at the images' chains and the devices' groups
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		failed(s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel))
+		cancel()
+	}
+	return f.Join(errs...)
 }
 
 // Argv returns the exact QEMU command line vmsup would run for f.

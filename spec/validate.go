@@ -213,6 +213,7 @@ func (f *File) validateBoot() error {
 func (f *File) validateDisks() []error {
 	var errs []error
 	seen := map[string]int{}
+	ok := map[int]bool{}
 	for i, d := range f.VM.Disks {
 		field := fmt.Sprintf("disk[%d]", i)
 		if err := ValidName(d.Name); err != nil {
@@ -226,9 +227,11 @@ func (f *File) validateDisks() []error {
 		seen[d.Name] = i
 		if err := f.validateDisk(field+".", &d); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		ok[i] = !f.Broken(field)
 	}
-	return errs
+	return append(errs, f.validateSharedImages(ok)...)
 }
 
 func (f *File) validateNICs() []error {

@@ -53,10 +53,10 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 // too: storage probes, NIC targets, the confinement's image rule). Every
 // check runs and the error names every problem, one line each in file
 // order (a *spec.Errors per file, files joined), except the checks that
-// need one that failed: no argv without the host's accelerator, no
-// confinement check without the disks' images. A file from
-// spec.ParsePartial brings its own errors; the host checks skip the fields
-// they concern.
+// build on the others: the argv and the confinement check need everything
+// else sound (they would say again, in their words, what another check
+// said). A file from spec.ParsePartial brings its own errors; the host
+// checks skip the fields they concern.
 func (s *Supervisor) ValidateContext(ctx context.Context, files ...*spec.File) error {
 	seen := map[string]string{}
 	var errs []error
@@ -72,34 +72,36 @@ func (s *Supervisor) ValidateContext(ctx context.Context, files ...*spec.File) e
 	return errors.Join(errs...)
 }
 
-// validateFile runs the host checks of one file, each unless one it needs
-// failed, and joins their errors with the file's own (f.Join).
+// validateFile runs the host checks of one file and joins their errors
+// with the file's own (f.Join).
 func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) error {
-	errs := []error{f.Err(), dup}
-	failed := func(err error) bool {
+	errs := []error{dup}
+	sound := true
+	check := func(err error) {
 		errs = append(errs, err)
-		return err != nil
+		sound = sound && err == nil
 	}
-	sound := f.Err() == nil             // argv and the confinement need the whole spec
-	named := sound || !f.Broken("name") // paths in the state root need the name
-	failed(checkHost(f, s.hostFacts(), s.opts.QEMU))
+	named := f.Err() == nil || !f.Broken("name") // paths in the state root need the name
+	check(f.Err())                               // argv and confinement need the whole spec
+	check(checkHost(f, s.hostFacts(), s.opts.QEMU))
 	accel, _, _, err := s.resolveHost(f)
-	resolved := !failed(err)
-	storageOK := !failed(s.checkStorage(ctx, f, named))
-	if sound && resolved {
-		_, err := s.Argv(f)
-		failed(err)
-	}
-	failed(s.validateNICs(ctx, f))
+	check(err)
+	check(s.checkStorage(ctx, f, named))
+	check(s.validateNICs(ctx, f))
 	if named {
-		failed(s.checkForwardPorts(f))
+		check(s.checkForwardPorts(f))
 	}
-	hostDevsOK := !failed(s.checkHostDevs(f))
-	if sound && resolved && storageOK && hostDevsOK { // it looks at the images' chains and the devices' groups
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		failed(s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel))
-		cancel()
+	check(s.checkHostDevs(f))
+	if !sound {
+		return f.Join(errs...)
 	}
+	// The argv renders all of the above (vhost, disks, devices), and the
+	// confinement looks at the images' chains and the devices' groups.
+	_, err = s.Argv(f)
+	errs = append(errs, err)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	errs = append(errs, s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel))
+	cancel()
 	return f.Join(errs...)
 }
 

@@ -295,13 +295,12 @@ func diskLimits(d *Disk, fail diskFail) error {
 // defaults that depend on the VM (a seed's meta-data). Relative paths are
 // resolved against the file's directory, like in a VM file.
 func ParseDisk(path string, data []byte, vmName string) (*Disk, error) {
-	f := &File{Path: path, Raw: data}
+	f := &File{Path: path, Raw: data, pos: positions(data)}
 	var d Disk
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
 		return nil, f.decodeError(err, reflect.TypeOf(Disk{}))
 	}
-	f.pos = positions(data)
 	return f.finishDisk(&d, vmName)
 }
 

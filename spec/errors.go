@@ -47,7 +47,7 @@ func (f *File) joinErrors(errs []*Error) error {
 		if (a.Line == 0) != (b.Line == 0) {
 			return b.Line == 0
 		}
-		return a.Line < b.Line || a.Line == b.Line && a.Col < b.Col
+		return before(a, b)
 	})
 	return &Errors{List: errs}
 }
@@ -67,7 +67,7 @@ var indexRE = regexp.MustCompile(`\[[0-9]+\]`)
 // 30 ns and down skipped the graceful shutdown.
 func (f *File) bareDurations() []*Error {
 	keys := map[string]bool{}
-	durationKeys(reflect.TypeOf(VM{}), "", keys)
+	typedKeys(reflect.TypeOf(VM{}), "", keys, durationType)
 	var errs []*Error
 	for k, p := range f.pos {
 		if !keys[indexRE.ReplaceAllString(k, "[]")] {
@@ -82,30 +82,6 @@ func (f *File) bareDurations() []*Error {
 }
 
 var durationType = reflect.TypeOf(Duration(0))
-
-// durationKeys collects the key paths ("stop_timeout", "disk[].x") of every
-// Duration field of t.
-func durationKeys(t reflect.Type, prefix string, out map[string]bool) {
-	for i := 0; i < t.NumField(); i++ {
-		fl := t.Field(i)
-		name, _, _ := strings.Cut(fl.Tag.Get("toml"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		ft := fl.Type
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		switch {
-		case ft == durationType:
-			out[prefix+name] = true
-		case ft.Kind() == reflect.Struct:
-			durationKeys(ft, prefix+name+".", out)
-		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-			durationKeys(ft.Elem(), prefix+name+"[].", out)
-		}
-	}
-}
 
 var goTypeRE = regexp.MustCompile(`^cannot decode TOML (\w+) into struct field \S+ of type (\S+)$`)
 
@@ -164,10 +140,11 @@ func knownKeys(t reflect.Type, prefix string, out map[string]bool) {
 }
 
 // unknownKeyMsg explains an unknown key: a near spelling in the same table,
-// the table where that key belongs, or the keys the table has.
-func unknownKeyMsg(key string, known map[string]bool) string {
+// the table where that key belongs, or the keys the table has. meant are
+// the known keys it names ("memory", "boot.kernel", "disk[].file").
+func unknownKeyMsg(key string, known map[string]bool) (msg string, meant []string) {
 	table, leaf := cutLast(key)
-	var here, elsewhere []string
+	var here, elsewhere, there []string
 	for k := range known {
 		kt, kl := cutLast(k)
 		switch {
@@ -175,15 +152,20 @@ func unknownKeyMsg(key string, known map[string]bool) string {
 			here = append(here, kl)
 		case kt != table && kl == leaf:
 			elsewhere = append(elsewhere, tableName(kt))
+			there = append(there, k)
 		}
 	}
 	sort.Strings(here)
 	sort.Strings(elsewhere)
+	sort.Strings(there)
 	switch {
 	case len(here) > 0:
-		return "unknown key; did you mean \"" + strings.Join(here, "\" or \"") + "\"?"
+		for _, h := range here {
+			meant = append(meant, table+h)
+		}
+		return "unknown key; did you mean \"" + strings.Join(here, "\" or \"") + "\"?", meant
 	case len(elsewhere) > 0:
-		return "unknown key here; \"" + leaf + "\" belongs in " + strings.Join(elsewhere, " or ")
+		return "unknown key here; \"" + leaf + "\" belongs in " + strings.Join(elsewhere, " or "), there
 	}
 	var keys []string
 	for k := range known {
@@ -196,7 +178,7 @@ func unknownKeyMsg(key string, known map[string]bool) string {
 	if table != "" {
 		where = "in " + tableName(table)
 	}
-	return "unknown key; the keys " + where + " are: " + strings.Join(keys, ", ")
+	return "unknown key; the keys " + where + " are: " + strings.Join(keys, ", "), nil
 }
 
 // cutLast splits "boot.kernel" into "boot." and "kernel".

@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,12 +23,15 @@ type File struct {
 	Raw  []byte // the exact bytes parsed
 	VM   VM
 	pos  map[string]keyPos
+	errs []*Error // what ParsePartial found
+	bad  []string // fields whose values were left out or misspelt: no value checks
 }
 
 type keyPos struct {
 	Position
-	value string        // raw value text, for KeyValue entries
-	kind  unstable.Kind // the value's TOML kind, for KeyValue entries
+	value      string        // raw value text, for KeyValue entries
+	kind       unstable.Kind // the value's TOML kind, for KeyValue entries
+	start, end int           // the bytes of the whole "key = value", for KeyValue entries
 }
 
 // Position is a place in a TOML file (1-based).
@@ -65,6 +67,16 @@ func (e *Error) Unwrap() error { return e.Err }
 // Load reads and parses the TOML file at path. Relative paths inside it are
 // resolved against the file's directory.
 func Load(path string) (*File, error) {
+	f, err := LoadPartial(path)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// LoadPartial is Load for a caller that checks more than the file itself
+// (ParsePartial).
+func LoadPartial(path string) (*File, error) {
 	data, err := userfile.Read(path, userfile.MaxSpec)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), path+": ")
@@ -73,7 +85,7 @@ func Load(path string) (*File, error) {
 		}
 		return nil, &Error{File: path, Msg: msg, Err: err}
 	}
-	return Parse(path, data)
+	return ParsePartial(path, data)
 }
 
 // MaxKeys bounds the keys of one file: a VM with many disks has a few
@@ -82,8 +94,24 @@ const MaxKeys = 4096
 
 // Parse parses data as if it were the file at path: strict (unknown keys are
 // errors), defaults filled, relative paths made absolute against path's
-// directory, and the result validated.
+// directory, and the result validated. The error names every problem of
+// the file, in file order (an *Errors when there are several).
 func Parse(path string, data []byte) (*File, error) {
+	f, err := ParsePartial(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// ParsePartial is Parse for a caller that checks more than the file itself
+// (the supervisor's Validate, which then looks at the host): when the
+// problems are in fields, it returns the file as far as it could be read
+// together with its errors (Parse's), the values of the wrong type left
+// out. f.Err repeats the errors and f.Broken says which fields they
+// concern. A file that cannot be read at all (TOML syntax, too large) is
+// nil.
+func ParsePartial(path string, data []byte) (*File, error) {
 	f := &File{Path: path, Raw: data}
 	if len(data) > userfile.MaxSpec {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("%d bytes, more than the %d KiB vmsup reads", len(data), userfile.MaxSpec>>10)}
@@ -94,23 +122,22 @@ func Parse(path string, data []byte) (*File, error) {
 	if len(f.pos) > MaxKeys {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("%d keys, more than the %d vmsup reads", len(f.pos), MaxKeys)}
 	}
-	if errs := f.bareDurations(); len(errs) > 0 {
+	errs, ok := f.decodeVM()
+	if !ok {
 		return nil, f.joinErrors(errs)
 	}
-	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
-	if err := dec.Decode(&f.VM); err != nil {
-		return nil, f.decodeError(err, reflect.TypeOf(VM{}))
-	}
-	if _, set := f.pos["stop_timeout"]; set && f.VM.StopTimeout == 0 {
+	if _, set := f.pos["stop_timeout"]; set && f.VM.StopTimeout == 0 && !f.Broken("stop_timeout") {
 		// Not "the default": a zero that meant 60 s surprised users.
-		return nil, f.Errorf("stop_timeout", "0s: must be more than 0s (leave it out for the default %s)", DefaultStopTimeout)
+		errs = append(errs, f.Errorf("stop_timeout", "0s: must be more than 0s (leave it out for the default %s)", DefaultStopTimeout))
+		f.bad = append(f.bad, "stop_timeout")
 	}
 	f.VM.applyDefaults()
 	f.resolvePaths()
-	if err := f.validate(); err != nil {
-		return nil, err
+	f.errs = append(errs, f.validateList()...)
+	if len(f.errs) == 0 {
+		return f, nil
 	}
-	return f, nil
+	return f, f.Err()
 }
 
 // Errorf returns an *Error for field (as named in error messages, e.g.
@@ -142,38 +169,15 @@ func (f *File) lookup(field string) Position {
 	return Position{}
 }
 
+// decodeError is the error of a one-round strict decode into root (a disk
+// file: ParseDisk).
 func (f *File) decodeError(err error, root reflect.Type) error {
 	var sm *toml.StrictMissingError
 	if errors.As(err, &sm) && len(sm.Errors) > 0 {
-		known := map[string]bool{}
-		knownKeys(root, "", known)
-		var errs []*Error
-		for _, de := range sm.Errors {
-			row, col := de.Position()
-			k, pos := f.keyAt(de.Key(), row, col)
-			errs = append(errs, &Error{File: f.Path, Pos: pos, Field: k,
-				Msg: unknownKeyMsg(indexRE.ReplaceAllString(k, "[]"), known), Err: err})
-		}
+		errs, _ := f.unknownKeys(sm, err, root)
 		return f.joinErrors(errs)
 	}
-	var de *toml.DecodeError
-	if errors.As(err, &de) {
-		row, col := de.Position()
-		k, _ := f.keyAt(de.Key(), row, col)
-		return &Error{File: f.Path, Pos: Position{row, col}, Field: k,
-			Msg: plainDecodeMsg(strings.TrimPrefix(de.Error(), "toml: ")), Err: err}
-	}
-	// Errors from a value's UnmarshalText for a non-string TOML value (memory =
-	// true) come without a position: find the key whose value was that text.
-	var ve *valueError
-	if errors.As(err, &ve) {
-		for k, p := range f.pos {
-			if p.value == ve.text {
-				return &Error{File: f.Path, Pos: p.Position, Field: k, Msg: ve.Error(), Err: err}
-			}
-		}
-	}
-	return &Error{File: f.Path, Msg: err.Error(), Err: err}
+	return f.typeError(err, root, nil)
 }
 
 func (f *File) resolvePaths() {
@@ -233,7 +237,9 @@ func positions(data []byte) map[string]keyPos {
 			if table != "" {
 				k = table + "." + k
 			}
-			out[k] = keyPos{Position: nodePos(n.Key()), value: string(n.Value().Data), kind: n.Value().Kind}
+			start := int(n.Raw.Offset)
+			out[k] = keyPos{Position: nodePos(n.Key()), value: string(n.Value().Data), kind: n.Value().Kind,
+				start: start, end: start + int(n.Raw.Length)}
 			if len(out) > MaxKeys {
 				return out // Parse refuses the file
 			}

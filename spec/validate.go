@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -29,9 +30,13 @@ func ValidName(s string) error {
 
 // validate runs every independent check and returns all their errors, in
 // file order (an *Errors): a user fixing a file wants the whole list at once.
-// Checks that depend on each other stay in one function, which stops at its
-// first error.
-func (f *File) validate() error {
+func (f *File) validate() error { return f.joinErrors(f.validateList()) }
+
+// validateList is validate's errors, in the order found. Checks that
+// depend on each other stay in one function, which stops at its first
+// error. An error about a field whose value was left out (f.bad: the wrong
+// type, a misspelt key) is dropped: it says the same again.
+func (f *File) validateList() []*Error {
 	var errs []*Error
 	add := func(err error) {
 		if err == nil {
@@ -62,7 +67,13 @@ func (f *File) validate() error {
 	for _, err := range f.validateNICs() {
 		add(err)
 	}
-	return f.joinErrors(errs)
+	kept := errs[:0]
+	for _, e := range errs {
+		if !slices.ContainsFunc(f.bad, func(b string) bool { return related(b, e.Field) }) {
+			kept = append(kept, e)
+		}
+	}
+	return kept
 }
 
 func (f *File) validateName() error {
@@ -202,6 +213,7 @@ func (f *File) validateBoot() error {
 func (f *File) validateDisks() []error {
 	var errs []error
 	seen := map[string]int{}
+	ok := map[int]bool{}
 	for i, d := range f.VM.Disks {
 		field := fmt.Sprintf("disk[%d]", i)
 		if err := ValidName(d.Name); err != nil {
@@ -215,9 +227,11 @@ func (f *File) validateDisks() []error {
 		seen[d.Name] = i
 		if err := f.validateDisk(field+".", &d); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		ok[i] = !f.Broken(field)
 	}
-	return errs
+	return append(errs, f.validateSharedImages(ok)...)
 }
 
 func (f *File) validateNICs() []error {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -84,4 +86,27 @@ func backingChain(ctx context.Context, file string) ([]string, error) {
 		chain = append(chain, a)
 	}
 	return chain, nil
+}
+
+// ImageID names the host object behind path, to find one image under two
+// names: a block device by its device number (any /dev name of it), a
+// file by its filesystem and inode (through symlinks, "..", hard links),
+// and a file not there yet by its clean path with the directory's
+// symlinks resolved.
+func ImageID(path string) string {
+	if path == "" {
+		return ""
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+			return fmt.Sprintf("block device %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+		return fmt.Sprintf("file %d:%d", st.Dev, st.Ino)
+	}
+	dir, base := filepath.Split(filepath.Clean(path))
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	return "path " + filepath.Join(dir, base)
 }

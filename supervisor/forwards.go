@@ -69,7 +69,11 @@ func (s *Supervisor) checkForwardPorts(f *spec.File) error {
 			return nil
 		}
 	}
+	var errs []error
 	for i, n := range f.VM.NICs {
+		if f.Broken(fmt.Sprintf("nic[%d]", i)) {
+			continue
+		}
 		for k, fw := range n.Forwards {
 			proto, host, port := spec.ForwardHost(fw)
 			if port == "0" {
@@ -89,13 +93,13 @@ func (s *Supervisor) checkForwardPorts(f *spec.File) error {
 				}
 			}
 			field := fmt.Sprintf("nic[%d].forwards[%d]", i, k)
-			if errors.Is(err, syscall.EADDRINUSE) {
-				return f.Errorf(field, "host port %s/%s is in use on this host (QEMU could not bind it)", port, proto)
-			}
-			if err != nil {
-				return f.Errorf(field, "host port %s/%s can't be bound here: %v", port, proto, err)
+			switch {
+			case errors.Is(err, syscall.EADDRINUSE):
+				errs = append(errs, f.Errorf(field, "host port %s/%s is in use on this host (QEMU could not bind it)", port, proto))
+			case err != nil:
+				errs = append(errs, f.Errorf(field, "host port %s/%s can't be bound here: %v", port, proto, err))
 			}
 		}
 	}
-	return nil
+	return f.Join(errs...)
 }

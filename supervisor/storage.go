@@ -28,40 +28,96 @@ func (s *Supervisor) tools() storage.Tools {
 
 // checkStorage checks every disk of f (and the disks attached to the VM
 // earlier, which the next start boots with) before anything is started:
-// one clear error naming the file, the disk field and the disk.
-func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File) error {
+// one clear error per disk naming the file, the disk field and the disk.
+// Disks with a problem in the file (f.Broken) are skipped; named says
+// whether the VM's name is sound, to look for its running QEMU and its
+// records.
+func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File, named bool) error {
 	ctx, cancel := context.WithTimeout(ctx, storageCheckTimeout)
 	defer cancel()
 	t := s.tools()
-	_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
-	running := qmpErr == nil
+	running := false
 	uuid := f.VM.UUID // the UUID the VM logs in to iSCSI targets with, when known
 	var moved map[string]vmstate.MovedDisk
-	if app, err := s.state.ReadApplied(f.VM.Name); err == nil {
-		uuid = cmp.Or(uuid, app.UUID)
-		moved = app.Moved
-	}
-	tree, err := snapshot.Load(s.paths(f.VM.Name).Snapshots())
-	if err != nil {
-		return f.Errorf("disk", "%v", err)
+	tree := &snapshot.Tree{}
+	if named {
+		_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
+		running = qmpErr == nil
+		if app, err := s.state.ReadApplied(f.VM.Name); err == nil {
+			uuid = cmp.Or(uuid, app.UUID)
+			moved = app.Moved
+		}
+		var err error
+		if tree, err = snapshot.Load(s.paths(f.VM.Name).Snapshots()); err != nil {
+			return f.Errorf("disk", "%v", err)
+		}
 	}
 	// Checked as the VM will open them: moved, on their snapshot overlays.
+	disks := make([]spec.Disk, len(f.VM.Disks))
 	for i, od := range bootDisks(&f.VM, moved, nil, tree) {
-		d := od.Opened()
+		disks[i] = od.Opened()
+	}
+	var errs []error
+	ok := map[int]bool{}
+	for i, d := range disks {
+		if f.Broken(fmt.Sprintf("disk[%d]", i)) {
+			continue
+		}
 		d.InitiatorName = d.InitiatorFor(uuid)
 		err := t.Check(ctx, d)
 		if errors.Is(err, storage.ErrInUse) && running {
 			// The VM runs and holds its own images; up leaves it alone.
-			continue
+			err = nil
 		}
 		if errors.Is(err, storage.ErrInUse) {
 			err = s.heldBy(f.VM.Name, d, err)
 		}
 		if err != nil {
-			return diskFieldError(f, i, err)
+			errs = append(errs, diskFieldError(f, i, err))
+			continue
+		}
+		ok[i] = true
+	}
+	errs = append(errs, checkSharedImages(ctx, f, disks, ok)...)
+	return f.Join(errs...)
+}
+
+// checkSharedImages refuses one host image opened by two of disks where
+// either writes it (QEMU's write lock would refuse the second at start),
+// as the file's own check does with the paths as written: here the host
+// objects behind them, through symlinks, "..", hard links, two /dev names
+// of one block device, and the bases of an existing image's backing
+// chain. Only the disks that passed their checks (ok) are looked at.
+func checkSharedImages(ctx context.Context, f *spec.File, disks []spec.Disk, ok map[int]bool) []error {
+	var uses []spec.ImageUse
+	for _, u := range spec.ImageUses(disks) {
+		if ok[u.Disk] {
+			uses = append(uses, u)
 		}
 	}
-	return nil
+	if len(uses) < 2 {
+		return nil
+	}
+	var all []spec.ImageUse
+	for _, u := range uses {
+		u.ID = storage.ImageID(u.Path)
+		all = append(all, u)
+		d := disks[u.Disk]
+		if u.Key != "file" || d.Type != spec.DiskFile || d.Format != spec.FormatQcow2 {
+			continue
+		}
+		if _, err := os.Stat(d.File); err != nil {
+			continue // created at start, on its backing (a use of its own)
+		}
+		files, err := storage.DiskFiles(ctx, d) // the image and its bases
+		if err != nil {
+			continue // its own check read the chain: nothing to add
+		}
+		for _, b := range files[1:] {
+			all = append(all, spec.ImageUse{Disk: u.Disk, Key: "file", Path: b.Path, ID: storage.ImageID(b.Path), Base: true})
+		}
+	}
+	return f.SharedImages(disks, all)
 }
 
 // samePath reports whether a and b name one file (through symlinks, or

@@ -50,44 +50,59 @@ func (s *Supervisor) Validate(files ...*spec.File) error {
 }
 
 // ValidateContext is Validate bounded by ctx (each check has its own bound
-// too: storage probes, NIC targets, the confinement's image rule).
+// too: storage probes, NIC targets, the confinement's image rule). Every
+// check runs and the error names every problem, one line each in file
+// order (a *spec.Errors per file, files joined), except the checks that
+// build on the others: the argv and the confinement check need everything
+// else sound (they would say again, in their words, what another check
+// said). A file from spec.ParsePartial brings its own errors; the host
+// checks skip the fields they concern.
 func (s *Supervisor) ValidateContext(ctx context.Context, files ...*spec.File) error {
 	seen := map[string]string{}
+	var errs []error
 	for _, f := range files {
-		if prev, dup := seen[f.VM.Name]; dup {
-			return f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+		var dup error
+		if prev, ok := seen[f.VM.Name]; ok {
+			dup = f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+		} else {
+			seen[f.VM.Name] = f.Path
 		}
-		seen[f.VM.Name] = f.Path
-		if err := checkHost(f, s.hostFacts(), s.opts.QEMU); err != nil {
-			return err
-		}
-		accel, _, _, err := s.resolveHost(f)
-		if err != nil {
-			return err
-		}
-		if err := s.checkStorage(ctx, f); err != nil {
-			return err
-		}
-		if _, err := s.Argv(f); err != nil {
-			return err
-		}
-		if err := s.validateNICs(ctx, f); err != nil {
-			return err
-		}
-		if err := s.checkForwardPorts(f); err != nil {
-			return err
-		}
-		if err := s.checkHostDevs(f); err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel)
-		cancel()
-		if err != nil {
-			return err
-		}
+		errs = append(errs, s.validateFile(ctx, f, dup))
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// validateFile runs the host checks of one file and joins their errors
+// with the file's own (f.Join).
+func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) error {
+	errs := []error{dup}
+	sound := true
+	check := func(err error) {
+		errs = append(errs, err)
+		sound = sound && err == nil
+	}
+	named := f.Err() == nil || !f.Broken("name") // paths in the state root need the name
+	check(f.Err())                               // argv and confinement need the whole spec
+	check(checkHost(f, s.hostFacts(), s.opts.QEMU))
+	accel, _, _, err := s.resolveHost(f)
+	check(err)
+	check(s.checkStorage(ctx, f, named))
+	check(s.validateNICs(ctx, f))
+	if named {
+		check(s.checkForwardPorts(f))
+	}
+	check(s.checkHostDevs(f))
+	if !sound {
+		return f.Join(errs...)
+	}
+	// The argv renders all of the above (vhost, disks, devices), and the
+	// confinement looks at the images' chains and the devices' groups.
+	_, err = s.Argv(f)
+	errs = append(errs, err)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	errs = append(errs, s.confiner().Check(cctx, f, s.paths(f.VM.Name), accel))
+	cancel()
+	return f.Join(errs...)
 }
 
 // Argv returns the exact QEMU command line vmsup would run for f.

@@ -115,7 +115,7 @@ func moveOptions(vm, to, format, specFile, speed string) (supervisor.MoveOptions
 	if speed != "" {
 		n, err := spec.ParseSize(speed)
 		if err != nil {
-			return o, usageError{fmt.Errorf("--speed %q: %w", speed, err)}
+			return o, usageError{fmt.Errorf("--speed: %w", err)}
 		}
 		o.Speed = int64(n)
 	}

@@ -51,7 +51,7 @@ Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
 				if bandwidth != "" {
 					bw, err := spec.ParseSize(bandwidth)
 					if err != nil {
-						return usageError{fmt.Errorf("--bandwidth %q: %w", bandwidth, err)}
+						return usageError{fmt.Errorf("--bandwidth: %w", err)}
 					}
 					o.Bandwidth = int64(bw)
 				}

@@ -27,7 +27,10 @@ its configuration, so edit it to keep them at the next up.`,
 			o.CPUs = cpus
 			if memory != "" {
 				m, err := spec.ParseSize(memory)
-				if err != nil || m <= 0 {
+				if err != nil {
+					return usageError{fmt.Errorf("--memory: %w", err)}
+				}
+				if m <= 0 {
 					return usageError{fmt.Errorf("--memory %q: want a size such as 512M or 2G", memory)}
 				}
 				o.Memory = m

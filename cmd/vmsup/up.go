@@ -30,21 +30,40 @@ func loadFiles(sup *supervisor.Supervisor, args []string) ([]*spec.File, error) 
 	return fs, errors.Join(errs...)
 }
 
-// loadFile parses the file arg names: a path, or the name of a VM vmsup
-// knows, for the file that VM belongs to (its clone file, an exported or
-// adopted one).
+// loadFile parses the file arg names (fileArg).
 func loadFile(sup *supervisor.Supervisor, arg string) (*spec.File, error) {
+	path, err := fileArg(sup, arg)
+	if err != nil {
+		return nil, err
+	}
+	return spec.Load(path)
+}
+
+// loadFilePartial is loadFile giving the file as far as it could be read
+// with its errors (spec.LoadPartial), for validate.
+func loadFilePartial(sup *supervisor.Supervisor, arg string) (*spec.File, error) {
+	path, err := fileArg(sup, arg)
+	if err != nil {
+		return nil, err
+	}
+	return spec.LoadPartial(path)
+}
+
+// fileArg is the path of the file arg names: a path, or the name of a VM
+// vmsup knows, for the file that VM belongs to (its clone file, an
+// exported or adopted one).
+func fileArg(sup *supervisor.Supervisor, arg string) (string, error) {
 	if sup == nil || isFileArg(arg) || spec.ValidName(arg) != nil {
-		return spec.Load(arg)
+		return arg, nil
 	}
 	if _, err := os.Stat(arg); err == nil {
-		return spec.Load(arg) // a file in the working directory named like a VM
+		return arg, nil // a file in the working directory named like a VM
 	}
 	path, err := sup.FileOf(arg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: no such file, and %w", arg, err)
+		return "", fmt.Errorf("%s: no such file, and %w", arg, err)
 	}
-	return spec.Load(path)
+	return path, nil
 }
 
 func upCmd(g *globals) *cobra.Command {

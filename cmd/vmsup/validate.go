@@ -24,10 +24,12 @@ func validateCmd(g *globals) *cobra.Command {
 				var last error
 				seen := map[string]string{}
 				for _, p := range args {
-					f, err := loadFile(sup, p)
-					if err == nil {
-						if prev, dup := seen[f.VM.Name]; dup {
-							err = f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev)
+					// A file with errors in fields is checked against the
+					// host too: one run names every problem.
+					f, err := loadFilePartial(sup, p)
+					if f != nil {
+						if prev, dup := seen[f.VM.Name]; dup && f.VM.Name != "" {
+							err = f.Join(f.Err(), f.Errorf("name", "VM %q is also defined in %s", f.VM.Name, prev))
 						} else {
 							seen[f.VM.Name] = f.Path
 							err = sup.ValidateContext(cmd.Context(), f)

@@ -35,39 +35,34 @@ func MemTotal() int64 {
 
 // CheckSpec checks what the spec refers to on this host: QEMU, files that
 // exist and are readable, memory that fits in memTotal bytes (0: unknown),
-// firmware packages. Errors name the field.
+// firmware packages. Errors name the field, one per problem (f.Join).
 func CheckSpec(f *spec.File, memTotal int64, qemu string) error {
 	vm := &f.VM
+	var errs []error
 	if _, err := exec.LookPath(qemu); err != nil {
-		return fmt.Errorf("%s: QEMU binary %q not found (install qemu-system-x86)", f.Path, qemu)
+		errs = append(errs, fmt.Errorf("%s: QEMU binary %q not found (install qemu-system-x86)", f.Path, qemu))
 	}
 	if memTotal > 0 && int64(vm.Memory) > memTotal {
-		return f.Errorf("memory", "%s is more than this host's RAM (%s)", vm.Memory, spec.Size(memTotal))
+		errs = append(errs, f.Errorf("memory", "%s is more than this host's RAM (%s)", vm.Memory, spec.Size(memTotal)))
 	}
-	if err := fileReadable(f, "boot.kernel", vm.Boot.Kernel); err != nil {
-		return err
-	}
-	if err := fileReadable(f, "boot.initrd", vm.Boot.Initrd); err != nil {
-		return err
-	}
-	if err := checkPinning(f); err != nil {
-		return err
-	}
-	if err := checkGuestDevs(f); err != nil {
-		return err
-	}
+	errs = append(errs, fileReadable(f, "boot.kernel", vm.Boot.Kernel), fileReadable(f, "boot.initrd", vm.Boot.Initrd),
+		checkPinning(f), checkGuestDevs(f), checkFirmware(f))
 	// Disks are checked by checkStorage (images may be created on demand).
-	switch vm.Boot.Firmware {
+	return f.Join(errs...)
+}
+
+// checkFirmware: the firmware files of boot.firmware are installed.
+func checkFirmware(f *spec.File) error {
+	b := f.VM.Boot
+	switch b.Firmware {
 	case spec.FirmwareUEFI:
-		if BootCode(vm.Boot) == "" || VarsTemplate(vm.Boot) == "" {
-			if vm.Boot.SecureBoot {
+		if BootCode(b) == "" || VarsTemplate(b) == "" {
+			if b.SecureBoot {
 				return f.Errorf("boot.secure_boot", "needs OVMF's Secure Boot build and keys (install the ovmf package)")
 			}
 			return f.Errorf("boot.firmware", "uefi needs OVMF (install the ovmf package)")
 		}
-		if err := fileReadable(f, "boot.vars_template", vm.Boot.VarsTemplate); err != nil {
-			return err
-		}
+		return fileReadable(f, "boot.vars_template", b.VarsTemplate)
 	case spec.FirmwareQboot:
 		if FirmwareCode(spec.FirmwareQboot) == "" {
 			return f.Errorf("boot.firmware", "qboot needs %s (qemu-system-data)", QbootROM())

@@ -130,20 +130,26 @@ func (m *Manager) ovs(db string) netsetup.OVS { return netsetup.OVS{DB: db} }
 func netnsName(vm string) string { return "vmsup-" + vm }
 
 // Check checks what the NICs refer to on this host, before anything
-// is made; errors name the NIC and its field.
+// is made; errors name the NIC and its field, one per NIC (f.Join). NICs
+// with a problem in the file itself (f.Broken) are skipped.
 func (m *Manager) Check(ctx context.Context, f *spec.File) error {
 	vhost := m.Vhost()
+	var errs []error
 	for i, n := range f.VM.NICs {
 		field := func(name string) string { return fmt.Sprintf("nic[%d].%s", i, name) }
+		if f.Broken(fmt.Sprintf("nic[%d]", i)) {
+			continue // the file's own error says what is wrong with it
+		}
 		if err := m.CheckNIC(ctx, n, vhost); err != nil {
 			var fe *FieldError
 			if errors.As(err, &fe) {
-				return f.Errorf(field(fe.Field), "nic %q: %v", n.Name, fe.Err)
+				errs = append(errs, f.Errorf(field(fe.Field), "nic %q: %v", n.Name, fe.Err))
+				continue
 			}
-			return f.Errorf(field("type"), "nic %q: %v", n.Name, err)
+			errs = append(errs, f.Errorf(field("type"), "nic %q: %v", n.Name, err))
 		}
 	}
-	return nil
+	return f.Join(errs...)
 }
 
 // FieldError is a NIC check's failure of one of its fields.

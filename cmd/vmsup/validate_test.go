@@ -1,0 +1,107 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestCLIValidateOneRun: one validate run names every problem of a file:
+// a value of the wrong type, a bad value and a missing bridge (a host
+// check), one line each in file order, exit 1.
+func TestCLIValidateOneRun(t *testing.T) {
+	dir := t.TempDir()
+	p := write(t, dir, "one.toml", "name='one'\nmemory='256M'\ncpus='two'\nmachine='q99'\n[boot]\nkernel='"+env.Guest.Kernel+"'\n"+
+		"[[nic]]\nname='lan'\ntype='bridge'\nbridge='nosuchbr0'\n")
+	r := vmsup(t, t.TempDir(), "", "validate", p)
+	want := "vmsup: " + p + ":3:6: cpus: want a whole number, not a TOML string\n" +
+		"vmsup: " + p + ":4:1: machine: unknown machine \"q99\" (want \"q35\" or \"pc\")\n" +
+		"vmsup: " + p + ":10:1: nic[0].bridge: nic \"lan\": no Linux bridge \"nosuchbr0\" on this host\n"
+	if r.code != 1 || r.stderr != want || r.stdout != "" {
+		t.Fatalf("validate: %+v\nwant exit 1, stderr:\n%s", r, want)
+	}
+	// Sizes in flags are binary too: "1GB" is refused, not taken as 1G.
+	r = vmsup(t, t.TempDir(), "", "set", "nosuch", "--memory", "1GB")
+	if want := "vmsup: --memory: \"1GB\" is ambiguous: write \"1G\" (GiB, 1024^3) or \"1000M\"\n"; r.code != 2 || r.stderr != want {
+		t.Fatalf("set --memory 1GB: %+v\nwant exit 2, stderr %s", r, want)
+	}
+	if strings.Contains(r.stdout, "nosuch") {
+		t.Errorf("set ran: %q", r.stdout)
+	}
+}
+
+// TestCLIValidateSharedImage: one image under two names (a symlink, two
+// device nodes of one loop device, the base of an existing overlay) used
+// by two disks is refused at validate time naming both disks; QEMU would
+// refuse it at start with its write lock. Read-only disks may share one.
+func TestCLIValidateSharedImage(t *testing.T) {
+	dir := t.TempDir()
+	head := "name='sh'\nmemory='256M'\n[boot]\nkernel='" + env.Guest.Kernel + "'\n"
+	raw := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, make([]byte, 1<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := raw("a.raw")
+	link := filepath.Join(dir, "link.raw")
+	if err := os.Symlink(a, link); err != nil {
+		t.Fatal(err)
+	}
+	// A loop device and a second node of it, as /dev/disk/by-* names are.
+	out, err := exec.Command("losetup", "--find", "--show", raw("b.raw")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup (a loop device is needed for the block device case): %v %s", err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", loop).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v %s", loop, err, out)
+		}
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(loop, &st); err != nil {
+		t.Fatal(err)
+	}
+	alias := filepath.Join(dir, "loop-alias")
+	if err := syscall.Mknod(alias, syscall.S_IFBLK|0o600, int(st.Rdev)); err != nil {
+		t.Fatal(err)
+	}
+	base, top := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "top.qcow2")
+	for _, args := range [][]string{{"create", "-f", "qcow2", base, "1M"}, {"create", "-f", "qcow2", "-b", base, "-F", "qcow2", top}} {
+		if out, err := exec.Command("qemu-img", args...).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img %v: %v %s", args, err, out)
+		}
+	}
+	iso := raw("d.iso")
+	isoLink := filepath.Join(dir, "d-link.iso")
+	if err := os.Symlink(iso, isoLink); err != nil {
+		t.Fatal(err)
+	}
+	const also = " (one image can back only one disk)"
+	for _, c := range []struct{ name, disks, want string }{
+		{"symlink", "[[disk]]\nname='root'\nfile='" + a + "'\n[[disk]]\nname='data'\nfile='" + link + "'\n",
+			":10:1: disk[1].file: " + link + " is also disk \"root\"'s image " + a + also},
+		{"block device", "[[disk]]\nname='a'\ntype='block'\nfile='" + loop + "'\n[[disk]]\nname='b'\ntype='block'\nfile='" + alias + "'\n",
+			":12:1: disk[1].file: " + alias + " is also disk \"a\"'s image " + loop + also},
+		{"overlay on another disk's image", "[[disk]]\nname='base'\nfile='" + base + "'\n[[disk]]\nname='top'\nfile='" + top + "'\n",
+			":10:1: disk[1].file: its base image " + base + " is also disk \"base\"'s image, which it writes" + also},
+		{"an ISO twice", "[[disk]]\nname='cd1'\ntype='iso'\nfile='" + iso + "'\n[[disk]]\nname='cd2'\ntype='iso'\nfile='" + isoLink + "'\n", ""},
+	} {
+		p := write(t, dir, "sh.toml", head+c.disks)
+		r := vmsup(t, t.TempDir(), "", "validate", p)
+		if c.want == "" {
+			if r.code != 0 {
+				t.Errorf("%s: %+v, want valid", c.name, r)
+			}
+			continue
+		}
+		if want := "vmsup: " + p + c.want + "\n"; r.code != 1 || r.stderr != want {
+			t.Errorf("%s: %+v\nwant exit 1, stderr %s", c.name, r, want)
+		}
+	}
+}

@@ -93,12 +93,20 @@ func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit, o Do
 	}
 	if !o.Kill {
 		res.Step, err = s.gracefulStop(ctx, name, o)
+		if err != nil && ctx.Err() != nil {
+			// Interrupted (Ctrl-C): nothing more is done to the VM.
+			res.Step = ""
+			return res, s.interruptedDown(ctx, name, lu, err)
+		}
 	}
 	if err != nil || res.Step == "" {
 		s.opts.Logger.Warn("graceful stop failed, killing", "vm", name, "err", err)
 		res.Step = StoppedKill
-		_ = os.WriteFile(s.paths(name).KillMark(), nil, 0o600)
+		// The mark tells the stop-post hook this SIGKILL was vmsup's.
+		mark := s.paths(name).KillMark()
+		_ = os.WriteFile(mark, nil, 0o600)
 		if err := sd.Kill(ctx, unit, syscall.SIGKILL); err != nil {
+			os.Remove(mark) // nothing was killed
 			return res, vmErr(name, fmt.Errorf("kill: %w", err))
 		}
 	}
@@ -127,6 +135,48 @@ func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 // ErrNotFound means vmsup knows no VM of that name.
 var ErrNotFound = errors.New("no such VM")
 
+// ErrInterrupted means a command's context ended (Ctrl-C, SIGTERM) before
+// it was done; its error says in what state it left the VM. The error
+// also matches the context's own (context.Canceled, ...).
+var ErrInterrupted = errors.New("interrupted")
+
+// interruptedError is ErrInterrupted with the state left and the cause.
+type interruptedError struct {
+	msg   string
+	cause error
+}
+
+func (e *interruptedError) Error() string   { return "interrupted: " + e.msg }
+func (e *interruptedError) Unwrap() []error { return []error{ErrInterrupted, e.cause} }
+
+// stopAsked is gracefulStop's error when its context ended first: what it
+// had asked of the VM by then ("" for nothing).
+type stopAsked struct {
+	asked string
+	err   error
+}
+
+func (e *stopAsked) Error() string { return e.err.Error() }
+func (e *stopAsked) Unwrap() error { return e.err }
+
+// interruptedDown is the error of a down whose context ended while it
+// waited (err): it says whether the VM still runs and what it had been
+// asked; nothing was killed.
+func (s *Supervisor) interruptedDown(ctx context.Context, name string, lu *lockedUnit, err error) error {
+	asked := "nothing was asked of it"
+	var sa *stopAsked
+	if errors.As(err, &sa) && sa.asked != "" {
+		asked = sa.asked
+	}
+	state := "still running"
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if st, serr := lu.sd.Status(sctx, lu.unit); serr == nil && st.Gone() {
+		state = "no longer running (it ended meanwhile)"
+	}
+	return vmErr(name, &interruptedError{msg: fmt.Sprintf("it is %s (%s; nothing was killed)", state, asked), cause: ctx.Err()})
+}
+
 // stopSettings are the VM's stop_timeout and shutdown method, from the spec
 // it runs with (defaults if that cannot be read).
 func (s *Supervisor) stopSettings(name string) (time.Duration, string) {
@@ -154,15 +204,15 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOption
 		o.Force = true // a panicked guest cannot act on a powerdown: waiting would only cost stop_timeout
 	}
 	if !o.Force {
-		step := StoppedACPI
+		step, asked := StoppedACPI, "its guest was asked to power off"
 		if method == spec.ShutdownAgent && s.agentShutdown(ctx, name, c, "powerdown") {
-			step = StoppedAgent
+			step, asked = StoppedAgent, "its guest agent was asked to shut the guest down"
 		} else if err := c.SystemPowerdown(ctx); err != nil && !errors.Is(err, qmp.ErrClosed) {
 			return "", err
 		}
 		done, err := waitGone(ctx, c.Done(), timeout, o.Waiting)
 		if err != nil {
-			return "", err
+			return "", &stopAsked{asked: asked, err: err}
 		}
 		if done {
 			return step, nil
@@ -175,6 +225,9 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOption
 	case <-c.Done():
 		return StoppedQuit, nil
 	case <-qctx.Done():
+		if ctx.Err() != nil {
+			return "", &stopAsked{asked: "QEMU was asked to quit", err: ctx.Err()}
+		}
 		return "", fmt.Errorf("QEMU ignored quit")
 	}
 }

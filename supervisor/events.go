@@ -256,7 +256,9 @@ func (s *Supervisor) recordEnd(name, unit string, app *vmstate.Applied, recs []e
 	}
 	result := os.Getenv("SERVICE_RESULT")
 	ev, reason := endKind(recs, result)
-	if os.Remove(s.paths(name).KillMark()) == nil {
+	// The mark is vmsup's SIGKILL only for an end by a signal: a mark left
+	// by a kill that never happened must not relabel a clean stop.
+	if os.Remove(s.paths(name).KillMark()) == nil && result == "signal" {
 		ev, reason = EventStopped, "killed by vmsup"
 	}
 	s.lifecycle(name, ev, map[string]string{"reason": reason, "result": result, "exit_code": os.Getenv("EXIT_CODE"),

@@ -31,7 +31,7 @@ type actionJSON struct {
 // errorJSON is an error as --json prints it.
 type errorJSON struct {
 	Message  string `json:"message"`
-	Kind     string `json:"kind"` // usage, not-found, busy, not-running, failed
+	Kind     string `json:"kind"` // usage, not-found, busy, not-running, interrupted, failed
 	ExitCode int    `json:"exit_code"`
 }
 
@@ -40,7 +40,8 @@ func toErrorJSON(err error) *errorJSON {
 		return nil
 	}
 	code := exitCode(err)
-	kind := map[int]string{exitUsage: "usage", exitNotFound: "not-found", exitBusy: "busy", exitNotRunning: "not-running"}[code]
+	kind := map[int]string{exitUsage: "usage", exitNotFound: "not-found", exitBusy: "busy", exitNotRunning: "not-running",
+		exitInterrupted: "interrupted"}[code]
 	if kind == "" {
 		kind = "failed"
 	}

@@ -62,7 +62,7 @@ func run(args []string) int {
 		case <-time.After(cancelGrace):
 		}
 		fmt.Fprintln(os.Stderr, "vmsup: interrupted")
-		os.Exit(130)
+		os.Exit(exitInterrupted)
 	}()
 	if len(args) == 1 && args[0] == "--version" {
 		printVersion(os.Stdout, envOr("VMSUP_QEMU", "/usr/bin/qemu-system-x86_64"))
@@ -90,6 +90,9 @@ const (
 	exitNotFound   = 3 // no VM of that name
 	exitBusy       = 4 // another vmsup command holds the VM
 	exitNotRunning = 5 // the VM exists but its QEMU does not run
+	// exitInterrupted: Ctrl-C or SIGTERM ended the command; its error says
+	// what state it left (as the shell's 128+SIGINT).
+	exitInterrupted = 130
 )
 
 func exitCode(err error) int {
@@ -111,6 +114,8 @@ func exitCode(err error) int {
 		return exitBusy
 	case errors.Is(err, supervisor.ErrNotRunning):
 		return exitNotRunning
+	case errors.Is(err, supervisor.ErrInterrupted):
+		return exitInterrupted
 	}
 	return exitFailed
 }
@@ -135,7 +140,8 @@ func newRoot() (*cobra.Command, *globals) {
 		Short: "Run QEMU VMs from TOML files as systemd units, controlled over QMP",
 		Long: "Run QEMU VMs from TOML files as systemd units, controlled over QMP.\n\n" +
 			"Exit codes: 0 done, 1 failed, 2 usage (bad flags or arguments), 3 no such VM,\n" +
-			"4 busy (another vmsup command holds the VM), 5 the VM is not running.",
+			"4 busy (another vmsup command holds the VM), 5 the VM is not running,\n" +
+			"130 interrupted (Ctrl-C; the error says what state the command left).",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

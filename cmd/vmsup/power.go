@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -119,7 +120,10 @@ func killCmd(g *globals) *cobra.Command {
 func eachVM(g *globals, cmd *cobra.Command, args []string, verb string, fn func(arg string) (actionJSON, string, error)) error {
 	failed := 0
 	var last error
-	for _, a := range args {
+	for i, a := range args {
+		if i > 0 && errors.Is(last, supervisor.ErrInterrupted) {
+			return fmt.Errorf("%s: %w after %d of %d VMs (the others were left alone)", verb, supervisor.ErrInterrupted, i, len(args))
+		}
 		act, line, err := fn(a)
 		if err != nil {
 			failed++

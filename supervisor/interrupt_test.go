@@ -15,7 +15,9 @@ import (
 // TestInterruptedDown: a down cancelled while the guest is given time to
 // power off (Ctrl-C) says it was interrupted and what it left: the VM runs
 // on, nothing was killed, no kill is recorded, and the next clean stop is
-// recorded as the stop it was, not as "killed by vmsup".
+// recorded as the stop it was, not as "killed by vmsup". The same guest
+// serves a smaller check first: EventsSince gives a caller that subscribes
+// after the start the "started" event.
 func TestInterruptedDown(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	root := t.TempDir()
@@ -26,6 +28,8 @@ func TestInterruptedDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sup.Kill(context.Background(), "intr") })
+
+	eventsSinceStart(t, ctx, sup, t0)
 
 	st, _ := sup.Status(ctx, "intr")
 	sh := supervisortest.Shell(t, ctx, st)

@@ -47,6 +47,11 @@ func (v *VM) Reboot(ctx context.Context, mode RebootMode) (RebootResult, error) 
 // Events is Supervisor.Events.
 func (v *VM) Events(ctx context.Context) (<-chan Event, error) { return v.s.Events(ctx, v.name) }
 
+// EventsSince is Supervisor.EventsSince.
+func (v *VM) EventsSince(ctx context.Context, since time.Time) (<-chan Event, error) {
+	return v.s.EventsSince(ctx, v.name, since)
+}
+
 // WaitState is Supervisor.WaitState.
 func (v *VM) WaitState(ctx context.Context, want State) (Status, error) {
 	return v.s.WaitState(ctx, v.name, want)
@@ -104,15 +109,26 @@ type Event struct {
 // ends or the VM's QEMU ends (then the channel closes). It reads the event
 // log and history (FollowEvents), so any number of callers can listen.
 func (s *Supervisor) Events(ctx context.Context, name string) (<-chan Event, error) {
+	return s.EventsSince(ctx, name, time.Now())
+}
+
+// EventsSince is Events from since on: what happened before the call comes
+// first, so a caller that starts the VM and then subscribes gets its
+// "started" event. Only the end of the QEMU running now closes the
+// channel, not that of an earlier run since then.
+func (s *Supervisor) EventsSince(ctx context.Context, name string, since time.Time) (<-chan Event, error) {
 	if err := spec.ValidName(name); err != nil {
 		return nil, vmErr(name, err)
 	}
 	if _, err := os.Stat(s.paths(name).QMP); err != nil {
 		return nil, s.absent(name)
 	}
+	var started time.Time // this QEMU's start: ends before it are an earlier run's
+	if app, err := s.state.ReadApplied(name); err == nil {
+		started = app.StartedAt
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	out := make(chan Event, 64)
-	since := time.Now()
 	go func() {
 		defer close(out)
 		defer cancel()
@@ -122,7 +138,7 @@ func (s *Supervisor) Events(ctx context.Context, name string) (<-chan Event, err
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			if e.Source == eventlog.SourceVmsup && (e.Kind == EventStopped || e.Kind == EventCrashed) {
+			if e.Source == eventlog.SourceVmsup && (e.Kind == EventStopped || e.Kind == EventCrashed) && !e.Time.Before(started) {
 				return errEventsEnded
 			}
 			return nil

@@ -56,6 +56,9 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 	if !v.Booted.HasGuestAgent() {
 		return AgentStatus{}, vmErr(name, errors.New("guest_agent = false: it has no agent channel"))
 	}
+	if err := agentCanAnswer(ctx, name, c); err != nil {
+		return AgentStatus{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
 	fail := func(err error) (AgentStatus, error) {
@@ -82,6 +85,24 @@ func (s *Supervisor) guestPing(ctx context.Context, name string, c *qmp.Conn) (A
 		st.Addresses = guestAddrs(ifs)
 	}
 	return st, nil
+}
+
+// ErrPaused means the VM's guest is paused (vmsup pause): its guest agent
+// cannot answer until it is resumed.
+var ErrPaused = errors.New("paused")
+
+// agentCanAnswer says why the guest agent cannot answer now, if QEMU (on
+// its monitor c) does not run the guest: paused, suspended, migrating.
+// Asking would only wait for the agent's timeout.
+func agentCanAnswer(ctx context.Context, name string, c *qmp.Conn) error {
+	qs, err := c.QueryStatus(ctx)
+	switch {
+	case err != nil || qs.Running:
+		return nil // the agent's own answer (or timeout) says more
+	case qs.Status == "paused":
+		return vmErr(name, fmt.Errorf("%w: the guest agent cannot answer while the VM is paused (vmsup resume %s)", ErrPaused, name))
+	}
+	return vmErr(name, fmt.Errorf("the guest agent cannot answer while the guest does not run (QEMU status %q)", qs.Status))
 }
 
 // agentSession connects to the VM's guest agent, one client at a time.

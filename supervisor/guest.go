@@ -51,6 +51,10 @@ func (s *Supervisor) guestAgent(ctx context.Context, name string, fn func(*qmp.A
 	if err != nil {
 		return err
 	}
+	if err := agentCanAnswer(ctx, name, c); err != nil {
+		release()
+		return err
+	}
 	open := c.FrontendOpen(ctx, qemuargs.AgentChardevID)
 	release()
 	if !open {

@@ -16,8 +16,9 @@ import (
 // power off (Ctrl-C) says it was interrupted and what it left: the VM runs
 // on, nothing was killed, no kill is recorded, and the next clean stop is
 // recorded as the stop it was, not as "killed by vmsup". The same guest
-// serves a smaller check first: EventsSince gives a caller that subscribes
-// after the start the "started" event.
+// serves two smaller checks first: EventsSince gives a caller that
+// subscribes after the start the "started" event, and the guest agent's
+// commands on a paused VM say so at once instead of timing out.
 func TestInterruptedDown(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	root := t.TempDir()
@@ -33,6 +34,7 @@ func TestInterruptedDown(t *testing.T) {
 
 	st, _ := sup.Status(ctx, "intr")
 	sh := supervisortest.Shell(t, ctx, st)
+	pausedAgent(t, ctx, sup)
 
 	// The guest ignores the power button from here on.
 	if out, code, err := sh.Run(ctx, "kill $(pidof acpid)"); err != nil || code != 0 {
@@ -80,3 +82,44 @@ func TestInterruptedDown(t *testing.T) {
 		t.Errorf("the clean stop is recorded as %s (%s), want stopped (guest-shutdown)", last.Kind, last.Reason)
 	}
 }
+
+// pausedAgent: the guest agent's commands on a paused VM fail at once,
+// saying why and what to do.
+func pausedAgent(t *testing.T, ctx context.Context, sup *supervisor.Supervisor) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if a, err := sup.GuestPing(ctx, "intr"); err == nil && a.Responding {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("guest agent never answered: %+v %v", a, err)
+		}
+	}
+	if err := sup.Pause(ctx, "intr"); err != nil {
+		t.Fatal(err)
+	}
+	want := `vm "intr": paused: the guest agent cannot answer while the VM is paused (vmsup resume intr)`
+	checks := map[string]func(context.Context) error{
+		"exec": func(ctx context.Context) error { _, err := sup.Exec(ctx, "intr", []string{"true"}, 0); return err },
+		"cp": func(ctx context.Context) error {
+			_, err := sup.CopyFromGuest(ctx, "intr", "/init", &discard{}, supervisor.CopyOptions{})
+			return err
+		},
+		"ping": func(ctx context.Context) error { _, err := sup.GuestPing(ctx, "intr"); return err },
+	}
+	for name, fn := range checks {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		start := time.Now()
+		err := fn(cctx)
+		cancel()
+		if err == nil || err.Error() != want || time.Since(start) > 3*time.Second {
+			t.Errorf("%s on a paused VM: %v after %s\n want at once: %s", name, err, time.Since(start).Round(time.Millisecond), want)
+		}
+	}
+	if err := sup.Resume(ctx, "intr"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(b []byte) (int, error) { return len(b), nil }

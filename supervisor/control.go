@@ -88,7 +88,7 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 		return nil, vmErr(name, err)
 	}
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
-		return nil, vmErr(name, ErrNotFound) // nothing to send to, nothing to log
+		return nil, s.notFound(name) // nothing to send to, nothing to log
 	}
 	verdict := "passed"
 	perr := qmppolicy.Check(command, s.paths(name).Dir)

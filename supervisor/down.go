@@ -86,7 +86,7 @@ func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit, o Do
 			}
 		}
 		if _, err := os.Stat(s.paths(name).Dir); err != nil && !st.Exists {
-			return res, vmErr(name, ErrNotFound)
+			return res, s.notFound(name)
 		}
 		res.Step = StoppedAlready
 		return res, s.afterStop(ctx, name)

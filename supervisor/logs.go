@@ -44,7 +44,7 @@ func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn fun
 	}
 	p := s.paths(name)
 	if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
-		return vmErr(name, ErrNotFound)
+		return s.notFound(name)
 	}
 	unitNames := []string{vmstate.UnitName(name), vmstate.AltUnit(name, vmstate.UnitName(name)), vmstate.SettleUnit(name)}
 	var entries []units.Entry

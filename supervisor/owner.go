@@ -68,7 +68,7 @@ func (s *Supervisor) FileOf(name string) (string, error) {
 	}
 	app, err := s.state.ReadApplied(name)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", vmErr(name, ErrNotFound)
+		return "", s.notFound(name)
 	}
 	if err != nil {
 		return "", vmErr(name, err)

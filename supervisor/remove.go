@@ -62,7 +62,7 @@ func (s *Supervisor) remove(ctx context.Context, name string) error {
 		}
 	}
 	if !known {
-		return vmErr(name, ErrNotFound)
+		return s.notFound(name)
 	}
 	// What a crash may have left: taps, grants, secrets.
 	if err := s.afterStop(ctx, name); err != nil {

@@ -153,7 +153,7 @@ func (s *Supervisor) AppliedSpec(name string) (*spec.File, error) {
 	}
 	f, err := s.appliedFile(name)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, vmErr(name, ErrNotFound)
+		return nil, s.notFound(name)
 	}
 	return f, vmErr(name, err)
 }

@@ -141,7 +141,7 @@ func (s *Supervisor) SnapshotTree(name string) (*snapshot.Tree, error) {
 		return nil, vmErr(name, err)
 	}
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
-		return nil, vmErr(name, ErrNotFound)
+		return nil, s.notFound(name)
 	}
 	t, err := snapshot.Load(s.paths(name).Snapshots())
 	if err != nil {

@@ -167,7 +167,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	}
 	if st.Stopped() {
 		if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
-			return out, vmErr(name, ErrNotFound)
+			return out, s.notFound(name)
 		}
 		out.State, out.Reason = StateShutOff, s.endedReason(name)
 		return out, nil

@@ -193,7 +193,7 @@ var ErrNotRunning = errors.New("not running")
 // missing.
 func (s *Supervisor) absent(name string) error {
 	if _, err := os.Stat(s.paths(name).Dir); errors.Is(err, os.ErrNotExist) {
-		return vmErr(name, ErrNotFound)
+		return s.notFound(name)
 	}
 	return vmErr(name, ErrNotRunning)
 }

@@ -14,7 +14,7 @@ func (s *Supervisor) view(name string) (*vmstate.View, error) {
 	v, err := s.state.View(name)
 	switch {
 	case errors.Is(err, vmstate.ErrNoRecord):
-		return nil, ErrNotFound
+		return nil, s.unknownVM(name)
 	case err != nil:
 		return nil, err
 	case !v.Running:

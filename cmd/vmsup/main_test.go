@@ -39,16 +39,7 @@ func vmsup(t testing.TB, root string, stdin string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, vmsupBin, args...)
-	cmd.Env = append(os.Environ(),
-		"VMSUP_ROOT="+root,
-		"VMSUP_SYSTEMD_BUS="+env.Systemd.BusAddress,
-		"VMSUP_JOURNAL_DIR="+env.Systemd.JournalDir,
-		// vmsup enable must not touch this machine's /etc/systemd or /run.
-		"VMSUP_UNIT_DIR="+filepath.Join(root, "etc-systemd"),
-		"VMSUP_BOOT_TARGET="+testenv.BootTarget,
-		"VMSUP_RUN_DIR="+filepath.Join(root, "run"))
-	cmd.Env = append(cmd.Env, env.CLIEnv()...)
+	cmd := vmsupCmd(ctx, root, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -61,6 +52,22 @@ func vmsup(t testing.TB, root string, stdin string, args ...string) result {
 		t.Fatalf("vmsup %v: %v", args, err)
 	}
 	return r
+}
+
+// vmsupCmd is the CLI with root as its state root, in the sandbox, not
+// started.
+func vmsupCmd(ctx context.Context, root string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, vmsupBin, args...)
+	cmd.Env = append(os.Environ(),
+		"VMSUP_ROOT="+root,
+		"VMSUP_SYSTEMD_BUS="+env.Systemd.BusAddress,
+		"VMSUP_JOURNAL_DIR="+env.Systemd.JournalDir,
+		// vmsup enable must not touch this machine's /etc/systemd or /run.
+		"VMSUP_UNIT_DIR="+filepath.Join(root, "etc-systemd"),
+		"VMSUP_BOOT_TARGET="+testenv.BootTarget,
+		"VMSUP_RUN_DIR="+filepath.Join(root, "run"))
+	cmd.Env = append(cmd.Env, env.CLIEnv()...)
+	return cmd
 }
 
 func guestTOML(name, extra string) string {

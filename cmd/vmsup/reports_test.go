@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/testenv"
+)
+
+// TestCLIUserReports: what users met (issue 29), one subtest each, on one
+// guest with a user-mode NIC whose link is down and a sparse data disk
+// holding 450 KiB.
+func TestCLIUserReports(t *testing.T) {
+	root, dir := t.TempDir(), t.TempDir()
+	data := filepath.Join(dir, "data.qcow2")
+	for _, c := range [][]string{{"qemu-img", "create", "-q", "-f", "qcow2", data, "64M"},
+		{"qemu-io", "-f", "qcow2", "-c", "write -P 0xab 0 450k", data}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	extra := fmt.Sprintf("[[disk]]\nname = \"data\"\nfile = %q\n\n[[nic]]\nname = \"net0\"\nlink = \"down\"\n", data)
+	file := write(t, dir, "web.toml", guestTOML("web", extra))
+	if r := vmsup(t, root, "", "up", file); r.code != 0 {
+		t.Fatalf("up: %+v", r)
+	}
+	defer vmsup(t, root, "", "kill", "web")
+	log := cliStatus(t, root, "web").ConsoleLog
+	waitFor(t, log, testenv.ShellMarker, 2*time.Minute)
+
+	t.Run("did you mean", func(t *testing.T) { didYouMean(t, root) })
+}
+
+// didYouMean: every command that takes a VM name suggests a known VM
+// close to a mistyped one, and only a close one.
+func didYouMean(t *testing.T, root string) {
+	for _, args := range [][]string{{"status", "wbe"}, {"down", "wbe"}, {"logs", "wbe"}, {"events", "wbe"},
+		{"pause", "wbe"}, {"nic", "ls", "wbe"}, {"exec", "wbe", "--", "true"}, {"stats", "weg"}, {"rm", "we"}} {
+		r := vmsup(t, root, "", args...)
+		name := args[len(args)-1]
+		if args[0] == "exec" {
+			name = args[1]
+		}
+		want := fmt.Sprintf("vmsup: vm %q: no such VM (did you mean \"web\"?)\n", name)
+		if r.code != exitNotFound || r.stderr != want {
+			t.Errorf("%v: exit %d, stderr %q\n want exit %d, %q", args, r.code, r.stderr, exitNotFound, want)
+		}
+	}
+	if r := vmsup(t, root, "", "status", "database"); r.stderr != "vmsup: vm \"database\": no such VM\n" {
+		t.Errorf("status of a name close to none: %q", r.stderr)
+	}
+}

@@ -24,6 +24,9 @@ type DiskInfo struct {
 // for tap NICs, the host side now (NICStatus).
 type NICInfo struct {
 	NICStatus
+	// Link is "up" or "down": the link state the guest sees (the spec's
+	// link, which QEMU is given with set_link).
+	Link     string   `json:"link"`
 	MAC      string   `json:"mac"`
 	Forwards []string `json:"forwards"`
 }
@@ -58,7 +61,7 @@ func (s *Supervisor) devices(ctx context.Context, name string) ([]DiskInfo, []NI
 		if fw == nil {
 			fw = []string{}
 		}
-		nics = append(nics, NICInfo{NICStatus: h, MAC: n.MAC, Forwards: fw})
+		nics = append(nics, NICInfo{NICStatus: h, Link: linkWord(n), MAC: n.MAC, Forwards: fw})
 	}
 	return disks, nics
 }

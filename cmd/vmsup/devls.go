@@ -27,12 +27,12 @@ func diskLsCmd(g *globals) *cobra.Command {
 }
 
 func nicLsCmd(g *globals) *cobra.Command {
-	return devLsCmd(g, "List a VM's NICs with their MACs, taps, bridges and forwards", "  vmsup nic ls web",
+	return devLsCmd(g, "List a VM's NICs with their link state, MACs, taps, bridges and forwards", "  vmsup nic ls web",
 		func(st supervisor.Status) any { return nicsJSON(st.NICs) },
 		func(w io.Writer, st supervisor.Status) {
-			fmt.Fprintln(w, "NIC\tTYPE\tMAC\tTAP\tBRIDGE\tHOTPLUG\tFORWARDS")
+			fmt.Fprintln(w, "NIC\tTYPE\tLINK\tMAC\tTAP\tBRIDGE\tHOTPLUG\tFORWARDS")
 			for _, n := range st.NICs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Type, n.MAC, dash(n.Tap), dash(n.Bridge), yes(n.Hotplug), dash(strings.Join(n.Forwards, ",")))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Type, n.Link, n.MAC, dash(n.Tap), dash(n.Bridge), yes(n.Hotplug), dash(strings.Join(n.Forwards, ",")))
 			}
 		})
 }

@@ -56,6 +56,7 @@ type diskJSON struct {
 type nicJSON struct {
 	Name       string   `json:"name"`
 	Type       string   `json:"type"`
+	Link       string   `json:"link"` // up or down, as the guest sees it
 	MAC        string   `json:"mac"`
 	Tap        string   `json:"tap"`
 	TapPresent bool     `json:"tap_present"`
@@ -127,7 +128,7 @@ func disksJSON(ds []supervisor.DiskInfo) []diskJSON {
 func nicsJSON(ns []supervisor.NICInfo) []nicJSON {
 	out := []nicJSON{}
 	for _, n := range ns {
-		out = append(out, nicJSON{Name: n.Name, Type: n.Type, MAC: n.MAC, Tap: n.Tap, TapPresent: n.TapUp, Bridge: n.Bridge,
+		out = append(out, nicJSON{Name: n.Name, Type: n.Type, Link: n.Link, MAC: n.MAC, Tap: n.Tap, TapPresent: n.TapUp, Bridge: n.Bridge,
 			Forwards: nonNil(n.Forwards), Addresses: nonNil(n.Addrs), Hotplugged: n.Hotplug})
 	}
 	return out

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +35,7 @@ func TestCLIUserReports(t *testing.T) {
 	waitFor(t, log, testenv.ShellMarker, 2*time.Minute)
 
 	t.Run("did you mean", func(t *testing.T) { didYouMean(t, root) })
+	t.Run("link state", func(t *testing.T) { linkState(t, root, file) })
 }
 
 // didYouMean: every command that takes a VM name suggests a known VM
@@ -52,4 +56,40 @@ func didYouMean(t *testing.T, root string) {
 	if r := vmsup(t, root, "", "status", "database"); r.stderr != "vmsup: vm \"database\": no such VM\n" {
 		t.Errorf("status of a name close to none: %q", r.stderr)
 	}
+}
+
+// linkState: nic ls and status, text and JSON, say whether the NIC's link
+// is up, and follow an apply that sets it.
+func linkState(t *testing.T, root, file string) {
+	check := func(want string) {
+		t.Helper()
+		r := vmsup(t, root, "", "nic", "ls", "web")
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if len(lines) != 2 || !strings.Contains(lines[0], "LINK") || !strings.Contains(" "+lines[1]+" ", " "+want+" ") {
+			t.Errorf("nic ls, want link %s:\n%s", want, r.stdout)
+		}
+		r = vmsup(t, root, "", "--json", "nic", "ls", "web")
+		var nics []map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &nics); err != nil || len(nics) != 1 || nics[0]["link"] != want {
+			t.Errorf("nic ls --json, want link %q: %v\n%s", want, err, r.stdout)
+		}
+		r = vmsup(t, root, "", "status", "web")
+		if !strings.Contains(r.stdout, "nic:      net0 user mac ") || !strings.Contains(r.stdout, " link "+want) {
+			t.Errorf("status, want link %s:\n%s", want, r.stdout)
+		}
+		var st struct {
+			NICs []map[string]any `json:"nics"`
+		}
+		r = vmsup(t, root, "", "--json", "status", "web")
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.NICs) != 1 || st.NICs[0]["link"] != want {
+			t.Errorf("status --json, want link %q: %v\n%s", want, err, r.stdout)
+		}
+	}
+	check("down")
+	b, _ := os.ReadFile(file)
+	write(t, filepath.Dir(file), filepath.Base(file), strings.Replace(string(b), `link = "down"`, `link = "up"`, 1))
+	if r := vmsup(t, root, "", "apply", file); r.code != 0 {
+		t.Fatalf("apply link up: %+v", r)
+	}
+	check("up")
 }

@@ -132,7 +132,7 @@ func printDisks(out io.Writer, disks []supervisor.DiskInfo) {
 // printNICs adds the VM's NICs, with the host side of tap NICs, to status output.
 func printNICs(out io.Writer, nics []supervisor.NICInfo) {
 	for _, n := range nics {
-		fmt.Fprintf(out, "nic:      %s %s mac %s", n.Name, n.Type, n.MAC)
+		fmt.Fprintf(out, "nic:      %s %s mac %s link %s", n.Name, n.Type, n.MAC, n.Link)
 		if n.Tap != "" {
 			where := n.Bridge
 			if where == "" {

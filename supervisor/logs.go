@@ -23,8 +23,11 @@ type LogOptions struct {
 // LogLine is one line of a VM's log: a message of its units' journal, or a
 // line the guest wrote on its serial console.
 type LogLine struct {
-	// Time of a journal message, or when Follow saw a console line. The
-	// console log itself has no times: a line read back has none (zero).
+	// Time of a journal message, or when a console line was written (read
+	// back: from the log's time index, to within 0.1 s; followed: when it
+	// was seen). Zero for a console line whose time is not known (a log
+	// written before the index, or by a guest that writes a byte at a time
+	// for long).
 	Time   time.Time `json:"time"`
 	Source string    `json:"source"` // "console", or the unit that logged it
 	Text   string    `json:"text"`
@@ -34,10 +37,10 @@ type LogLine struct {
 const maxConsoleBack = 4 << 20
 
 // Logs gives the VM's journal (its units: QEMU's own messages and
-// systemd's about it) and its console log, merged: console lines have no
-// time, so they go right after the start of the QEMU that wrote them (the
-// log holds the current run only). With Follow, new lines of both follow
-// in the order they appear.
+// systemd's about it) and its console log, merged: console lines go right
+// after the start of the QEMU that wrote them (the log holds the current
+// run only), and the journal's later messages among them by time. With
+// Follow, new lines of both follow in the order they appear.
 func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn func(LogLine)) error {
 	if err := spec.ValidName(name); err != nil {
 		return vmErr(name, err)
@@ -66,10 +69,18 @@ func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn fun
 	for _, e := range entries[:at] {
 		fn(LogLine{Time: e.Time, Source: e.Unit, Text: e.Message})
 	}
+	rest := entries[at:]
 	for _, l := range console {
-		fn(LogLine{Source: "console", Text: l})
+		if !l.Time.IsZero() && l.Time.Before(o.Since) {
+			continue
+		}
+		for len(rest) > 0 && !l.Time.IsZero() && rest[0].Time.Before(l.Time) {
+			fn(LogLine{Time: rest[0].Time, Source: rest[0].Unit, Text: rest[0].Message})
+			rest = rest[1:]
+		}
+		fn(l)
 	}
-	for _, e := range entries[at:] {
+	for _, e := range rest {
 		fn(LogLine{Time: e.Time, Source: e.Unit, Text: e.Message})
 	}
 	if !o.Follow {
@@ -97,8 +108,9 @@ func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn fun
 
 // readConsoleBack returns the console log's lines (its last maxConsoleBack
 // bytes, across its rotated files; none if it was last written before
-// since) and where they end, to follow it from.
-func readConsoleBack(c consolelog.Config, since time.Time) ([]string, consolelog.Position) {
+// since), each with the time its end was written, and where they end, to
+// follow it from.
+func readConsoleBack(c consolelog.Config, since time.Time) ([]LogLine, consolelog.Position) {
 	limit := int64(maxConsoleBack)
 	if !since.IsZero() {
 		// The newest file's time is the log's last write.
@@ -112,15 +124,25 @@ func readConsoleBack(c consolelog.Config, since time.Time) ([]string, consolelog
 	if err != nil {
 		return nil, consolelog.Position{}
 	}
-	text := strings.ReplaceAll(string(t.Data), "\r", "")
+	var lines []LogLine
+	data, off := string(t.Data), 0
 	if t.Cut {
-		_, text, _ = strings.Cut(text, "\n") // a cut first line
+		off = strings.IndexByte(data, '\n') + 1 // a cut first line (none: all of it)
+		if off == 0 {
+			off = len(data)
+		}
 	}
-	text = strings.TrimSuffix(text, "\n")
-	if text == "" {
-		return nil, t.End
+	for off < len(data) {
+		end := strings.IndexByte(data[off:], '\n')
+		if end < 0 {
+			end = len(data) - off // a line the guest has not ended yet
+		}
+		line := LogLine{Time: consolelog.TimeAt(t.Times, int64(off+end)), Source: "console",
+			Text: strings.ReplaceAll(data[off:off+end], "\r", "")}
+		lines = append(lines, line)
+		off += end + 1
 	}
-	return strings.Split(text, "\n"), t.End
+	return lines, t.End
 }
 
 // tailConsole shows what the guest writes to its console from `from` on,

@@ -19,8 +19,9 @@ func logsCmd(g *globals) *cobra.Command {
 		Use:   "logs NAME|FILE",
 		Short: "Show a VM's console log and its units' journal, merged (-f to follow)",
 		Long: "Show a VM's console log and its units' journal, merged. Journal lines carry their time;\n" +
-			"the console log has none, so its lines follow the start of the QEMU that wrote them\n" +
-			"(with -f, new lines are shown as they come, with the time they were seen).",
+			"console lines the time they were written (kept beside the log, to within 0.1 s) and follow\n" +
+			"the start of the QEMU that wrote them (with -f, new lines are shown as they come, with the\n" +
+			"time they were seen).",
 		Example: "  vmsup logs web\n" +
 			"  vmsup logs -f --since 10m web",
 		Args: cobra.ExactArgs(1),

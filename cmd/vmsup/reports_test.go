@@ -27,6 +27,7 @@ func TestCLIUserReports(t *testing.T) {
 	}
 	extra := fmt.Sprintf("[[disk]]\nname = \"data\"\nfile = %q\n\n[[nic]]\nname = \"net0\"\nlink = \"down\"\n", data)
 	file := write(t, dir, "web.toml", guestTOML("web", extra))
+	start := time.Now()
 	if r := vmsup(t, root, "", "up", file); r.code != 0 {
 		t.Fatalf("up: %+v", r)
 	}
@@ -36,6 +37,7 @@ func TestCLIUserReports(t *testing.T) {
 
 	t.Run("did you mean", func(t *testing.T) { didYouMean(t, root) })
 	t.Run("link state", func(t *testing.T) { linkState(t, root, file) })
+	t.Run("console times", func(t *testing.T) { consoleTimes(t, root, start) })
 }
 
 // didYouMean: every command that takes a VM name suggests a known VM
@@ -92,4 +94,29 @@ func linkState(t *testing.T, root, file string) {
 		t.Fatalf("apply link up: %+v", r)
 	}
 	check("up")
+}
+
+// consoleTimes: logs without -f gives every console line the time it was
+// written, as -f does, in the same format.
+func consoleTimes(t *testing.T, root string, start time.Time) {
+	r := vmsup(t, root, "", "logs", "web")
+	n := 0
+	for _, l := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		if len(l) < 32 || l[24:31] != "console" {
+			continue
+		}
+		n++
+		ts, err := time.ParseInLocation("2006-01-02T15:04:05.000", l[:23], time.Local)
+		if err != nil || ts.Before(start.Add(-time.Second)) || ts.After(time.Now().Add(time.Second)) {
+			t.Errorf("console line without its time (want one since %s): %q", start.Format(time.TimeOnly), l)
+			return
+		}
+	}
+	if n == 0 {
+		t.Fatalf("logs: no console line:\n%s", r.stdout)
+	}
+	r = vmsup(t, root, "", "--json", "logs", "web")
+	if !strings.Contains(r.stdout, `"source":"console"`) || strings.Contains(r.stdout, `"time":null,"source":"console"`) {
+		t.Errorf("logs --json: console lines without time:\n%s", tail(r.stdout, 2000))
+	}
 }

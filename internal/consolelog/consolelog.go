@@ -2,8 +2,10 @@
 // guest prints on its console to a FIFO (its chardev's logfile=, see
 // MakeFIFO), and Run, one small process per QEMU run, copies it into files
 // of at most MaxBytes each, rotated like Path, Path.1, … Path.(Keep-1), so
-// that the log never takes more than Keep×MaxBytes. Files, ReadBack and
-// Follow read the log back across the rotation.
+// that the log never takes more than Keep×MaxBytes, with beside each file
+// an index of when its bytes were written (times.go; at most a quarter of
+// its file). Files, ReadBack and Follow read the log back across the
+// rotation, ReadBack with the times.
 package consolelog
 
 import (

@@ -26,6 +26,9 @@ type Tail struct {
 	// Data's first line may then be partial.
 	Cut bool
 	End Position // where Data ends: Follow from here
+	// Times says when Data's bytes were written (TimeAt), in Off order;
+	// the first is at 0.
+	Times []Stamp
 }
 
 // ReadBack returns the last limit bytes of the log, across its files.
@@ -45,12 +48,14 @@ func ReadBack(c Config, limit int64) (Tail, error) {
 	n := min(total, max(limit, 0))
 	b := make([]byte, n)
 	at, skip, end := int64(0), total-n, int64(0)
+	var times []Stamp
 	for _, f := range fs {
 		if skip >= f.size {
 			skip -= f.size
 			end = f.size
 			continue
 		}
+		times = append(times, fileStamps(c.name(f.slot), f, skip, at)...)
 		// The sizes are the snapshot's: what was written since is Follow's.
 		m, err := f.f.ReadAt(b[at:at+f.size-skip], skip)
 		if err != nil && err != io.EOF {
@@ -62,9 +67,10 @@ func ReadBack(c Config, limit int64) (Tail, error) {
 	}
 	last := fs[len(fs)-1]
 	return Tail{
-		Data: b[:at],
-		Cut:  total > n || c.Keep > 1 && fs[0].slot == c.Keep-1,
-		End:  Position{id: last.id, off: end},
+		Data:  b[:at],
+		Cut:   total > n || c.Keep > 1 && fs[0].slot == c.Keep-1,
+		End:   Position{id: last.id, off: end},
+		Times: times,
 	}, nil
 }
 

@@ -108,12 +108,15 @@ func waitWriter(in *os.File, d time.Duration) error {
 	return perr
 }
 
-// writer appends to a log, rotating it at MaxBytes.
+// writer appends to a log, rotating it at MaxBytes, and records when
+// (times.go).
 type writer struct {
-	c    Config
-	f    *os.File // Path; nil: to open before the next write
-	size int64    // f's: counted, not asked for each write
-	err  error    // the first error
+	c     Config
+	f     *os.File // Path; nil: to open before the next write
+	size  int64    // f's: counted, not asked for each write
+	times *stamps  // f's index; nil with f
+	now   func() time.Time
+	err   error // the first error
 }
 
 // openLog opens the log to append to, rotating it first if its current
@@ -125,9 +128,13 @@ func openLog(c Config) *writer { return openRun(c, false) }
 // openRun is openLog that, for a new run, first moves a current file
 // holding anything to Path.1.
 func openRun(c Config, newRun bool) *writer {
-	w := &writer{c: c}
-	for i := c.Keep; os.Remove(c.name(i)) == nil; i++ {
+	w := &writer{c: c, now: time.Now}
+	for i := c.Keep; ; i++ {
 		// a file beyond Keep: a previous run kept more
+		os.Remove(timesPath(c.name(i)))
+		if os.Remove(c.name(i)) != nil {
+			break
+		}
 	}
 	if !w.note(w.open()) && (w.size >= c.MaxBytes || newRun && w.size > 0) {
 		w.note(w.rotate())
@@ -162,12 +169,14 @@ func (w *writer) open() error {
 		return err
 	}
 	w.f, w.size = f, fi.Size()
+	w.times = openStamps(w.c.Path, f, identOf(fi), w.size)
 	return nil
 }
 
 // write appends b, rotating the log each time the current file is full:
 // every file but the current one holds exactly MaxBytes.
 func (w *writer) write(b []byte) {
+	now := w.now()
 	for len(b) > 0 {
 		if w.f == nil && w.note(w.open()) {
 			return
@@ -175,6 +184,7 @@ func (w *writer) write(b []byte) {
 		if w.size >= w.c.MaxBytes && w.note(w.rotate()) {
 			return
 		}
+		w.times.stamp(w.size, now)
 		n, err := w.f.Write(b[:min(int64(len(b)), w.c.MaxBytes-w.size)])
 		w.size += int64(n)
 		b = b[n:]
@@ -194,9 +204,13 @@ func (w *writer) rotate() error {
 		if err := os.Remove(w.c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		os.Remove(timesPath(w.c.Path))
 	}
 	for i := w.c.Keep - 1; i > 0; i-- {
 		if err := os.Rename(w.c.name(i-1), w.c.name(i)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := renameTimes(w.c.name(i-1), w.c.name(i)); err != nil {
 			return err
 		}
 	}
@@ -207,6 +221,8 @@ func (w *writer) close() {
 	if w.f != nil {
 		w.f.Close()
 		w.f = nil
+		w.times.close()
+		w.times = nil
 	}
 }
 
@@ -239,6 +255,7 @@ func trim(name string, n int64) error {
 		err = cerr
 	}
 	if err == nil {
+		os.Remove(timesPath(name)) // of the file replaced
 		err = os.Rename(tmp, name)
 	}
 	if err != nil {

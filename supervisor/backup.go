@@ -292,14 +292,21 @@ func (b *backupRun) pointOf(i int, copied int64) backup.DiskPoint {
 	return backup.DiskPoint{Disk: p.Disk, File: p.File, Mode: p.Mode, Reason: p.Reason, Backing: p.Backing, Size: p.Size, Copied: copied, Image: p.Image}
 }
 
-// sums checksums each file (synced first).
-func (b *backupRun) sums(context.Context) error {
+// sums checksums each file (synced first) and measures what it holds:
+// the copy's real size (a job's progress counts the disk's virtual size).
+func (b *backupRun) sums(ctx context.Context) error {
 	for i := range b.points {
-		sum, err := backup.Sum(filepath.Join(b.in.Dir, b.points[i].File))
+		path := filepath.Join(b.in.Dir, b.points[i].File)
+		sum, err := backup.Sum(path)
 		if err != nil {
 			return err
 		}
 		b.points[i].SHA256 = sum
+		if n, err := b.s.tools().DataBytes(ctx, path, "qcow2"); err == nil {
+			b.points[i].Copied = n
+		} else {
+			b.s.opts.Logger.Warn("backup: the point's data size", "vm", b.name, "disk", b.points[i].Disk, "err", err)
+		}
 	}
 	return nil
 }

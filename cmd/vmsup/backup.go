@@ -131,7 +131,8 @@ func printBackup(w io.Writer, r supervisor.BackupResult) {
 	}
 	fmt.Fprintf(w, "%s: point %d in %s (%s, %s)\n", r.VM, r.Point, r.Dir, how, r.Duration.Round(time.Millisecond))
 	for _, d := range r.Disks {
-		fmt.Fprintf(w, "  %-12s %-11s %s copied -> %s\n", d.Disk, d.Mode, humanBytes(float64(d.Copied)), d.File)
+		fmt.Fprintf(w, "  %-12s %-11s %s copied (virtual size %s) -> %s\n", d.Disk, d.Mode, humanBytes(float64(d.Copied)),
+			humanBytes(float64(d.Size)), d.File)
 		if d.Reason != "" {
 			fmt.Fprintf(w, "  %-12s full because %s\n", "", d.Reason)
 		}

@@ -38,6 +38,7 @@ func TestCLIUserReports(t *testing.T) {
 	t.Run("did you mean", func(t *testing.T) { didYouMean(t, root) })
 	t.Run("link state", func(t *testing.T) { linkState(t, root, file) })
 	t.Run("console times", func(t *testing.T) { consoleTimes(t, root, start) })
+	t.Run("backup copied", func(t *testing.T) { backupCopied(t, root, dir) })
 }
 
 // didYouMean: every command that takes a VM name suggests a known VM
@@ -118,5 +119,31 @@ func consoleTimes(t *testing.T, root string, start time.Time) {
 	r = vmsup(t, root, "", "--json", "logs", "web")
 	if !strings.Contains(r.stdout, `"source":"console"`) || strings.Contains(r.stdout, `"time":null,"source":"console"`) {
 		t.Errorf("logs --json: console lines without time:\n%s", tail(r.stdout, 2000))
+	}
+}
+
+// backupCopied: a backup of a 64 MiB disk holding 450 KiB says it copied
+// about 450 KiB (what the point's file holds), and the disk's virtual size
+// apart.
+func backupCopied(t *testing.T, root, dir string) {
+	r := vmsup(t, root, "", "backup", "web", "--to", filepath.Join(dir, "b1"))
+	if r.code != 0 || !strings.Contains(r.stdout, "512.0 KiB copied (virtual size 64.0 MiB)") {
+		t.Errorf("backup, want 512.0 KiB (450 KiB in 64 KiB clusters) copied of 64.0 MiB: %+v", r)
+	}
+	r = vmsup(t, root, "", "--json", "backup", "web", "--to", filepath.Join(dir, "b2"))
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	var done struct {
+		Result struct {
+			Disks []struct {
+				Size   int64 `json:"size"`
+				Copied int64 `json:"copied"`
+			} `json:"disks"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &done); err != nil || len(done.Result.Disks) != 1 {
+		t.Fatalf("backup --json: %v\n%s", err, r.stdout)
+	}
+	if d := done.Result.Disks[0]; d.Size != 64<<20 || d.Copied < 450<<10 || d.Copied > 1<<20 {
+		t.Errorf("backup --json: size %d copied %d, want %d and about 450 KiB", d.Size, d.Copied, 64<<20)
 	}
 }

@@ -58,8 +58,11 @@ type DiskPoint struct {
 	Reason  string `json:"reason,omitempty"`
 	Backing string `json:"backing,omitempty"` // the previous point's file (incremental)
 	Size    int64  `json:"size"`              // the disk's virtual size
-	Copied  int64  `json:"copied"`            // bytes the copy read (all of the disk, or what changed)
-	SHA256  string `json:"sha256"`            // of File as written
+	// Copied is the guest data the point's file holds (its allocated,
+	// non-zero extents): what was really copied, all of the disk's data or
+	// what changed since the previous point.
+	Copied int64  `json:"copied"`
+	SHA256 string `json:"sha256"` // of File as written
 	// Image is the image the point was copied from: the disk's active
 	// image (after moves, on a snapshot's overlay) at the time.
 	Image string `json:"image,omitempty"`

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/testenv"
 )
@@ -39,6 +46,7 @@ func TestCLIUserReports(t *testing.T) {
 	t.Run("link state", func(t *testing.T) { linkState(t, root, file) })
 	t.Run("console times", func(t *testing.T) { consoleTimes(t, root, start) })
 	t.Run("backup copied", func(t *testing.T) { backupCopied(t, root, dir) })
+	t.Run("top", func(t *testing.T) { topKeys(t, root) })
 }
 
 // didYouMean: every command that takes a VM name suggests a known VM
@@ -146,4 +154,125 @@ func backupCopied(t *testing.T, root, dir string) {
 	if d := done.Result.Disks[0]; d.Size != 64<<20 || d.Copied < 450<<10 || d.Copied > 1<<20 {
 		t.Errorf("backup --json: size %d copied %d, want %d and about 450 KiB", d.Size, d.Copied, 64<<20)
 	}
+}
+
+// topKeys: top on a terminal shows "-" for the traffic of a user-mode NIC
+// (vmsup cannot measure it), quits on q, and on Ctrl-C, and leaves the
+// terminal as it was.
+func topKeys(t *testing.T, root string) {
+	for _, key := range []string{"q", "\x03"} {
+		frames := topUntil(t, root, key)
+		if key != "q" {
+			continue
+		}
+		for _, col := range []string{"NET RX/s", "NET TX/s"} {
+			if cell := topCell(frames[len(frames)-2], "web", col); cell != "-" {
+				t.Errorf("top: %s of a VM with only a user-mode NIC is %q, want \"-\":\n%s", col, cell, frames[len(frames)-2])
+			}
+		}
+	}
+}
+
+// topUntil runs top on a new terminal until it printed 3 frames, types
+// key, checks that top ends at once with the terminal as it was, and
+// returns the frames.
+func topUntil(t *testing.T, root, key string) []string {
+	master, slave := openPTY(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := vmsupCmd(ctx, root, "top", "--every", "300ms", "web")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var out bytes.Buffer
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			mu.Lock()
+			out.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	frames := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Split(strings.ReplaceAll(out.String(), "\r", ""), "\x1b[2J")
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(frames()) < 4 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	fs := frames()
+	if len(fs) < 4 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("top printed fewer than 3 frames in 30s:\n%q", fs)
+	}
+	master.Write([]byte(key))
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("top after %q: %v", key, err)
+		}
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+		t.Errorf("top did not quit on %q within 5s", key)
+	}
+	tio, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil || tio.Lflag&(unix.ICANON|unix.ECHO) != unix.ICANON|unix.ECHO {
+		t.Errorf("top ended by %q left the terminal without ICANON and ECHO: %+v %v", key, tio, err)
+	}
+	return fs
+}
+
+// topCell is the cell of row name under column col of a top frame: the
+// table is right-aligned, so a cell ends where its header does.
+func topCell(frame, name, col string) string {
+	var header, row string
+	for _, l := range strings.Split(frame, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) > 0 && f[0] == "NAME":
+			header = l
+		case len(f) > 0 && f[0] == name:
+			row = l
+		}
+	}
+	end := strings.Index(header, col) + len(col)
+	if end < len(col) || end > len(row) {
+		return fmt.Sprintf("(no cell: header %q, row %q)", header, row)
+	}
+	cells := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(row[:end]), -1)
+	return cells[len(cells)-1]
+}
+
+// openPTY opens a pseudo-terminal pair, closed when the test ends.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); m.Close() })
+	return m, s
 }

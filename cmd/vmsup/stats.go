@@ -79,8 +79,11 @@ func topCmd(g *globals) *cobra.Command {
 	var every time.Duration
 	c := &cobra.Command{
 		Use:   "top [NAME|FILE...]",
-		Short: "Show VMs' CPU, memory, disk and network rates, refreshed on the terminal",
-		Args:  cobra.ArbitraryArgs,
+		Short: "Show VMs' CPU, memory, disk and network rates, refreshed on the terminal (q quits)",
+		Long: "Show VMs' CPU, memory, disk and network rates, refreshed on the terminal, until q or Ctrl-C.\n" +
+			"NET is the taps' traffic: that of a user-mode NIC (type = \"user\") cannot be measured from the\n" +
+			"host, so a VM without a tap shows \"-\" there.",
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.json {
 				return usageError{fmt.Errorf("top refreshes a terminal: it has no --json form (vmsup stats --json)")}
@@ -101,9 +104,16 @@ func topCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// runTop prints a table of rates between two samples, until interrupted.
+// runTop prints a table of rates between two samples, until q is typed
+// on the terminal or the command is interrupted.
 func runTop(cmd *cobra.Command, sup *supervisor.Supervisor, names []string, every time.Duration) error {
 	out := cmd.OutOrStdout()
+	var quit <-chan struct{}
+	if in, ok := cmd.InOrStdin().(*os.File); ok {
+		var restore func()
+		quit, restore = topInput(in)
+		defer restore()
+	}
 	prev := map[string]supervisor.VMStats{}
 	last := time.Now()
 	for {
@@ -134,9 +144,15 @@ func runTop(cmd *cobra.Command, sup *supervisor.Supervisor, names []string, ever
 			}
 			rd, wr, rx, tx := totals(v)
 			ord, owr, orx, otx := totals(p)
+			netRate := func(cur, old float64) string {
+				if len(v.NICs) == 0 {
+					return "-" // no tap: nothing vmsup can measure
+				}
+				return rate(cur, old)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", v.Name, v.State,
 				pct(v.CPU.UsageSeconds, p.CPU.UsageSeconds), pct(v.CPU.DelaySeconds, p.CPU.DelaySeconds),
-				humanBytes(float64(v.Memory.RSSBytes)), rate(rd, ord), rate(wr, owr), rate(rx, orx), rate(tx, otx),
+				humanBytes(float64(v.Memory.RSSBytes)), rate(rd, ord), rate(wr, owr), netRate(rx, orx), netRate(tx, otx),
 				time.Duration(v.Uptime*float64(time.Second)).Round(time.Second))
 			prev[v.Name] = v
 		}
@@ -147,6 +163,8 @@ func runTop(cmd *cobra.Command, sup *supervisor.Supervisor, names []string, ever
 		last = now
 		select {
 		case <-cmd.Context().Done():
+			return nil
+		case <-quit:
 			return nil
 		case <-time.After(every):
 		}

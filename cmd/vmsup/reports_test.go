@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -47,6 +48,8 @@ func TestCLIUserReports(t *testing.T) {
 	t.Run("console times", func(t *testing.T) { consoleTimes(t, root, start) })
 	t.Run("backup copied", func(t *testing.T) { backupCopied(t, root, dir) })
 	t.Run("top", func(t *testing.T) { topKeys(t, root) })
+	t.Run("paused agent", func(t *testing.T) { pausedAgentCLI(t, root) })
+	t.Run("interrupted down", func(t *testing.T) { interruptedDown(t, root) })
 }
 
 // didYouMean: every command that takes a VM name suggests a known VM
@@ -275,4 +278,58 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	}
 	t.Cleanup(func() { s.Close(); m.Close() })
 	return m, s
+}
+
+// pausedAgentCLI: exec and ping on a paused VM say so at once.
+func pausedAgentCLI(t *testing.T, root string) {
+	waitAgent(t, root, "web")
+	if r := vmsup(t, root, "", "pause", "web"); r.code != 0 {
+		t.Fatalf("pause: %+v", r)
+	}
+	defer vmsup(t, root, "", "resume", "web")
+	want := "vmsup: vm \"web\": paused: the guest agent cannot answer while the VM is paused (vmsup resume web)\n"
+	for _, args := range [][]string{{"exec", "web", "--timeout", "10s", "--", "true"}, {"ping", "web"}} {
+		t0 := time.Now()
+		r := vmsup(t, root, "", args...)
+		if r.code == 0 || r.stderr != want || time.Since(t0) > 3*time.Second {
+			t.Errorf("%v on a paused VM: %+v after %s\n want at once: %q", args, r, time.Since(t0).Round(time.Millisecond), want)
+		}
+	}
+}
+
+// interruptedDown: Ctrl-C while down waits for a guest that ignores the
+// power button says what it left, and exits 130; the VM runs on.
+func interruptedDown(t *testing.T, root string) {
+	st := cliStatus(t, root, "web")
+	sh, err := testenv.DialConsole(context.Background(), filepath.Join(filepath.Dir(st.ConsoleLog), "console.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, code, err := sh.Run(ctx, "kill $(pidof acpid)"); err != nil || code != 0 {
+		t.Fatalf("kill acpid: %d %v %s", code, err, out)
+	}
+	sh.Close()
+	cmd := vmsupCmd(ctx, root, "down", "web")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), "waiting for the guest to power off") && len(lines) == 1 {
+			cmd.Process.Signal(os.Interrupt)
+		}
+	}
+	err = cmd.Wait()
+	want := `vmsup: vm "web": interrupted: it is still running (its guest was asked to power off; nothing was killed)`
+	if cmd.ProcessState.ExitCode() != exitInterrupted || len(lines) != 2 || lines[1] != want {
+		t.Errorf("down interrupted: %v, stderr:\n%s\nwant exit %d and %s", err, strings.Join(lines, "\n"), exitInterrupted, want)
+	}
+	if st := cliStatus(t, root, "web"); st.State != "running" {
+		t.Errorf("after an interrupted down: %+v, want running", st)
+	}
 }

@@ -15,7 +15,8 @@ import (
 // TestInterruptedDown: a down cancelled while the guest is given time to
 // power off (Ctrl-C) says it was interrupted and what it left: the VM runs
 // on, nothing was killed, no kill is recorded, and the next clean stop is
-// recorded as the stop it was, not as "killed by vmsup". The same guest
+// recorded as the stop it was, not as "killed by vmsup" (which a real kill
+// still is). The same guest
 // serves two smaller checks first: EventsSince gives a caller that
 // subscribes after the start the "started" event, and the guest agent's
 // commands on a paused VM say so at once instead of timing out.
@@ -80,6 +81,27 @@ func TestInterruptedDown(t *testing.T) {
 	}
 	if last.Kind != supervisor.EventStopped || last.Reason != "guest-shutdown" {
 		t.Errorf("the clean stop is recorded as %s (%s), want stopped (guest-shutdown)", last.Kind, last.Reason)
+	}
+
+	// A kill vmsup sends is still recorded as one, not as a crash.
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	if dr, err := sup.Kill(ctx, "intr"); err != nil || dr.Step != supervisor.StoppedKill {
+		t.Fatalf("kill: %+v %v", dr, err)
+	}
+	last = supervisor.Event{}
+	for deadline := time.Now().Add(30 * time.Second); last.Kind == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_ = sup.FollowEvents(ctx, []string{"intr"}, t1, false, func(e supervisor.Event) error {
+			if e.Source == "vmsup" && (e.Kind == supervisor.EventStopped || e.Kind == supervisor.EventCrashed) {
+				last = e
+			}
+			return nil
+		})
+	}
+	if last.Kind != supervisor.EventStopped || last.Reason != "killed by vmsup" {
+		t.Errorf("vmsup's kill is recorded as %s (%s), want stopped (killed by vmsup)", last.Kind, last.Reason)
 	}
 }
 

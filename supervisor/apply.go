@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -170,11 +168,15 @@ func (s *Supervisor) Apply(ctx context.Context, f *spec.File, o ApplyOptions) (A
 	if o.Restart && o.AtNextReboot {
 		return res, errors.New("apply: give --restart or --at-next-reboot, not both")
 	}
-	unlock, err := s.applyLock(ctx, name)
+	// The VM's lock, across the plan and every change: another command
+	// (a disk move, a snapshot, a second apply) waits or is refused as
+	// busy, never runs between two of apply's changes.
+	lk, err := s.lock(ctx, name, "apply")
 	if err != nil {
 		return res, err
 	}
-	defer unlock()
+	defer lk.Unlock()
+	ctx = holding(ctx, name)
 	pr, err := s.PlanWith(ctx, f, PlanOptions{Adopt: o.Adopt})
 	if err != nil {
 		return res, err
@@ -247,31 +249,6 @@ func applyStopped(done, left []plan.Change, err error) error {
 	}
 	return fmt.Errorf("apply stopped at %s: %w; applied before it: %s; not applied: %s (vmsup plan shows what is left)",
 		left[0].Field, err, fields(done), fields(left))
-}
-
-// applyLock makes applies of one VM take turns: a second fails as busy
-// (the VM's own lock is taken by each change, not across them).
-func (s *Supervisor) applyLock(ctx context.Context, name string) (func(), error) {
-	p := s.paths(name)
-	if err := p.MakeRecords(); err != nil {
-		return nil, vmErr(name, err)
-	}
-	path := filepath.Join(p.Records, "apply.lock")
-	l, ok, err := vmstate.LockFile(ctx, path, false)
-	if err != nil {
-		return nil, vmErr(name, err)
-	}
-	if !ok {
-		busy := &vmstate.BusyError{VM: name, Op: "apply"}
-		holder, _ := os.ReadFile(path)
-		var unix int64
-		if n, _ := fmt.Sscan(string(holder), &busy.PID, &unix); n == 2 {
-			busy.Since = time.Unix(unix, 0)
-		}
-		return nil, busy
-	}
-	l.SetHolder(fmt.Sprintf("%d %d\n", os.Getpid(), time.Now().Unix()))
-	return l.Unlock, nil
 }
 
 // applyLive makes one live change, through the operation that owns it.

@@ -10,8 +10,10 @@ import (
 	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
-// TestApplyBusy: a second apply of a VM while one runs fails as busy,
-// naming the first (exit code 4 in the CLI), and goes once it is done.
+// TestApplyBusy: while an apply holds a VM's lock (across its plan and
+// every change), another command on the VM fails as busy, naming the apply
+// (exit code 4 in the CLI), and goes once it is done; the apply's own
+// operations run under its lock.
 func TestApplyBusy(t *testing.T) {
 	s, err := New(Options{Root: t.TempDir(), Self: "/bin/true"})
 	if err != nil {
@@ -19,22 +21,32 @@ func TestApplyBusy(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	unlock, err := s.applyLock(ctx, "web")
+	lk, err := s.lock(ctx, "web", "apply")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.applyLock(ctx, "web")
-	var busy *vmstate.BusyError
-	if !errors.As(err, &busy) || busy.PID != os.Getpid() || !strings.Contains(err.Error(), `vm "web": busy: apply by pid`) {
-		t.Fatalf("second apply: %v", err)
+	in := holding(ctx, "web")
+	inner, err := s.lock(in, "web", "disk-attach")
+	if err != nil {
+		t.Fatalf("an operation of the apply itself: %v", err)
 	}
-	if _, err := s.applyLock(ctx, "db"); err != nil {
+	inner.Unlock() // borrowed: the apply's lock stays
+	for _, op := range []string{"apply", "disk-move"} {
+		_, err = s.lock(ctx, "web", op)
+		var busy *vmstate.BusyError
+		if !errors.As(err, &busy) || busy.PID != os.Getpid() || !strings.Contains(err.Error(), `vm "web": busy: apply by pid`) {
+			t.Fatalf("%s during an apply: %v", op, err)
+		}
+	}
+	if l, err := s.lock(in, "db", "apply"); err != nil {
 		t.Errorf("another VM's apply: %v", err)
+	} else {
+		l.Unlock()
 	}
-	unlock()
-	again, err := s.applyLock(ctx, "web")
+	lk.Unlock()
+	again, err := s.lock(ctx, "web", "apply")
 	if err != nil {
 		t.Fatalf("after the first ended: %v", err)
 	}
-	again()
+	again.Unlock()
 }

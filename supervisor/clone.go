@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -54,37 +55,64 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 	if err != nil {
 		return fail(err)
 	}
-	cvm, overlays, err := s.cloneVM(ctx, vm, snap, newName)
+	cvm, layers := s.cloneVM(vm, snap, newName)
+	in := cloneIntent{Tag: tag, Clone: newName, Layers: layers}
+	// Journaled on the template (whose lock it holds): a clone killed
+	// half-made is taken back, or kept once it runs (recoverClone).
+	op, err := s.beginOp(ctx, src, opClone, in)
 	if err != nil {
 		return fail(err)
 	}
-	res.Disks, res.Dropped = overlays, droppedForwards(vm)
-	undoFiles := func() {
-		for _, o := range overlays {
-			os.Remove(o)
-		}
-		_ = s.removeVMFile(newName)
-	}
-	f, err := s.cloneFile(cvm)
+	defer op.End() // done or undone here; a kill leaves it to recovery
+	res.Dropped = droppedForwards(vm)
+	r, err := s.makeClone(ctx, src, op, in, cvm, snap.Memory)
 	if err != nil {
-		undoFiles()
+		s.undoClone(context.WithoutCancel(ctx), src, in)
 		return fail(err)
 	}
-	res.File = f.Path
-	if err := s.noteClone(src, tag, newName); err != nil {
-		undoFiles()
-		return fail(err)
+	for _, l := range layers {
+		res.Disks = append(res.Disks, l.Overlay.Path)
 	}
-	r := s.newStart(f, StartFresh, incomingArgs{})
-	r.restore = snap.Memory
-	if _, err := runSteps(ctx, newName, r.steps(), s.opts.AfterStep); err != nil {
-		undoFiles()
-		return fail(stepCause(err))
-	}
-	res.UpResult = r.res
+	res.File, res.UpResult = s.state.File(newName), r.res
 	res.Action, res.State = Started, StateRunning
 	s.lifecycle(newName, EventStarted, map[string]any{"generation": r.app.Generation, "cloned_from": res.From})
 	return res, nil
+}
+
+// makeClone makes the clone's overlays and file, notes it in the
+// template's tree and starts it from the snapshot's memory, each part
+// journaled in op.
+func (s *Supervisor) makeClone(ctx context.Context, src string, op *vmstate.Op, in cloneIntent, cvm spec.VM, memory string) (*startRun, error) {
+	after := s.traced(op)
+	for _, l := range in.Layers {
+		info, err := s.tools().Info(ctx, l.Base.Path, l.Base.Format)
+		if err == nil {
+			err = s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("disk %q: %w", l.Disk, err)
+		}
+	}
+	after(src, "overlays")
+	f, err := s.cloneFile(cvm)
+	if err != nil {
+		return nil, err
+	}
+	after(src, "file")
+	if err := s.noteClone(src, in.Tag, in.Clone); err != nil {
+		return nil, err
+	}
+	after(src, "noted")
+	r := s.newStart(f, StartFresh, incomingArgs{})
+	r.restore = memory
+	_, err = runSteps(ctx, in.Clone, r.steps(), after)
+	if r.lk != nil {
+		r.lk.Unlock() // the clone's own lock, taken by the start's lock step
+	}
+	if err != nil {
+		return nil, stepCause(err)
+	}
+	return r, nil
 }
 
 // cloneFile checks the clone's VM as a file would be and writes it as the
@@ -133,7 +161,7 @@ func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM,
 	if v == nil {
 		return nil, nil, fmt.Errorf("VM %q: %w", src, err)
 	}
-	if snap.Devices != devicesOf(v.Applied) {
+	if !sameDevices(snap.Devices, v.Applied) {
 		return nil, nil, fmt.Errorf("VM %q was started with another spec since snapshot %q: its recorded devices are not the ones the memory state has", src, tag)
 	}
 	vm := *v.Booted
@@ -146,8 +174,8 @@ func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM,
 
 // cloneVM is the template's VM as the clone: another name, no UUID (a
 // new one is made), new MACs, and its writable disks on new overlays on
-// the snapshot's images.
-func (s *Supervisor) cloneVM(ctx context.Context, vm *spec.VM, snap *snapshot.Snapshot, name string) (spec.VM, []string, error) {
+// the snapshot's images (the layers, made by makeClone).
+func (s *Supervisor) cloneVM(vm *spec.VM, snap *snapshot.Snapshot, name string) (spec.VM, []snapshot.Layer) {
 	c := *vm
 	c.Name, c.UUID = name, ""
 	c.NICs = append([]spec.NIC(nil), vm.NICs...)
@@ -156,7 +184,7 @@ func (s *Supervisor) cloneVM(ctx context.Context, vm *spec.VM, snap *snapshot.Sn
 		c.NICs[i].Forwards = nil
 	}
 	c.Disks = append([]spec.Disk(nil), vm.Disks...)
-	var made []string
+	var layers []snapshot.Layer
 	for i, d := range c.Disks {
 		im, ok := snap.Disks[d.Name]
 		if !ok {
@@ -167,21 +195,11 @@ func (s *Supervisor) cloneVM(ctx context.Context, vm *spec.VM, snap *snapshot.Sn
 			dir = s.opts.ImageDirs[0]
 		}
 		path := filepath.Join(dir, name+"-"+d.Name+".qcow2")
-		info, err := s.tools().Info(ctx, im.Path, im.Format)
-		if err == nil {
-			err = s.tools().CreateOverlay(ctx, path, im.Path, im.Format, info.VirtualSize)
-		}
-		if err != nil {
-			for _, m := range made {
-				os.Remove(m)
-			}
-			return c, nil, fmt.Errorf("disk %q: %w", d.Name, err)
-		}
-		made = append(made, path)
+		layers = append(layers, snapshot.Layer{Disk: d.Name, Base: im, Overlay: snapshot.Image{Path: path, Format: spec.FormatQcow2}})
 		d.File, d.Format, d.Backing, d.Size = path, spec.FormatQcow2, "", 0
 		c.Disks[i] = d
 	}
-	return c, made, nil
+	return c, layers
 }
 
 // noteClone records in the template's tree that newName stands on the
@@ -194,7 +212,7 @@ func (s *Supervisor) noteClone(src, tag, newName string) error {
 	}
 	snap := tree.Find(tag)
 	snap.Clones = append(snap.Clones, newName)
-	return tree.Save(p.Snapshots())
+	return s.saveTree(src, tree)
 }
 
 // liveClones lists the clones that still exist of the tree's snapshots.

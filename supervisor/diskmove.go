@@ -347,6 +347,9 @@ func (s *Supervisor) CancelDiskMove(ctx context.Context, name, disk string) erro
 	if err != nil {
 		return fail(err)
 	}
+	if op != nil {
+		defer op.Close() // its own command ends it
+	}
 	if op == nil || op.Kind != opDiskMove {
 		return fail(errNoMove)
 	}

@@ -77,6 +77,31 @@ func fill(t *testing.T, dir string, leave int64) func() {
 	return func() { os.Remove(path) }
 }
 
+// snapFiles lists the VM's image files and memory states, for a check that a
+// refused command left none behind.
+func snapFiles(t *testing.T, root, vm string) string {
+	t.Helper()
+	images, _ := filepath.Glob(filepath.Join(root, "images", vm+"*"))
+	states, _ := filepath.Glob(filepath.Join(root, "records", vm, "snapshots", "*"))
+	return strings.Join(append(images, states...), " ")
+}
+
+// dataImage is the image the VM's data disk runs on.
+func dataImage(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, vm string) string {
+	t.Helper()
+	st, err := sup.Status(ctx, vm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range st.Disks {
+		if d.Name == "data" {
+			return d.Image
+		}
+	}
+	t.Fatalf("vm %s has no data disk: %+v", vm, st.Disks)
+	return ""
+}
+
 // TestFullStateFS: the state root on a small filesystem that is full, then
 // nearly full (room for a journal, not for much more): every multi-step
 // command either succeeds or fails with one line naming the cause, and
@@ -97,11 +122,45 @@ func TestFullStateFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Sup.Down(context.Background(), vm2) })
+	// A third with a data disk for the snapshot commands (its overlays go
+	// beside its image, on the full filesystem; a memory state in its
+	// records), and a snapshot to revert to, taken while there is room.
+	const vm3 = "ffsnap"
+	f3 := counterGuest(t, t.TempDir(), vm3, fmt.Sprintf("[[disk]]\nname = \"data\"\nfile = %q\nsize = \"8M\"\n",
+		filepath.Join(root, "images", vm3+"-data.qcow2")))
+	if _, err := a.Sup.Up(ctx, f3); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Sup.Down(context.Background(), vm3) })
+	if _, err := a.Sup.Snapshot(ctx, vm3, "base", supervisor.SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dropSnap := func(tag string) func(*testing.T, context.Context, supervisor.Status) {
+		return func(t *testing.T, ctx context.Context, _ supervisor.Status) {
+			if tree, err := a.Sup.SnapshotTree(vm3); err == nil && tree.Find(tag) != nil {
+				if err := a.Sup.RemoveSnapshot(ctx, vm3, tag, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 	cmds := []struct {
 		name string
 		run  func(context.Context) error
 		undo func(*testing.T, context.Context, supervisor.Status)
 	}{
+		{"snapshot", func(ctx context.Context) error {
+			_, err := a.Sup.Snapshot(ctx, vm3, "full", supervisor.SnapshotOptions{})
+			return err
+		}, dropSnap("full")},
+		{"snapshot-memory", func(ctx context.Context) error {
+			_, err := a.Sup.Snapshot(ctx, vm3, "fullm", supervisor.SnapshotOptions{Memory: true})
+			return err
+		}, dropSnap("fullm")},
+		{"revert", func(ctx context.Context) error {
+			_, err := a.Sup.RevertSnapshot(ctx, vm3, "base", true)
+			return err
+		}, nil},
 		{"disk-attach", func(ctx context.Context) error { _, err := h.Sup.AttachDisk(ctx, vm, *h.Disk); return err },
 			func(t *testing.T, ctx context.Context, st supervisor.Status) {
 				if h.HasDisk(st) {
@@ -129,9 +188,11 @@ func TestFullStateFS(t *testing.T) {
 		}, nil},
 		{"restart", func(ctx context.Context) error { _, err := h.Sup.Restart(ctx, h.File); return err }, nil},
 	}
-	for _, leave := range []int64{0, 1400 << 10} {
+	for _, leave := range []int64{0, 1400 << 10, 4 << 20} {
 		for _, c := range cmds {
 			t.Run(fmt.Sprintf("%s/free-%dK", c.name, leave>>10), func(t *testing.T) {
+				files3 := snapFiles(t, root, vm3)
+				img3 := dataImage(t, ctx, a.Sup, vm3)
 				unfill := fill(t, root, leave)
 				t0 := time.Now()
 				err := c.run(ctx)
@@ -149,6 +210,23 @@ func TestFullStateFS(t *testing.T) {
 				}
 				if c.name == "migrate-local" {
 					supervisortest.Settle(t, ctx, vm2, []*supervisortest.Side{a}, "", nil)
+					return
+				}
+				if strings.HasPrefix(c.name, "snapshot") || c.name == "revert" {
+					var st supervisor.Status
+					supervisortest.Settle(t, ctx, vm3, []*supervisortest.Side{a}, "", &st)
+					if err != nil {
+						// Refused: on the images it ran on, and nothing left.
+						if got := dataImage(t, ctx, a.Sup, vm3); got != img3 {
+							t.Fatalf("after the refused %s the disk runs on %s, before on %s", c.name, got, img3)
+						}
+						if got := snapFiles(t, root, vm3); got != files3 {
+							t.Fatalf("after the refused %s: files %s, before %s", c.name, got, files3)
+						}
+					}
+					if c.undo != nil {
+						c.undo(t, ctx, st)
+					}
 					return
 				}
 				var st supervisor.Status

@@ -66,6 +66,7 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 	if err != nil || op == nil {
 		return "", err
 	}
+	defer op.Close() // (ended below when recovered; else left for the next command)
 	var note string
 	switch op.Kind {
 	case opDiskAttach:
@@ -104,6 +105,8 @@ func (s *Supervisor) recover(ctx context.Context, name, by string) (string, erro
 		note, err = s.recoverDiskMove(ctx, name, op)
 	case opBackup:
 		note, err = s.recoverBackup(ctx, name, op)
+	case opClone:
+		note, err = s.recoverClone(ctx, name, op)
 	default:
 		note = "dropped an unreadable journal (" + op.Kind + ")"
 	}
@@ -125,9 +128,11 @@ func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, 
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
 		return "", nil
 	}
-	if op, err := s.state.PendingOp(name); err != nil || op == nil {
+	op, err := s.state.PendingOp(name)
+	if err != nil || op == nil {
 		return "", err
 	}
+	op.Close()
 	lk, err := s.state.TryLock(ctx, name, "recover")
 	if err != nil || lk == nil {
 		return "", err // the operation is still going

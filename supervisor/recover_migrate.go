@@ -457,7 +457,11 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmst
 	}
 	state := ""
 	if !st.Gone() && inDir != "" {
-		if state = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock")); state == "" {
+		sock := filepath.Join(inDir, "qmp.sock")
+		if !exists(sock) {
+			sock = p.QMP // handed over already: the receiver died among the renames
+		}
+		if state = s.runStateAt(ctx, sock); state == "" {
 			return "", fmt.Errorf("the incoming QEMU (%s) does not answer its monitor", in.Unit)
 		}
 	}

@@ -2,10 +2,13 @@ package supervisor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
@@ -170,10 +173,28 @@ func memorySnapshottable(app *vmstate.Applied) error {
 	return nil
 }
 
-// devicesOf identifies the devices a memory state belongs to: the argv
-// without the images' paths (a revert opens new overlays).
+// devicesOf identifies the devices a memory state belongs to: the spec
+// the VM runs (the file's disks as named there: a revert opens new
+// overlays on them) and the disks it boots with beyond it. Not the
+// generation: a restart or a revert with the same spec makes the same
+// devices, and the snapshot reverts again and again.
 func devicesOf(app *vmstate.Applied) string {
-	return fmt.Sprintf("gen%d:%x", app.Generation, app.Spec)
+	h := sha256.New()
+	h.Write(app.Spec)
+	for _, a := range app.Attached {
+		h.Write(vmstate.Canonical(&spec.VM{Disks: []spec.Disk{a.Disk}}))
+	}
+	return "devices:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// sameDevices reports whether a memory state taken with devices fits the
+// VM recorded in app (fingerprints of before devicesOf hashed the spec
+// were "genN:SPEC", with the start's generation).
+func sameDevices(devices string, app *vmstate.Applied) bool {
+	if strings.HasPrefix(devices, "gen") {
+		return devices == fmt.Sprintf("gen%d:%x", app.Generation, app.Spec)
+	}
+	return devices == devicesOf(app)
 }
 
 // snapshotDisks lists the VM's disks a snapshot holds (every writable
@@ -273,7 +294,12 @@ func (t *snapTake) virtualSize(ctx context.Context, im snapshot.Image) (int64, e
 	return info.VirtualSize, err
 }
 
+// removeOverlays and the other undos do nothing once the disks run on the
+// overlays (switched): QEMU writes them, recovery records the snapshot.
 func (t *snapTake) removeOverlays(context.Context) {
+	if t.switched {
+		return
+	}
 	for _, l := range t.in.Layers {
 		os.Remove(l.Overlay.Path)
 	}
@@ -292,6 +318,9 @@ func (t *snapTake) confine(ctx context.Context) error {
 }
 
 func (t *snapTake) release(ctx context.Context) {
+	if t.switched {
+		return
+	}
 	_ = t.s.ReleasePaths(ctx, t.name, rulePaths(overlayRules(t.in.Layers))...)
 }
 
@@ -309,7 +338,11 @@ func (t *snapTake) addNodes(ctx context.Context) error {
 	return nil
 }
 
-func (t *snapTake) delNodes(ctx context.Context) { delOverlayNodes(ctx, t.c, t.in.Layers) }
+func (t *snapTake) delNodes(ctx context.Context) {
+	if !t.switched {
+		delOverlayNodes(ctx, t.c, t.in.Layers)
+	}
+}
 
 func delOverlayNodes(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) {
 	for _, l := range layers {
@@ -369,19 +402,38 @@ func (t *snapTake) record(context.Context) error {
 	}
 	t.in.Snap.RBD = rbdSnaps(*t.in)
 	tree.Taken(t.in.Snap, t.in.Layers)
-	return tree.Save(p.Snapshots())
+	return t.s.saveTree(t.name, tree)
 }
 
-// findNode finds the format node QEMU has open on image file path.
+// findNode finds the format node QEMU has open on image file path: not
+// its protocol node, nor a filter a block job put above it (commit_top,
+// mirror_top, copy-before-write), which report the same file.
 func findNode(ctx context.Context, c *qmp.Conn, path string) (qmp.BlockNode, error) {
 	nodes, err := c.QueryNamedBlockNodes(ctx)
 	if err != nil {
 		return qmp.BlockNode{}, err
 	}
 	for _, n := range nodes {
-		if n.Image.Filename == path && n.Driver != "file" && n.Driver != "host_device" {
+		if n.Image.Filename == path && formatDriver(n.Driver) {
 			return n, nil
 		}
 	}
 	return qmp.BlockNode{}, fmt.Errorf("QEMU has no node on %s", path)
+}
+
+// formatDriver reports whether a block driver reads an image format (the
+// nodes vmsup and QEMU open on image files), not a protocol or a filter.
+func formatDriver(driver string) bool {
+	switch driver {
+	case "qcow2", "raw", "qed", "vmdk", "vdi", "vhdx", "vpc", "luks":
+		return true
+	}
+	return false
+}
+
+// saveTree records the VM's snapshot tree, through the record writer that
+// has the operation's reserve for a full filesystem.
+func (s *Supervisor) saveTree(name string, tree *snapshot.Tree) error {
+	p := s.paths(name)
+	return tree.SaveWith(p.Snapshots(), p.WriteRecord)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 )
@@ -130,20 +131,46 @@ func (t *snapTake) withPause(ctx context.Context, running bool, actions []qmp.Tr
 	}
 	t.switched = true
 	err := t.saveMemory(ctx)
+	if err == nil {
+		t.s.traced(t.op)(t.name, "saved") // the state is whole: recovery keeps it
+	}
 	cerr := t.c.Cont(context.WithoutCancel(ctx))
 	t.pause = time.Since(start)
 	t.in.Snap.Quiesced = "paused, memory saved"
 	if err != nil {
-		// The disks are switched: the snapshot stays, without memory.
 		os.Remove(t.in.Snap.Memory)
-		t.in.Snap.Memory, t.in.Snap.Quiesced = "", "paused (memory not saved)"
-		_ = t.op.SetIntent(t.in)
-		return fmt.Errorf("memory not saved (the snapshot holds the disks; the next vmsup command records it): %w", err)
+		return t.memoryFailed(ctx, err)
 	}
 	if cerr != nil {
 		return fmt.Errorf("resume after the memory save: %w", cerr)
 	}
 	return nil
+}
+
+// memoryFailed takes back a memory snapshot whose state could not be
+// saved (a full filesystem, QEMU gone): the disks are merged back from the
+// overlays (nothing but what the guest wrote since it resumed is in them),
+// so the VM runs on the images it ran on before and the undos remove the
+// overlays. If QEMU cannot merge them, it keeps running on them and the
+// snapshot is recorded without its memory, and the error says so.
+func (t *snapTake) memoryFailed(ctx context.Context, cause error) error {
+	bg := context.WithoutCancel(ctx)
+	var merr error
+	for _, l := range t.in.Layers {
+		over := l.Overlay
+		if _, err := t.s.commitLive(bg, t.name, t.c, snapshot.Merge{Disk: l.Disk, From: &over, Into: l.Base}, nil, nil); err != nil {
+			merr = errors.Join(merr, fmt.Errorf("disk %q: %w", l.Disk, err))
+		}
+	}
+	if merr == nil {
+		t.s.removeRBDSnaps(bg, *t.in)
+		t.switched = false
+		return fmt.Errorf("memory not saved, nothing kept (the VM runs on its images as before): %w", cause)
+	}
+	t.in.Snap.Memory, t.in.Snap.Quiesced = "", "paused (memory not saved)"
+	_ = t.op.SetIntent(t.in)
+	return fmt.Errorf("memory not saved (%w), and the disks could not be merged back (%v): the VM runs on the snapshot's overlays, "+
+		"and the snapshot is recorded without memory by the next vmsup command", cause, merr)
 }
 
 // saveMemory migrates the guest's state into the snapshot's state file,

@@ -30,9 +30,10 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 	if tree.Find(in.Tag) != nil {
 		return "it was recorded", s.settleGuest(ctx, name, in, slices.Contains(op.Done, "frozen"))
 	}
-	// The state file is whole only once the switch step (which saves it)
-	// was journaled.
-	if in.Snap.Memory != "" && !slices.Contains(op.Done, "switch") {
+	// The state file is whole once QEMU finished writing it ("saved", or
+	// the switch step, which saves it, was journaled); else it goes and
+	// the snapshot is recorded without memory.
+	if in.Snap.Memory != "" && !slices.Contains(op.Done, "switch") && !slices.Contains(op.Done, "saved") {
 		os.Remove(in.Snap.Memory)
 		in.Snap.Memory = ""
 	}
@@ -94,7 +95,7 @@ func (s *Supervisor) recordTaken(name string, in snapIntent) error {
 	}
 	in.Snap.RBD = rbdSnaps(in)
 	tree.Taken(in.Snap, in.Layers)
-	return tree.Save(p.Snapshots())
+	return s.saveTree(name, tree)
 }
 
 // onOverlays reports whether every disk runs on its new overlay (linked

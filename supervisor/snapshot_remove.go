@@ -11,7 +11,6 @@ import (
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
 // Removing a snapshot merges, for each disk, the one image built on its
@@ -106,10 +105,13 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.
 			return err
 		}
 		for _, m := range in.Merges {
-			if m.From == nil || !exists(m.From.Path) {
+			if m.From == nil {
 				continue
 			}
-			if err := s.merge(ctx, name, c, m, progress); err != nil {
+			if op.Has("merged " + m.Disk) {
+				continue
+			}
+			if err := s.merge(ctx, name, c, op, m, progress); err != nil {
 				return fmt.Errorf("disk %q: %w", m.Disk, err)
 			}
 			s.traced(op)(name, "merged "+m.Disk)
@@ -120,7 +122,7 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.
 			}
 		}
 		tree.Removed(in.Tag, in.Merges)
-		if err := tree.Save(p.Snapshots()); err != nil {
+		if err := s.saveTree(name, tree); err != nil {
 			return err
 		}
 	}
@@ -139,94 +141,6 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.
 		}
 	}
 	return nil
-}
-
-// merge commits m.From into m.Into: with QEMU's block-commit when the
-// running QEMU has From open, else with qemu-img (no QEMU has it open:
-// PlanRemove refuses a base of two branches). Images on From are re-based
-// on Into (QEMU re-bases the one it has open itself).
-func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64)) error {
-	var live bool
-	if c != nil {
-		if _, err := findNode(ctx, c, m.From.Path); err == nil {
-			live = true
-		}
-	}
-	var open string // the image QEMU re-bases itself
-	if live {
-		var err error
-		if open, err = s.commitLive(ctx, name, c, m, progress); err != nil {
-			return err
-		}
-	} else if err := s.tools().Commit(ctx, m.From.Path); err != nil {
-		return err
-	}
-	for _, r := range m.Rebase {
-		if r == open {
-			continue
-		}
-		if err := s.tools().Rebase(ctx, r, m.Into.Path, m.Into.Format); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// commitLive runs block-commit of From into Into in the running QEMU and
-// returns the image above From that QEMU re-based ("" for an active
-// commit, which pivots the disk onto Into).
-func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
-	// QEMU opened Into read-only (a backing image) and was granted it so:
-	// the commit writes it.
-	if err := s.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {
-		return "", err
-	}
-	top, err := findNode(ctx, c, m.From.Path)
-	if err != nil {
-		return "", err
-	}
-	base, err := findNode(ctx, c, m.Into.Path)
-	if err != nil {
-		return "", err
-	}
-	device, above, err := rootOf(ctx, c, top.NodeName)
-	if err != nil {
-		return "", err
-	}
-	id := "vmsup-commit-" + m.Disk
-	no := false
-	if err := c.BlockCommit(ctx, qmp.Commit{JobID: id, Device: device, TopNode: top.NodeName, BaseNode: base.NodeName,
-		AutoDismiss: &no}); err != nil {
-		return "", err
-	}
-	prog := func(j qmp.Job) {
-		if progress != nil {
-			progress(m.Disk, j.CurrentProgress, j.TotalProgress)
-		}
-	}
-	if above == "" { // active commit: ready, then pivot
-		if _, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "ready" }, prog); err != nil {
-			_ = c.JobDismiss(context.WithoutCancel(ctx), id)
-			return "", err
-		}
-		if err := c.JobComplete(ctx, id); err != nil {
-			return "", err
-		}
-	}
-	_, err = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, prog)
-	_ = c.JobDismiss(context.WithoutCancel(ctx), id)
-	if err != nil {
-		return "", err
-	}
-	// Nodes vmsup named (at boot or by a snapshot) stay until deleted, and
-	// keep a reference on Into (which then is no root node for the next
-	// commit): close the merged file. QEMU's own, opened from a header,
-	// went with the commit.
-	_ = c.BlockdevDel(ctx, top.NodeName)
-	if p := protocolNode(top.NodeName); p != "" {
-		_ = c.BlockdevDel(ctx, p)
-	}
-	return above, nil
 }
 
 // rootOf finds the top node of the chain node is in (the device's), and
@@ -270,7 +184,7 @@ func rootOf(ctx context.Context, c *qmp.Conn, node string) (root, above string, 
 
 func nodeOnFile(nodes []qmp.BlockNode, file string) (qmp.BlockNode, bool) {
 	for _, n := range nodes {
-		if n.Image.Filename == file && n.Driver != "file" && n.Driver != "host_device" {
+		if n.Image.Filename == file && formatDriver(n.Driver) {
 			return n, true
 		}
 	}

@@ -80,7 +80,7 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 		in.RBD = append(in.RBD, disks.rbd[i])
 	}
 	if snap.Memory != "" {
-		if snap.Devices != devicesOf(app) {
+		if !sameDevices(snap.Devices, app) {
 			return fail(errors.New("the VM's devices changed since the snapshot, so its memory state does not fit them"))
 		}
 		if _, err := os.Stat(snap.Memory); err != nil {
@@ -92,6 +92,14 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 	if err != nil {
 		return fail(err)
 	}
+	// The overlays first, while the VM still runs: a full filesystem
+	// refuses the revert before anything is stopped.
+	if err := s.revertOverlays(ctx, &in); err != nil {
+		removeLayerFiles(in.Layers)
+		op.End()
+		return fail(err)
+	}
+	s.traced(op)(name, "overlays")
 	if running {
 		if _, err := s.down(ctx, name, lu, DownOptions{Force: true}); err != nil {
 			op.End()
@@ -124,24 +132,14 @@ func (s *Supervisor) finishRevert(ctx context.Context, name string, op *vmstate.
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}
 		}
-		for _, l := range in.Layers {
-			if exists(l.Overlay.Path) {
-				continue // made before a kill; it has nothing in it yet
-			}
-			info, err := s.tools().Info(ctx, l.Base.Path, l.Base.Format)
-			if err != nil {
-				return fmt.Errorf("disk %q: %w", l.Disk, err)
-			}
-			if err := s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize); err != nil {
-				return fmt.Errorf("disk %q: %w", l.Disk, err)
-			}
+		if err := s.revertOverlays(ctx, in); err != nil {
+			return err
 		}
-		after(name, "overlays")
 		in.Dropped = tree.Reverted(in.Tag, in.Layers)
 		if err := op.SetIntent(in); err != nil {
 			return err
 		}
-		if err := tree.Save(p.Snapshots()); err != nil {
+		if err := s.saveTree(name, tree); err != nil {
 			return err
 		}
 		after(name, "record")
@@ -166,6 +164,53 @@ func (s *Supervisor) finishRevert(ctx context.Context, name string, op *vmstate.
 	return nil
 }
 
+// settleRestore settles the QEMU a memory revert started when its command
+// died: one that never read the state (waiting for it, or cut off while
+// reading) is ended, and restart says to start it again from the state;
+// one that read it but was not resumed is resumed.
+func (s *Supervisor) settleRestore(ctx context.Context, name string) (restart bool, err error) {
+	switch state := s.runStateAt(ctx, s.paths(name).QMP); state {
+	case "running":
+		return false, nil
+	case "paused", "postmigrate", "prelaunch":
+		c, release, err := s.qmpSession(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		defer release()
+		return false, c.Cont(ctx)
+	default: // inmigrate, or no answer: the guest never ran in this QEMU
+		sd, err := s.systemd(ctx)
+		if err != nil {
+			return false, err
+		}
+		unit := s.state.UnitOf(name)
+		if err := os.WriteFile(s.paths(name).KillMark(), nil, 0o600); err != nil {
+			return false, err
+		}
+		s.removeUnit(ctx, sd, unit)
+		return true, nil
+	}
+}
+
+// revertOverlays makes each disk's new overlay on its frozen image (one
+// made before a kill is kept: nothing was written to it yet).
+func (s *Supervisor) revertOverlays(ctx context.Context, in *revertIntent) error {
+	for _, l := range in.Layers {
+		if exists(l.Overlay.Path) {
+			continue
+		}
+		info, err := s.tools().Info(ctx, l.Base.Path, l.Base.Format)
+		if err != nil {
+			return fmt.Errorf("disk %q: %w", l.Disk, err)
+		}
+		if err := s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize); err != nil {
+			return fmt.Errorf("disk %q: %w", l.Disk, err)
+		}
+	}
+	return nil
+}
+
 // reverted reports whether the tree already records the revert.
 func reverted(tree *snapshot.Tree, in *revertIntent) bool {
 	if tree.Current != in.Tag {
@@ -186,17 +231,33 @@ func (s *Supervisor) recoverRevert(ctx context.Context, name string, op *vmstate
 	if err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(s.paths(name).QMP); err == nil {
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return "", err
+	}
+	// Whether a QEMU runs is systemd's to say: a QEMU started by the
+	// revert may not have made its monitor yet.
+	if st, err := sd.Status(ctx, s.state.UnitOf(name)); err != nil {
+		return "", err
+	} else if st.Exists && !st.Gone() {
 		tree, err := snapshot.Load(s.paths(name).Snapshots())
 		switch {
 		case err != nil:
 			return "", err
 		case !slices.Contains(op.Done, "stopped"):
+			removeLayerFiles(in.Layers) // made while it ran, never used
 			return "the VM had not been stopped: nothing was changed", nil
 		case !reverted(tree, &in):
 			return "", errors.New("the VM was started again by something else before the revert was done; revert again")
 		}
 		in.Start = false // started before the kill
+		if in.Memory != "" {
+			restart, err := s.settleRestore(ctx, name)
+			if err != nil {
+				return "", err
+			}
+			in.Start = restart
+		}
 	}
 	var res RevertResult
 	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {

@@ -27,8 +27,22 @@ func (s *Supervisor) lock(ctx context.Context, name, op string) (*vmstate.FileLo
 	return lk, err
 }
 
+// heldLock marks a context whose command holds VM name's lock across
+// several operations (apply: its plan and each change), which then run
+// under it instead of taking it again (the lock is the command's, not each
+// operation's).
+type heldLock struct{ name string }
+
+// holding returns ctx carrying the lock held on VM name.
+func holding(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, heldLock{name}, true)
+}
+
 // lockRecover is lock, and says what recovery did ("" for nothing).
 func (s *Supervisor) lockRecover(ctx context.Context, name, op string) (*vmstate.FileLock, string, error) {
+	if ctx.Value(heldLock{name}) != nil {
+		return vmstate.Borrowed(), "", nil // recovered when the command took it
+	}
 	lk, err := s.state.Lock(ctx, name, op, s.opts.WaitForLock)
 	if err != nil {
 		return nil, "", err

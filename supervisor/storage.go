@@ -148,7 +148,8 @@ func (s *Supervisor) heldBy(self string, d spec.Disk, err error) error {
 		}
 		for _, od := range v.Disks {
 			if slices.ContainsFunc(od.Images(v.Tree), func(p string) bool { return samePath(p, d.File) }) {
-				return fmt.Errorf("disk %q: %s is in use by VM %q (its disk %q): %w", d.Name, d.File, n, od.Name, storage.ErrInUse)
+				return &storage.Error{Disk: d.Name, Field: "file", Err: storage.ErrInUse,
+					Msg: fmt.Sprintf("%s: %v: VM %q has it open (its disk %q)", d.File, storage.ErrInUse, n, od.Name)}
 			}
 		}
 	}

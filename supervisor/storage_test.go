@@ -334,7 +334,7 @@ serial = "vol"
 	t.Run("image-lock", func(t *testing.T) {
 		thief := guestFile(t, t.TempDir(), "thief", fmt.Sprintf("[[disk]]\nname = \"stolen\"\nfile = %q\nformat = \"raw\"\n", rawFile))
 		_, err := sup.Up(ctx, thief)
-		want := `disk[0].file: disk "stolen": ` + rawFile + `: image is in use by another process (QEMU image lock`
+		want := `disk[0].file: disk "stolen": ` + rawFile + `: image is in use by another process: VM "kinds" has it open (its disk "raw")`
 		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("second VM on the same image: %v\nwant one line containing %q", err, want)
 		}

@@ -221,8 +221,8 @@ func TestCLIEndToEnd(t *testing.T) {
 	if r := vmsup(t, root, "", "status", "demo"); !strings.Contains(r.stdout, "state:    paused") {
 		t.Fatalf("status after pause: %+v", r)
 	}
-	// A paused guest's agent cannot answer: ping says so within its bound.
-	if r := vmsup(t, root, "", "ping", "demo"); r.code != 1 || !strings.Contains(r.stderr, `vm "demo": guest agent: no answer within`) {
+	// A paused guest's agent cannot answer: ping says so at once.
+	if r := vmsup(t, root, "", "ping", "demo"); r.code != 1 || !strings.Contains(r.stderr, `vm "demo": paused: the guest agent cannot answer while the VM is paused`) {
 		t.Fatalf("ping of a paused guest: %+v", r)
 	}
 	if r := vmsup(t, root, "", "resume", "demo"); r.code != 0 {

@@ -149,7 +149,7 @@ name = "gone"`, 1))
 	// Another VM on verbs' image: refused, naming the VM that holds it.
 	thief := write(t, t.TempDir(), "thief.toml", strings.Replace(body, `name = "verbs"`, `name = "thief"`, 1))
 	for _, verb := range []string{"validate", "up"} {
-		if r := vmsup(t, root, "", verb, thief); r.code != 1 || !strings.Contains(r.stderr, `is in use by VM "verbs" (its disk "data")`) {
+		if r := vmsup(t, root, "", verb, thief); r.code != 1 || !strings.Contains(r.stderr, `image is in use by another process: VM "verbs" has it open (its disk "data")`) {
 			t.Errorf("%s of a VM on another VM's image: %+v", verb, r)
 		}
 	}

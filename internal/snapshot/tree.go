@@ -86,6 +86,13 @@ func Load(path string) (*Tree, error) {
 // Save replaces the tree at path atomically (root only); an empty tree
 // removes the file.
 func (t *Tree) Save(path string) error {
+	return t.SaveWith(path, func(path string, b []byte) error { return renameio.WriteFile(path, b, 0o600) })
+}
+
+// SaveWith is Save writing through write (which replaces path with b
+// atomically: the caller's record writer, with its reserve for a full
+// filesystem).
+func (t *Tree) SaveWith(path string, write func(path string, b []byte) error) error {
 	if len(t.Snapshots) == 0 && len(t.Active) == 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -99,7 +106,7 @@ func (t *Tree) Save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return renameio.WriteFile(path, append(b, '\n'), 0o600)
+	return write(path, append(b, '\n'))
 }
 
 // Empty reports whether the VM has no snapshot and runs on its own files.

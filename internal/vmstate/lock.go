@@ -20,6 +20,8 @@ type FileLock struct {
 	// unlinking it while held is safe because a locker checks that the
 	// file it locked is still the one at path.
 	drop func() bool
+	// borrowed: held by the caller's caller (Borrowed).
+	borrowed bool
 }
 
 // LockFile takes an exclusive lock on path (created 0600). With wait, it
@@ -80,7 +82,14 @@ func (l *FileLock) current() bool {
 	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
+// Borrowed is a lock held by the caller's caller: its Unlock does nothing
+// (the holder unlocks).
+func Borrowed() *FileLock { return &FileLock{borrowed: true} }
+
 func (l *FileLock) Unlock() {
+	if l.borrowed {
+		return
+	}
 	if l.drop != nil && l.drop() {
 		os.Remove(l.path)
 	} else if l.holder {

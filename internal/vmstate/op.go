@@ -1,9 +1,11 @@
 package vmstate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,9 +114,7 @@ func (o *Op) Has(step string) bool { return slices.Contains(o.Done, step) }
 
 // End removes the journal: the operation is over, done or undone.
 func (o *Op) End() error {
-	if o.f != nil {
-		o.f.Close()
-	}
+	o.Close()
 	os.Remove(o.reserve)
 	dir := filepath.Dir(o.reserve)
 	if err := os.Remove(filepath.Join(dir, "op.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -140,31 +140,53 @@ func (o *Op) write() error {
 	for i := len(b); i < opSize; i++ {
 		buf[i] = ' '
 	}
+	if o.f == nil {
+		return errors.New("journal: the operation's file is closed")
+	}
 	if _, err := o.f.WriteAt(buf, 0); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	return o.f.Sync()
 }
 
-// PendingOp returns the VM's unfinished operation, nil if there is none. Its
-// End removes it (after the caller recovered it).
+// PendingOp returns the VM's unfinished operation, nil if there is none,
+// open for writing: its recovery journals the steps it takes, through the
+// same file (allocated when the operation began), so that recovery cut
+// short is itself recovered from where it got. Its End removes it.
 func (s Store) PendingOp(name string) (*Op, error) {
 	p := s.Paths(name)
-	b, err := os.ReadFile(p.opFile())
+	f, err := os.OpenFile(p.opFile(), os.O_RDWR|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	var o Op
-	if err := json.Unmarshal(b, &o); err != nil {
+	if err := json.Unmarshal(bytes.TrimRight(b, " \x00"), &o); err != nil {
 		// A journal cut short (a crash while it was being made): nothing of
 		// the operation happened after it.
 		o = Op{Kind: "unreadable"}
 	}
-	o.reserve = p.reserveFile()
+	o.f, o.reserve = f, p.reserveFile()
+	if fi, err := f.Stat(); err == nil && fi.Size() < opSize {
+		// Made before it had its size (or cut short): give it its room.
+		_ = allocate(f, opSize)
+	}
 	return &o, nil
+}
+
+// Close lets go of a pending operation's file without ending it.
+func (o *Op) Close() {
+	if o.f != nil {
+		o.f.Close()
+		o.f = nil
+	}
 }
 
 // allocate makes f size bytes long with its blocks allocated.

@@ -49,3 +49,39 @@ func TestOpJournal(t *testing.T) {
 		t.Fatalf("cut-short journal: %+v %v", p, err)
 	}
 }
+
+// TestPendingOpWrites: the recovery of an operation journals through the
+// operation it loaded (a revert's recovery records its steps so): a second
+// reader sees its steps, and End removes it.
+func TestPendingOpWrites(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	op, err := s.BeginOp("vm", "snapshot-revert", map[string]string{"tag": "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Step("stopped"); err != nil {
+		t.Fatal(err)
+	}
+	op.Close() // its command died here
+	p, err := s.PendingOp("vm")
+	if err != nil || p == nil {
+		t.Fatalf("pending: %+v %v", p, err)
+	}
+	if err := p.Step("overlays"); err != nil {
+		t.Fatalf("a step journaled by recovery: %v", err)
+	}
+	if err := p.SetIntent(map[string]string{"tag": "s1", "dropped": "x"}); err != nil {
+		t.Fatalf("an intent journaled by recovery: %v", err)
+	}
+	q, err := s.PendingOp("vm")
+	if err != nil || !q.Has("stopped") || !q.Has("overlays") || string(q.Intent) != `{"dropped":"x","tag":"s1"}` {
+		t.Fatalf("what recovery journaled: %+v %v", q, err)
+	}
+	q.Close()
+	if err := p.End(); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := s.PendingOp("vm"); q != nil {
+		t.Fatal("ended, still pending")
+	}
+}

@@ -262,6 +262,11 @@ func (p Paths) writeRecord(path string, b []byte) error {
 	return err
 }
 
+// WriteRecord replaces one of the VM's records (path, under its records
+// directory) atomically, with the operation's reserve given back if the
+// filesystem is full.
+func (p Paths) WriteRecord(path string, b []byte) error { return p.writeRecord(path, b) }
+
 // RewriteApplied stores a changed record beside the unchanged spec copy.
 func (s Store) RewriteApplied(a *Applied) error {
 	raw, err := os.ReadFile(s.Paths(a.Name).Spec)

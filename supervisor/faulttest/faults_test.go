@@ -41,6 +41,9 @@ type faultOp struct {
 	again func(t *testing.T, ctx context.Context, on *faultSide, st supervisor.Status)
 	// random is how many random-time kills (after the step kills).
 	random int
+	// revive, when set, brings the VM up again before it is settled (an
+	// operation on a VM that is off: before shut it down).
+	revive func(t *testing.T, ctx context.Context, on *faultSide)
 	// markers is the directory of the VM's shared disk (migration markers).
 	markers string
 }
@@ -150,5 +153,8 @@ func orNone(s string) string {
 // and returns that side.
 func settle(t *testing.T, ctx context.Context, op faultOp, stOut *supervisor.Status) *faultSide {
 	t.Helper()
+	if op.revive != nil {
+		op.revive(t, ctx, op.sides[0])
+	}
 	return supervisortest.Settle(t, ctx, op.vm, op.sides, op.markers, stOut)
 }

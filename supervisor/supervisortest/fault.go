@@ -40,6 +40,9 @@ type FaultJob struct {
 	Address   string     `json:",omitempty"`
 	Transport []string   `json:",omitempty"`
 	DialNetns string     `json:",omitempty"`
+	Tag       string     `json:",omitempty"` // snapshot, snapshot-rm, revert, clone: the snapshot
+	WithRAM   bool       `json:",omitempty"` // snapshot: with the guest's memory
+	NewName   string     `json:",omitempty"` // clone
 }
 
 // FaultHelper runs the job arg (FaultJob as JSON) and returns the exit
@@ -99,6 +102,14 @@ func FaultHelper(arg string) int {
 		if f, err = spec.Load(j.File); err == nil {
 			_, err = sup.Apply(ctx, f, supervisor.ApplyOptions{})
 		}
+	case "snapshot":
+		_, err = sup.Snapshot(ctx, j.VM, j.Tag, supervisor.SnapshotOptions{Memory: j.WithRAM})
+	case "snapshot-rm":
+		err = sup.RemoveSnapshot(ctx, j.VM, j.Tag, nil)
+	case "revert":
+		_, err = sup.RevertSnapshot(ctx, j.VM, j.Tag, true)
+	case "clone":
+		_, err = sup.UpFromSnapshot(ctx, j.VM, j.Tag, j.NewName)
 	default:
 		err = fmt.Errorf("unknown op %q", j.Op)
 	}

@@ -1,0 +1,95 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
+)
+
+// opClone is a clone's journal, on its template: made under the
+// template's lock, so that the template's next command settles a clone
+// whose command died.
+const opClone = "clone"
+
+// cloneIntent names what a clone makes: its overlays (on the snapshot's
+// images), its file, its note in the template's tree, its unit.
+type cloneIntent struct {
+	Tag    string           `json:"tag"`
+	Clone  string           `json:"clone"`
+	Layers []snapshot.Layer `json:"layers"`
+}
+
+// recoverClone settles a clone whose command died: one that runs (its
+// QEMU resumed the template's memory) is kept, and noted in the template's
+// tree; anything less is taken back whole.
+func (s *Supervisor) recoverClone(ctx context.Context, src string, op *vmstate.Op) (string, error) {
+	in, err := intentOf[cloneIntent](op)
+	if err != nil {
+		return "", err
+	}
+	if st, err := s.status(ctx, in.Clone, false); err == nil && st.State == StateRunning {
+		if err := s.noteCloneOnce(src, in.Tag, in.Clone); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("clone %s runs: kept it", in.Clone), nil
+	}
+	if err := s.undoClone(ctx, src, in); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("clone %s had not started: removed what was made of it", in.Clone), nil
+}
+
+// undoClone takes back what a clone made: its QEMU if one started, its
+// records and file, its overlays, its note in the template's tree.
+func (s *Supervisor) undoClone(ctx context.Context, src string, in cloneIntent) error {
+	var errs []error
+	if _, err := s.Kill(ctx, in.Clone); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotRunning) {
+		errs = append(errs, fmt.Errorf("kill the clone: %w", err))
+	}
+	if err := s.remove(ctx, in.Clone); err != nil && !errors.Is(err, ErrNotFound) {
+		errs = append(errs, fmt.Errorf("remove the clone: %w", err))
+	}
+	if err := s.removeVMFile(in.Clone); err != nil {
+		errs = append(errs, err)
+	}
+	for _, l := range in.Layers {
+		if err := os.Remove(l.Overlay.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.unnoteClone(src, in.Tag, in.Clone); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// noteCloneOnce is noteClone unless the tree has it already.
+func (s *Supervisor) noteCloneOnce(src, tag, clone string) error {
+	tree, err := snapshot.Load(s.paths(src).Snapshots())
+	if err != nil {
+		return err
+	}
+	if sn := tree.Find(tag); sn != nil && slices.Contains(sn.Clones, clone) {
+		return nil
+	}
+	return s.noteClone(src, tag, clone)
+}
+
+// unnoteClone drops clone from the template's tree.
+func (s *Supervisor) unnoteClone(src, tag, clone string) error {
+	tree, err := snapshot.Load(s.paths(src).Snapshots())
+	if err != nil {
+		return err
+	}
+	sn := tree.Find(tag)
+	if sn == nil || !slices.Contains(sn.Clones, clone) {
+		return nil
+	}
+	sn.Clones = slices.DeleteFunc(sn.Clones, func(c string) bool { return c == clone })
+	return s.saveTree(src, tree)
+}

@@ -1,0 +1,219 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Merging a snapshot's image down (a removal) is the one disk operation
+// that can lose data if done twice: once QEMU pivoted a disk from From onto
+// Into (an active commit), the guest writes Into, and From is stale; a
+// second commit of From would write old data over new. So whether a merge
+// still has to be done is learnt from QEMU (does a device still read
+// From? is the commit job still there?) or, with QEMU gone, from the
+// journal ("pivot" is journaled before the job is completed) and QEMU's
+// event log (the job's BLOCK_JOB_COMPLETED), never from the record alone.
+
+// commitJobID is the id of the commit job that merges disk's image.
+func commitJobID(disk string) string { return "vmsup-commit-" + disk }
+
+// merge commits m.From into m.Into unless that was done, live with QEMU's
+// block-commit when QEMU (c) runs the VM, else with qemu-img. Images on
+// From are re-based on Into (QEMU re-bases the one it has open itself).
+func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, m snapshot.Merge, progress func(string, int64, int64)) error {
+	var open string // the image QEMU re-based itself
+	var err error
+	if c != nil {
+		open, err = s.mergeLive(ctx, name, c, op, m, progress)
+	} else {
+		err = s.mergeOffline(ctx, name, op, m)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range m.Rebase {
+		if r == open || !exists(r) {
+			continue
+		}
+		if err := s.tools().Rebase(ctx, r, m.Into.Path, m.Into.Format); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeLive merges m in the running QEMU: a commit job a killed removal
+// left is finished; a From no device reads any more was merged (its node,
+// if vmsup named it, is closed); else the commit runs.
+func (s *Supervisor) mergeLive(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
+	id := commitJobID(m.Disk)
+	jobs, err := c.QueryJobs(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, j := range jobs {
+		if j.ID == id {
+			return "", s.finishCommitJob(ctx, name, c, op, m, j, progress)
+		}
+	}
+	top, err := findNode(ctx, c, m.From.Path)
+	if err != nil {
+		return "", nil // QEMU left From: it was merged (and is stale now)
+	}
+	if _, _, err := rootOf(ctx, c, top.NodeName); err != nil {
+		closeNode(ctx, c, top.NodeName) // merged, its node left open
+		return "", nil
+	}
+	return s.commitLive(ctx, name, c, m, progress, op)
+}
+
+// finishCommitJob brings a commit job a killed removal left to its end:
+// an active commit ready to pivot is completed (the guest's writes are on
+// both images then), one still copying is waited for first.
+func (s *Supervisor) finishCommitJob(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, m snapshot.Merge, j qmp.Job, progress func(string, int64, int64)) error {
+	prog := func(j qmp.Job) {
+		if progress != nil {
+			progress(m.Disk, j.CurrentProgress, j.TotalProgress)
+		}
+	}
+	top, _ := findNode(ctx, c, m.From.Path)
+	if err := s.completeCommit(ctx, name, c, op, m.Disk, j.Type == "commit" && j.Status != "concluded", prog); err != nil {
+		return err
+	}
+	if top.NodeName != "" {
+		closeNode(ctx, c, top.NodeName)
+	}
+	return nil
+}
+
+// completeCommit waits for commit job of disk, pivots an active one
+// (journaled first: "pivot DISK"), and dismisses it. active is false for a
+// job that needs no pivot (or has concluded).
+func (s *Supervisor) completeCommit(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, disk string, active bool, prog func(qmp.Job)) error {
+	id := commitJobID(disk)
+	j, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "ready" || j.Ended() }, prog)
+	if err != nil {
+		_ = c.JobDismiss(context.WithoutCancel(ctx), id)
+		return err
+	}
+	if active && j.Status == "ready" {
+		if op != nil {
+			s.traced(op)(name, "pivot "+disk)
+		}
+		if err := c.JobComplete(ctx, id); err != nil {
+			return err
+		}
+		if op != nil {
+			s.traced(op)(name, "pivoted "+disk) // the guest writes Into from here
+		}
+	}
+	_, err = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, prog)
+	_ = c.JobDismiss(context.WithoutCancel(ctx), id)
+	return err
+}
+
+// mergeOffline merges m with qemu-img, unless QEMU did before it ended: it
+// had pivoted the disk onto Into (its event log has the commit's
+// completion), or From is gone.
+func (s *Supervisor) mergeOffline(ctx context.Context, name string, op *vmstate.Op, m snapshot.Merge) error {
+	if !exists(m.From.Path) {
+		return nil
+	}
+	if op != nil && op.Has("pivot "+m.Disk) {
+		done, err := s.commitCompleted(name, commitJobID(m.Disk), op.Started)
+		if err != nil {
+			return fmt.Errorf("whether QEMU finished merging it before it ended: %w", err)
+		}
+		if done {
+			return nil // QEMU pivoted: From is stale, Into has it all
+		}
+	}
+	return s.tools().Commit(ctx, m.From.Path)
+}
+
+// commitCompleted reads the VM's QEMU events since an operation began for
+// job id's successful end (BLOCK_JOB_COMPLETED without an error).
+func (s *Supervisor) commitCompleted(name, id string, since time.Time) (bool, error) {
+	recs, err := eventlog.History(s.paths(name).EventHistory(), since)
+	if err != nil {
+		return false, err
+	}
+	if app, err := s.state.ReadApplied(name); err == nil && app.EventLog != "" {
+		live, _ := eventlog.QEMUEvents(app.EventLog+".out", name) // not archived yet
+		recs = append(recs, live...)
+	}
+	for _, r := range recs {
+		if r.Source != eventlog.SourceQEMU || r.Event != "BLOCK_JOB_COMPLETED" || r.Time.Before(since) {
+			continue
+		}
+		var d struct {
+			Device string `json:"device"`
+			Error  string `json:"error"`
+		}
+		if json.Unmarshal(r.Data, &d) == nil && d.Device == id && d.Error == "" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// commitLive runs block-commit of From into Into in the running QEMU and
+// returns the image above From that QEMU re-based ("" for an active
+// commit, which pivots the disk onto Into, journaled in op first).
+func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64), op *vmstate.Op) (string, error) {
+	// QEMU opened Into read-only (a backing image) and was granted it so:
+	// the commit writes it.
+	if err := s.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {
+		return "", err
+	}
+	top, err := findNode(ctx, c, m.From.Path)
+	if err != nil {
+		return "", err
+	}
+	base, err := findNode(ctx, c, m.Into.Path)
+	if err != nil {
+		return "", err
+	}
+	device, above, err := rootOf(ctx, c, top.NodeName)
+	if err != nil {
+		return "", err
+	}
+	id := commitJobID(m.Disk)
+	no := false
+	if err := c.BlockCommit(ctx, qmp.Commit{JobID: id, Device: device, TopNode: top.NodeName, BaseNode: base.NodeName,
+		AutoDismiss: &no}); err != nil {
+		return "", err
+	}
+	prog := func(j qmp.Job) {
+		if progress != nil {
+			progress(m.Disk, j.CurrentProgress, j.TotalProgress)
+		}
+	}
+	if err := s.completeCommit(ctx, name, c, op, m.Disk, above == "", prog); err != nil {
+		return "", err
+	}
+	closeNode(ctx, c, top.NodeName)
+	return above, nil
+}
+
+// closeNode closes a merged image's nodes that vmsup named (at boot or by
+// a snapshot): they stay open until deleted, and keep a reference on Into
+// (which then is no root node for the next commit). QEMU's own, opened
+// from a header, went with the commit.
+func closeNode(ctx context.Context, c *qmp.Conn, node string) {
+	if qemuOwned(node) {
+		return
+	}
+	_ = c.BlockdevDel(ctx, node)
+	if p := protocolNode(node); p != "" {
+		_ = c.BlockdevDel(ctx, p)
+	}
+}

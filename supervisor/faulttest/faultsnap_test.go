@@ -46,7 +46,9 @@ func TestFaultsSnapshots(t *testing.T) {
 	}
 	run(faultOp{name: "snapshot", job: d.job("snapshot", "k", false),
 		before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.without(t, ctx, "k"); d.write(t, ctx) },
-		again:  func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) { d.again(t, ctx, "k", false) }})
+		again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+			d.again(t, ctx, "k", false)
+		}})
 	run(faultOp{name: "snapshot-memory", job: d.job("snapshot", "k", true),
 		before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.without(t, ctx, "k"); d.write(t, ctx) },
 		again:  func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) { d.again(t, ctx, "k", true) }})
@@ -392,7 +394,7 @@ func (d *snapVM) removeKilledThenStopped(t *testing.T, ctx context.Context, on *
 	if killed, out, _ := supervisortest.RunJob(t, ctx, j, 0); !killed {
 		t.Fatalf("not killed after the pivot: %s", out)
 	}
-	d.write(t, ctx) // after the pivot: onto the merged image
+	d.write(t, ctx)                    // after the pivot: onto the merged image
 	st, err := d.sup.Status(ctx, d.vm) // (recovers: the job it left is done)
 	if err != nil {
 		t.Fatal(err)

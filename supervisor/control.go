@@ -1,18 +1,12 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"syscall"
-	"time"
-
-	"github.com/coreos/go-systemd/v22/journal"
 
 	"github.com/vmsup/vmsup/internal/qmppolicy"
 	"github.com/vmsup/vmsup/spec"
@@ -80,9 +74,10 @@ func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Con
 
 // QMP passes one raw QMP command through to the VM's monitor and returns
 // QEMU's reply as JSON (error replies included, with a non-nil error).
-// Commands that would take QEMU outside its confinement or kill it are
-// refused (internal/qmppolicy) unless unsafe; every command, passed or
-// not, is logged (qmpAudit).
+// Only commands on the allow-list (internal/qmppolicy, docs/qmp-policy.md)
+// pass, unless unsafe; every command is logged first (qmpAudit), refused
+// and unsafe ones in a security log of their own, and one that cannot be
+// logged is not sent. A refusal is a *qmppolicy.Refusal.
 func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsafe bool) ([]byte, error) {
 	if err := spec.ValidName(name); err != nil {
 		return nil, vmErr(name, err)
@@ -90,19 +85,22 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
 		return nil, s.notFound(name) // nothing to send to, nothing to log
 	}
-	verdict := "passed"
-	perr := qmppolicy.Check(command, s.paths(name).Dir)
-	switch {
-	case perr != nil && unsafe:
-		verdict = "passed (--unsafe: " + perr.Error() + ")"
-	case perr != nil:
-		verdict = "refused"
+	verdict := qmpPassed
+	var refusal *qmppolicy.Refusal
+	if err := qmppolicy.Check(command, s.qmpEnv(name)); err != nil {
+		if !errors.As(err, &refusal) {
+			refusal = &qmppolicy.Refusal{Class: qmppolicy.Malformed, Reason: err.Error()}
+		}
+		verdict = qmpRefused
+		if unsafe {
+			verdict = qmpUnsafe
+		}
 	}
-	if err := s.qmpAudit(name, verdict, command); err != nil {
+	if err := s.qmpAudit(ctx, name, verdict, refusal, command); err != nil {
 		return nil, vmErr(name, fmt.Errorf("qmp: log: %w (the command was not sent)", err))
 	}
-	if perr != nil && !unsafe {
-		return nil, vmErr(name, fmt.Errorf("qmp: %w", perr))
+	if verdict == qmpRefused {
+		return nil, vmErr(name, fmt.Errorf("qmp: %w", refusal))
 	}
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
@@ -110,53 +108,6 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	}
 	defer release()
 	return c.ExecuteRaw(ctx, command)
-}
-
-// qmpAudit logs a raw QMP command: to the VM's records (root only,
-// ROOT/records/NAME/qmp.log, one JSON line each, the previous MiB kept as
-// qmp.log.1) and to the systemd journal where one listens.
-func (s *Supervisor) qmpAudit(name, verdict string, command []byte) error {
-	p := s.paths(name)
-	if err := p.MakeRecords(); err != nil {
-		return err
-	}
-	line, err := json.Marshal(struct {
-		Time    time.Time       `json:"time"`
-		PID     int             `json:"pid"`
-		UID     int             `json:"uid"`
-		Verdict string          `json:"verdict"`
-		Command json.RawMessage `json:"command"`
-	}{time.Now().UTC(), os.Getpid(), os.Getuid(), verdict, compactJSON(command)})
-	if err != nil {
-		return err
-	}
-	log := filepath.Join(p.Records, "qmp.log")
-	if fi, err := os.Stat(log); err == nil && fi.Size() > 1<<20 {
-		_ = os.Rename(log, log+".1")
-	}
-	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := f.Write(append(line, '\n')); err != nil {
-		return err
-	}
-	if journal.Enabled() {
-		_ = journal.Send("vmsup qmp "+name+": "+verdict+": "+string(compactJSON(command)), journal.PriInfo,
-			map[string]string{"VMSUP_VM": name, "VMSUP_QMP_VERDICT": verdict})
-	}
-	return nil
-}
-
-// compactJSON is the command as one line (as sent, if it is not JSON).
-func compactJSON(b []byte) json.RawMessage {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		q, _ := json.Marshal(string(b))
-		return q
-	}
-	return buf.Bytes()
 }
 
 // ConsoleSocket returns the path of the VM's serial console socket.

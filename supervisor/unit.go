@@ -37,6 +37,12 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 		CPUAffinity:        emulatorCPUs(vm),
 		TasksMax:           vm.Limits.TasksMax,
 		UMask:              0o077, // QEMU's sockets and files: owner only
+		// A relative path QEMU is given (over QMP) resolves in the VM's
+		// own directory, not from "/". Optional: the stop hooks must run
+		// even if it is gone, and a QEMU left in "/" is what the raw QMP
+		// policy reads from /proc and checks against.
+		WorkingDir:         s.paths(vm.Name).Dir,
+		WorkingDirOptional: true,
 	}
 	if accel == spec.AccelKVM {
 		u.DeviceAllow = append(u.DeviceAllow, units.DeviceRule{Path: "/dev/kvm", Access: "rw"})

@@ -40,7 +40,11 @@ type Unit struct {
 	Before      []string
 	Environment []string // "K=V"
 	WorkingDir  string
-	UMask       uint32 // 0 = systemd's default (0022)
+	// WorkingDirOptional: a WorkingDir that is missing or cannot be
+	// entered leaves the processes in "/" rather than failing them (the
+	// "-" prefix), so the stop hooks run whatever became of it.
+	WorkingDirOptional bool
+	UMask              uint32 // 0 = systemd's default (0022)
 	// Collect: the unit goes as soon as it ends, failed or not (a helper
 	// whose result nobody reads; VMs keep theirs until vmsup resets it).
 	Collect bool
@@ -148,7 +152,11 @@ func (u Unit) lifecycleProps() []sd.Property {
 		p = append(p, prop("Environment", u.Environment))
 	}
 	if u.WorkingDir != "" {
-		p = append(p, prop("WorkingDirectory", u.WorkingDir))
+		wd := u.WorkingDir
+		if u.WorkingDirOptional {
+			wd = "-" + wd
+		}
+		p = append(p, prop("WorkingDirectory", wd))
 	}
 	if u.UMask != 0 {
 		p = append(p, prop("UMask", u.UMask))

@@ -33,3 +33,31 @@ func TestMemLockProperties(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkingDirProperty: an optional working directory has systemd's "-"
+// prefix (a missing one leaves the process in "/").
+func TestWorkingDirProperty(t *testing.T) {
+	for _, c := range []struct {
+		u    Unit
+		want any
+	}{
+		{Unit{WorkingDir: "/var/lib/vmsup/vms/web"}, "/var/lib/vmsup/vms/web"},
+		{Unit{WorkingDir: "/var/lib/vmsup/vms/web", WorkingDirOptional: true}, "-/var/lib/vmsup/vms/web"},
+		{Unit{}, nil},
+	} {
+		c.u.Name, c.u.Argv = "v.service", []string{"/bin/true"}
+		props, err := c.u.properties()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got any
+		for _, p := range props {
+			if p.Name == "WorkingDirectory" {
+				got = p.Value.Value()
+			}
+		}
+		if got != c.want {
+			t.Errorf("%+v: WorkingDirectory %v, want %v", c.u, got, c.want)
+		}
+	}
+}

@@ -212,7 +212,10 @@ func TestCLIEndToEnd(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, `"status":"running"`) {
 		t.Fatalf("qmp: %+v", r)
 	}
-	if r := vmsup(t, root, "", "qmp", "demo", `{"execute":"no-such-command"}`); r.code == 0 || !strings.Contains(r.stderr, "CommandNotFound") {
+	if r := vmsup(t, root, "", "qmp", "demo", `{"execute":"no-such-command"}`); r.code == 0 || !strings.Contains(r.stderr, "not on the allow-list") {
+		t.Fatalf("qmp of a command off the allow-list: %+v", r)
+	}
+	if r := vmsup(t, root, "", "qmp", "--unsafe", "demo", `{"execute":"no-such-command"}`); r.code == 0 || !strings.Contains(r.stderr, "CommandNotFound") {
 		t.Fatalf("qmp error: %+v", r)
 	}
 	if r := vmsup(t, root, "", "pause", "demo"); r.code != 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/internal/qmppolicy"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -33,13 +34,22 @@ func qmpCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&unsafe, "unsafe", false, "pass a command that takes QEMU outside its confinement or ends it (HMP other than info, migrate exec:, host paths, network chardevs, quit); it is logged like every command")
+	cmd.Flags().BoolVar(&unsafe, "unsafe", false, "pass a command that is not on the allow-list (it may take QEMU outside its confinement or end it); it is logged in qmp-security.log")
 	cmd.Long = `Send one raw QMP command to the VM's QEMU and print the reply.
 
-Commands that would take QEMU outside its confinement (HMP other than "info",
-migrate "exec:", a chardev on a network socket, any host path outside the VM's
-state directory) or end it ("quit": use vmsup down) are refused unless --unsafe.
-Every command, passed or refused, is logged in ROOT/records/NAME/qmp.log and
-to the systemd journal.`
+Without --unsafe only commands on the allow-list pass: QEMU's read-only
+queries and the commands vmsup's own operations send, with their arguments
+checked: host paths only in the VM's state directory (relative ones resolved
+against QEMU's working directory, which is that directory), unix sockets only
+there, no network address, no program, no file descriptor, no writable
+export. Anything else is refused in one line naming the command and why.
+The list (docs/qmp-policy.md has each command's checks):
+
+` + qmppolicy.Summary() + `
+Every command is logged in ROOT/records/NAME/qmp.log and to the systemd
+journal; refused and --unsafe ones also in ROOT/records/NAME/qmp-security.log,
+which ordinary commands never write. Entries are bounded (long strings
+shortened, the size and SHA-256 of the whole kept); each log keeps one old
+file, and a rotated log's first line says how many entries it has lost.`
 	return cmd
 }

@@ -1,112 +1,228 @@
-// Package qmppolicy decides which raw QMP commands "vmsup qmp" passes to a
-// VM's QEMU. vmsup confines QEMU (its own user, a sandbox, grants on just
-// the VM's files), but QMP can ask QEMU to step outside of that: open a
-// host listener (HMP gdbserver, hostfwd_add, a chardev on a TCP socket),
-// read or write host files (a file chardev, a memory-backend-file, a
-// secret or dump file), or run a program (migrate "exec:", which the
-// seccomp sandbox answers by killing QEMU). Those are refused unless the
-// operator says --unsafe; every other command passes.
 package qmppolicy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"path/filepath"
+	"io"
 	"strings"
+	"unicode/utf8"
 )
 
-// Check returns nil if the raw command (one QMP JSON object) may be passed
-// to a QEMU whose own files are under stateDir, else why not.
-func Check(raw []byte, stateDir string) error {
-	var cmd struct {
-		Execute   string         `json:"execute"`
-		Arguments map[string]any `json:"arguments"`
+// Class is what a refused command would have done: the reason a caller
+// branches on.
+type Class int
+
+// The classes of refusal.
+const (
+	NotListed  Class = iota + 1 // the command is not on the allow-list
+	Listener                    // QEMU would listen on the network or a socket others reach
+	Outbound                    // QEMU would connect to the network or a host socket
+	HostPath                    // a host path outside the VM's state directory
+	Program                     // QEMU would run a program (its seccomp filter kills it for that)
+	Export                      // the guest's disk or memory served or sent outside QEMU
+	Descriptor                  // a file descriptor by number, or one vmsup passes for itself
+	Ends                        // it ends QEMU without vmsup's stop steps
+	Form                        // an argument form the allow-list does not know
+	Malformed                   // not one QMP command
+)
+
+func (c Class) String() string {
+	switch c {
+	case NotListed:
+		return "not-listed"
+	case Listener:
+		return "listener"
+	case Outbound:
+		return "outbound"
+	case HostPath:
+		return "host-path"
+	case Program:
+		return "program"
+	case Export:
+		return "export"
+	case Descriptor:
+		return "descriptor"
+	case Ends:
+		return "ends"
+	case Form:
+		return "form"
+	case Malformed:
+		return "malformed"
 	}
-	if err := json.Unmarshal(raw, &cmd); err != nil {
-		return fmt.Errorf("not a QMP command: %w", err)
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Refusal is why the policy refuses a command.
+type Refusal struct {
+	Command string // its "execute" ("" if it has none)
+	Class   Class
+	Reason  string // for people, without the command's name
+}
+
+func (r *Refusal) Error() string {
+	if r.Command == "" {
+		return fmt.Sprintf("refused: %s (vmsup qmp --unsafe passes it)", r.Reason)
+	}
+	return fmt.Sprintf("refused %q: %s (vmsup qmp --unsafe passes it)", r.Command, r.Reason)
+}
+
+// Env is what the checkers know of the VM's QEMU.
+type Env struct {
+	// StateDir is the VM's state directory: the only host paths a raw
+	// command may name are in it.
+	StateDir string
+	// WorkDir is QEMU's working directory as QEMU sees it (its
+	// /proc/PID/cwd); relative paths resolve against it. "" = unknown:
+	// relative paths are refused.
+	WorkDir string
+	// Taps are the host taps vmsup made for this VM's NICs: the only ones
+	// a raw netdev_add of type tap may open.
+	Taps []string
+}
+
+// Command is a parsed raw command.
+type Command struct {
+	Execute   string
+	Arguments map[string]any // nil if it has none
+}
+
+// Check returns nil if the raw command (one QMP JSON object) passes the
+// allow-list for a QEMU described by env, else a *Refusal.
+func Check(raw []byte, env Env) error {
+	cmd, err := Parse(raw)
+	if err != nil {
+		return err
+	}
+	r := lookup(cmd.Execute)
+	if r == nil {
+		return refuseUnlisted(cmd.Execute)
+	}
+	if r.check == nil {
+		return nil
+	}
+	c := &call{env: env, cmd: cmd.Execute, args: cmd.Arguments}
+	if c.args == nil {
+		c.args = map[string]any{}
+	}
+	return r.check(c)
+}
+
+// Parse reads one raw QMP command strictly: valid UTF-8 JSON, one object
+// with "execute" (a string), optional "arguments" (an object) and "id", no
+// duplicate keys at any depth, no NUL in a string: where QEMU's parser and
+// Go's could disagree, the command is refused. Errors are *Refusal of class
+// Malformed.
+func Parse(raw []byte) (Command, error) {
+	bad := func(format string, a ...any) (Command, error) {
+		return Command{}, &Refusal{Class: Malformed, Reason: "not a QMP command: " + fmt.Sprintf(format, a...)}
+	}
+	if !utf8.Valid(raw) {
+		return bad("not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bad("more than one JSON value")
+	}
+	top, ok := v.(map[string]any)
+	if !ok {
+		return bad("not a JSON object")
+	}
+	var cmd Command
+	for k, e := range top {
+		switch k {
+		case "execute":
+			s, ok := e.(string)
+			if !ok || s == "" {
+				return bad(`"execute" is not a command name`)
+			}
+			cmd.Execute = s
+		case "arguments":
+			a, ok := e.(map[string]any)
+			if !ok {
+				return bad(`"arguments" is not an object`)
+			}
+			cmd.Arguments = a
+		case "id":
+		default:
+			return bad("key %q (only execute, arguments and id)", short(k))
+		}
 	}
 	if cmd.Execute == "" {
-		return fmt.Errorf(`not a QMP command: no "execute"`)
+		return bad(`no "execute"`)
 	}
-	switch cmd.Execute {
-	case "human-monitor-command":
-		// HMP can do anything QMP can and more (gdbserver, hostfwd_add);
-		// its "info" commands only read.
-		line, _ := cmd.Arguments["command-line"].(string)
-		if f := strings.Fields(line); len(f) == 0 || f[0] != "info" {
-			return refuse(cmd.Execute, fmt.Sprintf("HMP %q: only \"info ...\" passes", line))
-		}
-		return nil
-	case "migrate", "migrate-incoming":
-		uri, _ := cmd.Arguments["uri"].(string)
-		if scheme, _, _ := strings.Cut(uri, ":"); scheme == "exec" || scheme == "rdma" || scheme == "fd" {
-			return refuse(cmd.Execute, fmt.Sprintf("uri %q runs a program or uses a descriptor outside vmsup (QEMU's seccomp filter kills it); vmsup migrate moves VMs", uri))
-		}
-	case "chardev-add", "chardev-change":
-		if t := backendType(cmd.Arguments); t == "socket" || t == "udp" {
-			if addrType(cmd.Arguments) != "unix" {
-				return refuse(cmd.Execute, "a network socket chardev opens the host to the network")
+	return cmd, nil
+}
+
+// maxDepth bounds how deep a command nests.
+const maxDepth = 32
+
+// decodeValue reads one JSON value from dec, refusing duplicate keys and
+// NUL characters.
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("nested more than %d deep", maxDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			m := map[string]any{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k := kt.(string) // the decoder only gives a string here
+				if _, dup := m[k]; dup {
+					return nil, fmt.Errorf("duplicate key %q", short(k))
+				}
+				if m[k], err = decodeValue(dec, depth+1); err != nil {
+					return nil, err
+				}
 			}
+			_, err := dec.Token()
+			return m, err
+		case '[':
+			var l []any
+			for dec.More() {
+				e, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				l = append(l, e)
+			}
+			_, err := dec.Token()
+			return l, err
 		}
-	case "quit":
-		return refuse(cmd.Execute, "it ends the VM without its stop steps: use vmsup down")
-	}
-	if p := outsidePath(cmd.Execute, "", cmd.Arguments, filepath.Clean(stateDir)); p != "" {
-		return refuse(cmd.Execute, fmt.Sprintf("it names %s, a host path outside the VM's state directory %s", p, stateDir))
-	}
-	return nil
-}
-
-func refuse(cmd, why string) error {
-	return fmt.Errorf("refused %q: %s (vmsup qmp --unsafe passes it)", cmd, why)
-}
-
-// backendType is a chardev-add's backend type.
-func backendType(args map[string]any) string {
-	b, _ := args["backend"].(map[string]any)
-	t, _ := b["type"].(string)
-	return t
-}
-
-// addrType is a socket chardev's address type ("unix", "inet", ...).
-func addrType(args map[string]any) string {
-	b, _ := args["backend"].(map[string]any)
-	data, _ := b["data"].(map[string]any)
-	addr, _ := data["addr"].(map[string]any)
-	t, _ := addr["type"].(string)
-	return t
-}
-
-// outsidePath returns the first string in v that names a host path outside
-// dir: an absolute path, or one behind a "file:" prefix. QOM paths
-// ("/machine/peripheral/disk-a") look alike but name QEMU's objects: they
-// are the "path" of the qom-* commands, any "qom-path", and device_del's id.
-func outsidePath(execute, key string, v any, dir string) string {
-	switch x := v.(type) {
+		return nil, errors.New("unexpected " + t.String())
 	case string:
-		if key == "qom-path" || key == "path" && strings.HasPrefix(execute, "qom-") || key == "id" && execute == "device_del" {
-			return ""
+		if strings.ContainsRune(t, 0) {
+			return nil, errors.New("a NUL character in a string")
 		}
-		p := strings.TrimPrefix(x, "file:")
-		if !filepath.IsAbs(p) {
-			return ""
-		}
-		if c := filepath.Clean(p); c == dir || strings.HasPrefix(c, dir+"/") {
-			return ""
-		}
-		return p
-	case map[string]any:
-		for k, e := range x {
-			if p := outsidePath(execute, k, e, dir); p != "" {
-				return p
-			}
-		}
-	case []any:
-		for _, e := range x {
-			if p := outsidePath(execute, key, e, dir); p != "" {
-				return p
-			}
-		}
+		return t, nil
 	}
-	return ""
+	return tok, nil
+}
+
+// short is s for a message: at most 64 bytes.
+func short(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	cut := 60
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

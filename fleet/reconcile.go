@@ -67,6 +67,11 @@ func (a *Agent) reconcile(ctx context.Context) error {
 func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]) error {
 	name, gen := rec.Value.Name, rec.Value.Generation
 	f, err := spec.Parse(rec.Value.File, []byte(rec.Value.TOML))
+	if err == nil {
+		// Whoever wrote the spec to etcd, its paths must be in this
+		// host's places; nothing is started, adopted or applied before.
+		err = a.Sup.CheckPaths(ctx, f)
+	}
 	if err != nil {
 		return a.report(ctx, snap, name, Status{State: StateInvalid, Reason: err.Error()})
 	}

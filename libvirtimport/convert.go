@@ -28,16 +28,33 @@ type Result struct {
 	Dropped []Dropped // in document order
 }
 
-// Convert turns one libvirt domain XML into a vmsup VM file. source names
-// the XML in the file's header. An error means the XML is not a domain
-// vmsup can run at all (not KVM/QEMU x86-64, no memory); everything else it
-// cannot express is in Dropped.
+// Options are what a conversion asks of the host it runs for.
+type Options struct {
+	// CheckPath, when set, is asked about every host path the VM file
+	// would name, with its key as errors name it ("file", "secret_file",
+	// "ceph_conf", "boot.kernel", "share.path"...): a path it refuses is
+	// not written, and its element (the whole disk or share, the kernel
+	// with its initrd and command line) is in Dropped with its error.
+	// vmsup import gives the host's places (supervisor.CheckPath).
+	CheckPath func(field, path string) error
+}
+
+// Convert turns one libvirt domain XML into a vmsup VM file, with no host
+// path checked (ConvertWith). source names the XML in the file's header.
+// An error means the XML is not a domain vmsup can run at all (not
+// KVM/QEMU x86-64, no memory); everything else it cannot express is in
+// Dropped.
 func Convert(domainXML []byte, source string) (*Result, error) {
+	return ConvertWith(domainXML, source, Options{})
+}
+
+// ConvertWith is Convert with o's checks.
+func ConvertWith(domainXML []byte, source string, o Options) (*Result, error) {
 	var dom libvirtxml.Domain
 	if err := dom.Unmarshal(string(domainXML)); err != nil {
 		return nil, fmt.Errorf("%s: not a libvirt domain XML: %w", source, err)
 	}
-	c := &converter{dom: &dom}
+	c := &converter{dom: &dom, check: o.CheckPath}
 	if err := c.domain(); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
@@ -80,12 +97,25 @@ type converter struct {
 	dom     *libvirtxml.Domain
 	out     fileVM
 	dropped []Dropped
+	check   func(field, path string) error // Options.CheckPath
 	// iothreads: the domain has I/O threads (a disk's driver names one).
 	iothreads bool
 }
 
 func (c *converter) drop(element, format string, args ...any) {
 	c.dropped = append(c.dropped, Dropped{Element: element, Why: fmt.Sprintf(format, args...)})
+}
+
+// refused is why the host refuses field naming path ("" when it does not,
+// or nothing is checked), as in "source /etc/shadow is outside ...".
+func (c *converter) refused(what, field, path string) string {
+	if c.check == nil || path == "" {
+		return ""
+	}
+	if err := c.check(field, path); err != nil {
+		return what + " " + err.Error()
+	}
+	return ""
 }
 
 var badNameChar = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
@@ -302,6 +332,7 @@ func (c *converter) os() {
 			c.drop("os/nvram", "vmsup keeps the VM's own UEFI variable store: copy %s over it to keep the variables", o.NVRam.NVRam)
 		}
 	}
+	c.bootPaths(b)
 	if o.BootMenu != nil {
 		c.drop("os/bootmenu", "the firmware's boot menu needs a display, which vmsup VMs have not")
 	}
@@ -310,6 +341,24 @@ func (c *converter) os() {
 	}
 	if *b != (fileBoot{}) {
 		c.out.Boot = b
+	}
+}
+
+// bootPaths drops the boot files the host refuses: a kernel with its
+// initrd and command line (they need it), an initrd, a variable store's
+// template (the firmware's own is used).
+func (c *converter) bootPaths(b *fileBoot) {
+	if why := c.refused("kernel", "boot.kernel", b.Kernel); why != "" {
+		c.drop("os/kernel", "%s", why)
+		b.Kernel, b.Initrd, b.Cmdline = "", "", ""
+	}
+	if why := c.refused("initrd", "boot.initrd", b.Initrd); why != "" {
+		c.drop("os/initrd", "%s", why)
+		b.Initrd = ""
+	}
+	if why := c.refused("template", "boot.vars_template", b.VarsTemplate); why != "" {
+		c.drop("os/nvram/@template", "%s", why)
+		b.VarsTemplate = ""
 	}
 }
 

@@ -38,7 +38,7 @@ func (c *converter) disks(disks []libvirtxml.DomainDisk) {
 		if spec.ValidName(dev) != nil || seen[dev] {
 			m.out.Name = fmt.Sprintf("disk%d", i)
 		}
-		if !m.source() || !m.device() {
+		if !m.source() || !m.device() || !m.hostPaths() {
 			continue
 		}
 		seen[m.out.Name] = true
@@ -190,6 +190,20 @@ func (m *diskMapper) secret(a *libvirtxml.DomainDiskAuth) {
 		return
 	}
 	o.SecretFile = file
+}
+
+// hostPaths: the host allows every path the disk names (Options.CheckPath);
+// false drops the disk, saying why.
+func (m *diskMapper) hostPaths() bool {
+	o := &m.out
+	for _, p := range []struct{ what, field, path string }{
+		{"source", "file", o.File}, {"secret", "secret_file", o.SecretFile}, {"ceph config", "ceph_conf", o.CephConf}} {
+		if why := m.c.refused(p.what, p.field, p.path); why != "" {
+			m.drop("%s", why)
+			return false
+		}
+	}
+	return true
 }
 
 // device maps the guest side: bus and device kind; false drops the disk.

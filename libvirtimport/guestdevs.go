@@ -56,6 +56,10 @@ func (c *converter) guestDevs(dv *libvirtxml.DomainDeviceList) {
 			c.drop(el, "only host directories (type mount) are shared in vmsup")
 			continue
 		}
+		if why := c.refused("source", "share.path", fs.Source.Mount.Dir); why != "" {
+			c.drop(el, "%s", why)
+			continue
+		}
 		sh := fileShare{Path: fs.Source.Mount.Dir, Tag: fs.Target.Dir, ReadOnly: fs.ReadOnly != nil}
 		if fs.Driver != nil && fs.Driver.Type == "virtiofs" {
 			sh.Driver = spec.ShareVirtioFS

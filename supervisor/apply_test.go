@@ -260,7 +260,7 @@ func TestApply(t *testing.T) {
 		}
 		g.devOf("extra")
 		impatient, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps,
-			JournalDir: env.Systemd.JournalDir, Self: vmsupBin, UnplugTimeout: 3 * time.Second})
+			JournalDir: env.Systemd.JournalDir, Self: vmsupBin, UnplugTimeout: 3 * time.Second, AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -148,8 +148,13 @@ func (s *Supervisor) syncBootUnit(ctx context.Context) error {
 // journal (the defaults).
 func (s *Supervisor) bootUnit() units.BootUnit {
 	argv := []string{s.opts.Self, "--root", s.opts.Root, "--qemu", s.opts.QEMU, "--qemu-user", s.opts.QEMUUser}
-	for _, d := range s.opts.ImageDirs {
-		argv = append(argv, "--image-dir", d)
+	for _, places := range []struct {
+		flag string
+		dirs []string
+	}{{"--image-dir", s.opts.ImageDirs}, {"--block-dir", s.opts.BlockDirs}, {"--config-dir", s.opts.ConfigDirs}, {"--allow-path", s.opts.AllowPaths}} {
+		for _, d := range places.dirs {
+			argv = append(argv, places.flag, d)
+		}
 	}
 	if s.opts.Network.OVSDB != "" {
 		argv = append(argv, "--ovsdb", s.opts.Network.OVSDB)

@@ -24,7 +24,7 @@ func TestAutostart(t *testing.T) {
 	root := filepath.Join(dir, "root")
 	opts := func(sd *testenv.Systemd) supervisor.Options {
 		return supervisor.Options{Root: root, SystemdBus: sd.BusAddress, JournalDir: sd.JournalDir, Self: vmsupBin, QEMU: env.QEMU, HostCaps: env.Caps,
-			UnitDir: etc, BootTarget: testenv.BootTarget, RunDir: filepath.Join(dir, "run")}
+			UnitDir: etc, BootTarget: testenv.BootTarget, RunDir: filepath.Join(dir, "run"), AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs}
 	}
 	sup, err := supervisor.New(opts(env.Systemd))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -19,7 +20,7 @@ import (
 func crashHelper(args []string) int {
 	root, bus, self, file, killAfter := args[0], args[1], args[2], args[3], args[4]
 	sup, err := supervisor.New(supervisor.Options{
-		Root: root, SystemdBus: bus, Self: self,
+		Root: root, SystemdBus: bus, Self: self, AllowPaths: testenv.AllowPaths(), BlockDirs: testenv.BlockDirs(),
 		AfterStep: func(_, step string) {
 			if step == killAfter {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)

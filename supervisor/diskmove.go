@@ -221,6 +221,9 @@ func moveTarget(vm string, src spec.Disk, o MoveOptions) (spec.Disk, error) {
 // checkTarget refuses a target file that exists or that the running VM
 // could not open, and checks an RBD target as attach does.
 func (s *Supervisor) checkTarget(ctx context.Context, app *vmstate.Applied, t spec.Disk) error {
+	if err := s.checkDiskPaths(ctx, t); err != nil {
+		return err
+	}
 	if t.Type != spec.DiskFile {
 		probe := t
 		probe.InitiatorName = t.InitiatorFor(app.UUID)

@@ -63,6 +63,9 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 	if err := spec.ValidName(d.Name); err != nil {
 		return fail(err)
 	}
+	if err := s.checkDiskPaths(ctx, d); err != nil {
+		return fail(err)
+	}
 	if have := v.Disk(d.Name); have != nil && have.Attached {
 		return fail(fmt.Errorf("the VM already has a disk named %q (attached)", d.Name))
 	} else if have != nil {

@@ -40,6 +40,9 @@ func (s *Supervisor) attachNIC(ctx context.Context, name string, n spec.NIC, fro
 		return n, vmErr(name, err)
 	}
 	app, vm := v.Applied, v.Booted
+	if err := s.CheckPath("cni_config", n.CNIConfig); err != nil { // before anything reads it
+		return n, vmErr(name, fmt.Errorf("attach nic %q: cni_config: %w", n.Name, err))
+	}
 	n, err = s.newNIC(ctx, name, app, vm, n)
 	if err != nil {
 		return n, err

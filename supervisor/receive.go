@@ -198,6 +198,12 @@ func (d *incomingVM) prepare(ctx context.Context, s *Supervisor, m migration.Msg
 	if f.VM.Name != m.Name {
 		return "", fmt.Errorf("spec names VM %q", f.VM.Name)
 	}
+	if !d.local {
+		// Another host's spec: its paths must be in this host's places.
+		if err := s.CheckPaths(ctx, f); err != nil {
+			return "", fmt.Errorf("spec from the source: %w", err)
+		}
+	}
 	mode := StartIncoming
 	if d.local {
 		mode = StartIncomingLocal

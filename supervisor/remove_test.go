@@ -22,7 +22,7 @@ func TestRemove(t *testing.T) {
 	root := filepath.Join(dir, "root")
 	etc := filepath.Join(dir, "etc")
 	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
-		Self: vmsupBin, UnitDir: etc, BootTarget: testenv.BootTarget, RunDir: filepath.Join(dir, "run")})
+		Self: vmsupBin, UnitDir: etc, BootTarget: testenv.BootTarget, RunDir: filepath.Join(dir, "run"), AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs})
 	if err != nil {
 		t.Fatal(err)
 	}

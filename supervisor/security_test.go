@@ -37,7 +37,7 @@ func confinedSup(t *testing.T, root string, host *supervisor.Host) *supervisor.S
 	t.Helper()
 	s, err := supervisor.New(supervisor.Options{
 		Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
-		Self: vmsupBin, SystemdAnalyze: analyzeCmd(), Host: host,
+		Self: vmsupBin, SystemdAnalyze: analyzeCmd(), Host: host, AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -435,7 +435,7 @@ func TestIsolationDefault(t *testing.T) {
 	root := t.TempDir()
 	sup, err := supervisor.New(supervisor.Options{
 		Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir,
-		Self: vmsupBin, SystemdAnalyze: analyzeCmd(),
+		Self: vmsupBin, SystemdAnalyze: analyzeCmd(), AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs,
 	})
 	if err != nil {
 		t.Fatal(err)

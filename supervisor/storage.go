@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
@@ -29,10 +30,10 @@ func (s *Supervisor) tools() storage.Tools {
 // checkStorage checks every disk of f (and the disks attached to the VM
 // earlier, which the next start boots with) before anything is started:
 // one clear error per disk naming the file, the disk field and the disk.
-// Disks with a problem in the file (f.Broken) are skipped; named says
-// whether the VM's name is sound, to look for its running QEMU and its
-// records.
-func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File, named bool) error {
+// Disks with a problem in the file (f.Broken) or a key outside the host's
+// places (refused) are skipped; named says whether the VM's name is sound,
+// to look for its running QEMU and its records.
+func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File, named bool, refused []string) error {
 	ctx, cancel := context.WithTimeout(ctx, storageCheckTimeout)
 	defer cancel()
 	t := s.tools()
@@ -60,7 +61,8 @@ func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File, named bool)
 	var errs []error
 	ok := map[int]bool{}
 	for i, d := range disks {
-		if f.Broken(fmt.Sprintf("disk[%d]", i)) {
+		disk := fmt.Sprintf("disk[%d]", i)
+		if f.Broken(disk) || slices.ContainsFunc(refused, func(r string) bool { return strings.HasPrefix(r, disk+".") }) {
 			continue
 		}
 		d.InitiatorName = d.InitiatorFor(uuid)
@@ -244,7 +246,10 @@ func (s *Supervisor) storageSteps(f *spec.File, p vmstate.Paths, plan *startPlan
 			for i, d := range boot.VM.Disks {
 				if i >= len(f.VM.Disks) {
 					// Attached earlier: checked at attach time, but the host
-					// may have changed since.
+					// (and its places) may have changed since.
+					if err := s.checkDiskPaths(ctx, d); err != nil {
+						return fmt.Errorf("attached disk %q (vmsup disk attach): %w", d.Name, err)
+					}
 					if err := s.tools().Check(ctx, d); err != nil {
 						return fmt.Errorf("attached disk (vmsup disk attach): %w", err)
 					}

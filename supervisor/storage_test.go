@@ -514,7 +514,7 @@ func hotplug(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *g
 	// unplug request) gets a clear error; the disk stays attached, and a
 	// later detach, once the guest let go, finishes.
 	impatient, err := supervisor.New(supervisor.Options{Root: sup.Root(), SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps,
-		JournalDir: env.Systemd.JournalDir, Self: vmsupBin, UnplugTimeout: 3 * time.Second})
+		JournalDir: env.Systemd.JournalDir, Self: vmsupBin, UnplugTimeout: 3 * time.Second, AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
@@ -50,9 +51,25 @@ type Options struct {
 	// that no VM's QEMU can open another's images. A user name (e.g.
 	// SharedQEMUUser) runs them all as that one user.
 	QEMUUser string
-	// ImageDirs are where disk images may lie for a VM with
-	// security.apparmor = "required". Default Root/images.
+	// ImageDirs are vmsup's image directories: where a VM file's images,
+	// boot files, seeds' files and shares may lie (with AllowPaths), where
+	// hot-plugged and moved disks and snapshot overlays go (every unit sees
+	// them), and the only places a VM with security.apparmor = "required"
+	// may have disks. Default Root/images.
 	ImageDirs []string
+	// BlockDirs are where a disk's file may be a host block device: an
+	// entry of one of them (/dev/disk/by-id/X) that is a block device.
+	// Default /dev/disk/by-id, /dev/disk/by-path, /dev/mapper.
+	BlockDirs []string
+	// ConfigDirs are where disks' ceph_conf and secret_file and NICs'
+	// cni_config may lie. Default /etc/ceph, /etc/cni/net.d, /etc/vmsup.
+	ConfigDirs []string
+	// AllowPaths are more places (directories or files) this host lets VM
+	// files name, for every path key. Default /var/cache/vmsup (the test
+	// guest scripts/build-guest.sh builds). A path outside all of these
+	// (after symlinks and "..") is refused by Validate, Up, Apply, hot-plug
+	// and disk moves, naming the key and the places (CheckPaths).
+	AllowPaths []string
 	// SystemdAnalyze is the systemd-analyze command (with leading arguments,
 	// e.g. an nsenter prefix) status uses to measure a VM unit's exposure.
 	// Default "systemd-analyze" talking to SystemdBus.
@@ -125,6 +142,9 @@ func New(opts Options) (*Supervisor, error) {
 	if len(opts.ImageDirs) == 0 {
 		opts.ImageDirs = []string{filepath.Join(opts.Root, "images")}
 	}
+	opts.BlockDirs = orDefaults(opts.BlockDirs, hostpaths.DefaultBlockDirs)
+	opts.ConfigDirs = orDefaults(opts.ConfigDirs, hostpaths.DefaultConfigDirs)
+	opts.AllowPaths = orDefaults(opts.AllowPaths, hostpaths.DefaultAllowPaths)
 	if opts.Slice == "" {
 		opts.Slice = "vmsup.slice"
 	}

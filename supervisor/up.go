@@ -43,7 +43,8 @@ type UpResult struct {
 }
 
 // Validate checks files as Up would, without starting anything: each parses,
-// names are unique across files, and what they refer to exists on this host.
+// names are unique across files, what they refer to lies in this host's
+// places (CheckPaths) and exists on this host.
 // It is ValidateContext without a deadline of the caller's.
 func (s *Supervisor) Validate(files ...*spec.File) error {
 	return s.ValidateContext(context.Background(), files...)
@@ -83,11 +84,16 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	}
 	named := f.Err() == nil || !f.Broken("name") // paths in the state root need the name
 	check(f.Err())                               // argv and confinement need the whole spec
-	check(checkHost(f, s.hostFacts(), s.opts.QEMU))
+	// Paths outside the host's places first: the checks below say nothing
+	// more of a refused key, and the storage check does not open a disk
+	// with one (qemu-img as root on a host file or device).
+	refused, err := s.checkPaths(ctx, f)
+	check(err)
+	check(withoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
 	accel, _, _, err := s.resolveHost(f)
 	check(err)
-	check(s.checkStorage(ctx, f, named))
-	check(s.validateNICs(ctx, f))
+	check(s.checkStorage(ctx, f, named, refused))
+	check(withoutFields(s.validateNICs(ctx, f), refused))
 	if named {
 		check(s.checkForwardPorts(f))
 	}

@@ -187,15 +187,15 @@ func run(c config) error {
 	}
 	if f.sup, err = supervisor.New(supervisor.Options{
 		Root: filepath.Join(dir, "root"), SystemdBus: f.env.Systemd.BusAddress, JournalDir: f.env.Systemd.JournalDir,
-		Self: bin, AfterStep: f.trace.after, QEMU: f.env.QEMU, HostCaps: f.env.Caps,
+		Self: bin, AfterStep: f.trace.after, QEMU: f.env.QEMU, HostCaps: f.env.Caps, AllowPaths: f.env.AllowPaths, BlockDirs: f.env.BlockDirs,
 	}); err != nil {
 		return err
 	}
 	defer f.sup.Close()
-	if f.rawSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "raw"), Self: bin, QEMU: f.env.QEMU, HostCaps: f.env.Caps}); err != nil {
+	if f.rawSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "raw"), Self: bin, QEMU: f.env.QEMU, HostCaps: f.env.Caps, AllowPaths: f.env.AllowPaths, BlockDirs: f.env.BlockDirs}); err != nil {
 		return err
 	}
-	if f.confSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "conf"), Self: bin, QEMU: f.env.QEMU, HostCaps: f.env.Caps}); err != nil {
+	if f.confSup, err = supervisor.New(supervisor.Options{Root: filepath.Join(dir, "conf"), Self: bin, QEMU: f.env.QEMU, HostCaps: f.env.Caps, AllowPaths: f.env.AllowPaths, BlockDirs: f.env.BlockDirs}); err != nil {
 		return err
 	}
 	if f.sd, err = units.Connect(ctx, f.env.Systemd.BusAddress); err != nil {

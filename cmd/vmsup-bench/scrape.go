@@ -86,7 +86,7 @@ func (f *fixture) scrapeVmsup(ctx context.Context, n int) (endpoint, cli []float
 	l.Close()
 	root := filepath.Join(f.dir, "root")
 	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: f.env.Systemd.BusAddress, UnitDir: f.env.Systemd.UnitDir,
-		Self: f.vmsupBin, QEMU: f.env.QEMU, HostCaps: f.env.Caps})
+		Self: f.vmsupBin, QEMU: f.env.QEMU, HostCaps: f.env.Caps, AllowPaths: f.env.AllowPaths, BlockDirs: f.env.BlockDirs})
 	if err != nil {
 		return nil, nil, 0, err
 	}

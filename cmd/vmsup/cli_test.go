@@ -33,6 +33,7 @@ func TestCLIBadInput(t *testing.T) {
 	unitsBefore := vmsupUnits(t)
 
 	k, i := env.Guest.Kernel, env.Guest.Initrd
+	gone := filepath.Join(dir, "nonexistent")      // in a place the tests allow: missing, not refused
 	held, err := net.Listen("tcp4", "127.0.0.1:0") // a host port something else holds
 	if err != nil {
 		t.Fatal(err)
@@ -48,9 +49,9 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "wrong type", file: "b.toml", body: "name='b'\nmemory='256M'\ncpus='two'\n[boot]\nkernel='" + k + "'\n", want: "b.toml:3:6: cpus:"},
 		{name: "negative memory", file: "c.toml", body: "name='c'\nmemory='-1G'\n[boot]\nkernel='" + k + "'\n", want: "c.toml:2:8: memory: negative size"},
 		{name: "memory above host RAM", file: "d.toml", body: "name='d'\nmemory='64T'\n[boot]\nkernel='" + k + "'\n", want: "d.toml:2:1: memory: 64T is more than this host's RAM"},
-		{name: "missing kernel", file: "e.toml", body: "name='e'\nmemory='256M'\n[boot]\nkernel='/nonexistent/vmlinux'\n", want: "e.toml:4:1: boot.kernel: /nonexistent/vmlinux: no such file"},
+		{name: "missing kernel", file: "e.toml", body: "name='e'\nmemory='256M'\n[boot]\nkernel='" + gone + "/vmlinux'\n", want: "e.toml:4:1: boot.kernel: " + gone + "/vmlinux: no such file"},
 		{name: "missing initrd", file: "f.toml", body: "name='f'\nmemory='256M'\n[boot]\nkernel='" + k + "'\ninitrd='nope.img'\n", want: "f.toml:5:1: boot.initrd:"},
-		{name: "missing disk", file: "g.toml", body: "name='g'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='root'\nfile='/nope/root.qcow2'\n", want: "g.toml:7:1: disk[0].file: disk \"root\": /nope/root.qcow2: no such file"},
+		{name: "missing disk", file: "g.toml", body: "name='g'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n[[disk]]\nname='root'\nfile='" + gone + "/root.qcow2'\n", want: "g.toml:7:1: disk[0].file: disk \"root\": " + gone + "/root.qcow2: no such file"},
 		{name: "kernel is a directory", file: "h.toml", body: "name='h'\nmemory='256M'\n[boot]\nkernel='/tmp'\n", want: "boot.kernel: /tmp is a directory"},
 		{name: "slash in name", file: "i.toml", body: "name='../etc'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "i.toml:1:1: name:"},
 		{name: "dotdot in name", file: "j.toml", body: "name='a..b'\nmemory='256M'\n[boot]\nkernel='" + k + "'\n", want: "name: name \"a..b\" contains \"..\""},
@@ -75,7 +76,7 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "status of unknown VM", args: []string{"status", "nosuch"}, want: `vm "nosuch": no such VM`},
 		{name: "down with bad name", args: []string{"down", "a,b"}, want: `vm "a,b": name "a,b" may only contain`},
 		{name: "enable a broken file", file: "u.toml", body: "name='u'\nmemory='256M'\ncolour='blue'\n[boot]\nkernel='" + k + "'\n", args: []string{"enable", "@u.toml"}, want: "u.toml:3:1: colour: unknown key"},
-		{name: "enable a file whose kernel is gone", file: "v.toml", body: "name='v'\nmemory='256M'\n[boot]\nkernel='/nonexistent/vmlinux'\n", args: []string{"enable", "@v.toml"}, want: "v.toml:4:1: boot.kernel: /nonexistent/vmlinux: no such file"},
+		{name: "enable a file whose kernel is gone", file: "v.toml", body: "name='v'\nmemory='256M'\n[boot]\nkernel='" + gone + "/vmlinux'\n", args: []string{"enable", "@v.toml"}, want: "v.toml:4:1: boot.kernel: " + gone + "/vmlinux: no such file"},
 		{name: "disable with bad name", args: []string{"disable", "a,b"}, want: `vm "a,b": name "a,b" may only contain`},
 		{name: "set with nothing to set", args: []string{"set", "keep"}, want: "nothing to set: give --cpus, --memory, --cpu-quota or --cpu-weight"},
 		{name: "set above max_cpus", args: []string{"set", "keep", "--cpus", "9"}, want: `vm "keep": set: cpus 9 is above max_cpus 1`},

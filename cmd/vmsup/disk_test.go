@@ -70,7 +70,7 @@ secret_file = %q
 		args []string
 		want string
 	}{
-		{[]string{"disk", "attach", "hot", "--file", "/nonexistent/x.qcow2"}, `vmsup: vm "hot": attach disk "x": disk "x": /nonexistent/x.qcow2: no such file`},
+		{[]string{"disk", "attach", "hot", "--file", filepath.Join(dir, "nonexistent", "x.qcow2")}, `vmsup: vm "hot": attach disk "x": disk "x": ` + filepath.Join(dir, "nonexistent", "x.qcow2") + `: no such file`},
 		{[]string{"disk", "attach", "hot", "--file", img}, `vmsup: vm "hot": attach disk "extra": the VM already has a disk named "extra" (attached)`},
 		{[]string{"disk", "attach", "hot"}, "vmsup: give exactly one of --file and --spec"},
 		{[]string{"disk", "detach", "hot", "nosuch"}, `vmsup: vm "hot": detach disk "nosuch": no such attached disk`},

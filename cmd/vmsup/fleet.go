@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmsup/vmsup/fleet"
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
 )
 
 // etcdFlags point a fleet command (or the agent) at the fleet's etcd.
@@ -94,11 +95,23 @@ func fleetApplyCmd(g *globals, e *etcdFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "apply FILE...",
 		Short: "Store the VMs' specs in the fleet (all or none); the scheduler places them and their hosts' agents run them",
-		Args:  cobra.MinimumNArgs(1),
+		Long: "Store the VMs' specs in the fleet (all or none); the scheduler places them and their hosts' agents run them.\n" +
+			"Each file's host paths must be in the places this host allows (--image-dir, --block-dir, --config-dir,\n" +
+			"--allow-path: configure the fleet's hosts alike); each agent checks them again against its own host's.",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fs, err := loadFiles(nil, args) // files only: the fleet's VMs are in etcd
 			if err != nil {
 				return err // nothing stored: one bad file stops them all
+			}
+			if err := g.with(func(sup *supervisor.Supervisor) error {
+				var errs []error
+				for _, f := range fs {
+					errs = append(errs, sup.CheckPaths(cmd.Context(), f))
+				}
+				return errors.Join(errs...)
+			}); err != nil {
+				return err
 			}
 			return e.with(func(s *fleet.Store) error {
 				res, err := s.Apply(cmd.Context(), fs...)

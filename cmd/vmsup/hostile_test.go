@@ -23,6 +23,12 @@ func TestCLIHostileInput(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// /dev/zero's double in a place the tests allow (/dev itself is not
+	// one for a seed's or a secret's file).
+	zero := filepath.Join(dir, "zero")
+	if err := syscall.Mknod(zero, syscall.S_IFCHR|0o600, 1<<8|5); err != nil {
+		t.Fatal(err)
+	}
 	bigCmdline := strings.Repeat("x", 5<<20)
 	cases := []struct {
 		name, body, want string
@@ -31,10 +37,10 @@ func TestCLIHostileInput(t *testing.T) {
 			"5.0 MiB, more than the 1.0 MiB vmsup reads"},
 		{"cmdline-200K", strings.Replace(guestTOML("h2", ""), `cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "`+bigCmdline[:200<<10]+`"`, 1),
 			"boot.cmdline: 204800 bytes, more than the limit of 4096"},
-		{"user-data-dev-zero", guestTOML("h3", "") + "\n[[disk]]\nname = \"seed\"\ntype = \"seed\"\nuser_data_file = \"/dev/zero\"\n",
-			"/dev/zero is a character device, not a regular file"},
-		{"secret-dev-zero", guestTOML("h4", "") + "\n[[disk]]\nname = \"lun\"\ntype = \"iscsi\"\nportal = \"127.0.0.1:3260\"\ntarget = \"iqn.2026-01.test:t\"\nuser = \"u\"\nsecret_file = \"/dev/zero\"\n",
-			"secret_file: disk \"lun\": /dev/zero is a character device, not a regular file"},
+		{"user-data-dev-zero", guestTOML("h3", "") + "\n[[disk]]\nname = \"seed\"\ntype = \"seed\"\nuser_data_file = \"" + zero + "\"\n",
+			zero + " is a character device, not a regular file"},
+		{"secret-dev-zero", guestTOML("h4", "") + "\n[[disk]]\nname = \"lun\"\ntype = \"iscsi\"\nportal = \"127.0.0.1:3260\"\ntarget = \"iqn.2026-01.test:t\"\nuser = \"u\"\nsecret_file = \"" + zero + "\"\n",
+			"secret_file: disk \"lun\": " + zero + " is a character device, not a regular file"},
 		{"disk-fifo", guestTOML("h5", "") + "\n[[disk]]\nname = \"d\"\nfile = \"" + fifo + "\"\nformat = \"raw\"\n",
 			"is a FIFO, not an image file"},
 		{"seed-fifo", guestTOML("h6", "") + "\n[[disk]]\nname = \"seed\"\ntype = \"seed\"\nuser_data_file = \"" + fifo + "\"\n",
@@ -46,6 +52,8 @@ func TestCLIHostileInput(t *testing.T) {
 			"stop_timeout: 2562047h0m0s is out of range"},
 		{"stop-timeout-zero", strings.Replace(guestTOML("h10", ""), `stop_timeout = "20s"`, `stop_timeout = "0s"`, 1),
 			"stop_timeout: 0s: must be more than 0s"},
+		{"user-data-outside", guestTOML("h11", "") + "\n[[disk]]\nname = \"seed\"\ntype = \"seed\"\nuser_data_file = \"/dev/zero\"\n",
+			"disk[0].user_data_file: /dev/zero is outside the places VM files may name"},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

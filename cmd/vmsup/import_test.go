@@ -19,7 +19,10 @@ func TestCLIImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "basic.toml")
-	r := vmsup(t, root, "", "import", xml, "-o", out)
+	// The domain's images are in vmsup's default image directory, the
+	// only place of this host it names.
+	imageDir := "--image-dir=/var/lib/vmsup/images"
+	r := vmsup(t, root, "", imageDir, "import", xml, "-o", out)
 	if r.code != 0 || !strings.Contains(r.stderr, "vmsup import: not carried over: devices/input[0]") ||
 		!strings.Contains(r.stderr, "wrote "+out) {
 		t.Fatalf("import -o: %+v", r)
@@ -28,17 +31,17 @@ func TestCLIImport(t *testing.T) {
 		t.Fatalf("the imported file: %v", err)
 	}
 	before, _ := os.ReadFile(out)
-	if r := vmsup(t, root, "", "import", xml, "-o", out); r.code != 1 || !strings.Contains(r.stderr, out+" exists") {
+	if r := vmsup(t, root, "", imageDir, "import", xml, "-o", out); r.code != 1 || !strings.Contains(r.stderr, out+" exists") {
 		t.Errorf("import over an existing file: %+v", r)
 	}
 	if after, _ := os.ReadFile(out); string(after) != string(before) {
 		t.Error("a refused import changed the existing file")
 	}
-	if r := vmsup(t, root, "", "import", xml, "-o", out, "--force"); r.code != 0 {
+	if r := vmsup(t, root, "", imageDir, "import", xml, "-o", out, "--force"); r.code != 0 {
 		t.Errorf("import --force: %+v", r)
 	}
 	data, _ := os.ReadFile(xml)
-	if r := vmsup(t, root, string(data), "import", "-"); r.code != 0 || !strings.Contains(r.stdout, "name = 'basic'") {
+	if r := vmsup(t, root, string(data), imageDir, "import", "-"); r.code != 0 || !strings.Contains(r.stdout, "name = 'basic'") {
 		t.Errorf("import - (stdin): %+v", r)
 	}
 	bad := write(t, dir, "bad.xml", "<network><name>n</name></network>")

@@ -39,7 +39,9 @@ func importCmd(g *globals) *cobra.Command {
 		Long: "Turn a libvirt domain XML (virsh dumpxml NAME, or virt-install --print-xml) into a vmsup VM file.\n" +
 			"Each element vmsup cannot express is listed on stderr, one line each, with why, and at the\n" +
 			"head of the file. Secrets stay where libvirt keeps them (the file names them, it does not\n" +
-			"copy them). DOMAIN.xml \"-\" reads standard input. The VM file is written to stdout, or to\n" +
+			"copy them). A host path outside the places this host allows (--image-dir, --block-dir,\n" +
+			"--config-dir, --allow-path; \"..\" and symlinks resolved) is not carried over: its disk, share\n" +
+			"or kernel is listed with why. DOMAIN.xml \"-\" reads standard input. The VM file is written to stdout, or to\n" +
 			"FILE with -o, which must not exist unless --force is given.",
 		Example: "  virsh dumpxml web > web.xml && vmsup import web.xml -o web.toml\n" +
 			"  virsh dumpxml db | vmsup import - > db.toml",
@@ -49,7 +51,13 @@ func importCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := libvirtimport.Convert(data, args[0])
+			// Host paths outside this host's places are not carried over.
+			sup, err := g.supervisor()
+			if err != nil {
+				return err
+			}
+			defer sup.Close()
+			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath})
 			if err != nil {
 				return err
 			}

@@ -75,7 +75,7 @@ func TestCLIJSON(t *testing.T) {
 	check("apparmor-profile", 0, "apparmor-profile", file)
 	check("host", 0, "host")
 	check("import", 0, "import", write(t, dir, "dom.xml", "<domain type='kvm'><name>imp</name><memory unit='MiB'>256</memory>"+
-		"<os><type arch='x86_64' machine='q35'>hvm</type></os><devices><disk type='file'><source file='/var/lib/vmsup/images/imp.qcow2'/>"+
+		"<os><type arch='x86_64' machine='q35'>hvm</type></os><devices><disk type='file'><source file='"+filepath.Join(root, "images", "imp.qcow2")+"'/>"+
 		"<target dev='vda'/></disk><graphics type='vnc'/></devices></domain>"))
 	check("version", 0, "version")
 	check("up", 0, "up", file)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -28,7 +29,8 @@ type globals struct {
 	ovsdb                    string
 	wait, verbose            bool
 	qemuUser, analyze        string
-	imageDirs                []string
+	imageDirs, blockDirs     []string
+	configDirs, allowPaths   []string
 	unitDir, bootTarget      string
 	runDir                   string
 	hostCache                string
@@ -154,7 +156,10 @@ func newRoot() (*cobra.Command, *globals) {
 	pf.StringVar(&g.ovsdb, "ovsdb", os.Getenv("VMSUP_OVSDB"), "OVSDB server for ovs NICs, e.g. unix:/run/openvswitch/db.sock; empty = ovs-vsctl's default (env VMSUP_OVSDB)")
 	pf.BoolVar(&g.wait, "wait", false, "wait for a busy VM instead of failing")
 	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "per-vm"), "unprivileged user QEMU runs as, created if missing: \"per-vm\" (default) gives each VM its own, a user name (e.g. vmsup-qemu) runs all VMs as that one (env VMSUP_QEMU_USER)")
-	pf.StringSliceVar(&g.imageDirs, "image-dir", filepath.SplitList(os.Getenv("VMSUP_IMAGE_DIRS")), "where disk images may lie for security.apparmor = \"required\"; default ROOT/images (env VMSUP_IMAGE_DIRS, colon-separated)")
+	pf.StringSliceVar(&g.imageDirs, "image-dir", filepath.SplitList(os.Getenv("VMSUP_IMAGE_DIRS")), "image directory: where VM files' images, kernels, seeds' files and shares may lie, hot-plugged disks go, and the only place for disks with security.apparmor = \"required\"; default ROOT/images (env VMSUP_IMAGE_DIRS, colon-separated)")
+	pf.StringSliceVar(&g.blockDirs, "block-dir", filepath.SplitList(envOr("VMSUP_BLOCK_DIRS", hostpaths.DefaultBlockDirs)), "directory whose entries VM files may name as block devices (env VMSUP_BLOCK_DIRS, colon-separated)")
+	pf.StringSliceVar(&g.configDirs, "config-dir", filepath.SplitList(envOr("VMSUP_CONFIG_DIRS", hostpaths.DefaultConfigDirs)), "where VM files' ceph_conf, secret_file and cni_config may lie (env VMSUP_CONFIG_DIRS, colon-separated)")
+	pf.StringSliceVar(&g.allowPaths, "allow-path", filepath.SplitList(envOr("VMSUP_ALLOW_PATHS", hostpaths.DefaultAllowPaths)), "another directory (or file) VM files may name for any path key (env VMSUP_ALLOW_PATHS, colon-separated)")
 	pf.StringVar(&g.analyze, "systemd-analyze", os.Getenv("VMSUP_SYSTEMD_ANALYZE"), "systemd-analyze command status uses for the exposure figure, split at spaces (env VMSUP_SYSTEMD_ANALYZE)")
 	pf.StringVar(&g.unitDir, "unit-dir", envOr("VMSUP_UNIT_DIR", "/etc/systemd/system"), "where vmsup enable installs the boot unit (env VMSUP_UNIT_DIR)")
 	pf.StringVar(&g.bootTarget, "boot-target", envOr("VMSUP_BOOT_TARGET", "multi-user.target"), "target that pulls the boot unit in (env VMSUP_BOOT_TARGET)")
@@ -210,6 +215,9 @@ func (g *globals) supervisor() (*supervisor.Supervisor, error) {
 		WaitForLock:    g.wait,
 		QEMUUser:       g.qemuUser,
 		ImageDirs:      g.imageDirs,
+		BlockDirs:      g.blockDirs,
+		ConfigDirs:     g.configDirs,
+		AllowPaths:     g.allowPaths,
 		UnitDir:        g.unitDir,
 		BootTarget:     g.bootTarget,
 		RunDir:         g.runDir,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -120,15 +121,16 @@ func badInput(t *testing.T, f *fleettest.Fleet, dir string) {
 		t.Errorf("bad.toml was stored")
 	}
 	// Valid as a file, refused by the host that gets it (its kernel is
-	// nowhere): failed, with the host's one-line reason, and no QEMU.
+	// nowhere, in a place the hosts allow): failed, with the host's
+	// one-line reason, and no QEMU.
 	nok := quietGuest(t, dir, "nokernel", "128M", "")
 	b, _ := os.ReadFile(nok)
-	os.WriteFile(nok, []byte(strings.Replace(string(b), env.Guest.Kernel, "/nonexistent/vmlinuz", 1)), 0o644)
+	os.WriteFile(nok, []byte(strings.Replace(string(b), env.Guest.Kernel, filepath.Join(dir, "nonexistent/vmlinuz"), 1)), 0o644)
 	if _, err := f.VMSUP("fleet", "apply", nok); err != nil {
 		t.Fatal(err)
 	}
 	vms = waitLs(t, f, time.Minute, "nokernel failed", func(m map[string]fleettest.VM) bool { return m["nokernel"].State == "failed" })
-	if v := vms["nokernel"]; !strings.Contains(v.Reason, "/nonexistent/vmlinuz") || v.Host == "" {
+	if v := vms["nokernel"]; !strings.Contains(v.Reason, filepath.Join(dir, "nonexistent/vmlinuz")) || v.Host == "" {
 		t.Errorf("nokernel: %+v; want failed on its host, naming the kernel", v)
 	}
 	t.Logf("a spec its host refuses: %+v", vms["nokernel"])

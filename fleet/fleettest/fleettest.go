@@ -156,7 +156,8 @@ func (f *Fleet) addHost(ctx context.Context, dir, name string, n, cpus int, memo
 	}
 	unitDir, runDir := filepath.Join(h.Root, "etc-systemd"), filepath.Join(h.Root, "run")
 	if h.Sup, err = supervisor.New(supervisor.Options{Root: h.Root, SystemdBus: sd.BusAddress, JournalDir: sd.JournalDir,
-		HostCaps: f.env.Caps, QEMU: f.env.QEMU, Self: f.vmsupBin, UnitDir: unitDir, BootTarget: testenv.BootTarget, RunDir: runDir}); err != nil {
+		HostCaps: f.env.Caps, QEMU: f.env.QEMU, Self: f.vmsupBin, UnitDir: unitDir, BootTarget: testenv.BootTarget, RunDir: runDir,
+		AllowPaths: f.env.AllowPaths, BlockDirs: f.env.BlockDirs}); err != nil {
 		return nil, err
 	}
 	f.closers = append(f.closers, func() { h.Sup.Close() })
@@ -169,8 +170,10 @@ Restart=always
 RestartSec=1
 Environment=%s
 Environment=VMSUP_ROOT=%s VMSUP_QEMU=%s VMSUP_UNIT_DIR=%s VMSUP_BOOT_TARGET=%s VMSUP_RUN_DIR=%s VMSUP_HOST_CACHE=%s
+Environment=VMSUP_ALLOW_PATHS=%s VMSUP_BLOCK_DIRS=%s
 `, name, f.vmsupBin, name, cpus, memory, name, h.Addr, strings.Join(f.Env, " "),
-		h.Root, f.env.QEMU, unitDir, testenv.BootTarget, runDir, f.env.CapsCache)
+		h.Root, f.env.QEMU, unitDir, testenv.BootTarget, runDir, f.env.CapsCache,
+		strings.Join(f.env.AllowPaths, ":"), strings.Join(f.env.BlockDirs, ":"))
 	if err := os.WriteFile(filepath.Join(sd.UnitDir, "vmsup-agent.service"), []byte(unit), 0o644); err != nil {
 		return nil, err
 	}
@@ -216,7 +219,7 @@ func (h *Host) QEMUPID(vm string) int {
 // stderr if it fails.
 func (f *Fleet) VMSUP(args ...string) (string, error) {
 	cmd := exec.Command(f.vmsupBin, args...)
-	cmd.Env = append(os.Environ(), f.Env...)
+	cmd.Env = append(append(os.Environ(), f.env.CLIEnv()...), f.Env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

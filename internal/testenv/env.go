@@ -21,7 +21,23 @@ type Env struct {
 	QEMU      string
 	Caps      *hostcaps.Caps
 	CapsCache string
+	// AllowPaths and BlockDirs are the host places the tests' VM files may
+	// name (AllowPaths, BlockDirs).
+	AllowPaths, BlockDirs []string
 }
+
+// AllowPaths are the places the tests' VM files may name beyond a state
+// root's images (supervisor.Options.AllowPaths; the CLI gets them as
+// VMSUP_ALLOW_PATHS through CLIEnv): the temporary directory tests write
+// their images, seeds and configurations in, and the guest's directory.
+// No default of vmsup's allows /tmp. For the helpers tests run in a child
+// process, which have no Env.
+func AllowPaths() []string { return []string{os.TempDir(), guestDir()} }
+
+// BlockDirs are where the tests' block devices are named
+// (supervisor.Options.BlockDirs, VMSUP_BLOCK_DIRS): all of /dev, for the
+// loop devices (/dev/loopN) tests make.
+func BlockDirs() []string { return []string{"/dev"} }
 
 // Start builds (or reuses) the guest image and boots a systemd sandbox under dir.
 // Callers that make dir themselves remove it; see Main for the usual TestMain use.
@@ -46,6 +62,7 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 		return nil, err
 	}
 	e.Systemd, e.Guest = sd, gr.g
+	e.AllowPaths, e.BlockDirs = AllowPaths(), BlockDirs()
 	if ok, why := e.Caps.KVM.Starts(); !ok {
 		fmt.Printf("testenv: QEMU %s: no KVM here (%s): tests that need it skip\n", e.QEMU, why)
 	}

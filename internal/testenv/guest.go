@@ -24,6 +24,14 @@ const (
 // DefaultGuestDir is where Guest caches the image unless $VMSUP_GUEST_DIR says otherwise.
 const DefaultGuestDir = "/var/cache/vmsup/guest"
 
+// guestDir is where Guest caches the image.
+func guestDir() string {
+	if dir := os.Getenv("VMSUP_GUEST_DIR"); dir != "" {
+		return dir
+	}
+	return DefaultGuestDir
+}
+
 // GuestImage is a bootable test guest: pass Kernel to -kernel and Initrd to -initrd,
 // with "console=ttyS0 no_timer_check" on the kernel command line (no_timer_check: under TCG on a
 // loaded host the kernel's IO-APIC timer check can miss its ticks and panic, "IO-APIC + timer
@@ -45,10 +53,7 @@ func Guest(ctx context.Context) (GuestImage, error) {
 	if err != nil {
 		return GuestImage{}, err
 	}
-	dir := os.Getenv("VMSUP_GUEST_DIR")
-	if dir == "" {
-		dir = DefaultGuestDir
-	}
+	dir := guestDir()
 	script := filepath.Join(root, "scripts", "build-guest.sh")
 	out, err := exec.CommandContext(ctx, "bash", script, dir).CombinedOutput()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
@@ -37,7 +38,8 @@ func (e *Env) KVMSkip(t testing.TB) {
 }
 
 // CLIEnv is the environment a vmsup process run by a test gets so that it
-// uses the test QEMU and the Env's host probe record.
+// uses the test QEMU, the Env's host probe record and its host places.
 func (e *Env) CLIEnv() []string {
-	return []string{"VMSUP_QEMU=" + e.QEMU, "VMSUP_HOST_CACHE=" + e.CapsCache}
+	return []string{"VMSUP_QEMU=" + e.QEMU, "VMSUP_HOST_CACHE=" + e.CapsCache,
+		"VMSUP_ALLOW_PATHS=" + strings.Join(e.AllowPaths, ":"), "VMSUP_BLOCK_DIRS=" + strings.Join(e.BlockDirs, ":")}
 }

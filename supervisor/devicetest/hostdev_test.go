@@ -51,6 +51,7 @@ func TestHostDevHotplug(t *testing.T) {
 	root := t.TempDir()
 	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU,
 		HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir, Self: vmsupBin, SysRoot: sysRoot, DevRoot: devRoot,
+		AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs,
 		AfterStep: func(vm, step string) {
 			if pids, err := env.Systemd.HostPIDs("vmsup-hdvm.service"); err == nil && len(pids) > 0 {
 				seen[step] = exec.Command("nsenter", "-t", strconv.Itoa(pids[0]), "-m", "test", "-c", group).Run() == nil

@@ -113,7 +113,7 @@ func status(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name 
 // after the named step, as if vmsup died there.
 func crashHelper(args []string) int {
 	root, bus, self, file, killAfter := args[0], args[1], args[2], args[3], args[4]
-	o := supervisor.Options{Root: root, SystemdBus: bus, Self: self,
+	o := supervisor.Options{Root: root, SystemdBus: bus, Self: self, AllowPaths: testenv.AllowPaths(), BlockDirs: testenv.BlockDirs(),
 		AfterStep: func(_, step string) {
 			if step == killAfter {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -145,6 +145,7 @@ func newSupLog(t testing.TB) (*supervisor.Supervisor, *syncBuffer) {
 		SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps,
 		JournalDir: env.Systemd.JournalDir,
 		Self:       vmsupBin,
+		AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs,
 		Network: supervisor.NetworkOptions{
 			OVSDB: ovs.DB,
 			Netns: testenv.SandboxNetns{Systemd: env.Systemd},

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -23,7 +24,7 @@ import (
 // right after the named step, as if vmsup died there.
 func crashHelper(args []string) int {
 	root, bus, self, name, tag, memory, killAfter := args[0], args[1], args[2], args[3], args[4], args[5], args[6]
-	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self,
+	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self, AllowPaths: testenv.AllowPaths(), BlockDirs: testenv.BlockDirs(),
 		AfterStep: func(_, step string) {
 			if step == killAfter {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

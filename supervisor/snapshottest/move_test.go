@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/supervisor"
@@ -294,7 +295,7 @@ func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 // step, as if vmsup died there.
 func moveHelper(args []string) int {
 	root, bus, self, vm, disk, target, killAfter := args[0], args[1], args[2], args[3], args[4], args[5], args[6]
-	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self,
+	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self, AllowPaths: testenv.AllowPaths(), BlockDirs: testenv.BlockDirs(),
 		AfterStep: func(_, step string) {
 			if step == killAfter {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

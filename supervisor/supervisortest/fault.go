@@ -61,6 +61,7 @@ func FaultHelper(arg string) int {
 	sup, err := supervisor.New(supervisor.Options{
 		Root: j.Root, SystemdBus: j.Bus, JournalDir: j.JournalDir, QEMU: j.QEMU, Self: j.Self,
 		UnitDir: j.UnitDir, RunDir: j.RunDir, BootTarget: testenv.BootTarget, HostCapsCache: j.HostCache,
+		AllowPaths: testenv.AllowPaths(), BlockDirs: testenv.BlockDirs(),
 		AfterStep: func(_, step string) {
 			if trace != nil {
 				fmt.Fprintln(trace, step)

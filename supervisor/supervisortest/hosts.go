@@ -83,6 +83,7 @@ func (h *Host) Transport(qemu string, wrap ...string) []string {
 	argv := []string{"env", "VMSUP_ROOT=" + h.Root, "VMSUP_SYSTEMD_BUS=" + h.SD.BusAddress,
 		"VMSUP_JOURNAL_DIR=" + h.SD.JournalDir, "VMSUP_QEMU=" + qemu, "VMSUP_UNIT_DIR=" + h.UnitDir(),
 		"VMSUP_BOOT_TARGET=" + testenv.BootTarget, "VMSUP_RUN_DIR=" + filepath.Join(h.Root, "run"),
+		"VMSUP_ALLOW_PATHS=" + strings.Join(h.env.AllowPaths, ":"), "VMSUP_BLOCK_DIRS=" + strings.Join(h.env.BlockDirs, ":"),
 		"nsenter", "--net=" + h.Netns}
 	argv = append(argv, wrap...)
 	return append(argv, h.self, "migrate-receive")
@@ -194,7 +195,7 @@ func AfterPrepared(d time.Duration, fn func()) func(vm, step string) {
 func (h *Host) WithHook(t *testing.T, hook func(vm, step string)) *supervisor.Supervisor {
 	s, err := supervisor.New(supervisor.Options{Root: h.Root, SystemdBus: h.SD.BusAddress, JournalDir: h.SD.JournalDir, HostCaps: h.env.Caps,
 		Self: h.self, QEMU: h.QEMU, AfterStep: hook, UnitDir: h.UnitDir(), BootTarget: testenv.BootTarget,
-		RunDir: filepath.Join(h.Root, "run")})
+		RunDir: filepath.Join(h.Root, "run"), AllowPaths: h.env.AllowPaths, BlockDirs: h.env.BlockDirs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ func New(t testing.TB, e *testenv.Env, root, self string) *supervisor.Supervisor
 		SystemdBus: e.Systemd.BusAddress, QEMU: e.QEMU, HostCaps: e.Caps,
 		JournalDir: e.Systemd.JournalDir,
 		Self:       self,
+		AllowPaths: e.AllowPaths, BlockDirs: e.BlockDirs,
 	})
 	if err != nil {
 		t.Fatal(err)

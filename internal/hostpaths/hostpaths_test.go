@@ -1,0 +1,200 @@
+package hostpaths
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmsup/vmsup/spec"
+)
+
+// tree makes a host under a temporary directory: an image directory with
+// images, symlinks out and a dangling one, a block device directory with a
+// device node (mknod, as root) and a regular file, a configuration
+// directory and an allowed one.
+func tree(t *testing.T) (string, *Places, bool) {
+	t.Helper()
+	d := t.TempDir()
+	for _, dir := range []string{"images/sub", "images/share", "dev/by-id", "etc", "allowed"} {
+		if err := os.MkdirAll(filepath.Join(d, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"images/a.qcow2", "dev/by-id/notblock", "etc/key", "allowed/vmlinuz", "outside.raw"} {
+		if err := os.WriteFile(filepath.Join(d, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		"images/shadow.raw": "/etc/shadow",
+		"images/etc":        "/etc",
+		"images/dangling":   "/etc/cron.d/vmsup-hostpaths-test",
+		"images/rel":        "../outside.raw",
+		"images/inside":     "sub",
+		"dev/by-id/disk0":   "../blk0",
+		"dev/by-id/shadow":  "/etc/shadow",
+	} {
+		if err := os.Symlink(target, filepath.Join(d, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blk := syscall.Mknod(filepath.Join(d, "dev/blk0"), syscall.S_IFBLK|0o600, 7<<8) == nil // a loop device's numbers
+	return d, &Places{
+		ImageDirs:  []string{filepath.Join(d, "images")},
+		BlockDirs:  []string{filepath.Join(d, "dev/by-id")},
+		ConfigDirs: []string{filepath.Join(d, "etc")},
+		AllowPaths: []string{filepath.Join(d, "allowed")},
+	}, blk
+}
+
+// TestCheck: each field's places, after symlinks and "..", and the
+// refusal's words.
+func TestCheck(t *testing.T) {
+	d, p, blk := tree(t)
+	img := func(s string) string { return filepath.Join(d, "images") + "/" + s }
+	for _, c := range []struct {
+		field, path string
+		want        string // "" allowed; else in the error
+		needsBlock  bool
+	}{
+		{"disk[0].file", img("a.qcow2"), "", false},
+		{"disk[0].file", img("new.qcow2"), "", false}, // created on demand
+		{"disk[0].file", img("sub/../a.qcow2"), "", false},
+		{"disk[0].file", img("inside/../a.qcow2"), "", false},
+		{"disk[0].file", "/etc/shadow", "/etc/shadow is outside the places VM files may name (image directories: " + filepath.Join(d, "images") +
+			"; block device directories: " + filepath.Join(d, "dev/by-id") + "; allowed: " + filepath.Join(d, "allowed") +
+			"): move it there, or allow its directory on this host (--image-dir, --block-dir or --allow-path DIR)", false},
+		{"disk[0].file", img("shadow.raw"), img("shadow.raw") + " (leads to /etc/shadow) is outside the places", false},
+		{"disk[0].file", img("../../../../../../../../etc/shadow"), "(leads to /etc/shadow) is outside", false},
+		{"disk[0].file", img("etc/shadow"), "(leads to /etc/shadow) is outside", false},
+		{"disk[0].file", img("dangling"), "(leads to /etc/cron.d/vmsup-hostpaths-test) is outside", false},
+		{"disk[0].file", img("nothere/../../outside.raw"), "(leads to " + filepath.Join(d, "outside.raw") + ") is outside", false},
+		{"disk[0].file", img("rel"), "(leads to " + filepath.Join(d, "outside.raw") + ") is outside", false},
+		{"disk[0].backing", img("a.qcow2"), "", false},
+		{"disk[0].backing", img("shadow.raw"), "outside the places", false},
+		{"disk[0].file", filepath.Join(d, "dev/by-id/disk0"), "", true},
+		{"disk[0].file", filepath.Join(d, "dev/by-id/missing"), "", false}, // the storage check says it is missing
+		{"disk[0].file", filepath.Join(d, "dev/by-id/notblock"), "notblock is not a block device, and is outside", false},
+		{"disk[0].file", filepath.Join(d, "dev/by-id/shadow"), "(leads to /etc/shadow) is not a block device, and is outside", false},
+		{"disk[0].file", filepath.Join(d, "dev/by-id/../../outside.raw"), "outside the places", false},
+		{"disk[0].file", filepath.Join(d, "dev/blk0"), "outside the places", true}, // not named through a block directory
+		{"disk[0].backing", filepath.Join(d, "dev/by-id/disk0"), "outside the places", true},
+		{"boot.kernel", filepath.Join(d, "allowed/vmlinuz"), "", false},
+		{"boot.kernel", "/etc/shadow", "(image directories: " + filepath.Join(d, "images") + "; allowed: " + filepath.Join(d, "allowed") +
+			"): move it there, or allow its directory on this host (--image-dir or --allow-path DIR)", false},
+		{"boot.initrd", filepath.Join(d, "etc/key"), "outside the places", false}, // a secret is no initrd
+		{"boot.vars_template", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd", "", false},
+		{"boot.vars_template", "/usr/share/OVMF/../../../etc/shadow", "firmware: /usr/share/OVMF", false},
+		{"disk[1].user_data_file", "/etc/shadow", "outside the places", false},
+		{"share[0].path", img("share"), "", false},
+		{"share[0].path", "/", "outside the places", false},
+		{"disk[2].secret_file", filepath.Join(d, "etc/key"), "", false},
+		{"disk[2].secret_file", filepath.Join(d, "allowed/vmlinuz"), "", false},
+		{"disk[2].secret_file", img("a.qcow2"), "(configuration directories: " + filepath.Join(d, "etc") + "; allowed: " +
+			filepath.Join(d, "allowed") + "): move it there, or allow its directory on this host (--config-dir or --allow-path DIR)", false},
+		{"disk[2].ceph_conf", "/etc/shadow", "outside the places", false},
+		{"nic[0].cni_config", "/etc/shadow", "outside the places", false},
+		{"file", "/etc/shadow", "block device directories", false}, // a disk given alone (disk attach)
+	} {
+		if c.needsBlock && !blk {
+			t.Logf("%s = %s: skipped: no device node (mknod needs root)", c.field, c.path)
+			continue
+		}
+		err := p.Check(c.field, c.path)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s = %s: %v, want allowed", c.field, c.path, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s = %s: %v, want an error with %q", c.field, c.path, err, c.want)
+		case c.want != "" && !errors.Is(err, ErrOutside):
+			t.Errorf("%s = %s: %v does not wrap ErrOutside", c.field, c.path, err)
+		}
+	}
+}
+
+// TestNonePlaces: no places at all refuses everything, and says so.
+func TestNonePlaces(t *testing.T) {
+	err := (&Places{}).Check("boot.kernel", "/boot/vmlinuz")
+	if err == nil || !strings.Contains(err.Error(), "(none configured)") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestResolve: symlinks and ".." in order, a missing tail as written.
+func TestResolve(t *testing.T) {
+	d, _, _ := tree(t)
+	for in, want := range map[string]string{
+		d + "/images/a.qcow2":           d + "/images/a.qcow2",
+		d + "/images/etc/shadow":        "/etc/shadow",
+		d + "/images/etc/../x":          "/x", // the link first, then ".."
+		d + "/images/inside/../a.qcow2": d + "/images/a.qcow2",
+		d + "/images/new/dir/x.qcow2":   d + "/images/new/dir/x.qcow2",
+		d + "/images/new/../../x.qcow2": d + "/x.qcow2",
+		d + "/images/dangling":          "/etc/cron.d/vmsup-hostpaths-test",
+		d + "/images/rel":               d + "/outside.raw",
+		d + "//images/./sub/":           d + "/images/sub",
+		"/":                             "/",
+	} {
+		got, err := Resolve(in)
+		if err != nil || got != want {
+			t.Errorf("Resolve(%s) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	loop := filepath.Join(d, "loop")
+	if err := os.Symlink(loop, loop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resolve(loop + "/x"); err == nil || !strings.Contains(err.Error(), "too many levels of symbolic links") {
+		t.Errorf("a symlink loop: %v", err)
+	}
+}
+
+// TestFields: every host path of a VM, by its key, in file order.
+func TestFields(t *testing.T) {
+	f, err := spec.Parse("/v/web.toml", []byte(`name = "web"
+memory = "256M"
+[boot]
+kernel = "k"
+initrd = "/i"
+firmware = "uefi"
+vars_template = "/t.fd"
+[[disk]]
+name = "root"
+file = "root.qcow2"
+backing = "/b.qcow2"
+[[disk]]
+name = "seed"
+type = "seed"
+user_data_file = "/u"
+[[disk]]
+name = "ceph"
+type = "rbd"
+pool = "p"
+image = "i"
+ceph_conf = "/etc/ceph/ceph.conf"
+user = "admin"
+secret_file = "/etc/ceph/key"
+[[nic]]
+name = "n"
+type = "cni"
+cni_config = "/etc/cni/net.d/n.conflist"
+[[share]]
+path = "/srv/share"
+tag = "s"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Field{{"boot.kernel", "/v/k"}, {"boot.initrd", "/i"}, {"boot.vars_template", "/t.fd"},
+		{"disk[0].file", "/v/root.qcow2"}, {"disk[0].backing", "/b.qcow2"}, {"disk[1].user_data_file", "/u"},
+		{"disk[2].ceph_conf", "/etc/ceph/ceph.conf"}, {"disk[2].secret_file", "/etc/ceph/key"},
+		{"nic[0].cni_config", "/etc/cni/net.d/n.conflist"}, {"share[0].path", "/srv/share"}}
+	if diff := cmp.Diff(want, Fields(&f.VM)); diff != "" {
+		t.Errorf("Fields (-want +got):\n%s", diff)
+	}
+}

@@ -54,7 +54,7 @@ func TestOneOperationAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := &gate{}
-	held, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps,
+	held, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU, HostCaps: env.Caps, AllowPaths: env.AllowPaths,
 		JournalDir: env.Systemd.JournalDir, Self: vmsupBin, AfterStep: g.afterStep})
 	if err != nil {
 		t.Fatal(err)

@@ -183,22 +183,29 @@ func OverlayPath(dir, file, tag string, exists func(string) bool) string {
 	}
 }
 
-// Used reports whether path is an image of a snapshot or a disk's active
-// image: one that must not be deleted.
-func (t *Tree) Used(path string) bool {
+// Image returns the image at path that the tree knows: a disk's active
+// image or a snapshot's.
+func (t *Tree) Image(path string) (Image, bool) {
 	for _, im := range t.Active {
 		if im.Path == path {
-			return true
+			return im, true
 		}
 	}
 	for _, s := range t.Snapshots {
 		for _, im := range s.Disks {
 			if im.Path == path {
-				return true
+				return im, true
 			}
 		}
 	}
-	return false
+	return Image{}, false
+}
+
+// Used reports whether path is an image of a snapshot or a disk's active
+// image: one that must not be deleted.
+func (t *Tree) Used(path string) bool {
+	_, ok := t.Image(path)
+	return ok
 }
 
 // Files lists every image and memory file the tree made (not the disks'

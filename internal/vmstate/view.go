@@ -236,17 +236,8 @@ func (d Disk) Images(tree *snapshot.Tree) []string {
 // bare image of that path.
 func imageIn(tree *snapshot.Tree, path string) snapshot.Image {
 	if tree != nil {
-		for _, im := range tree.Active {
-			if im.Path == path {
-				return im
-			}
-		}
-		for _, s := range tree.Snapshots {
-			for _, im := range s.Disks {
-				if im.Path == path {
-					return im
-				}
-			}
+		if im, ok := tree.Image(path); ok {
+			return im
 		}
 	}
 	return snapshot.Image{Path: filepath.Clean(path)}

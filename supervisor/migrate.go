@@ -440,6 +440,7 @@ func (m *outgoing) handOver(ctx context.Context) error {
 		defer os.Remove(p.Handover())
 	}
 	_ = m.mon.Quit(qctx)
+	m.step(stepMigQuitSent) // (its monitor goes before its unit does)
 	if err := sd.WaitStopped(qctx, unit); err != nil {
 		_ = sd.Kill(qctx, unit, syscall.SIGKILL)
 		_ = sd.WaitStopped(qctx, unit)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -92,7 +93,13 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := New(Options{Root: *root, SystemdBus: *bus, Self: self, WaitForLock: *wait})
+	o := Options{Root: *root, SystemdBus: *bus, Self: self, WaitForLock: *wait}
+	if args[0] == HookSettle {
+		// Into the guardian unit's journal: each recovery that failed and
+		// is tried again.
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	s, err := New(o)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -41,6 +42,22 @@ func (s *Supervisor) beginOp(ctx context.Context, name, kind string, intent any)
 		return nil, fmt.Errorf("%w (nothing was done)", err)
 	}
 	return op, nil
+}
+
+// beginGuardedOp is beginOp for an operation with a guardian (guard): the
+// guardian starts before the journal is written, so that no moment has a
+// journal and no guardian to settle it; stop ends the guardian (call it
+// after the journal ended).
+func (s *Supervisor) beginGuardedOp(ctx context.Context, name, kind string, intent any) (op *vmstate.Op, stop func(), err error) {
+	if _, err := s.recover(ctx, name, kind); err != nil {
+		return nil, nil, err
+	}
+	stop = s.guard(ctx, name)
+	if op, err = s.state.BeginOp(name, kind, intent); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("%w (nothing was done)", err)
+	}
+	return op, stop, nil
 }
 
 // traced is the AfterStep of an operation: each step is journaled as done,
@@ -144,10 +161,11 @@ func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, 
 // guard starts the operation's guardian, for the operations that can leave
 // a guest frozen if their command dies (a migration): a transient unit
 // running "vmsup settle NAME", which waits for the VM's lock (held by this
-// command until it ends) and settles what the command left. So a killed
-// or hung-up CLI is only a viewer that went away: nobody needs to run the
-// next command for the guest to run again. stop ends the guardian; a
-// command that ends cleanly calls it before it lets the lock go.
+// command until it ends) and settles what the command left (Settle). So a
+// killed or hung-up CLI is only a viewer that went away: nobody needs to
+// run the next command for the guest to run again. stop ends the
+// guardian; a command that ends cleanly calls it, after it ended its
+// journal, before it lets the lock go.
 func (s *Supervisor) guard(ctx context.Context, name string) (stop func()) {
 	if s.opts.Self == "" {
 		return func() {}
@@ -174,13 +192,53 @@ func (s *Supervisor) guard(ctx context.Context, name string) (stop func()) {
 	}
 }
 
+// retryPolicy is how long a guardian retries a recovery that fails (For,
+// from the first failure) and how long it waits between two tries (First,
+// doubling up to Max).
+type retryPolicy struct{ For, First, Max time.Duration }
+
+// defaultSettleRetry: a failed recovery (a QEMU still starting or already
+// ending, the other host's vmsup busy or unreachable for a while) is tried
+// again for 5 minutes; after that the journal stays for the next command
+// on the VM.
+func defaultSettleRetry() retryPolicy {
+	return retryPolicy{For: 5 * time.Minute, First: time.Second, Max: 30 * time.Second}
+}
+
 // Settle is the guardian's work ("vmsup settle NAME"): it waits for the
-// VM's lock, then settles any operation left unfinished. The note says
-// what was done ("" when the command had ended cleanly).
+// VM's lock, then settles any operation left unfinished; a recovery that
+// fails is logged and tried again (under the lock each time, which it
+// lets go in between) with a growing wait, for up to 5 minutes. The note
+// says what was done ("" when the command had ended cleanly).
 func (s *Supervisor) Settle(ctx context.Context, name string) (string, error) {
 	if err := spec.ValidName(name); err != nil {
 		return "", vmErr(name, err)
 	}
+	var giveUp time.Time // from the first failure: the lock may be held for hours before
+	wait := s.settleRetry.First
+	for try := 1; ; try++ {
+		note, err := s.settleOnce(ctx, name)
+		if err == nil {
+			return note, nil
+		}
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(s.settleRetry.For)
+		}
+		if ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
+			return "", fmt.Errorf("%w (gave up after %d tries; the next command on the VM tries again)", err, try)
+		}
+		s.opts.Logger.Warn("settle: recovery failed; trying again", "vm", name, "try", try, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w (interrupted after %d tries)", err, try)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, s.settleRetry.Max)
+	}
+}
+
+// settleOnce takes the VM's lock (waiting for its holder) and recovers.
+func (s *Supervisor) settleOnce(ctx context.Context, name string) (string, error) {
 	lk, err := s.state.Lock(ctx, name, "settle", true)
 	if err != nil {
 		return "", err

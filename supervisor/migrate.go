@@ -245,14 +245,14 @@ func (m *outgoing) journal(ctx context.Context) (err error) {
 	if m.o.Local {
 		m.in.DestUnit = vmstate.AltUnit(m.name, m.lu.unit)
 	}
-	if m.op, err = m.s.beginOp(ctx, m.name, opMigrateOut, m.in); err != nil {
+	var stopGuard func()
+	if m.op, stopGuard, err = m.s.beginGuardedOp(ctx, m.name, opMigrateOut, m.in); err != nil {
 		return err
 	}
-	stopGuard := m.s.guard(ctx, m.name)
 	m.cleanups = append(m.cleanups, func() {
 		if !m.unsettled { // else the guardian settles it once this command is gone
-			stopGuard()
 			m.op.End()
+			stopGuard()
 		}
 	})
 	if !m.o.Local {
@@ -440,6 +440,7 @@ func (m *outgoing) handOver(ctx context.Context) error {
 		defer os.Remove(p.Handover())
 	}
 	_ = m.mon.Quit(qctx)
+	m.step(stepMigQuitSent) // (its monitor goes before its unit does)
 	if err := sd.WaitStopped(qctx, unit); err != nil {
 		_ = sd.Kill(qctx, unit, syscall.SIGKILL)
 		_ = sd.WaitStopped(qctx, unit)

@@ -73,11 +73,10 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 	}
 	res.Via = "acpi"
 	timeout, _ := s.stopSettings(name)
-	op, err := s.beginOp(ctx, name, opReboot, nil)
+	op, stop, err := s.beginGuardedOp(ctx, name, opReboot, nil)
 	if err != nil {
 		return res, vmErr(name, err)
 	}
-	stop := s.guard(ctx, name)
 	defer stop()
 	if err := s.acpiReboot(ctx, name, timeout, s.traced(op)); err != nil {
 		return res, vmErr(name, fmt.Errorf("reboot: %w", err))

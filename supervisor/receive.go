@@ -106,11 +106,6 @@ func (s *Supervisor) receive(ctx context.Context, peer *migration.Peer, local bo
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
 		return err
 	}
-	if d.autostart {
-		if err := s.enableApplied(ctx, d.name); err != nil {
-			s.opts.Logger.Warn("enable autostart after migration", "vm", d.name, "err", err)
-		}
-	}
 	if err := peer.Send(migration.Msg{Type: migration.MsgFinalized}); err != nil {
 		return err
 	}
@@ -370,6 +365,11 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 		return err
 	}
 	d.finalized = true
+	if d.autostart { // before the journal ends: its recovery does the same
+		if err := d.s.enableApplied(ctx, d.name); err != nil {
+			d.s.opts.Logger.Warn("enable autostart after migration", "vm", d.name, "err", err)
+		}
+	}
 	// The guest runs here: keep all of it, end the journal, and let the
 	// VM's lock go.
 	d.undo = nil
@@ -377,18 +377,64 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 	return nil
 }
 
+// Steps of a destination's hand-over, as AfterStep sees them (and, across
+// hosts, its journal): each of the new QEMU's sockets takes the VM's usual
+// name, then the VM's record names the new QEMU.
+const stepHandOverRecord = "hand-over record"
+
+// handOverSockets are the sockets a destination QEMU hands over, in order:
+// qmp.sock first (recovery asks it which QEMU runs the guest).
+func handOverSockets() []string {
+	return []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"}
+}
+
+func handOverStep(sock string) string { return "hand-over " + sock }
+
+// HandOverSteps are the steps of a migration destination's hand-over (its
+// QEMU runs the guest: its sockets take the VM's names, then the record is
+// written), in order, as AfterStep sees them.
+func HandOverSteps() []string {
+	var out []string
+	for _, f := range handOverSockets() {
+		out = append(out, handOverStep(f))
+	}
+	return append(out, stepHandOverRecord)
+}
+
+// handOver renames the sockets still in the incoming directory inDir to
+// their usual names in dir; after, if set, sees each as a step (whether it
+// was still there or not). A connect() finds a listening socket by its
+// inode, so the renamed path reaches the running QEMU.
+func handOver(inDir, dir string, after func(step string)) error {
+	for _, f := range handOverSockets() {
+		if exists(filepath.Join(inDir, f)) {
+			if err := os.Rename(filepath.Join(inDir, f), filepath.Join(dir, f)); err != nil {
+				return fmt.Errorf("hand over %s: %w", f, err)
+			}
+		}
+		if after != nil {
+			after(handOverStep(f))
+		}
+	}
+	return nil
+}
+
+// afterStep reports a step of the hand-over: journaled first on another
+// host (the receiver's own journal), then Options.AfterStep sees it.
+func (d *incomingVM) afterStep(step string) {
+	switch {
+	case d.op != nil:
+		d.s.traced(d.op)(d.name, step)
+	case d.s.opts.AfterStep != nil:
+		d.s.opts.AfterStep(d.name, step)
+	}
+}
+
 // commit gives the new QEMU the VM's usual socket names and records it as
 // the VM's QEMU. On the same host it runs after the source QEMU is gone.
 func (d *incomingVM) commit() error {
-	for _, pair := range [][2]string{{d.sock.QMP, d.p.QMP}, {d.sock.Events, d.p.Events}, {d.sock.Console, d.p.Console}, {d.sock.Agent, d.p.Agent}} {
-		if _, err := os.Stat(pair[0]); err != nil {
-			continue
-		}
-		// A connect() finds a listening socket by its inode, so the renamed
-		// path reaches the running QEMU.
-		if err := os.Rename(pair[0], pair[1]); err != nil {
-			return fmt.Errorf("hand over %s: %w", filepath.Base(pair[1]), err)
-		}
+	if err := handOver(d.sock.Dir, d.p.Dir, d.afterStep); err != nil {
+		return err
 	}
 	// The old QEMU is gone: its forwards' ports are free for this one.
 	// Before the record, so a recorded hand-over has them (settleLocal).
@@ -405,6 +451,7 @@ func (d *incomingVM) commit() error {
 	if err := d.s.state.WriteApplied(d.app, d.f.Raw); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
+	d.afterStep(stepHandOverRecord)
 	os.RemoveAll(d.sock.Dir)
 	return nil
 }

@@ -32,13 +32,14 @@ const (
 	stepMigCompleted    = "migrate-completed"     // the stream completed
 	stepMigFinalizeSent = "migrate-finalize-sent" // from here the destination may run the guest
 	stepMigFinalized    = "migrate-finalized"     // the destination runs the guest
+	stepMigQuitSent     = "migrate-quit-sent"     // the source's QEMU was told to quit
 	stepMigSourceQuit   = "migrate-source-quit"   // the source's QEMU is gone
 )
 
 // MigrateSteps are the steps of the source side of a migration, in order,
 // as AfterStep sees them.
 func MigrateSteps() []string {
-	return []string{stepMigPrepared, stepMigCompleted, stepMigFinalizeSent, stepMigFinalized, stepMigSourceQuit}
+	return []string{stepMigPrepared, stepMigCompleted, stepMigFinalizeSent, stepMigFinalized, stepMigQuitSent, stepMigSourceQuit}
 }
 
 // migrateIntent is the source side's journal of a migration.
@@ -97,6 +98,42 @@ func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
 	return qs.Status
 }
 
+// destAnswerTimeout bounds how long recovery waits for a destination QEMU
+// that does not answer its monitor while its unit is up: one still
+// starting (its sockets not bound yet), or one ending (its stream broke, so
+// it exits; its unit goes once its stop-post hook ran).
+const destAnswerTimeout = 30 * time.Second
+
+// destState asks the destination QEMU of unit for its run state at the
+// socket sock names (asked again each time: a hand-over renames it); ""
+// when its unit ended, before or while this waited. A QEMU whose unit
+// stays up and that does not answer within destAnswerTimeout is an error:
+// it may run the guest, and recovery never guesses (the guardian tries
+// again).
+func (s *Supervisor) destState(ctx context.Context, sd *units.Manager, unit string, sock func() string) (string, error) {
+	deadline := time.Now().Add(destAnswerTimeout)
+	for {
+		st, err := sd.Status(ctx, unit)
+		if err != nil {
+			return "", err
+		}
+		if st.Gone() {
+			return "", nil
+		}
+		if state := s.runStateAt(ctx, sock()); state != "" {
+			return state, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("the incoming QEMU (%s) does not answer its monitor", unit)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // incomingDir is the newest incoming directory of a destination QEMU.
 func incomingDir(p vmstate.Paths) string {
 	dirs, _ := filepath.Glob(filepath.Join(p.Dir, "incoming-*"))
@@ -124,19 +161,29 @@ func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateInt
 	if err != nil {
 		return "", err
 	}
+	inDir := incomingDir(p)
 	if app.Unit == in.DestUnit || in.DestUnit == vmstate.UnitName(name) && app.Unit == "" && src.Gone() {
+		if inDir != "" {
+			os.RemoveAll(inDir) // killed between the record and this
+		}
 		return "the new QEMU had taken over and was recorded", nil
 	}
 	dest, err := sd.Status(ctx, in.DestUnit)
 	if err != nil {
 		return "", err
 	}
-	inDir := incomingDir(p)
 	destState := ""
 	if !dest.Gone() && inDir != "" {
-		if destState = s.runStateAt(ctx, filepath.Join(inDir, "qmp.sock")); destState == "" {
-			// It may run the guest: never guess (the next command tries again).
-			return "", fmt.Errorf("the new QEMU (%s) does not answer its monitor", in.DestUnit)
+		// The hand-over renames qmp.sock first, and only once the source's
+		// QEMU is gone (before, the usual name is the source's).
+		sock := func() string {
+			if q := filepath.Join(inDir, "qmp.sock"); exists(q) || !src.Gone() {
+				return q
+			}
+			return p.QMP
+		}
+		if destState, err = s.destState(ctx, sd, in.DestUnit, sock); err != nil {
+			return "", err
 		}
 	}
 	switch {
@@ -178,12 +225,8 @@ func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateInt
 // commitLocal gives the new QEMU the VM's socket names and records it.
 func (s *Supervisor) commitLocal(name string, app *vmstate.Applied, unit, inDir string) error {
 	p := s.paths(name)
-	for _, f := range []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"} {
-		if _, err := os.Stat(filepath.Join(inDir, f)); err == nil {
-			if err := os.Rename(filepath.Join(inDir, f), filepath.Join(p.Dir, f)); err != nil {
-				return fmt.Errorf("hand over %s: %w", f, err)
-			}
-		}
+	if err := handOver(inDir, p.Dir, nil); err != nil {
+		return err
 	}
 	app.Unit, app.MigratedFrom, app.StartedAt = "", "local", time.Now().UTC()
 	if unit != vmstate.UnitName(name) {
@@ -204,11 +247,25 @@ func (s *Supervisor) commitLocal(name string, app *vmstate.Applied, unit, inDir 
 // unless the destination may run the guest; then this host's copy goes.
 func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIntent, op *vmstate.Op, sd *units.Manager, src units.Status) (string, error) {
 	if src.Gone() {
-		if op.Has(stepMigSourceQuit) || op.Has(stepMigFinalized) {
+		runs := op.Has(stepMigSourceQuit) || op.Has(stepMigFinalized)
+		if !runs && op.Has(stepMigFinalizeSent) {
+			runs, _ = s.askDestination(ctx, name, in)
+		}
+		if runs {
 			s.dropMigrated(ctx, name, in)
 			return fmt.Sprintf("the guest runs on %s: this host's records are removed", in.To), nil
 		}
 		return "the source's QEMU ended during the migration", nil
+	}
+	if op.Has(stepMigFinalized) {
+		// The destination runs the guest. The source's QEMU may be quitting
+		// already (its command sent quit, then died): its monitor goes
+		// before its unit does, so it is not asked anything.
+		if err := s.quitSource(ctx, sd, name, in.Unit, false); err != nil {
+			return "", err
+		}
+		s.dropMigrated(ctx, name, in)
+		return fmt.Sprintf("the guest runs on %s: this host's copy is removed", in.To), nil
 	}
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
@@ -223,10 +280,7 @@ func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIn
 		return "the guest runs on the source; the destination tears its QEMU down when its transport closes", nil
 	}
 	destRuns := false
-	switch {
-	case op.Has(stepMigFinalized):
-		destRuns = true
-	case op.Has(stepMigFinalizeSent):
+	if op.Has(stepMigFinalizeSent) {
 		var known bool
 		if destRuns, known = s.askDestination(ctx, name, in); !known {
 			if destRuns, known = s.lockedElsewhere(name); !known {
@@ -453,23 +507,29 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmst
 	inDir := incomingDir(p)
 	if !st.Gone() && inDir == "" {
 		// The incoming directory goes last, after the record: committed.
+		if in.Autostart {
+			_ = s.enableApplied(ctx, name)
+		}
 		return "the guest runs here: the migration had been recorded", nil
 	}
 	state := ""
 	if !st.Gone() && inDir != "" {
-		sock := filepath.Join(inDir, "qmp.sock")
-		if !exists(sock) {
-			sock = p.QMP // handed over already: the receiver died among the renames
+		// The hand-over renames qmp.sock first: once it is gone from the
+		// incoming directory, the VM's usual name reaches this QEMU.
+		sock := func() string {
+			if q := filepath.Join(inDir, "qmp.sock"); exists(q) || !exists(p.QMP) {
+				return q
+			}
+			return p.QMP
 		}
-		if state = s.runStateAt(ctx, sock); state == "" {
-			return "", fmt.Errorf("the incoming QEMU (%s) does not answer its monitor", in.Unit)
+		if state, err = s.destState(ctx, sd, in.Unit, sock); err != nil {
+			return "", err
 		}
 	}
 	if state == "running" && in.App != nil {
-		for _, f := range []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"} {
-			if _, err := os.Stat(filepath.Join(inDir, f)); err == nil {
-				_ = os.Rename(filepath.Join(inDir, f), filepath.Join(p.Dir, f))
-			}
+		// The guest runs here (cont was sent): finish the hand-over.
+		if err := handOver(inDir, p.Dir, nil); err != nil {
+			return "", err
 		}
 		in.App.StartedAt = time.Now().UTC()
 		if err := s.state.WriteApplied(in.App, in.Raw); err != nil {
@@ -479,7 +539,7 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmst
 		if in.Autostart {
 			_ = s.enableApplied(ctx, name)
 		}
-		return "the guest runs here: the migration is finished and recorded", nil
+		return "the guest runs here: the hand-over is finished and recorded", nil
 	}
 	s.removeUnit(ctx, sd, in.Unit)
 	if err := s.afterStop(ctx, name); err != nil {

@@ -260,8 +260,11 @@ func (r *startRun) takeLock(ctx context.Context) (err error) {
 		return err
 	}
 	if r.mode == StartIncoming {
-		if r.op, err = r.s.state.BeginOp(r.name, opMigrateIn, r.incomingIntent()); err == nil {
-			r.stopGuard = r.s.guard(ctx, r.name)
+		// The guardian first: no moment with a journal and nobody to settle it.
+		r.stopGuard = r.s.guard(ctx, r.name)
+		if r.op, err = r.s.state.BeginOp(r.name, opMigrateIn, r.incomingIntent()); err != nil {
+			r.stopGuard()
+			r.op, r.stopGuard = nil, nil
 		}
 	}
 	if err != nil {
@@ -276,8 +279,8 @@ func (r *startRun) takeLock(ctx context.Context) (err error) {
 // lets the VM's lock go.
 func (r *startRun) unlock(context.Context) {
 	if r.op != nil {
-		r.stopGuard()
 		r.op.End()
+		r.stopGuard() // after the journal: a kill between the two leaves a guardian with nothing to do
 		r.op = nil
 	}
 	if r.lk != nil {

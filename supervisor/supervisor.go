@@ -117,6 +117,8 @@ type Supervisor struct {
 	mu   sync.Mutex // guards sd and caps, filled on first use
 	sd   *units.Manager
 	caps *HostCaps
+
+	settleRetry retryPolicy // a guardian's (Settle); tests shorten it
 }
 
 // New returns a Supervisor. It does not connect to systemd until a command
@@ -160,7 +162,7 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}}, nil
+	return &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}, settleRetry: defaultSettleRetry()}, nil
 }
 
 // Close releases the systemd connection.

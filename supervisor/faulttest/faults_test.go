@@ -46,6 +46,12 @@ type faultOp struct {
 	revive func(t *testing.T, ctx context.Context, on *faultSide)
 	// markers is the directory of the VM's shared disk (migration markers).
 	markers string
+	// guarded: the command has a guardian (a migration), which alone must
+	// settle what a kill left (supervisortest.SettleGuarded).
+	guarded bool
+	// bothWays: each step kill is made once from each side (again, which
+	// moves the guest to the other side, brings it where the kill starts).
+	bothWays bool
 }
 
 // faultCounts is what a run of one op did, for the summary line.
@@ -78,18 +84,30 @@ func runFaults(t *testing.T, ctx context.Context, op faultOp) faultCounts {
 	steps = slices.Compact(steps)
 	n.steps = len(steps)
 	t.Logf("%s: steps %q", op.name, steps)
+	starts := []*faultSide{nil} // wherever the guest runs
+	if op.bothWays {
+		starts = op.sides
+	}
 	for i, step := range steps {
-		on = settle(t, ctx, op, nil)
-		op.before(t, ctx, on)
-		t0 := time.Now()
-		j := op.job(on)
-		j.KillAfter = step
-		killed, out, _ := supervisortest.RunJob(t, ctx, j, 0)
-		if !killed {
-			t.Fatalf("%s: not killed after step %d %q: %s", op.name, i, step, out)
+		for _, from := range starts {
+			on = settle(t, ctx, op, nil)
+			if from != nil && on != from {
+				op.again(t, ctx, on, supervisor.Status{}) // over to from
+				if on = settle(t, ctx, op, nil); on != from {
+					t.Fatalf("%s: the guest runs on %s, not %s", op.name, on.Name, from.Name)
+				}
+			}
+			op.before(t, ctx, on)
+			t0 := time.Now()
+			j := op.job(on)
+			j.KillAfter = step
+			killed, out, _ := supervisortest.RunJob(t, ctx, j, 0)
+			if !killed {
+				t.Fatalf("%s: not killed after step %d %q: %s", op.name, i, step, out)
+			}
+			n.stepKills++
+			after(t, ctx, op, fmt.Sprintf("after step %q on %s", step, on.Name), t0)
 		}
-		n.stepKills++
-		after(t, ctx, op, fmt.Sprintf("after step %q", step), t0)
 	}
 	// Random times within a clean run's length (measured again: the host's
 	// speed varies).
@@ -138,7 +156,11 @@ func after(t *testing.T, ctx context.Context, op faultOp, what string, t0 time.T
 		op.again(t, ctx, on, st)
 	}
 	ok = true
-	t.Logf("%s: %s: settled on %s (%s) in %s", op.name, what, on.Name, orNone(st.Recovery), time.Since(t0).Round(time.Millisecond))
+	how := orNone(st.Recovery)
+	if op.guarded && st.Recovery == "" {
+		how = "by the guardians"
+	}
+	t.Logf("%s: %s: settled on %s (%s) in %s", op.name, what, on.Name, how, time.Since(t0).Round(time.Millisecond))
 }
 
 func orNone(s string) string {
@@ -148,13 +170,16 @@ func orNone(s string) string {
 	return s
 }
 
-// settle is supervisortest.Settle for op's VM, sides and markers: it waits
-// until the VM settled on one side, checks that nothing is left half-made,
-// and returns that side.
+// settle is supervisortest.Settle (SettleGuarded for a guarded op) for
+// op's VM, sides and markers: it waits until the VM settled on one side,
+// checks that nothing is left half-made, and returns that side.
 func settle(t *testing.T, ctx context.Context, op faultOp, stOut *supervisor.Status) *faultSide {
 	t.Helper()
 	if op.revive != nil {
 		op.revive(t, ctx, op.sides[0])
+	}
+	if op.guarded {
+		return supervisortest.SettleGuarded(t, ctx, op.vm, op.sides, op.markers, stOut)
 	}
 	return supervisortest.Settle(t, ctx, op.vm, op.sides, op.markers, stOut)
 }

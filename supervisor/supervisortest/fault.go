@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,7 +77,14 @@ func FaultHelper(arg string) int {
 		return 1
 	}
 	ctx := context.Background()
+	out := os.Stdout
 	switch j.Op {
+	case "migrate-receive":
+		// As "vmsup migrate-receive" (cmd/vmsup): stdin and stdout are the
+		// protocol, the source may vanish at any moment.
+		signal.Ignore(syscall.SIGPIPE, syscall.SIGHUP)
+		out = os.Stderr
+		err = sup.Receive(ctx, os.Stdin, os.Stdout)
 	case "migrate-local":
 		_, err = sup.Migrate(ctx, j.VM, supervisor.MigrateOptions{Local: true})
 	case "migrate":
@@ -115,10 +123,21 @@ func FaultHelper(arg string) int {
 		err = fmt.Errorf("unknown op %q", j.Op)
 	}
 	if err != nil {
-		fmt.Println(err)
+		fmt.Fprintln(out, err)
 		return 1
 	}
 	return 0
+}
+
+// ReceiverTransport is a migration transport that runs the destination's
+// side as job j (op "migrate-receive": FaultHelper in this test binary,
+// with j's supervisor options and KillAfter) in the network namespace at
+// netns, instead of "vmsup migrate-receive": so a test kills the receiver
+// right after one of its steps.
+func ReceiverTransport(netns string, j FaultJob) []string {
+	j.Op = "migrate-receive"
+	b, _ := json.Marshal(j)
+	return []string{"nsenter", "--net=" + netns, os.Args[0], "-fault-helper", string(b)}
 }
 
 // RunJob runs j in a child process (os.Args[0] -fault-helper, see

@@ -66,10 +66,10 @@ func Settle(t *testing.T, ctx context.Context, vm string, sides []*Side, markers
 			case err == nil:
 				why = fmt.Sprintf("%s: %s (%s)", s.Name, x.State, x.Reason)
 			}
-			if _, err := os.Stat(filepath.Join(s.Root, "records", vm, "op.json")); err == nil {
+			if pendingOp(s, vm) {
 				why = s.Name + ": an operation is pending"
 			}
-			if out, _ := s.SD.Systemctl(ctx, "list-units", "--all", "--no-legend", "--plain", "vmsup-"+vm+"@settle.service"); strings.TrimSpace(string(out)) != "" {
+			if guardianRuns(ctx, s, vm) {
 				why = s.Name + ": the guardian runs"
 			}
 		}
@@ -80,12 +80,7 @@ func Settle(t *testing.T, ctx context.Context, vm string, sides []*Side, markers
 			break
 		}
 		if time.Now().After(deadline) {
-			for _, s := range sides {
-				opj, _ := os.ReadFile(filepath.Join(s.Root, "records", vm, "op.json"))
-				holder, _ := os.ReadFile(filepath.Join(s.Root, "vms", "."+vm+".lock"))
-				journal, _ := s.SD.Journal(ctx, "vmsup-"+vm+"@settle.service")
-				t.Logf("%s: journal %s; lock holder %q; guardian:\n%s", s.Name, strings.TrimSpace(string(opj)), holder, Tail(journal, 2000))
-			}
+			dumpGuardians(t, ctx, vm, sides)
 			t.Fatalf("vm %s did not settle: %s (last recovery: %s)", vm, why, recovery)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -139,6 +134,88 @@ func Settle(t *testing.T, ctx context.Context, vm string, sides []*Side, markers
 		*stOut = st
 	}
 	return on
+}
+
+// SettleGuarded is Settle after a killed command that has a guardian (a
+// migration, either end): it first waits, running no command that could
+// recover anything itself (status would), until no operation is pending
+// and no guardian runs on any side, so that the guardians alone must have
+// settled what the command left. An operation left pending with no
+// guardian to settle it fails the test at once, with the sides' guardian
+// logs. Then Settle checks the result.
+func SettleGuarded(t *testing.T, ctx context.Context, vm string, sides []*Side, markers string, stOut *supervisor.Status) *Side {
+	t.Helper()
+	deadline := time.Now().Add(GuardianWait)
+	orphaned := map[*Side]time.Time{} // since when an operation is pending without a guardian
+	for {
+		why := ""
+		for _, s := range sides {
+			pending := pendingOp(s, vm)
+			guardian := guardianRuns(ctx, s, vm)
+			switch {
+			case guardian:
+				why = s.Name + ": the guardian runs"
+			case pending:
+				why = s.Name + ": an operation is pending and no guardian runs"
+				if orphaned[s].IsZero() {
+					orphaned[s] = time.Now()
+				}
+				// A command ending cleanly ends its journal before it stops
+				// its guardian: this is not a moment between the two.
+				if time.Since(orphaned[s]) > 3*time.Second {
+					dumpGuardians(t, ctx, vm, sides)
+					t.Fatalf("vm %s: %s (its guardian ended, or never started, without settling it)", vm, why)
+				}
+			}
+			if !pending {
+				delete(orphaned, s)
+			}
+		}
+		if why == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			dumpGuardians(t, ctx, vm, sides)
+			t.Fatalf("vm %s: the guardians did not settle it within %s: %s", vm, GuardianWait, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var st supervisor.Status
+	on := Settle(t, ctx, vm, sides, markers, &st)
+	// A truthful record: the running side knows what it runs.
+	if st.SpecFile == "" || st.CPUs == 0 || st.Memory == "" {
+		t.Fatalf("%s: status says running but records no spec: file %q, %d CPUs, memory %q", on.Name, st.SpecFile, st.CPUs, st.Memory)
+	}
+	if stOut != nil {
+		*stOut = st
+	}
+	return on
+}
+
+// GuardianWait bounds how long SettleGuarded waits for the guardians: their
+// own retries (supervisor.Settle) end within a few minutes.
+const GuardianWait = 6 * time.Minute
+
+func pendingOp(s *Side, vm string) bool {
+	_, err := os.Stat(filepath.Join(s.Root, "records", vm, "op.json"))
+	return err == nil
+}
+
+func guardianRuns(ctx context.Context, s *Side, vm string) bool {
+	out, _ := s.SD.Systemctl(ctx, "list-units", "--all", "--no-legend", "--plain", "vmsup-"+vm+"@settle.service")
+	return strings.TrimSpace(string(out)) != ""
+}
+
+// dumpGuardians logs each side's pending journal, lock holder and guardian
+// log.
+func dumpGuardians(t *testing.T, ctx context.Context, vm string, sides []*Side) {
+	t.Helper()
+	for _, s := range sides {
+		opj, _ := os.ReadFile(filepath.Join(s.Root, "records", vm, "op.json"))
+		holder, _ := os.ReadFile(filepath.Join(s.Root, "vms", "."+vm+".lock"))
+		journal, _ := s.SD.Journal(ctx, "vmsup-"+vm+"@settle.service")
+		t.Logf("%s: journal %s; lock holder %q; guardian:\n%s", s.Name, strings.TrimSpace(string(opj)), holder, Tail(journal, 3000))
+	}
 }
 
 // qemuIn returns the QEMU processes in the VM's units (both names).

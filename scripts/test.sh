@@ -21,7 +21,7 @@ if [ -n "$unformatted" ]; then echo "gofmt: not formatted: $unformatted" >&2; ex
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 # The packages that boot the most guests first: go test runs two packages
 # at a time here (2 cores) and starts them in the order given.
-go test -count=1 -timeout 60m ./supervisor/faulttest/ ./supervisor/ ./supervisor/snapshottest/ ./fleet/fleettest/ ./cmd/vmsup/ ./... "$@"
+go test -count=1 -timeout 60m ./supervisor/faulttest/ ./supervisor/faultsnaptest/ ./supervisor/ ./supervisor/snapshottest/ ./fleet/fleettest/ ./cmd/vmsup/ ./... "$@"
 
 # Host variants: CI and development machines may be Intel or AMD, with full,
 # PVM or no KVM. The tests that depend on KVM run again (1) with a QEMU that

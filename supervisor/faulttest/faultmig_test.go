@@ -89,9 +89,9 @@ func (m *migFaults) opts(from *faultSide) supervisor.MigrateOptions {
 }
 
 // op is a guarded fault op on both sides.
-func (m *migFaults) op(name string) faultOp {
-	return faultOp{name: name, vm: m.vm, sides: []*faultSide{m.a, m.b}, markers: m.dir, guarded: true,
-		before: func(*testing.T, context.Context, *faultSide) {}, again: m.migrateAway}
+func (m *migFaults) op(name string) supervisortest.FaultOp {
+	return supervisortest.FaultOp{Name: name, VM: m.vm, Sides: []*faultSide{m.a, m.b}, Markers: m.dir, Guarded: true,
+		Before: func(*testing.T, context.Context, *faultSide) {}, Again: m.migrateAway}
 }
 
 // migrateAway is the next migration, from on to the other side: it must
@@ -105,33 +105,33 @@ func (m *migFaults) migrateAway(t *testing.T, ctx context.Context, on *faultSide
 
 func (m *migFaults) local(t *testing.T, ctx context.Context) string {
 	op := m.op("migrate-local")
-	op.sides, op.random = []*faultSide{m.a}, randomKills
-	op.job = func(on *faultSide) faultJob {
+	op.Sides, op.Random = []*faultSide{m.a}, supervisortest.RandomKills
+	op.Job = func(on *faultSide) faultJob {
 		j := on.Job
 		j.Op, j.VM = "migrate-local", m.vm
 		return j
 	}
-	op.again = func(t *testing.T, ctx context.Context, on *faultSide, _ supervisor.Status) {
+	op.Again = func(t *testing.T, ctx context.Context, on *faultSide, _ supervisor.Status) {
 		if _, err := on.Sup.Migrate(ctx, m.vm, supervisor.MigrateOptions{Local: true}); err != nil {
 			t.Fatalf("the next migration: %v", err)
 		}
 	}
-	n := runFaults(t, ctx, op)
-	return fmt.Sprintf("local %d+%d", n.stepKills, n.randomKills+n.randomMissed)
+	n := supervisortest.RunFaults(t, ctx, op)
+	return fmt.Sprintf("local %d+%d", n.StepKills, n.RandomKills+n.RandomMissed)
 }
 
 // crossHost kills the CLI after each of its steps, each way.
 func (m *migFaults) crossHost(t *testing.T, ctx context.Context) string {
 	op := m.op("migrate")
-	op.random, op.bothWays = randomKills, true
-	op.job = func(on *faultSide) faultJob {
+	op.Random, op.BothWays = supervisortest.RandomKills, true
+	op.Job = func(on *faultSide) faultJob {
 		o := m.opts(on)
 		j := on.Job
 		j.Op, j.VM, j.To, j.Address, j.Transport, j.DialNetns = "migrate", m.vm, o.To, o.Address, o.Transport, m.host[on].Netns
 		return j
 	}
-	n := runFaults(t, ctx, op)
-	return fmt.Sprintf("cross-host %d+%d", n.stepKills, n.randomKills+n.randomMissed)
+	n := supervisortest.RunFaults(t, ctx, op)
+	return fmt.Sprintf("cross-host %d+%d", n.StepKills, n.RandomKills+n.RandomMissed)
 }
 
 // receiverMidStream: the destination's receiver dies mid-stream (SIGKILL),
@@ -141,10 +141,10 @@ func (m *migFaults) receiverMidStream(t *testing.T, ctx context.Context) string 
 	op := m.op("receiver-killed")
 	const kills = 6
 	for i := range kills {
-		on := settle(t, ctx, op, nil)
-		if from := op.sides[i%2]; on != from {
+		on := supervisortest.SettleOp(t, ctx, op, nil)
+		if from := op.Sides[i%2]; on != from {
 			m.migrateAway(t, ctx, on, supervisor.Status{})
-			on = settle(t, ctx, op, nil)
+			on = supervisortest.SettleOp(t, ctx, op, nil)
 		}
 		to := m.other(on)
 		pidf := filepath.Join(t.TempDir(), "pid")
@@ -162,7 +162,7 @@ func (m *migFaults) receiverMidStream(t *testing.T, ctx context.Context) string 
 		}))
 		_, err := sup.Migrate(ctx, m.vm, o)
 		t.Logf("receiver on %s killed %s after prepare: %v", to.Name, delay, err)
-		after := settle(t, ctx, op, nil)
+		after := supervisortest.SettleOp(t, ctx, op, nil)
 		if err != nil && after != on {
 			t.Fatalf("the migration failed but the guest runs on %s", after.Name)
 		}
@@ -187,7 +187,7 @@ func (m *migFaults) receiverSteps(t *testing.T, ctx context.Context) string {
 		return err
 	}
 	trace := filepath.Join(t.TempDir(), "trace")
-	if err := migrate(settle(t, ctx, op, nil), "", trace); err != nil {
+	if err := migrate(supervisortest.SettleOp(t, ctx, op, nil), "", trace); err != nil {
 		t.Fatalf("clean run: %v", err)
 	}
 	b, _ := os.ReadFile(trace)
@@ -202,13 +202,13 @@ func (m *migFaults) receiverSteps(t *testing.T, ctx context.Context) string {
 	for _, step := range steps {
 		starts := []*faultSide{nil}
 		if slices.Contains(supervisor.HandOverSteps(), step) {
-			starts = op.sides
+			starts = op.Sides
 		}
 		for _, from := range starts {
-			on := settle(t, ctx, op, nil)
+			on := supervisortest.SettleOp(t, ctx, op, nil)
 			if from != nil && on != from {
 				m.migrateAway(t, ctx, on, supervisor.Status{})
-				on = settle(t, ctx, op, nil)
+				on = supervisortest.SettleOp(t, ctx, op, nil)
 			}
 			t0 := time.Now()
 			err := migrate(on, step, "")
@@ -216,7 +216,7 @@ func (m *migFaults) receiverSteps(t *testing.T, ctx context.Context) string {
 				t.Fatalf("receiver on %s: not killed after step %q", m.other(on).Name, step)
 			}
 			kills++
-			after(t, ctx, op, fmt.Sprintf("receiver on %s killed after step %q (%v)", m.other(on).Name, step, err), t0)
+			supervisortest.AfterKill(t, ctx, op, fmt.Sprintf("receiver on %s killed after step %q (%v)", m.other(on).Name, step, err), t0)
 		}
 	}
 	t.Logf("FAULTS receiver: %d steps, %d step kills, all settled", len(steps), kills)

@@ -34,88 +34,88 @@ func TestFaultsHotplug(t *testing.T) {
 		}
 	}
 	var counts []string
-	run := func(op faultOp) {
-		t.Run(op.name, func(t *testing.T) {
-			op.vm, op.sides = vm, []*faultSide{a}
-			if op.random == 0 {
-				op.random = randomKills
+	run := func(op supervisortest.FaultOp) {
+		t.Run(op.Name, func(t *testing.T) {
+			op.VM, op.Sides = vm, []*faultSide{a}
+			if op.Random == 0 {
+				op.Random = supervisortest.RandomKills
 			}
-			n := runFaults(t, ctx, op)
-			counts = append(counts, fmt.Sprintf("%s %d+%d", op.name, n.stepKills, n.randomKills+n.randomMissed))
+			n := supervisortest.RunFaults(t, ctx, op)
+			counts = append(counts, fmt.Sprintf("%s %d+%d", op.Name, n.StepKills, n.RandomKills+n.RandomMissed))
 		})
 	}
-	run(faultOp{name: "disk-attach", job: job("disk-attach", func(j *faultJob) { j.Disk = h.Disk }),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+	run(supervisortest.FaultOp{Name: "disk-attach", Job: job("disk-attach", func(j *faultJob) { j.Disk = h.Disk }),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 			if h.HasDisk(h.Status(t, ctx)) {
 				h.Detach(t, ctx)
 			}
 		},
-		check: h.CheckDisk,
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
+		Check: h.CheckDisk,
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
 			if !h.HasDisk(st) {
 				h.Attach(t, ctx) // repeat
 			}
 			h.Detach(t, ctx) // and back
 		}})
-	run(faultOp{name: "disk-detach", job: job("disk-detach", func(j *faultJob) { j.Disk = h.Disk }),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+	run(supervisortest.FaultOp{Name: "disk-detach", Job: job("disk-detach", func(j *faultJob) { j.Disk = h.Disk }),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 			if !h.HasDisk(h.Status(t, ctx)) {
 				h.Attach(t, ctx)
 			}
 		},
-		check: h.CheckDisk,
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
+		Check: h.CheckDisk,
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
 			if h.HasDisk(st) {
 				h.Detach(t, ctx) // repeat
 			} else {
 				os.Remove(h.Disk.File)
 			}
 		}})
-	run(faultOp{name: "nic-attach", job: job("nic-attach", func(j *faultJob) { j.NIC = &h.NIC }),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+	run(supervisortest.FaultOp{Name: "nic-attach", Job: job("nic-attach", func(j *faultJob) { j.NIC = &h.NIC }),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 			if h.HasNIC(h.Status(t, ctx)) {
 				h.NICDetach(t, ctx)
 			}
 		},
-		check: h.CheckNIC,
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
+		Check: h.CheckNIC,
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
 			if !h.HasNIC(st) {
 				h.NICAttach(t, ctx)
 			}
 			h.NICDetach(t, ctx)
 		}})
-	run(faultOp{name: "nic-detach", job: job("nic-detach", func(j *faultJob) { j.NIC = &h.NIC }),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+	run(supervisortest.FaultOp{Name: "nic-detach", Job: job("nic-detach", func(j *faultJob) { j.NIC = &h.NIC }),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 			if !h.HasNIC(h.Status(t, ctx)) {
 				h.NICAttach(t, ctx)
 			}
 		},
-		check: h.CheckNIC,
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
+		Check: h.CheckNIC,
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
 			if h.HasNIC(st) {
 				h.NICDetach(t, ctx)
 			}
 		}})
-	run(faultOp{name: "set", job: job("set", func(j *faultJob) { j.Memory = supervisortest.BigMem }),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+	run(supervisortest.FaultOp{Name: "set", Job: job("set", func(j *faultJob) { j.Memory = supervisortest.BigMem }),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 			if h.Status(t, ctx).Memory != supervisortest.SmallMem.String() {
 				h.SetMem(t, ctx, supervisortest.SmallMem)
 			}
 		},
-		check: h.CheckMem,
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
+		Check: h.CheckMem,
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, st supervisor.Status) {
 			if st.Memory != supervisortest.BigMem.String() {
 				h.SetMem(t, ctx, supervisortest.BigMem) // repeat
 			}
 			h.SetMem(t, ctx, supervisortest.SmallMem) // and back
 		}})
-	run(faultOp{name: "restart", job: job("restart", func(j *faultJob) { j.File = h.File.Path }),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {},
-		check:  h.CheckAll,
-		again: func(t *testing.T, ctx context.Context, on *faultSide, st supervisor.Status) {
+	run(supervisortest.FaultOp{Name: "restart", Job: job("restart", func(j *faultJob) { j.File = h.File.Path }),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {},
+		Check:  h.CheckAll,
+		Again: func(t *testing.T, ctx context.Context, on *faultSide, st supervisor.Status) {
 			// (the next settle sees its guest's counter move)
 			if _, err := h.Sup.Restart(ctx, h.File); err != nil {
-				t.Fatalf("restart again: %v", err)
+				t.Fatalf("restart Again: %v", err)
 			}
 		}})
 	// An ACPI reboot tells QEMU to pause, not exit, on the guest's
@@ -123,9 +123,9 @@ func TestFaultsHotplug(t *testing.T) {
 	// QEMU's poweroff action given back. (Its random kills also found that
 	// TCG's translation buffer, 1 GiB by default, outgrew the unit's
 	// MemoryMax after a few reboots: qemuargs bounds it now.)
-	run(faultOp{name: "reboot", job: job("reboot", func(*faultJob) {}),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) { h.WaitAgent(t, ctx) },
-		check: func(t *testing.T, ctx context.Context, on *faultSide, st supervisor.Status) {
+	run(supervisortest.FaultOp{Name: "reboot", Job: job("reboot", func(*faultJob) {}),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) { h.WaitAgent(t, ctx) },
+		Check: func(t *testing.T, ctx context.Context, on *faultSide, st supervisor.Status) {
 			if st.QEMUStatus != "running" {
 				t.Fatalf("QEMU %s after an interrupted reboot", st.QEMUStatus)
 			}

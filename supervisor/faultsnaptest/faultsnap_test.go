@@ -1,4 +1,4 @@
-package faulttest_test
+package faultsnaptest_test
 
 import (
 	"context"
@@ -28,45 +28,45 @@ import (
 func TestFaultsSnapshots(t *testing.T) {
 	ctx := supervisortest.Context(t, 40*time.Minute)
 	root := t.TempDir()
-	a := sideOf(t, "A", env.Systemd, root, filepath.Join(root, "etc-systemd"), nil)
+	a := supervisortest.NewSide(t, env, vmsupBin, "A", env.Systemd, root, filepath.Join(root, "etc-systemd"), nil)
 	d := newSnapVM(t, ctx, a, root, "fsnap")
 	var counts []string
-	run := func(op faultOp) {
-		t.Run(op.name, func(t *testing.T) {
-			op.vm, op.sides = d.vm, []*faultSide{a}
-			if op.random == 0 {
-				op.random = 2
+	run := func(op supervisortest.FaultOp) {
+		t.Run(op.Name, func(t *testing.T) {
+			op.VM, op.Sides = d.vm, []*faultSide{a}
+			if op.Random == 0 {
+				op.Random = 2
 			}
-			if op.check == nil {
-				op.check = d.check
+			if op.Check == nil {
+				op.Check = d.check
 			}
-			n := runFaults(t, ctx, op)
-			counts = append(counts, fmt.Sprintf("%s %d+%d", op.name, n.stepKills, n.randomKills+n.randomMissed))
+			n := supervisortest.RunFaults(t, ctx, op)
+			counts = append(counts, fmt.Sprintf("%s %d+%d", op.Name, n.StepKills, n.RandomKills+n.RandomMissed))
 		})
 	}
-	run(faultOp{name: "snapshot", job: d.job("snapshot", "k", false),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.without(t, ctx, "k"); d.write(t, ctx) },
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+	run(supervisortest.FaultOp{Name: "snapshot", Job: d.job("snapshot", "k", false),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.without(t, ctx, "k"); d.write(t, ctx) },
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
 			d.again(t, ctx, "k", false)
 		}})
-	run(faultOp{name: "snapshot-memory", job: d.job("snapshot", "k", true),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.without(t, ctx, "k"); d.write(t, ctx) },
-		again:  func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) { d.again(t, ctx, "k", true) }})
-	run(faultOp{name: "snapshot-rm", job: d.job("snapshot-rm", "k", false),
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.with(t, ctx, "k", false); d.write(t, ctx) },
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+	run(supervisortest.FaultOp{Name: "snapshot-memory", Job: d.job("snapshot", "k", true),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.without(t, ctx, "k"); d.write(t, ctx) },
+		Again:  func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) { d.again(t, ctx, "k", true) }})
+	run(supervisortest.FaultOp{Name: "snapshot-rm", Job: d.job("snapshot-rm", "k", false),
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.with(t, ctx, "k", false); d.write(t, ctx) },
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
 			d.with(t, ctx, "k", false) // (made again if the kill came after it went)
 			d.remove(t, ctx, "k")
 		}})
 	t.Run("snapshot-rm-pivoted-then-stopped", func(t *testing.T) { d.removeKilledThenStopped(t, ctx, a) })
-	run(faultOp{name: "snapshot-rm-off", job: d.job("snapshot-rm", "k", false), random: 1,
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+	run(supervisortest.FaultOp{Name: "snapshot-rm-off", Job: d.job("snapshot-rm", "k", false), Random: 1,
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 			d.with(t, ctx, "k", false)
 			d.write(t, ctx)
 			d.down(t, ctx)
 		},
-		revive: d.up,
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+		Revive: d.up,
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
 			d.with(t, ctx, "k", false)
 			d.remove(t, ctx, "k")
 		}})
@@ -75,30 +75,30 @@ func TestFaultsSnapshots(t *testing.T) {
 		if withRAM {
 			tag, name = "m", "revert-memory"
 		}
-		run(faultOp{name: name, job: d.job("revert", tag, false), random: 1,
-			before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+		run(supervisortest.FaultOp{Name: name, Job: d.job("revert", tag, false), Random: 1,
+			Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 				d.with(t, ctx, tag, withRAM)
 				d.write(t, ctx)
 				d.markRevert(t, ctx, tag)
 			},
-			again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+			Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
 				if _, err := d.sup.RevertSnapshot(ctx, d.vm, tag, true); err != nil {
-					t.Fatalf("revert again: %v", err)
+					t.Fatalf("revert Again: %v", err)
 				}
 				d.afterRevert(t, ctx, tag)
 			}})
 	}
-	run(faultOp{name: "clone", job: d.cloneJob("c"), random: 1,
-		before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+	run(supervisortest.FaultOp{Name: "clone", Job: d.cloneJob("c"), Random: 1,
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
 			d.noClone(t, ctx)
 			d.with(t, ctx, "c", true)
 			d.write(t, ctx)
 		},
-		again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
 			d.checkClone(t, ctx, "c")
 			d.noClone(t, ctx)
 			if _, err := d.sup.UpFromSnapshot(ctx, d.vm, "c", d.vm+"-cl"); err != nil {
-				t.Fatalf("clone again: %v", err)
+				t.Fatalf("clone Again: %v", err)
 			}
 			d.noClone(t, ctx)
 		}})

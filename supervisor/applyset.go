@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/plan"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -24,7 +25,7 @@ import (
 // records): its intent is the change and the spec it comes from. Each
 // setting is made so that making it again is harmless, so recovery simply
 // makes it again and records it.
-const opApplySet = "apply-set"
+const opApplySet operation.Kind = "apply-set"
 
 type setIntent struct {
 	Change plan.Change     `json:"change"`
@@ -49,7 +50,7 @@ func (s *Supervisor) setLive(ctx context.Context, f *spec.File, c plan.Change) e
 		return err
 	}
 	defer op.End()
-	return s.makeSetting(ctx, name, &f.VM, c, s.traced(op))
+	return s.makeSetting(ctx, name, &f.VM, c, op.After())
 }
 
 // checkMedium: a new CD-ROM image must be where the running VM can open
@@ -61,7 +62,7 @@ func (s *Supervisor) checkMedium(f *spec.File, disk string) error {
 	return nil
 }
 
-func (s *Supervisor) recoverApplySet(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverApplySet(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[setIntent](op)
 	if err != nil {
 		return "", err

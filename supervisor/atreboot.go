@@ -101,7 +101,7 @@ func (s *Supervisor) RebootApply(ctx context.Context, name string) (string, erro
 		return "", vmErr(name, err)
 	}
 	defer op.End()
-	s.traced(op)(name, restartDown)
+	op.Step(restartDown)
 	if _, err := s.startGated(ctx, sd, f, old, op, false); err != nil {
 		return "", vmErr(name, err)
 	}

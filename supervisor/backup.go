@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/backup"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -28,7 +29,7 @@ import (
 // vmsup creates and opens the target files and passes them to QEMU as
 // descriptors (add-fd): the confined QEMU needs no path to the directory.
 
-const opBackup = "backup"
+const opBackup operation.Kind = "backup"
 
 // BackupOptions say where a backup goes and what kind it is.
 type BackupOptions struct {
@@ -80,7 +81,7 @@ func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (
 		return fail(err)
 	}
 	res.Dir = dir
-	lk, err := s.lock(ctx, name, opBackup)
+	lk, err := s.lock(ctx, name, string(opBackup))
 	if err != nil {
 		return res, err
 	}
@@ -115,7 +116,7 @@ func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (
 		return fail(err)
 	}
 	start := time.Now()
-	if _, err := runSteps(ctx, name, b.steps(), s.traced(op)); err != nil {
+	if _, err := runSteps(ctx, name, b.steps(), op.After()); err != nil {
 		op.End() // undone by the steps' undos
 		return fail(b.explain(stepCause(err)))
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/backup"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/operation"
 )
 
 // recoverBackup takes back what a backup whose command died left in QEMU
@@ -16,7 +16,7 @@ import (
 // so the manifest reads as before it and the previous point's bitmap
 // (never touched by the copy) still serves the next incremental one. A
 // point the manifest has only gets the older bitmaps dropped.
-func (s *Supervisor) recoverBackup(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverBackup(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[backupIntent](op)
 	if err != nil {
 		return "", err

@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -82,8 +82,8 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 // makeClone makes the clone's overlays and file, notes it in the
 // template's tree and starts it from the snapshot's memory, each part
 // journaled in op.
-func (s *Supervisor) makeClone(ctx context.Context, src string, op *vmstate.Op, in cloneIntent, cvm spec.VM, memory string) (*startRun, error) {
-	after := s.traced(op)
+func (s *Supervisor) makeClone(ctx context.Context, src string, op *operation.Op, in cloneIntent, cvm spec.VM, memory string) (*startRun, error) {
+	after := op.After()
 	for _, l := range in.Layers {
 		info, err := s.tools().Info(ctx, l.Base.Path, l.Base.Format)
 		if err == nil {
@@ -93,16 +93,16 @@ func (s *Supervisor) makeClone(ctx context.Context, src string, op *vmstate.Op, 
 			return nil, fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
 	}
-	after(src, "overlays")
+	op.Step(stepCloneOverlays)
 	f, err := s.cloneFile(cvm)
 	if err != nil {
 		return nil, err
 	}
-	after(src, "file")
+	op.Step(stepCloneFile)
 	if err := s.noteClone(src, in.Tag, in.Clone); err != nil {
 		return nil, err
 	}
-	after(src, "noted")
+	op.Step(stepCloneNoted)
 	r := s.newStart(f, StartFresh, incomingArgs{})
 	r.restore = memory
 	_, err = runSteps(ctx, in.Clone, r.steps(), after)

@@ -7,14 +7,21 @@ import (
 	"os"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
 // opClone is a clone's journal, on its template: made under the
 // template's lock, so that the template's next command settles a clone
 // whose command died.
-const opClone = "clone"
+const opClone operation.Kind = "clone"
+
+// Steps of a clone in the journal (before its start's own steps).
+const (
+	stepCloneOverlays operation.Step = "overlays" // the clone's overlays are made
+	stepCloneFile     operation.Step = "file"     // its file is written
+	stepCloneNoted    operation.Step = "noted"    // the template's tree names it
+)
 
 // cloneIntent names what a clone makes: its overlays (on the snapshot's
 // images), its file, its note in the template's tree, its unit.
@@ -27,7 +34,7 @@ type cloneIntent struct {
 // recoverClone settles a clone whose command died: one that runs (its
 // QEMU resumed the template's memory) is kept, and noted in the template's
 // tree; anything less is taken back whole.
-func (s *Supervisor) recoverClone(ctx context.Context, src string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverClone(ctx context.Context, src string, op *operation.Op) (string, error) {
 	in, err := intentOf[cloneIntent](op)
 	if err != nil {
 		return "", err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -27,7 +28,7 @@ import (
 // a cancel, a failure or a kill leaves it there untouched; after it the
 // record follows (diskmove_recover.go finishes either way).
 
-const opDiskMove = "disk-move"
+const opDiskMove operation.Kind = "disk-move"
 
 // MoveOptions say where MoveDisk puts a disk: To, a new image file (with
 // Format, default from its extension), or Spec, a whole disk (a file or
@@ -93,7 +94,7 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 	fail := func(err error) (MoveResult, error) {
 		return res, vmErr(name, fmt.Errorf("move disk %q: %w", disk, err))
 	}
-	lk, err := s.lock(ctx, name, opDiskMove)
+	lk, err := s.lock(ctx, name, string(opDiskMove))
 	if err != nil {
 		return res, err
 	}
@@ -147,7 +148,7 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 		return fail(err)
 	}
 	m.op = op
-	if _, err := runSteps(ctx, name, m.steps(), s.traced(op)); err != nil {
+	if _, err := runSteps(ctx, name, m.steps(), op.After()); err != nil {
 		if !m.pivoted {
 			op.End() // undone by the steps' undos
 		} // else: the device runs on the target: recovery records it
@@ -346,14 +347,14 @@ func (s *Supervisor) movedParts(ctx context.Context, c *qmp.Conn, name string, d
 // (the device stays on the source) and takes the target out again.
 func (s *Supervisor) CancelDiskMove(ctx context.Context, name, disk string) error {
 	fail := func(err error) error { return vmErr(name, fmt.Errorf("cancel the move of disk %q: %w", disk, err)) }
-	op, err := s.state.PendingOp(name)
+	op, err := s.ops.Pending(name)
 	if err != nil {
 		return fail(err)
 	}
 	if op != nil {
 		defer op.Close() // its own command ends it
 	}
-	if op == nil || op.Kind != opDiskMove {
+	if op == nil || op.Kind() != opDiskMove {
 		return fail(errNoMove)
 	}
 	if in, err := intentOf[moveIntent](op); err != nil || in.Disk != disk {

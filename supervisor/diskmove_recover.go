@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -16,7 +17,7 @@ import (
 // target, the move is recorded and the old image closed; on the source,
 // the copy is cancelled and the target taken out again (nodes, grants,
 // the file the move made).
-func (s *Supervisor) recoverDiskMove(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverDiskMove(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[moveIntent](op)
 	if err != nil {
 		return "", err
@@ -67,8 +68,8 @@ func (s *Supervisor) recoverDiskMove(ctx context.Context, name string, op *vmsta
 // recoverMoveOff is recovery with QEMU gone: which image is newer cannot
 // be asked. From job-complete on it is the target (in sync when the
 // pivot began, then the only one written); before, the source.
-func (s *Supervisor) recoverMoveOff(ctx context.Context, name string, op *vmstate.Op, app *vmstate.Applied, in *moveIntent) (string, error) {
-	if slices.Contains(op.Done, "job-complete") {
+func (s *Supervisor) recoverMoveOff(ctx context.Context, name string, op *operation.Op, app *vmstate.Applied, in *moveIntent) (string, error) {
+	if op.Has(stepMoveJobComplete) {
 		note := recordMove(app, in)
 		if err := s.state.RewriteApplied(app); err != nil {
 			return "", fmt.Errorf("record: %w", err)

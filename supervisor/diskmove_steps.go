@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -25,7 +26,7 @@ type diskMove struct {
 	name    string
 	c       *qmp.Conn
 	app     *vmstate.Applied
-	op      *vmstate.Op
+	op      *operation.Op
 	in      *moveIntent
 	opts    MoveOptions
 	start   time.Time
@@ -41,6 +42,10 @@ type diskMove struct {
 	pivoting  bool
 	cancelled bool
 }
+
+// stepMoveJobComplete is journaled before the move's job is completed:
+// from then on the target may hold writes the source lacks.
+const stepMoveJobComplete operation.Step = "job-complete"
 
 func (m *diskMove) steps() []step {
 	return []step{
@@ -215,9 +220,7 @@ func (m *diskMove) pivot(ctx context.Context) error {
 	// Journaled before: from job-complete on, the target may hold writes
 	// the source lacks (recovery of a VM whose QEMU died too keeps it).
 	m.pivoting = true
-	if err := m.op.Step("job-complete"); err != nil {
-		return err
-	}
+	m.op.Step(stepMoveJobComplete)
 	if err := m.c.JobComplete(ctx, m.in.Job); err != nil {
 		return fmt.Errorf("job-complete: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -24,9 +25,12 @@ import (
 
 // Journal kinds of host device hotplug.
 const (
-	opHostDevAttach = "hostdev-attach"
-	opHostDevDetach = "hostdev-detach"
+	opHostDevAttach operation.Kind = "hostdev-attach"
+	opHostDevDetach operation.Kind = "hostdev-detach"
 )
+
+// stepHostDevDel is journaled once the guest released a host device.
+const stepHostDevDel operation.Step = "device_del"
 
 // hostDevIntent is a host device hotplug's journal entry.
 type hostDevIntent struct {
@@ -48,7 +52,7 @@ func (s *Supervisor) AttachHostDev(ctx context.Context, name string, h spec.Host
 	if h.Name == "" {
 		h.Name = spec.HostDevName(addr)
 	}
-	lk, err := s.lock(ctx, name, opHostDevAttach)
+	lk, err := s.lock(ctx, name, string(opHostDevAttach))
 	if err != nil {
 		return err
 	}
@@ -105,7 +109,7 @@ func (s *Supervisor) AttachHostDev(ctx context.Context, name string, h spec.Host
 	defer op.End() // done or undone here; a kill leaves it to recover
 	a := hostDevAttach{s: s, name: name, h: h, in: in, all: all, pid: pid, sd: sd, c: c, dev: dev, app: app}
 	list := a.steps()
-	if _, err := runSteps(ctx, name, list, s.traced(op)); err != nil {
+	if _, err := runSteps(ctx, name, list, op.After()); err != nil {
 		return fail(stepCause(err))
 	}
 	return nil
@@ -164,7 +168,7 @@ func (a *hostDevAttach) steps() []step {
 // address or name) and gives it back to its host driver.
 func (s *Supervisor) DetachHostDev(ctx context.Context, name, which string) error {
 	fail := func(err error) error { return vmErr(name, fmt.Errorf("detach hostdev %s: %w", which, err)) }
-	lk, err := s.lock(ctx, name, opHostDevDetach)
+	lk, err := s.lock(ctx, name, string(opHostDevDetach))
 	if err != nil {
 		return err
 	}
@@ -204,7 +208,7 @@ func (s *Supervisor) DetachHostDev(ctx context.Context, name, which string) erro
 	if err := devices.Unplug(ctx, c, "host device", in.Device, s.opts.UnplugTimeout); err != nil {
 		return fail(err)
 	}
-	op.Step("device_del")
+	op.Step(stepHostDevDel)
 	if err := s.finishHostDevDetach(ctx, name, in); err != nil {
 		return fail(err)
 	}
@@ -233,7 +237,7 @@ func (s *Supervisor) finishHostDevDetach(ctx context.Context, name string, in ho
 
 // recoverHostDevAttach settles an attach whose command died: a device QEMU
 // has is recorded; else everything it made is undone.
-func (s *Supervisor) recoverHostDevAttach(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverHostDevAttach(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[hostDevIntent](op)
 	if err != nil {
 		return "", err
@@ -271,7 +275,7 @@ func (s *Supervisor) recoverHostDevAttach(ctx context.Context, name string, op *
 
 // recoverHostDevDetach settles a detach whose command died: a device QEMU
 // still has stays attached; one it let go is given back.
-func (s *Supervisor) recoverHostDevDetach(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverHostDevDetach(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[hostDevIntent](op)
 	if err != nil {
 		return "", err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -22,6 +23,20 @@ import (
 // for the guest to release the device (DEVICE_DELETED) before it gives up
 // and leaves the device attached (Options.UnplugTimeout).
 const DefaultUnplugTimeout = 20 * time.Second
+
+// Steps of an unplug in the journal, per device (kind "disk" or "nic").
+func stepUnplugged(kind, name string) operation.Step {
+	return operation.Step(fmt.Sprintf("%s %q: unplugged", kind, name))
+}
+func stepReleased(kind, name string) operation.Step {
+	return operation.Step(fmt.Sprintf("%s %q: released", kind, name))
+}
+
+// The disk hot-plug operations in the journal.
+const (
+	opDiskAttach operation.Kind = "disk-attach"
+	opDiskDetach operation.Kind = "disk-detach"
+)
 
 // AttachResult reports a hot-plugged disk.
 type AttachResult struct {
@@ -117,7 +132,7 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 	}
 	defer op.End() // done or undone here; a kill leaves it to recover
 	a := &diskAttach{s: s, name: name, d: d, c: c, bus: bus, op: op, fromFile: fromFile}
-	undo, err := runSteps(ctx, name, a.hostSteps(), s.traced(op))
+	undo, err := runSteps(ctx, name, a.hostSteps(), op.After())
 	if err != nil {
 		return fail(stepCause(err))
 	}
@@ -137,7 +152,7 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 		}
 		return nil
 	}})
-	if _, err := runSteps(ctx, name, plug, s.traced(op)); err != nil {
+	if _, err := runSteps(ctx, name, plug, op.After()); err != nil {
 		undo(ctx)
 		return fail(stepCause(err))
 	}
@@ -178,7 +193,7 @@ type diskAttach struct {
 	d     spec.Disk
 	c     *qmp.Conn
 	bus   string
-	op    *vmstate.Op
+	op    *operation.Op
 	prep  storage.Prepared
 	image string
 	fdset *int64
@@ -340,11 +355,11 @@ func (s *Supervisor) unplugDisk(ctx context.Context, name string, app *vmstate.A
 	if err != nil {
 		return err
 	}
-	s.traced(op)(name, fmt.Sprintf("disk %q: unplugged", a.Disk.Name))
+	op.Step(stepUnplugged("disk", a.Disk.Name))
 	// Shrink the confinement again (ConfinePaths in AttachDisk).
 	if err := s.ReleasePaths(ctx, name, in.Rules...); err != nil {
 		return err
 	}
-	s.traced(op)(name, fmt.Sprintf("disk %q: released", a.Disk.Name))
+	op.Step(stepReleased("disk", a.Disk.Name))
 	return s.forgetDisk(name, app, a.Disk.Name)
 }

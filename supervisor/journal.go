@@ -2,160 +2,64 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
-// Every command that takes several steps on a running VM journals them
-// (internal/vmstate: intent first, each step as it is done), so that the
-// next command on the VM can finish or undo what a killed one left: it
-// calls recover under the VM's lock, before it does its own work.
-
-// Operation kinds in the journal.
-const (
-	opDiskAttach = "disk-attach"
-	opDiskDetach = "disk-detach"
-	opNICAttach  = "nic-attach"
-	opNICDetach  = "nic-detach"
-	opResize     = "set"
-	opRestart    = "restart"
-	opMigrateOut = "migrate"
-	opMigrateIn  = "migrate-receive"
-)
+// Every command that takes several steps on a VM runs as an operation of
+// the kernel (internal/operation): under the VM's lock, its intent and
+// each step journaled, so that the next command on the VM finishes or
+// undoes what a killed one left, with the recoverer registered for its
+// kind (registerRecoverers). The kinds are declared beside their
+// operations.
 
 // beginOp journals an operation's intent before it acts. A pending one (its
 // command died) is recovered first; the caller holds the VM's lock.
-func (s *Supervisor) beginOp(ctx context.Context, name, kind string, intent any) (*vmstate.Op, error) {
-	if _, err := s.recover(ctx, name, kind); err != nil {
-		return nil, err
-	}
-	op, err := s.state.BeginOp(name, kind, intent)
-	if err != nil {
-		return nil, fmt.Errorf("%w (nothing was done)", err)
-	}
-	return op, nil
+func (s *Supervisor) beginOp(ctx context.Context, name string, kind operation.Kind, intent any) (*operation.Op, error) {
+	return s.ops.Begin(ctx, name, kind, intent)
 }
 
 // beginGuardedOp is beginOp for an operation with a guardian (guard): the
 // guardian starts before the journal is written, so that no moment has a
 // journal and no guardian to settle it; stop ends the guardian (call it
 // after the journal ended).
-func (s *Supervisor) beginGuardedOp(ctx context.Context, name, kind string, intent any) (op *vmstate.Op, stop func(), err error) {
-	if _, err := s.recover(ctx, name, kind); err != nil {
-		return nil, nil, err
-	}
-	stop = s.guard(ctx, name)
-	if op, err = s.state.BeginOp(name, kind, intent); err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("%w (nothing was done)", err)
-	}
-	return op, stop, nil
-}
-
-// traced is the AfterStep of an operation: each step is journaled as done,
-// then Options.AfterStep sees it.
-func (s *Supervisor) traced(op *vmstate.Op) func(vm, step string) {
-	return func(vm, step string) {
-		if err := op.Step(step); err != nil {
-			s.opts.Logger.Warn("journal", "vm", vm, "step", step, "err", err)
-		}
-		if s.opts.AfterStep != nil {
-			s.opts.AfterStep(vm, step)
-		}
-	}
+func (s *Supervisor) beginGuardedOp(ctx context.Context, name string, kind operation.Kind, intent any) (*operation.Op, func(), error) {
+	return s.ops.BeginGuarded(ctx, name, kind, intent, func() func() { return s.guard(ctx, name) })
 }
 
 // recover finishes or undoes the VM's unfinished operation, if a command
-// left one: what it did is read from QEMU's and systemd's real state, and
-// the intent says what it meant to do. The caller holds the VM's lock (so
-// the operation's own command is gone); by is the command recovering. The
+// left one (operation.Kernel.Settle); the caller holds the VM's lock. The
 // note says what was done ("" when there was nothing).
 func (s *Supervisor) recover(ctx context.Context, name, by string) (string, error) {
-	op, err := s.state.PendingOp(name)
-	if err != nil || op == nil {
-		return "", err
-	}
-	defer op.Close() // (ended below when recovered; else left for the next command)
-	var note string
-	switch op.Kind {
-	case opDiskAttach:
-		note, err = s.recoverDiskAttach(ctx, name, op)
-	case opDiskDetach:
-		note, err = s.recoverDiskDetach(ctx, name, op)
-	case opNICAttach:
-		note, err = s.recoverNICAttach(ctx, name, op)
-	case opNICDetach:
-		note, err = s.recoverNICDetach(ctx, name, op)
-	case opResize:
-		note, err = s.recoverResize(ctx, name, op)
-	case opRestart:
-		note, err = s.recoverRestart(ctx, name, op, by)
-	case opMigrateOut:
-		note, err = s.recoverMigrateOut(ctx, name, op)
-	case opMigrateIn:
-		note, err = s.recoverMigrateIn(ctx, name, op)
-	case opReboot:
-		note, err = s.recoverReboot(ctx, name, op)
-	case opApplySet:
-		note, err = s.recoverApplySet(ctx, name, op)
-	case opHostDevAttach:
-		note, err = s.recoverHostDevAttach(ctx, name, op)
-	case opHostDevDetach:
-		note, err = s.recoverHostDevDetach(ctx, name, op)
-	case opSnapshot:
-		note, err = s.recoverSnapshot(ctx, name, op)
-	case opNBDExport:
-		note, err = s.recoverNBDExport(ctx, name, op)
-	case opSnapshotRevert:
-		note, err = s.recoverRevert(ctx, name, op)
-	case opSnapshotRemove:
-		note, err = s.recoverSnapshotRemove(ctx, name, op)
-	case opDiskMove:
-		note, err = s.recoverDiskMove(ctx, name, op)
-	case opBackup:
-		note, err = s.recoverBackup(ctx, name, op)
-	case opClone:
-		note, err = s.recoverClone(ctx, name, op)
-	default:
-		note = "dropped an unreadable journal (" + op.Kind + ")"
-	}
-	if err != nil {
-		return "", vmErr(name, fmt.Errorf("an interrupted %s (pid %d, %s) could not be recovered: %w",
-			op.Kind, op.PID, op.Started.Format("15:04:05"), err))
-	}
-	if err := op.End(); err != nil {
-		return note, vmErr(name, fmt.Errorf("journal: %w", err))
-	}
-	s.opts.Logger.Warn("recovered an interrupted operation", "vm", name, "op", op.Kind, "pid", op.PID, "done", op.Done, "note", note)
-	return fmt.Sprintf("recovered an interrupted %s: %s", op.Kind, note), nil
+	return s.ops.Settle(ctx, name, by)
 }
 
 // recoverUnlocked is recover for a command that does not take the VM's lock
-// (status): it recovers only when no other command holds the lock, which
-// means the operation's command is gone.
+// (status): it recovers only when no other command holds the lock.
 func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, error) {
-	if _, err := os.Stat(s.paths(name).Records); err != nil {
-		return "", nil
+	return s.ops.SettleIfFree(ctx, name)
+}
+
+// registerRecoverers registers each operation's recoverer with the kernel:
+// the operations are the supervisor's, their kinds declared beside them.
+func (s *Supervisor) registerRecoverers() {
+	for kind, r := range map[operation.Kind]operation.Recoverer{
+		opDiskAttach: s.recoverDiskAttach, opDiskDetach: s.recoverDiskDetach,
+		opNICAttach: s.recoverNICAttach, opNICDetach: s.recoverNICDetach,
+		opHostDevAttach: s.recoverHostDevAttach, opHostDevDetach: s.recoverHostDevDetach,
+		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
+		opMigrateOut: s.recoverMigrateOut, opMigrateIn: s.recoverMigrateIn,
+		opSnapshot: s.recoverSnapshot, opSnapshotRevert: s.recoverRevert, opSnapshotRemove: s.recoverSnapshotRemove,
+		opClone: s.recoverClone, opBackup: s.recoverBackup, opNBDExport: s.recoverNBDExport, opDiskMove: s.recoverDiskMove,
+	} {
+		s.ops.Register(kind, r)
 	}
-	op, err := s.state.PendingOp(name)
-	if err != nil || op == nil {
-		return "", err
-	}
-	op.Close()
-	lk, err := s.state.TryLock(ctx, name, "recover")
-	if err != nil || lk == nil {
-		return "", err // the operation is still going
-	}
-	defer lk.Unlock()
-	return s.recover(ctx, name, "status")
 }
 
 // guard starts the operation's guardian, for the operations that can leave
@@ -239,19 +143,12 @@ func (s *Supervisor) Settle(ctx context.Context, name string) (string, error) {
 
 // settleOnce takes the VM's lock (waiting for its holder) and recovers.
 func (s *Supervisor) settleOnce(ctx context.Context, name string) (string, error) {
-	lk, err := s.state.Lock(ctx, name, "settle", true)
+	lk, note, err := s.ops.LockWaiting(ctx, name, "settle")
 	if err != nil {
 		return "", err
 	}
-	defer lk.Unlock()
-	return s.recover(ctx, name, "settle")
+	lk.Unlock()
+	return note, nil
 }
 
-func intentOf[T any](op *vmstate.Op) (T, error) {
-	var in T
-	if len(op.Intent) == 0 {
-		return in, errors.New("the journal has no intent")
-	}
-	err := json.Unmarshal(op.Intent, &in)
-	return in, err
-}
+func intentOf[T any](op *operation.Op) (T, error) { return operation.IntentOf[T](op) }

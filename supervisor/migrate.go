@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -76,6 +77,9 @@ func (e *MigrateError) Error() string {
 }
 func (e *MigrateError) Unwrap() error { return e.Err }
 
+// opMigrateOut is a migration's operation in the journal, on the source.
+const opMigrateOut operation.Kind = "migrate"
+
 // Migrate moves the running VM name to another host (o.To) or into a new
 // QEMU on this host (o.Local).
 func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions) (MigrateResult, error) {
@@ -129,7 +133,7 @@ type outgoing struct {
 	peer  *migration.Peer
 	prep  migration.Msg
 	res   MigrateResult
-	op    *vmstate.Op // the journal: a killed migration is settled by the next command
+	op    *operation.Op // the journal: a killed migration is settled by the next command
 	in    migrateIntent
 	// finalized: the destination answered finalize (or may have): from
 	// then on no way out aborts it.
@@ -271,7 +275,7 @@ func (m *outgoing) journal(ctx context.Context) (err error) {
 }
 
 // step journals a step of the migration, then Options.AfterStep sees it.
-func (m *outgoing) step(name string) { m.s.traced(m.op)(m.name, name) }
+func (m *outgoing) step(name operation.Step) { m.op.Step(name) }
 
 // prepare starts the receiver and has it start the destination QEMU.
 func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -28,7 +29,7 @@ import (
 // disables N and starts N+1 in the same transaction, so the next export's
 // bitmap picks up exactly where this one's view ends.
 
-const opNBDExport = "nbd-export"
+const opNBDExport operation.Kind = "nbd-export"
 
 // ExportOptions say where an export serves and whom to tell.
 type ExportOptions struct {
@@ -102,7 +103,7 @@ func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions
 	if _, err := os.Lstat(sock); err == nil {
 		return fail(fmt.Errorf("%s exists", sock))
 	}
-	lk, err := s.lock(ctx, name, opNBDExport)
+	lk, err := s.lock(ctx, name, string(opNBDExport))
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions
 		return fail(err)
 	}
 	e.op = op
-	_, err = runSteps(ctx, name, e.steps(), s.traced(op))
+	_, err = runSteps(ctx, name, e.steps(), op.After())
 	e.release() // serve without holding QEMU's monitor: status must answer
 	if err != nil {
 		op.End() // undone by the steps' undos
@@ -145,7 +146,7 @@ type nbdRun struct {
 	s       *Supervisor
 	name    string
 	in      nbdIntent
-	op      *vmstate.Op
+	op      *operation.Op
 	c       *qmp.Conn
 	release func()
 }
@@ -387,7 +388,7 @@ func removeFleece(ctx context.Context, c *qmp.Conn, in nbdIntent) {
 
 // recoverNBDExport takes down an export whose vmsup died: the client's
 // read may not have finished, so the bitmap is rolled back.
-func (s *Supervisor) recoverNBDExport(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverNBDExport(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[nbdIntent](op)
 	if err != nil {
 		return "", err

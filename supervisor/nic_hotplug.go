@@ -9,11 +9,18 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
+)
+
+// The NIC hot-plug operations in the journal.
+const (
+	opNICAttach operation.Kind = "nic-attach"
+	opNICDetach operation.Kind = "nic-detach"
 )
 
 // AttachNIC hot-plugs n into the running VM: the host side exactly as at
@@ -104,7 +111,7 @@ func (s *Supervisor) attachNIC(ctx context.Context, name string, n spec.NIC, fro
 			return s.state.RewriteApplied(app)
 		}},
 	}
-	if _, err := runSteps(ctx, name, steps, s.traced(op)); err != nil {
+	if _, err := runSteps(ctx, name, steps, op.After()); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -160,7 +167,7 @@ func (s *Supervisor) detachNIC(ctx context.Context, name, nic string, fromFile b
 	if err := devices.Unplug(ctx, c, "NIC", qemuargs.NICDeviceID(nic), s.opts.UnplugTimeout); err != nil {
 		return vmErr(name, fmt.Errorf("nic %q: %w", nic, err))
 	}
-	s.traced(op)(name, fmt.Sprintf("nic %q: unplugged", nic))
+	op.Step(stepUnplugged("nic", nic))
 	if err := c.NetdevDel(ctx, qemuargs.NetdevID(nic)); err != nil && !qmp.IsClass(err, qmp.ClassDeviceNotFound) {
 		return vmErr(name, fmt.Errorf("nic %q: netdev_del: %w", nic, err))
 	}

@@ -8,13 +8,13 @@ import (
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/qmp"
 )
 
 // opReboot is an ACPI reboot in the journal: QEMU was told to pause, not
 // exit, when the guest powers off.
-const opReboot = "reboot"
+const opReboot operation.Kind = "reboot"
 
 // RebootMode chooses how Reboot asks the guest.
 type RebootMode string
@@ -78,7 +78,7 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 		return res, vmErr(name, err)
 	}
 	defer stop()
-	if err := s.acpiReboot(ctx, name, timeout, s.traced(op)); err != nil {
+	if err := s.acpiReboot(ctx, name, timeout, op.After()); err != nil {
 		return res, vmErr(name, fmt.Errorf("reboot: %w", err))
 	}
 	return res, vmErr(name, op.End())
@@ -86,9 +86,9 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 
 // Reboot steps (in the journal).
 const (
-	rebootPause   = "reboot-pause-on-poweroff"
-	rebootPressed = "reboot-powerdown"
-	rebootReset   = "reboot-reset"
+	rebootPause   operation.Step = "reboot-pause-on-poweroff"
+	rebootPressed operation.Step = "reboot-powerdown"
+	rebootReset   operation.Step = "reboot-reset"
 )
 
 // acpiReboot runs the steps of an ACPI reboot; finish does the same from any
@@ -102,13 +102,13 @@ func (s *Supervisor) acpiReboot(ctx context.Context, name string, timeout time.D
 	if err := c.SetAction(ctx, qmp.Actions{Shutdown: "pause"}); err != nil {
 		return err
 	}
-	after(name, rebootPause)
+	after(name, string(rebootPause))
 	events, stopEvents := c.Subscribe(ctx)
 	defer stopEvents()
 	if err := c.SystemPowerdown(ctx); err != nil {
 		return errors.Join(err, restoreShutdown(ctx, c))
 	}
-	after(name, rebootPressed)
+	after(name, string(rebootPressed))
 	return s.finishReboot(ctx, c, events, timeout, after, name)
 }
 
@@ -148,7 +148,7 @@ func (s *Supervisor) finishReboot(ctx context.Context, c *qmp.Conn, events <-cha
 	if err := c.SystemReset(ctx); err != nil {
 		return err
 	}
-	after(name, rebootReset)
+	after(name, string(rebootReset))
 	if err := c.Cont(ctx); err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func restoreShutdown(ctx context.Context, c *qmp.Conn) error {
 // recoverReboot finishes a reboot whose command died: the guest may be
 // shutting down, stopped after its poweroff ("shutdown"), or reset but not
 // resumed ("prelaunch": QEMU's state after a reset from "shutdown").
-func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *operation.Op) (string, error) {
 	c, release, err := s.qmpSession(ctx, name)
 	if errors.Is(err, ErrNotRunning) {
 		return "QEMU is gone", nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -27,6 +28,10 @@ const (
 	prepareTimeout  = 90 * time.Second // QEMU start under a loaded TCG host
 	finalizeTimeout = 60 * time.Second
 )
+
+// opMigrateIn is a migration's operation in the journal, on a destination
+// on another host.
+const opMigrateIn operation.Kind = "migrate-receive"
 
 // errAborted is the source's abort (or its vanishing) before finalize.
 var errAborted = errors.New("migration aborted by the source; destination torn down")
@@ -380,7 +385,7 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 // Steps of a destination's hand-over, as AfterStep sees them (and, across
 // hosts, its journal): each of the new QEMU's sockets takes the VM's usual
 // name, then the VM's record names the new QEMU.
-const stepHandOverRecord = "hand-over record"
+const stepHandOverRecord operation.Step = "hand-over record"
 
 // handOverSockets are the sockets a destination QEMU hands over, in order:
 // qmp.sock first (recovery asks it which QEMU runs the guest).
@@ -388,24 +393,24 @@ func handOverSockets() []string {
 	return []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"}
 }
 
-func handOverStep(sock string) string { return "hand-over " + sock }
+func handOverStep(sock string) operation.Step { return operation.Step("hand-over " + sock) }
 
 // HandOverSteps are the steps of a migration destination's hand-over (its
 // QEMU runs the guest: its sockets take the VM's names, then the record is
 // written), in order, as AfterStep sees them.
 func HandOverSteps() []string {
-	var out []string
+	var out []operation.Step
 	for _, f := range handOverSockets() {
 		out = append(out, handOverStep(f))
 	}
-	return append(out, stepHandOverRecord)
+	return stepNames(append(out, stepHandOverRecord)...)
 }
 
 // handOver renames the sockets still in the incoming directory inDir to
 // their usual names in dir; after, if set, sees each as a step (whether it
 // was still there or not). A connect() finds a listening socket by its
 // inode, so the renamed path reaches the running QEMU.
-func handOver(inDir, dir string, after func(step string)) error {
+func handOver(inDir, dir string, after func(step operation.Step)) error {
 	for _, f := range handOverSockets() {
 		if exists(filepath.Join(inDir, f)) {
 			if err := os.Rename(filepath.Join(inDir, f), filepath.Join(dir, f)); err != nil {
@@ -421,12 +426,12 @@ func handOver(inDir, dir string, after func(step string)) error {
 
 // afterStep reports a step of the hand-over: journaled first on another
 // host (the receiver's own journal), then Options.AfterStep sees it.
-func (d *incomingVM) afterStep(step string) {
+func (d *incomingVM) afterStep(step operation.Step) {
 	switch {
 	case d.op != nil:
-		d.s.traced(d.op)(d.name, step)
+		d.op.Step(step)
 	case d.s.opts.AfterStep != nil:
-		d.s.opts.AfterStep(d.name, step)
+		d.s.opts.AfterStep(d.name, string(step))
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/vmsup/vmsup/internal/devices"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -79,7 +79,7 @@ func (s *Supervisor) liveQMP(ctx context.Context, name string) (*qmp.Conn, func(
 	return s.qmpSession(ctx, name)
 }
 
-func (s *Supervisor) recoverDiskAttach(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverDiskAttach(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[diskIntent](op)
 	if err != nil {
 		return "", err
@@ -123,7 +123,7 @@ func (s *Supervisor) recoverDiskAttach(ctx context.Context, name string, op *vms
 	return fmt.Sprintf("disk %q had not reached the guest: its parts, grants and files are removed", in.Disk.Name), nil
 }
 
-func (s *Supervisor) recoverDiskDetach(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverDiskDetach(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[diskIntent](op)
 	if err != nil {
 		return "", err
@@ -214,7 +214,7 @@ func (s *Supervisor) undoDiskHost(ctx context.Context, name string, in diskInten
 	}
 }
 
-func (s *Supervisor) recoverNICAttach(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverNICAttach(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[nicIntent](op)
 	if err != nil {
 		return "", err
@@ -255,7 +255,7 @@ func (s *Supervisor) recoverNICAttach(ctx context.Context, name string, op *vmst
 	return fmt.Sprintf("nic %q had not reached the guest: its backend and tap are removed", in.NIC.Name), nil
 }
 
-func (s *Supervisor) recoverNICDetach(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverNICDetach(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[nicIntent](op)
 	if err != nil {
 		return "", err
@@ -299,7 +299,7 @@ func (s *Supervisor) recoverNICDetach(ctx context.Context, name string, op *vmst
 	return fmt.Sprintf("nic %q had left the guest: detach finished", in.NIC.Name), nil
 }
 
-func (s *Supervisor) recoverResize(ctx context.Context, name string, _ *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverResize(ctx context.Context, name string, _ *operation.Op) (string, error) {
 	v, err := s.view(name)
 	if errors.Is(err, ErrNotRunning) {
 		return "QEMU is gone: nothing to reconcile", nil
@@ -332,7 +332,8 @@ type restartIntent struct {
 // the new file if it still parses, else with the spec it ran with), unless
 // the recovering command takes it down anyway. A restart that got as far as
 // starting QEMU is done.
-func (s *Supervisor) recoverRestart(ctx context.Context, name string, op *vmstate.Op, by string) (string, error) {
+func (s *Supervisor) recoverRestart(ctx context.Context, name string, op *operation.Op) (string, error) {
+	by := op.SettledBy()
 	sd, err := s.systemd(ctx)
 	if err != nil {
 		return "", err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -28,18 +29,27 @@ import (
 // Steps of the source side of a migration, as journaled and as AfterStep
 // sees them.
 const (
-	stepMigPrepared     = "migrate-prepared"      // the destination QEMU waits for the stream
-	stepMigCompleted    = "migrate-completed"     // the stream completed
-	stepMigFinalizeSent = "migrate-finalize-sent" // from here the destination may run the guest
-	stepMigFinalized    = "migrate-finalized"     // the destination runs the guest
-	stepMigQuitSent     = "migrate-quit-sent"     // the source's QEMU was told to quit
-	stepMigSourceQuit   = "migrate-source-quit"   // the source's QEMU is gone
+	stepMigPrepared     operation.Step = "migrate-prepared"      // the destination QEMU waits for the stream
+	stepMigCompleted    operation.Step = "migrate-completed"     // the stream completed
+	stepMigFinalizeSent operation.Step = "migrate-finalize-sent" // from here the destination may run the guest
+	stepMigFinalized    operation.Step = "migrate-finalized"     // the destination runs the guest
+	stepMigQuitSent     operation.Step = "migrate-quit-sent"     // the source's QEMU was told to quit
+	stepMigSourceQuit   operation.Step = "migrate-source-quit"   // the source's QEMU is gone
 )
 
 // MigrateSteps are the steps of the source side of a migration, in order,
 // as AfterStep sees them.
 func MigrateSteps() []string {
-	return []string{stepMigPrepared, stepMigCompleted, stepMigFinalizeSent, stepMigFinalized, stepMigQuitSent, stepMigSourceQuit}
+	return stepNames(stepMigPrepared, stepMigCompleted, stepMigFinalizeSent, stepMigFinalized, stepMigQuitSent, stepMigSourceQuit)
+}
+
+// stepNames are steps as AfterStep sees them.
+func stepNames(steps ...operation.Step) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = string(s)
+	}
+	return out
 }
 
 // migrateIntent is the source side's journal of a migration.
@@ -55,7 +65,7 @@ type migrateIntent struct {
 	Autostart   bool     `json:"autostart,omitempty"`
 }
 
-func (s *Supervisor) recoverMigrateOut(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverMigrateOut(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[migrateIntent](op)
 	if err != nil {
 		return "", err
@@ -245,7 +255,7 @@ func (s *Supervisor) commitLocal(name string, app *vmstate.Applied, unit, inDir 
 
 // settleRemote settles a migration to another host: the source resumes
 // unless the destination may run the guest; then this host's copy goes.
-func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIntent, op *vmstate.Op, sd *units.Manager, src units.Status) (string, error) {
+func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIntent, op *operation.Op, sd *units.Manager, src units.Status) (string, error) {
 	if src.Gone() {
 		runs := op.Has(stepMigSourceQuit) || op.Has(stepMigFinalized)
 		if !runs && op.Has(stepMigFinalizeSent) {
@@ -490,7 +500,7 @@ type incomingIntent struct {
 // recoverMigrateIn settles a destination whose receiver died: the guest
 // runs here if its QEMU was started (then it is recorded); else all of it
 // is torn down and the source keeps the guest.
-func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[incomingIntent](op)
 	if err != nil {
 		return "", err

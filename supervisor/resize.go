@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -37,6 +38,15 @@ type ResizeResult struct {
 	MaxMemory spec.Size `json:"max_memory"`
 	Note      string    `json:"note,omitempty"`
 }
+
+// opResize is vmsup set's operation in the journal.
+const opResize operation.Kind = "set"
+
+// Steps of vmsup set in the journal.
+const (
+	stepResizeCPUs   operation.Step = "cpus"
+	stepResizeMemory operation.Step = "memory"
+)
 
 // Resize changes a running VM's vCPUs, memory and cgroup limits live. A
 // vCPU count above max_cpus or memory above max_memory is refused, as is
@@ -86,11 +96,11 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 		// A new vCPU thread starts with the unit's affinity: pin it too.
 		cpuErr = pinVCPUs(ctx, c, vm, s.paths(name).QMP)
 	}
-	s.traced(op)(name, "cpus")
+	op.Step(stepResizeCPUs)
 	var memErr error
 	if cpuErr == nil {
 		_, memErr = devices.SetMemory(ctx, c, vm, o.Memory, app.Hugetlbfs, s.opts.UnplugTimeout)
-		s.traced(op)(name, "memory")
+		op.Step(stepResizeMemory)
 	}
 	// What QEMU has now is recorded, whether all of it went or not.
 	if res.CPUs, res.Memory, err = s.recordResize(ctx, c, app, vm); err != nil {

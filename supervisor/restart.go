@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
+
+// opRestart is a restart's operation in the journal (down, then up).
+const opRestart operation.Kind = "restart"
 
 // Restarted is Restart's UpAction: a running VM went down and up again with
 // the changed spec.
@@ -57,7 +60,7 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 	if _, err := s.down(ctx, name, lu, DownOptions{}); err != nil {
 		return UpResult{VM: name}, vmErrIn(name, "restart", err)
 	}
-	s.traced(op)(name, restartDown)
+	op.Step(restartDown)
 	return s.startGated(ctx, lu.sd, f, old, op, agentBefore)
 }
 
@@ -65,7 +68,7 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 // holds it to its health gate; on failure old comes back. The journal's
 // intent becomes old before the rollback, so that a rollback cut off is
 // finished with old, never with the spec that failed.
-func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *spec.File, op *vmstate.Op, agentBefore bool) (UpResult, error) {
+func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *spec.File, op *operation.Op, agentBefore bool) (UpResult, error) {
 	name := f.VM.Name
 	r, err := s.startLocked(ctx, f, op)
 	if err == nil {
@@ -84,7 +87,7 @@ func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *
 			return UpResult{VM: name}, fmt.Errorf("%w; taking the new QEMU down failed too: %s", err, unnamed(name, derr))
 		}
 	}
-	s.traced(op)(name, restartRollback)
+	op.Step(restartRollback)
 	if _, rerr := s.startLocked(bg, old, nil); rerr != nil {
 		return UpResult{VM: name}, fmt.Errorf("%w; starting the previous spec again failed too: %s (the VM is down)", err, unnamed(name, rerr))
 	}
@@ -96,22 +99,22 @@ func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *
 const restartRollback = "rollback"
 
 // restartDown is the step of a restart after which the VM is down.
-const restartDown = "down"
+const restartDown operation.Step = "down"
 
 // startLocked starts f's VM through the start pipeline when the caller
 // holds its lock; op, if set, journals its steps.
-func (s *Supervisor) startLocked(ctx context.Context, f *spec.File, op *vmstate.Op) (UpResult, error) {
+func (s *Supervisor) startLocked(ctx context.Context, f *spec.File, op *operation.Op) (UpResult, error) {
 	return s.startRestored(ctx, f, op, "")
 }
 
 // startRestored is startLocked resuming the guest from a memory state
 // file (state "" boots it).
-func (s *Supervisor) startRestored(ctx context.Context, f *spec.File, op *vmstate.Op, state string) (UpResult, error) {
+func (s *Supervisor) startRestored(ctx context.Context, f *spec.File, op *operation.Op, state string) (UpResult, error) {
 	r := s.newStart(f, StartFresh, incomingArgs{})
 	r.locked, r.restore = true, state
 	after := s.opts.AfterStep
 	if op != nil {
-		after = s.traced(op)
+		after = op.After()
 	}
 	if _, err := runSteps(ctx, r.name, r.steps(), after); err != nil {
 		return r.res, err

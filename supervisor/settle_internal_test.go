@@ -38,7 +38,7 @@ func newSettleTest(t *testing.T, retry retryPolicy) (*Supervisor, *syncBuffer) {
 		t.Fatal(err)
 	}
 	s.settleRetry = retry
-	if _, err := s.state.BeginOp("vm1", opMigrateIn, nil); err != nil {
+	if _, err := s.state.BeginOp("vm1", string(opMigrateIn), nil); err != nil {
 		t.Fatal(err)
 	}
 	return s, log

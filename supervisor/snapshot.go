@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -24,7 +25,17 @@ import (
 // overlay on it, all disks in one QMP transaction, so they are consistent
 // with each other. The next start boots on the overlays (bootFile).
 
-const opSnapshot = "snapshot"
+const opSnapshot operation.Kind = "snapshot"
+
+// Steps of a snapshot in the journal that its recovery reads.
+const (
+	stepSnapSwitch operation.Step = "switch" // the disks run on the overlays (the transaction, or the memory save's)
+	stepSnapRBD    operation.Step = "rbd"    // the RBD snapshots are made
+	stepFreezing   operation.Step = "freezing"
+	stepFrozen     operation.Step = "frozen" // the guest's filesystems are frozen
+	stepPaused     operation.Step = "paused" // the guest is paused for the memory save
+	stepSaved      operation.Step = "saved"  // the memory state is whole
+)
 
 // SnapshotOptions say what a snapshot keeps.
 type SnapshotOptions struct {
@@ -69,7 +80,7 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 	fail := func(err error) (SnapshotResult, error) {
 		return res, vmErr(name, fmt.Errorf("snapshot %q: %w", tag, err))
 	}
-	lk, err := s.lock(ctx, name, opSnapshot)
+	lk, err := s.lock(ctx, name, string(opSnapshot))
 	if err != nil {
 		return res, err
 	}
@@ -120,7 +131,7 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 		defer release()
 		tk.c = c
 	}
-	if _, err := runSteps(ctx, name, tk.steps(), s.traced(op)); err != nil {
+	if _, err := runSteps(ctx, name, tk.steps(), op.After()); err != nil {
 		if !tk.switched {
 			op.End() // undone by the steps' undos
 		} // else: the VM runs on the overlays: recovery records them
@@ -243,7 +254,7 @@ type snapTake struct {
 	s        *Supervisor
 	name     string
 	in       *snapIntent
-	op       *vmstate.Op
+	op       *operation.Op
 	opts     SnapshotOptions
 	c        *qmp.Conn // nil: the VM is off
 	switched bool      // the disks run on the overlays
@@ -257,9 +268,9 @@ func (t *snapTake) steps() []step {
 		steps = append(steps,
 			step{Name: "confine", Do: t.confine, Undo: t.release},
 			step{Name: "nodes", Do: t.addNodes, Undo: t.delNodes},
-			step{Name: "switch", Do: t.switchDisks})
+			step{Name: string(stepSnapSwitch), Do: t.switchDisks})
 	} else if len(t.in.RBD) > 0 {
-		steps = append(steps, step{Name: "rbd", Do: t.createRBD, Undo: t.removeRBD})
+		steps = append(steps, step{Name: string(stepSnapRBD), Do: t.createRBD, Undo: t.removeRBD})
 	}
 	return append(steps, step{Name: "record", Do: t.record})
 }

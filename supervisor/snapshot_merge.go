@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
 )
@@ -22,13 +22,19 @@ import (
 // journal ("pivot" is journaled before the job is completed) and QEMU's
 // event log (the job's BLOCK_JOB_COMPLETED), never from the record alone.
 
+// Steps of a merge in the journal, per disk: the commit job is about to
+// pivot the disk onto the merged image, it did, the merge is done.
+func stepPivot(disk string) operation.Step   { return operation.Step("pivot " + disk) }
+func stepPivoted(disk string) operation.Step { return operation.Step("pivoted " + disk) }
+func stepMerged(disk string) operation.Step  { return operation.Step("merged " + disk) }
+
 // commitJobID is the id of the commit job that merges disk's image.
 func commitJobID(disk string) string { return "vmsup-commit-" + disk }
 
 // merge commits m.From into m.Into unless that was done, live with QEMU's
 // block-commit when QEMU (c) runs the VM, else with qemu-img. Images on
 // From are re-based on Into (QEMU re-bases the one it has open itself).
-func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, m snapshot.Merge, progress func(string, int64, int64)) error {
+func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, progress func(string, int64, int64)) error {
 	var open string // the image QEMU re-based itself
 	var err error
 	if c != nil {
@@ -53,7 +59,7 @@ func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, op *vm
 // mergeLive merges m in the running QEMU: a commit job a killed removal
 // left is finished; a From no device reads any more was merged (its node,
 // if vmsup named it, is closed); else the commit runs.
-func (s *Supervisor) mergeLive(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
+func (s *Supervisor) mergeLive(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
 	id := commitJobID(m.Disk)
 	jobs, err := c.QueryJobs(ctx)
 	if err != nil {
@@ -78,7 +84,7 @@ func (s *Supervisor) mergeLive(ctx context.Context, name string, c *qmp.Conn, op
 // finishCommitJob brings a commit job a killed removal left to its end:
 // an active commit ready to pivot is completed (the guest's writes are on
 // both images then), one still copying is waited for first.
-func (s *Supervisor) finishCommitJob(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, m snapshot.Merge, j qmp.Job, progress func(string, int64, int64)) error {
+func (s *Supervisor) finishCommitJob(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, j qmp.Job, progress func(string, int64, int64)) error {
 	prog := func(j qmp.Job) {
 		if progress != nil {
 			progress(m.Disk, j.CurrentProgress, j.TotalProgress)
@@ -97,7 +103,7 @@ func (s *Supervisor) finishCommitJob(ctx context.Context, name string, c *qmp.Co
 // completeCommit waits for commit job of disk, pivots an active one
 // (journaled first: "pivot DISK"), and dismisses it. active is false for a
 // job that needs no pivot (or has concluded).
-func (s *Supervisor) completeCommit(ctx context.Context, name string, c *qmp.Conn, op *vmstate.Op, disk string, active bool, prog func(qmp.Job)) error {
+func (s *Supervisor) completeCommit(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, disk string, active bool, prog func(qmp.Job)) error {
 	id := commitJobID(disk)
 	j, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "ready" || j.Ended() }, prog)
 	if err != nil {
@@ -106,13 +112,13 @@ func (s *Supervisor) completeCommit(ctx context.Context, name string, c *qmp.Con
 	}
 	if active && j.Status == "ready" {
 		if op != nil {
-			s.traced(op)(name, "pivot "+disk)
+			op.Step(stepPivot(disk))
 		}
 		if err := c.JobComplete(ctx, id); err != nil {
 			return err
 		}
 		if op != nil {
-			s.traced(op)(name, "pivoted "+disk) // the guest writes Into from here
+			op.Step(stepPivoted(disk)) // the guest writes Into from here
 		}
 	}
 	_, err = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, prog)
@@ -123,12 +129,12 @@ func (s *Supervisor) completeCommit(ctx context.Context, name string, c *qmp.Con
 // mergeOffline merges m with qemu-img, unless QEMU did before it ended: it
 // had pivoted the disk onto Into (its event log has the commit's
 // completion), or From is gone.
-func (s *Supervisor) mergeOffline(ctx context.Context, name string, op *vmstate.Op, m snapshot.Merge) error {
+func (s *Supervisor) mergeOffline(ctx context.Context, name string, op *operation.Op, m snapshot.Merge) error {
 	if !exists(m.From.Path) {
 		return nil
 	}
-	if op != nil && op.Has("pivot "+m.Disk) {
-		done, err := s.commitCompleted(name, commitJobID(m.Disk), op.Started)
+	if op != nil && op.Has(stepPivot(m.Disk)) {
+		done, err := s.commitCompleted(name, commitJobID(m.Disk), op.Started())
 		if err != nil {
 			return fmt.Errorf("whether QEMU finished merging it before it ended: %w", err)
 		}
@@ -168,7 +174,7 @@ func (s *Supervisor) commitCompleted(name, id string, since time.Time) (bool, er
 // commitLive runs block-commit of From into Into in the running QEMU and
 // returns the image above From that QEMU re-based ("" for an active
 // commit, which pivots the disk onto Into, journaled in op first).
-func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64), op *vmstate.Op) (string, error) {
+func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64), op *operation.Op) (string, error) {
 	// QEMU opened Into read-only (a backing image) and was granted it so:
 	// the commit writes it.
 	if err := s.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {

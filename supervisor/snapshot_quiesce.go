@@ -49,10 +49,7 @@ func (t *snapTake) freeze(ctx context.Context) (thaw func() error) {
 		return noop
 	}
 	// Journaled first: a kill while frozen leaves it to recovery to thaw.
-	if err := t.op.Step("freezing"); err != nil {
-		done()
-		return noop
-	}
+	t.op.Step(stepFreezing)
 	fctx, fcancel := context.WithTimeout(ctx, freezeTimeout)
 	t.frozeAt = time.Now() // the guest sees the snapshot from here to the thaw
 	n, err := a.FSFreeze(fctx)
@@ -61,7 +58,7 @@ func (t *snapTake) freeze(ctx context.Context) (thaw func() error) {
 		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (fsfreeze failed: %v)", err)
 	} else {
 		t.in.Snap.Quiesced = fmt.Sprintf("fsfreeze (%d filesystems)", n)
-		t.s.traced(t.op)(t.name, "frozen")
+		t.op.Step(stepFrozen)
 	}
 	return func() error {
 		defer done()
@@ -119,7 +116,7 @@ func (t *snapTake) withPause(ctx context.Context, running bool, actions []qmp.Tr
 	if err := t.c.Stop(ctx); err != nil {
 		return err
 	}
-	t.s.traced(t.op)(t.name, "paused")
+	t.op.Step(stepPaused)
 	if err := t.createRBD(ctx); err != nil {
 		_ = t.c.Cont(ctx)
 		return err
@@ -132,7 +129,7 @@ func (t *snapTake) withPause(ctx context.Context, running bool, actions []qmp.Tr
 	t.switched = true
 	err := t.saveMemory(ctx)
 	if err == nil {
-		t.s.traced(t.op)(t.name, "saved") // the state is whole: recovery keeps it
+		t.op.Step(stepSaved) // the state is whole: recovery keeps it
 	}
 	cerr := t.c.Cont(context.WithoutCancel(ctx))
 	t.pause = time.Since(start)

@@ -7,8 +7,8 @@ import (
 	"os"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 )
@@ -18,7 +18,7 @@ import (
 // guest wrote since is lost); one still on its old images gets the
 // overlays removed. Either way the guest is thawed and, if the snapshot
 // paused it, resumed.
-func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[snapIntent](op)
 	if err != nil {
 		return "", err
@@ -28,12 +28,12 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 		return "", err
 	}
 	if tree.Find(in.Tag) != nil {
-		return "it was recorded", s.settleGuest(ctx, name, in, slices.Contains(op.Done, "frozen"))
+		return "it was recorded", s.settleGuest(ctx, name, in, op.Has(stepFrozen))
 	}
 	// The state file is whole once QEMU finished writing it ("saved", or
 	// the switch step, which saves it, was journaled); else it goes and
 	// the snapshot is recorded without memory.
-	if in.Snap.Memory != "" && !slices.Contains(op.Done, "switch") && !slices.Contains(op.Done, "saved") {
+	if in.Snap.Memory != "" && !op.Has(stepSnapSwitch) && !op.Has(stepSaved) {
 		os.Remove(in.Snap.Memory)
 		in.Snap.Memory = ""
 	}
@@ -46,9 +46,9 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 			return "", err
 		}
 		if len(in.Layers) == 0 { // RBD disks only: the switch step made their snapshots
-			switched = slices.Contains(op.Done, "switch")
+			switched = op.Has(stepSnapSwitch)
 		}
-		serr := s.settleGuestWith(ctx, name, c, in, slices.Contains(op.Done, "frozen"))
+		serr := s.settleGuestWith(ctx, name, c, in, op.Has(stepFrozen))
 		if switched {
 			return "the disks ran on the new overlays: recorded the snapshot", errors.Join(s.recordTaken(name, in), serr)
 		}
@@ -67,7 +67,7 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *vmsta
 				return "the overlays were not all made: removed them", nil
 			}
 		}
-		if len(in.RBD) > 0 && !slices.Contains(op.Done, "rbd") && !slices.Contains(op.Done, "switch") {
+		if len(in.RBD) > 0 && !op.Has(stepSnapRBD) && !op.Has(stepSnapSwitch) {
 			removeLayerFiles(in.Layers)
 			s.removeRBDSnaps(ctx, in)
 			return "the RBD snapshots were not all made: removed them", nil

@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -19,7 +19,7 @@ import (
 // Each part can be done again, so a killed removal is finished by running
 // it again (recovery).
 
-const opSnapshotRemove = "snapshot-rm"
+const opSnapshotRemove operation.Kind = "snapshot-rm"
 
 type snapRmIntent struct {
 	Tag    string           `json:"tag"`
@@ -32,7 +32,7 @@ type snapRmIntent struct {
 // progress, when set, sees each live merge go.
 func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progress func(disk string, done, total int64)) error {
 	fail := func(err error) error { return vmErr(name, fmt.Errorf("remove snapshot %q: %w", tag, err)) }
-	lk, err := s.lock(ctx, name, opSnapshotRemove)
+	lk, err := s.lock(ctx, name, string(opSnapshotRemove))
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 	return nil
 }
 
-func (s *Supervisor) recoverSnapshotRemove(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverSnapshotRemove(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[snapRmIntent](op)
 	if err != nil {
 		return "", err
@@ -88,7 +88,7 @@ func (s *Supervisor) recoverSnapshotRemove(ctx context.Context, name string, op 
 }
 
 // finishRemove merges, records, then deletes the merged files.
-func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.Op, in snapRmIntent, progress func(string, int64, int64)) error {
+func (s *Supervisor) finishRemove(ctx context.Context, name string, op *operation.Op, in snapRmIntent, progress func(string, int64, int64)) error {
 	p := s.paths(name)
 	tree, err := snapshot.Load(p.Snapshots())
 	if err != nil {
@@ -108,13 +108,13 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *vmstate.
 			if m.From == nil {
 				continue
 			}
-			if op.Has("merged " + m.Disk) {
+			if op.Has(stepMerged(m.Disk)) {
 				continue
 			}
 			if err := s.merge(ctx, name, c, op, m, progress); err != nil {
 				return fmt.Errorf("disk %q: %w", m.Disk, err)
 			}
-			s.traced(op)(name, "merged "+m.Disk)
+			op.Step(stepMerged(m.Disk))
 		}
 		for _, d := range in.RBD {
 			if err := s.tools().RBDSnap(ctx, d, "rm", snapshot.RBDSnapName(in.Tag)); err != nil {

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -18,7 +18,14 @@ import (
 // writes made since (the overlays no snapshot holds), and, for a snapshot
 // with memory, starts the VM from its saved state.
 
-const opSnapshotRevert = "snapshot-revert"
+const opSnapshotRevert operation.Kind = "snapshot-revert"
+
+// Steps of a revert in the journal that its recovery reads.
+const (
+	stepRevertOverlays operation.Step = "overlays" // the new overlays are made
+	stepRevertStopped  operation.Step = "stopped"  // the VM is stopped: from here recovery finishes the revert
+	stepRevertRecord   operation.Step = "record"   // the tree records the revert
+)
 
 // RevertResult reports a revert.
 type RevertResult struct {
@@ -49,7 +56,7 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 	fail := func(err error) (RevertResult, error) {
 		return res, vmErr(name, fmt.Errorf("revert to %q: %w", tag, err))
 	}
-	lu, err := s.lockUnit(ctx, name, opSnapshotRevert)
+	lu, err := s.lockUnit(ctx, name, string(opSnapshotRevert))
 	if err != nil {
 		return res, err
 	}
@@ -99,13 +106,13 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 		op.End()
 		return fail(err)
 	}
-	s.traced(op)(name, "overlays")
+	op.Step(stepRevertOverlays)
 	if running {
 		if _, err := s.down(ctx, name, lu, DownOptions{Force: true}); err != nil {
 			op.End()
 			return fail(fmt.Errorf("stop: %w", err))
 		}
-		s.traced(op)(name, "stopped")
+		op.Step(stepRevertStopped)
 	}
 	// From here the VM is off: what is left is finished by recovery.
 	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {
@@ -119,14 +126,13 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 
 // finishRevert does the revert's work on a VM that is off, each part safe
 // to do again: overlays, record, dropped files, start.
-func (s *Supervisor) finishRevert(ctx context.Context, name string, op *vmstate.Op, in *revertIntent, res *RevertResult) error {
-	after := s.traced(op)
+func (s *Supervisor) finishRevert(ctx context.Context, name string, op *operation.Op, in *revertIntent, res *RevertResult) error {
 	p := s.paths(name)
 	tree, err := snapshot.Load(p.Snapshots())
 	if err != nil {
 		return err
 	}
-	if !slices.Contains(op.Done, "record") {
+	if !op.Has(stepRevertRecord) {
 		for _, d := range in.RBD { // again after a kill: a rollback is idempotent
 			if err := s.tools().RBDSnap(ctx, d, "rollback", snapshot.RBDSnapName(in.Tag)); err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
@@ -142,7 +148,7 @@ func (s *Supervisor) finishRevert(ctx context.Context, name string, op *vmstate.
 		if err := s.saveTree(name, tree); err != nil {
 			return err
 		}
-		after(name, "record")
+		op.Step(stepRevertRecord)
 	}
 	for _, f := range in.Dropped {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -226,7 +232,7 @@ func reverted(tree *snapshot.Tree, in *revertIntent) bool {
 
 // recoverRevert finishes a revert whose command died: the VM goes to the
 // snapshot, and runs if it was meant to.
-func (s *Supervisor) recoverRevert(ctx context.Context, name string, op *vmstate.Op) (string, error) {
+func (s *Supervisor) recoverRevert(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := intentOf[revertIntent](op)
 	if err != nil {
 		return "", err
@@ -244,7 +250,7 @@ func (s *Supervisor) recoverRevert(ctx context.Context, name string, op *vmstate
 		switch {
 		case err != nil:
 			return "", err
-		case !slices.Contains(op.Done, "stopped"):
+		case !op.Has(stepRevertStopped):
 			removeLayerFiles(in.Layers) // made while it ran, never used
 			return "the VM had not been stopped: nothing was changed", nil
 		case !reverted(tree, &in):

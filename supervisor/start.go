@@ -13,6 +13,7 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -105,7 +106,7 @@ type startRun struct {
 	sock vmstate.Paths // where this QEMU's sockets go: p, or a fresh incoming directory
 	unit string
 	sd   *units.Manager
-	lk   *vmstate.FileLock
+	lk   *operation.Lock
 	app  *vmstate.Applied
 	plan startPlan
 	argv []string
@@ -118,7 +119,7 @@ type startRun struct {
 	restore string
 	// op journals a destination on another host (its receiver may die),
 	// and its guardian settles it then.
-	op        *vmstate.Op
+	op        *operation.Op
 	stopGuard func()
 	prev      struct {
 		dir      bool
@@ -261,11 +262,7 @@ func (r *startRun) takeLock(ctx context.Context) (err error) {
 	}
 	if r.mode == StartIncoming {
 		// The guardian first: no moment with a journal and nobody to settle it.
-		r.stopGuard = r.s.guard(ctx, r.name)
-		if r.op, err = r.s.state.BeginOp(r.name, opMigrateIn, r.incomingIntent()); err != nil {
-			r.stopGuard()
-			r.op, r.stopGuard = nil, nil
-		}
+		r.op, r.stopGuard, err = r.s.beginGuardedOp(ctx, r.name, opMigrateIn, r.incomingIntent())
 	}
 	if err != nil {
 		r.unlock(ctx)

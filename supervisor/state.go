@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/units"
 )
@@ -21,46 +22,28 @@ func (s *Supervisor) paths(name string) vmstate.Paths { return s.state.Paths(nam
 
 // lock takes the VM's lock for a state-changing command (waiting for it
 // with Options.WaitForLock), then finishes or undoes what a killed command
-// left (journal.go), so that every command starts from a settled VM.
-func (s *Supervisor) lock(ctx context.Context, name, op string) (*vmstate.FileLock, error) {
-	lk, _, err := s.lockRecover(ctx, name, op)
+// left (the operation kernel), so that every command starts from a settled
+// VM. In a context holding the lock (an apply's changes) it is borrowed.
+func (s *Supervisor) lock(ctx context.Context, name, op string) (*operation.Lock, error) {
+	lk, _, err := s.ops.Lock(ctx, name, op)
 	return lk, err
 }
 
-// heldLock marks a context whose command holds VM name's lock across
-// several operations (apply: its plan and each change), which then run
-// under it instead of taking it again (the lock is the command's, not each
-// operation's).
-type heldLock struct{ name string }
-
-// holding returns ctx carrying the lock held on VM name.
-func holding(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, heldLock{name}, true)
-}
-
 // lockRecover is lock, and says what recovery did ("" for nothing).
-func (s *Supervisor) lockRecover(ctx context.Context, name, op string) (*vmstate.FileLock, string, error) {
-	if ctx.Value(heldLock{name}) != nil {
-		return vmstate.Borrowed(), "", nil // recovered when the command took it
-	}
-	lk, err := s.state.Lock(ctx, name, op, s.opts.WaitForLock)
-	if err != nil {
-		return nil, "", err
-	}
-	note, err := s.recover(ctx, name, op)
-	if err != nil {
-		lk.Unlock()
-		return nil, "", err
-	}
-	return lk, note, nil
+func (s *Supervisor) lockRecover(ctx context.Context, name, op string) (*operation.Lock, string, error) {
+	return s.ops.Lock(ctx, name, op)
 }
+
+// holding returns ctx carrying the lock held on VM name: the operations
+// run under it borrow it.
+func holding(ctx context.Context, name string) context.Context { return operation.Holding(ctx, name) }
 
 // lockedUnit is the prologue of the commands that change whether a VM runs
 // (down, migrate, rm): the systemd connection, the VM's lock (held until
 // unlock) and its unit's state read under it.
 type lockedUnit struct {
 	sd   *units.Manager
-	lk   *vmstate.FileLock
+	lk   *operation.Lock
 	unit string
 	st   units.Status
 	note string // what recovery did, if anything

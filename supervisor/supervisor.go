@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/hostpaths"
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
@@ -119,6 +120,8 @@ type Supervisor struct {
 	caps *HostCaps
 
 	settleRetry retryPolicy // a guardian's (Settle); tests shorten it
+
+	ops *operation.Kernel // the VMs' operations: locks, journals, recovery
 }
 
 // New returns a Supervisor. It does not connect to systemd until a command
@@ -162,7 +165,10 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}, settleRetry: defaultSettleRetry()}, nil
+	s := &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}, settleRetry: defaultSettleRetry()}
+	s.ops = operation.New(operation.Options{Store: s.state, Wait: opts.WaitForLock, After: opts.AfterStep, Logger: opts.Logger})
+	s.registerRecoverers()
+	return s, nil
 }
 
 // Close releases the systemd connection.

@@ -1,0 +1,117 @@
+package operation
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmstate"
+)
+
+// TestKernel: an operation journals its intent and every step through one
+// point (After sees each); a command that finds one left settles it with
+// its kind's recoverer, which reads the steps and the intent and may
+// journal more; an unknown kind is dropped; a recoverer that fails leaves
+// the journal for the next command.
+func TestKernel(t *testing.T) {
+	var seen []string
+	k := New(Options{Store: vmstate.Store{Root: t.TempDir()}, After: func(_, step string) { seen = append(seen, step) }})
+	var got string
+	k.Register("thing", func(_ context.Context, vm string, o *Op) (string, error) {
+		in, err := IntentOf[map[string]string](o)
+		if err != nil {
+			return "", err
+		}
+		got = vm + " " + in["what"] + " " + strings.Join(stepStrings(o.Done()), ",") + " by " + o.SettledBy()
+		o.Step("settled") // a recoverer journals through the same point
+		return "done", nil
+	})
+	ctx := context.Background()
+	lk, note, err := k.Lock(ctx, "web", "thing")
+	if err != nil || note != "" {
+		t.Fatalf("lock: %q %v", note, err)
+	}
+	o, err := k.Begin(ctx, "web", "thing", map[string]string{"what": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Step("one")
+	o.Step("two")
+	o.Close() // its command dies here
+	lk.Unlock()
+	lk, note, err = k.Lock(ctx, "web", "other") // the next command settles it first
+	if err != nil || note != "recovered an interrupted thing: done" {
+		t.Fatalf("the next command: %q %v", note, err)
+	}
+	lk.Unlock()
+	if got != "web x one,two by other" || !o.Has("two") {
+		t.Fatalf("recoverer saw %q", got)
+	}
+	if strings.Join(seen, ",") != "one,two,settled" {
+		t.Errorf("After saw %q", seen)
+	}
+
+	// A kind nobody registered (an older vmsup's, a journal cut short).
+	o, _ = k.Begin(ctx, "web", "gone-kind", nil)
+	o.Close()
+	if note, err := k.Settle(ctx, "web", "status"); err != nil || !strings.Contains(note, "dropped an unreadable journal (gone-kind)") {
+		t.Errorf("unknown kind: %q %v", note, err)
+	}
+
+	// A recoverer that fails: the journal stays.
+	k.Register("stuck", func(context.Context, string, *Op) (string, error) { return "", errors.New("QEMU does not answer") })
+	o, _ = k.Begin(ctx, "web", "stuck", nil)
+	o.Close()
+	if _, err := k.Settle(ctx, "web", "status"); err == nil || !strings.Contains(err.Error(), `vm "web": an interrupted stuck`) {
+		t.Errorf("failed recovery: %v", err)
+	}
+	if p, _ := k.Pending("web"); p == nil || p.Kind() != "stuck" {
+		t.Errorf("the journal of a failed recovery: %+v", p)
+	} else {
+		p.End()
+	}
+}
+
+// TestRunAndHolding: Run journals a list of named steps and ends the
+// operation; in a context Holding the lock, Lock borrows it (no busy, no
+// second settle), while another command is refused as busy.
+func TestRunAndHolding(t *testing.T) {
+	var seen []string
+	store := vmstate.Store{Root: t.TempDir()}
+	k := New(Options{Store: store, After: func(_, step string) { seen = append(seen, step) }})
+	ctx := context.Background()
+	list := []steps.Step{
+		{Name: "a", Do: func(context.Context) error { return nil }},
+		{Name: "b", Do: func(context.Context) error { return nil }},
+	}
+	if err := k.Run(ctx, "db", "list", nil, list); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := k.Pending("db"); p != nil || strings.Join(seen, ",") != "a,b" {
+		t.Fatalf("after Run: pending %+v, steps %q", p, seen)
+	}
+	lk, _, err := k.Lock(ctx, "db", "apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock()
+	in, _, err := k.Lock(Holding(ctx, "db"), "db", "disk-attach")
+	if err != nil {
+		t.Fatalf("an operation under its command's lock: %v", err)
+	}
+	in.Unlock() // borrowed: nothing
+	var busy *vmstate.BusyError
+	if _, _, err := k.Lock(ctx, "db", "snapshot"); !errors.As(err, &busy) || busy.Op != "apply" {
+		t.Errorf("another command during the apply: %v", err)
+	}
+}
+
+func stepStrings(ss []Step) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/backup"
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -206,7 +207,7 @@ type backupRun struct {
 func (b *backupRun) plan(ctx context.Context, disks []backup.Disk) error {
 	for _, d := range disks {
 		if b.c != nil {
-			n, err := findNode(ctx, b.c, d.Image)
+			n, err := devices.FindNode(ctx, b.c, d.Image)
 			if err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}

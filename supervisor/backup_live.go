@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/backup"
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 )
@@ -105,7 +106,7 @@ func detachTargets(ctx context.Context, c *qmp.Conn, in backupIntent) {
 func (b *backupRun) start(ctx context.Context) error {
 	var actions []qmp.TransactionAction
 	for _, p := range b.in.Disks {
-		node, err := findNode(ctx, b.c, p.Image)
+		node, err := devices.FindNode(ctx, b.c, p.Image)
 		if err != nil {
 			return fmt.Errorf("disk %q: %w", p.Disk, err)
 		}
@@ -151,7 +152,7 @@ func abortJobs(ctx context.Context, c *qmp.Conn, in backupIntent) {
 			_ = c.JobDismiss(ctx, id)
 		}
 		if p.NewBitmap != "" {
-			if n, err := findNode(ctx, c, p.Image); err == nil {
+			if n, err := devices.FindNode(ctx, c, p.Image); err == nil {
 				_ = c.BlockDirtyBitmapRemove(ctx, n.NodeName, p.NewBitmap)
 			}
 		}
@@ -225,7 +226,7 @@ func (b *backupRun) dropOldBitmaps(ctx context.Context) error {
 }
 
 func dropChainBitmaps(ctx context.Context, c *qmp.Conn, p backup.DiskPlan, chain string) error {
-	n, err := findNode(ctx, c, p.Image)
+	n, err := devices.FindNode(ctx, c, p.Image)
 	if err != nil {
 		return err
 	}

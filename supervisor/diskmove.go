@@ -8,16 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -243,102 +242,21 @@ func (s *Supervisor) checkTarget(ctx context.Context, app *vmstate.Applied, t sp
 func (s *Supervisor) newMoveIntent(ctx context.Context, name string, c *qmp.Conn, src, t spec.Disk, fileSrc string) (*moveIntent, error) {
 	in := &moveIntent{Disk: src.Name, Source: src, Target: t, FromFile: fileSrc != "", FileSource: fileSrc,
 		Job: "vmsup-move-" + src.Name, Created: t.Type == spec.DiskFile}
-	top, err := deviceNode(ctx, c, src.Name)
+	top, err := devices.DeviceNode(ctx, c, src.Name)
 	if err != nil {
 		return nil, err
 	}
-	sp, err := s.runningParts(name, src, top)
+	sp, err := devices.RunningParts(s.paths(name).Dir, src, top)
 	if err != nil {
 		return nil, err
 	}
-	in.SourceNodes, in.SourceObjects = partNames(sp)
-	tp, err := qemuargs.MoveTarget(t, s.moveHost(name, t))
+	in.SourceNodes, in.SourceObjects = devices.PartNames(sp)
+	tp, err := qemuargs.MoveTarget(t, devices.MoveHost(s.paths(name).Dir, t))
 	if err != nil {
 		return nil, err
 	}
-	in.Nodes, in.Objects = partNames(tp)
+	in.Nodes, in.Objects = devices.PartNames(tp)
 	return in, nil
-}
-
-func (s *Supervisor) moveHost(name string, t spec.Disk) qemuargs.DiskHost {
-	return qemuargs.DiskHost{SecretFile: moveSecretFile(s.paths(name), t)}
-}
-
-// runningParts are the block nodes and secret object disk d runs on,
-// top the device's node: named as at boot, or as a move target (an
-// earlier move in this run). Other names (a snapshot overlay's) are not
-// vmsup's to close here.
-func (s *Supervisor) runningParts(name string, d spec.Disk, top string) (qemuargs.DiskParts, error) {
-	switch top {
-	case qemuargs.DiskNodeName(d.Name):
-		img, sec := storage.HostFiles(s.paths(name).Dir, d)
-		p, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: img, SecretFile: orDefault(sec, "/dev/null")}, "pci.0")
-		p.Objects = slices.DeleteFunc(p.Objects, func(o qemuargs.Object) bool { return o.QOMType != "secret" })
-		return p, err
-	case qemuargs.MoveNodeName(d.Name, d):
-		return qemuargs.MoveTarget(d, s.moveHost(name, d))
-	}
-	if qemuOwned(top) {
-		// An image QEMU opened itself from an overlay's header, which a
-		// snapshot's removal merged the disk down into: QEMU closes it
-		// once the device lets go of it.
-		return qemuargs.DiskParts{Blockdevs: []qemuargs.Blockdev{{NodeName: top}}}, nil
-	}
-	return qemuargs.DiskParts{}, fmt.Errorf("its device runs on node %s, which is not the disk's own (a snapshot overlay?): restart the VM first", top)
-}
-
-func partNames(p qemuargs.DiskParts) (nodes, objects []string) {
-	for _, b := range p.Blockdevs {
-		nodes = append(nodes, b.NodeName)
-	}
-	for _, o := range p.Objects {
-		objects = append(objects, o.ID)
-	}
-	return nodes, objects
-}
-
-// moveSecretFile is where a target's key is copied for QEMU ("" for a
-// target without one): the secret object reads it at creation.
-func moveSecretFile(p vmstate.Paths, t spec.Disk) string {
-	if !t.NeedsSecret() {
-		return ""
-	}
-	_, sec := storage.HostFiles(p.Dir, t)
-	return sec
-}
-
-// deviceNode is the node disk's device runs on (query-block's inserted
-// node): its format node, or the overlay a snapshot put on it.
-func deviceNode(ctx context.Context, c *qmp.Conn, disk string) (string, error) {
-	blocks, err := c.QueryBlock(ctx)
-	if err != nil {
-		return "", err
-	}
-	id := qemuargs.DiskDeviceID(disk)
-	for _, b := range blocks {
-		// virtio-blk's backend is a child of the device: its QOM path.
-		if b.Inserted != nil && (b.QdevID == id || strings.HasPrefix(b.QdevID, "/machine/peripheral/"+id+"/") ||
-			b.QdevID == "/machine/peripheral/"+id) {
-			return b.Inserted.NodeName, nil
-		}
-	}
-	return "", fmt.Errorf("QEMU has no device %s with an image in it", id)
-}
-
-// movedParts is parts (of disk d, named as at boot) as QEMU has them: a
-// disk moved in this run runs on its move target's nodes and key.
-func (s *Supervisor) movedParts(ctx context.Context, c *qmp.Conn, name string, d spec.Disk, parts qemuargs.DiskParts) (qemuargs.DiskParts, error) {
-	top, err := deviceNode(ctx, c, d.Name)
-	if err != nil || top != qemuargs.MoveNodeName(d.Name, d) {
-		return parts, nil // as booted (or the device is gone already)
-	}
-	mp, err := qemuargs.MoveTarget(d, s.moveHost(name, d))
-	if err != nil {
-		return parts, err
-	}
-	parts.Blockdevs = mp.Blockdevs
-	parts.Objects = append(slices.DeleteFunc(parts.Objects, func(o qemuargs.Object) bool { return o.QOMType == "secret" }), mp.Objects...)
-	return parts, nil
 }
 
 // CancelDiskMove asks the move of disk in progress on VM name to cancel.
@@ -403,7 +321,7 @@ func cancelMoveJob(ctx context.Context, c *qmp.Conn, id string, wait bool) error
 // moveRules are the grants a target needs: its files, and its key.
 func moveRules(ctx context.Context, p vmstate.Paths, t spec.Disk) ([]units.PathRule, error) {
 	rules, err := confine.DiskRules(ctx, t)
-	if sec := moveSecretFile(p, t); sec != "" {
+	if sec := devices.MoveSecretFile(p.Dir, t); sec != "" {
 		rules = append(rules, units.PathRule{Path: sec, Mode: "r"})
 	}
 	return rules, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -54,7 +55,7 @@ func (s *Supervisor) recoverDiskMove(ctx context.Context, name string, op *opera
 		}
 		return note, nil
 	}
-	if err := delParts(ctx, c, in.Nodes, in.Objects); err != nil {
+	if err := devices.DelParts(ctx, c, in.Nodes, in.Objects); err != nil {
 		return "", err
 	}
 	if err := s.ReleasePaths(ctx, name, in.Rules...); err != nil {
@@ -87,7 +88,7 @@ func removeMoveTarget(name string, s *Supervisor, in *moveIntent) {
 	if in.Created && in.Target.Type == spec.DiskFile {
 		os.Remove(in.Target.File)
 	}
-	if sec := moveSecretFile(s.paths(name), in.Target); sec != "" && !in.Source.NeedsSecret() {
+	if sec := devices.MoveSecretFile(s.paths(name).Dir, in.Target); sec != "" && !in.Source.NeedsSecret() {
 		os.Remove(sec)
 	}
 }
@@ -111,7 +112,7 @@ func settleMoveJob(ctx context.Context, c *qmp.Conn, id string) error {
 		return nil
 	}
 	_, _ = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, nil)
-	if err := c.JobDismiss(ctx, id); err != nil && !isNotFound(err) {
+	if err := c.JobDismiss(ctx, id); err != nil && !devices.IsNotFound(err) {
 		return err
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -111,7 +112,7 @@ func (m *diskMove) release(ctx context.Context) {
 }
 
 func (m *diskMove) addNodes(ctx context.Context) error {
-	p, err := qemuargs.MoveTarget(m.in.Target, m.s.moveHost(m.name, m.in.Target))
+	p, err := qemuargs.MoveTarget(m.in.Target, devices.MoveHost(m.s.paths(m.name).Dir, m.in.Target))
 	if err != nil {
 		return err
 	}
@@ -132,55 +133,8 @@ func (m *diskMove) addNodes(ctx context.Context) error {
 
 func (m *diskMove) delNodes(ctx context.Context) {
 	if !m.pivoted {
-		_ = delParts(ctx, m.c, m.in.Nodes, m.in.Objects)
+		_ = devices.DelParts(ctx, m.c, m.in.Nodes, m.in.Objects)
 	}
-}
-
-// delParts deletes nodes (given protocol first: deleted top first) and
-// objects, skipping what QEMU does not have.
-func delParts(ctx context.Context, c *qmp.Conn, nodes, objects []string) error {
-	var errs []error
-	for i := len(nodes) - 1; i >= 0; i-- {
-		if qemuOwned(nodes[i]) {
-			continue // not the monitor's to delete: QEMU frees it when unused
-		}
-		if err := blockdevDelRetry(ctx, c, nodes[i]); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("blockdev-del %s: %w", nodes[i], err))
-		}
-	}
-	for _, o := range objects {
-		if err := c.ObjectDel(ctx, o); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("object-del %s: %w", o, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// qemuOwned reports whether QEMU named a block node itself ("#block123"):
-// one it opened from an image's header, which blockdev-del refuses.
-func qemuOwned(node string) bool { return strings.HasPrefix(node, "#") }
-
-// blockdevDelRetry deletes a node, trying again for a moment while QEMU
-// says it is in use (a job that just ended can hold it briefly).
-func blockdevDelRetry(ctx context.Context, c *qmp.Conn, node string) error {
-	for wait := 50 * time.Millisecond; ; wait *= 2 {
-		err := c.BlockdevDel(ctx, node)
-		if err == nil || !strings.Contains(err.Error(), "in use") || wait > 2*time.Second {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-	}
-}
-
-// isNotFound: QEMU has no such node or object (7.2: "Failed to find node
-// with node-name='X'", "object 'X' not found").
-func isNotFound(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "Failed to find node") || strings.Contains(msg, "not found")
 }
 
 func (m *diskMove) mirror(ctx context.Context) error {
@@ -241,7 +195,7 @@ func (m *diskMove) pivot(ctx context.Context) error {
 
 // onTarget reports whether the device runs on the target's node.
 func onTarget(ctx context.Context, c *qmp.Conn, in *moveIntent) (bool, error) {
-	top, err := deviceNode(ctx, c, in.Disk)
+	top, err := devices.DeviceNode(ctx, c, in.Disk)
 	if err != nil {
 		return false, err
 	}
@@ -291,7 +245,7 @@ func (m *diskMove) closeSource(ctx context.Context) error {
 }
 
 func (s *Supervisor) closeMoveSource(ctx context.Context, name string, c *qmp.Conn, in *moveIntent) error {
-	err := delParts(ctx, c, in.SourceNodes, in.SourceObjects)
+	err := devices.DelParts(ctx, c, in.SourceNodes, in.SourceObjects)
 	rules, _ := confine.DiskRules(ctx, in.Source)
 	paths := rulePaths(rules)
 	if _, sec := storage.HostFiles(s.paths(name).Dir, in.Source); sec != "" && !in.Target.NeedsSecret() {

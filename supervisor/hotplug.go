@@ -334,7 +334,7 @@ func (s *Supervisor) unplugDisk(ctx context.Context, name string, app *vmstate.A
 	if err != nil {
 		return err
 	}
-	if parts, err = s.movedParts(ctx, c, name, a.Disk, parts); err != nil {
+	if parts, err = devices.MovedParts(ctx, c, s.paths(name).Dir, a.Disk, parts); err != nil {
 		release()
 		return err
 	}

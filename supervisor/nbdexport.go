@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -168,7 +169,7 @@ func (e *nbdRun) plan(ctx context.Context, v *vmstate.View) error {
 			continue
 		}
 		im := d.Active
-		n, err := findNode(ctx, c, im.Path)
+		n, err := devices.FindNode(ctx, c, im.Path)
 		if err != nil {
 			release()
 			return fmt.Errorf("disk %q: %w", d.Name, err)

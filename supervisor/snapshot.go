@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -295,7 +296,7 @@ func (t *snapTake) createOverlays(ctx context.Context) error {
 // runs (the image is locked), qemu-img's otherwise.
 func (t *snapTake) virtualSize(ctx context.Context, im snapshot.Image) (int64, error) {
 	if t.c != nil {
-		n, err := findNode(ctx, t.c, im.Path)
+		n, err := devices.FindNode(ctx, t.c, im.Path)
 		if err != nil {
 			return 0, err
 		}
@@ -368,7 +369,7 @@ func delOverlayNodes(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) 
 func (t *snapTake) switchDisks(ctx context.Context) error {
 	var actions []qmp.TransactionAction
 	for _, l := range t.in.Layers {
-		n, err := findNode(ctx, t.c, l.Base.Path)
+		n, err := devices.FindNode(ctx, t.c, l.Base.Path)
 		if err != nil {
 			return fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
@@ -414,32 +415,6 @@ func (t *snapTake) record(context.Context) error {
 	t.in.Snap.RBD = rbdSnaps(*t.in)
 	tree.Taken(t.in.Snap, t.in.Layers)
 	return t.s.saveTree(t.name, tree)
-}
-
-// findNode finds the format node QEMU has open on image file path: not
-// its protocol node, nor a filter a block job put above it (commit_top,
-// mirror_top, copy-before-write), which report the same file.
-func findNode(ctx context.Context, c *qmp.Conn, path string) (qmp.BlockNode, error) {
-	nodes, err := c.QueryNamedBlockNodes(ctx)
-	if err != nil {
-		return qmp.BlockNode{}, err
-	}
-	for _, n := range nodes {
-		if n.Image.Filename == path && formatDriver(n.Driver) {
-			return n, nil
-		}
-	}
-	return qmp.BlockNode{}, fmt.Errorf("QEMU has no node on %s", path)
-}
-
-// formatDriver reports whether a block driver reads an image format (the
-// nodes vmsup and QEMU open on image files), not a protocol or a filter.
-func formatDriver(driver string) bool {
-	switch driver {
-	case "qcow2", "raw", "qed", "vmdk", "vdi", "vhdx", "vpc", "luks":
-		return true
-	}
-	return false
 }
 
 // saveTree records the VM's snapshot tree, through the record writer that

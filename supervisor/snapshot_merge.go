@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/eventlog"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
@@ -70,12 +71,12 @@ func (s *Supervisor) mergeLive(ctx context.Context, name string, c *qmp.Conn, op
 			return "", s.finishCommitJob(ctx, name, c, op, m, j, progress)
 		}
 	}
-	top, err := findNode(ctx, c, m.From.Path)
+	top, err := devices.FindNode(ctx, c, m.From.Path)
 	if err != nil {
 		return "", nil // QEMU left From: it was merged (and is stale now)
 	}
-	if _, _, err := rootOf(ctx, c, top.NodeName); err != nil {
-		closeNode(ctx, c, top.NodeName) // merged, its node left open
+	if _, _, err := devices.RootOf(ctx, c, top.NodeName); err != nil {
+		devices.CloseNode(ctx, c, top.NodeName) // merged, its node left open
 		return "", nil
 	}
 	return s.commitLive(ctx, name, c, m, progress, op)
@@ -90,12 +91,12 @@ func (s *Supervisor) finishCommitJob(ctx context.Context, name string, c *qmp.Co
 			progress(m.Disk, j.CurrentProgress, j.TotalProgress)
 		}
 	}
-	top, _ := findNode(ctx, c, m.From.Path)
+	top, _ := devices.FindNode(ctx, c, m.From.Path)
 	if err := s.completeCommit(ctx, name, c, op, m.Disk, j.Type == "commit" && j.Status != "concluded", prog); err != nil {
 		return err
 	}
 	if top.NodeName != "" {
-		closeNode(ctx, c, top.NodeName)
+		devices.CloseNode(ctx, c, top.NodeName)
 	}
 	return nil
 }
@@ -180,15 +181,15 @@ func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m
 	if err := s.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {
 		return "", err
 	}
-	top, err := findNode(ctx, c, m.From.Path)
+	top, err := devices.FindNode(ctx, c, m.From.Path)
 	if err != nil {
 		return "", err
 	}
-	base, err := findNode(ctx, c, m.Into.Path)
+	base, err := devices.FindNode(ctx, c, m.Into.Path)
 	if err != nil {
 		return "", err
 	}
-	device, above, err := rootOf(ctx, c, top.NodeName)
+	device, above, err := devices.RootOf(ctx, c, top.NodeName)
 	if err != nil {
 		return "", err
 	}
@@ -206,20 +207,6 @@ func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m
 	if err := s.completeCommit(ctx, name, c, op, m.Disk, above == "", prog); err != nil {
 		return "", err
 	}
-	closeNode(ctx, c, top.NodeName)
+	devices.CloseNode(ctx, c, top.NodeName)
 	return above, nil
-}
-
-// closeNode closes a merged image's nodes that vmsup named (at boot or by
-// a snapshot): they stay open until deleted, and keep a reference on Into
-// (which then is no root node for the next commit). QEMU's own, opened
-// from a header, went with the commit.
-func closeNode(ctx context.Context, c *qmp.Conn, node string) {
-	if qemuOwned(node) {
-		return
-	}
-	_ = c.BlockdevDel(ctx, node)
-	if p := protocolNode(node); p != "" {
-		_ = c.BlockdevDel(ctx, p)
-	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -141,64 +140,4 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *operatio
 		}
 	}
 	return nil
-}
-
-// rootOf finds the top node of the chain node is in (the device's), and
-// the image directly above node ("" when node is the top).
-func rootOf(ctx context.Context, c *qmp.Conn, node string) (root, above string, err error) {
-	blocks, err := c.QueryBlock(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	nodes, err := c.QueryNamedBlockNodes(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	byName := map[string]qmp.BlockNode{}
-	for _, n := range nodes {
-		byName[n.NodeName] = n
-	}
-	for _, b := range blocks {
-		if b.Inserted == nil {
-			continue
-		}
-		// Walk down the chain by backing file names.
-		cur, prev := byName[b.Inserted.NodeName], ""
-		for range 64 {
-			if cur.NodeName == node {
-				return b.Inserted.NodeName, prev, nil
-			}
-			if cur.BackingFile == "" {
-				break
-			}
-			prev = cur.Image.Filename
-			next, ok := nodeOnFile(nodes, cur.BackingFile)
-			if !ok {
-				break
-			}
-			cur = next
-		}
-	}
-	return "", "", fmt.Errorf("node %s is in no device's chain", node)
-}
-
-func nodeOnFile(nodes []qmp.BlockNode, file string) (qmp.BlockNode, bool) {
-	for _, n := range nodes {
-		if n.Image.Filename == file && formatDriver(n.Driver) {
-			return n, true
-		}
-	}
-	return qmp.BlockNode{}, false
-}
-
-// protocolNode is the name of the protocol node vmsup put under a format
-// node it named ("" for QEMU's own names).
-func protocolNode(format string) string {
-	switch {
-	case strings.HasPrefix(format, "fmt-"):
-		return "file-" + strings.TrimPrefix(format, "fmt-")
-	case strings.HasPrefix(format, "ovl-"):
-		return "ovf-" + strings.TrimPrefix(format, "ovl-")
-	}
-	return ""
 }

@@ -40,8 +40,8 @@ func TestOrphanUnitStop(t *testing.T) {
 		return []string{vmsupBin, cmd, "--root", root, "--unit", orphan, vm}
 	}
 	if err := sd.Start(ctx, units.Unit{Name: orphan, Argv: []string{"/bin/sleep", "600"}, DeviceAll: true,
-		ExecStop: [][]string{hook("stop-hook")}, ExecStopPrivileged: true,
-		ExecStopPost: [][]string{hook("stop-post")}, ExecStopPostPrivileged: true}); err != nil {
+		ExecStop: [][]string{hook("stop-hook")}, ExecStopPost: [][]string{hook("stop-post")},
+		StopHooksPrivileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := env.Systemd.Systemctl(ctx, "stop", orphan); err != nil {

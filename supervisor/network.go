@@ -95,7 +95,7 @@ func (s *Supervisor) networkUnit(u *units.Unit, vm string) {
 	u.ExecStopPost = append(u.ExecStopPost, []string{s.opts.Self, "stop-post", "--root", s.opts.Root, vm})
 	// The hook removes taps and takes back file grants: it needs root
 	// even though QEMU runs unprivileged.
-	u.ExecStopPostPrivileged = true
+	u.StopHooksPrivileged = true
 }
 
 // validateNICs is the NIC check of Validate: the bridges, OVS bridges and

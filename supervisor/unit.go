@@ -26,17 +26,18 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 		Slice:       s.opts.Slice,
 		Argv:        argv,
 		ExecStop:    [][]string{stop},
-		// vmsup's own hook talks QMP like vmsup itself; the sandbox is for
+		// vmsup's own hooks talk QMP like vmsup itself and take back what
+		// the host steps made (taps, grants, profiles): the sandbox is for
 		// QEMU, and setting it up again for the hook would slow every stop.
-		ExecStopPrivileged: true,
-		TimeoutStop:        vm.StopTimeout.D() + stopMargin,
-		MemoryMax:          uint64(vm.MaxMemory + vm.Limits.MemoryOverhead),
-		CPUAccounting:      true,
-		CPUQuota:           vm.Limits.CPUQuota,
-		CPUWeight:          vm.Limits.CPUWeight,
-		CPUAffinity:        emulatorCPUs(vm),
-		TasksMax:           vm.Limits.TasksMax,
-		UMask:              0o077, // QEMU's sockets and files: owner only
+		StopHooksPrivileged: true,
+		TimeoutStop:         vm.StopTimeout.D() + stopMargin,
+		MemoryMax:           uint64(vm.MaxMemory + vm.Limits.MemoryOverhead),
+		CPUAccounting:       true,
+		CPUQuota:            vm.Limits.CPUQuota,
+		CPUWeight:           vm.Limits.CPUWeight,
+		CPUAffinity:         emulatorCPUs(vm),
+		TasksMax:            vm.Limits.TasksMax,
+		UMask:               0o077, // QEMU's sockets and files: owner only
 		// A relative path QEMU is given (over QMP) resolves in the VM's
 		// own directory, not from "/". Optional: the stop hooks must run
 		// even if it is gone, and a QEMU left in "/" is what the raw QMP

@@ -74,22 +74,21 @@ func TestSandboxRefusesRoot(t *testing.T) {
 	}
 }
 
-// TestStopPostPrivileged: a sandboxed service's ExecStopPost and ExecStop
-// can each run as root (clean-up of ACLs, profiles and taps; vmsup's stop
-// hook, spared the sandbox set-up) or inside the sandbox.
+// TestStopPostPrivileged: a sandboxed service's stop hooks run as root
+// with StopHooksPrivileged (clean-up of ACLs, profiles and taps; vmsup's
+// stop hook, spared the sandbox set-up), else inside the sandbox.
 func TestStopPostPrivileged(t *testing.T) {
 	m, ctx := connect(t)
-	for _, stopPriv := range []bool{false, true} {
+	for _, priv := range []bool{false, true} {
 		dir := t.TempDir()
 		if err := os.Chmod(dir, 0o777); err != nil {
 			t.Fatal(err)
 		}
 		u := units.Unit{Name: "vmsup-stoppost.service", Argv: []string{"/bin/sleep", "300"},
-			ExecStop:               [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/stop"}},
-			ExecStopPrivileged:     stopPriv,
-			ExecStopPost:           [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/post"}},
-			ExecStopPostPrivileged: true,
-			Sandbox:                &units.Sandbox{User: "daemon", ReadWritePaths: []string{dir}, BindPaths: []string{dir}}}
+			ExecStop:            [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/stop"}},
+			ExecStopPost:        [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/post"}},
+			StopHooksPrivileged: priv,
+			Sandbox:             &units.Sandbox{User: "daemon", ReadWritePaths: []string{dir}, BindPaths: []string{dir}}}
 		if err := m.Start(ctx, u); err != nil {
 			t.Fatal(err)
 		}
@@ -97,14 +96,14 @@ func TestStopPostPrivileged(t *testing.T) {
 		if err := m.Stop(ctx, u.Name); err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]string{"stop": "1", "post": "0"}
-		if stopPriv {
-			want["stop"] = "0"
+		want := "1" // daemon
+		if priv {
+			want = "0"
 		}
-		for f, w := range want {
+		for _, f := range []string{"stop", "post"} {
 			b, err := os.ReadFile(filepath.Join(dir, f))
-			if err != nil || strings.TrimSpace(string(b)) != w {
-				t.Errorf("ExecStopPrivileged %v: %s ran as uid %q (%v), want %s", stopPriv, f, b, err, w)
+			if err != nil || strings.TrimSpace(string(b)) != want {
+				t.Errorf("StopHooksPrivileged %v: %s ran as uid %q (%v), want %s", priv, f, b, err, want)
 			}
 		}
 	}

@@ -21,16 +21,16 @@ type Unit struct {
 	// where the graceful guest shutdown belongs. ExecStopPost always runs.
 	ExecStop     [][]string
 	ExecStopPost [][]string
-	// ExecStopPrivileged runs ExecStop with full privileges (the "+"
-	// prefix): no user switch and none of the sandbox's namespaces to set
-	// up, which costs as much as at start (~45 ms measured here), on every
-	// stop, including the no-op run after QEMU exited by itself.
-	ExecStopPrivileged bool
-	// ExecStopPostPrivileged runs ExecStopPost with full privileges (the
-	// "+" prefix) while the service itself runs as Sandbox.User: clean-up
-	// that takes back ACLs, profiles or taps needs root.
-	ExecStopPostPrivileged bool
-	TimeoutStop            time.Duration // outer bound for ExecStop + the stop signal
+	// StopHooksPrivileged runs ExecStop and ExecStopPost with full
+	// privileges while the service itself runs as Sandbox.User: vmsup's
+	// hooks talk QMP as vmsup does, and clean-up that takes back ACLs,
+	// profiles or taps needs root. It is PermissionsStartOnly=, not the
+	// "+" prefix: systemd 252 writes a "+" command into the unit's
+	// transient file as ExecStopEx=/ExecStopPostEx=, keys its own parser
+	// does not know, so a daemon-reload dropped both hooks ("Unknown key
+	// 'ExecStopPostEx'", measured; TestReloadKeepsProperties).
+	StopHooksPrivileged bool
+	TimeoutStop         time.Duration // outer bound for ExecStop + the stop signal
 	// After orders the unit after these: at start, if they start in the same
 	// transaction (boot); at shutdown the unit stops first, so what the VM
 	// needs (the network, Open vSwitch) outlives its graceful stop.
@@ -131,19 +131,17 @@ func (u Unit) lifecycleProps() []sd.Property {
 	if len(u.After) > 0 {
 		p = append(p, sd.PropAfter(u.After...))
 	}
+	// Only the plain forms: systemd 252 re-reads a transient unit from
+	// the file it wrote at start on every daemon-reload, and writes the Ex
+	// forms under keys it cannot read back.
 	if len(u.ExecStop) > 0 {
-		if u.ExecStopPrivileged {
-			p = append(p, execExProp("ExecStopEx", u.ExecStop, "privileged"))
-		} else {
-			p = append(p, execProp("ExecStop", u.ExecStop))
-		}
+		p = append(p, execProp("ExecStop", u.ExecStop))
 	}
 	if len(u.ExecStopPost) > 0 {
-		if u.ExecStopPostPrivileged {
-			p = append(p, execExProp("ExecStopPostEx", u.ExecStopPost, "privileged"))
-		} else {
-			p = append(p, execProp("ExecStopPost", u.ExecStopPost))
-		}
+		p = append(p, execProp("ExecStopPost", u.ExecStopPost))
+	}
+	if u.StopHooksPrivileged {
+		p = append(p, prop("PermissionsStartOnly", true))
 	}
 	if u.TimeoutStop > 0 {
 		p = append(p, prop("TimeoutStopUSec", uint64(u.TimeoutStop/time.Microsecond)))
@@ -210,22 +208,6 @@ func execProp(name string, cmds [][]string) sd.Property {
 	v := make([]execCommand, 0, len(cmds))
 	for _, c := range cmds {
 		v = append(v, execCommand{Path: c[0], Args: c})
-	}
-	return prop(name, v)
-}
-
-// execExCommand is systemd's (sasas) ExecStartEx-style tuple with flags
-// ("privileged" = the "+" prefix, "ignore-failure" = "-").
-type execExCommand struct {
-	Path  string
-	Args  []string
-	Flags []string
-}
-
-func execExProp(name string, cmds [][]string, flags ...string) sd.Property {
-	v := make([]execExCommand, 0, len(cmds))
-	for _, c := range cmds {
-		v = append(v, execExCommand{Path: c[0], Args: c, Flags: append([]string{}, flags...)})
 	}
 	return prop(name, v)
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -88,4 +90,46 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// volatileProps are the properties that change while a unit runs whatever
+// it was made with: times, counters, what a daemon-reload itself changes.
+var volatileProps = regexp.MustCompile(`^(InvocationID|NeedDaemonReload|.*Timestamp(Monotonic)?|MemoryCurrent|MemoryAvailable|CPUUsageNSec|TasksCurrent|IO(Read|Write)(Bytes|Operations)|IP(In|E)gress(Bytes|Packets)|Effective(CPUs|MemoryNodes))$`)
+
+// execRuntime are the fields of an Exec*= property that say how its
+// command last ran, not what it is.
+var execRuntime = regexp.MustCompile(` ; (start_time|stop_time|pid|code|status)=(\[[^]]*\]|[^ ;]*)`)
+
+// UnitProperties is `systemctl show --all UNIT` as a map of what the unit
+// is, not how it runs now (no times, counters or the Exec*= commands' last
+// run), with a property given on several lines, or a list of units, in
+// sorted order: two snapshots of a unit differ only where the unit does.
+func (s *Systemd) UnitProperties(ctx context.Context, unit string) (map[string]string, error) {
+	out, err := s.Systemctl(ctx, "show", "--all", unit)
+	if err != nil {
+		return nil, err
+	}
+	lines := map[string][]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || volatileProps.MatchString(k) {
+			continue
+		}
+		if strings.HasPrefix(k, "Exec") {
+			v = execRuntime.ReplaceAllString(v, "")
+		}
+		lines[k] = append(lines[k], v)
+	}
+	m := map[string]string{}
+	for k, vs := range lines {
+		switch k {
+		case "After", "Before", "Requires", "Wants", "BindsTo", "RequiredBy", "WantedBy", "Conflicts", "ConflictedBy", "RequiresMountsFor":
+			if len(vs) == 1 {
+				vs = strings.Fields(vs[0])
+			}
+		}
+		sort.Strings(vs)
+		m[k] = strings.Join(vs, "\n")
+	}
+	return m, nil
 }

@@ -87,15 +87,26 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 			return fmt.Errorf("console log: %w", err)
 		}
 	}
+	sb, uid, gid, err := r.companionUser()
+	if err != nil {
+		return fmt.Errorf("console log: %w", err)
+	}
+	if sb != nil {
+		// The logger runs as QEMU's user: the files vmsup made as root
+		// (this start's, or given back to root at the last down) are its.
+		if err := consolelog.Chown(c, uid, gid); err != nil {
+			return fmt.Errorf("console log: %w", err)
+		}
+	}
 	u := units.Unit{Name: unit, Description: "vmsup: console log of " + r.name, Collect: true,
 		Argv: []string{r.s.opts.Self, HookConsoleLog, "--fifo", fifo, "--max", strconv.FormatInt(c.MaxBytes, 10),
 			"--keep", strconv.Itoa(c.Keep), c.Path},
 		// Not a lower CPU share: QEMU waits for the logger once the FIFO
 		// is full, so a starved logger would stall the guest's console.
-		TasksMax: 16, MemoryMax: 64 << 20,
+		TasksMax: 16, MemoryMax: 64 << 20, UMask: 0o077, // the guest's console: its owner's only
 		// Stopped after its QEMU at host shutdown: the guest's last lines
 		// ("reboot: Power down") still reach the log.
-		Before: []string{r.unit}}
+		Before: []string{r.unit}, Sandbox: loggerSandbox(sb, r.p, r.s.opts.Self)}
 	if err := r.sd.Start(ctx, u); err != nil {
 		// A logger left by a start killed before its QEMU opened the FIFO
 		// (it would end by itself within firstWriterWait): stop it, again.
@@ -106,6 +117,23 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// loggerSandbox confines the logger as its QEMU's user (sb, from
+// companionUser; nil: unconfined): it sees of the host's VM files only its
+// own state directory, where it writes the log and rotates it (a rename in
+// that directory), and the vmsup binary it runs; no network, no
+// capabilities.
+func loggerSandbox(sb *units.Sandbox, p vmstate.Paths, self string) *units.Sandbox {
+	if sb == nil {
+		return nil
+	}
+	s := *sb
+	s.ReadWritePaths, s.BindPaths = []string{p.Dir}, []string{p.Dir}
+	s.HidePaths = []string{filepath.Dir(p.Dir)} // every VM's state directory
+	s.ReadOnlyBindPaths = []string{self}
+	s.HostNetwork, s.Devices, s.AppArmorProfile, s.AllowWriteExecute = false, nil, "", false
+	return &s
 }
 
 func (r *startRun) stopConsoleLog(ctx context.Context) {

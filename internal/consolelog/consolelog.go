@@ -75,6 +75,22 @@ func Files(c Config) []string {
 	return out
 }
 
+// Chown gives the log's files (each kept file, its times, the lock) to
+// uid:gid, the logger's user; missing ones are skipped, and a symlink put
+// in their place is changed itself, not followed.
+func Chown(c Config, uid, gid int) error {
+	names := []string{c.Path + ".lock"}
+	for i := 0; i < max(c.Keep, 1); i++ {
+		names = append(names, c.name(i), timesPath(c.name(i)))
+	}
+	for _, n := range names {
+		if err := os.Lchown(n, uid, gid); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // MakeFIFO creates the FIFO QEMU writes the console to at path (replacing
 // whatever is there), owned by uid:gid with mode 0600: only QEMU's user
 // (and root) can write to it.

@@ -2,6 +2,7 @@ package units
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,13 +18,33 @@ import (
 // NAME.socket listening with Accept=yes and a NAME@.service template of
 // which systemd starts one instance per connection, its standard input and
 // output the connection. Nothing runs between connections.
+//
+// A burst of connections never stops the socket: systemd 252 puts an
+// Accept=yes socket into "failed (trigger-limit-hit)" after 200
+// connections within 2 s (its default TriggerLimitBurst=), and a failed
+// socket answers nothing until someone resets it. The trigger limit is off
+// (TriggerLimitIntervalSec=0); MaxConnections and MaxPerSource bound what
+// runs at once instead (a connection over either is closed at once), and
+// the service's command must give up on an idle client quickly.
 type SocketService struct {
 	Name        string // e.g. "vmsup-metrics": NAME.socket and NAME@.service
 	Description string
-	Listen      string   // ListenStream=: "127.0.0.1:9475", "[::1]:9475" or a port
-	ExecStart   []string // the per-connection command
-	MaxSeconds  int      // RuntimeMaxSec= of one instance: a stuck client cannot keep it
-	WantedBy    string   // the target that starts the socket at boot, e.g. "sockets.target"
+	// Listen is ListenStream=: "127.0.0.1:9475", "[::1]:9475", a port, or
+	// an absolute path for a unix socket (made SocketMode).
+	Listen     string
+	ExecStart  []string // the per-connection command
+	MaxSeconds int      // RuntimeMaxSec= of one instance: a stuck client cannot keep it
+	WantedBy   string   // the target that starts the socket at boot, e.g. "sockets.target"
+	// MaxConnections bounds the instances at once (0: 64);
+	// MaxPerSource those of one source address, or of one user on a unix
+	// socket (0: 8).
+	MaxConnections, MaxPerSource int
+	SocketMode                   uint32 // a unix socket's mode (0: 0600)
+	// Requires are units each instance needs, ordered before it (the
+	// socket of a service it asks in turn).
+	Requires []string
+	// Sandbox confines each instance (nil: none, root).
+	Sandbox *Sandbox
 }
 
 func (s SocketService) files() (socket, service []byte, err error) {
@@ -38,16 +59,34 @@ func (s SocketService) files() (socket, service []byte, err error) {
 		}
 		cmd = append(cmd, q)
 	}
+	sandbox := ""
+	if s.Sandbox != nil {
+		if sandbox, err = s.Sandbox.directives(s.ServiceUnit()); err != nil {
+			return nil, nil, err
+		}
+	}
 	var w bytes.Buffer
 	fmt.Fprintf(&w, "# Written by vmsup; edits are overwritten.\n[Unit]\nDescription=%s\n\n", oneLine(s.Description))
-	fmt.Fprintf(&w, "[Socket]\nListenStream=%s\nAccept=yes\nMaxConnections=16\n\n[Install]\nWantedBy=%s\n", oneLine(s.Listen), s.WantedBy)
+	fmt.Fprintf(&w, "[Socket]\nListenStream=%s\nAccept=yes\n", oneLine(s.Listen))
+	if strings.HasPrefix(s.Listen, "/") {
+		fmt.Fprintf(&w, "SocketMode=%04o\n", cmp.Or(s.SocketMode, 0o600))
+	}
+	fmt.Fprintf(&w, "MaxConnections=%d\nMaxConnectionsPerSource=%d\n", cmp.Or(s.MaxConnections, 64), cmp.Or(s.MaxPerSource, 8))
+	w.WriteString("# No trigger limit: a burst of connections must never fail the socket for good.\nTriggerLimitIntervalSec=0\n")
+	fmt.Fprintf(&w, "\n[Install]\nWantedBy=%s\n", s.WantedBy)
 	socket = bytes.Clone(w.Bytes())
 	w.Reset()
-	fmt.Fprintf(&w, "# Written by vmsup; edits are overwritten.\n[Unit]\nDescription=%s (one connection)\n\n", oneLine(s.Description))
-	fmt.Fprintf(&w, "[Service]\nExecStart=%s\nStandardInput=socket\nStandardOutput=socket\nStandardError=journal\n", strings.Join(cmd, " "))
+	fmt.Fprintf(&w, "# Written by vmsup; edits are overwritten.\n[Unit]\nDescription=%s (one connection)\n", oneLine(s.Description))
+	if len(s.Requires) > 0 {
+		fmt.Fprintf(&w, "Requires=%s\nAfter=%s\n", strings.Join(s.Requires, " "), strings.Join(s.Requires, " "))
+	}
+	fmt.Fprintf(&w, "\n[Service]\nExecStart=%s\nStandardInput=socket\nStandardOutput=socket\nStandardError=journal\n", strings.Join(cmd, " "))
+	// An instance that failed (a client that went away) is not kept.
+	w.WriteString("CollectMode=inactive-or-failed\nUMask=0077\n")
 	if s.MaxSeconds > 0 {
 		fmt.Fprintf(&w, "RuntimeMaxSec=%d\n", s.MaxSeconds)
 	}
+	w.WriteString(sandbox)
 	return socket, w.Bytes(), nil
 }
 

@@ -92,7 +92,7 @@ func (f *fixture) scrapeVmsup(ctx context.Context, n int) (endpoint, cli []float
 	}
 	defer sup.Close()
 	argv := []string{f.vmsupBin, "--root", root, "--systemd-bus", f.env.Systemd.BusAddress, "metrics"}
-	if err := sup.InstallMetrics(ctx, supervisor.MetricsInstall{Listen: addr, ExecStart: append(argv, "--http")}); err != nil {
+	if err := sup.InstallMetrics(ctx, supervisor.MetricsInstall{Listen: addr, Self: f.vmsupBin}); err != nil {
 		return nil, nil, 0, err
 	}
 	defer sup.UninstallMetrics(context.Background())

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -151,9 +154,105 @@ func scrapePIDs() []int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.HasPrefix(string(b), vmsupBin+"\x00") && strings.Contains(string(b), "\x00metrics\x00--http") {
+		if err == nil && strings.HasPrefix(string(b), vmsupBin+"\x00") && strings.Contains(string(b), "\x00metrics\x00--") {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// TestMetricsIdleBurst: 300 idle connections to the endpoint (from
+// 127.0.0.2, as from another host) neither fail its socket (systemd 252
+// stops an Accept=yes socket after 200 connections within 2 s unless told
+// otherwise) nor keep a scrape from 127.0.0.1 from being answered during
+// the burst; the endpoint drops the idle clients within seconds and
+// answers their source again by itself.
+func TestMetricsIdleBurst(t *testing.T) {
+	root, dir := t.TempDir(), t.TempDir()
+	// The endpoint's dynamic user runs this binary.
+	if err := os.Chmod(filepath.Dir(vmsupBin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := write(t, dir, "b0.toml", fmt.Sprintf("name = \"b0\"\nmemory = \"64M\"\naccel = \"tcg\"\nguest_agent = false\n[[disk]]\nname = \"d\"\nfile = %q\nsize = \"1M\"\nformat = \"raw\"\n",
+		filepath.Join(dir, "b0.raw")))
+	if r := vmsup(t, root, "", "up", file); r.code != 0 {
+		t.Fatalf("up: %s", r.stderr)
+	}
+	defer vmsup(t, root, "", "kill", "b0")
+	unitDir := env.Systemd.UnitDir
+	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	if r := vmsup(t, root, "", "--unit-dir", unitDir, "metrics", "--install", "--listen", listen); r.code != 0 {
+		t.Fatalf("metrics --install: %s", r.stderr)
+	}
+	defer vmsup(t, root, "", "--unit-dir", unitDir, "metrics", "--uninstall")
+	scrape := func(from, when string) {
+		t.Helper()
+		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{
+			LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext}}
+		t0 := time.Now()
+		resp, err := c.Get("http://" + listen + "/metrics")
+		if err != nil {
+			out, _ := env.Systemd.Systemctl(context.Background(), "status", "--no-pager", "-n", "20", "vmsup-metrics.socket")
+			t.Fatalf("scrape from %s %s: %v\n%s", from, when, err, out)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `vmsup_vm_up{vm="b0"} 1`) {
+			t.Fatalf("scrape from %s %s: %s\n%s", from, when, resp.Status, b)
+		}
+		t.Logf("scrape from %s %s: %s in %v", from, when, resp.Status, time.Since(t0).Round(time.Millisecond))
+	}
+	scrape("127.0.0.1", "before the burst")
+
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
+	t0 := time.Now()
+	for i := 0; i < 300; i++ {
+		c, err := d.Dial("tcp", listen)
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", i, err)
+		}
+		idle = append(idle, c)
+	}
+	t.Logf("300 idle connections from 127.0.0.2 in %v", time.Since(t0).Round(time.Millisecond))
+	scrape("127.0.0.1", "during the burst")
+	socketState := func() string {
+		out, err := env.Systemd.Systemctl(context.Background(), "show", "-p", "ActiveState,SubState,Result", "vmsup-metrics.socket")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := map[string]string{}
+		for _, l := range strings.Fields(string(out)) {
+			k, v, _ := strings.Cut(l, "=")
+			kv[k] = v
+		}
+		return kv["ActiveState"] + " " + kv["SubState"] + " " + kv["Result"]
+	}
+	if st := socketState(); st != "active listening success" {
+		t.Fatalf("vmsup-metrics.socket after 300 connections: %s", st)
+	}
+	// Every idle connection is closed by the endpoint within the idle
+	// bound (the ones over the per-source limit at once).
+	var open int
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range idle {
+		_ = c.SetReadDeadline(deadline)
+		if _, err := c.Read(make([]byte, 1)); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			open++
+		}
+	}
+	if open > 0 {
+		t.Errorf("%d of 300 idle connections still open after %v", open, time.Since(t0).Round(time.Second))
+	}
+	t.Logf("all idle connections closed by the endpoint %v after the burst began", time.Since(t0).Round(100*time.Millisecond))
+	scrape("127.0.0.2", "after the burst")
+	scrape("127.0.0.1", "after the burst")
+	if st := socketState(); st != "active listening success" {
+		t.Fatalf("vmsup-metrics.socket after the burst: %s", st)
+	}
 }

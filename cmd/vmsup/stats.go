@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bufio"
+	"context"
 	"fmt"
 	"io"
-	"net/http"
+	"net"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -184,16 +184,17 @@ func totals(v supervisor.VMStats) (rd, wr, rx, tx float64) {
 
 func metricsCmd(g *globals) *cobra.Command {
 	var (
-		install, uninstall, serve bool
-		listen                    string
+		install, uninstall, serve, collect bool
+		listen, via                        string
 	)
 	c := &cobra.Command{
 		Use:   "metrics",
 		Short: "Print every VM's figures in Prometheus's text format, or install a socket-activated endpoint",
 		Long: "Print every VM's figures in Prometheus's text exposition format (vmsup_vm_cpu_seconds_total{vm=...}\n" +
 			"and so on). --install installs and starts vmsup-metrics.socket and vmsup-metrics@.service\n" +
-			"(in --unit-dir): systemd listens on --listen and runs one short vmsup per scrape, so nothing\n" +
-			"runs between scrapes. --uninstall removes them.",
+			"(in --unit-dir): systemd listens on --listen and runs one short vmsup per scrape, as a dynamic\n" +
+			"user that asks vmsup-metrics-collect.socket (" + supervisor.MetricsCollectSocket + ") for the figures,\n" +
+			"so nothing runs between scrapes. --uninstall removes them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if g.json {
@@ -208,8 +209,7 @@ func metricsCmd(g *globals) *cobra.Command {
 					return err
 				}
 				return g.with(func(sup *supervisor.Supervisor) error {
-					argv := append([]string{exe}, g.globalArgs()...)
-					err := sup.InstallMetrics(cmd.Context(), supervisor.MetricsInstall{Listen: listen, ExecStart: append(argv, "metrics", "--http")})
+					err := sup.InstallMetrics(cmd.Context(), supervisor.MetricsInstall{Listen: listen, Self: exe})
 					if err == nil {
 						fmt.Fprintf(cmd.OutOrStdout(), "metrics: %s.socket listens on %s (units in %s)\n", supervisor.MetricsUnit, listen, g.unitDir)
 					}
@@ -217,8 +217,14 @@ func metricsCmd(g *globals) *cobra.Command {
 				})
 			case uninstall:
 				return g.with(func(sup *supervisor.Supervisor) error { return sup.UninstallMetrics(cmd.Context()) })
+			case via != "":
+				// The endpoint's instance: no state root, no systemd.
+				return serveScrape(cmd, supervisor.CollectVia(via))
 			case serve:
-				return g.with(func(sup *supervisor.Supervisor) error { return serveScrape(cmd, sup) })
+				// What an endpoint installed by an older vmsup runs (as root).
+				return g.with(func(sup *supervisor.Supervisor) error { return serveScrape(cmd, sup.WriteMetrics) })
+			case collect:
+				return g.with(func(sup *supervisor.Supervisor) error { return sup.CollectMetrics(cmd.Context(), cmd.OutOrStdout()) })
 			}
 			return g.with(func(sup *supervisor.Supervisor) error { return sup.WriteMetrics(cmd.Context(), cmd.OutOrStdout()) })
 		},
@@ -226,44 +232,22 @@ func metricsCmd(g *globals) *cobra.Command {
 	c.Flags().BoolVar(&install, "install", false, "install and start the socket-activated endpoint")
 	c.Flags().BoolVar(&uninstall, "uninstall", false, "stop and remove the endpoint's units")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:9475", "address the endpoint listens on (with --install)")
-	c.Flags().BoolVar(&serve, "http", false, "answer one HTTP request on stdin/stdout (what the socket's service runs)")
-	_ = c.Flags().MarkHidden("http")
+	c.Flags().BoolVar(&serve, "http", false, "answer one HTTP request on stdin/stdout with the figures (an older install's service)")
+	c.Flags().StringVar(&via, "http-via", "", "answer one HTTP request on stdin/stdout with the figures the collector at this socket gives (the endpoint's service)")
+	c.Flags().BoolVar(&collect, "collect", false, "write the figures for the endpoint to stdout (the collector's service)")
+	for _, f := range []string{"http", "http-via", "collect"} {
+		_ = c.Flags().MarkHidden(f)
+	}
 	return c
 }
 
 // serveScrape answers the one HTTP request systemd connected to stdin and
-// stdout (Accept=yes): GET /metrics gets the text format.
-func serveScrape(cmd *cobra.Command, sup *supervisor.Supervisor) error {
-	req, err := http.ReadRequest(bufio.NewReader(os.Stdin))
+// stdout (Accept=yes) with the figures collect writes.
+func serveScrape(cmd *cobra.Command, collect func(context.Context, io.Writer) error) error {
+	conn, err := net.FileConn(os.Stdin)
 	if err != nil {
-		return fmt.Errorf("metrics: read request: %w", err)
+		return fmt.Errorf("metrics: standard input is not a connection: %w", err)
 	}
-	w := os.Stdout
-	if req.URL.Path != "/metrics" || (req.Method != http.MethodGet && req.Method != http.MethodHead) {
-		_, err := io.WriteString(w, "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 22\r\nConnection: close\r\n\r\nvmsup serves /metrics\n")
-		return err
-	}
-	var body strings.Builder
-	status := "200 OK"
-	if err := sup.WriteMetrics(cmd.Context(), &body); err != nil {
-		status = "500 Internal Server Error"
-		body.Reset()
-		body.WriteString(err.Error() + "\n")
-	}
-	fmt.Fprintf(w, "HTTP/1.1 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", status, body.Len())
-	if req.Method == http.MethodHead {
-		return nil
-	}
-	_, err = io.WriteString(w, body.String())
-	return err
-}
-
-// globalArgs are the global flags a unit's command needs to find the
-// same VMs: the state root and the systemd bus.
-func (g *globals) globalArgs() []string {
-	a := []string{"--root", g.root}
-	if g.bus != "" {
-		a = append(a, "--systemd-bus", g.bus)
-	}
-	return a
+	defer conn.Close()
+	return supervisor.ServeScrape(cmd.Context(), conn, collect)
 }

@@ -73,20 +73,44 @@ const SharedQEMUUser = "vmsup-qemu"
 const DefaultQEMUUser = PerVMUser
 
 // PerVMUser as Options.QEMUUser gives each VM its own system user,
-// "vmsupq-" and 10 hex digits of the SHA-256 of its name (useradd allows 32
-// bytes, VM names have 64), so VMs cannot reach each other's files even
-// without AppArmor. systemd 252 refuses a numeric User= without a passwd
-// entry (status 217/USER, measured), hence real users; they are kept when a
-// VM goes, so a later user never inherits files by a reused uid.
+// "vmsupq-" and 10 hex digits of the SHA-256 of the state root and the VM's
+// name (useradd allows 32 bytes, VM names have 64), so VMs cannot reach
+// each other's files even without AppArmor, nor two VMs of one name under
+// two state roots (two fleets, a test and production) each other's. The
+// user's comment (GECOS) names its root and VM. systemd 252 refuses a
+// numeric User= without a passwd entry (status 217/USER, measured), hence
+// real users; they are kept when a VM goes, so a later user never inherits
+// files by a reused uid.
+//
+// A QEMU that runs keeps the user it was started as: Identity answers
+// from the VM's confinement record while there is one, so a VM started by
+// a vmsup that named users after the VM alone keeps that user for its
+// hot-plugged taps and grants until it stops, and gets its root's own user
+// at its next start (its state directory is given to the new user then, as
+// at every start).
 const PerVMUser = "per-vm"
 
-// qemuUserName is the user QEMU of VM vm runs as.
+// UserName is the per-VM user of VM vm under the state root root.
+func UserName(root, vm string) string {
+	h := sha256.Sum256([]byte(filepath.Clean(root) + "\x00" + vm))
+	return "vmsupq-" + hex.EncodeToString(h[:5])
+}
+
+// UserComment is the comment (GECOS) of the per-VM user of vm under root,
+// "" when root cannot be written there.
+func UserComment(root, vm string) string {
+	if strings.ContainsAny(root, ":,\n \t") {
+		return ""
+	}
+	return "vmsup " + filepath.Clean(root) + " " + vm
+}
+
+// qemuUserName is the user a new QEMU of VM vm runs as.
 func (m *Manager) qemuUserName(vm string) string {
 	if m.QEMUUser != PerVMUser {
 		return m.QEMUUser
 	}
-	h := sha256.Sum256([]byte(vm))
-	return "vmsupq-" + hex.EncodeToString(h[:5])
+	return UserName(m.Root, vm)
 }
 
 // Record is what vmsup did to confine one VM's QEMU, kept in
@@ -167,6 +191,9 @@ func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 		}
 	}
 	// A previous run that crashed may have left its grants: release them.
+	// Its user stays: the host steps before this one (taps) asked
+	// Identity, which answered from that record.
+	prev, _ := m.Read(vm.Name)
 	if err := m.Teardown(ctx, vm.Name); err != nil {
 		return nil, err
 	}
@@ -179,7 +206,7 @@ func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	if err := m.Check(ctx, f, p, accel); err != nil {
 		return nil, err
 	}
-	qu, uid, gid, err := m.Identity(ctx, vm.Name)
+	qu, uid, gid, err := m.identityOf(ctx, prev, vm.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -338,19 +365,37 @@ func (m *Manager) InImageDirs(path string) (bool, error) {
 
 // Identity is the user QEMU of VM vm runs as, created if missing: what
 // another host step needs before confine runs (a tap's owner, TUNSETOWNER).
+// While the VM has a confinement record (its QEMU runs, or ran and was not
+// torn down), that record's user.
 func (m *Manager) Identity(ctx context.Context, vm string) (name string, uid, gid uint32, err error) {
+	c, _ := m.Read(vm)
+	return m.identityOf(ctx, c, vm)
+}
+
+// identityOf is Identity with the VM's record c (nil: none).
+func (m *Manager) identityOf(ctx context.Context, c *Record, vm string) (name string, uid, gid uint32, err error) {
+	if c != nil && c.User != "" && c.UID != 0 {
+		return c.User, c.UID, c.GID, nil
+	}
 	name = m.qemuUserName(vm)
-	uid, gid, err = m.qemuUser(ctx, name)
+	comment := ""
+	if m.QEMUUser == PerVMUser {
+		comment = UserComment(m.Root, vm)
+	}
+	uid, gid, err = m.qemuUser(ctx, name, comment)
 	return name, uid, gid, err
 }
 
 // qemuUser looks the QEMU user up and creates it as a system user if
-// missing (as scripts/install-deps.sh does).
-func (m *Manager) qemuUser(ctx context.Context, name string) (uint32, uint32, error) {
+// missing (as scripts/install-deps.sh does), with comment if not "".
+func (m *Manager) qemuUser(ctx context.Context, name, comment string) (uint32, uint32, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
-		out, cerr := exec.CommandContext(ctx, "useradd", "--system", "--user-group", "--no-create-home",
-			"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
+		args := []string{"--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"}
+		if comment != "" {
+			args = append(args, "--comment", comment)
+		}
+		out, cerr := exec.CommandContext(ctx, "useradd", append(args, name)...).CombinedOutput()
 		if cerr != nil {
 			return 0, 0, fmt.Errorf("QEMU user %q does not exist and useradd failed: %v: %s (create it, or run scripts/install-deps.sh)",
 				name, cerr, strings.TrimSpace(string(out)))

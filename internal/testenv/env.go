@@ -87,6 +87,8 @@ func Main(m *testing.M, setup func(*Env) error) int {
 		fmt.Println("testenv: not root: no systemd sandbox, QEMU guest or namespaces; skipping all tests of this package")
 		return 0
 	}
+	RemoveGoneQEMUUsers() // of earlier runs killed before their end
+	defer RemoveGoneQEMUUsers()
 	dir, err := os.MkdirTemp("", "vmsup-env-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)

@@ -77,6 +77,10 @@ func TestBadInput(t *testing.T) {
 		{"space in name", "name = 'a b'\nmemory = '1G'\n[boot]\nkernel='k'\n", "name: name \"a b\" may only"},
 		{"control char in name", "name = \"a\\u0007\"\nmemory = '1G'\n[boot]\nkernel='k'\n", "name: name"},
 		{"long name", "name = '" + strings.Repeat("x", 65) + "'\nmemory = '1G'\n[boot]\nkernel='k'\n", "longer than 64"},
+		{"unit suffix name", "name = 'x.service'\nmemory = '1G'\n[boot]\nkernel='k'\n", `name: name "x.service" ends in ".service", a systemd unit type: its unit would be vmsup-x.service.service`},
+		{"socket suffix name", "name = 'db.Socket'\nmemory = '1G'\n[boot]\nkernel='k'\n", `ends in ".socket", a systemd unit type`},
+		{"trailing dot name", "name = 'web.'\nmemory = '1G'\n[boot]\nkernel='k'\n", `name: name "web." ends in "."`},
+		{"vmsup's own unit", "name = 'metrics'\nmemory = '1G'\n[boot]\nkernel='k'\n", `name "metrics" is taken by vmsup's own units (vmsup-metrics.socket)`},
 		{"zero cpus", "name='web'\nmemory='1G'\ncpus=-1\n[boot]\nkernel='k'\n", "web.toml:3:1: cpus: -1 is out of range"},
 		{"max_cpus below cpus", "name='web'\nmemory='1G'\ncpus=4\nmax_cpus=2\n[boot]\nkernel='k'\n", "web.toml:4:1: max_cpus:"},
 		{"max_memory below memory", "name='web'\nmemory='1G'\nmax_memory='512M'\n[boot]\nkernel='k'\n", "web.toml:3:1: max_memory:"},
@@ -134,5 +138,25 @@ func TestParseCPUList(t *testing.T) {
 		if _, err := ParseCPUList(bad); err == nil {
 			t.Errorf("ParseCPUList(%q) accepted", bad)
 		}
+	}
+}
+
+// TestValidVMName: names a unit can carry as a VM's pass; those ending in
+// a unit type or ".", and vmsup's own units' names, are refused for new
+// VMs, while ValidName (commands on a VM that exists) still takes them.
+func TestValidVMName(t *testing.T) {
+	for _, ok := range []string{"web", "web-1", "a_b.c", "my.services", "x.servicex", "metrics2", strings.Repeat("x", 64)} {
+		if err := ValidVMName(ok); err != nil {
+			t.Errorf("ValidVMName(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"x.service", "x.socket", "x.target", "x.timer", "x.mount", "x.automount", "x.swap", "x.path",
+		"x.slice", "x.scope", "x.device", "X.SERVICE", "web.", "metrics", "metrics-collect", "a/b", ""} {
+		if err := ValidVMName(bad); err == nil {
+			t.Errorf("ValidVMName(%q) accepted", bad)
+		}
+	}
+	if err := ValidName("x.service"); err != nil {
+		t.Errorf("ValidName refuses an existing VM's name: %v", err)
 	}
 }

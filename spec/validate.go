@@ -28,6 +28,38 @@ func ValidName(s string) error {
 	return nil
 }
 
+// unitTypes are systemd's unit types: a VM name ending in ".TYPE" makes a
+// unit name that reads as another unit's ("vmsup-x.service.service").
+const unitTypes = "service socket device mount automount swap target path timer slice scope"
+
+// ValidVMName checks the name of a new VM: ValidName, and its unit
+// (vmsup-NAME.service) is one systemd's rules allow (255 bytes, letters,
+// digits and ":-_.\", "@" only for instances) that reads as a VM's: not
+// ending in "." or in a unit type's suffix, and none of vmsup's own units
+// (vmsup-metrics.socket, vmsup-metrics-collect.socket). Commands on a VM
+// that exists take any ValidName, so one named by an older vmsup can still
+// be stopped and removed.
+func ValidVMName(s string) error {
+	if err := ValidName(s); err != nil {
+		return err
+	}
+	lower := strings.ToLower(s)
+	for _, t := range strings.Fields(unitTypes) {
+		if strings.HasSuffix(lower, "."+t) {
+			return fmt.Errorf("name %q ends in %q, a systemd unit type: its unit would be vmsup-%s.service; drop the suffix", s, "."+t, s)
+		}
+	}
+	switch {
+	case strings.HasSuffix(s, "."):
+		return fmt.Errorf("name %q ends in \".\": its unit would be vmsup-%s.service", s, s)
+	case lower == "metrics" || lower == "metrics-collect":
+		return fmt.Errorf("name %q is taken by vmsup's own units (vmsup-%s.socket)", s, lower)
+	case len("vmsup-"+s+".service") > 255:
+		return fmt.Errorf("name %q makes a unit name longer than systemd's 255 bytes", s)
+	}
+	return nil
+}
+
 // validate runs every independent check and returns all their errors, in
 // file order (an *Errors): a user fixing a file wants the whole list at once.
 func (f *File) validate() error { return f.joinErrors(f.validateList()) }
@@ -80,7 +112,7 @@ func (f *File) validateName() error {
 	if f.VM.Name == "" {
 		return f.Errorf("name", "missing (every VM needs a name)")
 	}
-	if err := ValidName(f.VM.Name); err != nil {
+	if err := ValidVMName(f.VM.Name); err != nil {
 		return f.Errorf("name", "%v", err)
 	}
 	return nil

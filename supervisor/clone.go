@@ -39,7 +39,7 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 	fail := func(err error) (CloneResult, error) {
 		return res, vmErr(newName, fmt.Errorf("clone from %s:%s: %w", src, tag, err))
 	}
-	if err := spec.ValidName(newName); err != nil {
+	if err := spec.ValidVMName(newName); err != nil {
 		return fail(err)
 	}
 	if _, err := os.Stat(s.paths(newName).Records); err == nil {

@@ -78,12 +78,7 @@ func (s *Supervisor) guard(ctx context.Context, name string) (stop func()) {
 	if err != nil {
 		return func() {}
 	}
-	argv := []string{s.opts.Self, "settle", "--root", s.opts.Root}
-	if s.opts.SystemdBus != "" {
-		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
-	}
-	u := units.Unit{Name: vmstate.SettleUnit(name), Description: "vmsup: settle an interrupted operation on " + name,
-		Argv: append(argv, name), Collect: true, DeviceAll: true}
+	u := s.settleUnit(name)
 	if err := sd.Start(ctx, u); err != nil {
 		// One may already wait (from a killed command): it serves this one too.
 		s.opts.Logger.Debug("guardian", "vm", name, "err", err)
@@ -107,6 +102,19 @@ type retryPolicy struct{ For, First, Max time.Duration }
 // on the VM.
 func defaultSettleRetry() retryPolicy {
 	return retryPolicy{For: 5 * time.Minute, First: time.Second, Max: 30 * time.Second}
+}
+
+// settleUnit is the unit of the operation's guardian. It runs as root,
+// unconfined, like the vmsup command it stands in for: settling may stop,
+// resume or start the VM's QEMU, with its taps, grants and profile
+// (systemd-analyze security rates it as any root service, ~9.6).
+func (s *Supervisor) settleUnit(name string) units.Unit {
+	argv := []string{s.opts.Self, "settle", "--root", s.opts.Root}
+	if s.opts.SystemdBus != "" {
+		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
+	}
+	return units.Unit{Name: vmstate.SettleUnit(name), Description: "vmsup: settle an interrupted operation on " + name,
+		Argv: append(argv, name), Collect: true, DeviceAll: true}
 }
 
 // Settle is the guardian's work ("vmsup settle NAME"): it waits for the

@@ -1,11 +1,9 @@
 package supervisor
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"time"
 
@@ -81,7 +79,7 @@ func toEvent(r eventlog.Record) Event {
 // VMs' histories and their running QEMUs' event logs: it takes nothing
 // from QEMU, so any number can run.
 func (s *Supervisor) FollowEvents(ctx context.Context, names []string, since time.Time, follow bool, emit func(Event) error) error {
-	tails := make([]*eventTail, len(names))
+	tails := make([]*eventlog.Tail, len(names))
 	var first []eventlog.Record
 	for i, name := range names {
 		if err := spec.ValidName(name); err != nil {
@@ -90,8 +88,9 @@ func (s *Supervisor) FollowEvents(ctx context.Context, names []string, since tim
 		if _, err := os.Stat(s.paths(name).Records); err != nil {
 			return s.absent(name)
 		}
-		tails[i] = &eventTail{s: s, name: name}
-		recs, err := tails[i].start(since)
+		p := s.paths(name)
+		tails[i] = eventlog.NewTail(name, p.EventHistory(), func() string { return s.currentEventLog(name) })
+		recs, err := tails[i].Start(since)
 		if err != nil {
 			return vmErr(name, err)
 		}
@@ -111,7 +110,7 @@ func (s *Supervisor) FollowEvents(ctx context.Context, names []string, since tim
 		}
 		var recs []eventlog.Record
 		for _, t := range tails {
-			recs = append(recs, t.next()...)
+			recs = append(recs, t.Next()...)
 		}
 		eventlog.Sort(recs)
 		for _, r := range recs {
@@ -123,106 +122,13 @@ func (s *Supervisor) FollowEvents(ctx context.Context, names []string, since tim
 	return nil
 }
 
-// eventTail follows one VM's history and its running QEMU's event log.
-type eventTail struct {
-	s        *Supervisor
-	name     string
-	histOff  int64
-	log      string // the running QEMU's event log (.out), "" if none
-	logOff   int64
-	lastQEMU time.Time // QEMU events up to here were emitted from the log
-}
-
-// start reads what there is at or after since and remembers where it ended.
-func (t *eventTail) start(since time.Time) ([]eventlog.Record, error) {
-	p := t.s.paths(t.name)
-	recs, err := eventlog.History(p.EventHistory(), since)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := os.Stat(p.EventHistory()); err == nil {
-		t.histOff = fi.Size()
-	}
-	t.log = t.currentLog()
-	if t.log != "" {
-		live, _ := eventlog.QEMUEvents(t.log, t.name)
-		for _, r := range live {
-			if !r.Time.Before(since) {
-				recs = append(recs, r)
-			}
-			t.lastQEMU = r.Time
-		}
-		if fi, err := os.Stat(t.log); err == nil {
-			t.logOff = fi.Size()
-		}
-	}
-	return recs, nil
-}
-
-func (t *eventTail) currentLog() string {
-	if app, err := t.s.state.ReadApplied(t.name); err == nil && app.EventLog != "" {
+// currentEventLog is the running QEMU's event log (.out) of VM name, ""
+// if none.
+func (s *Supervisor) currentEventLog(name string) string {
+	if app, err := s.state.ReadApplied(name); err == nil && app.EventLog != "" {
 		return app.EventLog + ".out"
 	}
 	return ""
-}
-
-// next returns what was added since the last look. QEMU events that were
-// read from the log and then moved into the history are not repeated.
-func (t *eventTail) next() []eventlog.Record {
-	var out []eventlog.Record
-	hist := t.s.paths(t.name).EventHistory()
-	lines, off := readFrom(hist, t.histOff)
-	t.histOff = off
-	for _, l := range lines {
-		var r eventlog.Record
-		if json.Unmarshal(l, &r) != nil {
-			continue
-		}
-		if r.Source == eventlog.SourceQEMU && !r.Time.After(t.lastQEMU) {
-			continue
-		}
-		out = append(out, r)
-	}
-	if log := t.currentLog(); log != t.log {
-		t.log, t.logOff = log, 0 // a new QEMU (a migration's)
-	}
-	if t.log != "" {
-		lines, off := readFrom(t.log, t.logOff)
-		t.logOff = off
-		for _, l := range lines {
-			if r, ok := eventlog.ParseQEMU(l, t.name); ok && r.Time.After(t.lastQEMU) {
-				out = append(out, r)
-				t.lastQEMU = r.Time
-			}
-		}
-	}
-	return out
-}
-
-// readFrom returns the whole lines of path after off and the offset after
-// them; a file shorter than off was replaced or truncated: read it anew.
-func readFrom(path string, off int64) ([][]byte, int64) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || fi.Size() < off {
-		off = 0
-	}
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
-		return nil, off
-	}
-	var lines [][]byte
-	r := bufio.NewReader(io.LimitReader(f, eventlog.MaxHistory))
-	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			return lines, off // a partial line waits for its end
-		}
-		off += int64(len(line))
-		lines = append(lines, line[:len(line)-1])
-	}
 }
 
 // endedQEMU reads what the stop-post hook needs of the unit's QEMU that

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,18 @@ func (t Tools) timeout(remote bool) time.Duration {
 
 var couldNotOpen = regexp.MustCompile(`^Could not open '(.*?)': (.*)$`)
 
+// runTied runs cmd so that it ends with the vmsup that runs it: a qemu-img
+// left running after vmsup was killed (a commit, a convert) would hold the
+// image's lock against the command that finishes vmsup's work. The parent
+// death signal follows the thread that forked, so that thread is held for
+// the command's life.
+func runTied(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd.Run()
+}
+
 // ErrInUse means another process holds QEMU's lock on an image (a running
 // VM writes it).
 var ErrInUse = errors.New("image is in use by another process")
@@ -64,7 +77,7 @@ func (t Tools) run(ctx context.Context, remote bool, args ...string) ([]byte, er
 	cmd := exec.CommandContext(ctx, t.qemuImg(), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err := runTied(cmd)
 	if ctx.Err() == context.DeadlineExceeded {
 		return nil, fmt.Errorf("qemu-img %s: no answer within %s: %w", args[0], t.timeout(remote), context.DeadlineExceeded)
 	}

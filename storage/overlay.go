@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +47,11 @@ func (t Tools) Rebase(ctx context.Context, image, backing, backingFormat string)
 // long runs a qemu-img command that may take a while (its data), with ctx
 // as its only bound.
 func (t Tools) long(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, t.qemuImg(), args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, t.qemuImg(), args...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := runTied(cmd)
+	out := buf.Bytes()
 	if err != nil {
 		msg := strings.TrimPrefix(oneLine(string(out)), "qemu-img: ")
 		if msg == "" {

@@ -85,21 +85,21 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
 		return nil, s.notFound(name) // nothing to send to, nothing to log
 	}
-	verdict := qmpPassed
+	verdict := qmppolicy.Passed
 	var refusal *qmppolicy.Refusal
 	if err := qmppolicy.Check(command, s.qmpEnv(name)); err != nil {
 		if !errors.As(err, &refusal) {
 			refusal = &qmppolicy.Refusal{Class: qmppolicy.Malformed, Reason: err.Error()}
 		}
-		verdict = qmpRefused
+		verdict = qmppolicy.Refused
 		if unsafe {
-			verdict = qmpUnsafe
+			verdict = qmppolicy.Unsafe
 		}
 	}
 	if err := s.qmpAudit(ctx, name, verdict, refusal, command); err != nil {
 		return nil, vmErr(name, fmt.Errorf("qmp: log: %w (the command was not sent)", err))
 	}
-	if verdict == qmpRefused {
+	if verdict == qmppolicy.Refused {
 		return nil, vmErr(name, fmt.Errorf("qmp: %w", refusal))
 	}
 	c, release, err := s.qmpSession(ctx, name)

@@ -1,4 +1,4 @@
-package supervisor
+package qmppolicy
 
 import (
 	"crypto/sha256"
@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/vmsup/vmsup/internal/qmppolicy"
 )
 
 // TestAuditEntryBounded: whatever a raw command holds (a 120 KB id before
@@ -25,8 +23,8 @@ func TestAuditEntryBounded(t *testing.T) {
 		{"wide", `{"execute":"object-add","arguments":{` + manyKeys(5000) + `}}`, "object-add"},
 		{"not JSON", "nope " + pad, ""},
 	} {
-		r := &qmppolicy.Refusal{Command: c.execute, Class: qmppolicy.NotListed, Reason: "test"}
-		e := newAuditEntry(qmpRefused, r, []byte(c.cmd))
+		r := &Refusal{Command: c.execute, Class: NotListed, Reason: "test"}
+		e := NewAuditEntry(Refused, r, []byte(c.cmd))
 		line, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)
@@ -37,7 +35,7 @@ func TestAuditEntryBounded(t *testing.T) {
 		}
 	}
 	small := `{"execute":"query-status","id":1}`
-	if e := newAuditEntry(qmpPassed, nil, []byte(small)); string(e.Command) != small || e.Shortened {
+	if e := NewAuditEntry(Passed, nil, []byte(small)); string(e.Command) != small || e.Shortened {
 		t.Errorf("a small command is logged as %s (shortened %v)", e.Command, e.Shortened)
 	}
 }

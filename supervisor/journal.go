@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/operation"
@@ -86,8 +85,7 @@ func (s *Supervisor) guard(ctx context.Context, name string) (stop func()) {
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 		defer cancel()
-		_ = sd.Kill(sctx, u.Name, syscall.SIGKILL)
-		sd.WaitGone(sctx, u.Name)
+		sd.KillAndWait(sctx, u.Name)
 	}
 }
 

@@ -602,9 +602,7 @@ func (r *startRun) startUnit(ctx context.Context) error {
 func (r *startRun) removeUnit(ctx context.Context) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	_ = r.sd.Kill(uctx, r.unit, 9)
-	r.sd.WaitGone(uctx, r.unit)
-	_ = r.sd.ResetFailed(uctx, r.unit)
+	r.sd.KillAndWait(uctx, r.unit)
 }
 
 // joinNote joins two notes for the user ("" is none).

@@ -2,6 +2,7 @@ package units
 
 import (
 	"context"
+	"syscall"
 	"time"
 )
 
@@ -38,4 +39,19 @@ func (m *Manager) WaitStopped(ctx context.Context, unit string) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// KillAndWait ends a unit now: SIGKILL to all its processes, then a wait
+// (until ctx ends) for nothing to run in it, then its failed state reset so
+// that its name is free. A unit that does not run is left as it is. The
+// one way vmsup kills a unit it no longer wants (an undone start, a
+// guardian, a stuck QEMU).
+func (m *Manager) KillAndWait(ctx context.Context, unit string) {
+	st, err := m.Status(ctx, unit)
+	if err != nil || !st.Exists {
+		return
+	}
+	_ = m.Kill(ctx, unit, syscall.SIGKILL)
+	m.WaitGone(ctx, unit)
+	_ = m.ResetFailed(ctx, unit)
 }

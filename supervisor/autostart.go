@@ -242,14 +242,5 @@ func (s *Supervisor) loadEnabled(name, file string) (*spec.File, error) {
 	return s.appliedFile(name)
 }
 
-// The autostart side of a migration: the source drops its mark (a reboot
-// there must not start a second copy) and the destination marks the VM's
-// applied spec (enableApplied).
+// isEnabled reports whether the VM is marked for autostart.
 func (s *Supervisor) isEnabled(name string) bool { return s.state.IsMarked(name) }
-
-func (s *Supervisor) enableApplied(ctx context.Context, name string) error {
-	if _, err := s.state.Mark(name, s.paths(name).Spec); err != nil {
-		return err
-	}
-	return s.syncBootUnit(ctx)
-}

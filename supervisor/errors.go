@@ -50,6 +50,3 @@ type opError struct {
 
 func (e *opError) Error() string { return e.op + ": " + e.msg }
 func (e *opError) Unwrap() error { return e.err }
-
-// VMName says which VM the error is about.
-func (e *MigrateError) VMName() string { return e.VM }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/livemigrate"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -32,15 +33,9 @@ func (s *Supervisor) beginGuardedOp(ctx context.Context, name string, kind opera
 	return s.ops.BeginGuarded(ctx, name, kind, intent, func() func() { return s.guard(ctx, name) })
 }
 
-// recover finishes or undoes the VM's unfinished operation, if a command
-// left one (operation.Kernel.Settle); the caller holds the VM's lock. The
-// note says what was done ("" when there was nothing).
-func (s *Supervisor) recover(ctx context.Context, name, by string) (string, error) {
-	return s.ops.Settle(ctx, name, by)
-}
-
-// recoverUnlocked is recover for a command that does not take the VM's lock
-// (status): it recovers only when no other command holds the lock.
+// recoverUnlocked settles the VM's unfinished operation (the kernel's
+// Settle) for a command that does not take the VM's lock (status): it
+// recovers only when no other command holds the lock.
 func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, error) {
 	return s.ops.SettleIfFree(ctx, name)
 }
@@ -53,12 +48,12 @@ func (s *Supervisor) registerRecoverers() {
 		opNICAttach: s.recoverNICAttach, opNICDetach: s.recoverNICDetach,
 		opHostDevAttach: s.recoverHostDevAttach, opHostDevDetach: s.recoverHostDevDetach,
 		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
-		opMigrateOut: s.recoverMigrateOut, opMigrateIn: s.recoverMigrateIn,
 		opSnapshot: s.recoverSnapshot, opSnapshotRevert: s.recoverRevert, opSnapshotRemove: s.recoverSnapshotRemove,
 		opClone: s.recoverClone, opBackup: s.recoverBackup, opNBDExport: s.recoverNBDExport, opDiskMove: s.recoverDiskMove,
 	} {
 		s.ops.Register(kind, r)
 	}
+	livemigrate.Register(s.ops, migrateHost{s})
 }
 
 // guard starts the operation's guardian, for the operations that can leave

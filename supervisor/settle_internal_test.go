@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmsup/vmsup/internal/livemigrate"
 )
 
 // syncBuffer is a log that a test reads while Settle writes it.
@@ -38,7 +40,7 @@ func newSettleTest(t *testing.T, retry retryPolicy) (*Supervisor, *syncBuffer) {
 		t.Fatal(err)
 	}
 	s.settleRetry = retry
-	if _, err := s.state.BeginOp("vm1", string(opMigrateIn), nil); err != nil {
+	if _, err := s.state.BeginOp("vm1", string(livemigrate.KindIn), nil); err != nil {
 		t.Fatal(err)
 	}
 	return s, log

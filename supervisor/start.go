@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/consolelog"
@@ -91,9 +92,14 @@ type incomingArgs struct {
 	from       string
 	markers    map[string]string // disk file -> the source's marker beside it
 	uefiVars   []byte
-	autostart  bool // enabled for boot on the source (cross-host)
 	// listen makes QEMU listen for the stream (the incoming step).
-	listen func(ctx context.Context, r *startRun) error
+	listen func(ctx context.Context) error
+	// journal and intent: a destination on another host journals itself
+	// as an operation of this kind (its receiver may die): the intent is
+	// its unit, whether the VM had a state directory here, and (from the
+	// record step) what its commit records.
+	journal operation.Kind
+	intent  func(unit string, existed bool, app *vmstate.Applied, raw []byte) any
 }
 
 // startRun is one start: what its steps share.
@@ -186,7 +192,7 @@ func (r *startRun) steps() []step {
 		if r.in.listen == nil {
 			return errors.New("no listener for the migration stream")
 		}
-		return r.in.listen(ctx, r)
+		return r.in.listen(ctx)
 	}})
 }
 
@@ -248,6 +254,34 @@ func (s *Supervisor) checkIncoming(f *spec.File, in incomingArgs) error {
 	return nil
 }
 
+// checkIncomingCPU: the destination runs the guest with the source's CPU
+// model and masks (the guest must see the same CPU); this host's KVM must
+// start that model with those masks.
+func (s *Supervisor) checkIncomingCPU(accel spec.Accel, specModel string, cpu cpuChoice) error {
+	if accel != spec.AccelKVM || s.opts.Host != nil && s.opts.HostCaps == nil {
+		return nil
+	}
+	c, err := s.HostCaps(context.Background(), false)
+	if err != nil {
+		return err
+	}
+	model := cmp.Or(specModel, cpu.Model, "host")
+	m, ok := c.KVM.Mode(model)
+	if !ok {
+		return nil // a named model: not probed, QEMU decides
+	}
+	if !m.Starts {
+		return fmt.Errorf("-cpu %s does not start under KVM on this host (%s)", model, m.Error)
+	}
+	for _, need := range m.Masks {
+		if !slices.Contains(cpu.Masks, need) {
+			return fmt.Errorf("this host's KVM needs %s masked for -cpu %s, which the source does not mask: the guest would see its CPU change; "+
+				"migrate between hosts whose KVMs take the same CPU, or give the VM a named cpu_model", need, model)
+		}
+	}
+	return nil
+}
+
 // takeLock takes the VM's lock and settles what a killed command left; a
 // destination on another host then journals itself, so that the next
 // command here tears it down or records it if its receiver dies.
@@ -262,7 +296,7 @@ func (r *startRun) takeLock(ctx context.Context) (err error) {
 	}
 	if r.mode == StartIncoming {
 		// The guardian first: no moment with a journal and nobody to settle it.
-		r.op, r.stopGuard, err = r.s.beginGuardedOp(ctx, r.name, opMigrateIn, r.incomingIntent())
+		r.op, r.stopGuard, err = r.s.beginGuardedOp(ctx, r.name, r.in.journal, r.incomingIntent())
 	}
 	if err != nil {
 		r.unlock(ctx)
@@ -286,9 +320,11 @@ func (r *startRun) unlock(context.Context) {
 	}
 }
 
-func (r *startRun) incomingIntent() incomingIntent {
+// incomingIntent is a destination's journal before its record step: what
+// its commit records is not known yet.
+func (r *startRun) incomingIntent() any {
 	_, err := os.Stat(r.p.Dir)
-	return incomingIntent{Unit: r.unit, Existed: err == nil, Autostart: r.in.autostart}
+	return r.in.intent(r.unit, err == nil, nil, nil)
 }
 
 // check reads the unit's state: a fresh start leaves an existing VM as it
@@ -539,10 +575,7 @@ func argvBytes(argv []string) int {
 func (r *startRun) record(context.Context) error {
 	if r.op != nil {
 		// What the receiver's commit would record, for recovery.
-		in := r.incomingIntent()
-		in.Existed = r.prev.dir
-		in.App, in.Raw = r.app, r.f.Raw
-		return r.op.SetIntent(in)
+		return r.op.SetIntent(r.in.intent(r.unit, r.prev.dir, r.app, r.f.Raw))
 	}
 	if r.mode != StartFresh {
 		return nil

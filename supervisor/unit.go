@@ -1,11 +1,13 @@
 package supervisor
 
 import (
+	"context"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/vsock"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -79,4 +81,36 @@ func shutdownAfter(vm *spec.VM) []string {
 		}
 	}
 	return after
+}
+
+// runStateAt asks the QEMU listening at sock for its run state ("" when it
+// does not answer).
+func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
+	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
+	defer cancel()
+	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(s.opts.Logger))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	qs, err := c.QueryStatus(dctx)
+	if err != nil {
+		return ""
+	}
+	return qs.Status
+}
+
+// removeUnit kills a unit (a destination QEMU nobody will use) and clears
+// its failed state.
+func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
+	defer stopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
+	st, err := sd.Status(ctx, unit)
+	if err != nil || !st.Exists {
+		return
+	}
+	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
+	defer cancel()
+	_ = sd.Kill(uctx, unit, 9)
+	sd.WaitGone(uctx, unit)
+	_ = sd.ResetFailed(uctx, unit)
 }

@@ -1,6 +1,7 @@
-package supervisor
+package livemigrate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,78 +19,24 @@ import (
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/units"
 )
 
-// Live migration, source side. The design (see also internal/migration):
-//
-//   - Daemonless, like rsync and Proxmox: the source runs the destination's
-//     vmsup ("vmsup migrate-receive") through a transport command, ssh by
-//     default, and speaks a small versioned protocol over its stdin/stdout.
-//     The receiver listens on nothing, so only whoever the transport lets in
-//     (ssh keys; root entering a namespace in tests) can drive it.
-//   - KubeVirt's split: prepare (the destination starts QEMU from the same
-//     spec with -S -incoming defer and listens on a port it picks), migrate
-//     (the source's QEMU streams; vmsup watches MIGRATION events and
-//     query-migrate), finalize (the destination checks the stream completed
-//     and runs cont; only then does the source's QEMU quit).
-//   - Any failure before finalize answers tears the destination down and
-//     leaves the source running (QEMU resumes a failed or cancelled
-//     migration's source itself; vmsup conts it if it is left paused after
-//     "completed"). If finalize goes unanswered, the source stays paused:
-//     the guest may already run on the destination, and two running copies
-//     are worse than a paused one.
-//   - On one host (--local) the receiver runs in-process over pipes, the new
-//     QEMU runs under the VM's other unit name (altUnit) with its sockets in
-//     STATE/incoming, and takes the usual socket names once the old QEMU is
-//     gone. state.json records the current unit, so status, down and up
-//     follow it.
-//   - Disks must be reachable from both sides: the source drops a marker
-//     file beside each disk and the destination must see it. Storage
-//     migration (drive-mirror to NBD) is not built.
+// The source side of a live migration (the design: doc.go).
 
-// MigrateOptions configure Migrate. Zero values have documented defaults.
-type MigrateOptions = migration.Options
-
-// MigrationProgress is one progress report.
-type MigrationProgress = migration.Progress
-
-// MigrateResult reports a completed migration.
-type MigrateResult = migration.Result
-
-// ErrMigrationCancelled is a migration cancelled by the user (Ctrl-C, or
-// CancelMigration from another process).
-var ErrMigrationCancelled = migration.ErrCancelled
-
-// RemoteError is a failure the destination reported.
-type RemoteError = migration.RemoteError
-
-// MigrateError is a failed migration; the guest still runs where Running
-// says.
-type MigrateError struct {
-	VM      string
-	Step    string
-	Running string // "source", "destination", "source (paused)", "none"
-	Err     error
-}
-
-func (e *MigrateError) Error() string {
-	return fmt.Sprintf("vm %q: migrate: %s: %v (the guest runs on: %s)", e.VM, e.Step, e.Err, e.Running)
-}
-func (e *MigrateError) Unwrap() error { return e.Err }
-
-// opMigrateOut is a migration's operation in the journal, on the source.
-const opMigrateOut operation.Kind = "migrate"
+// KindOut is a migration's operation in the journal, on the source.
+const KindOut operation.Kind = "migrate"
 
 // Migrate moves the running VM name to another host (o.To) or into a new
 // QEMU on this host (o.Local).
-func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions) (MigrateResult, error) {
+func (mg *Migrator) Migrate(ctx context.Context, name string, o migration.Options) (migration.Result, error) {
 	if err := spec.ValidName(name); err != nil {
-		return MigrateResult{}, vmErr(name, err)
+		return migration.Result{}, vmErr(name, err)
 	}
 	if !o.Local && o.To == "" {
-		return MigrateResult{}, vmErr(name, errors.New("migrate: no destination (give a host or local)"))
+		return migration.Result{}, vmErr(name, errors.New("migrate: no destination (give a host or local)"))
 	}
-	m := &outgoing{s: s, name: name, o: o.WithDefaults(), start: time.Now(), p: s.paths(name)}
+	m := &outgoing{mg: mg, name: name, o: o.WithDefaults(), start: time.Now(), p: mg.paths(name)}
 	m.res.VM, m.res.To = name, m.o.To
 	if m.o.Local {
 		m.res.To = "local"
@@ -120,9 +67,9 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 
 // outgoing is the source side of one migration.
 type outgoing struct {
-	s     *Supervisor
+	mg    *Migrator
 	name  string
-	o     MigrateOptions
+	o     migration.Options
 	start time.Time
 	p     vmstate.Paths
 	lu    *lockedUnit
@@ -132,7 +79,7 @@ type outgoing struct {
 	mon   *qmp.Conn // the source QEMU's event monitor
 	peer  *migration.Peer
 	prep  migration.Msg
-	res   MigrateResult
+	res   migration.Result
 	op    *operation.Op // the journal: a killed migration is settled by the next command
 	in    migrateIntent
 	// finalized: the destination answered finalize (or may have): from
@@ -146,7 +93,7 @@ type outgoing struct {
 
 func (m *outgoing) fail(step, running string, err error) error {
 	m.unsettled = running != "source"
-	return &MigrateError{VM: m.name, Step: step, Running: running, Err: err}
+	return &Error{VM: m.name, Step: step, Running: running, Err: err}
 }
 
 func (m *outgoing) close() {
@@ -155,18 +102,48 @@ func (m *outgoing) close() {
 	}
 }
 
+// lockedUnit is the VM's lock held, the systemd connection, and the VM's
+// unit and its state read under the lock.
+type lockedUnit struct {
+	sd   *units.Manager
+	lk   *operation.Lock
+	unit string
+	st   units.Status
+}
+
+// lockUnit takes the VM's lock (settling what a killed command left), then
+// reads its unit's state.
+func (mg *Migrator) lockUnit(ctx context.Context, name, by string) (*lockedUnit, error) {
+	sd, err := mg.h.Systemd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lk, _, err := mg.k.Lock(ctx, name, by)
+	if err != nil {
+		return nil, err
+	}
+	u := &lockedUnit{sd: sd, lk: lk, unit: mg.h.State().UnitOf(name)}
+	if u.st, err = sd.Status(ctx, u.unit); err != nil {
+		lk.Unlock()
+		return nil, err
+	}
+	return u, nil
+}
+
+func (u *lockedUnit) unlock() { u.lk.Unlock() }
+
 // load takes the VM's lock and checks that it can go: running, no
 // hot-plugged devices or live resize the destination could not recreate.
 func (m *outgoing) load(ctx context.Context) (err error) {
-	s, name, p := m.s, m.name, m.p
-	if m.lu, err = s.lockUnit(ctx, name, "migrate"); err != nil {
+	mg, name, p := m.mg, m.name, m.p
+	if m.lu, err = mg.lockUnit(ctx, name, "migrate"); err != nil {
 		return err
 	}
 	m.cleanups = append(m.cleanups, m.lu.unlock)
 	if !m.lu.st.Exists || m.lu.st.ActiveState != "active" {
-		return ErrNotRunning
+		return mg.h.ErrNotRunning()
 	}
-	v, err := s.view(name)
+	v, err := mg.h.View(name)
 	if err != nil {
 		return err
 	}
@@ -177,7 +154,7 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	if m.raw, err = os.ReadFile(p.Spec); err != nil {
 		return err
 	}
-	if m.f, err = spec.Parse(orDefault(m.app.SourceFile, p.Spec), m.raw); err != nil {
+	if m.f, err = spec.Parse(cmp.Or(m.app.SourceFile, p.Spec), m.raw); err != nil {
 		return fmt.Errorf("applied spec: %w", err)
 	}
 	if m.o.Local {
@@ -192,7 +169,7 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	// The event monitor, not qmp.sock: status, console and "migrate
 	// --cancel" keep working on the command monitor meanwhile.
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
-	m.mon, err = qmp.Dial(dctx, p.Events, qmp.WithLogger(s.opts.Logger), qmp.WithoutSymlink())
+	m.mon, err = qmp.Dial(dctx, p.Events, qmp.WithLogger(mg.log), qmp.WithoutSymlink())
 	dcancel()
 	if err != nil {
 		return fmt.Errorf("event monitor: %w", err)
@@ -245,12 +222,13 @@ func migratable(v *vmstate.View, local bool) error {
 // (recoverMigrateOut). The markers are made here, recorded first.
 func (m *outgoing) journal(ctx context.Context) (err error) {
 	m.in = migrateIntent{Local: m.o.Local, To: m.o.To, Transport: m.o.Transport, Unit: m.lu.unit,
-		StopAndCopy: migration.TCGStopAndCopy && m.app.Accel == spec.AccelTCG, Autostart: !m.o.Local && m.s.isEnabled(m.name)}
+		StopAndCopy: migration.TCGStopAndCopy && m.app.Accel == spec.AccelTCG, Autostart: !m.o.Local && m.mg.h.State().IsMarked(m.name)}
 	if m.o.Local {
 		m.in.DestUnit = vmstate.AltUnit(m.name, m.lu.unit)
 	}
 	var stopGuard func()
-	if m.op, stopGuard, err = m.s.beginGuardedOp(ctx, m.name, opMigrateOut, m.in); err != nil {
+	guard := func() func() { return m.mg.h.Guard(ctx, m.name) }
+	if m.op, stopGuard, err = m.mg.k.BeginGuarded(ctx, m.name, KindOut, m.in, guard); err != nil {
 		return err
 	}
 	m.cleanups = append(m.cleanups, func() {
@@ -279,8 +257,8 @@ func (m *outgoing) step(name operation.Step) { m.op.Step(name) }
 
 // prepare starts the receiver and has it start the destination QEMU.
 func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
-	s, name, o := m.s, m.name, m.o
-	peer, closePeer, err := s.openTransport(ctx, o)
+	mg, name, o := m.mg, m.name, m.o
+	peer, closePeer, err := mg.openTransport(ctx, o)
 	if err != nil {
 		return migration.Msg{}, m.fail("transport", "source", err)
 	}
@@ -307,7 +285,7 @@ func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
 	}
 	if o.Local {
 		m.prep.From = "local"
-	} else if m.prep.Autostart = s.isEnabled(name); m.f.VM.Boot.Firmware == spec.FirmwareUEFI {
+	} else if m.prep.Autostart = mg.h.State().IsMarked(name); m.f.VM.Boot.Firmware == spec.FirmwareUEFI {
 		if m.prep.UEFIVars, err = os.ReadFile(m.p.UEFIVars); err != nil {
 			return migration.Msg{}, m.fail("prepare", "source", fmt.Errorf("UEFI variable store: %w", err))
 		}
@@ -316,7 +294,7 @@ func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
 	if err != nil {
 		return r, m.fail("prepare", "source", err)
 	}
-	s.opts.Logger.Debug("destination ready", "vm", name, "uri", r.URI)
+	mg.log.Debug("destination ready", "vm", name, "uri", r.URI)
 	m.step(stepMigPrepared)
 	return r, nil
 }
@@ -354,7 +332,7 @@ func (m *outgoing) relay(ctx context.Context, r migration.Msg) (string, error) {
 		}
 		return migration.DialTLS(dctx, c, r.CertPin)
 	}
-	relay := migration.StartRelay(ln, dial, nil, migration.SendToken(r.Token), m.s.opts.Logger)
+	relay := migration.StartRelay(ln, dial, nil, migration.SendToken(r.Token), m.mg.log)
 	m.cleanups = append(m.cleanups, func() { relay.Close(); os.Remove(sock) })
 	return "unix:" + sock, nil
 }
@@ -375,7 +353,7 @@ func (m *outgoing) stream(ctx context.Context, r migration.Msg) error {
 		_, err := m.peer.Call(context.WithoutCancel(ctx), migration.Msg{Type: migration.MsgRun}, migration.MsgRunning, finalizeTimeout)
 		return err
 	}
-	info, postcopy, err := migration.Stream(ctx, m.mon, uri, m.o, stopped, m.start, onPostcopy, m.s.opts.Logger)
+	info, postcopy, err := migration.Stream(ctx, m.mon, uri, m.o, stopped, m.start, onPostcopy, m.mg.log)
 	m.res.Postcopy = postcopy
 	if err != nil {
 		running := "source"
@@ -403,7 +381,7 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	handoverStart := time.Now()
 	fin := migration.Msg{Type: migration.MsgFinalize}
 	if !m.o.Local {
-		if t, err := consolelog.ReadBack(m.s.consoleConfig(m.name), 4<<20); err == nil {
+		if t, err := consolelog.ReadBack(m.mg.h.ConsoleConfig(m.name), 4<<20); err == nil {
 			fin.Console = t.Data
 		}
 	}
@@ -411,7 +389,7 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	// guest, and only it can say whether it does.
 	m.step(stepMigFinalizeSent)
 	if _, err := m.peer.Call(ctx, fin, migration.MsgFinalized, finalizeTimeout); err != nil {
-		var re *RemoteError
+		var re *migration.RemoteError
 		if errors.As(err, &re) {
 			// The destination said no and tears itself down: run here.
 			if rerr := migration.ResumeSource(m.mon); rerr != nil {
@@ -433,7 +411,7 @@ func (m *outgoing) finalize(ctx context.Context) error {
 // host the new QEMU then takes the usual socket names; across hosts
 // nothing of the VM stays here.
 func (m *outgoing) handOver(ctx context.Context) error {
-	s, name, p := m.s, m.name, m.p
+	mg, name, p := m.mg, m.name, m.p
 	sd, unit := m.lu.sd, m.lu.unit
 	qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer qcancel()
@@ -454,19 +432,19 @@ func (m *outgoing) handOver(ctx context.Context) error {
 		if _, err := m.peer.Call(qctx, migration.Msg{Type: migration.MsgCommit}, migration.MsgCommitted, finalizeTimeout); err != nil {
 			return m.fail("commit", "destination (new QEMU; sockets not handed over)", err)
 		}
-		m.res.Unit = s.state.UnitOf(name)
+		m.res.Unit = mg.h.State().UnitOf(name)
 		return nil
 	}
 	// The VM now belongs to the destination: nothing of it stays here.
-	if err := s.afterStop(qctx, name); err != nil {
-		s.opts.Logger.Warn("clean-up after migration", "vm", name, "err", err)
+	if err := mg.h.AfterStop(qctx, name); err != nil {
+		mg.log.Warn("clean-up after migration", "vm", name, "err", err)
 	}
 	if err := p.RemoveAll(); err != nil {
-		s.opts.Logger.Warn("remove state after migration", "vm", name, "err", err)
+		mg.log.Warn("remove state after migration", "vm", name, "err", err)
 	}
 	if m.prep.Autostart { // the destination enabled it: a reboot here must not start a copy
-		if err := s.Disable(qctx, name); err != nil {
-			s.opts.Logger.Warn("disable autostart after migration", "vm", name, "err", err)
+		if err := mg.h.Disable(qctx, name); err != nil {
+			mg.log.Warn("disable autostart after migration", "vm", name, "err", err)
 		}
 	}
 	return nil
@@ -474,25 +452,25 @@ func (m *outgoing) handOver(ctx context.Context) error {
 
 // openTransport starts the receiver: in-process for a local migration, else
 // the transport command. closePeer ends it and waits (bounded) for it.
-func (s *Supervisor) openTransport(ctx context.Context, o MigrateOptions) (*migration.Peer, func(), error) {
+func (mg *Migrator) openTransport(ctx context.Context, o migration.Options) (*migration.Peer, func(), error) {
 	if !o.Local {
 		return migration.Command(o.Transport, o.Stderr)
 	}
 	peer, closePeer := migration.InProcess(func(p *migration.Peer) {
 		// Not ctx: a Ctrl-C must reach the destination as an abort after
 		// migrate_cancel, not kill it mid-way.
-		if err := s.receive(context.WithoutCancel(ctx), p, true); err != nil {
-			s.opts.Logger.Debug("local receiver", "err", err)
+		if err := mg.receive(context.WithoutCancel(ctx), p, true); err != nil {
+			mg.log.Debug("local receiver", "err", err)
 		}
 	})
 	return peer, closePeer, nil
 }
 
-// CancelMigration cancels the VM's outgoing migration (QMP migrate_cancel);
-// the vmsup migrating it then tears the destination down and the guest
-// keeps running here.
-func (s *Supervisor) CancelMigration(ctx context.Context, name string) error {
-	c, release, err := s.qmpSession(ctx, name)
+// Cancel cancels the VM's outgoing migration (QMP migrate_cancel); the
+// vmsup migrating it then tears the destination down and the guest keeps
+// running here.
+func (mg *Migrator) Cancel(ctx context.Context, name string) error {
+	c, release, err := mg.h.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -506,7 +484,7 @@ func (s *Supervisor) CancelMigration(ctx context.Context, name string) error {
 	case "postcopy-active":
 		return vmErr(name, errors.New("the migration is in postcopy: the guest already runs on the destination, it cannot be cancelled"))
 	default:
-		return vmErr(name, fmt.Errorf("no migration in progress (status %q)", orDefault(info.Status, "none")))
+		return vmErr(name, fmt.Errorf("no migration in progress (status %q)", cmp.Or(info.Status, "none")))
 	}
 	if err := c.MigrateCancel(ctx); err != nil {
 		return vmErr(name, fmt.Errorf("migrate_cancel: %w", err))

@@ -1,4 +1,4 @@
-package supervisor
+package livemigrate
 
 import (
 	"context"
@@ -43,15 +43,6 @@ func MigrateSteps() []string {
 	return stepNames(stepMigPrepared, stepMigCompleted, stepMigFinalizeSent, stepMigFinalized, stepMigQuitSent, stepMigSourceQuit)
 }
 
-// stepNames are steps as AfterStep sees them.
-func stepNames(steps ...operation.Step) []string {
-	out := make([]string, len(steps))
-	for i, s := range steps {
-		out[i] = string(s)
-	}
-	return out
-}
-
 // migrateIntent is the source side's journal of a migration.
 type migrateIntent struct {
 	Local       bool     `json:"local"`
@@ -65,8 +56,8 @@ type migrateIntent struct {
 	Autostart   bool     `json:"autostart,omitempty"`
 }
 
-func (s *Supervisor) recoverMigrateOut(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[migrateIntent](op)
+func (mg *Migrator) recoverMigrateOut(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[migrateIntent](op)
 	if err != nil {
 		return "", err
 	}
@@ -76,8 +67,8 @@ func (s *Supervisor) recoverMigrateOut(ctx context.Context, name string, op *ope
 	if in.RelaySock != "" {
 		os.Remove(in.RelaySock)
 	}
-	os.Remove(s.paths(name).StoppedByMigration())
-	sd, err := s.systemd(ctx)
+	os.Remove(mg.paths(name).StoppedByMigration())
+	sd, err := mg.h.Systemd(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -86,26 +77,9 @@ func (s *Supervisor) recoverMigrateOut(ctx context.Context, name string, op *ope
 		return "", err
 	}
 	if in.Local {
-		return s.settleLocal(ctx, name, in, sd, src)
+		return mg.settleLocal(ctx, name, in, sd, src)
 	}
-	return s.settleRemote(ctx, name, in, op, sd, src)
-}
-
-// runStateAt asks the QEMU listening at sock for its run state ("" when it
-// does not answer).
-func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
-	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
-	defer cancel()
-	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(s.opts.Logger))
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	qs, err := c.QueryStatus(dctx)
-	if err != nil {
-		return ""
-	}
-	return qs.Status
+	return mg.settleRemote(ctx, name, in, op, sd, src)
 }
 
 // destAnswerTimeout bounds how long recovery waits for a destination QEMU
@@ -120,7 +94,7 @@ const destAnswerTimeout = 30 * time.Second
 // stays up and that does not answer within destAnswerTimeout is an error:
 // it may run the guest, and recovery never guesses (the guardian tries
 // again).
-func (s *Supervisor) destState(ctx context.Context, sd *units.Manager, unit string, sock func() string) (string, error) {
+func (mg *Migrator) destState(ctx context.Context, sd *units.Manager, unit string, sock func() string) (string, error) {
 	deadline := time.Now().Add(destAnswerTimeout)
 	for {
 		st, err := sd.Status(ctx, unit)
@@ -130,7 +104,7 @@ func (s *Supervisor) destState(ctx context.Context, sd *units.Manager, unit stri
 		if st.Gone() {
 			return "", nil
 		}
-		if state := s.runStateAt(ctx, sock()); state != "" {
+		if state := mg.h.RunStateAt(ctx, sock()); state != "" {
 			return state, nil
 		}
 		if time.Now().After(deadline) {
@@ -165,9 +139,9 @@ func modTime(p string) time.Time {
 // settleLocal settles a migration on one host: the new QEMU keeps the
 // guest if it runs it (the hand-over is finished), else the source does
 // (the new QEMU is removed).
-func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateIntent, sd *units.Manager, src units.Status) (string, error) {
-	p := s.paths(name)
-	app, err := s.state.ReadApplied(name)
+func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateIntent, sd *units.Manager, src units.Status) (string, error) {
+	p := mg.paths(name)
+	app, err := mg.h.State().ReadApplied(name)
 	if err != nil {
 		return "", err
 	}
@@ -192,7 +166,7 @@ func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateInt
 			}
 			return p.QMP
 		}
-		if destState, err = s.destState(ctx, sd, in.DestUnit, sock); err != nil {
+		if destState, err = mg.destState(ctx, sd, in.DestUnit, sock); err != nil {
 			return "", err
 		}
 	}
@@ -201,40 +175,40 @@ func (s *Supervisor) settleLocal(ctx context.Context, name string, in migrateInt
 		// The new QEMU has the guest: the source goes, the new one takes
 		// the VM's names.
 		if !src.Gone() {
-			if err := s.quitSource(ctx, sd, name, in.Unit, true); err != nil {
+			if err := mg.quitSource(ctx, sd, name, in.Unit, true); err != nil {
 				return "", err
 			}
 		}
 		if destState == "paused" {
-			if err := s.contAt(ctx, filepath.Join(inDir, "qmp.sock")); err != nil {
+			if err := mg.contAt(ctx, filepath.Join(inDir, "qmp.sock")); err != nil {
 				return "", err
 			}
 		}
-		if err := s.commitLocal(name, app, in.DestUnit, inDir); err != nil {
+		if err := mg.commitLocal(name, app, in.DestUnit, inDir); err != nil {
 			return "", err
 		}
 		note := "the new QEMU runs the guest: the hand-over is finished"
-		if fw := s.takeForwards(ctx, name); fw != "" {
+		if fw := mg.takeForwards(ctx, name); fw != "" {
 			note += "; " + fw
 		}
 		return note, nil
 	case !src.Gone():
-		s.removeUnit(ctx, sd, in.DestUnit)
+		mg.h.RemoveUnit(ctx, sd, in.DestUnit)
 		if inDir != "" {
 			os.RemoveAll(inDir)
 		}
-		if err := s.resumeHere(ctx, name); err != nil {
+		if err := mg.resumeHere(ctx, name); err != nil {
 			return "", err
 		}
 		return "the guest runs on in the source QEMU; the new QEMU was removed", nil
 	}
-	s.removeUnit(ctx, sd, in.DestUnit)
+	mg.h.RemoveUnit(ctx, sd, in.DestUnit)
 	return "", errors.New("neither QEMU runs the guest any more (the source's is gone, the new one had not received it all)")
 }
 
 // commitLocal gives the new QEMU the VM's socket names and records it.
-func (s *Supervisor) commitLocal(name string, app *vmstate.Applied, unit, inDir string) error {
-	p := s.paths(name)
+func (mg *Migrator) commitLocal(name string, app *vmstate.Applied, unit, inDir string) error {
+	p := mg.paths(name)
 	if err := handOver(inDir, p.Dir, nil); err != nil {
 		return err
 	}
@@ -246,7 +220,7 @@ func (s *Supervisor) commitLocal(name string, app *vmstate.Applied, unit, inDir 
 	if err != nil {
 		return err
 	}
-	if err := s.state.WriteApplied(app, raw); err != nil {
+	if err := mg.h.State().WriteApplied(app, raw); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	os.RemoveAll(inDir)
@@ -255,14 +229,14 @@ func (s *Supervisor) commitLocal(name string, app *vmstate.Applied, unit, inDir 
 
 // settleRemote settles a migration to another host: the source resumes
 // unless the destination may run the guest; then this host's copy goes.
-func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIntent, op *operation.Op, sd *units.Manager, src units.Status) (string, error) {
+func (mg *Migrator) settleRemote(ctx context.Context, name string, in migrateIntent, op *operation.Op, sd *units.Manager, src units.Status) (string, error) {
 	if src.Gone() {
 		runs := op.Has(stepMigSourceQuit) || op.Has(stepMigFinalized)
 		if !runs && op.Has(stepMigFinalizeSent) {
-			runs, _ = s.askDestination(ctx, name, in)
+			runs, _ = mg.askDestination(ctx, name, in)
 		}
 		if runs {
-			s.dropMigrated(ctx, name, in)
+			mg.dropMigrated(ctx, name, in)
 			return fmt.Sprintf("the guest runs on %s: this host's records are removed", in.To), nil
 		}
 		return "the source's QEMU ended during the migration", nil
@@ -271,13 +245,13 @@ func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIn
 		// The destination runs the guest. The source's QEMU may be quitting
 		// already (its command sent quit, then died): its monitor goes
 		// before its unit does, so it is not asked anything.
-		if err := s.quitSource(ctx, sd, name, in.Unit, false); err != nil {
+		if err := mg.quitSource(ctx, sd, name, in.Unit, false); err != nil {
 			return "", err
 		}
-		s.dropMigrated(ctx, name, in)
+		mg.dropMigrated(ctx, name, in)
 		return fmt.Sprintf("the guest runs on %s: this host's copy is removed", in.To), nil
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := mg.h.QMPSession(ctx, name)
 	if err != nil {
 		return "", err
 	}
@@ -292,44 +266,44 @@ func (s *Supervisor) settleRemote(ctx context.Context, name string, in migrateIn
 	destRuns := false
 	if op.Has(stepMigFinalizeSent) {
 		var known bool
-		if destRuns, known = s.askDestination(ctx, name, in); !known {
-			if destRuns, known = s.lockedElsewhere(name); !known {
+		if destRuns, known = mg.askDestination(ctx, name, in); !known {
+			if destRuns, known = mg.lockedElsewhere(name); !known {
 				return "", fmt.Errorf("the destination %s may run the guest and cannot be asked (its transport fails) nor told by the disks' locks: "+
 					"the source stays paused; check %s, then vmsup resume here or vmsup down here", in.To, in.To)
 			}
 		}
 	}
 	if destRuns {
-		if err := s.quitSource(ctx, sd, name, in.Unit, false); err != nil {
+		if err := mg.quitSource(ctx, sd, name, in.Unit, false); err != nil {
 			return "", err
 		}
-		s.dropMigrated(ctx, name, in)
+		mg.dropMigrated(ctx, name, in)
 		return fmt.Sprintf("the guest runs on %s: this host's copy is removed", in.To), nil
 	}
-	if err := s.resumeHere(ctx, name); err != nil {
+	if err := mg.resumeHere(ctx, name); err != nil {
 		return "", err
 	}
 	return "the destination does not run the guest: it runs on the source again", nil
 }
 
 // dropMigrated removes what is left here of a VM that now runs elsewhere.
-func (s *Supervisor) dropMigrated(ctx context.Context, name string, in migrateIntent) {
-	if err := s.afterStop(ctx, name); err != nil {
-		s.opts.Logger.Warn("clean-up after migration", "vm", name, "err", err)
+func (mg *Migrator) dropMigrated(ctx context.Context, name string, in migrateIntent) {
+	if err := mg.h.AfterStop(ctx, name); err != nil {
+		mg.log.Warn("clean-up after migration", "vm", name, "err", err)
 	}
-	if err := s.paths(name).RemoveAll(); err != nil {
-		s.opts.Logger.Warn("remove state after migration", "vm", name, "err", err)
+	if err := mg.paths(name).RemoveAll(); err != nil {
+		mg.log.Warn("remove state after migration", "vm", name, "err", err)
 	}
 	if in.Autostart {
-		_ = s.state.Unmark(name)
-		_ = s.syncBootUnit(ctx)
+		_ = mg.h.State().Unmark(name)
+		_ = mg.h.SyncBootUnit(ctx)
 	}
 }
 
 // quitSource ends the source's QEMU (quit, then kill). handover: its
 // stop-post hook must leave the network and grants to the new QEMU.
-func (s *Supervisor) quitSource(ctx context.Context, sd *units.Manager, name, unit string, handover bool) error {
-	p := s.paths(name)
+func (mg *Migrator) quitSource(ctx context.Context, sd *units.Manager, name, unit string, handover bool) error {
+	p := mg.paths(name)
 	if handover {
 		if err := os.WriteFile(p.Handover(), nil, 0o600); err != nil {
 			return err
@@ -338,7 +312,7 @@ func (s *Supervisor) quitSource(ctx context.Context, sd *units.Manager, name, un
 	}
 	qctx, cancel := context.WithTimeout(ctx, killTimeout)
 	defer cancel()
-	if c, release, err := s.qmpSession(qctx, name); err == nil {
+	if c, release, err := mg.h.QMPSession(qctx, name); err == nil {
 		_ = c.Quit(qctx)
 		release()
 	}
@@ -349,26 +323,11 @@ func (s *Supervisor) quitSource(ctx context.Context, sd *units.Manager, name, un
 	return nil
 }
 
-// removeUnit kills a unit (a destination QEMU nobody will use) and clears
-// its failed state.
-func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
-	defer stopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
-	st, err := sd.Status(ctx, unit)
-	if err != nil || !st.Exists {
-		return
-	}
-	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
-	defer cancel()
-	_ = sd.Kill(uctx, unit, 9)
-	sd.WaitGone(uctx, unit)
-	_ = sd.ResetFailed(uctx, unit)
-}
-
 // resumeHere makes the source's guest run (after a failed or abandoned
 // migration QEMU resumes it itself, except after a stop-and-copy or a
 // completed stream).
-func (s *Supervisor) resumeHere(ctx context.Context, name string) error {
-	c, release, err := s.qmpSession(ctx, name)
+func (mg *Migrator) resumeHere(ctx context.Context, name string) error {
+	c, release, err := mg.h.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -379,10 +338,10 @@ func (s *Supervisor) resumeHere(ctx context.Context, name string) error {
 	return migration.ResumeSource(c)
 }
 
-func (s *Supervisor) contAt(ctx context.Context, sock string) error {
+func (mg *Migrator) contAt(ctx context.Context, sock string) error {
 	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
 	defer cancel()
-	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(s.opts.Logger))
+	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(mg.log))
 	if err != nil {
 		return err
 	}
@@ -392,7 +351,7 @@ func (s *Supervisor) contAt(ctx context.Context, sock string) error {
 
 // askDestination asks the destination's vmsup, over the migration's
 // transport, whether it runs the guest. known is false when it cannot say.
-func (s *Supervisor) askDestination(ctx context.Context, name string, in migrateIntent) (runs, known bool) {
+func (mg *Migrator) askDestination(ctx context.Context, name string, in migrateIntent) (runs, known bool) {
 	if len(in.Transport) == 0 {
 		return false, false
 	}
@@ -418,7 +377,7 @@ const queryTimeout = 2 * time.Minute
 // answerQuery is the destination's side of askDestination: it settles its
 // own side first (its receiver may still be at work: it waits for the VM's
 // lock), then says whether the guest runs here.
-func (s *Supervisor) answerQuery(ctx context.Context, peer *migration.Peer, name string) error {
+func (mg *Migrator) answerQuery(ctx context.Context, peer *migration.Peer, name string) error {
 	reply := func(state string, err error) error {
 		if err != nil {
 			_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
@@ -431,20 +390,20 @@ func (s *Supervisor) answerQuery(ctx context.Context, peer *migration.Peer, name
 	}
 	lctx, cancel := context.WithTimeout(ctx, queryTimeout-15*time.Second)
 	defer cancel()
-	lk, err := s.state.Lock(lctx, name, "migrate-query", true)
+	lk, err := mg.h.State().Lock(lctx, name, "migrate-query", true)
 	if err != nil {
 		return reply("", err)
 	}
 	defer lk.Unlock()
-	if _, err := s.recover(ctx, name, "migrate-query"); err != nil {
+	if _, err := mg.k.Settle(ctx, name, "migrate-query"); err != nil {
 		return reply("", err)
 	}
 	// The VM's own sockets (not an incoming directory's): a QEMU that took
 	// the guest over, running or paused since by its operator.
-	if _, err := os.Stat(s.paths(name).QMP); err != nil {
+	if _, err := os.Stat(mg.paths(name).QMP); err != nil {
 		return reply(migration.StateAbsent, nil)
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := mg.h.QMPSession(ctx, name)
 	if err != nil {
 		return reply("", vmErr(name, err))
 	}
@@ -462,8 +421,8 @@ func (s *Supervisor) answerQuery(ctx context.Context, peer *migration.Peer, name
 // lockedElsewhere tells from the shared file disks whether another QEMU
 // (the destination's) holds their write locks. known is false when the VM
 // has no such disk.
-func (s *Supervisor) lockedElsewhere(name string) (locked, known bool) {
-	v, _ := s.view(name)
+func (mg *Migrator) lockedElsewhere(name string) (locked, known bool) {
+	v, _ := mg.h.View(name)
 	if v == nil {
 		return false, false
 	}
@@ -500,12 +459,12 @@ type incomingIntent struct {
 // recoverMigrateIn settles a destination whose receiver died: the guest
 // runs here if its QEMU was started (then it is recorded); else all of it
 // is torn down and the source keeps the guest.
-func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[incomingIntent](op)
+func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[incomingIntent](op)
 	if err != nil {
 		return "", err
 	}
-	sd, err := s.systemd(ctx)
+	sd, err := mg.h.Systemd(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -513,12 +472,12 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *oper
 	if err != nil {
 		return "", err
 	}
-	p := s.paths(name)
+	p := mg.paths(name)
 	inDir := incomingDir(p)
 	if !st.Gone() && inDir == "" {
 		// The incoming directory goes last, after the record: committed.
 		if in.Autostart {
-			_ = s.enableApplied(ctx, name)
+			_ = mg.enableApplied(ctx, name)
 		}
 		return "the guest runs here: the migration had been recorded", nil
 	}
@@ -532,7 +491,7 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *oper
 			}
 			return p.QMP
 		}
-		if state, err = s.destState(ctx, sd, in.Unit, sock); err != nil {
+		if state, err = mg.destState(ctx, sd, in.Unit, sock); err != nil {
 			return "", err
 		}
 	}
@@ -542,17 +501,17 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *oper
 			return "", err
 		}
 		in.App.StartedAt = time.Now().UTC()
-		if err := s.state.WriteApplied(in.App, in.Raw); err != nil {
+		if err := mg.h.State().WriteApplied(in.App, in.Raw); err != nil {
 			return "", fmt.Errorf("record: %w", err)
 		}
 		os.RemoveAll(inDir)
 		if in.Autostart {
-			_ = s.enableApplied(ctx, name)
+			_ = mg.enableApplied(ctx, name)
 		}
 		return "the guest runs here: the hand-over is finished and recorded", nil
 	}
-	s.removeUnit(ctx, sd, in.Unit)
-	if err := s.afterStop(ctx, name); err != nil {
+	mg.h.RemoveUnit(ctx, sd, in.Unit)
+	if err := mg.h.AfterStop(ctx, name); err != nil {
 		return "", err
 	}
 	if inDir != "" {
@@ -568,17 +527,27 @@ func (s *Supervisor) recoverMigrateIn(ctx context.Context, name string, op *oper
 
 // takeForwards gives the VM's QEMU, new after a local migration, its user
 // NICs' host forwards (forwards.go); the note says what could not be added.
-func (s *Supervisor) takeForwards(ctx context.Context, name string) string {
-	v, err := s.view(name)
+func (mg *Migrator) takeForwards(ctx context.Context, name string) string {
+	v, err := mg.h.View(name)
 	if err != nil {
 		return "forwards: " + err.Error()
 	}
 	vm := v.Booted
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := mg.h.QMPSession(ctx, name)
 	if err != nil {
 		return "forwards: " + err.Error()
 	}
 	defer release()
 	note, _ := addForwards(ctx, c, vm, true)
 	return note
+}
+
+// The autostart side of a migration: the source drops its mark (a reboot
+// there must not start a second copy) and the destination marks the VM's
+// applied spec (enableApplied).
+func (mg *Migrator) enableApplied(ctx context.Context, name string) error {
+	if _, err := mg.h.State().Mark(name, mg.paths(name).Spec); err != nil {
+		return err
+	}
+	return mg.h.SyncBootUnit(ctx)
 }

@@ -1,4 +1,4 @@
-package supervisor
+package livemigrate
 
 import (
 	"cmp"
@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"time"
 
@@ -22,16 +21,16 @@ import (
 )
 
 // Timeouts of the migration protocol's steps (the migration itself is
-// bounded by MigrateOptions.Timeout).
+// bounded by migration.Options.Timeout).
 const (
 	helloTimeout    = 30 * time.Second
 	prepareTimeout  = 90 * time.Second // QEMU start under a loaded TCG host
 	finalizeTimeout = 60 * time.Second
 )
 
-// opMigrateIn is a migration's operation in the journal, on a destination
-// on another host.
-const opMigrateIn operation.Kind = "migrate-receive"
+// KindIn is a migration's operation in the journal, on a destination on
+// another host.
+const KindIn operation.Kind = "migrate-receive"
 
 // errAborted is the source's abort (or its vanishing) before finalize.
 var errAborted = errors.New("migration aborted by the source; destination torn down")
@@ -41,11 +40,11 @@ var errAborted = errors.New("migration aborted by the source; destination torn d
 // transport. Everything it sets up is torn down again unless the source
 // finalizes; the guest then runs here and the VM's state lives under this
 // host's Root.
-func (s *Supervisor) Receive(ctx context.Context, r io.Reader, w io.Writer) error {
-	return s.receive(ctx, migration.NewPeer(r, w), false)
+func (mg *Migrator) Receive(ctx context.Context, r io.Reader, w io.Writer) error {
+	return mg.receive(ctx, migration.NewPeer(r, w), false)
 }
 
-func (s *Supervisor) receive(ctx context.Context, peer *migration.Peer, local bool) error {
+func (mg *Migrator) receive(ctx context.Context, peer *migration.Peer, local bool) error {
 	m, err := peer.Recv(ctx, helloTimeout)
 	if err != nil {
 		return fmt.Errorf("migrate-receive: hello: %w", err)
@@ -63,19 +62,19 @@ func (s *Supervisor) receive(ctx context.Context, peer *migration.Peer, local bo
 		return errAborted
 	}
 	if m.Type == migration.MsgQuery {
-		return s.answerQuery(ctx, peer, m.Name)
+		return mg.answerQuery(ctx, peer, m.Name)
 	}
 	if m.Type != migration.MsgPrepare {
 		return fmt.Errorf("migrate-receive: want prepare, got %q", m.Type)
 	}
 	m.Local = local
-	d := &incomingVM{local: local, autostart: m.Autostart && !local}
+	d := &incomingVM{mg: mg, local: local, autostart: m.Autostart && !local}
 	defer func() {
 		if !d.finalized {
 			d.teardown(ctx)
 		}
-		if d.startRun != nil && d.lk != nil {
-			d.lk.Unlock()
+		if d.st != nil {
+			d.st.Release()
 		}
 		if d.relay != nil {
 			d.relay.Close() // idempotent; after finalize the stream is done
@@ -84,7 +83,7 @@ func (s *Supervisor) receive(ctx context.Context, peer *migration.Peer, local bo
 			d.mon.Close()
 		}
 	}()
-	uri, err := d.prepare(ctx, s, m)
+	uri, err := d.prepare(ctx, m)
 	if err != nil {
 		err = vmErr(m.Name, err)
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
@@ -102,7 +101,7 @@ func (s *Supervisor) receive(ctx context.Context, peer *migration.Peer, local bo
 			// The newest guest state is here and nowhere else: keep it
 			// for the operator (QEMU's postcopy recovery), do not kill it.
 			d.finalized = true
-			return vmErr(d.name, fmt.Errorf("source went away during postcopy; the destination QEMU (%s) is left as it is", d.unit))
+			return vmErr(d.name, fmt.Errorf("source went away during postcopy; the destination QEMU (%s) is left as it is", d.st.Unit()))
 		}
 		return errAborted
 	}
@@ -146,7 +145,7 @@ func (d *incomingVM) awaitCommit(ctx context.Context, peer *migration.Peer) erro
 		err = fmt.Errorf("got %q", m.Type)
 	}
 	if err != nil {
-		return vmErr(d.name, fmt.Errorf("source did not hand over (%v); the new QEMU runs as %s", err, d.unit))
+		return vmErr(d.name, fmt.Errorf("source did not hand over (%v); the new QEMU runs as %s", err, d.st.Unit()))
 	}
 	if err := d.commit(); err != nil {
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
@@ -160,7 +159,11 @@ func (d *incomingVM) awaitCommit(ctx context.Context, peer *migration.Peer) erro
 // under its own unit, its sockets in an incoming directory until it takes
 // over, and the undo that removes all of it unless the source finalizes.
 type incomingVM struct {
-	*startRun
+	mg        *Migrator
+	name      string
+	f         *spec.File
+	p         vmstate.Paths // the VM's
+	st        Start         // the start pipeline's run
 	local     bool
 	mon       *qmp.Conn             // the destination QEMU's event monitor
 	undo      func(context.Context) // what the pipeline made; nil once kept or undone
@@ -174,6 +177,11 @@ type incomingVM struct {
 	uri       string        // where the source's QEMU sends the stream
 }
 
+// intent is the destination's journal on another host (StartArgs.Intent).
+func (d *incomingVM) intent(unit string, existed bool, app *vmstate.Applied, raw []byte) any {
+	return incomingIntent{Unit: unit, Existed: existed, Autostart: d.autostart, App: app, Raw: raw}
+}
+
 func (d *incomingVM) teardown(ctx context.Context) {
 	if d.undo != nil {
 		d.undo(ctx)
@@ -183,7 +191,8 @@ func (d *incomingVM) teardown(ctx context.Context) {
 
 // prepare starts the destination QEMU through the start pipeline and
 // returns where the source's QEMU sends the stream.
-func (d *incomingVM) prepare(ctx context.Context, s *Supervisor, m migration.Msg) (string, error) {
+func (d *incomingVM) prepare(ctx context.Context, m migration.Msg) (string, error) {
+	mg := d.mg
 	if err := spec.ValidName(m.Name); err != nil {
 		return "", err
 	}
@@ -191,7 +200,7 @@ func (d *incomingVM) prepare(ctx context.Context, s *Supervisor, m migration.Msg
 	if m.Timeout > 0 {
 		d.wait = m.Timeout + 2*time.Minute
 	}
-	f, err := spec.Parse(orDefault(m.SourceFile, s.paths(m.Name).Spec), m.Spec)
+	f, err := spec.Parse(cmp.Or(m.SourceFile, mg.paths(m.Name).Spec), m.Spec)
 	if err != nil {
 		return "", fmt.Errorf("spec from the source: %w", err)
 	}
@@ -200,21 +209,19 @@ func (d *incomingVM) prepare(ctx context.Context, s *Supervisor, m migration.Msg
 	}
 	if !d.local {
 		// Another host's spec: its paths must be in this host's places.
-		if err := s.CheckPaths(ctx, f); err != nil {
+		if err := mg.h.CheckPaths(ctx, f); err != nil {
 			return "", fmt.Errorf("spec from the source: %w", err)
 		}
 	}
-	mode := StartIncoming
-	if d.local {
-		mode = StartIncomingLocal
-	}
-	d.startRun = s.newStart(f, mode, incomingArgs{
-		accel: m.Accel, cpu: cpuChoice{m.CPUModel, m.CPUMasks}, ids: identity.IDs{UUID: m.UUID, GenID: m.GenID},
-		sourceFile: m.SourceFile, from: m.From,
-		markers: m.Markers, uefiVars: m.UEFIVars, autostart: d.autostart,
-		listen: func(ctx context.Context, _ *startRun) error { return d.listen(ctx, m) },
+	d.name, d.f, d.p = f.VM.Name, f, mg.paths(f.VM.Name)
+	d.st = mg.h.StartIncoming(f, d.local, StartArgs{
+		Accel: m.Accel, CPUModel: m.CPUModel, CPUMasks: m.CPUMasks, IDs: identity.IDs{UUID: m.UUID, GenID: m.GenID},
+		SourceFile: m.SourceFile, From: m.From,
+		Markers: m.Markers, UEFIVars: m.UEFIVars,
+		Listen:  func(ctx context.Context) error { return d.listen(ctx, m) },
+		Journal: KindIn, Intent: d.intent, // with the autostart
 	})
-	undo, err := runSteps(ctx, d.name, d.steps(), s.opts.AfterStep)
+	undo, err := d.st.Run(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -244,7 +251,7 @@ func (d *incomingVM) listen(ctx context.Context, m migration.Msg) error {
 			return fmt.Errorf("multifd channels: %w", err)
 		}
 	}
-	sock := filepath.Join(d.sock.Dir, "migrate.sock")
+	sock := filepath.Join(d.st.Sockets().Dir, "migrate.sock")
 	d.uri = "unix:" + sock
 	if err := d.mon.MigrateIncoming(ctx, d.uri); err != nil {
 		return fmt.Errorf("listen for the migration on %s: %w", d.uri, err)
@@ -263,37 +270,9 @@ func (d *incomingVM) listen(ctx context.Context, m migration.Msg) error {
 	}
 	d.token, d.certPin = migration.NewToken(), rt.Pin
 	d.relay = migration.StartRelay(rt.Listen(ln), func() (net.Conn, error) { return qmp.DialSocket(context.Background(), sock) },
-		migration.CheckToken(d.token), nil, d.s.opts.Logger)
+		migration.CheckToken(d.token), nil, d.mg.log)
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	d.uri = "tcp:" + net.JoinHostPort(m.Listen, port)
-	return nil
-}
-
-// checkIncomingCPU: the destination runs the guest with the source's CPU
-// model and masks (the guest must see the same CPU); this host's KVM must
-// start that model with those masks.
-func (s *Supervisor) checkIncomingCPU(accel spec.Accel, specModel string, cpu cpuChoice) error {
-	if accel != spec.AccelKVM || s.opts.Host != nil && s.opts.HostCaps == nil {
-		return nil
-	}
-	c, err := s.HostCaps(context.Background(), false)
-	if err != nil {
-		return err
-	}
-	model := cmp.Or(specModel, cpu.Model, "host")
-	m, ok := c.KVM.Mode(model)
-	if !ok {
-		return nil // a named model: not probed, QEMU decides
-	}
-	if !m.Starts {
-		return fmt.Errorf("-cpu %s does not start under KVM on this host (%s)", model, m.Error)
-	}
-	for _, need := range m.Masks {
-		if !slices.Contains(cpu.Masks, need) {
-			return fmt.Errorf("this host's KVM needs %s masked for -cpu %s, which the source does not mask: the guest would see its CPU change; "+
-				"migrate between hosts whose KVMs take the same CPU, or give the VM a named cpu_model", need, model)
-		}
-	}
 	return nil
 }
 
@@ -301,17 +280,22 @@ func (s *Supervisor) checkIncomingCPU(accel spec.Accel, specModel string, cpu cp
 func (d *incomingVM) dialMonitor(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
+	sd, err := d.mg.h.Systemd(ctx)
+	if err != nil {
+		return err
+	}
+	unit, events := d.st.Unit(), d.st.Sockets().Events
 	for {
-		st, err := d.sd.Status(ctx, d.unit)
+		st, err := sd.Status(ctx, unit)
 		if err != nil {
 			return err
 		}
 		if st.Gone() {
-			return fmt.Errorf("QEMU exited (%s): %s", orDefault(st.ExitReason(), st.ActiveState), d.s.lastWords(ctx, d.unit))
+			return fmt.Errorf("QEMU exited (%s): %s", cmp.Or(st.ExitReason(), st.ActiveState), d.mg.h.LastWords(ctx, unit))
 		}
-		if _, err := os.Stat(d.sock.Events); err == nil {
+		if _, err := os.Stat(events); err == nil {
 			dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
-			c, err := qmp.Dial(dctx, d.sock.Events, qmp.WithLogger(d.s.opts.Logger), qmp.WithoutSymlink())
+			c, err := qmp.Dial(dctx, events, qmp.WithLogger(d.mg.log), qmp.WithoutSymlink())
 			dcancel()
 			if err == nil {
 				d.mon = c
@@ -335,13 +319,13 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 		return err
 	}
 	// Not in the stream: the disks' I/O limits (links are).
-	if err := applyRuntime(ctx, d.mon, &d.f.VM, d.sock.QMP); err != nil {
+	if err := d.mg.h.ApplyRuntime(ctx, d.mon, &d.f.VM, d.st.Sockets().QMP); err != nil {
 		return err
 	}
 	if !d.local && len(m.Console) > 0 {
 		// Before cont: the guest has printed nothing here yet.
 		// Through the logger's FIFO: it alone writes the log's files.
-		f, err := os.OpenFile(consoleFIFO(d.p, d.unit), os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+		f, err := os.OpenFile(d.st.ConsoleFIFO(), os.O_WRONLY|syscall.O_NOFOLLOW, 0)
 		if err == nil {
 			_, err = f.Write(m.Console)
 			f.Close()
@@ -371,14 +355,14 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 	}
 	d.finalized = true
 	if d.autostart { // before the journal ends: its recovery does the same
-		if err := d.s.enableApplied(ctx, d.name); err != nil {
-			d.s.opts.Logger.Warn("enable autostart after migration", "vm", d.name, "err", err)
+		if err := d.mg.enableApplied(ctx, d.name); err != nil {
+			d.mg.log.Warn("enable autostart after migration", "vm", d.name, "err", err)
 		}
 	}
 	// The guest runs here: keep all of it, end the journal, and let the
 	// VM's lock go.
 	d.undo = nil
-	d.unlock(ctx)
+	d.st.Unlock(ctx)
 	return nil
 }
 
@@ -427,18 +411,18 @@ func handOver(inDir, dir string, after func(step operation.Step)) error {
 // afterStep reports a step of the hand-over: journaled first on another
 // host (the receiver's own journal), then Options.AfterStep sees it.
 func (d *incomingVM) afterStep(step operation.Step) {
-	switch {
-	case d.op != nil:
-		d.op.Step(step)
-	case d.s.opts.AfterStep != nil:
-		d.s.opts.AfterStep(d.name, string(step))
+	if op := d.st.Op(); op != nil {
+		op.Step(step)
+	} else {
+		d.mg.h.AfterStep(d.name, string(step))
 	}
 }
 
 // commit gives the new QEMU the VM's usual socket names and records it as
 // the VM's QEMU. On the same host it runs after the source QEMU is gone.
 func (d *incomingVM) commit() error {
-	if err := handOver(d.sock.Dir, d.p.Dir, d.afterStep); err != nil {
+	sockDir, unit, app := d.st.Sockets().Dir, d.st.Unit(), d.st.Applied()
+	if err := handOver(sockDir, d.p.Dir, d.afterStep); err != nil {
 		return err
 	}
 	// The old QEMU is gone: its forwards' ports are free for this one.
@@ -447,17 +431,17 @@ func (d *incomingVM) commit() error {
 	_, err := addForwards(fctx, d.mon, &d.f.VM, false)
 	cancel()
 	if err != nil {
-		d.s.opts.Logger.Warn("local migration: host forwards not taken over", "vm", d.name, "err", err)
+		d.mg.log.Warn("local migration: host forwards not taken over", "vm", d.name, "err", err)
 	}
-	d.app.StartedAt = time.Now().UTC()
-	if d.unit != vmstate.UnitName(d.name) {
-		d.app.Unit = d.unit
+	app.StartedAt = time.Now().UTC()
+	if unit != vmstate.UnitName(d.name) {
+		app.Unit = unit
 	}
-	if err := d.s.state.WriteApplied(d.app, d.f.Raw); err != nil {
+	if err := d.mg.h.State().WriteApplied(app, d.f.Raw); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	d.afterStep(stepHandOverRecord)
-	os.RemoveAll(d.sock.Dir)
+	os.RemoveAll(sockDir)
 	return nil
 }
 

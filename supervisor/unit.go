@@ -104,13 +104,7 @@ func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
 // its failed state.
 func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
 	defer stopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
-	st, err := sd.Status(ctx, unit)
-	if err != nil || !st.Exists {
-		return
-	}
 	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
 	defer cancel()
-	_ = sd.Kill(uctx, unit, 9)
-	sd.WaitGone(uctx, unit)
-	_ = sd.ResetFailed(uctx, unit)
+	sd.KillAndWait(uctx, unit)
 }

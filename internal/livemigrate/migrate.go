@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/consolelog"
@@ -424,8 +423,7 @@ func (m *outgoing) handOver(ctx context.Context) error {
 	_ = m.mon.Quit(qctx)
 	m.step(stepMigQuitSent) // (its monitor goes before its unit does)
 	if err := sd.WaitStopped(qctx, unit); err != nil {
-		_ = sd.Kill(qctx, unit, syscall.SIGKILL)
-		_ = sd.WaitStopped(qctx, unit)
+		sd.KillAndWait(qctx, unit)
 	}
 	m.step(stepMigSourceQuit)
 	if m.o.Local {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/migration"
@@ -317,7 +316,7 @@ func (mg *Migrator) quitSource(ctx context.Context, sd *units.Manager, name, uni
 		release()
 	}
 	if err := sd.WaitStopped(qctx, unit); err != nil {
-		_ = sd.Kill(qctx, unit, syscall.SIGKILL)
+		sd.KillAndWait(qctx, unit)
 		return sd.WaitStopped(qctx, unit)
 	}
 	return nil

@@ -2,7 +2,6 @@ package livemigrate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -153,28 +153,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // VMName says which VM the error is about.
 func (e *Error) VMName() string { return e.VM }
 
-// vmError is an error about one VM: `vm "NAME": what went wrong`.
-type vmError struct {
-	vm  string
-	err error
-}
-
-func (e *vmError) Error() string  { return fmt.Sprintf("vm %q: %v", e.vm, e.err) }
-func (e *vmError) Unwrap() error  { return e.err }
-func (e *vmError) VMName() string { return e.vm }
-
-// vmErr gives err the VM's name, once: an error that already names the VM
-// is returned as it is.
-func vmErr(name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var named interface{ VMName() string }
-	if errors.As(err, &named) && named.VMName() == name {
-		return err
-	}
-	return &vmError{vm: name, err: err}
-}
+// vmErr gives err the VM's name, once (vmerr.Wrap).
+func vmErr(name string, err error) error { return vmerr.Wrap(name, err) }
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 

@@ -3,227 +3,71 @@ package supervisor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
-	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/internal/guestagent"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
-	"github.com/vmsup/vmsup/spec"
 )
 
-// Bounds of the guest agent commands: the guest answers them, and a
-// guest that never does or sends without end must not hold vmsup.
+// What vmsup asks of a guest through its agent lives in internal/guestagent;
+// here are its Host and the library's API.
+
+// Bounds of the guest agent commands (guestagent).
 const (
-	DefaultExecTimeout = time.Minute
-	DefaultCopyTimeout = 5 * time.Minute
-	DefaultCopyMax     = 256 << 20 // bytes
-	copyChunk          = 4 << 20   // per guest-file-read/-write: base64 stays under qmp.MaxAgentReply
+	DefaultExecTimeout = guestagent.DefaultExecTimeout
+	DefaultCopyTimeout = guestagent.DefaultCopyTimeout
+	DefaultCopyMax     = guestagent.DefaultCopyMax
+	agentTimeout       = guestagent.PingTimeout
 )
 
-// ExecResult is what a command run in the guest returned. qemu-ga keeps at
-// most 16 MiB of each output; Truncated says it cut one.
-type ExecResult struct {
-	ExitCode  int    `json:"exit_code"`
-	Signal    int    `json:"signal,omitempty"`
-	Stdout    []byte `json:"stdout"`
-	Stderr    []byte `json:"stderr"`
-	Truncated bool   `json:"truncated"`
-}
+// The guest agent's types (guestagent).
+type (
+	ExecResult   = guestagent.ExecResult
+	CopyOptions  = guestagent.CopyOptions
+	GuestAddress = guestagent.GuestAddress
+	AgentStatus  = guestagent.AgentStatus
+)
 
-// guestAgent runs fn with the VM's guest agent, after checking that the
-// VM runs and the guest has the agent's channel open.
-func (s *Supervisor) guestAgent(ctx context.Context, name string, fn func(*qmp.Agent) error) error {
-	if err := spec.ValidName(name); err != nil {
-		return vmErr(name, err)
-	}
-	v, err := s.view(name)
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotRunning) {
-		return s.absent(name)
-	}
-	if err != nil {
-		return vmErr(name, err)
-	}
-	if !v.Booted.HasGuestAgent() {
-		return vmErr(name, errors.New("guest_agent = false: it has no agent channel"))
-	}
-	c, release, err := s.qmpSession(ctx, name)
-	if err != nil {
-		return err
-	}
-	if err := agentCanAnswer(ctx, name, c); err != nil {
-		release()
-		return err
-	}
-	open := c.FrontendOpen(ctx, qemuargs.AgentChardevID)
-	release()
-	if !open {
-		return vmErr(name, errors.New("guest agent: the guest has not opened the agent channel (qemu-ga is not running)"))
-	}
-	a, done, err := s.agentSession(ctx, name)
-	if err != nil {
-		return vmErr(name, fmt.Errorf("guest agent: %w", err))
-	}
-	defer done()
-	return vmErr(name, fn(a))
-}
+// ErrPaused means the VM's guest is paused: its agent cannot answer.
+var ErrPaused = guestagent.ErrPaused
 
-// Exec runs argv in the guest through its agent (guest-exec) and waits for
-// it up to timeout (DefaultExecTimeout if 0).
+// Exec runs argv in the guest through its agent and waits for it up to
+// timeout (DefaultExecTimeout if 0).
 func (s *Supervisor) Exec(ctx context.Context, name string, argv []string, timeout time.Duration) (ExecResult, error) {
-	var res ExecResult
-	if len(argv) == 0 {
-		return res, vmErr(name, errors.New("exec: no command"))
-	}
-	if timeout <= 0 {
-		timeout = DefaultExecTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	err := s.guestAgent(ctx, name, func(a *qmp.Agent) error {
-		pid, err := a.Exec(ctx, argv[0], argv[1:], true)
-		if err != nil {
-			return fmt.Errorf("exec %s: %w", argv[0], err)
-		}
-		st, err := a.ExecWait(ctx, pid, 50*time.Millisecond)
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("exec %s: still running after %s (left running in the guest, pid %d)", argv[0], timeout, pid)
-		}
-		if err != nil {
-			return fmt.Errorf("exec %s: %w", argv[0], err)
-		}
-		res.Stdout, res.Stderr = st.Stdout, st.Stderr
-		res.Truncated = st.StdoutTruncated || st.StderrTruncated
-		if st.ExitCode != nil {
-			res.ExitCode = *st.ExitCode
-		}
-		if st.Signal != nil {
-			res.Signal = *st.Signal
-			res.ExitCode = 128 + *st.Signal
-		}
-		return nil
-	})
-	return res, err
+	return s.guest().Exec(ctx, name, argv, timeout)
 }
 
-// CopyOptions bound a copy to or from the guest.
-type CopyOptions struct {
-	Max     int64         // bytes; DefaultCopyMax if 0
-	Timeout time.Duration // DefaultCopyTimeout if 0
-}
-
-func (o CopyOptions) withDefaults() CopyOptions {
-	if o.Max <= 0 {
-		o.Max = DefaultCopyMax
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultCopyTimeout
-	}
-	return o
-}
-
-// CopyFromGuest copies the guest's file at path to w (guest-file-read),
-// at most o.Max bytes: a bigger file is an error, not a short copy.
+// CopyFromGuest copies the guest's file at path to w, at most o.Max bytes.
 func (s *Supervisor) CopyFromGuest(ctx context.Context, name, path string, w io.Writer, o CopyOptions) (int64, error) {
-	o = o.withDefaults()
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	var total int64
-	err := s.guestAgent(ctx, name, func(a *qmp.Agent) error {
-		h, err := a.FileOpen(ctx, path, "r")
-		if err != nil {
-			return fmt.Errorf("cp: open %s in the guest: %w", path, err)
-		}
-		defer a.FileClose(context.WithoutCancel(ctx), h)
-		for {
-			b, eof, err := a.FileRead(ctx, h, copyChunk)
-			if err != nil {
-				return fmt.Errorf("cp: read %s in the guest: %w", path, err)
-			}
-			if total+int64(len(b)) > o.Max {
-				return fmt.Errorf("cp: %s in the guest is larger than %d bytes (raise the bound to copy it)", path, o.Max)
-			}
-			if _, err := w.Write(b); err != nil {
-				return fmt.Errorf("cp: %w", err)
-			}
-			total += int64(len(b))
-			if eof || len(b) == 0 {
-				return nil
-			}
-		}
-	})
-	return total, err
+	return s.guest().CopyFrom(ctx, name, path, w, o)
 }
 
-// CopyToGuest writes r to the guest's file at path (created or truncated;
-// guest-file-write), at most o.Max bytes. A copy cut short leaves the
-// guest's file partly written, as cp does.
+// CopyToGuest writes r to the guest's file at path, at most o.Max bytes.
 func (s *Supervisor) CopyToGuest(ctx context.Context, name string, r io.Reader, path string, o CopyOptions) (int64, error) {
-	o = o.withDefaults()
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	var total int64
-	err := s.guestAgent(ctx, name, func(a *qmp.Agent) error {
-		h, err := a.FileOpen(ctx, path, "w")
-		if err != nil {
-			return fmt.Errorf("cp: open %s in the guest: %w", path, err)
-		}
-		buf := make([]byte, copyChunk)
-		for {
-			n, rerr := io.ReadFull(r, buf)
-			if total+int64(n) > o.Max {
-				a.FileClose(ctx, h)
-				return fmt.Errorf("cp: more than %d bytes to copy (raise the bound)", o.Max)
-			}
-			for off := 0; off < n; {
-				m, err := a.FileWrite(ctx, h, buf[off:n])
-				if err != nil || m <= 0 {
-					a.FileClose(ctx, h)
-					return fmt.Errorf("cp: write %s in the guest: %w", path, cmpErr(err, "no progress"))
-				}
-				off += m
-			}
-			total += int64(n)
-			if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-				break
-			}
-			if rerr != nil {
-				a.FileClose(ctx, h)
-				return fmt.Errorf("cp: %w", rerr)
-			}
-		}
-		if err := a.FileClose(ctx, h); err != nil {
-			return fmt.Errorf("cp: close %s in the guest: %w", path, err)
-		}
-		return nil
-	})
-	return total, err
+	return s.guest().CopyTo(ctx, name, r, path, o)
 }
 
-func cmpErr(err error, msg string) error {
-	if err != nil {
-		return err
-	}
-	return errors.New(msg)
+// GuestPing asks the VM's guest agent for its ping, version, OS and
+// addresses, within a bound.
+func (s *Supervisor) GuestPing(ctx context.Context, name string) (AgentStatus, error) {
+	return s.guest().Ping(ctx, name)
 }
 
-// GuestAddress is one IP address the guest agent reports.
-type GuestAddress struct {
-	Interface string `json:"interface"`
-	MAC       string `json:"mac"`
-	Address   string `json:"address"` // with its prefix, "10.0.2.15/24"
-}
+func (s *Supervisor) guest() *guestagent.Guest { return guestagent.New(guestHost{s}) }
 
-// guestAddrs flattens the agent's interfaces into addresses, loopback left out.
-func guestAddrs(ifs []qmp.GuestInterface) []GuestAddress {
-	var out []GuestAddress
-	for _, i := range ifs {
-		if i.Name == "lo" {
-			continue
-		}
-		for _, ad := range i.Addresses {
-			out = append(out, GuestAddress{Interface: i.Name, MAC: i.MAC, Address: fmt.Sprintf("%s/%d", ad.Address, ad.Prefix)})
-		}
-	}
-	return out
+// guestHost is the guest agent's Host.
+type guestHost struct{ s *Supervisor }
+
+var _ guestagent.Host = guestHost{}
+
+func (h guestHost) View(name string) (*vmstate.View, error) { return h.s.view(name) }
+func (h guestHost) NotFound(err error) bool                 { return errors.Is(err, ErrNotFound) }
+func (h guestHost) Absent(name string) error                { return h.s.absent(name) }
+func (h guestHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
+	return h.s.qmpSession(ctx, name)
+}
+func (h guestHost) AgentSession(ctx context.Context, name string) (*qmp.Agent, func(), error) {
+	return h.s.agentSession(ctx, name)
 }

@@ -212,7 +212,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 	}
 	out.State, out.Reason = qemuState(qs)
 	if qs.Running && detail {
-		if a, err := s.guestPing(ctx, name, c); err == nil {
+		if a, err := s.guest().PingOn(ctx, name, c); err == nil {
 			out.GuestAgent = &a
 		}
 	}

@@ -55,11 +55,10 @@ func (s *Supervisor) registerRecoverers() {
 		opHostDevAttach: s.recoverHostDevAttach, opHostDevDetach: s.recoverHostDevDetach,
 		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
 		opMigrateOut: s.recoverMigrateOut, opMigrateIn: s.recoverMigrateIn,
-		opSnapshot: s.recoverSnapshot, opSnapshotRevert: s.recoverRevert, opSnapshotRemove: s.recoverSnapshotRemove,
-		opClone: s.recoverClone, opBackup: s.recoverBackup, opNBDExport: s.recoverNBDExport, opDiskMove: s.recoverDiskMove,
 	} {
 		s.ops.Register(kind, r)
 	}
+	s.diskops().Register()
 }
 
 // guard starts the operation's guardian, for the operations that can leave

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"os"
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -68,3 +69,5 @@ func (s *Supervisor) lockUnit(ctx context.Context, name, op string) (*lockedUnit
 }
 
 func (u *lockedUnit) unlock() { u.lk.Unlock() }
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -133,7 +134,7 @@ func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 }
 
 // ErrNotFound means vmsup knows no VM of that name.
-var ErrNotFound = errors.New("no such VM")
+var ErrNotFound = vmstate.ErrNotFound
 
 // ErrInterrupted means a command's context ended (Ctrl-C, SIGTERM) before
 // it was done; its error says in what state it left the VM. The error

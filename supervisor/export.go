@@ -2,13 +2,7 @@ package supervisor
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-
-	"github.com/google/renameio/v2"
-	"github.com/pelletier/go-toml/v2"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -56,27 +50,4 @@ func exportTOML(v *vmstate.View) ([]byte, error) {
 	}
 	b.Write(f.Raw)
 	return b.Bytes(), nil
-}
-
-// writeVMFile writes vm as the VM file vmsup keeps for it (Store.File),
-// root-writable and readable by all, and returns its path.
-func (s *Supervisor) writeVMFile(vm spec.VM) (string, error) {
-	raw, err := toml.Marshal(vm)
-	if err != nil {
-		return "", err
-	}
-	path := s.state.File(vm.Name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", err
-	}
-	head := fmt.Sprintf("# VM %q: written by vmsup when it made the VM; edit it and vmsup apply %s.\n", vm.Name, vm.Name)
-	return path, renameio.WriteFile(path, append([]byte(head), raw...), 0o644)
-}
-
-// removeVMFile removes the file vmsup wrote for the VM, if any.
-func (s *Supervisor) removeVMFile(name string) error {
-	if err := os.Remove(s.state.File(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }

@@ -48,12 +48,11 @@ func (s *Supervisor) registerRecoverers() {
 		opNICAttach: s.recoverNICAttach, opNICDetach: s.recoverNICDetach,
 		opHostDevAttach: s.recoverHostDevAttach, opHostDevDetach: s.recoverHostDevDetach,
 		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
-		opSnapshot: s.recoverSnapshot, opSnapshotRevert: s.recoverRevert, opSnapshotRemove: s.recoverSnapshotRemove,
-		opClone: s.recoverClone, opBackup: s.recoverBackup, opNBDExport: s.recoverNBDExport, opDiskMove: s.recoverDiskMove,
 	} {
 		s.ops.Register(kind, r)
 	}
 	livemigrate.Register(s.ops, migrateHost{s})
+	s.diskops().Register()
 }
 
 // guard starts the operation's guardian, for the operations that can leave

@@ -92,7 +92,6 @@ func (h migrateHost) View(name string) (*vmstate.View, error) { return h.s.view(
 func (h migrateHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
 	return h.s.qmpSession(ctx, name)
 }
-func (h migrateHost) ErrNotRunning() error { return ErrNotRunning }
 func (h migrateHost) Guard(ctx context.Context, name string) func() {
 	return h.s.guard(ctx, name)
 }

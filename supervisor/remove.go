@@ -27,7 +27,7 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 		return nil, vmErr(name, err)
 	}
 	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil {
-		if clones := s.liveClones(tree); len(clones) > 0 {
+		if clones := s.diskops().LiveClones(tree); len(clones) > 0 {
 			return nil, vmErr(name, fmt.Errorf("VMs %s were cloned from its snapshots and stand on its images: remove them first", strings.Join(clones, ", ")))
 		}
 		for _, f := range tree.Files() {
@@ -73,7 +73,7 @@ func (s *Supervisor) remove(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	if err := errors.Join(p.RemoveAll(), s.removeVMFile(name)); err != nil {
+	if err := errors.Join(p.RemoveAll(), s.state.RemoveVMFile(name)); err != nil {
 		return vmErr(name, err)
 	}
 	// Its vsock CID was kept from start to start: free for others now.

@@ -6,13 +6,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/diskops"
 	"github.com/vmsup/vmsup/qmp"
 )
 
 // restoreState is the last step of a start from a memory snapshot: QEMU
 // started with -incoming defer reads the state from the file (opened here
-// and passed as a descriptor: the confined QEMU has no path to it), then
-// the guest resumes where the snapshot left it.
+// and passed as a descriptor: the confined QEMU has no path to it,
+// diskops.LoadState), then the guest resumes where the snapshot left it.
 func (r *startRun) restoreState(ctx context.Context) error {
 	f, err := os.Open(r.restore)
 	if err != nil {
@@ -28,14 +29,8 @@ func (r *startRun) restoreState(ctx context.Context) error {
 		return words(err)
 	}
 	defer release()
-	if err := c.GetFD(ctx, stateFD, f); err != nil {
+	if err := diskops.LoadState(ctx, c, f); err != nil {
 		return words(err)
-	}
-	if err := c.MigrateIncoming(ctx, "fd:"+stateFD); err != nil {
-		return words(fmt.Errorf("read the memory state: %w", err))
-	}
-	if err := waitMigration(ctx, c, nil); err != nil {
-		return words(fmt.Errorf("read the memory state: %w", err))
 	}
 	if err := c.Cont(ctx); err != nil {
 		return fmt.Errorf("resume: %w", err)

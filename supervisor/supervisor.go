@@ -213,7 +213,7 @@ const (
 
 // ErrNotRunning means the VM is known but has no running QEMU to talk to.
 // A name vmsup does not know at all is ErrNotFound instead.
-var ErrNotRunning = errors.New("not running")
+var ErrNotRunning = vmstate.ErrNotRunning
 
 // absent is the error for a VM whose QEMU can't be reached because it
 // does not run: ErrNotFound when vmsup knows no VM of that name (no state

@@ -34,8 +34,6 @@ type Host interface {
 	View(name string) (*vmstate.View, error)
 	// QMPSession connects to the VM's command monitor, one client at a time.
 	QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error)
-	// ErrNotRunning is the error of a VM with no running QEMU.
-	ErrNotRunning() error
 	// Guard starts the VM's guardian, which settles the operation if its
 	// command dies; stop ends it.
 	Guard(ctx context.Context, name string) (stop func())

@@ -140,7 +140,7 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	}
 	m.cleanups = append(m.cleanups, m.lu.unlock)
 	if !m.lu.st.Exists || m.lu.st.ActiveState != "active" {
-		return mg.h.ErrNotRunning()
+		return vmstate.ErrNotRunning
 	}
 	v, err := mg.h.View(name)
 	if err != nil {

@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -92,7 +93,7 @@ const nbdFD = "vmsup-nbd"
 // next export starts at this export's moment. The VM's lock is held while
 // it serves (other commands on the VM wait or say it is busy); status
 // still answers.
-func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions) error {
+func (s *Service) ExportNBD(ctx context.Context, name string, o ExportOptions) error {
 	fail := func(err error) error { return vmErr(name, fmt.Errorf("nbd export: %w", err)) }
 	if o.Socket == "" {
 		return fail(errors.New("no socket path"))
@@ -109,7 +110,7 @@ func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions
 		return err
 	}
 	defer lk.Unlock()
-	v, err := s.view(name)
+	v, err := s.h.View(name)
 	if err != nil {
 		return fail(err)
 	}
@@ -117,17 +118,17 @@ func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions
 	if err := e.plan(ctx, v); err != nil {
 		return fail(err)
 	}
-	op, err := s.beginOp(ctx, name, opNBDExport, e.in)
+	op, err := s.k.Begin(ctx, name, opNBDExport, e.in)
 	if err != nil {
 		e.release()
 		return fail(err)
 	}
 	e.op = op
-	_, err = runSteps(ctx, name, e.steps(), op.After())
+	_, err = steps.Run(ctx, name, e.steps(), op.After())
 	e.release() // serve without holding QEMU's monitor: status must answer
 	if err != nil {
 		op.End() // undone by the steps' undos
-		return fail(stepCause(err))
+		return fail(steps.Cause(err))
 	}
 	if o.Ready != nil {
 		o.Ready(e.info())
@@ -144,7 +145,7 @@ func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions
 }
 
 type nbdRun struct {
-	s       *Supervisor
+	s       *Service
 	name    string
 	in      nbdIntent
 	op      *operation.Op
@@ -154,7 +155,7 @@ type nbdRun struct {
 
 // plan picks the disks, their active nodes and bitmaps.
 func (e *nbdRun) plan(ctx context.Context, v *vmstate.View) error {
-	c, release, err := e.s.qmpSession(ctx, e.name)
+	c, release, err := e.s.h.QMPSession(ctx, e.name)
 	if err != nil {
 		return err
 	}
@@ -231,7 +232,7 @@ func (e *nbdRun) steps() []step {
 func (e *nbdRun) addFleece(ctx context.Context) error {
 	for _, d := range e.in.Disks {
 		os.Remove(d.Fleece) // a leftover of a crash
-		if err := e.s.tools().CreateOverlay(ctx, d.Fleece, d.Image, d.Format, d.Virtual); err != nil {
+		if err := e.s.h.Tools().CreateOverlay(ctx, d.Fleece, d.Image, d.Format, d.Virtual); err != nil {
 			return fmt.Errorf("disk %q: %w", d.Disk, err)
 		}
 		f, err := os.OpenFile(d.Fleece, os.O_RDWR|unix.O_CLOEXEC, 0)
@@ -319,14 +320,14 @@ func (e *nbdRun) info() ExportInfo {
 // socket. committed: the export ended as asked, so its bitmap goes (the
 // next one counts from its moment); else (a failure or a killed vmsup)
 // the next bitmap goes and the exported one records again.
-func (s *Supervisor) takeDownExport(ctx context.Context, name string, in nbdIntent, committed bool) error {
-	c, release, err := s.qmpSession(ctx, name)
+func (s *Service) takeDownExport(ctx context.Context, name string, in nbdIntent, committed bool) error {
+	c, release, err := s.h.QMPSession(ctx, name)
 	if err != nil {
 		os.Remove(in.Socket)
 		for _, d := range in.Disks {
 			os.Remove(d.Fleece)
 		}
-		if errors.Is(err, ErrNotRunning) || errors.Is(err, ErrNotFound) {
+		if errors.Is(err, vmstate.ErrNotRunning) || errors.Is(err, vmstate.ErrNotFound) {
 			return nil // QEMU is gone, and all it held with it
 		}
 		return err
@@ -389,8 +390,8 @@ func removeFleece(ctx context.Context, c *qmp.Conn, in nbdIntent) {
 
 // recoverNBDExport takes down an export whose vmsup died: the client's
 // read may not have finished, so the bitmap is rolled back.
-func (s *Supervisor) recoverNBDExport(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[nbdIntent](op)
+func (s *Service) recoverNBDExport(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[nbdIntent](op)
 	if err != nil {
 		return "", err
 	}

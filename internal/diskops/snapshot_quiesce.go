@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func (t *snapTake) freeze(ctx context.Context) (thaw func() error) {
 	if !t.c.FrontendOpen(actx, qemuargs.AgentChardevID) {
 		return noop
 	}
-	a, done, err := t.s.agentSession(actx, t.name)
+	a, done, err := t.s.h.AgentSession(actx, t.name)
 	if err != nil {
 		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
 		return noop
@@ -83,13 +83,13 @@ func thawAgent(ctx context.Context, a *qmp.Agent) error {
 
 // thawGuest thaws a guest a killed snapshot may have left frozen; quiet
 // when there is no agent.
-func (s *Supervisor) thawGuest(ctx context.Context, name string, c *qmp.Conn) error {
+func (s *Service) thawGuest(ctx context.Context, name string, c *qmp.Conn) error {
 	actx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
 	defer cancel()
 	if !c.FrontendOpen(actx, qemuargs.AgentChardevID) {
 		return nil
 	}
-	a, done, err := s.agentSession(actx, name)
+	a, done, err := s.h.AgentSession(actx, name)
 	if err != nil {
 		return err
 	}
@@ -196,6 +196,22 @@ func (t *snapTake) saveMemory(ctx context.Context) error {
 		return err
 	}
 	return f.Sync()
+}
+
+// LoadState reads a memory state file (a snapshot's) into a QEMU started
+// with -incoming defer: the file goes to QEMU as a descriptor (the
+// confined QEMU has no path to it). The guest stays paused after it.
+func LoadState(ctx context.Context, c *qmp.Conn, f *os.File) error {
+	if err := c.GetFD(ctx, stateFD, f); err != nil {
+		return err
+	}
+	if err := c.MigrateIncoming(ctx, "fd:"+stateFD); err != nil {
+		return fmt.Errorf("read the memory state: %w", err)
+	}
+	if err := waitMigration(ctx, c, nil); err != nil {
+		return fmt.Errorf("read the memory state: %w", err)
+	}
+	return nil
 }
 
 // waitMigration polls a migration into or out of a file until it ends.

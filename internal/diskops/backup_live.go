@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -219,7 +219,7 @@ func jobByID(jobs []qmp.Job, id string) (qmp.Job, bool) {
 func (b *backupRun) dropOldBitmaps(ctx context.Context) error {
 	for _, p := range b.in.Disks {
 		if err := dropChainBitmaps(ctx, b.c, p, b.in.Chain); err != nil {
-			b.s.opts.Logger.Warn("backup: old bitmaps", "vm", b.name, "disk", p.Disk, "err", err)
+			b.s.h.Logger().Warn("backup: old bitmaps", "vm", b.name, "disk", p.Disk, "err", err)
 		}
 	}
 	return nil

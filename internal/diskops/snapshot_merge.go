@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func commitJobID(disk string) string { return "vmsup-commit-" + disk }
 // merge commits m.From into m.Into unless that was done, live with QEMU's
 // block-commit when QEMU (c) runs the VM, else with qemu-img. Images on
 // From are re-based on Into (QEMU re-bases the one it has open itself).
-func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, progress func(string, int64, int64)) error {
+func (s *Service) merge(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, progress func(string, int64, int64)) error {
 	var open string // the image QEMU re-based itself
 	var err error
 	if c != nil {
@@ -50,7 +50,7 @@ func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, op *op
 		if r == open || !exists(r) {
 			continue
 		}
-		if err := s.tools().Rebase(ctx, r, m.Into.Path, m.Into.Format); err != nil {
+		if err := s.h.Tools().Rebase(ctx, r, m.Into.Path, m.Into.Format); err != nil {
 			return err
 		}
 	}
@@ -60,7 +60,7 @@ func (s *Supervisor) merge(ctx context.Context, name string, c *qmp.Conn, op *op
 // mergeLive merges m in the running QEMU: a commit job a killed removal
 // left is finished; a From no device reads any more was merged (its node,
 // if vmsup named it, is closed); else the commit runs.
-func (s *Supervisor) mergeLive(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
+func (s *Service) mergeLive(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
 	id := commitJobID(m.Disk)
 	jobs, err := c.QueryJobs(ctx)
 	if err != nil {
@@ -85,7 +85,7 @@ func (s *Supervisor) mergeLive(ctx context.Context, name string, c *qmp.Conn, op
 // finishCommitJob brings a commit job a killed removal left to its end:
 // an active commit ready to pivot is completed (the guest's writes are on
 // both images then), one still copying is waited for first.
-func (s *Supervisor) finishCommitJob(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, j qmp.Job, progress func(string, int64, int64)) error {
+func (s *Service) finishCommitJob(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, j qmp.Job, progress func(string, int64, int64)) error {
 	prog := func(j qmp.Job) {
 		if progress != nil {
 			progress(m.Disk, j.CurrentProgress, j.TotalProgress)
@@ -104,7 +104,7 @@ func (s *Supervisor) finishCommitJob(ctx context.Context, name string, c *qmp.Co
 // completeCommit waits for commit job of disk, pivots an active one
 // (journaled first: "pivot DISK"), and dismisses it. active is false for a
 // job that needs no pivot (or has concluded).
-func (s *Supervisor) completeCommit(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, disk string, active bool, prog func(qmp.Job)) error {
+func (s *Service) completeCommit(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, disk string, active bool, prog func(qmp.Job)) error {
 	id := commitJobID(disk)
 	j, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "ready" || j.Ended() }, prog)
 	if err != nil {
@@ -130,7 +130,7 @@ func (s *Supervisor) completeCommit(ctx context.Context, name string, c *qmp.Con
 // mergeOffline merges m with qemu-img, unless QEMU did before it ended: it
 // had pivoted the disk onto Into (its event log has the commit's
 // completion), or From is gone.
-func (s *Supervisor) mergeOffline(ctx context.Context, name string, op *operation.Op, m snapshot.Merge) error {
+func (s *Service) mergeOffline(ctx context.Context, name string, op *operation.Op, m snapshot.Merge) error {
 	if !exists(m.From.Path) {
 		return nil
 	}
@@ -143,17 +143,17 @@ func (s *Supervisor) mergeOffline(ctx context.Context, name string, op *operatio
 			return nil // QEMU pivoted: From is stale, Into has it all
 		}
 	}
-	return s.tools().Commit(ctx, m.From.Path)
+	return s.h.Tools().Commit(ctx, m.From.Path)
 }
 
 // commitCompleted reads the VM's QEMU events since an operation began for
 // job id's successful end (BLOCK_JOB_COMPLETED without an error).
-func (s *Supervisor) commitCompleted(name, id string, since time.Time) (bool, error) {
+func (s *Service) commitCompleted(name, id string, since time.Time) (bool, error) {
 	recs, err := eventlog.History(s.paths(name).EventHistory(), since)
 	if err != nil {
 		return false, err
 	}
-	if app, err := s.state.ReadApplied(name); err == nil && app.EventLog != "" {
+	if app, err := s.h.State().ReadApplied(name); err == nil && app.EventLog != "" {
 		live, _ := eventlog.QEMUEvents(app.EventLog+".out", name) // not archived yet
 		recs = append(recs, live...)
 	}
@@ -175,10 +175,10 @@ func (s *Supervisor) commitCompleted(name, id string, since time.Time) (bool, er
 // commitLive runs block-commit of From into Into in the running QEMU and
 // returns the image above From that QEMU re-based ("" for an active
 // commit, which pivots the disk onto Into, journaled in op first).
-func (s *Supervisor) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64), op *operation.Op) (string, error) {
+func (s *Service) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64), op *operation.Op) (string, error) {
 	// QEMU opened Into read-only (a backing image) and was granted it so:
 	// the commit writes it.
-	if err := s.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {
+	if err := s.h.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {
 		return "", err
 	}
 	top, err := devices.FindNode(ctx, c, m.From.Path)

@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
 // opClone is a clone's journal, on its template: made under the
@@ -34,12 +35,12 @@ type cloneIntent struct {
 // recoverClone settles a clone whose command died: one that runs (its
 // QEMU resumed the template's memory) is kept, and noted in the template's
 // tree; anything less is taken back whole.
-func (s *Supervisor) recoverClone(ctx context.Context, src string, op *operation.Op) (string, error) {
-	in, err := intentOf[cloneIntent](op)
+func (s *Service) recoverClone(ctx context.Context, src string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[cloneIntent](op)
 	if err != nil {
 		return "", err
 	}
-	if st, err := s.status(ctx, in.Clone, false); err == nil && st.State == StateRunning {
+	if s.h.Running(ctx, in.Clone) {
 		if err := s.noteCloneOnce(src, in.Tag, in.Clone); err != nil {
 			return "", err
 		}
@@ -53,15 +54,15 @@ func (s *Supervisor) recoverClone(ctx context.Context, src string, op *operation
 
 // undoClone takes back what a clone made: its QEMU if one started, its
 // records and file, its overlays, its note in the template's tree.
-func (s *Supervisor) undoClone(ctx context.Context, src string, in cloneIntent) error {
+func (s *Service) undoClone(ctx context.Context, src string, in cloneIntent) error {
 	var errs []error
-	if _, err := s.Kill(ctx, in.Clone); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotRunning) {
+	if err := s.h.Kill(ctx, in.Clone); err != nil && !errors.Is(err, vmstate.ErrNotFound) && !errors.Is(err, vmstate.ErrNotRunning) {
 		errs = append(errs, fmt.Errorf("kill the clone: %w", err))
 	}
-	if err := s.remove(ctx, in.Clone); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := s.h.Remove(ctx, in.Clone); err != nil && !errors.Is(err, vmstate.ErrNotFound) {
 		errs = append(errs, fmt.Errorf("remove the clone: %w", err))
 	}
-	if err := s.removeVMFile(in.Clone); err != nil {
+	if err := s.h.State().RemoveVMFile(in.Clone); err != nil {
 		errs = append(errs, err)
 	}
 	for _, l := range in.Layers {
@@ -76,7 +77,7 @@ func (s *Supervisor) undoClone(ctx context.Context, src string, in cloneIntent) 
 }
 
 // noteCloneOnce is noteClone unless the tree has it already.
-func (s *Supervisor) noteCloneOnce(src, tag, clone string) error {
+func (s *Service) noteCloneOnce(src, tag, clone string) error {
 	tree, err := snapshot.Load(s.paths(src).Snapshots())
 	if err != nil {
 		return err
@@ -88,7 +89,7 @@ func (s *Supervisor) noteCloneOnce(src, tag, clone string) error {
 }
 
 // unnoteClone drops clone from the template's tree.
-func (s *Supervisor) unnoteClone(src, tag, clone string) error {
+func (s *Service) unnoteClone(src, tag, clone string) error {
 	tree, err := snapshot.Load(s.paths(src).Snapshots())
 	if err != nil {
 		return err

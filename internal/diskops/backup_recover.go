@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/backup"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
 // recoverBackup takes back what a backup whose command died left in QEMU
@@ -16,8 +17,8 @@ import (
 // so the manifest reads as before it and the previous point's bitmap
 // (never touched by the copy) still serves the next incremental one. A
 // point the manifest has only gets the older bitmaps dropped.
-func (s *Supervisor) recoverBackup(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[backupIntent](op)
+func (s *Service) recoverBackup(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[backupIntent](op)
 	if err != nil {
 		return "", err
 	}
@@ -30,7 +31,7 @@ func (s *Supervisor) recoverBackup(ctx context.Context, name string, op *operati
 	if !recorded {
 		note = fmt.Sprintf("point %d of %s was not recorded: removed its files", in.Point, in.Dir)
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := s.h.QMPSession(ctx, name)
 	switch {
 	case err == nil:
 		defer release()
@@ -47,7 +48,7 @@ func (s *Supervisor) recoverBackup(ctx context.Context, name string, op *operati
 			detachTargets(cctx, c, in)
 		}
 		note += "; cancelled its jobs and removed its nodes in QEMU"
-	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNotFound):
+	case errors.Is(err, vmstate.ErrNotRunning), errors.Is(err, vmstate.ErrNotFound):
 		// QEMU is gone with its jobs; the images keep stale bitmaps,
 		// which the next point drops.
 	default:

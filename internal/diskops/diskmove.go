@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -88,7 +89,7 @@ type moveIntent struct {
 }
 
 // MoveDisk moves disk of the running VM name (see MoveOptions).
-func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOptions) (MoveResult, error) {
+func (s *Service) MoveDisk(ctx context.Context, name, disk string, o MoveOptions) (MoveResult, error) {
 	res := MoveResult{VM: name, Disk: disk}
 	fail := func(err error) (MoveResult, error) {
 		return res, vmErr(name, fmt.Errorf("move disk %q: %w", disk, err))
@@ -98,8 +99,8 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.view(name)
-	if errors.Is(err, ErrNotRunning) {
+	v, err := s.h.View(name)
+	if errors.Is(err, vmstate.ErrNotRunning) {
 		return fail(errors.New("the VM is not running: start it, or copy the image and edit the file"))
 	}
 	if err != nil {
@@ -117,7 +118,7 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 	if err != nil {
 		return fail(err)
 	}
-	res.From, res.To = diskSource(src), diskSource(target)
+	res.From, res.To = vmstate.DiskSource(src), vmstate.DiskSource(target)
 	if (target.Type == spec.DiskRBD || target.Type == spec.DiskISCSI) && !hostNetworked(v) {
 		// Its unit was started without the host's network (no NIC, no
 		// network disk): QEMU cannot reach the storage until a restart.
@@ -126,7 +127,7 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 	if err := s.checkTarget(ctx, app, target); err != nil {
 		return fail(err)
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := s.h.QMPSession(ctx, name)
 	if err != nil {
 		return fail(err)
 	}
@@ -142,23 +143,23 @@ func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOpti
 	if m.in, err = s.newMoveIntent(ctx, name, c, src, target, fileSrc); err != nil {
 		return fail(err)
 	}
-	op, err := s.beginOp(ctx, name, opDiskMove, m.in)
+	op, err := s.k.Begin(ctx, name, opDiskMove, m.in)
 	if err != nil {
 		return fail(err)
 	}
 	m.op = op
-	if _, err := runSteps(ctx, name, m.steps(), op.After()); err != nil {
+	if _, err := steps.Run(ctx, name, m.steps(), op.After()); err != nil {
 		if !m.pivoted {
 			op.End() // undone by the steps' undos
 		} // else: the device runs on the target: recovery records it
 		if m.cancelled {
 			return fail(fmt.Errorf("cancelled (vmsup disk move --cancel): it stays on %s", res.From))
 		}
-		return fail(stepCause(err))
+		return fail(steps.Cause(err))
 	}
 	op.End()
 	res.Bytes, res.Duration, res.Note = m.bytes, time.Since(m.start), m.note
-	s.lifecycle(name, "disk-move", map[string]any{"disk": disk, "from": res.From, "to": res.To})
+	s.h.Lifecycle(name, "disk-move", map[string]any{"disk": disk, "from": res.From, "to": res.To})
 	return res, nil
 }
 
@@ -172,7 +173,7 @@ func movableDisk(v *vmstate.View, disk string) (d spec.Disk, fileSrc string, err
 	}
 	d = vd.Disk
 	if !vd.Attached {
-		fileSrc = cmp.Or(vd.MovedFrom, diskSource(d))
+		fileSrc = cmp.Or(vd.MovedFrom, vmstate.DiskSource(d))
 	}
 	switch {
 	case d.IsCDROM() || d.ReadOnly:
@@ -212,22 +213,22 @@ func moveTarget(vm string, src spec.Disk, o MoveOptions) (spec.Disk, error) {
 		return t, fmt.Errorf("the target is of type %s: a disk moves to an image file or an RBD image", t.Type)
 	case t.ReadOnly:
 		return t, errors.New("the target is read-only")
-	case diskSource(t) == diskSource(src):
-		return t, fmt.Errorf("the disk is already on %s", diskSource(t))
+	case vmstate.DiskSource(t) == vmstate.DiskSource(src):
+		return t, fmt.Errorf("the disk is already on %s", vmstate.DiskSource(t))
 	}
 	return t, nil
 }
 
 // checkTarget refuses a target file that exists or that the running VM
 // could not open, and checks an RBD target as attach does.
-func (s *Supervisor) checkTarget(ctx context.Context, app *vmstate.Applied, t spec.Disk) error {
-	if err := s.checkDiskPaths(ctx, t); err != nil {
+func (s *Service) checkTarget(ctx context.Context, app *vmstate.Applied, t spec.Disk) error {
+	if err := s.h.CheckDiskPaths(ctx, t); err != nil {
 		return err
 	}
 	if t.Type != spec.DiskFile {
 		probe := t
 		probe.InitiatorName = t.InitiatorFor(app.UUID)
-		return s.tools().Check(ctx, probe)
+		return s.h.Tools().Check(ctx, probe)
 	}
 	if _, err := os.Lstat(t.File); err == nil {
 		return fmt.Errorf("%s exists: the move creates its target, give a new path", t.File)
@@ -235,11 +236,11 @@ func (s *Supervisor) checkTarget(ctx context.Context, app *vmstate.Applied, t sp
 	if t.Backing != "" {
 		return errors.New("the target cannot have a backing image: the move copies the whole disk")
 	}
-	return s.reachable(t.File)
+	return s.h.Reachable(t.File)
 }
 
 // newMoveIntent names everything the move will put into QEMU and take out.
-func (s *Supervisor) newMoveIntent(ctx context.Context, name string, c *qmp.Conn, src, t spec.Disk, fileSrc string) (*moveIntent, error) {
+func (s *Service) newMoveIntent(ctx context.Context, name string, c *qmp.Conn, src, t spec.Disk, fileSrc string) (*moveIntent, error) {
 	in := &moveIntent{Disk: src.Name, Source: src, Target: t, FromFile: fileSrc != "", FileSource: fileSrc,
 		Job: "vmsup-move-" + src.Name, Created: t.Type == spec.DiskFile}
 	top, err := devices.DeviceNode(ctx, c, src.Name)
@@ -263,9 +264,9 @@ func (s *Supervisor) newMoveIntent(ctx context.Context, name string, c *qmp.Conn
 // The move's command holds the VM's lock and its monitor, so the request
 // is a file it looks for at each progress poll; it then cancels its job
 // (the device stays on the source) and takes the target out again.
-func (s *Supervisor) CancelDiskMove(ctx context.Context, name, disk string) error {
+func (s *Service) CancelDiskMove(ctx context.Context, name, disk string) error {
 	fail := func(err error) error { return vmErr(name, fmt.Errorf("cancel the move of disk %q: %w", disk, err)) }
-	op, err := s.ops.Pending(name)
+	op, err := s.k.Pending(name)
 	if err != nil {
 		return fail(err)
 	}
@@ -275,7 +276,7 @@ func (s *Supervisor) CancelDiskMove(ctx context.Context, name, disk string) erro
 	if op == nil || op.Kind() != opDiskMove {
 		return fail(errNoMove)
 	}
-	if in, err := intentOf[moveIntent](op); err != nil || in.Disk != disk {
+	if in, err := operation.IntentOf[moveIntent](op); err != nil || in.Disk != disk {
 		return fail(errNoMove)
 	}
 	if err := os.WriteFile(moveCancelFile(s.paths(name), disk), nil, 0o600); err != nil {

@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -29,7 +30,7 @@ type snapRmIntent struct {
 
 // RemoveSnapshot removes snapshot tag of VM name, running or off.
 // progress, when set, sees each live merge go.
-func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progress func(disk string, done, total int64)) error {
+func (s *Service) RemoveSnapshot(ctx context.Context, name, tag string, progress func(disk string, done, total int64)) error {
 	fail := func(err error) error { return vmErr(name, fmt.Errorf("remove snapshot %q: %w", tag, err)) }
 	lk, err := s.lock(ctx, name, string(opSnapshotRemove))
 	if err != nil {
@@ -40,7 +41,7 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 	if err != nil {
 		return fail(err)
 	}
-	if clones := s.liveClones(tree); len(clones) > 0 {
+	if clones := s.LiveClones(tree); len(clones) > 0 {
 		return fail(fmt.Errorf("VMs %s were cloned from its snapshots and stand on their images: remove them first", strings.Join(clones, ", ")))
 	}
 	snap, merges, err := tree.PlanRemove(tag)
@@ -49,8 +50,8 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 	}
 	in := snapRmIntent{Tag: tag, Merges: merges, Memory: snap.Memory}
 	if len(snap.RBD) > 0 {
-		v, err := s.view(name)
-		if err != nil && !errors.Is(err, ErrNotRunning) {
+		v, err := s.h.View(name)
+		if err != nil && !errors.Is(err, vmstate.ErrNotRunning) {
 			return fail(err)
 		}
 		disks, err := s.snapshotDisks(v)
@@ -63,7 +64,7 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 			}
 		}
 	}
-	op, err := s.beginOp(ctx, name, opSnapshotRemove, in)
+	op, err := s.k.Begin(ctx, name, opSnapshotRemove, in)
 	if err != nil {
 		return fail(err)
 	}
@@ -71,12 +72,12 @@ func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progr
 		return fail(err) // the journal stays: the next command finishes it
 	}
 	op.End()
-	s.lifecycle(name, "snapshot-rm", map[string]any{"tag": tag})
+	s.h.Lifecycle(name, "snapshot-rm", map[string]any{"tag": tag})
 	return nil
 }
 
-func (s *Supervisor) recoverSnapshotRemove(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[snapRmIntent](op)
+func (s *Service) recoverSnapshotRemove(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[snapRmIntent](op)
 	if err != nil {
 		return "", err
 	}
@@ -87,18 +88,18 @@ func (s *Supervisor) recoverSnapshotRemove(ctx context.Context, name string, op 
 }
 
 // finishRemove merges, records, then deletes the merged files.
-func (s *Supervisor) finishRemove(ctx context.Context, name string, op *operation.Op, in snapRmIntent, progress func(string, int64, int64)) error {
+func (s *Service) finishRemove(ctx context.Context, name string, op *operation.Op, in snapRmIntent, progress func(string, int64, int64)) error {
 	p := s.paths(name)
 	tree, err := snapshot.Load(p.Snapshots())
 	if err != nil {
 		return err
 	}
 	if tree.Find(in.Tag) != nil { // not recorded yet: merge
-		c, release, err := s.qmpSession(ctx, name)
+		c, release, err := s.h.QMPSession(ctx, name)
 		switch {
 		case err == nil:
 			defer release()
-		case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNotFound):
+		case errors.Is(err, vmstate.ErrNotRunning), errors.Is(err, vmstate.ErrNotFound):
 			c = nil
 		default:
 			return err
@@ -116,7 +117,7 @@ func (s *Supervisor) finishRemove(ctx context.Context, name string, op *operatio
 			op.Step(stepMerged(m.Disk))
 		}
 		for _, d := range in.RBD {
-			if err := s.tools().RBDSnap(ctx, d, "rm", snapshot.RBDSnapName(in.Tag)); err != nil {
+			if err := s.h.Tools().RBDSnap(ctx, d, "rm", snapshot.RBDSnapName(in.Tag)); err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}
 		}

@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type RestoreResult struct {
 // Restore verifies the checksums of the chain up to a point and writes
 // the disk as it was then into a new image (qemu-img convert). It needs
 // no VM: the result is an image file to attach or boot from.
-func (s *Supervisor) Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
+func (s *Service) Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	res := RestoreResult{Dir: o.Dir, Disk: o.Disk, Point: o.Point, To: o.To, Format: o.Format}
 	fail := func(err error) (RestoreResult, error) { return res, fmt.Errorf("restore from %s: %w", o.Dir, err) }
 	switch {
@@ -76,7 +76,7 @@ func (s *Supervisor) Restore(ctx context.Context, o RestoreOptions) (RestoreResu
 		return fail(err)
 	}
 	start := time.Now()
-	if err := s.tools().Convert(ctx, filepath.Join(o.Dir, chain[0].File), "qcow2", o.To, res.Format, false); err != nil {
+	if err := s.h.Tools().Convert(ctx, filepath.Join(o.Dir, chain[0].File), "qcow2", o.To, res.Format, false); err != nil {
 		return fail(fmt.Errorf("disk %q point %d: %w", res.Disk, res.Point, err))
 	}
 	res.Duration = time.Since(start)

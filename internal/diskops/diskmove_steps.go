@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // diskMove is one move's steps. Every undo is a no-op once the device is
 // on the target (pivoted): from there the move is finished, never undone.
 type diskMove struct {
-	s       *Supervisor
+	s       *Service
 	name    string
 	c       *qmp.Conn
 	app     *vmstate.Applied
@@ -67,7 +67,7 @@ func (m *diskMove) create(ctx context.Context) error {
 	t := m.in.Target
 	if t.Type != spec.DiskFile {
 		var err error
-		m.prep, err = m.s.tools().Prepare(ctx, t, m.s.paths(m.name).Dir)
+		m.prep, err = m.s.h.Tools().Prepare(ctx, t, m.s.paths(m.name).Dir)
 		return err
 	}
 	nodes, err := m.c.QueryNamedBlockNodes(ctx)
@@ -79,7 +79,7 @@ func (m *diskMove) create(ctx context.Context) error {
 	if i < 0 || nodes[i].Image.VirtualSize <= 0 {
 		return fmt.Errorf("QEMU does not say the size of node %s", top)
 	}
-	return m.s.tools().Create(ctx, t.File, t.Format, nodes[i].Image.VirtualSize, "", "")
+	return m.s.h.Tools().Create(ctx, t.File, t.Format, nodes[i].Image.VirtualSize, "", "")
 }
 
 func (m *diskMove) removeTarget(context.Context) {
@@ -102,12 +102,12 @@ func (m *diskMove) confine(ctx context.Context) (err error) {
 	if err := m.op.SetIntent(m.in); err != nil {
 		return err
 	}
-	return m.s.ConfinePaths(ctx, m.name, m.rules...)
+	return m.s.h.ConfinePaths(ctx, m.name, m.rules...)
 }
 
 func (m *diskMove) release(ctx context.Context) {
 	if !m.pivoted {
-		_ = m.s.ReleasePaths(ctx, m.name, m.in.Rules...)
+		_ = m.s.h.ReleasePaths(ctx, m.name, m.in.Rules...)
 	}
 }
 
@@ -206,7 +206,7 @@ func onTarget(ctx context.Context, c *qmp.Conn, in *moveIntent) (bool, error) {
 // rewritten; a disk of the file gets an override the next boot uses.
 func (m *diskMove) record(context.Context) error {
 	m.note = recordMove(m.app, m.in)
-	if err := m.s.state.RewriteApplied(m.app); err != nil {
+	if err := m.s.h.State().RewriteApplied(m.app); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil
@@ -221,7 +221,7 @@ func recordMove(app *vmstate.Applied, in *moveIntent) (note string) {
 		}
 		return ""
 	}
-	to := diskSource(in.Target)
+	to := vmstate.DiskSource(in.Target)
 	if to == in.FileSource {
 		delete(app.Moved, in.Disk) // back where the file says
 		return ""
@@ -239,12 +239,12 @@ func recordMove(app *vmstate.Applied, in *moveIntent) (note string) {
 func (m *diskMove) closeSource(ctx context.Context) error {
 	if err := m.s.closeMoveSource(ctx, m.name, m.c, m.in); err != nil {
 		m.note = strings.TrimSpace(m.note + "; the old image may still be open: " + err.Error())
-		m.s.opts.Logger.Warn("disk move: close the source", "vm", m.name, "disk", m.in.Disk, "err", err)
+		m.s.h.Logger().Warn("disk move: close the source", "vm", m.name, "disk", m.in.Disk, "err", err)
 	}
 	return nil
 }
 
-func (s *Supervisor) closeMoveSource(ctx context.Context, name string, c *qmp.Conn, in *moveIntent) error {
+func (s *Service) closeMoveSource(ctx context.Context, name string, c *qmp.Conn, in *moveIntent) error {
 	err := devices.DelParts(ctx, c, in.SourceNodes, in.SourceObjects)
 	rules, _ := confine.DiskRules(ctx, in.Source)
 	paths := rulePaths(rules)
@@ -253,5 +253,5 @@ func (s *Supervisor) closeMoveSource(ctx context.Context, name string, c *qmp.Co
 	}
 	// Never the target's own files (a source and target sharing a base).
 	paths = slices.DeleteFunc(paths, func(p string) bool { return slices.Contains(in.Rules, p) })
-	return errors.Join(err, s.ReleasePaths(ctx, name, paths...))
+	return errors.Join(err, s.h.ReleasePaths(ctx, name, paths...))
 }

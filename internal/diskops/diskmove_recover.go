@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -18,12 +18,12 @@ import (
 // target, the move is recorded and the old image closed; on the source,
 // the copy is cancelled and the target taken out again (nodes, grants,
 // the file the move made).
-func (s *Supervisor) recoverDiskMove(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[moveIntent](op)
+func (s *Service) recoverDiskMove(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[moveIntent](op)
 	if err != nil {
 		return "", err
 	}
-	app, err := s.state.ReadApplied(name)
+	app, err := s.h.State().ReadApplied(name)
 	if err != nil {
 		return "", err
 	}
@@ -46,10 +46,10 @@ func (s *Supervisor) recoverDiskMove(ctx context.Context, name string, op *opera
 	}
 	if on {
 		recordMove(app, &in)
-		if err := s.state.RewriteApplied(app); err != nil {
+		if err := s.h.State().RewriteApplied(app); err != nil {
 			return "", fmt.Errorf("record: %w", err)
 		}
-		note := fmt.Sprintf("disk %q had switched to %s: recorded, the old image closed", in.Disk, diskSource(in.Target))
+		note := fmt.Sprintf("disk %q had switched to %s: recorded, the old image closed", in.Disk, vmstate.DiskSource(in.Target))
 		if err := s.closeMoveSource(ctx, name, c, &in); err != nil {
 			note += " (not all of it: " + err.Error() + ")"
 		}
@@ -58,33 +58,33 @@ func (s *Supervisor) recoverDiskMove(ctx context.Context, name string, op *opera
 	if err := devices.DelParts(ctx, c, in.Nodes, in.Objects); err != nil {
 		return "", err
 	}
-	if err := s.ReleasePaths(ctx, name, in.Rules...); err != nil {
+	if err := s.h.ReleasePaths(ctx, name, in.Rules...); err != nil {
 		return "", err
 	}
 	removeMoveTarget(name, s, &in)
 	return fmt.Sprintf("disk %q had not switched: the copy to %s was cancelled and the target removed; it stays on %s",
-		in.Disk, diskSource(in.Target), diskSource(in.Source)), nil
+		in.Disk, vmstate.DiskSource(in.Target), vmstate.DiskSource(in.Source)), nil
 }
 
 // recoverMoveOff is recovery with QEMU gone: which image is newer cannot
 // be asked. From job-complete on it is the target (in sync when the
 // pivot began, then the only one written); before, the source.
-func (s *Supervisor) recoverMoveOff(ctx context.Context, name string, op *operation.Op, app *vmstate.Applied, in *moveIntent) (string, error) {
+func (s *Service) recoverMoveOff(ctx context.Context, name string, op *operation.Op, app *vmstate.Applied, in *moveIntent) (string, error) {
 	if op.Has(stepMoveJobComplete) {
 		note := recordMove(app, in)
-		if err := s.state.RewriteApplied(app); err != nil {
+		if err := s.h.State().RewriteApplied(app); err != nil {
 			return "", fmt.Errorf("record: %w", err)
 		}
-		return fmt.Sprintf("QEMU ended during the pivot of disk %q: recorded %s, which holds its newest data. %s", in.Disk, diskSource(in.Target), note), nil
+		return fmt.Sprintf("QEMU ended during the pivot of disk %q: recorded %s, which holds its newest data. %s", in.Disk, vmstate.DiskSource(in.Target), note), nil
 	}
-	_ = s.ReleasePaths(ctx, name, in.Rules...) // the confinement went with QEMU
+	_ = s.h.ReleasePaths(ctx, name, in.Rules...) // the confinement went with QEMU
 	removeMoveTarget(name, s, in)
-	return fmt.Sprintf("QEMU ended before the pivot of disk %q: removed the target; it stays on %s", in.Disk, diskSource(in.Source)), nil
+	return fmt.Sprintf("QEMU ended before the pivot of disk %q: removed the target; it stays on %s", in.Disk, vmstate.DiskSource(in.Source)), nil
 }
 
 // removeMoveTarget deletes what the move made on the host: the target
 // file, an RBD target's copied key (not the source's own).
-func removeMoveTarget(name string, s *Supervisor, in *moveIntent) {
+func removeMoveTarget(name string, s *Service, in *moveIntent) {
 	if in.Created && in.Target.Type == spec.DiskFile {
 		os.Remove(in.Target.File)
 	}

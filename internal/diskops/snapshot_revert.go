@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -50,20 +51,20 @@ type revertIntent struct {
 
 // RevertSnapshot reverts VM name to snapshot tag. A running VM is stopped
 // first (it loses its state since), only with force.
-func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force bool) (RevertResult, error) {
+func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bool) (RevertResult, error) {
 	res := RevertResult{VM: name, Tag: tag}
 	start := time.Now()
 	fail := func(err error) (RevertResult, error) {
 		return res, vmErr(name, fmt.Errorf("revert to %q: %w", tag, err))
 	}
-	lu, err := s.lockUnit(ctx, name, string(opSnapshotRevert))
+	lk, err := s.lock(ctx, name, string(opSnapshotRevert))
 	if err != nil {
 		return res, err
 	}
-	defer lu.unlock()
-	v, err := s.view(name)
+	defer lk.Unlock()
+	v, err := s.h.View(name)
 	running := err == nil
-	if err != nil && !errors.Is(err, ErrNotRunning) {
+	if err != nil && !errors.Is(err, vmstate.ErrNotRunning) {
 		return fail(err)
 	}
 	if running && !force {
@@ -95,7 +96,7 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 		}
 		in.Start = true
 	}
-	op, err := s.beginOp(ctx, name, opSnapshotRevert, in)
+	op, err := s.k.Begin(ctx, name, opSnapshotRevert, in)
 	if err != nil {
 		return fail(err)
 	}
@@ -108,7 +109,7 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 	}
 	op.Step(stepRevertOverlays)
 	if running {
-		if _, err := s.down(ctx, name, lu, DownOptions{Force: true}); err != nil {
+		if err := s.h.Stop(ctx, name); err != nil {
 			op.End()
 			return fail(fmt.Errorf("stop: %w", err))
 		}
@@ -120,13 +121,13 @@ func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force
 	}
 	op.End()
 	res.Duration = time.Since(start)
-	s.lifecycle(name, "snapshot-revert", map[string]any{"tag": tag, "restored": res.Restored})
+	s.h.Lifecycle(name, "snapshot-revert", map[string]any{"tag": tag, "restored": res.Restored})
 	return res, nil
 }
 
 // finishRevert does the revert's work on a VM that is off, each part safe
 // to do again: overlays, record, dropped files, start.
-func (s *Supervisor) finishRevert(ctx context.Context, name string, op *operation.Op, in *revertIntent, res *RevertResult) error {
+func (s *Service) finishRevert(ctx context.Context, name string, op *operation.Op, in *revertIntent, res *RevertResult) error {
 	p := s.paths(name)
 	tree, err := snapshot.Load(p.Snapshots())
 	if err != nil {
@@ -134,7 +135,7 @@ func (s *Supervisor) finishRevert(ctx context.Context, name string, op *operatio
 	}
 	if !op.Has(stepRevertRecord) {
 		for _, d := range in.RBD { // again after a kill: a rollback is idempotent
-			if err := s.tools().RBDSnap(ctx, d, "rollback", snapshot.RBDSnapName(in.Tag)); err != nil {
+			if err := s.h.Tools().RBDSnap(ctx, d, "rollback", snapshot.RBDSnapName(in.Tag)); err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}
 		}
@@ -159,11 +160,11 @@ func (s *Supervisor) finishRevert(ctx context.Context, name string, op *operatio
 	if !in.Start {
 		return nil
 	}
-	f, err := s.appliedFile(name)
+	f, err := s.h.AppliedFile(name)
 	if err != nil {
 		return err
 	}
-	if _, err := s.startRestored(ctx, f, op, in.Memory); err != nil {
+	if err := s.h.StartRestored(ctx, f, op, in.Memory); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	res.Started, res.Restored = true, in.Memory != ""
@@ -174,43 +175,37 @@ func (s *Supervisor) finishRevert(ctx context.Context, name string, op *operatio
 // died: one that never read the state (waiting for it, or cut off while
 // reading) is ended, and restart says to start it again from the state;
 // one that read it but was not resumed is resumed.
-func (s *Supervisor) settleRestore(ctx context.Context, name string) (restart bool, err error) {
-	switch state := s.runStateAt(ctx, s.paths(name).QMP); state {
+func (s *Service) settleRestore(ctx context.Context, name string) (restart bool, err error) {
+	switch state := s.h.RunState(ctx, s.paths(name).QMP); state {
 	case "running":
 		return false, nil
 	case "paused", "postmigrate", "prelaunch":
-		c, release, err := s.qmpSession(ctx, name)
+		c, release, err := s.h.QMPSession(ctx, name)
 		if err != nil {
 			return false, err
 		}
 		defer release()
 		return false, c.Cont(ctx)
 	default: // inmigrate, or no answer: the guest never ran in this QEMU
-		sd, err := s.systemd(ctx)
-		if err != nil {
+		if err := s.h.KillUnit(ctx, name); err != nil {
 			return false, err
 		}
-		unit := s.state.UnitOf(name)
-		if err := os.WriteFile(s.paths(name).KillMark(), nil, 0o600); err != nil {
-			return false, err
-		}
-		s.removeUnit(ctx, sd, unit)
 		return true, nil
 	}
 }
 
 // revertOverlays makes each disk's new overlay on its frozen image (one
 // made before a kill is kept: nothing was written to it yet).
-func (s *Supervisor) revertOverlays(ctx context.Context, in *revertIntent) error {
+func (s *Service) revertOverlays(ctx context.Context, in *revertIntent) error {
 	for _, l := range in.Layers {
 		if exists(l.Overlay.Path) {
 			continue
 		}
-		info, err := s.tools().Info(ctx, l.Base.Path, l.Base.Format)
+		info, err := s.h.Tools().Info(ctx, l.Base.Path, l.Base.Format)
 		if err != nil {
 			return fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
-		if err := s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize); err != nil {
+		if err := s.h.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize); err != nil {
 			return fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
 	}
@@ -232,18 +227,14 @@ func reverted(tree *snapshot.Tree, in *revertIntent) bool {
 
 // recoverRevert finishes a revert whose command died: the VM goes to the
 // snapshot, and runs if it was meant to.
-func (s *Supervisor) recoverRevert(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[revertIntent](op)
-	if err != nil {
-		return "", err
-	}
-	sd, err := s.systemd(ctx)
+func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[revertIntent](op)
 	if err != nil {
 		return "", err
 	}
 	// Whether a QEMU runs is systemd's to say: a QEMU started by the
 	// revert may not have made its monitor yet.
-	if st, err := sd.Status(ctx, s.state.UnitOf(name)); err != nil {
+	if st, err := s.h.UnitStatus(ctx, name); err != nil {
 		return "", err
 	} else if st.Exists && !st.Gone() {
 		tree, err := snapshot.Load(s.paths(name).Snapshots())

@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -20,9 +21,9 @@ import (
 // the guest itself holds stays the template's (hostname, machine-id, keys,
 // addresses, the MAC its NIC driver read): see the README.
 
-// CloneResult reports a clone.
-type CloneResult struct {
-	UpResult
+// Clone reports a clone (the supervisor's CloneResult, with its start's
+// result).
+type Clone struct {
 	From  string   // "VM:TAG"
 	Disks []string // the clone's overlays
 	// File is the VM file vmsup wrote for the clone: the file it belongs
@@ -33,11 +34,12 @@ type CloneResult struct {
 	Dropped []string
 }
 
-// UpFromSnapshot starts VM newName from memory snapshot tag of VM src.
-func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName string) (CloneResult, error) {
-	res := CloneResult{UpResult: UpResult{VM: newName}, From: src + ":" + tag}
-	fail := func(err error) (CloneResult, error) {
-		return res, vmErr(newName, fmt.Errorf("clone from %s:%s: %w", src, tag, err))
+// UpFromSnapshot starts VM newName from memory snapshot tag of VM src;
+// started is what its start said.
+func (s *Service) UpFromSnapshot(ctx context.Context, src, tag, newName string) (res Clone, started Started, err error) {
+	res = Clone{From: src + ":" + tag}
+	fail := func(err error) (Clone, Started, error) {
+		return res, started, vmErr(newName, fmt.Errorf("clone from %s:%s: %w", src, tag, err))
 	}
 	if err := spec.ValidVMName(newName); err != nil {
 		return fail(err)
@@ -46,9 +48,9 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 		return fail(errors.New("a VM of that name exists (vmsup rm it first, or pick another name)"))
 	}
 	// The template's lock: its tree must not change under the clone.
-	lk, err := s.lock(ctx, src, "clone")
+	lk, err := s.lock(ctx, src, string(opClone))
 	if err != nil {
-		return res, err
+		return res, started, err
 	}
 	defer lk.Unlock()
 	snap, vm, err := s.cloneSource(src, tag)
@@ -59,13 +61,13 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 	in := cloneIntent{Tag: tag, Clone: newName, Layers: layers}
 	// Journaled on the template (whose lock it holds): a clone killed
 	// half-made is taken back, or kept once it runs (recoverClone).
-	op, err := s.beginOp(ctx, src, opClone, in)
+	op, err := s.k.Begin(ctx, src, opClone, in)
 	if err != nil {
 		return fail(err)
 	}
 	defer op.End() // done or undone here; a kill leaves it to recovery
 	res.Dropped = droppedForwards(vm)
-	r, err := s.makeClone(ctx, src, op, in, cvm, snap.Memory)
+	started, err = s.makeClone(ctx, src, op, in, cvm, snap.Memory, res.From)
 	if err != nil {
 		s.undoClone(context.WithoutCancel(ctx), src, in)
 		return fail(err)
@@ -73,56 +75,49 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 	for _, l := range layers {
 		res.Disks = append(res.Disks, l.Overlay.Path)
 	}
-	res.File, res.UpResult = s.state.File(newName), r.res
-	res.Action, res.State = Started, StateRunning
-	s.lifecycle(newName, EventStarted, map[string]any{"generation": r.app.Generation, "cloned_from": res.From})
-	return res, nil
+	res.File = s.h.State().File(newName)
+	return res, started, nil
 }
 
 // makeClone makes the clone's overlays and file, notes it in the
-// template's tree and starts it from the snapshot's memory, each part
-// journaled in op.
-func (s *Supervisor) makeClone(ctx context.Context, src string, op *operation.Op, in cloneIntent, cvm spec.VM, memory string) (*startRun, error) {
+// template's tree and starts it from the snapshot's memory (from, "VM:TAG"),
+// each part journaled in op.
+func (s *Service) makeClone(ctx context.Context, src string, op *operation.Op, in cloneIntent, cvm spec.VM, memory, from string) (Started, error) {
 	after := op.After()
 	for _, l := range in.Layers {
-		info, err := s.tools().Info(ctx, l.Base.Path, l.Base.Format)
+		info, err := s.h.Tools().Info(ctx, l.Base.Path, l.Base.Format)
 		if err == nil {
-			err = s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize)
+			err = s.h.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("disk %q: %w", l.Disk, err)
+			return Started{}, fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
 	}
 	op.Step(stepCloneOverlays)
 	f, err := s.cloneFile(cvm)
 	if err != nil {
-		return nil, err
+		return Started{}, err
 	}
 	op.Step(stepCloneFile)
 	if err := s.noteClone(src, in.Tag, in.Clone); err != nil {
-		return nil, err
+		return Started{}, err
 	}
 	op.Step(stepCloneNoted)
-	r := s.newStart(f, StartFresh, incomingArgs{})
-	r.restore = memory
-	_, err = runSteps(ctx, in.Clone, r.steps(), after)
-	if r.lk != nil {
-		r.lk.Unlock() // the clone's own lock, taken by the start's lock step
-	}
+	started, err := s.h.StartClone(ctx, f, memory, from, after)
 	if err != nil {
-		return nil, stepCause(err)
+		return Started{}, steps.Cause(err)
 	}
-	return r, nil
+	return started, nil
 }
 
 // cloneFile checks the clone's VM as a file would be and writes it as the
 // file the clone belongs to.
-func (s *Supervisor) cloneFile(vm spec.VM) (*spec.File, error) {
+func (s *Service) cloneFile(vm spec.VM) (*spec.File, error) {
 	f, err := spec.New(vm.Name, vm)
 	if err != nil {
 		return nil, err
 	}
-	path, err := s.writeVMFile(f.VM)
+	path, err := s.h.State().WriteVMFile(f.VM)
 	if err != nil {
 		return nil, fmt.Errorf("its file: %w", err)
 	}
@@ -143,7 +138,7 @@ func droppedForwards(vm *spec.VM) []string {
 
 // cloneSource reads the template's memory snapshot and the VM it was
 // taken of (its recorded spec with the disks attached in that run).
-func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM, error) {
+func (s *Service) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM, error) {
 	tree, err := snapshot.Load(s.paths(src).Snapshots())
 	if err != nil {
 		return nil, nil, err
@@ -157,7 +152,7 @@ func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM,
 	case len(snap.RBD) > 0:
 		return nil, nil, fmt.Errorf("snapshot %q holds RBD disks, which a clone cannot stand on yet (an RBD clone needs a protected snapshot)", tag)
 	}
-	v, err := s.view(src)
+	v, err := s.h.View(src)
 	if v == nil {
 		return nil, nil, fmt.Errorf("VM %q: %w", src, err)
 	}
@@ -175,7 +170,7 @@ func (s *Supervisor) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM,
 // cloneVM is the template's VM as the clone: another name, no UUID (a
 // new one is made), new MACs, and its writable disks on new overlays on
 // the snapshot's images (the layers, made by makeClone).
-func (s *Supervisor) cloneVM(vm *spec.VM, snap *snapshot.Snapshot, name string) (spec.VM, []snapshot.Layer) {
+func (s *Service) cloneVM(vm *spec.VM, snap *snapshot.Snapshot, name string) (spec.VM, []snapshot.Layer) {
 	c := *vm
 	c.Name, c.UUID = name, ""
 	c.NICs = append([]spec.NIC(nil), vm.NICs...)
@@ -191,8 +186,8 @@ func (s *Supervisor) cloneVM(vm *spec.VM, snap *snapshot.Snapshot, name string) 
 			continue // a CD-ROM: the same medium
 		}
 		dir := filepath.Dir(d.File)
-		if in, err := s.confiner().InImageDirs(d.File); err != nil || !in {
-			dir = s.opts.ImageDirs[0]
+		if in, err := s.h.InImageDirs(d.File); err != nil || !in {
+			dir = s.h.ImageDirs()[0]
 		}
 		path := filepath.Join(dir, name+"-"+d.Name+".qcow2")
 		layers = append(layers, snapshot.Layer{Disk: d.Name, Base: im, Overlay: snapshot.Image{Path: path, Format: spec.FormatQcow2}})
@@ -204,7 +199,7 @@ func (s *Supervisor) cloneVM(vm *spec.VM, snap *snapshot.Snapshot, name string) 
 
 // noteClone records in the template's tree that newName stands on the
 // snapshot's images, so they are not merged away under it.
-func (s *Supervisor) noteClone(src, tag, newName string) error {
+func (s *Service) noteClone(src, tag, newName string) error {
 	p := s.paths(src)
 	tree, err := snapshot.Load(p.Snapshots())
 	if err != nil {
@@ -215,8 +210,9 @@ func (s *Supervisor) noteClone(src, tag, newName string) error {
 	return s.saveTree(src, tree)
 }
 
-// liveClones lists the clones that still exist of the tree's snapshots.
-func (s *Supervisor) liveClones(tree *snapshot.Tree) []string {
+// LiveClones lists the clones that still exist of the tree's snapshots
+// (they stand on its images).
+func (s *Service) LiveClones(tree *snapshot.Tree) []string {
 	var out []string
 	for _, sn := range tree.Snapshots {
 		for _, c := range sn.Clones {

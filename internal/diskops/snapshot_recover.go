@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 )
@@ -18,8 +19,8 @@ import (
 // guest wrote since is lost); one still on its old images gets the
 // overlays removed. Either way the guest is thawed and, if the snapshot
 // paused it, resumed.
-func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[snapIntent](op)
+func (s *Service) recoverSnapshot(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[snapIntent](op)
 	if err != nil {
 		return "", err
 	}
@@ -37,7 +38,7 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *opera
 		os.Remove(in.Snap.Memory)
 		in.Snap.Memory = ""
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := s.h.QMPSession(ctx, name)
 	switch {
 	case err == nil:
 		defer release()
@@ -53,11 +54,11 @@ func (s *Supervisor) recoverSnapshot(ctx context.Context, name string, op *opera
 			return "the disks ran on the new overlays: recorded the snapshot", errors.Join(s.recordTaken(name, in), serr)
 		}
 		delOverlayNodes(ctx, c, in.Layers)
-		_ = s.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
+		_ = s.h.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
 		removeLayerFiles(in.Layers)
 		s.removeRBDSnaps(ctx, in)
 		return "the disks had not switched: removed the overlays", serr
-	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNotFound):
+	case errors.Is(err, vmstate.ErrNotRunning), errors.Is(err, vmstate.ErrNotFound):
 		// QEMU is gone: whether it switched cannot be asked. Keeping the
 		// overlays is right either way (an empty one reads as its base).
 		for _, l := range in.Layers {
@@ -84,7 +85,7 @@ func removeLayerFiles(layers []snapshot.Layer) {
 	}
 }
 
-func (s *Supervisor) recordTaken(name string, in snapIntent) error {
+func (s *Service) recordTaken(name string, in snapIntent) error {
 	p := s.paths(name)
 	tree, err := snapshot.Load(p.Snapshots())
 	if err != nil {
@@ -114,8 +115,8 @@ func onOverlays(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) (bool
 	return len(layers) > 0, nil
 }
 
-func (s *Supervisor) settleGuest(ctx context.Context, name string, in snapIntent, frozen bool) error {
-	c, release, err := s.qmpSession(ctx, name)
+func (s *Service) settleGuest(ctx context.Context, name string, in snapIntent, frozen bool) error {
+	c, release, err := s.h.QMPSession(ctx, name)
 	if err != nil {
 		return nil // not running: nothing to thaw
 	}
@@ -126,7 +127,7 @@ func (s *Supervisor) settleGuest(ctx context.Context, name string, in snapIntent
 // settleGuestWith resumes a guest the snapshot paused (a memory save is
 // cancelled first) and thaws its filesystems. A thaw that fails counts
 // only if the snapshot had frozen them.
-func (s *Supervisor) settleGuestWith(ctx context.Context, name string, c *qmp.Conn, in snapIntent, frozen bool) error {
+func (s *Service) settleGuestWith(ctx context.Context, name string, c *qmp.Conn, in snapIntent, frozen bool) error {
 	if !in.Live {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/vmsup/vmsup/internal/backup"
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -72,7 +73,7 @@ type backupIntent struct {
 }
 
 // Backup takes the next backup point of VM name into o.Dir.
-func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (BackupResult, error) {
+func (s *Service) Backup(ctx context.Context, name string, o BackupOptions) (BackupResult, error) {
 	res := BackupResult{VM: name, Dir: o.Dir}
 	fail := func(err error) (BackupResult, error) {
 		return res, vmErr(name, fmt.Errorf("backup to %s: %w", res.Dir, err))
@@ -87,8 +88,8 @@ func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.view(name)
-	stopped := errors.Is(err, ErrNotRunning)
+	v, err := s.h.View(name)
+	stopped := errors.Is(err, vmstate.ErrNotRunning)
 	if err != nil && !stopped {
 		return fail(err)
 	}
@@ -102,7 +103,7 @@ func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (
 	}
 	b := &backupRun{s: s, name: name, m: m, opts: o, in: backupIntent{Dir: dir, Point: m.Next(), Live: !stopped, Chain: m.Chain}}
 	if !stopped {
-		c, release, err := s.qmpSession(ctx, name)
+		c, release, err := s.h.QMPSession(ctx, name)
 		if err != nil {
 			return fail(err)
 		}
@@ -112,18 +113,18 @@ func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (
 	if err := b.plan(ctx, disks); err != nil {
 		return fail(err)
 	}
-	op, err := s.beginOp(ctx, name, opBackup, b.in)
+	op, err := s.k.Begin(ctx, name, opBackup, b.in)
 	if err != nil {
 		return fail(err)
 	}
 	start := time.Now()
-	if _, err := runSteps(ctx, name, b.steps(), op.After()); err != nil {
+	if _, err := steps.Run(ctx, name, b.steps(), op.After()); err != nil {
 		op.End() // undone by the steps' undos
-		return fail(b.explain(stepCause(err)))
+		return fail(b.explain(steps.Cause(err)))
 	}
 	op.End()
 	res.Point, res.Live, res.Disks, res.Duration = b.in.Point, b.in.Live, b.points, time.Since(start)
-	s.lifecycle(name, "backup", map[string]any{"dir": dir, "point": res.Point})
+	s.h.Lifecycle(name, "backup", map[string]any{"dir": dir, "point": res.Point})
 	return res, nil
 }
 
@@ -193,7 +194,7 @@ func backupDisks(v *vmstate.View) ([]backup.Disk, error) {
 
 // backupRun is one backup point's steps.
 type backupRun struct {
-	s      *Supervisor
+	s      *Service
 	name   string
 	m      *backup.Manifest
 	opts   BackupOptions
@@ -216,7 +217,7 @@ func (b *backupRun) plan(ctx context.Context, disks []backup.Disk) error {
 				d.Bitmaps = append(d.Bitmaps, backup.Bitmap{Name: bm.Name, Persistent: bm.Persistent, Recording: bm.Recording, Inconsistent: bm.Inconsistent})
 			}
 		} else {
-			info, err := b.s.tools().Info(ctx, d.Image, d.Format)
+			info, err := b.s.h.Tools().Info(ctx, d.Image, d.Format)
 			if err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}
@@ -232,21 +233,21 @@ func (b *backupRun) plan(ctx context.Context, disks []backup.Disk) error {
 }
 
 func (b *backupRun) steps() []step {
-	steps := []step{{Name: "files", Do: b.createFiles, Undo: b.removeFiles}}
+	list := []step{{Name: "files", Do: b.createFiles, Undo: b.removeFiles}}
 	if b.c != nil {
-		steps = append(steps,
+		list = append(list,
 			step{Name: "nodes", Do: b.addNodes, Undo: b.detach},
 			step{Name: "start", Do: b.start, Undo: b.abort},
 			step{Name: "copy", Do: b.wait},
 			step{Name: "detach", Do: b.finish})
 	} else {
-		steps = append(steps, step{Name: "copy", Do: b.convert})
+		list = append(list, step{Name: "copy", Do: b.convert})
 	}
-	steps = append(steps, step{Name: "sums", Do: b.sums}, step{Name: "manifest", Do: b.record})
+	list = append(list, step{Name: "sums", Do: b.sums}, step{Name: "manifest", Do: b.record})
 	if b.c != nil {
-		steps = append(steps, step{Name: "bitmaps", Do: b.dropOldBitmaps})
+		list = append(list, step{Name: "bitmaps", Do: b.dropOldBitmaps})
 	}
-	return steps
+	return list
 }
 
 func (b *backupRun) path(p backup.DiskPlan) string { return filepath.Join(b.in.Dir, p.File) }
@@ -258,9 +259,9 @@ func (b *backupRun) createFiles(ctx context.Context) error {
 	for _, p := range b.in.Disks {
 		var err error
 		if p.Mode == backup.Incremental {
-			err = b.s.tools().CreateOverlay(ctx, b.path(p), p.Backing, "qcow2", p.Size)
+			err = b.s.h.Tools().CreateOverlay(ctx, b.path(p), p.Backing, "qcow2", p.Size)
 		} else {
-			err = b.s.tools().Create(ctx, b.path(p), "qcow2", p.Size, "", "")
+			err = b.s.h.Tools().Create(ctx, b.path(p), "qcow2", p.Size, "", "")
 		}
 		if err != nil {
 			return fmt.Errorf("disk %q: %w", p.Disk, err)
@@ -281,7 +282,7 @@ func removeBackupFiles(in backupIntent) {
 // it runs on a snapshot's overlay).
 func (b *backupRun) convert(ctx context.Context) error {
 	for i, p := range b.in.Disks {
-		if err := b.s.tools().Convert(ctx, p.Image, "", b.path(p), "qcow2", true); err != nil {
+		if err := b.s.h.Tools().Convert(ctx, p.Image, "", b.path(p), "qcow2", true); err != nil {
 			return fmt.Errorf("disk %q: %w", p.Disk, err)
 		}
 		b.points = append(b.points, b.pointOf(i, p.Size))
@@ -304,10 +305,10 @@ func (b *backupRun) sums(ctx context.Context) error {
 			return err
 		}
 		b.points[i].SHA256 = sum
-		if n, err := b.s.tools().DataBytes(ctx, path, "qcow2"); err == nil {
+		if n, err := b.s.h.Tools().DataBytes(ctx, path, "qcow2"); err == nil {
 			b.points[i].Copied = n
 		} else {
-			b.s.opts.Logger.Warn("backup: the point's data size", "vm", b.name, "disk", b.points[i].Disk, "err", err)
+			b.s.h.Logger().Warn("backup: the point's data size", "vm", b.name, "disk", b.points[i].Disk, "err", err)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package supervisor
+package diskops
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -76,7 +77,7 @@ type snapIntent struct {
 }
 
 // Snapshot takes snapshot tag of VM name, running or shut off.
-func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotOptions) (SnapshotResult, error) {
+func (s *Service) Snapshot(ctx context.Context, name, tag string, o SnapshotOptions) (SnapshotResult, error) {
 	res := SnapshotResult{VM: name, Tag: tag}
 	fail := func(err error) (SnapshotResult, error) {
 		return res, vmErr(name, fmt.Errorf("snapshot %q: %w", tag, err))
@@ -86,8 +87,8 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.view(name)
-	stopped := errors.Is(err, ErrNotRunning)
+	v, err := s.h.View(name)
+	stopped := errors.Is(err, vmstate.ErrNotRunning)
 	if err != nil && !stopped {
 		return fail(err)
 	}
@@ -118,13 +119,13 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 	if o.Memory {
 		in.Snap.Memory, in.Snap.Devices = s.paths(name).SnapshotState(tag), devicesOf(app)
 	}
-	op, err := s.beginOp(ctx, name, opSnapshot, in)
+	op, err := s.k.Begin(ctx, name, opSnapshot, in)
 	if err != nil {
 		return fail(err)
 	}
 	tk := &snapTake{s: s, name: name, in: &in, op: op, opts: o}
 	if !stopped {
-		c, release, err := s.qmpSession(ctx, name)
+		c, release, err := s.h.QMPSession(ctx, name)
 		if err != nil {
 			op.End()
 			return fail(err)
@@ -132,11 +133,11 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 		defer release()
 		tk.c = c
 	}
-	if _, err := runSteps(ctx, name, tk.steps(), op.After()); err != nil {
+	if _, err := steps.Run(ctx, name, tk.steps(), op.After()); err != nil {
 		if !tk.switched {
 			op.End() // undone by the steps' undos
 		} // else: the VM runs on the overlays: recovery records them
-		return fail(stepCause(err))
+		return fail(steps.Cause(err))
 	}
 	op.End()
 	for _, l := range layers {
@@ -146,17 +147,17 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 		res.Disks = append(res.Disks, d.Name)
 	}
 	res.Memory, res.Quiesced, res.Pause = in.Snap.Memory, in.Snap.Quiesced, tk.pause
-	s.lifecycle(name, "snapshot", map[string]any{"tag": tag, "memory": o.Memory, "pause_ms": tk.pause.Milliseconds()})
+	s.h.Lifecycle(name, "snapshot", map[string]any{"tag": tag, "memory": o.Memory, "pause_ms": tk.pause.Milliseconds()})
 	return res, nil
 }
 
 // SnapshotTree is VM name's snapshot tree (empty when it has none).
-func (s *Supervisor) SnapshotTree(name string) (*snapshot.Tree, error) {
+func (s *Service) SnapshotTree(name string) (*snapshot.Tree, error) {
 	if err := spec.ValidName(name); err != nil {
 		return nil, vmErr(name, err)
 	}
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
-		return nil, s.notFound(name)
+		return nil, s.h.NotFound(name)
 	}
 	t, err := snapshot.Load(s.paths(name).Snapshots())
 	if err != nil {
@@ -164,8 +165,6 @@ func (s *Supervisor) SnapshotTree(name string) (*snapshot.Tree, error) {
 	}
 	return t, nil
 }
-
-func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 // memorySnapshottable refuses a memory snapshot of a VM whose devices the
 // next boot would not recreate (live-only changes).
@@ -212,7 +211,7 @@ func sameDevices(devices string, app *vmstate.Applied) bool {
 // snapshotDisks lists the VM's disks a snapshot holds (every writable
 // image file; CD-ROMs are media, not state) and refuses the kinds it
 // cannot hold yet.
-func (s *Supervisor) snapshotDisks(v *vmstate.View) (snapDisks, error) {
+func (s *Service) snapshotDisks(v *vmstate.View) (snapDisks, error) {
 	var out snapDisks
 	for _, vd := range v.Disks {
 		d := vd.Disk
@@ -231,10 +230,10 @@ func (s *Supervisor) snapshotDisks(v *vmstate.View) (snapDisks, error) {
 			return out, fmt.Errorf("disk %q is of type %s: snapshots hold image files (qcow2, raw) and RBD images only so far", d.Name, d.Type)
 		}
 		dir := filepath.Dir(d.File)
-		if in, err := s.confiner().InImageDirs(d.File); err != nil || !in {
+		if in, err := s.h.InImageDirs(d.File); err != nil || !in {
 			// A running QEMU can open new files only there (its unit's
 			// mount namespace binds the image directories).
-			dir = s.opts.ImageDirs[0]
+			dir = s.h.ImageDirs()[0]
 		}
 		out.files = append(out.files, snapshot.Disk{Name: d.Name, Own: snapshot.Image{Path: d.File, Format: d.Format}, OverlayDir: dir})
 		out.specs = append(out.specs, d)
@@ -252,7 +251,7 @@ type snapDisks struct {
 
 // snapTake is one snapshot's steps.
 type snapTake struct {
-	s        *Supervisor
+	s        *Service
 	name     string
 	in       *snapIntent
 	op       *operation.Op
@@ -264,16 +263,16 @@ type snapTake struct {
 }
 
 func (t *snapTake) steps() []step {
-	steps := []step{{Name: "overlays", Do: t.createOverlays, Undo: t.removeOverlays}}
+	list := []step{{Name: "overlays", Do: t.createOverlays, Undo: t.removeOverlays}}
 	if t.c != nil {
-		steps = append(steps,
+		list = append(list,
 			step{Name: "confine", Do: t.confine, Undo: t.release},
 			step{Name: "nodes", Do: t.addNodes, Undo: t.delNodes},
 			step{Name: string(stepSnapSwitch), Do: t.switchDisks})
 	} else if len(t.in.RBD) > 0 {
-		steps = append(steps, step{Name: string(stepSnapRBD), Do: t.createRBD, Undo: t.removeRBD})
+		list = append(list, step{Name: string(stepSnapRBD), Do: t.createRBD, Undo: t.removeRBD})
 	}
-	return append(steps, step{Name: "record", Do: t.record})
+	return append(list, step{Name: "record", Do: t.record})
 }
 
 func (t *snapTake) createOverlays(ctx context.Context) error {
@@ -285,7 +284,7 @@ func (t *snapTake) createOverlays(ctx context.Context) error {
 		if err := os.MkdirAll(filepath.Dir(l.Overlay.Path), 0o711); err != nil {
 			return err
 		}
-		if err := t.s.tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, size); err != nil {
+		if err := t.s.h.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, size); err != nil {
 			return fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
 	}
@@ -302,7 +301,7 @@ func (t *snapTake) virtualSize(ctx context.Context, im snapshot.Image) (int64, e
 		}
 		return n.Image.VirtualSize, nil
 	}
-	info, err := t.s.tools().Info(ctx, im.Path, im.Format)
+	info, err := t.s.h.Tools().Info(ctx, im.Path, im.Format)
 	return info.VirtualSize, err
 }
 
@@ -326,14 +325,14 @@ func overlayRules(layers []snapshot.Layer) []units.PathRule {
 }
 
 func (t *snapTake) confine(ctx context.Context) error {
-	return t.s.ConfinePaths(ctx, t.name, overlayRules(t.in.Layers)...)
+	return t.s.h.ConfinePaths(ctx, t.name, overlayRules(t.in.Layers)...)
 }
 
 func (t *snapTake) release(ctx context.Context) {
 	if t.switched {
 		return
 	}
-	_ = t.s.ReleasePaths(ctx, t.name, rulePaths(overlayRules(t.in.Layers))...)
+	_ = t.s.h.ReleasePaths(ctx, t.name, rulePaths(overlayRules(t.in.Layers))...)
 }
 
 func (t *snapTake) addNodes(ctx context.Context) error {
@@ -419,7 +418,7 @@ func (t *snapTake) record(context.Context) error {
 
 // saveTree records the VM's snapshot tree, through the record writer that
 // has the operation's reserve for a full filesystem.
-func (s *Supervisor) saveTree(name string, tree *snapshot.Tree) error {
+func (s *Service) saveTree(name string, tree *snapshot.Tree) error {
 	p := s.paths(name)
 	return tree.SaveWith(p.Snapshots(), p.WriteRecord)
 }

@@ -1,0 +1,245 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/vmsup/vmsup/internal/diskops"
+	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
+)
+
+// The disk operations (snapshots, backups, disk moves, the NBD export,
+// clones) live in internal/diskops; the supervisor gives them what they
+// need of it (diskHost) and keeps its public methods and types.
+
+// SnapshotOptions say what a snapshot keeps.
+type SnapshotOptions = diskops.SnapshotOptions
+
+// SnapshotResult reports a snapshot taken.
+type SnapshotResult = diskops.SnapshotResult
+
+// RevertResult reports a revert.
+type RevertResult = diskops.RevertResult
+
+// BackupOptions say where a backup goes and what kind it is.
+type BackupOptions = diskops.BackupOptions
+
+// BackupProgress is the copy's progress, summed over the disks.
+type BackupProgress = diskops.BackupProgress
+
+// BackupResult reports a backup point taken.
+type BackupResult = diskops.BackupResult
+
+// RestoreOptions say which backup point becomes which new image.
+type RestoreOptions = diskops.RestoreOptions
+
+// RestoreResult reports a restore.
+type RestoreResult = diskops.RestoreResult
+
+// MoveOptions say where MoveDisk puts a disk.
+type MoveOptions = diskops.MoveOptions
+
+// MoveProgress is one report of a move.
+type MoveProgress = diskops.MoveProgress
+
+// MoveResult reports a move done.
+type MoveResult = diskops.MoveResult
+
+// ExportOptions say where an NBD export serves and whom to tell.
+type ExportOptions = diskops.ExportOptions
+
+// ExportInfo is what an NBD export's client needs.
+type ExportInfo = diskops.ExportInfo
+
+// ExportDisk is one disk's NBD export.
+type ExportDisk = diskops.ExportDisk
+
+// CloneResult reports a clone: its start's result, and what the clone is
+// (From, Disks, File, Dropped: diskops.Clone).
+type CloneResult struct {
+	UpResult
+	diskops.Clone
+}
+
+// Snapshot takes snapshot tag of VM name, running or shut off.
+func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotOptions) (SnapshotResult, error) {
+	return s.diskops().Snapshot(ctx, name, tag, o)
+}
+
+// SnapshotTree is VM name's snapshot tree (empty when it has none).
+func (s *Supervisor) SnapshotTree(name string) (*snapshot.Tree, error) {
+	return s.diskops().SnapshotTree(name)
+}
+
+// RemoveSnapshot removes snapshot tag of VM name, running or off.
+// progress, when set, sees each live merge go.
+func (s *Supervisor) RemoveSnapshot(ctx context.Context, name, tag string, progress func(disk string, done, total int64)) error {
+	return s.diskops().RemoveSnapshot(ctx, name, tag, progress)
+}
+
+// RevertSnapshot reverts VM name to snapshot tag. A running VM is stopped
+// first (it loses its state since), only with force.
+func (s *Supervisor) RevertSnapshot(ctx context.Context, name, tag string, force bool) (RevertResult, error) {
+	return s.diskops().RevertSnapshot(ctx, name, tag, force)
+}
+
+// Backup takes the next backup point of VM name into o.Dir.
+func (s *Supervisor) Backup(ctx context.Context, name string, o BackupOptions) (BackupResult, error) {
+	return s.diskops().Backup(ctx, name, o)
+}
+
+// Restore verifies the checksums of the chain up to a point and writes
+// the disk as it was then into a new image (qemu-img convert). It needs
+// no VM: the result is an image file to attach or boot from.
+func (s *Supervisor) Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
+	return s.diskops().Restore(ctx, o)
+}
+
+// MoveDisk moves disk of the running VM name (see MoveOptions).
+func (s *Supervisor) MoveDisk(ctx context.Context, name, disk string, o MoveOptions) (MoveResult, error) {
+	return s.diskops().MoveDisk(ctx, name, disk, o)
+}
+
+// CancelDiskMove asks the move of disk in progress on VM name to cancel.
+// The move's command holds the VM's lock and its monitor, so the request
+// is a file it looks for at each progress poll; it then cancels its job
+// (the device stays on the source) and takes the target out again.
+func (s *Supervisor) CancelDiskMove(ctx context.Context, name, disk string) error {
+	return s.diskops().CancelDiskMove(ctx, name, disk)
+}
+
+// ExportNBD exports VM name's writable image disks over NBD at one moment
+// and serves until ctx ends, then takes it all down; the bitmap of the
+// next export starts at this export's moment. The VM's lock is held while
+// it serves (other commands on the VM wait or say it is busy); status
+// still answers.
+func (s *Supervisor) ExportNBD(ctx context.Context, name string, o ExportOptions) error {
+	return s.diskops().ExportNBD(ctx, name, o)
+}
+
+// UpFromSnapshot starts VM newName from memory snapshot tag of VM src.
+func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName string) (CloneResult, error) {
+	c, st, err := s.diskops().UpFromSnapshot(ctx, src, tag, newName)
+	res := CloneResult{UpResult: UpResult{VM: newName}, Clone: c}
+	if err == nil {
+		res.UpResult = UpResult{VM: newName, Action: Started, Accel: st.Accel, AccelReason: st.AccelReason, Note: st.Note,
+			State: StateRunning}
+	}
+	return res, err
+}
+
+// diskops is the disk operations on this supervisor's VMs.
+func (s *Supervisor) diskops() *diskops.Service { return diskops.New(s.ops, diskHost{s}) }
+
+// diskHost is what the disk operations need of the supervisor.
+type diskHost struct{ s *Supervisor }
+
+var _ diskops.Host = diskHost{}
+
+func (h diskHost) State() vmstate.Store                             { return h.s.state }
+func (h diskHost) View(name string) (*vmstate.View, error)          { return h.s.view(name) }
+func (h diskHost) NotFound(name string) error                       { return h.s.notFound(name) }
+func (h diskHost) ImageDirs() []string                              { return h.s.opts.ImageDirs }
+func (h diskHost) InImageDirs(path string) (bool, error)            { return h.s.confiner().InImageDirs(path) }
+func (h diskHost) Reachable(paths ...string) error                  { return h.s.reachable(paths...) }
+func (h diskHost) Tools() storage.Tools                             { return h.s.tools() }
+func (h diskHost) Lifecycle(name, event string, data any)           { h.s.lifecycle(name, event, data) }
+func (h diskHost) Logger() *slog.Logger                             { return h.s.opts.Logger }
+func (h diskHost) AppliedFile(name string) (*spec.File, error)      { return h.s.appliedFile(name) }
+func (h diskHost) RunState(ctx context.Context, sock string) string { return h.s.runStateAt(ctx, sock) }
+
+func (h diskHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
+	return h.s.qmpSession(ctx, name)
+}
+
+func (h diskHost) AgentSession(ctx context.Context, name string) (*qmp.Agent, func(), error) {
+	return h.s.agentSession(ctx, name)
+}
+
+func (h diskHost) ConfinePaths(ctx context.Context, name string, rules ...units.PathRule) error {
+	return h.s.ConfinePaths(ctx, name, rules...)
+}
+
+func (h diskHost) ReleasePaths(ctx context.Context, name string, paths ...string) error {
+	return h.s.ReleasePaths(ctx, name, paths...)
+}
+
+func (h diskHost) CheckDiskPaths(ctx context.Context, d spec.Disk) error {
+	return h.s.checkDiskPaths(ctx, d)
+}
+
+func (h diskHost) UnitStatus(ctx context.Context, name string) (units.Status, error) {
+	sd, err := h.s.systemd(ctx)
+	if err != nil {
+		return units.Status{}, err
+	}
+	return sd.Status(ctx, h.s.state.UnitOf(name))
+}
+
+// Stop stops the VM at once, under the lock the disk operation's command
+// holds (borrowed here).
+func (h diskHost) Stop(ctx context.Context, name string) error {
+	lu, err := h.s.lockUnit(holding(ctx, name), name, "down")
+	if err != nil {
+		return err
+	}
+	defer lu.unlock()
+	_, err = h.s.down(ctx, name, lu, DownOptions{Force: true})
+	return err
+}
+
+func (h diskHost) StartRestored(ctx context.Context, f *spec.File, op *operation.Op, memory string) error {
+	_, err := h.s.startRestored(ctx, f, op, memory)
+	return err
+}
+
+// KillUnit kills the VM's unit, marked as vmsup's kill for its stop-post
+// hook, and clears its failed state.
+func (h diskHost) KillUnit(ctx context.Context, name string) error {
+	sd, err := h.s.systemd(ctx)
+	if err != nil {
+		return err
+	}
+	unit := h.s.state.UnitOf(name)
+	if err := os.WriteFile(h.s.paths(name).KillMark(), nil, 0o600); err != nil {
+		return err
+	}
+	h.s.removeUnit(ctx, sd, unit)
+	return nil
+}
+
+// StartClone starts the clone f through the start pipeline, resuming the
+// template's memory state, under the clone's own lock (taken by the
+// start's lock step and let go after).
+func (h diskHost) StartClone(ctx context.Context, f *spec.File, memory, from string, after func(vm, step string)) (diskops.Started, error) {
+	r := h.s.newStart(f, StartFresh, incomingArgs{})
+	r.restore = memory
+	_, err := runSteps(ctx, r.name, r.steps(), after)
+	if r.lk != nil {
+		r.lk.Unlock() // the clone's own lock, taken by the start's lock step
+	}
+	if err != nil {
+		return diskops.Started{}, err
+	}
+	h.s.lifecycle(r.name, EventStarted, map[string]any{"generation": r.app.Generation, "cloned_from": from})
+	return diskops.Started{Accel: r.res.Accel, AccelReason: r.res.AccelReason, Note: r.res.Note}, nil
+}
+
+func (h diskHost) Running(ctx context.Context, name string) bool {
+	st, err := h.s.status(ctx, name, false)
+	return err == nil && st.State == StateRunning
+}
+
+func (h diskHost) Kill(ctx context.Context, name string) error {
+	_, err := h.s.Kill(ctx, name)
+	return err
+}
+
+func (h diskHost) Remove(ctx context.Context, name string) error { return h.s.remove(ctx, name) }

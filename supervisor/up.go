@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -89,11 +90,11 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	// with one (qemu-img as root on a host file or device).
 	refused, err := s.checkPaths(ctx, f)
 	check(err)
-	check(withoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
+	check(hostpaths.WithoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
 	accel, _, _, err := s.resolveHost(f)
 	check(err)
 	check(s.checkStorage(ctx, f, named, refused))
-	check(withoutFields(s.validateNICs(ctx, f), refused))
+	check(hostpaths.WithoutFields(s.validateNICs(ctx, f), refused))
 	if named {
 		check(s.checkForwardPorts(f))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/ovmfvars"
 	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vmstats"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -21,11 +22,11 @@ type State string
 const (
 	StateRunning  State = "running"
 	StatePaused   State = "paused"
-	StateShutOff  State = "shut off" // no unit; the VM's state directory exists
-	StateCrashed  State = "crashed"  // the unit failed: QEMU died abnormally
+	StateShutOff  State = vmstats.StateShutOff // no unit; the VM's state directory exists
+	StateCrashed  State = vmstats.StateCrashed // the unit failed: QEMU died abnormally
 	StateStarting State = "starting"
 	StateStopping State = "stopping"
-	StateUnknown  State = "unknown" // unit active but QEMU does not answer
+	StateUnknown  State = vmstats.StateUnknown // unit active but QEMU does not answer
 )
 
 // Status is what vmsup knows about one VM.

@@ -4,7 +4,9 @@
 // entries, the tap devices' netlink counters) and the Prometheus text
 // exposition that `vmsup metrics` serves.
 //
-// It does not talk to QEMU: disk, balloon and guest memory figures come from
-// QMP and are filled in by the caller. It keeps no state between calls; each
-// scrape is a fresh process that collects, renders and exits.
+// Collector (collect.go) gathers a state root's VMs' figures: systemd's
+// accounting and the host's counters itself, disk, balloon and guest memory
+// figures over each VM's QMP monitor, which its Host (the supervisor) opens
+// one client at a time. It keeps no state between calls; each scrape is a
+// fresh process that collects, renders and exits.
 package vmstats

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/hotplug"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -49,10 +50,8 @@ func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, 
 // registerRecoverers registers each operation's recoverer with the kernel:
 // the operations are the supervisor's, their kinds declared beside them.
 func (s *Supervisor) registerRecoverers() {
+	hotplug.Register(s.ops, hotplugHost{s})
 	for kind, r := range map[operation.Kind]operation.Recoverer{
-		opDiskAttach: s.recoverDiskAttach, opDiskDetach: s.recoverDiskDetach,
-		opNICAttach: s.recoverNICAttach, opNICDetach: s.recoverNICDetach,
-		opHostDevAttach: s.recoverHostDevAttach, opHostDevDetach: s.recoverHostDevDetach,
 		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
 		opMigrateOut: s.recoverMigrateOut, opMigrateIn: s.recoverMigrateIn,
 		opSnapshot: s.recoverSnapshot, opSnapshotRevert: s.recoverRevert, opSnapshotRemove: s.recoverSnapshotRemove,

@@ -6,7 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/hotplug"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -50,7 +49,7 @@ func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, 
 // registerRecoverers registers each operation's recoverer with the kernel:
 // the operations are the supervisor's, their kinds declared beside them.
 func (s *Supervisor) registerRecoverers() {
-	hotplug.Register(s.ops, hotplugHost{s})
+	s.hotplug().Register()
 	for kind, r := range map[operation.Kind]operation.Recoverer{
 		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
 		opMigrateOut: s.recoverMigrateOut, opMigrateIn: s.recoverMigrateIn,

@@ -74,11 +74,9 @@ func New(k *operation.Kernel, h Host) *Engine {
 	return &Engine{k: k, h: h, query: devices.Query, finish: devices.FinishUnplug}
 }
 
-// Register registers with k the recoverers of every kind's attach and
-// detach.
-func Register(k *operation.Kernel, h Host) { New(k, h).register() }
-
-func (e *Engine) register() {
+// Register registers with the engine's kernel the recoverers of every
+// kind's attach and detach.
+func (e *Engine) Register() {
 	for _, kd := range kinds() {
 		e.k.Register(kd.attach, e.recoverAttach(kd))
 		e.k.Register(kd.detach, e.recoverDetach(kd))

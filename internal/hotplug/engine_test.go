@@ -456,7 +456,7 @@ func setQEMU(w *world, ids []string) {
 // wrote before the engine, and read back the intents it wrote.
 func TestKinds(t *testing.T) {
 	k := operation.New(operation.Options{Store: vmstate.Store{Root: t.TempDir()}})
-	Register(k, &fakeHost{})
+	New(k, &fakeHost{}).Register()
 	want := []operation.Kind{"disk-attach", "disk-detach", "hostdev-attach", "hostdev-detach", "nic-attach", "nic-detach"}
 	if got := k.Kinds(); !slices.Equal(got, want) {
 		t.Errorf("kinds %q, want %q", got, want)

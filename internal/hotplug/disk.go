@@ -192,7 +192,7 @@ func (r *diskDetach) find(ctx context.Context, v *vmstate.View, down error) (Dev
 		if vd == nil || vd.Attached {
 			return nil, errors.New("the VM does not run with it")
 		}
-		return r.e.unplugged(ctx, r.vm, vmstate.AttachedDisk{Disk: vd.Disk}), nil
+		return r.e.detaching(ctx, r.vm, vmstate.AttachedDisk{Disk: vd.Disk}), nil
 	}
 	if v.Tree.HasDisk(r.name) {
 		return nil, errors.New("it is in the VM's snapshots: remove them first (vmsup snapshot rm)")
@@ -214,12 +214,12 @@ func (r *diskDetach) find(ctx context.Context, v *vmstate.View, down error) (Dev
 		return nil, storage.RemoveSecret(r.e.h.State().Paths(r.vm).Dir, r.name)
 	}
 	// Running: plugged in now, or at boot (its own root port either way).
-	return r.e.unplugged(ctx, r.vm, app.Attached[i]), nil
+	return r.e.detaching(ctx, r.vm, app.Attached[i]), nil
 }
 
-// unplugged is attached disk a as its detach takes it out: the paths it
+// detaching is attached disk a as its detach takes it out: the paths it
 // was granted are in its intent.
-func (e *Engine) unplugged(ctx context.Context, vm string, a vmstate.AttachedDisk) *disk {
+func (e *Engine) detaching(ctx context.Context, vm string, a vmstate.AttachedDisk) *disk {
 	in := newDiskIntent(a.Disk, a.Bus)
 	rules, _ := confine.DiskRules(ctx, a.Disk)
 	in.Rules = rulePaths(rules)

@@ -175,7 +175,7 @@ type detachRequest interface {
 
 // attach is the one attach: under the VM's lock, the kind's checks, a free
 // root port, then as one operation of the kernel the device's host steps,
-// its parts and its record (plug).
+// its parts and its record (attachSteps).
 func (e *Engine) attach(ctx context.Context, vm string, r attachRequest) error {
 	kd := r.kind()
 	lk, _, err := e.k.Lock(ctx, vm, string(kd.attach))
@@ -212,9 +212,9 @@ func (e *Engine) attach(ctx context.Context, vm string, r attachRequest) error {
 	return r.fail(e.attachSteps(ctx, vm, p, v.Applied, op))
 }
 
-// attachSteps runs the device's host steps, then its parts and last its record,
-// so that the record and the VM agree; a failed step undoes the ones
-// before it.
+// attachSteps runs the device's host steps, then its parts and last its
+// record, so that the record and the VM agree; a failed step undoes the
+// ones before it.
 func (e *Engine) attachSteps(ctx context.Context, vm string, p Plug, app *vmstate.Applied, op *operation.Op) error {
 	undo, err := steps.Run(ctx, vm, p.HostSteps(op), op.After())
 	if err != nil {

@@ -11,8 +11,7 @@ import (
 )
 
 // Host PCI devices ([[hostdev]]) live in internal/vfio; this is their part
-// of a start and of the teardown. Hot-plugging one is not offered yet:
-// qemuargs.HostDevDevice is the value device_add would take.
+// of a start and of the teardown. Hot-plugging one is internal/hotplug's.
 
 // vfio is this supervisor's host for PCI passthrough.
 func (s *Supervisor) vfio() vfio.Host { return vfio.Host{Sys: s.opts.SysRoot, Dev: s.opts.DevRoot} }

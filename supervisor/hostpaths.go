@@ -51,3 +51,28 @@ func (s *Supervisor) checkPaths(ctx context.Context, f *spec.File) (refused []st
 func (s *Supervisor) checkDiskPaths(ctx context.Context, d spec.Disk) error {
 	return s.places().CheckDisk(ctx, d)
 }
+
+// reachable checks that a running VM can open new files at paths: its
+// unit's mount namespace was fixed at start and sees only the image
+// directories (bound then) among new files, not /tmp or /home.
+func (s *Supervisor) reachable(paths ...string) error {
+	if path := s.unreachable(paths...); path != "" {
+		return fmt.Errorf("%s is outside the image directories (%s), the only places a running VM can open new images; move it there, or add the disk to the VM's file and restart",
+			path, strings.Join(s.opts.ImageDirs, ", "))
+	}
+	return nil
+}
+
+// unreachable is the first of paths a running VM cannot open (reachable),
+// "" when it can open them all.
+func (s *Supervisor) unreachable(paths ...string) string {
+	for _, path := range paths {
+		if path == "" {
+			continue
+		}
+		if in, err := s.confiner().InImageDirs(path); err != nil || !in {
+			return path
+		}
+	}
+	return ""
+}

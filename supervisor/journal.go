@@ -43,10 +43,8 @@ func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, 
 // registerRecoverers registers each operation's recoverer with the kernel:
 // the operations are the supervisor's, their kinds declared beside them.
 func (s *Supervisor) registerRecoverers() {
+	s.hotplug().Register()
 	for kind, r := range map[operation.Kind]operation.Recoverer{
-		opDiskAttach: s.recoverDiskAttach, opDiskDetach: s.recoverDiskDetach,
-		opNICAttach: s.recoverNICAttach, opNICDetach: s.recoverNICDetach,
-		opHostDevAttach: s.recoverHostDevAttach, opHostDevDetach: s.recoverHostDevDetach,
 		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
 	} {
 		s.ops.Register(kind, r)

@@ -1,4 +1,4 @@
-package supervisor
+package hotplug
 
 import (
 	"slices"
@@ -10,7 +10,8 @@ import (
 // Where a plugged device is recorded: one of the VM's file (plugged by
 // apply) in the record's spec, which then says what the running QEMU
 // realizes; one attached by hand (vmsup disk/nic attach) in Attached or
-// AttachedNICs, outside the file. Unplugging drops it from either.
+// AttachedNICs, outside the file. Unplugging drops it from either. Host
+// devices are live only (AttachedHostDevs).
 
 // editSpec changes the record's spec by a device plugged or unplugged
 // (which Replugged notes: the layout is no longer the spec's boot layout).
@@ -26,7 +27,7 @@ func editSpec(app *vmstate.Applied, edit func(vm *spec.VM)) error {
 }
 
 // recordDisk records a plugged disk.
-func recordDisk(app *vmstate.Applied, a AttachedDisk, fromFile bool) error {
+func recordDisk(app *vmstate.Applied, a vmstate.AttachedDisk, fromFile bool) error {
 	if !fromFile {
 		app.Attached = append(app.Attached, a)
 		return nil
@@ -36,7 +37,7 @@ func recordDisk(app *vmstate.Applied, a AttachedDisk, fromFile bool) error {
 
 // hasDisk reports whether the record has the disk, either way.
 func hasDisk(app *vmstate.Applied, disk string) bool {
-	if slices.ContainsFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk }) {
+	if slices.ContainsFunc(app.Attached, func(a vmstate.AttachedDisk) bool { return a.Disk.Name == disk }) {
 		return true
 	}
 	vm, err := app.VM()
@@ -45,7 +46,7 @@ func hasDisk(app *vmstate.Applied, disk string) bool {
 
 // dropDisk removes the disk from the record, either way.
 func dropDisk(app *vmstate.Applied, disk string) error {
-	app.Attached = slices.DeleteFunc(app.Attached, func(a AttachedDisk) bool { return a.Disk.Name == disk })
+	app.Attached = slices.DeleteFunc(app.Attached, func(a vmstate.AttachedDisk) bool { return a.Disk.Name == disk })
 	delete(app.Moved, disk) // a disk of the file, moved: gone with it
 	if vm, err := app.VM(); err != nil || findDisk(vm, disk) == nil {
 		return err
@@ -82,4 +83,30 @@ func dropNIC(app *vmstate.Applied, nic string) error {
 	return editSpec(app, func(vm *spec.VM) {
 		vm.NICs = slices.DeleteFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == nic })
 	})
+}
+
+// hasHostDev reports whether the record has the host device at addr.
+func hasHostDev(app *vmstate.Applied, addr string) bool {
+	return slices.ContainsFunc(app.AttachedHostDevs, func(a vmstate.AttachedHostDev) bool { return a.Dev.Address == addr })
+}
+
+// dropHostDev removes the host device at addr from the record.
+func dropHostDev(app *vmstate.Applied, addr string) {
+	app.AttachedHostDevs = slices.DeleteFunc(app.AttachedHostDevs, func(a vmstate.AttachedHostDev) bool {
+		return a.Dev.Address == addr
+	})
+}
+
+func findNIC(vm *spec.VM, name string) *spec.NIC {
+	if i := slices.IndexFunc(vm.NICs, func(n spec.NIC) bool { return n.Name == name }); i >= 0 {
+		return &vm.NICs[i]
+	}
+	return nil
+}
+
+func findDisk(vm *spec.VM, name string) *spec.Disk {
+	if i := slices.IndexFunc(vm.Disks, func(d spec.Disk) bool { return d.Name == name }); i >= 0 {
+		return &vm.Disks[i]
+	}
+	return nil
 }

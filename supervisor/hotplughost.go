@@ -1,0 +1,146 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/hotplug"
+	"github.com/vmsup/vmsup/internal/vfio"
+	"github.com/vmsup/vmsup/internal/vmnet"
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+	"github.com/vmsup/vmsup/units"
+)
+
+// Hot-plugging disks, NICs and host devices lives in internal/hotplug: one
+// attach, one detach and one recovery for every kind of device. These are
+// the supervisor's API onto it and what it needs of the supervisor.
+
+// DefaultUnplugTimeout is how long an unplug (a disk, a NIC, a DIMM) waits
+// for the guest to release the device (DEVICE_DELETED) before it gives up
+// and leaves the device attached (Options.UnplugTimeout).
+const DefaultUnplugTimeout = 20 * time.Second
+
+// AttachResult reports a hot-plugged disk.
+type AttachResult = hotplug.AttachResult
+
+// AttachDisk hot-plugs d into the running VM name: the same checks and host
+// preparation as at boot, then over QMP the disk's objects (secret,
+// iothread), its block nodes and its device(s) into a free hotplug root
+// port, built by qemuargs.Disk exactly as at boot. Whatever was added is
+// removed again if a later part fails. The applied state records the disk,
+// so status lists it and the next up boots with it. For a VM that is shut
+// off, the disk is checked and only recorded.
+func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (AttachResult, error) {
+	return s.attachDisk(ctx, name, d, false)
+}
+
+// attachDisk is AttachDisk; fromFile: a disk of the VM's file (apply),
+// recorded in the record's spec rather than as attached by hand.
+func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, fromFile bool) (AttachResult, error) {
+	return s.hotplug().AttachDisk(ctx, name, d, fromFile)
+}
+
+// DetachDisk hot-unplugs a disk attached with AttachDisk: device_del, wait
+// for DEVICE_DELETED, then blockdev-del of its nodes and object-del of its
+// objects. A guest that does not release the device within
+// Options.UnplugTimeout leaves the disk attached and gets an error saying
+// so; a later DetachDisk finishes the job once the guest let go.
+func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
+	return s.detachDisk(ctx, name, disk, false)
+}
+
+// detachDisk is DetachDisk; fromFile: a disk of the VM's file that the
+// file no longer has (apply), unplugged from the running VM.
+func (s *Supervisor) detachDisk(ctx context.Context, name, disk string, fromFile bool) error {
+	return s.hotplug().DetachDisk(ctx, name, disk, fromFile)
+}
+
+// AttachNIC hot-plugs n into the running VM: the host side exactly as at
+// boot, then netdev_add and device_add with the values qemuargs renders for
+// the command line, into a free spare root port. Defaults are filled as for
+// a NIC in the file, but the MAC (spec.AllocMAC): from the VM's and the
+// NIC's names, never one of the VM's other NICs. The NIC is recorded in
+// state.json (AttachedNICs) and net.json, so detach, down and the stop hook
+// remove it. On failure every step is undone.
+func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (spec.NIC, error) {
+	return s.attachNIC(ctx, name, n, false)
+}
+
+// attachNIC is AttachNIC; fromFile: a NIC of the VM's file (apply),
+// recorded in the record's spec rather than as attached by hand.
+func (s *Supervisor) attachNIC(ctx context.Context, name string, n spec.NIC, fromFile bool) (spec.NIC, error) {
+	return s.hotplug().AttachNIC(ctx, name, n, fromFile)
+}
+
+// DetachNIC unplugs a hot-plugged NIC: device_del, wait for the guest to
+// release it (DEVICE_DELETED), netdev_del, then the host side goes. NICs the
+// VM booted with stay: they are part of its file.
+func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
+	return s.detachNIC(ctx, name, nic, false)
+}
+
+// detachNIC is DetachNIC; fromFile: a NIC of the VM's file that the file
+// no longer has (apply).
+func (s *Supervisor) detachNIC(ctx context.Context, name, nic string, fromFile bool) error {
+	return s.hotplug().DetachNIC(ctx, name, nic, fromFile)
+}
+
+// AttachHostDev passes the host PCI device h through to the running VM,
+// live only: it is given back when QEMU ends (a device the VM should boot
+// with goes in its file's [[hostdev]]).
+func (s *Supervisor) AttachHostDev(ctx context.Context, name string, h spec.HostDev) error {
+	return s.hotplug().AttachHostDev(ctx, name, h)
+}
+
+// DetachHostDev unplugs a host device hot-plugged with AttachHostDev (by
+// address or name) and gives it back to its host driver.
+func (s *Supervisor) DetachHostDev(ctx context.Context, name, which string) error {
+	return s.hotplug().DetachHostDev(ctx, name, which)
+}
+
+// hotplug is the hot-plug engine on this supervisor's operation kernel.
+func (s *Supervisor) hotplug() *hotplug.Engine { return hotplug.New(s.ops, hotplugHost{s}) }
+
+// hotplugHost is the supervisor as internal/hotplug's Host.
+type hotplugHost struct{ s *Supervisor }
+
+var _ hotplug.Host = hotplugHost{}
+
+func (h hotplugHost) State() vmstate.Store                           { return h.s.state }
+func (h hotplugHost) View(vm string) (*vmstate.View, error)          { return h.s.view(vm) }
+func (h hotplugHost) Confinement(vm string) (*confine.Record, error) { return h.s.confiner().Read(vm) }
+func (h hotplugHost) CheckPath(key, path string) error               { return h.s.CheckPath(key, path) }
+func (h hotplugHost) Reachable(paths ...string) error                { return h.s.reachable(paths...) }
+func (h hotplugHost) Tools() storage.Tools                           { return h.s.tools() }
+func (h hotplugHost) Net() *vmnet.Manager                            { return h.s.net() }
+func (h hotplugHost) VFIO() vfio.Host                                { return h.s.vfio() }
+func (h hotplugHost) QEMUPID(vm string) int                          { return qemuPID(vm, h.s.paths(vm).QMP) }
+func (h hotplugHost) UnplugTimeout() time.Duration                   { return h.s.opts.UnplugTimeout }
+func (h hotplugHost) Logger() *slog.Logger                           { return h.s.opts.Logger }
+
+func (h hotplugHost) QMP(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
+	return h.s.qmpSession(ctx, vm)
+}
+
+func (h hotplugHost) ConfinePaths(ctx context.Context, vm string, rules ...units.PathRule) error {
+	return h.s.ConfinePaths(ctx, vm, rules...)
+}
+
+func (h hotplugHost) ReleasePaths(ctx context.Context, vm string, paths ...string) error {
+	return h.s.ReleasePaths(ctx, vm, paths...)
+}
+
+func (h hotplugHost) CheckDiskPaths(ctx context.Context, d spec.Disk) error {
+	return h.s.checkDiskPaths(ctx, d)
+}
+
+func (h hotplugHost) TapOwner(ctx context.Context, vm string) (vmnet.Owner, error) {
+	return h.s.tapOwner(ctx, vm)
+}
+
+func (h hotplugHost) Systemd(ctx context.Context) (*units.Manager, error) { return h.s.systemd(ctx) }

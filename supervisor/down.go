@@ -201,7 +201,7 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOption
 		return "", err
 	}
 	defer release()
-	if qs, err := c.QueryStatus(ctx); err == nil && qs.Status == "guest-panicked" {
+	if qs, err := c.QueryStatus(ctx); err == nil && qs.Status == qmp.RunGuestPanicked {
 		o.Force = true // a panicked guest cannot act on a powerdown: waiting would only cost stop_timeout
 	}
 	if !o.Force {

@@ -110,7 +110,7 @@ func (h migrateHost) AfterStop(ctx context.Context, name string) error {
 }
 func (h migrateHost) Disable(ctx context.Context, name string) error { return h.s.Disable(ctx, name) }
 func (h migrateHost) SyncBootUnit(ctx context.Context) error         { return h.s.syncBootUnit(ctx) }
-func (h migrateHost) RunStateAt(ctx context.Context, sock string) string {
+func (h migrateHost) RunStateAt(ctx context.Context, sock string) qmp.RunState {
 	return h.s.runStateAt(ctx, sock)
 }
 func (h migrateHost) RemoveUnit(ctx context.Context, sd *units.Manager, unit string) {

@@ -38,14 +38,14 @@ func qemuState(qs qmp.StatusInfo) (State, string) {
 	switch {
 	case qs.Running:
 		return StateRunning, ""
-	case qs.Status == "paused" || qs.Status == "suspended":
+	case qs.Status == qmp.RunPaused || qs.Status == qmp.RunSuspended:
 		return StatePaused, ""
-	case qs.Status == "guest-panicked":
+	case qs.Status == qmp.RunGuestPanicked:
 		return StatePanicked, "" // vmsup events NAME shows the GUEST_PANICKED
-	case qs.Status == "shutdown" || qs.Status == "internal-error" || qs.Status == "io-error":
-		return StateUnknown, "QEMU status " + qs.Status
+	case qs.Status == qmp.RunShutdown || qs.Status == qmp.RunInternalError || qs.Status == qmp.RunIOError:
+		return StateUnknown, "QEMU status " + string(qs.Status)
 	}
-	return State(strings.ReplaceAll(qs.Status, "-", " ")), ""
+	return State(strings.ReplaceAll(string(qs.Status), "-", " ")), ""
 }
 
 // qemuPID is the QEMU of VM name listening on qmpPath (0: none).

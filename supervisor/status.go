@@ -207,7 +207,7 @@ func (s *Supervisor) status(ctx context.Context, name string, detail bool) (Stat
 		out.State, out.Reason = StateUnknown, err.Error()
 		return out, nil
 	}
-	out.QEMUStatus = qs.Status
+	out.QEMUStatus = string(qs.Status)
 	if v != nil {
 		s.fileStatus(&out, v.Applied)
 	}

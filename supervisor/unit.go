@@ -85,7 +85,7 @@ func shutdownAfter(vm *spec.VM) []string {
 
 // runStateAt asks the QEMU listening at sock for its run state ("" when it
 // does not answer).
-func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
+func (s *Supervisor) runStateAt(ctx context.Context, sock string) qmp.RunState {
 	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
 	defer cancel()
 	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(s.opts.Logger))

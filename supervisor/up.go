@@ -329,7 +329,7 @@ func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name
 
 // existingState maps QEMU's run state of a VM up left alone to vmsup's
 // state and a note saying what to do, appended to note.
-func existingState(name, qemuStatus, note string) (State, string) {
+func existingState(name string, qemuStatus qmp.RunState, note string) (State, string) {
 	add := func(n string) string {
 		if note == "" {
 			return n
@@ -337,21 +337,21 @@ func existingState(name, qemuStatus, note string) (State, string) {
 		return note + "; " + n
 	}
 	switch qemuStatus {
-	case "running":
+	case qmp.RunRunning:
 		return StateRunning, note
-	case "paused":
+	case qmp.RunPaused:
 		return StatePaused, add("paused: vmsup resume " + name)
-	case "suspended":
+	case qmp.RunSuspended:
 		return StatePaused, add("suspended by the guest (ACPI S3): QMP system_wakeup wakes it")
-	case "postmigrate":
+	case qmp.RunPostMigrate:
 		return StatePaused, add("postmigrate: a migration of it completed and the guest may run elsewhere; " +
 			"check the destination before vmsup resume " + name)
-	case "inmigrate":
+	case qmp.RunInMigrate:
 		return State(qemuStatus), add("inmigrate: waiting for an incoming migration")
-	case "prelaunch":
+	case qmp.RunPrelaunch:
 		return StatePaused, add("prelaunch: QEMU has not started the guest yet: vmsup resume " + name)
 	}
-	return State(strings.ReplaceAll(qemuStatus, "-", " ")), add(qemuStatus + ": left as it is (vmsup status " + name + ")")
+	return State(strings.ReplaceAll(string(qemuStatus), "-", " ")), add(string(qemuStatus) + ": left as it is (vmsup status " + name + ")")
 }
 
 // lastWords returns the last error line QEMU wrote to the unit's journal.

@@ -105,13 +105,13 @@ func settleMoveJob(ctx context.Context, c *qmp.Conn, id string) error {
 		return nil
 	}
 	switch jobs[i].Status {
-	case "created", "running", "paused", "ready", "standby":
+	case qmp.JobCreated, qmp.JobRunning, qmp.JobPaused, qmp.JobReady, qmp.JobStandby:
 		if err := cancelMoveJob(ctx, c, id, true); err != nil && err != errNoMove {
 			return err
 		}
 		return nil
 	}
-	_, _ = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, nil)
+	_, _ = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == qmp.JobConcluded }, nil)
 	if err := c.JobDismiss(ctx, id); err != nil && !devices.IsNotFound(err) {
 		return err
 	}

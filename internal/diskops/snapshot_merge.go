@@ -92,7 +92,7 @@ func (s *Service) finishCommitJob(ctx context.Context, name string, c *qmp.Conn,
 		}
 	}
 	top, _ := devices.FindNode(ctx, c, m.From.Path)
-	if err := s.completeCommit(ctx, name, c, op, m.Disk, j.Type == "commit" && j.Status != "concluded", prog); err != nil {
+	if err := s.completeCommit(ctx, name, c, op, m.Disk, j.Type == "commit" && j.Status != qmp.JobConcluded, prog); err != nil {
 		return err
 	}
 	if top.NodeName != "" {
@@ -106,12 +106,12 @@ func (s *Service) finishCommitJob(ctx context.Context, name string, c *qmp.Conn,
 // job that needs no pivot (or has concluded).
 func (s *Service) completeCommit(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, disk string, active bool, prog func(qmp.Job)) error {
 	id := commitJobID(disk)
-	j, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "ready" || j.Ended() }, prog)
+	j, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == qmp.JobReady || j.Ended() }, prog)
 	if err != nil {
 		_ = c.JobDismiss(context.WithoutCancel(ctx), id)
 		return err
 	}
-	if active && j.Status == "ready" {
+	if active && j.Status == qmp.JobReady {
 		if op != nil {
 			op.Step(stepPivot(disk))
 		}
@@ -122,7 +122,7 @@ func (s *Service) completeCommit(ctx context.Context, name string, c *qmp.Conn, 
 			op.Step(stepPivoted(disk)) // the guest writes Into from here
 		}
 	}
-	_, err = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, prog)
+	_, err = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == qmp.JobConcluded }, prog)
 	_ = c.JobDismiss(context.WithoutCancel(ctx), id)
 	return err
 }

@@ -133,7 +133,7 @@ func (s *Service) settleGuestWith(ctx context.Context, name string, c *qmp.Conn,
 	}
 	var rerr error
 	if in.Paused {
-		if mi, err := c.QueryMigrate(ctx); err == nil && (mi.Status == "active" || mi.Status == "setup") {
+		if mi, err := c.QueryMigrate(ctx); err == nil && (mi.Status == qmp.MigrationActive || mi.Status == qmp.MigrationSetup) {
 			_ = c.MigrateCancel(ctx)
 			_ = waitMigration(ctx, c, nil)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -177,9 +178,9 @@ func (s *Service) finishRevert(ctx context.Context, name string, op *operation.O
 // one that read it but was not resumed is resumed.
 func (s *Service) settleRestore(ctx context.Context, name string) (restart bool, err error) {
 	switch state := s.h.RunState(ctx, s.paths(name).QMP); state {
-	case "running":
+	case qmp.RunRunning:
 		return false, nil
-	case "paused", "postmigrate", "prelaunch":
+	case qmp.RunPaused, qmp.RunPostMigrate, qmp.RunPrelaunch:
 		c, release, err := s.h.QMPSession(ctx, name)
 		if err != nil {
 			return false, err

@@ -93,7 +93,7 @@ const destAnswerTimeout = 30 * time.Second
 // stays up and that does not answer within destAnswerTimeout is an error:
 // it may run the guest, and recovery never guesses (the guardian tries
 // again).
-func (mg *Migrator) destState(ctx context.Context, sd *units.Manager, unit string, sock func() string) (string, error) {
+func (mg *Migrator) destState(ctx context.Context, sd *units.Manager, unit string, sock func() string) (qmp.RunState, error) {
 	deadline := time.Now().Add(destAnswerTimeout)
 	for {
 		st, err := sd.Status(ctx, unit)
@@ -155,7 +155,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 	if err != nil {
 		return "", err
 	}
-	destState := ""
+	var destState qmp.RunState
 	if !dest.Gone() && inDir != "" {
 		// The hand-over renames qmp.sock first, and only once the source's
 		// QEMU is gone (before, the usual name is the source's).
@@ -170,7 +170,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 		}
 	}
 	switch {
-	case destState == "running" || src.Gone() && destState == "paused":
+	case destState == qmp.RunRunning || src.Gone() && destState == qmp.RunPaused:
 		// The new QEMU has the guest: the source goes, the new one takes
 		// the VM's names.
 		if !src.Gone() {
@@ -178,7 +178,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 				return "", err
 			}
 		}
-		if destState == "paused" {
+		if destState == qmp.RunPaused {
 			if err := mg.contAt(ctx, filepath.Join(inDir, "qmp.sock")); err != nil {
 				return "", err
 			}
@@ -331,7 +331,7 @@ func (mg *Migrator) resumeHere(ctx context.Context, name string) error {
 		return err
 	}
 	defer release()
-	if info, err := c.QueryMigrate(ctx); err == nil && info.Status == "active" {
+	if info, err := c.QueryMigrate(ctx); err == nil && info.Status == qmp.MigrationActive {
 		_ = c.MigrateCancel(ctx) // its vmsup is gone: nobody would finalize it
 	}
 	return migration.ResumeSource(c)
@@ -411,7 +411,7 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migration.Peer, name 
 	if err != nil {
 		return reply("", vmErr(name, err))
 	}
-	if qs.Status == "inmigrate" || qs.Status == "postmigrate" {
+	if qs.Status == qmp.RunInMigrate || qs.Status == qmp.RunPostMigrate {
 		return reply(migration.StateAbsent, nil)
 	}
 	return reply(migration.StateRunning, nil)
@@ -480,7 +480,7 @@ func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *opera
 		}
 		return "the guest runs here: the migration had been recorded", nil
 	}
-	state := ""
+	var state qmp.RunState
 	if !st.Gone() && inDir != "" {
 		// The hand-over renames qmp.sock first: once it is gone from the
 		// incoming directory, the VM's usual name reaches this QEMU.
@@ -494,7 +494,7 @@ func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *opera
 			return "", err
 		}
 	}
-	if state == "running" && in.App != nil {
+	if state == qmp.RunRunning && in.App != nil {
 		// The guest runs here (cont was sent): finish the hand-over.
 		if err := handOver(inDir, p.Dir, nil); err != nil {
 			return "", err

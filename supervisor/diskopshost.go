@@ -7,7 +7,6 @@ import (
 
 	"github.com/vmsup/vmsup/internal/diskops"
 	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -74,7 +73,7 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 }
 
 // SnapshotTree is VM name's snapshot tree (empty when it has none).
-func (s *Supervisor) SnapshotTree(name string) (*snapshot.Tree, error) {
+func (s *Supervisor) SnapshotTree(name string) (*SnapshotTree, error) {
 	return s.diskops().SnapshotTree(name)
 }
 

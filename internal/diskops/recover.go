@@ -14,10 +14,12 @@ import (
 // qemuProcessRecoverJob: it looks (the journal's steps, the intent, and
 // what QEMU and systemd say through the small interfaces below), a pure
 // decide function maps what it saw to a typed action, and a short
-// executor does that action. A decision that needs one more look (the run
-// state once a job is settled, say) returns a look action, and the
-// executor asks and decides again: what is asked, and when, is part of the
-// decision, and the decisions are table-tested without a VM.
+// executor does that action; the action's note is what the CLI shows. A
+// decision that needs one more look, or a job settled before it can look
+// (a move's: the device's node once its job is cancelled or awaited),
+// returns that as its action, and the executor does it and decides again:
+// what is asked, and when, is part of the decision. The decisions are
+// table-tested without a VM.
 
 // The QMP and systemd calls recovery makes to see the VM's state,
 // declared here at their consumer so that tests give stand-ins. A

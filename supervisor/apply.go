@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/plan"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -104,7 +105,7 @@ func (s *Supervisor) plan(ctx context.Context, f *spec.File) (PlanResult, error)
 			facts.SpareSlots = 32 // pci.0 takes hotplugs itself; QEMU says when it is full
 		}
 	}
-	keepUUID(running, &f.VM, app)
+	identity.KeepUUID(running, &f.VM, app.UUID)
 	res.Changes = plan.Diff(running, &f.VM, facts)
 	if res.Pending, err = s.state.ReadPending(name); err != nil {
 		return res, err

@@ -98,7 +98,7 @@ func repin(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error 
 	if len(vm.Pinning.VCPUs) > 0 {
 		return pinVCPUs(ctx, c, vm, qmpPath)
 	}
-	set := emulatorCPUs(vm)
+	set := vm.Pinning.EmulatorCPUs()
 	if len(set) == 0 {
 		var err error
 		if set, err = hostcaps.OnlineCPUs(); err != nil {
@@ -167,16 +167,9 @@ func setIOLimits(ctx context.Context, c *qmp.Conn, d spec.Disk) error {
 
 func setLink(ctx context.Context, c *qmp.Conn, n spec.NIC) error {
 	if err := c.SetLink(ctx, qemuargs.NICDeviceID(n.Name), n.LinkIsUp()); err != nil {
-		return fmt.Errorf("nic %q: link %s (set_link): %w", n.Name, linkWord(n), err)
+		return fmt.Errorf("nic %q: link %s (set_link): %w", n.Name, n.LinkState(), err)
 	}
 	return nil
-}
-
-func linkWord(n spec.NIC) string {
-	if n.LinkIsUp() {
-		return spec.LinkUp
-	}
-	return spec.LinkDown
 }
 
 // liveStep is the start pipeline's StepLive for a fresh start: the

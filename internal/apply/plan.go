@@ -40,8 +40,8 @@ type PlanOptions struct {
 }
 
 // Plan compares f with its running VM and says what apply would do. It
-// settles an operation a killed command left only when no command holds
-// the VM's lock (or its caller does).
+// takes no lock: an operation a killed command left is settled only when
+// no other command holds the VM's lock (Apply settled it when it took it).
 func (a *Applier) Plan(ctx context.Context, f *spec.File, o PlanOptions) (PlanResult, error) {
 	if err := a.h.Validate(ctx, f); err != nil {
 		return PlanResult{VM: f.VM.Name, File: f.Path}, err

@@ -90,20 +90,21 @@ func (h applyHost) QMPSession(ctx context.Context, vm string) (*qmp.Conn, func()
 	return h.s.qmpSession(ctx, vm)
 }
 
-// The hot-plugs of the VM's file (fromFile).
+// The hot-plugs of the VM's file (fromFile: recorded in the record's spec,
+// not as attached by hand).
 func (h applyHost) AttachDisk(ctx context.Context, vm string, d spec.Disk) error {
-	_, err := h.s.attachDisk(ctx, vm, d, true)
+	_, err := h.s.hotplug().AttachDisk(ctx, vm, d, true)
 	return err
 }
 func (h applyHost) DetachDisk(ctx context.Context, vm, disk string) error {
-	return h.s.detachDisk(ctx, vm, disk, true)
+	return h.s.hotplug().DetachDisk(ctx, vm, disk, true)
 }
 func (h applyHost) AttachNIC(ctx context.Context, vm string, n spec.NIC) error {
-	_, err := h.s.attachNIC(ctx, vm, n, true)
+	_, err := h.s.hotplug().AttachNIC(ctx, vm, n, true)
 	return err
 }
 func (h applyHost) DetachNIC(ctx context.Context, vm, nic string) error {
-	return h.s.detachNIC(ctx, vm, nic, true)
+	return h.s.hotplug().DetachNIC(ctx, vm, nic, true)
 }
 
 func (h applyHost) Restart(ctx context.Context, f *spec.File) (bool, error) {

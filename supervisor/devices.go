@@ -61,7 +61,7 @@ func (s *Supervisor) devices(ctx context.Context, name string) ([]DiskInfo, []NI
 		if fw == nil {
 			fw = []string{}
 		}
-		nics = append(nics, NICInfo{NICStatus: h, Link: linkWord(n), MAC: n.MAC, Forwards: fw})
+		nics = append(nics, NICInfo{NICStatus: h, Link: n.LinkState(), MAC: n.MAC, Forwards: fw})
 	}
 	return disks, nics
 }

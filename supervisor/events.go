@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/apply"
 	"github.com/vmsup/vmsup/internal/eventlog"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -25,7 +26,7 @@ const (
 	EventStarted = "started"
 	EventStopped = "stopped"
 	EventCrashed = "crashed"
-	EventApplied = "applied"
+	EventApplied = apply.EventApplied
 )
 
 // errEventsEnded ends Events' follower when the VM's QEMU ended.

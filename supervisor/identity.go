@@ -40,14 +40,6 @@ func (s *Supervisor) recordedIDs(vm *spec.VM) identity.IDs {
 	return identity.Resolve(vm, rec)
 }
 
-// keepUUID: a file without uuid, or with the one the VM runs with, asks for
-// no change of it (the VM keeps the UUID it was given).
-func keepUUID(running, want *spec.VM, app *vmstate.Applied) {
-	if want.UUID == "" || want.UUID == app.UUID {
-		running.UUID = want.UUID
-	}
-}
-
 // identitySteps write the files the VM's credentials reach QEMU through;
 // the stop-post hook removes them with the disk secrets.
 func (s *Supervisor) identitySteps(f *spec.File, p vmstate.Paths) []step {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/vmsup/vmsup/internal/apply"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/livemigrate"
 	"github.com/vmsup/vmsup/internal/migration"
@@ -102,7 +103,7 @@ func (h migrateHost) LastWords(ctx context.Context, unit string) string {
 	return h.s.lastWords(ctx, unit)
 }
 func (h migrateHost) ApplyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
-	return applyRuntime(ctx, c, vm, qmpPath)
+	return apply.Runtime(ctx, c, vm, qmpPath)
 }
 func (h migrateHost) ConsoleConfig(name string) consolelog.Config { return h.s.consoleConfig(name) }
 func (h migrateHost) AfterStop(ctx context.Context, name string) error {

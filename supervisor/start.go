@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/apply"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
@@ -183,7 +184,7 @@ func (r *startRun) steps() []step {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
 			return r.s.confirmRunning(ctx, r.sd, r.name)
 		}})
-		if hasRuntime(&r.f.VM) {
+		if apply.HasRuntime(&r.f.VM) {
 			steps = append(steps, step{Name: StepLive, Do: r.liveStep})
 		}
 		return steps
@@ -585,8 +586,8 @@ func (r *startRun) record(context.Context) error {
 	if old, err := r.s.state.ReadApplied(r.name); err == nil {
 		r.app.Generation = old.Generation + 1
 	}
-	if hasRuntime(&r.f.VM) {
-		r.app.SetVM(withoutRuntime(r.f.VM)) // until StepLive gives them
+	if apply.HasRuntime(&r.f.VM) {
+		r.app.SetVM(apply.WithoutRuntime(r.f.VM)) // until StepLive gives them
 	}
 	if err := r.s.state.ClearPending(r.name); err != nil { // this QEMU runs the file
 		return err

@@ -37,7 +37,7 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 		CPUAccounting:       true,
 		CPUQuota:            vm.Limits.CPUQuota,
 		CPUWeight:           vm.Limits.CPUWeight,
-		CPUAffinity:         emulatorCPUs(vm),
+		CPUAffinity:         vm.Pinning.EmulatorCPUs(),
 		TasksMax:            vm.Limits.TasksMax,
 		UMask:               0o077, // QEMU's sockets and files: owner only
 		// A relative path QEMU is given (over QMP) resolves in the VM's
@@ -55,16 +55,6 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 	}
 	u.After = shutdownAfter(vm)
 	return u
-}
-
-// emulatorCPUs is the unit's CPU affinity: pinning.emulator (its threads
-// inherit it until vmsup pins each vCPU's).
-func emulatorCPUs(vm *spec.VM) []int {
-	if vm.Pinning.Emulator == "" {
-		return nil
-	}
-	cpus, _ := spec.ParseCPUList(vm.Pinning.Emulator) // checked by spec
-	return cpus
 }
 
 // shutdownAfter is what a VM's unit is ordered after, so that at host

@@ -366,7 +366,7 @@ func runsFile(app *vmstate.Applied, vm *spec.VM) bool {
 	if err != nil {
 		return false
 	}
-	keepUUID(running, vm, app)
+	identity.KeepUUID(running, vm, app.UUID)
 	return bytes.Equal(vmstate.Canonical(running), vmstate.Canonical(vm))
 }
 

@@ -70,7 +70,7 @@ func (s *Supervisor) consoleConfig(name string) consolelog.Config {
 // startConsoleLog makes the QEMU's FIFO (QEMU's user owns it) and starts
 // its logger.
 func (r *startRun) startConsoleLog(ctx context.Context) error {
-	fifo := consoleFIFO(r.p, r.unit)
+	fifo := consoleFIFO(r.p, r.plan.Unit)
 	fi, err := os.Stat(r.p.Dir)
 	if err != nil {
 		return err
@@ -79,7 +79,7 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 	if err := consolelog.MakeFIFO(fifo, int(st.Uid), int(st.Gid)); err != nil {
 		return fmt.Errorf("console log: %w", err)
 	}
-	unit := consoleLogUnit(r.unit)
+	unit := consoleLogUnit(r.plan.Unit)
 	c := consoleConfigOf(r.p, &r.f.VM)
 	if r.mode == StartFresh {
 		// A new guest: its log starts anew (the last run's is kept as .1).
@@ -106,7 +106,7 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 		TasksMax: 16, MemoryMax: 64 << 20, UMask: 0o077, // the guest's console: its owner's only
 		// Stopped after its QEMU at host shutdown: the guest's last lines
 		// ("reboot: Power down") still reach the log.
-		Before: []string{r.unit}, Sandbox: loggerSandbox(sb, r.p, r.s.opts.Self)}
+		Before: []string{r.plan.Unit}, Sandbox: loggerSandbox(sb, r.p, r.s.opts.Self)}
 	if err := r.sd.Start(ctx, u); err != nil {
 		// A logger left by a start killed before its QEMU opened the FIFO
 		// (it would end by itself within firstWriterWait): stop it, again.
@@ -137,8 +137,8 @@ func loggerSandbox(sb *units.Sandbox, p vmstate.Paths, self string) *units.Sandb
 }
 
 func (r *startRun) stopConsoleLog(ctx context.Context) {
-	stopConsoleLog(ctx, r.sd, r.unit)
-	os.Remove(consoleFIFO(r.p, r.unit))
+	stopConsoleLog(ctx, r.sd, r.plan.Unit)
+	os.Remove(consoleFIFO(r.p, r.plan.Unit))
 }
 
 // stopConsoleLog stops the logger of the VM unit vmUnit, if it runs: a

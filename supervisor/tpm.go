@@ -31,7 +31,7 @@ func (r *startRun) startTPM(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tpm: %w", err)
 	}
-	tp := tpmPaths(r.p, r.unit)
+	tp := tpmPaths(r.p, r.plan.Unit)
 	sb, uid, gid, err := r.companionUser()
 	if err != nil {
 		return fmt.Errorf("tpm: %w", err)
@@ -46,9 +46,9 @@ func (r *startRun) startTPM(ctx context.Context) error {
 	if err := vtpm.Prepare(ctx, b, tp, r.mode == StartFresh, uid, gid); err != nil {
 		return fmt.Errorf("tpm: %w", err)
 	}
-	unit := companionUnit("tpm", r.unit)
+	unit := companionUnit("tpm", r.plan.Unit)
 	stopCompanion(ctx, r.sd, unit) // a swtpm left by a start killed before its QEMU connected
-	if err := r.sd.Start(ctx, vtpm.Unit(unit, r.name, r.unit, b, tp, sb)); err != nil {
+	if err := r.sd.Start(ctx, vtpm.Unit(unit, r.name, r.plan.Unit, b, tp, sb)); err != nil {
 		return fmt.Errorf("tpm: %w", err)
 	}
 	if err := r.waitSocket(ctx, unit, tp.Socket); err != nil {
@@ -58,5 +58,5 @@ func (r *startRun) startTPM(ctx context.Context) error {
 }
 
 func (r *startRun) stopTPM(ctx context.Context) {
-	stopCompanion(ctx, r.sd, companionUnit("tpm", r.unit))
+	stopCompanion(ctx, r.sd, companionUnit("tpm", r.plan.Unit))
 }

@@ -62,9 +62,9 @@ func (r *startRun) startVirtioFS(ctx context.Context) error {
 		if err := os.Remove(p.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		unit := companionUnit("fs-"+sh.Tag, r.unit)
+		unit := companionUnit("fs-"+sh.Tag, r.plan.Unit)
 		stopCompanion(ctx, r.sd, unit) // one left by a start killed before its QEMU came
-		u := virtiofs.Unit(unit, r.name, r.unit, bin, sh, p, filepath.Dir(r.p.Dir), sb)
+		u := virtiofs.Unit(unit, r.name, r.plan.Unit, bin, sh, p, filepath.Dir(r.p.Dir), sb)
 		if err := r.sd.Start(ctx, u); err != nil {
 			return fmt.Errorf("share[%d] %s: virtiofsd: %w", i, sh.Tag, err)
 		}
@@ -78,7 +78,7 @@ func (r *startRun) startVirtioFS(ctx context.Context) error {
 func (r *startRun) stopVirtioFS(ctx context.Context) {
 	for _, sh := range r.f.VM.Shares {
 		if sh.Driver == spec.ShareVirtioFS {
-			stopCompanion(ctx, r.sd, companionUnit("fs-"+sh.Tag, r.unit))
+			stopCompanion(ctx, r.sd, companionUnit("fs-"+sh.Tag, r.plan.Unit))
 		}
 	}
 }

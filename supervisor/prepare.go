@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/guestmem"
 	"github.com/vmsup/vmsup/internal/hostdevs"
 	"github.com/vmsup/vmsup/internal/hugepages"
@@ -19,7 +21,7 @@ import (
 	"github.com/vmsup/vmsup/storage"
 )
 
-// The host concerns of a start live in their own packages, each a
+// The concerns of a start live in their own packages, each a
 // startplan.Contributor: its steps with their undo, and its argv and unit
 // options as data in the start's plan (start.go applies them). Here they
 // are listed in the order their steps run, with what each needs of the
@@ -41,6 +43,13 @@ func (s *Supervisor) hostConcerns() []startplan.Contributor {
 		s.hostDevs(), // before confine: it grants the nodes binding makes
 		confine.Start{Manager: s.confiner},
 	}
+}
+
+// companions start the units that serve QEMU from outside it (the console
+// logger, swtpm, virtiofsd), after the record step.
+func (s *Supervisor) companions() companion.Companions {
+	return companion.Companions{Self: s.opts.Self, Systemd: s.systemd, LastWords: s.lastWords,
+		Confinement: func(vm string) (*confine.Record, error) { return s.confiner().Read(vm) }}
 }
 
 // hostTeardown releases what the host concerns' steps set up once QEMU is
@@ -93,4 +102,14 @@ func (s *Supervisor) guestArgv(vm *spec.VM, o *qemuargs.Options) error {
 		o.Hugetlbfs = dir
 	}
 	return nil
+}
+
+// consoleConfig is the console log of the VM as it was last started (the
+// defaults when there is no record).
+func (s *Supervisor) consoleConfig(name string) consolelog.Config {
+	var vm *spec.VM
+	if v, _ := s.view(name); v != nil {
+		vm = v.Booted
+	}
+	return companion.Config(s.paths(name), vm)
 }

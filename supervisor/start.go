@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/hostcaps"
@@ -30,9 +31,9 @@ import (
 // destination all start QEMU through it. It is a list of named steps, each
 // with its undo; a failed step undoes the ones before it. The mode says
 // what the start makes; each host concern (storage, network, confinement)
-// adds its own steps, and its unit and argv options as data (a
-// startplan.Plan, prepare.go lists them), which the argv and unit steps
-// apply in one place.
+// and the companion units add their own steps, and their unit and argv
+// options as data (a startplan.Plan, prepare.go lists them), which the
+// argv and unit steps apply in one place.
 
 // StartMode is what a start makes.
 type StartMode = startplan.Mode
@@ -54,7 +55,8 @@ const (
 // steps come between state-dir and argv: hugepages, vsock, storage,
 // credentials, net-check, netns (with CNI NICs), `nic "NAME"` for each tap
 // NIC, hostdevs, confine (each only where the VM needs it); a local
-// migration destination has reuse instead.
+// migration destination has reuse instead. The companions' come between
+// record and unit.
 const (
 	StepValidate = "validate" // resolve the accelerator and CPU; checks that touch nothing
 	StepLock     = "lock"     // the VM's lock (a local destination runs under the source's)
@@ -67,6 +69,9 @@ const (
 	StepReuse    = "reuse" // a local destination: the running QEMU's host resources
 	StepArgv     = "argv"
 	StepRecord   = "record"
+	StepConsole  = companion.StepConsole  // the console logger
+	StepTPM      = companion.StepTPM      // the VM's swtpm
+	StepVirtioFS = companion.StepVirtioFS // the shares' virtiofsd
 	StepUnit     = "unit"
 	StepConfirm  = "confirm"  // fresh: QEMU answers QMP and runs
 	StepIncoming = "incoming" // destination: QEMU listens for the stream
@@ -170,14 +175,8 @@ func (r *startRun) steps() []step {
 	}
 	steps = append(steps,
 		step{Name: StepArgv, Do: r.makeArgv},
-		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord},
-		step{Name: StepConsole, Do: r.startConsoleLog, Undo: r.stopConsoleLog})
-	if r.f.VM.TPM != nil {
-		steps = append(steps, step{Name: StepTPM, Do: r.startTPM, Undo: r.stopTPM})
-	}
-	if r.f.VM.HasVirtioFS() {
-		steps = append(steps, step{Name: StepVirtioFS, Do: r.startVirtioFS, Undo: r.stopVirtioFS})
-	}
+		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord})
+	steps = append(steps, r.s.companions().Steps(r.f, &r.plan)...)
 	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
 	if r.mode == StartFresh && r.restore != "" {
 		return append(steps, step{Name: StepRestore, Do: r.restoreState})
@@ -225,7 +224,7 @@ func (r *startRun) validate(ctx context.Context) (err error) {
 		}
 	}
 	if r.mode != StartFresh && r.f.VM.HasVirtioFS() {
-		return errMigrateVirtioFS
+		return companion.ErrMigrateVirtioFS
 	}
 	r.app.CPUModel, r.app.CPUMasks = cmp.Or(r.f.VM.CPUModel, cpu.Model), cpu.Masks
 	r.plan.Accel = r.app.Accel
@@ -438,7 +437,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 			}
 		}
 		// The source's console history replaces this host's old one.
-		for _, old := range consolelog.Files(consoleConfigOf(p, &f.VM)) {
+		for _, old := range consolelog.Files(companion.Config(p, &f.VM)) {
 			if err := os.Remove(old); err != nil {
 				return err
 			}
@@ -511,9 +510,8 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
 	opts := append(r.plan.ArgvOptions(), func(o *qemuargs.Options) {
-		o.EventLog, o.ConsoleLog = r.app.EventLog, consoleFIFO(r.p, r.plan.Unit)
+		o.EventLog = r.app.EventLog
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
-		o.TPMSocket = tpmPaths(r.p, r.plan.Unit).Socket // each unit its own swtpm
 	})
 	if r.restore != "" {
 		opts = append(opts, func(o *qemuargs.Options) { o.Incoming = true })

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
@@ -133,13 +134,13 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		EventSocket:    p.Events,
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
-		ConsoleLog:     consoleFIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (consolelogger.go)
+		ConsoleLog:     companion.FIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (internal/companion)
 		EventLog:       p.EventLog(),
 		VhostNet:       s.vhostNet(),
 		Disks:          vmdisks.HostFiles(p.Dir, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
-		TPMSocket:      tpmPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
-		ShareSockets:   shareSockets(p.Dir, &f.VM),
+		TPMSocket:      companion.TPMPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
+		ShareSockets:   companion.ShareSockets(p.Dir, &f.VM),
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:

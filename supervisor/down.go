@@ -129,7 +129,7 @@ func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 	if err := s.hostTeardown(ctx, name); err != nil {
 		return vmErr(name, err)
 	}
-	s.stopCompanions(ctx, name)
+	s.companions().StopLeft(ctx, s.paths(name), name)
 	return nil
 }
 

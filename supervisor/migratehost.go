@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/vmsup/vmsup/internal/apply"
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/livemigrate"
 	"github.com/vmsup/vmsup/internal/migration"
@@ -138,10 +139,10 @@ var _ livemigrate.Start = incomingStart{}
 func (i incomingStart) Run(ctx context.Context) (func(context.Context), error) {
 	return runSteps(ctx, i.r.name, i.r.steps(), i.r.s.opts.AfterStep)
 }
-func (i incomingStart) Unit() string               { return i.r.unit }
+func (i incomingStart) Unit() string               { return i.r.plan.Unit }
 func (i incomingStart) Sockets() vmstate.Paths     { return i.r.sock }
 func (i incomingStart) Applied() *vmstate.Applied  { return i.r.app }
-func (i incomingStart) ConsoleFIFO() string        { return consoleFIFO(i.r.p, i.r.unit) }
+func (i incomingStart) ConsoleFIFO() string        { return companion.FIFO(i.r.p, i.r.plan.Unit) }
 func (i incomingStart) Op() *operation.Op          { return i.r.op }
 func (i incomingStart) Unlock(ctx context.Context) { i.r.unlock(ctx) }
 func (i incomingStart) Release() {

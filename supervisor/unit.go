@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/vsock"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -93,7 +94,7 @@ func (s *Supervisor) runStateAt(ctx context.Context, sock string) qmp.RunState {
 // removeUnit kills a unit (a destination QEMU nobody will use) and clears
 // its failed state.
 func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
-	defer stopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
+	defer companion.StopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
 	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
 	defer cancel()
 	sd.KillAndWait(uctx, unit)

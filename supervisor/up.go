@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -93,12 +95,12 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	check(hostpaths.WithoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
 	accel, _, _, err := s.resolveHost(f)
 	check(err)
-	check(s.checkStorage(ctx, f, named, refused))
+	check(s.disks().Check(ctx, f, named, refused))
 	check(hostpaths.WithoutFields(s.validateNICs(ctx, f), refused))
 	if named {
 		check(s.checkForwardPorts(f))
 	}
-	check(s.checkHostDevs(f))
+	check(s.hostDevs().Check(f))
 	if !sound {
 		return f.Join(errs...)
 	}
@@ -132,13 +134,13 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		EventSocket:    p.Events,
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
-		ConsoleLog:     consoleFIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (consolelogger.go)
+		ConsoleLog:     companion.FIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (internal/companion)
 		EventLog:       p.EventLog(),
 		VhostNet:       s.vhostNet(),
-		Disks:          diskHosts(p, &f.VM),
+		Disks:          vmdisks.HostFiles(p.Dir, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
-		TPMSocket:      tpmPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
-		ShareSockets:   shareSockets(p.Dir, &f.VM),
+		TPMSocket:      companion.TPMPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
+		ShareSockets:   companion.ShareSockets(p.Dir, &f.VM),
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:

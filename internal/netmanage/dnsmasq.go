@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -19,17 +21,18 @@ func DnsmasqUnit(network string) string { return "vmsup-dnsmasq@" + network + ".
 // lease file: vmsup keeps the addresses), DNS for the names in its
 // dns-hosts directory (the network's domain answered locally), the rest
 // forwarded to the host's resolvers. It stays root with only the network
-// capabilities its sandbox leaves it (it changes to no other user).
+// capabilities its sandbox leaves it (it changes to no other user or group:
+// an empty --group keeps it from Debian's default "dip").
 func (m *Manager) dnsmasqArgv(n *Network) []string {
 	bin := m.Dnsmasq
 	if bin == "" {
 		bin = "/usr/sbin/dnsmasq"
 	}
 	sub := n.Subnet()
-	return []string{bin, "--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=", "--user=root",
+	return []string{bin, "--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=", "--user=root", "--group=",
 		"--log-facility=-", "--interface=" + n.Bridge, "--bind-interfaces", "--except-interface=lo",
 		fmt.Sprintf("--dhcp-range=%s,static,%s,1h", sub.IP, net.IP(sub.Mask)),
-		"--dhcp-authoritative", "--leasefile-ro", "--dhcp-option=option:router," + n.Gateway().String(),
+		"--dhcp-authoritative", "--leasefile-ro", "--dhcp-ignore-names", "--dhcp-option=option:router," + n.Gateway().String(),
 		"--dhcp-hostsdir=" + m.dhcpDir(n.Name), "--hostsdir=" + m.dnsDir(n.Name), "--no-hosts",
 		"--domain=" + n.DNSDomain(), "--local=/" + n.DNSDomain() + "/", "--domain-needed"}
 }
@@ -119,6 +122,22 @@ func (m *Manager) reloadDnsmasq(ctx context.Context, network string) {
 	}
 	if err := sd.Kill(ctx, DnsmasqUnit(network), syscall.SIGHUP); err != nil {
 		m.logger().Warn("dnsmasq reload", "network", network, "err", err)
+	}
+}
+
+// releaseLease ends the NIC's lease in dnsmasq (dhcp_release, from
+// dnsmasq-utils, sends the DHCPRELEASE the guest did not), so the address
+// is free for another MAC at once. Best effort: without the tool, or with
+// dnsmasq gone, the lease ends when it expires (1h).
+func (m *Manager) releaseLease(ctx context.Context, a *Attachment) {
+	bin, err := exec.LookPath("dhcp_release")
+	if err != nil || !netsetup.LinkExists(a.Bridge) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(cctx, bin, a.Bridge, a.IP, a.MAC).CombinedOutput(); err != nil {
+		m.logger().Warn("dhcp_release", "network", a.Network, "ip", a.IP, "err", err, "out", string(out))
 	}
 }
 

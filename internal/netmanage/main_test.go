@@ -23,11 +23,11 @@ import (
 // in the namespace "outside" (a host that has no route to the lab's
 // subnet: only NAT reaches it).
 const (
-	labNet     = "lab"
-	labGW      = "10.77.0.1"
-	uplink     = "vmsup-up0"
-	uplinkHost = "192.168.200.1"
-	outsideIP  = "192.168.200.2"
+	labNet      = "lab"
+	labGW       = "10.77.0.1"
+	uplink      = "vmsup-up0"
+	uplinkHost  = "192.168.200.1"
+	outsideIP   = "192.168.200.2"
 	outsidePort = 7000
 )
 

@@ -45,13 +45,13 @@ func (e *InUseError) Error() string {
 	return fmt.Sprintf("network %q is used by VM %s: stop it (vmsup down) or move its NIC first", e.Network, strings.Join(e.VMs, ", VM "))
 }
 
-func (m *Manager) dir(name string) string         { return filepath.Join(m.Dir, name) }
-func (m *Manager) defFile(name string) string     { return filepath.Join(m.dir(name), "network.toml") }
-func (m *Manager) nicsDir(name string) string     { return filepath.Join(m.dir(name), "nics") }
-func (m *Manager) dhcpDir(name string) string     { return filepath.Join(m.dir(name), "dhcp-hosts") }
-func (m *Manager) dnsDir(name string) string      { return filepath.Join(m.dir(name), "dns-hosts") }
-func (m *Manager) lockFile(name string) string    { return filepath.Join(m.Dir, "."+name+".lock") }
-func natTable(name string) string                 { return "vmsup-nat-" + name }
+func (m *Manager) dir(name string) string      { return filepath.Join(m.Dir, name) }
+func (m *Manager) defFile(name string) string  { return filepath.Join(m.dir(name), "network.toml") }
+func (m *Manager) nicsDir(name string) string  { return filepath.Join(m.dir(name), "nics") }
+func (m *Manager) dhcpDir(name string) string  { return filepath.Join(m.dir(name), "dhcp-hosts") }
+func (m *Manager) dnsDir(name string) string   { return filepath.Join(m.dir(name), "dns-hosts") }
+func (m *Manager) lockFile(name string) string { return filepath.Join(m.Dir, "."+name+".lock") }
+func natTable(name string) string              { return "vmsup-nat-" + name }
 func (m *Manager) logger() *slog.Logger {
 	if m.Logger == nil {
 		return slog.New(slog.DiscardHandler)
@@ -201,6 +201,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 				vms = append(vms, a.VM)
 			}
 		}
+		slices.Sort(vms)
 		return &InUseError{Network: name, VMs: vms}
 	}
 	if err := m.down(ctx, n); err != nil {

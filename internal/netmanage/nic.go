@@ -152,7 +152,9 @@ func (m *Manager) Attach(ctx context.Context, vm string, n spec.NIC) (*Attachmen
 	if err := writeJSON(m.attachFile(nw.Name, n.Tap), a); err != nil {
 		return nil, err
 	}
-	lease := fmt.Sprintf("%s,%s,%s\n", a.MAC, a.IP, a.Hostname)
+	// The lease has no name: DNS answers only from the name files, so a
+	// name goes with its file (a lease's would stay until it expires).
+	lease := fmt.Sprintf("%s,%s\n", a.MAC, a.IP)
 	name := fmt.Sprintf("%s %s %s.%s\n", a.IP, a.Hostname, a.Hostname, nw.DNSDomain())
 	if err := renameio.WriteFile(filepath.Join(m.dhcpDir(nw.Name), n.Tap), []byte(lease), 0o644); err != nil {
 		return nil, err
@@ -204,6 +206,9 @@ func Filter(a *Attachment, allowSpoofing bool, groups []spec.SecurityGroup) erro
 // definition or dnsmasq are gone.
 func (m *Manager) Release(ctx context.Context, network, tap string) error {
 	errs := []error{nicfilter.Remove(tap)}
+	if a, err := m.Lookup(network, tap); err == nil {
+		m.releaseLease(ctx, a)
+	}
 	for _, p := range []string{filepath.Join(m.dhcpDir(network), tap), filepath.Join(m.dnsDir(network), tap), m.attachFile(network, tap)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)

@@ -94,7 +94,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // Frame fields.
 func srcMAC(b []byte) net.HardwareAddr { return b[6:12] }
-func etherType(b []byte) uint16         { return binary.BigEndian.Uint16(b[12:14]) }
+func etherType(b []byte) uint16        { return binary.BigEndian.Uint16(b[12:14]) }
 
 // ipv4Src is an IPv4 frame's source address (nil for other frames).
 func ipv4Src(b []byte) net.IP {

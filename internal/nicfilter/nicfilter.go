@@ -203,4 +203,3 @@ func IsVmsupTable(t string) bool {
 	_, name, _ := strings.Cut(t, " ")
 	return strings.HasPrefix(name, "vmsup-")
 }
-

@@ -39,16 +39,20 @@ func load(base expr.PayloadBase, off, n uint32) rb {
 	return rb{&expr.Payload{DestRegister: 1, Base: base, Offset: off, Len: n}}
 }
 
-func (r rb) eq(data []byte) rb  { return append(r, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data}) }
-func (r rb) neq(data []byte) rb { return append(r, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: data}) }
+func (r rb) eq(data []byte) rb {
+	return append(r, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data})
+}
+func (r rb) neq(data []byte) rb {
+	return append(r, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: data})
+}
 func (r rb) then(more ...expr.Any) rb {
 	return append(r, more...)
 }
 func (r rb) with(o rb) rb { return append(r, o...) }
 
 func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
-func jump(chain string) expr.Any         { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
-func countDrop() []expr.Any              { return []expr.Any{&expr.Counter{}, verdict(expr.VerdictDrop)} }
+func jump(chain string) expr.Any          { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
+func countDrop() []expr.Any               { return []expr.Any{&expr.Counter{}, verdict(expr.VerdictDrop)} }
 
 func meta(k expr.MetaKey) rb { return rb{&expr.Meta{Key: k, Register: 1}} }
 

@@ -52,7 +52,7 @@ const (
 	Autostart   Kind = "autostart"
 	Pinning     Kind = "pinning"
 	NICFilter   Kind = "nic-filter" // security groups and anti-spoofing of network NICs (nftables)
-	RecordOnly  Kind = "record" // a setting vmsup reads from its record (description, health)
+	RecordOnly  Kind = "record"     // a setting vmsup reads from its record (description, health)
 	NotLiveKind Kind = ""
 )
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -268,12 +267,4 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return renameio.WriteFile(path, b, 0o644)
-}
-
-// ipString is ip as text ("" for none).
-func ipString(ip net.IP) string {
-	if ip == nil {
-		return ""
-	}
-	return ip.String()
 }

@@ -162,8 +162,12 @@ type Disk struct {
 	Transport     string `toml:"transport"`     // "tcp" (default) or "iser" (RDMA)
 
 	// rbd
-	Pool      string   `toml:"pool"`      // required
-	Image     string   `toml:"image"`     // required
+	Pool string `toml:"pool"` // required
+	// Image is the RBD image's name (required), or for a file disk a
+	// stored image (an alias of `vmsup image ls`, or sha256:HEX) the
+	// disk's file is made a qcow2 overlay on at its first start
+	// (internal/imagestore).
+	Image     string   `toml:"image"`
 	Monitors  []string `toml:"monitors"`  // "HOST:PORT"; default: from ceph_conf
 	CephConf  string   `toml:"ceph_conf"` // ceph.conf path; default librados' own search
 	Snapshot  string   `toml:"snapshot"`  // open this snapshot of the image (read-only)

@@ -306,22 +306,26 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// counter counts what goes through it and reports it, at most every
-// reportEvery.
+// counter counts what goes through it and reports it every reportEvery
+// or reportBytes, whichever comes first.
 type counter struct {
 	w      io.Writer
 	n      int64
 	last   time.Time
+	lastN  int64
 	report func(int64)
 }
 
-const reportEvery = 200 * time.Millisecond
+const (
+	reportEvery = 200 * time.Millisecond
+	reportBytes = 256 << 10
+)
 
 func (c *counter) Write(b []byte) (int, error) {
 	n, err := c.w.Write(b)
 	c.n += int64(n)
-	if now := time.Now(); now.Sub(c.last) >= reportEvery {
-		c.last = now
+	if now := time.Now(); now.Sub(c.last) >= reportEvery || c.n-c.lastN >= reportBytes {
+		c.last, c.lastN = now, c.n
 		c.report(c.n)
 	}
 	return n, err

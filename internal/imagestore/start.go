@@ -48,13 +48,25 @@ func (st Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 	}}
 }
 
-// Check checks f's image disks before a start: each names a stored image,
-// and a disk whose file exists is on it. One error per disk, at its key.
-func (st Start) Check(ctx context.Context, f *spec.File) error {
+// Check checks f's image disks before a start: each names a stored image
+// (of no more than a new disk's size). One error per disk, at its key.
+// Whether an existing disk is on it is the start's to check (the images
+// step), and plan's to say of a running VM (an impossible change).
+func (st Start) Check(f *spec.File) error {
 	return st.each(f, startplan.Boot{}, func(i int, d spec.Disk) error {
-		_, err := st.Store.overlayOf(ctx, d)
-		return err
+		im, err := st.Store.Resolve(d.Image)
+		if err != nil {
+			return err
+		}
+		return sizeFits(d, im)
 	})
+}
+
+func sizeFits(d spec.Disk, im Image) error {
+	if _, err := os.Stat(d.File); err != nil && d.Size != 0 && int64(d.Size) < im.VirtualSize {
+		return fmt.Errorf("size %s is less than image %q's %s", d.Size, d.Image, spec.Size(im.VirtualSize))
+	}
+	return nil
 }
 
 // each runs fn on f's image disks the start opens as written (a moved
@@ -86,10 +98,7 @@ func (s Store) overlayOf(ctx context.Context, d spec.Disk) (im Image, err error)
 		return im, err
 	}
 	if _, err := os.Stat(d.File); err != nil {
-		if d.Size != 0 && int64(d.Size) < im.VirtualSize {
-			return im, fmt.Errorf("size %s is less than image %q's %s", d.Size, d.Image, spec.Size(im.VirtualSize))
-		}
-		return im, nil
+		return im, sizeFits(d, im)
 	}
 	if !slices.Contains(chain(ctx, d.File), im.Path) {
 		return im, fmt.Errorf("%w: %s is not on %q (%s); give the disk another file to make it on this image", ErrOtherImage, d.File, d.Image, im.Digest)

@@ -126,6 +126,38 @@ func (w slowWriter) Write(b []byte) (int, error) {
 
 func newStore(t testing.TB) Store { return Store{Dir: filepath.Join(t.TempDir(), "image-store")} }
 
+// served is a test image served at path with delay per 32 KiB, and a new
+// store to pull it into.
+type served struct {
+	img []byte
+	sum string
+	srv *imageServer
+	url string
+	s   Store
+}
+
+func serve(t testing.TB, marker, path string, delay time.Duration) served {
+	img, sum := testImage(t, marker)
+	srv := newImageServer(t, delay)
+	srv.put(path, img)
+	return served{img: img, sum: sum, srv: srv, url: srv.URL + path, s: newStore(t)}
+}
+
+// interrupted runs p, cancelled once half of size is fetched: it must fail.
+func interrupted(t testing.TB, s Store, p Pull, size int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Progress = func(pr Progress) {
+		if pr.Done > int64(size)/2 {
+			cancel()
+		}
+	}
+	if _, err := s.Pull(ctx, p); err == nil {
+		t.Fatal("pull not interrupted")
+	}
+}
+
 // leftover lists what a store holds beyond its directories and lock files.
 func leftover(t testing.TB, s Store) []string {
 	t.Helper()
@@ -195,17 +227,9 @@ func TestPullRefusedLeavesNothing(t *testing.T) {
 
 	// Half of a, then the server's file changes: the resume's If-Range
 	// gets the whole new file, which does not hash as a must.
-	cctx, cancel := context.WithCancel(ctx)
-	p := Pull{Source: srv.URL + "/a.qcow2", SHA256: sum, Progress: func(pr Progress) {
-		if pr.Done > int64(len(img))/2 {
-			cancel()
-		}
-	}}
-	if _, err := s.Pull(cctx, p); err == nil {
-		t.Fatal("pull not interrupted")
-	}
+	p := Pull{Source: srv.URL + "/a.qcow2", SHA256: sum}
+	interrupted(t, s, p, len(img))
 	srv.put("/a.qcow2", other)
-	p.Progress = nil
 	if _, err := s.Pull(ctx, p); !errors.Is(err, ErrChecksum) {
 		t.Errorf("changed file: %v, want ErrChecksum", err)
 	}
@@ -233,26 +257,16 @@ func TestPullRefusedLeavesNothing(t *testing.T) {
 // A pull cancelled halfway resumes where it stopped (a Range request),
 // and the result is checked whole.
 func TestPullResumes(t *testing.T) {
-	img, sum := testImage(t, "VMSUP-IMAGE-R")
-	srv := newImageServer(t, 5*time.Millisecond)
-	srv.put("/r.qcow2", img)
-	s := newStore(t)
-	cctx, cancel := context.WithCancel(context.Background())
-	p := Pull{Source: srv.URL + "/r.qcow2", SHA256: sum, Progress: func(pr Progress) {
-		if pr.Done > int64(len(img))/2 {
-			cancel()
-		}
-	}}
-	if _, err := s.Pull(cctx, p); err == nil {
-		t.Fatal("pull not interrupted")
-	}
+	sv := serve(t, "VMSUP-IMAGE-R", "/r.qcow2", 5*time.Millisecond)
+	img, sum, srv, s := sv.img, sv.sum, sv.srv, sv.s
+	p := Pull{Source: sv.url, SHA256: sum}
+	interrupted(t, s, p, len(img))
 	pt := s.partialFor(p.Source, "sha256:"+sum)
 	st, err := os.Stat(pt.data)
 	if err != nil || st.Size() == 0 || st.Size() >= int64(len(img)) {
 		t.Fatalf("partial download after the interruption: %v %v", st, err)
 	}
 	firstSent := srv.sent.Load()
-	p.Progress = nil
 	im, err := s.Pull(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -276,10 +290,8 @@ func TestPullResumes(t *testing.T) {
 
 // Two pulls of one image at once download it once.
 func TestConcurrentPullsDownloadOnce(t *testing.T) {
-	img, sum := testImage(t, "VMSUP-IMAGE-C")
-	srv := newImageServer(t, 5*time.Millisecond)
-	srv.put("/c.qcow2", img)
-	s := newStore(t)
+	sv := serve(t, "VMSUP-IMAGE-C", "/c.qcow2", 5*time.Millisecond)
+	srv, s := sv.srv, sv.s
 	var wg sync.WaitGroup
 	res := make([]Image, 2)
 	errs := make([]error, 2)
@@ -287,7 +299,7 @@ func TestConcurrentPullsDownloadOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i], errs[i] = s.Pull(context.Background(), Pull{Source: srv.URL + "/c.qcow2", SHA256: sum, Name: fmt.Sprintf("c%d", i)})
+			res[i], errs[i] = s.Pull(context.Background(), Pull{Source: sv.url, SHA256: sv.sum, Name: fmt.Sprintf("c%d", i)})
 		}()
 	}
 	wg.Wait()
@@ -311,12 +323,10 @@ func TestConcurrentPullsDownloadOnce(t *testing.T) {
 // rm refuses an image a VM uses, naming it; an alias among others goes
 // alone; prune keeps what an alias names.
 func TestRemoveRefusedInUse(t *testing.T) {
-	img, sum := testImage(t, "VMSUP-IMAGE-U")
-	srv := newImageServer(t, 0)
-	srv.put("/u.qcow2", img)
-	s := newStore(t)
+	sv := serve(t, "VMSUP-IMAGE-U", "/u.qcow2", 0)
+	s := sv.s
 	ctx := context.Background()
-	im, err := s.Pull(ctx, Pull{Source: srv.URL + "/u.qcow2", SHA256: sum, Name: "u"})
+	im, err := s.Pull(ctx, Pull{Source: sv.url, SHA256: sv.sum, Name: "u"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,9 +97,8 @@ func TestPulledImagesBootVM(t *testing.T) {
 		}
 	}
 	writeProfile("256M")
-	vmFile := filepath.Join(dir, "imgvm.toml")
 	writeVM := func(imageA string) *spec.File {
-		body := fmt.Sprintf(`name = "imgvm"
+		return supervisortest.LoadTOML(t, dir, "imgvm", fmt.Sprintf(`name = "imgvm"
 include = ["base.toml"]
 [[disk]]
 name = "a"
@@ -110,15 +109,7 @@ size = "2M"
 name = "b"
 file = %q
 image = "guest-oci"
-`, filepath.Join(images, "a.qcow2"), imageA, filepath.Join(images, "b.qcow2"))
-		if err := os.WriteFile(vmFile, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		f, err := spec.Load(vmFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
+`, filepath.Join(images, "a.qcow2"), imageA, filepath.Join(images, "b.qcow2")))
 	}
 	f := writeVM("guest-http")
 	if _, err := sup.Up(ctx, f); err != nil {

@@ -92,6 +92,10 @@ const (
 	portsPerSlot     = 8
 )
 
+// MaxPCSlots is how many devices fit on pci.0 of the pc machine (slots
+// 0x3..0x1f).
+const MaxPCSlots = pcLastSlot - pcFirstSlot + 1
+
 // MaxRootPorts is how many pcie-root-ports fit on pcie.0 in the layout used
 // here (slots 0x2..0x1e, 8 functions each).
 const MaxRootPorts = (q35LastPortSlot - q35FirstPortSlot + 1) * portsPerSlot
@@ -160,7 +164,7 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		if vm.Slots() != 0 {
 			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
 		}
-		if max := pcLastSlot - pcFirstSlot + 1; n > max {
+		if max := MaxPCSlots; n > max {
 			return l, errorf(field(max), "no free slot on %s: %s, at most %d devices", PCIRootBus, counts, max)
 		}
 		for i := 0; i < n; i++ {

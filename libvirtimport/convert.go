@@ -67,6 +67,9 @@ func ConvertWith(domainXML []byte, source string, o Options) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	c.devices()
+	if guestPCIAddresses(tree) {
+		c.note("devices/address", "libvirt's PCI addresses: vmsup lays out its own (each NIC, then each disk, on a root port of its own), so the guest may see other PCI addresses and name its NICs anew")
+	}
 	c.dropped = append(c.dropped, unread(tree, knownPaths(), c.covered)...)
 	if err := c.bootable(source); err != nil {
 		return nil, err
@@ -358,7 +361,7 @@ func (c *converter) os() {
 	b := &fileBoot{Kernel: o.Kernel, Initrd: o.Initrd, Cmdline: o.Cmdline}
 	if o.Firmware == "efi" || (o.Loader != nil && o.Loader.Type == "pflash") {
 		b.Firmware = spec.FirmwareUEFI
-		if o.Loader != nil && o.Loader.Secure == "yes" {
+		if o.Loader != nil && o.Loader.Secure == "yes" || firmwareWants(o.FirmwareInfo, "secure-boot") {
 			b.SecureBoot = c.out.Machine != "pc" // SMM: q35 only
 			if !b.SecureBoot {
 				c.drop("os/loader/@secure", "Secure Boot needs q35 (SMM) in vmsup: plain OVMF it is")
@@ -382,6 +385,20 @@ func (c *converter) os() {
 	if *b != (fileBoot{}) {
 		c.out.Boot = b
 	}
+}
+
+// firmwareWants reports whether libvirt's firmware autoselection asks for
+// feature (secure-boot; enrolled-keys is vmsup's default store with it).
+func firmwareWants(fi *libvirtxml.DomainOSFirmwareInfo, feature string) bool {
+	if fi == nil {
+		return false
+	}
+	for _, f := range fi.Features {
+		if f.Name == feature && f.Enabled == "yes" {
+			return true
+		}
+	}
+	return false
 }
 
 // loader notes a firmware file other than the one vmsup runs: the

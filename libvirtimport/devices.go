@@ -103,6 +103,9 @@ func (c *converter) panics(ps []libvirtxml.DomainPanic) {
 	}
 }
 
+// hostQEMU is the QEMU vmsup runs (Debian's, libvirt's usual emulator).
+const hostQEMU = "/usr/bin/qemu-system-x86_64"
+
 // unsupported lists the devices vmsup has no counterpart for, one line
 // each, with why.
 func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
@@ -112,8 +115,8 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 			c.drop(fmt.Sprintf("devices/%s[%d]", el, i), "%s", why)
 		}
 	}
-	if dv.Emulator != "" {
-		c.drop("devices/emulator", "%s: vmsup runs the host's qemu-system-x86_64", dv.Emulator)
+	if dv.Emulator != "" && dv.Emulator != hostQEMU {
+		c.note("devices/emulator", "%s: vmsup runs the host's %s", dv.Emulator, hostQEMU)
 	}
 	list("graphics", len(dv.Graphics), noDisplay)
 	list("video", len(dv.Videos), noDisplay)
@@ -125,7 +128,6 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 	list("hub", len(dv.Hubs), "no USB devices in vmsup")
 	list("parallel", len(dv.Parallels), "no parallel port in vmsup")
 	list("shmem", len(dv.Shmems), "no shared memory devices in vmsup")
-	list("memory", len(dv.Memorydevs), "vmsup plugs DIMMs itself (max_memory)")
 	list("crypto", len(dv.Crypto), "no virtio-crypto in vmsup")
 	list("iommu", len(dv.IOMMUs), "no vIOMMU in vmsup")
 	list("lease", len(dv.Leases), "vmsup holds image locks through QEMU itself")

@@ -53,6 +53,8 @@ cpu/numa/cell @id @cpus @memory @unit @memAccess @discard
 os @firmware
 os/type @arch @machine
 os/loader @readonly @type @secure @format
+os/firmware
+os/firmware/feature @enabled @name
 os/nvram @template @format
 os/kernel
 os/initrd
@@ -83,7 +85,7 @@ memoryBacking/hugepages
 memoryBacking/hugepages/page @size @unit @nodeset
 memoryBacking/source @type
 memoryBacking/access @mode
-launchSecurity @type
+launchSecurity @type @kernelHashes
 launchSecurity/cbitpos
 launchSecurity/reducedPhysBits
 launchSecurity/policy

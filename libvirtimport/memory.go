@@ -29,7 +29,7 @@ func (c *converter) memory() error {
 	perNode := c.dimms()
 	if d.CPU != nil && d.CPU.Numa != nil && len(d.CPU.Numa.Cell) > 0 {
 		if sum, ok := c.numa(d.CPU.Numa, perNode); ok && sum != b {
-			c.note("memory", "%d MiB: libvirt boots with the NUMA cells' memory and the DIMMs, %d MiB, and so does vmsup", b>>20, sum>>20)
+			c.note("memory", "%d MiB: libvirt boots with the NUMA cells' memory (and any DIMMs), %d MiB, and so does vmsup", b>>20, sum>>20)
 			b = sum
 		}
 	}

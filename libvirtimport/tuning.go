@@ -64,7 +64,7 @@ func (m *diskMapper) diskTuning(dr *libvirtxml.DomainDiskDriver) {
 		o.Queues = *dr.Queues
 	}
 	if dr.QueueSize != nil {
-		if o.Bus == spec.BusVirtio {
+		if o.Bus == "" || o.Bus == spec.BusVirtio {
 			o.QueueSize = *dr.QueueSize
 		} else {
 			m.dropAt("driver/@queue_size", "%d: vmsup sets a queue size on virtio-blk only", *dr.QueueSize)

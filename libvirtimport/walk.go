@@ -207,3 +207,31 @@ func showPath(p []seg) string {
 	}
 	return b.String()
 }
+
+// guestPCIAddresses reports whether a device of root has a guest PCI
+// address of libvirt's (devices/X/address type='pci'; a hostdev's host
+// address is under its source).
+func guestPCIAddresses(root *xmlNode) bool {
+	for _, dv := range root.children {
+		if dv.name != "devices" {
+			continue
+		}
+		for _, dev := range dv.children {
+			for _, a := range dev.children {
+				if a.name == "address" && attr(a, "type") == "pci" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func attr(n *xmlNode, name string) string {
+	for _, a := range n.attrs {
+		if a.Name.Space == "" && a.Name.Local == name {
+			return a.Value
+		}
+	}
+	return ""
+}

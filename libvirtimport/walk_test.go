@@ -15,7 +15,7 @@ func TestUnreadListed(t *testing.T) {
 <iothreads>2</iothreads>
 <defaultiothread thread_pool_min='8'/>
 <cpu mode='custom' match='exact' check='partial'><model fallback='allow' vendor_id='GenuineIntel'>Haswell</model><cache mode='passthrough'/></cpu>
-<os><type arch='x86_64' machine='q35'>hvm</type><firmware><feature enabled='yes' name='secure-boot'/></firmware></os>
+<os><type arch='x86_64' machine='q35'>hvm</type><bios useserial='yes' rebootTimeout='0'/></os>
 <devices>
  <disk type='file' device='disk' frob='1'>
   <driver name='qemu' type='raw' cache='none' io='native' copy_on_read='on' detect_zeroes='unmap' iothread='1' queues='4' event_idx='off'/>
@@ -50,7 +50,7 @@ func TestUnreadListed(t *testing.T) {
 		`defaultiothread: vmsup import does not read this element`,               // libvirt's
 		`cpu/model/@vendor_id: "GenuineIntel"`,                                   // libvirt's
 		`cpu/cache: vmsup import does not read this element`,                     // libvirt's
-		`os/firmware: vmsup import does not read this element`,                   // libvirt's
+		`os/bios: vmsup import does not read this element`,                       // libvirt's
 		`devices/disk[0]/@frob: "1"`,                                             // made up
 		`devices/disk[0]/driver/@copy_on_read: "on"`,                             // libvirt's
 		`devices/disk[0]/driver/@detect_zeroes: "unmap"`,                         // libvirt's

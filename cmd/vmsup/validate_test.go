@@ -88,6 +88,10 @@ func TestCLIValidateSharedImage(t *testing.T) {
 			":10:1: disk[1].file: " + link + " is also disk \"root\"'s image " + a + also},
 		{"block device", "[[disk]]\nname='a'\ntype='block'\nfile='" + loop + "'\n[[disk]]\nname='b'\ntype='block'\nfile='" + alias + "'\n",
 			":12:1: disk[1].file: " + alias + " is also disk \"a\"'s image " + loop + also},
+		{"one block device used by three disks", "[[disk]]\nname='a'\ntype='block'\nfile='" + loop + "'\n[[disk]]\nname='b'\ntype='block'\ndevice='lun'\nfile='" + alias +
+			"'\n[[disk]]\nname='c'\ntype='block'\nread_only=true\nfile='" + loop + "'\n",
+			":13:1: disk[1].file: " + alias + " is also disk \"a\"'s image " + loop + also + "\n" +
+				":18:1: disk[2].file: " + loop + " is also disk \"a\"'s image, which it writes" + also},
 		{"overlay on another disk's image", "[[disk]]\nname='base'\nfile='" + base + "'\n[[disk]]\nname='top'\nfile='" + top + "'\n",
 			":10:1: disk[1].file: its base image " + base + " is also disk \"base\"'s image, which it writes" + also},
 		{"an ISO twice", "[[disk]]\nname='cd1'\ntype='iso'\nfile='" + iso + "'\n[[disk]]\nname='cd2'\ntype='iso'\nfile='" + isoLink + "'\n", ""},
@@ -100,7 +104,11 @@ func TestCLIValidateSharedImage(t *testing.T) {
 			}
 			continue
 		}
-		if want := "vmsup: " + p + c.want + "\n"; r.code != 1 || r.stderr != want {
+		want := ""
+		for _, line := range strings.Split(c.want, "\n") { // one line an error
+			want += "vmsup: " + p + line + "\n"
+		}
+		if r.code != 1 || r.stderr != want {
 			t.Errorf("%s: %+v\nwant exit 1, stderr %s", c.name, r, want)
 		}
 	}

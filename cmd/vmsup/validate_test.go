@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vmsup/vmsup/internal/hostcaps"
 )
 
 // TestCLIValidateOneRun: one validate run names every problem of a file:
@@ -111,5 +113,21 @@ func TestCLIValidateSharedImage(t *testing.T) {
 		if r.code != 1 || r.stderr != want {
 			t.Errorf("%s: %+v\nwant exit 1, stderr %s", c.name, r, want)
 		}
+	}
+}
+
+// TestCLIValidateSEV: an SEV VM (what vmsup import makes of a domain with
+// <launchSecurity type='sev'>) is refused on a host that cannot encrypt
+// it, naming the sev key and the probe's reason.
+func TestCLIValidateSEV(t *testing.T) {
+	why := hostcaps.SEVReason()
+	if why == "" {
+		t.Skip("this host runs SEV guests: nothing to refuse")
+	}
+	dir := t.TempDir()
+	p := write(t, dir, "enc.toml", "name='enc'\nmemory='256M'\n[boot]\nkernel='"+env.Guest.Kernel+"'\n[sev]\npolicy=3\ncbitpos=47\nreduced_phys_bits=1\n")
+	r := vmsup(t, t.TempDir(), "", "validate", p)
+	if want := p + ":5:2: sev: this host cannot run SEV guests: " + why; r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("%+v\nwant exit 1 and %s", r, want)
 	}
 }

@@ -322,6 +322,8 @@ func (c *converter) cpus() {
 	case "custom":
 		if cpu.Model != nil && spec.ValidCPUModel(cpu.Model.Value) == nil {
 			c.out.CPUModel = cpu.Model.Value
+		} else if cpu.Model != nil {
+			c.drop("cpu/model", "%q is not a QEMU CPU model name: vmsup's default model it is", cpu.Model.Value)
 		}
 	}
 	if len(cpu.Features) > 0 {

@@ -64,6 +64,11 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 	}
 	c.watchdogs(dv.Watchdogs)
 	c.panics(dv.Panics)
+	for i, con := range dv.Consoles {
+		if t := con.Target; t != nil && t.Type != "" && t.Type != "serial" {
+			c.drop(fmt.Sprintf("devices/console[%d]", i), "a %s console: vmsup's console is its first serial port (vmsup console)", t.Type)
+		}
+	}
 	for i, s := range dv.Serials {
 		if s.Source != nil && s.Source.Pty == nil {
 			c.drop(fmt.Sprintf("devices/serial[%d]", i), "a serial port that is not a pty: vmsup's console is its first serial port (vmsup console)")

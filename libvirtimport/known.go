@@ -49,7 +49,7 @@ cpu @mode @match @check @migratable
 cpu/model @fallback
 cpu/topology @sockets @dies @clusters @cores @threads
 cpu/numa
-cpu/numa/cell @id @cpus @memory @unit @memAccess @discard
+cpu/numa/cell @id @cpus @memory @unit @memAccess
 os @firmware
 os/type @arch @machine
 os/loader @readonly @type @secure @format
@@ -124,7 +124,7 @@ devices/controller @type @index @model @ports @vectors
 devices/controller/model @name
 devices/controller/target @chassisNr @chassis @port @busNr @hotplug
 devices/interface @type
-devices/interface/source @bridge @network @portgroup
+devices/interface/source @bridge @network
 devices/interface/mac @address
 devices/interface/model @type
 devices/interface/target @dev

@@ -14,7 +14,7 @@ func TestUnreadListed(t *testing.T) {
 <vcpu placement='static'>2</vcpu>
 <iothreads>2</iothreads>
 <defaultiothread thread_pool_min='8'/>
-<cpu mode='custom' match='exact' check='partial'><model fallback='allow' vendor_id='GenuineIntel'>Haswell</model><cache mode='passthrough'/></cpu>
+<cpu mode='custom' match='exact' check='partial'><model fallback='allow' vendor_id='GenuineIntel'>Haswell</model><cache mode='passthrough'/><numa><cell id='0' cpus='0-1' memory='512' unit='MiB' discard='yes'/></numa></cpu>
 <os><type arch='x86_64' machine='q35'>hvm</type><bios useserial='yes' rebootTimeout='0'/></os>
 <devices>
  <disk type='file' device='disk' frob='1'>
@@ -30,6 +30,8 @@ func TestUnreadListed(t *testing.T) {
   <tune><sndbuf>1600</sndbuf></tune>
   <rom bar='off'/>
  </interface>
+ <interface type='network'><source network='default' portgroup='web'/><model type='virtio'/></interface>
+ <console type='pty'><target type='virtio' port='0'/></console>
  <memballoon model='virtio'><stats period='10'/></memballoon>
  <frobnicator level='11'/>
 </devices>
@@ -60,6 +62,9 @@ func TestUnreadListed(t *testing.T) {
 		`devices/interface[0]/driver/@rss: "on"`,                                 // libvirt's
 		`devices/interface[0]/coalesce: vmsup import does not read this element`, // libvirt's
 		`devices/interface[0]/rom: vmsup import does not read this element`,      // libvirt's
+		`cpu/numa/cell/@discard: "yes"`,                                          // libvirt's
+		`devices/interface[1]/source/@portgroup: "web"`,                          // libvirt's
+		`devices/console[0]: a virtio console`,                                   // read, not carried: a line
 		`devices/memballoon[0]/stats: vmsup import does not read this element`,   // libvirt's
 		`devices/frobnicator[0]: vmsup import does not read this element`,        // made up
 		`launchSecurity/session: vmsup import does not read this element`,        // libvirtxml misspells it

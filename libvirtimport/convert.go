@@ -46,8 +46,8 @@ type Options struct {
 // Convert turns one libvirt domain XML into a vmsup VM file, with no host
 // path checked (ConvertWith). source names the XML in the file's header.
 // An error means the XML is not a domain vmsup can run at all (not
-// KVM/QEMU x86-64, no memory); everything else it cannot express is in
-// Dropped.
+// KVM/QEMU x86-64, no memory, more devices than vmsup lays out); everything
+// else it cannot express is in Dropped.
 func Convert(domainXML []byte, source string) (*Result, error) {
 	return ConvertWith(domainXML, source, Options{})
 }
@@ -66,7 +66,9 @@ func ConvertWith(domainXML []byte, source string, o Options) (*Result, error) {
 	if err := c.domain(); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	c.devices()
+	if err := c.devices(); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
 	if guestPCIAddresses(tree) {
 		c.note("devices/address", "libvirt's PCI addresses: vmsup lays out its own (each NIC, then each disk, on a root port of its own), so the guest may see other PCI addresses and name its NICs anew")
 	}

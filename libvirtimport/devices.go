@@ -11,8 +11,8 @@ import (
 )
 
 // devices maps the domain's devices; disks and NICs are in disks.go and
-// nics.go.
-func (c *converter) devices() {
+// nics.go. An error is a domain with more devices than vmsup lays out.
+func (c *converter) devices() error {
 	dv := c.dom.Devices
 	if dv == nil {
 		dv = &libvirtxml.DomainDeviceList{}
@@ -24,7 +24,7 @@ func (c *converter) devices() {
 	c.hostdevs(dv.Hostdevs)
 	c.guestDevs(dv)
 	c.unsupported(dv)
-	c.fitLayout()
+	return c.fitLayout()
 }
 
 // platform: the devices vmsup has keys for.

@@ -26,19 +26,27 @@ func convertLoads(t *testing.T, xml string, o Options) (*Result, *spec.VM, strin
 	return res, &f.VM, strings.Join(lines, "\n")
 }
 
-// TestManyDisks: 10 000 disks import with the ones vmsup places and one
-// line for the rest, not "a vmsup import bug".
+// TestManyDisks: 10 000 disks are refused with vmsup's limit, in one line
+// naming the file, the element and the limit, not "a vmsup import bug";
+// as many disks as the layout has places import.
 func TestManyDisks(t *testing.T) {
-	var b strings.Builder
-	b.WriteString("<domain type='kvm'><name>many</name><memory unit='MiB'>512</memory><devices>")
-	for i := 0; i < 10000; i++ {
-		fmt.Fprintf(&b, "<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/var/lib/libvirt/images/d%d.img'/><target dev='vd%d' bus='virtio'/></disk>", i, i)
+	domain := func(n int) string {
+		var b strings.Builder
+		b.WriteString("<domain type='kvm'><name>many</name><memory unit='MiB'>512</memory><devices>")
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, "<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/var/lib/libvirt/images/d%d.img'/><target dev='vd%d' bus='virtio'/></disk>", i, i)
+		}
+		b.WriteString("<interface type='bridge'><source bridge='br0'/></interface></devices></domain>")
+		return b.String()
 	}
-	b.WriteString("</devices></domain>")
-	res, vm, lines := convertLoads(t, b.String(), Options{})
-	if len(vm.Disks) != 224 || len(res.Dropped) != 1 ||
-		!strings.Contains(lines, "devices/disk[224..9999]: 9776 more than vmsup places: q35 has 232 root ports, 8 of them kept for hotplug") {
-		t.Errorf("%d disks carried; lines:\n%s", len(vm.Disks), lines)
+	_, err := Convert([]byte(domain(10000)), "many.xml")
+	const want = "many.xml: devices/disk: 10000 disks (SATA ones aside), 1 NICs and 0 other PCI devices need 10001 PCI places; vmsup lays out at most 224 (q35 has 232 root ports, 8 of them kept for hotplug)"
+	if err == nil || err.Error() != want {
+		t.Errorf("err %v\nwant %s", err, want)
+	}
+	_, vm, lines := convertLoads(t, domain(223), Options{})
+	if len(vm.Disks) != 223 || len(vm.NICs) != 1 || lines != "" {
+		t.Errorf("%d disks, %d NICs; lines:\n%s", len(vm.Disks), len(vm.NICs), lines)
 	}
 }
 

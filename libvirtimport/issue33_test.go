@@ -95,7 +95,8 @@ func TestMemoryShapes(t *testing.T) {
 	}
 }
 
-// TestCarried: the settings issue 33 found lost reach the VM file.
+// TestCarried: the settings issue 33 found lost reach the VM file, or are
+// listed with why (virtiofsd's options, the TPM's PCR banks).
 func TestCarried(t *testing.T) {
 	xml := `<domain type='kvm'><name>c</name><memory unit='MiB'>1024</memory><vcpu>4</vcpu>
 <iothreads>2</iothreads>
@@ -105,6 +106,8 @@ func TestCarried(t *testing.T) {
  <rng model='virtio'><rate bytes='1234' period='2000'/><backend model='random'>/dev/urandom</backend></rng>
  <filesystem type='mount'><source dir='/srv/a'/><target dir='/import/from/host'/></filesystem>
  <filesystem type='mount'><source dir='/srv/b'/><target dir='import_from_host'/></filesystem>
+ <filesystem type='mount'><driver type='virtiofs' queue='1024'/><binary path='/usr/libexec/virtiofsd' xattr='on'><cache mode='always'/></binary><source dir='/srv/c'/><target dir='c'/></filesystem>
+ <tpm model='tpm-crb'><backend type='emulator' version='2.0'><active_pcr_banks><sha1/><sha256/></active_pcr_banks></backend></tpm>
 </devices>
 <launchSecurity type='sev'><cbitpos>47</cbitpos><reducedPhysBits>1</reducedPhysBits><policy>0x0003</policy></launchSecurity>
 </domain>`
@@ -122,7 +125,7 @@ func TestCarried(t *testing.T) {
 	if vm.SEV == nil || vm.SEV.Policy != 3 || vm.SEV.CBitPos != 47 || vm.SEV.ReducedPhysBits != 1 {
 		t.Errorf("sev %+v", vm.SEV)
 	}
-	if len(vm.Shares) != 2 || vm.Shares[0].Tag != "import_from_host" || vm.Shares[1].Tag != "share1" {
+	if len(vm.Shares) != 3 || vm.Shares[0].Tag != "import_from_host" || vm.Shares[1].Tag != "share1" {
 		t.Errorf("shares %+v", vm.Shares)
 	}
 	for _, want := range []string{
@@ -130,11 +133,14 @@ func TestCarried(t *testing.T) {
 		`devices/interface[0]/driver/@tx_queue_size: 1024: QEMU takes at most 256 with a tap backend`,
 		`devices/filesystem[0]/target: tag "/import/from/host" is "import_from_host" here`,
 		`devices/filesystem[1]/target: tag "import_from_host" is "share1" here`,
+		`devices/filesystem[2]/binary: virtiofsd's options`,
+		`devices/tpm[0]/backend/active_pcr_banks: swtpm_setup's default PCR banks apply`,
 	} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("not listed: %s\nlines:\n%s", want, lines)
 		}
 	}
+	t.Logf("lines:\n%s", lines)
 }
 
 // TestRepair: a value spec refuses (an MTU past 65535) takes its NIC out

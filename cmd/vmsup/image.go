@@ -29,6 +29,7 @@ func imageCmd(g *globals) *cobra.Command {
 		Long: "The image store holds disk images pulled from HTTP(S) URLs or OCI registries, verified and kept\n" +
 			"by the sha256 of their file under ROOT/image-store, read-only. A VM file's disk with\n" +
 			"image = \"ALIAS\" (or \"sha256:HEX\") gets its file made as a qcow2 overlay on it at its first up.",
+		Example: "  vmsup image pull https://example.org/debian-12.qcow2 --sha512 HEX --name debian-12\n  vmsup image ls\n  vmsup image rm debian-12",
 	}
 	c.AddCommand(imagePullCmd(g), imageLsCmd(g), imageRmCmd(g), imagePruneCmd(g))
 	return c
@@ -96,9 +97,10 @@ func pullProgress(g *globals, out io.Writer) func(imagestore.Progress) {
 
 func imageLsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "ls",
-		Short: "List stored images with their aliases and the VMs using them",
-		Args:  cobra.NoArgs,
+		Use:     "ls",
+		Short:   "List stored images with their aliases and the VMs using them",
+		Example: "  vmsup image ls\n  vmsup --json image ls",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ims, err := g.imageStore().List()
 			if err != nil {
@@ -131,9 +133,10 @@ func imageLsCmd(g *globals) *cobra.Command {
 
 func imageRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rm ALIAS|DIGEST...",
-		Short: "Remove an alias, or an image no VM uses (refused, naming them, when one does)",
-		Args:  cobra.MinimumNArgs(1),
+		Use:     "rm ALIAS|DIGEST...",
+		Short:   "Remove an alias, or an image no VM uses (refused, naming them, when one does)",
+		Example: "  vmsup image rm debian-12\n  vmsup image rm sha256:HEX",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, ref := range args {
 				removed, err := g.imageStore().Remove(cmd.Context(), ref, g.imageUsers())
@@ -149,9 +152,10 @@ func imageRmCmd(g *globals) *cobra.Command {
 
 func imagePruneCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "prune",
-		Short: "Remove the images no alias names and no VM uses, and stale partial downloads",
-		Args:  cobra.NoArgs,
+		Use:     "prune",
+		Short:   "Remove the images no alias names and no VM uses, and stale partial downloads",
+		Example: "  vmsup image prune",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			removed, err := g.imageStore().Prune(cmd.Context(), g.imageUsers())
 			for _, r := range removed {

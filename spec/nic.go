@@ -96,6 +96,9 @@ func (n *NIC) Check() (string, error) {
 	default:
 		return fail("link", "invalid value %q (want \"up\" or \"down\")", n.Link)
 	}
+	if field, err := n.nicTuning(); err != nil {
+		return field, err
+	}
 	if field, err := n.checkManaged(); err != nil {
 		return field, err
 	}

@@ -138,7 +138,9 @@ func (s *Server) actRoutes() []route {
 			if len(req.Argv) == 0 {
 				return nil, newError(KindUsage, "exec: argv is empty")
 			}
-			return vmCall(c, Admin, func(ctx ctxT, name string) (supervisor.ExecResult, error) { return s.Ops.Exec(ctx, name, req.Argv, req.Timeout) })
+			return vmCall(c, Admin, func(ctx ctxT, name string) (supervisor.ExecResult, error) {
+				return s.Ops.Exec(ctx, name, req.Argv, req.Timeout)
+			})
 		}},
 	}
 }

@@ -191,7 +191,9 @@ func run(t testing.TB, extra []string, args ...string) result {
 func (h *host) localEnv() []string {
 	return append([]string{"VMSUP_ROOT=" + h.root, "VMSUP_SYSTEMD_BUS=" + h.sd.BusAddress, "VMSUP_JOURNAL_DIR=" + h.sd.JournalDir,
 		"VMSUP_UNIT_DIR=" + filepath.Join(h.root, "etc-systemd"), "VMSUP_BOOT_TARGET=" + testenv.BootTarget,
-		"VMSUP_RUN_DIR=" + filepath.Join(h.root, "run")}, env.CLIEnv()...)
+		"VMSUP_RUN_DIR=" + filepath.Join(h.root, "run"),
+		// systemd-analyze (status's exposure figure) where the server's runs.
+		fmt.Sprintf("VMSUP_SYSTEMD_ANALYZE=nsenter -t %d -m -p systemd-analyze", h.sd.PID1)}, env.CLIEnv()...)
 }
 
 // remoteArgs are the flags of a remote CLI run as client who.
@@ -201,7 +203,10 @@ func (h *host) remoteArgs(who string) []string {
 }
 
 // local runs the CLI on the host.
-func (h *host) local(t testing.TB, args ...string) result { t.Helper(); return run(t, h.localEnv(), args...) }
+func (h *host) local(t testing.TB, args ...string) result {
+	t.Helper()
+	return run(t, h.localEnv(), args...)
+}
 
 // remote runs the CLI from the client's namespace against the API, as who,
 // with no host environment at all.

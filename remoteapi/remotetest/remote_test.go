@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +49,7 @@ func TestRemoteCLI(t *testing.T) {
 		same(t, strings.Join(args, " "), h.remote(t, "admin", args...), h.local(t, args...), "", "")
 	}
 	h.followEvents(t)
+	h.checkSchema(t, "ra")
 	for _, args := range [][]string{{"events", "--since", "1h", "ra"}, {"events", "--json", "ra"}, {"logs", "ra"}} {
 		same(t, strings.Join(args, " "), h.remote(t, "admin", args...), h.local(t, args...), "", "")
 	}
@@ -82,11 +82,15 @@ func (h *host) followEvents(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	start := func(extra []string, args ...string) (*exec.Cmd, *lineBuf) {
+	start := func(extra []string, args ...string) (*exec.Cmd, outFile) {
 		cmd := exec.CommandContext(ctx, vmsupBin, args...)
 		cmd.Env = append(os.Environ(), extra...)
-		out := &lineBuf{}
-		cmd.Stdout = out
+		f, err := os.CreateTemp(t.TempDir(), "events-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := outFile{f}
+		cmd.Stdout = f
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -118,22 +122,12 @@ func (h *host) followEvents(t *testing.T) {
 	}
 }
 
-// lineBuf is a goroutine-safe buffer.
-type lineBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+// outFile is a file a background command writes to; String reads it.
+type outFile struct{ *os.File }
 
-func (l *lineBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lineBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (f outFile) String() string {
+	b, _ := os.ReadFile(f.Name())
+	return string(b)
 }
 
 // TestRemoteRefusals: a read-only client is refused a write with a clear

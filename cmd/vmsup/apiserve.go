@@ -17,7 +17,7 @@ func apiCmd(g *globals) *cobra.Command {
 		Use:   "api",
 		Short: "The remote API: served by a socket-activated vmsup that exits when idle (docs/remote-api.md)",
 	}
-	c.AddCommand(apiServeCmd(g), apiUnitsCmd())
+	c.AddCommand(apiServeCmd(g), apiUnitsCmd(g))
 	return c
 }
 
@@ -51,13 +51,16 @@ func apiServeCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func apiUnitsCmd() *cobra.Command {
+func apiUnitsCmd(g *globals) *cobra.Command {
 	var o remoteapi.UnitOptions
 	c := &cobra.Command{
 		Use:   "units",
 		Short: "Print the API's systemd units (vmsup-api.socket, vmsup-api.service) to install",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.json {
+				return usageError{fmt.Errorf("api units prints unit files: it has no --json form")}
+			}
 			if o.Self == "" {
 				exe, err := os.Executable()
 				if err != nil {

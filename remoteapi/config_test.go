@@ -44,9 +44,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	dir := t.TempDir()
 	for body, want := range map[string]string{
 		"idle = '1s'\n": "remote.toml:1:1: idle: unknown key",
-		"[[grant]]\nidentity = 'bob'\nrole = 'root'\nvms = ['[']\n": `grant[0].identity: "bob": want "cn:NAME" or "uid:N"`,
-		"[[grant]]\nidentity = 'cn:a'\nrole = 'root'\nvms = ['*']\n":  `grant[0].role: "root": want read-only, operator or admin`,
-		"[[grant]]\nidentity = 'cn:a'\nrole = 'admin'\n":               "grant[0].vms: missing",
+		"[[grant]]\nidentity = 'bob'\nrole = 'root'\nvms = ['[']\n":  `grant[0].identity: "bob": want "cn:NAME" or "uid:N"`,
+		"[[grant]]\nidentity = 'cn:a'\nrole = 'root'\nvms = ['*']\n": `grant[0].role: "root": want read-only, operator or admin`,
+		"[[grant]]\nidentity = 'cn:a'\nrole = 'admin'\n":             "grant[0].vms: missing",
 	} {
 		p := filepath.Join(dir, "remote.toml")
 		os.WriteFile(p, []byte(body), 0o600)

@@ -29,11 +29,28 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", int(s))
 }
 
+// MarshalText writes the name (a fleet status carries it).
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a name; one it does not know is OK.
+func (s *State) UnmarshalText(b []byte) error {
+	*s = OK
+	for _, c := range []State{Stalled, Failing} {
+		if c.String() == string(b) {
+			*s = c
+		}
+	}
+	return nil
+}
+
 // Health is the verdict on a VM's disks: the worst disk's state and why.
+// Reason stays the same while the state lasts (a status that carries it
+// is not rewritten at each sample).
 type Health struct {
 	State  State
-	Disk   string // the disk it is about ("" when OK)
-	Reason string // one line
+	Disk   string    // the disk it is about ("" when OK)
+	Since  time.Time // since when (stalled: no request ended since)
+	Reason string    // one line
 }
 
 // DefaultBound is how long requests may stay in flight with none ending
@@ -111,12 +128,12 @@ func (t *track) observe(at time.Time, d Disk, bound time.Duration, known bool) H
 	t.at, t.ended, t.failed, t.inFlight = at, d.Ended, d.Failed, d.InFlight
 	switch {
 	case d.IOStatus == qmp.IOStatusFailed || d.IOStatus == qmp.IOStatusNoSpace:
-		return Health{State: Failing, Disk: d.Name, Reason: fmt.Sprintf("disk %s: an I/O error stopped the guest (io-status %s)", d.Name, d.IOStatus)}
+		return Health{State: Failing, Disk: d.Name, Since: at, Reason: fmt.Sprintf("disk %s: an I/O error stopped the guest (io-status %s)", d.Name, d.IOStatus)}
 	case !t.failedAt.IsZero() && at.Sub(t.failedAt) < bound:
-		return Health{State: Failing, Disk: d.Name, Reason: fmt.Sprintf("disk %s: requests fail (%d failed since QEMU started)", d.Name, d.Failed)}
+		return Health{State: Failing, Disk: d.Name, Since: t.failedAt, Reason: fmt.Sprintf("disk %s: requests fail", d.Name)}
 	case !t.stuckSince.IsZero() && at.Sub(t.stuckSince) >= bound:
-		return Health{State: Stalled, Disk: d.Name, Reason: fmt.Sprintf("disk %s: %d requests in flight, none ended for %s (storage unreachable?)",
-			d.Name, d.InFlight, at.Sub(t.stuckSince).Round(time.Second))}
+		return Health{State: Stalled, Disk: d.Name, Since: t.stuckSince, Reason: fmt.Sprintf("disk %s: requests in flight, none ended since %s (storage unreachable?)",
+			d.Name, t.stuckSince.UTC().Format("15:04:05Z"))}
 	}
 	return Health{State: OK}
 }

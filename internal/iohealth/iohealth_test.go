@@ -68,8 +68,8 @@ func TestWorstDisk(t *testing.T) {
 			{Name: "b", Ended: 3, InFlight: 1},
 		}})
 	}
-	if h.State != Stalled || h.Disk != "b" || !strings.Contains(h.Reason, "1 requests in flight, none ended for 7s") {
-		t.Fatalf("%+v; want disk b stalled for 7s (in flight at the first sample)", h)
+	if h.State != Stalled || h.Disk != "b" || !h.Since.Equal(t0) || h.Reason != "disk b: requests in flight, none ended since "+t0.UTC().Format("15:04:05Z")+" (storage unreachable?)" {
+		t.Fatalf("%+v; want disk b stalled since the first sample (in flight then)", h)
 	}
 }
 

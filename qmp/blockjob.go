@@ -96,16 +96,16 @@ func (c *Conn) BlockdevMirror(ctx context.Context, m Mirror) error {
 // block jobs) and TotalProgress may grow while the job runs. Error is set
 // once a job ends in failure or was cancelled.
 type Job struct {
-	ID              string `json:"id"`
-	Type            string `json:"type"`   // "backup", "commit", "stream", "mirror", ...
-	Status          string `json:"status"` // "created", "running", "paused", "ready", "standby", "waiting", "pending", "aborting", "concluded", "null"
-	Error           string `json:"error,omitempty"`
-	CurrentProgress int64  `json:"current-progress"`
-	TotalProgress   int64  `json:"total-progress"`
+	ID              string    `json:"id"`
+	Type            string    `json:"type"` // "backup", "commit", "stream", "mirror", ...
+	Status          JobStatus `json:"status"`
+	Error           string    `json:"error,omitempty"`
+	CurrentProgress int64     `json:"current-progress"`
+	TotalProgress   int64     `json:"total-progress"`
 }
 
 // ended reports whether the job can change no more.
-func (j Job) ended() bool { return j.Status == "concluded" || j.Status == "null" }
+func (j Job) ended() bool { return j.Status == JobConcluded || j.Status == JobNull }
 
 // Ended reports whether the job can change no more (concluded, or gone).
 func (j Job) Ended() bool { return j.ended() }
@@ -282,13 +282,13 @@ func vanished(last Job, o *jobOutcome, done func(Job) bool, progress func(Job)) 
 	case o == nil:
 		return last, &JobError{last, "no longer listed by query-jobs, outcome unknown (dismissed?)"}
 	case o.cancelled:
-		last.Status, last.Error = "null", "cancelled"
+		last.Status, last.Error = JobNull, "cancelled"
 		return last, &JobError{last, "cancelled"}
 	case o.err != "":
-		last.Status, last.Error = "null", o.err
+		last.Status, last.Error = JobNull, o.err
 		return last, &JobError{last, o.err}
 	}
-	last.Status = "null"
+	last.Status = JobNull
 	if progress != nil {
 		progress(last)
 	}

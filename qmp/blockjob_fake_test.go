@@ -199,8 +199,8 @@ func TestFakeWaitJob(t *testing.T) {
 		replies []string // query-jobs replies in turn; the last repeats
 		events  []string // sent before the last reply
 		done    func(Job) bool
-		want    string // status of the returned job
-		wantErr string // "" for success; else a substring
+		want    JobStatus // status of the returned job
+		wantErr string    // "" for success; else a substring
 	}{
 		{"ready", []string{job("created", ""), job("running", ""), job("ready", "")}, nil, ready, "ready", ""},
 		{"concluded", []string{job("running", ""), job("concluded", "")}, nil, nil, "concluded", ""},

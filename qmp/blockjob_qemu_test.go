@@ -101,10 +101,10 @@ func insertedNode(t *testing.T, c *Conn) string {
 
 func ptr[T any](v T) *T { return &v }
 
-func isStatus(s string) func(Job) bool { return func(j Job) bool { return j.Status == s } }
+func isStatus(s JobStatus) func(Job) bool { return func(j Job) bool { return j.Status == s } }
 
 // statusLog records the statuses a job went through, once each.
-type statusLog []string
+type statusLog []JobStatus
 
 func (l *statusLog) see(j Job) {
 	if len(*l) == 0 || (*l)[len(*l)-1] != j.Status {

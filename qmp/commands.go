@@ -12,11 +12,9 @@ import (
 
 // StatusInfo is query-status's reply.
 type StatusInfo struct {
-	// Status is the run state: "running", "paused", "prelaunch", "shutdown",
-	// "inmigrate", "postmigrate", "internal-error", "io-error", ...
-	Status     string `json:"status"`
-	Running    bool   `json:"running"`
-	Singlestep bool   `json:"singlestep"`
+	Status     RunState `json:"status"`
+	Running    bool     `json:"running"`
+	Singlestep bool     `json:"singlestep"`
 }
 
 // QueryStatus returns the VM's run state.

@@ -93,9 +93,7 @@ type SocketAddress struct {
 
 // MigrationInfo is query-migrate's reply. Times are milliseconds.
 type MigrationInfo struct {
-	// Status: "none", "setup", "active", "pre-switchover", "device",
-	// "postcopy-active", "completed", "failed", "cancelling", "cancelled", ...
-	Status           string          `json:"status"`
+	Status           MigrationStatus `json:"status"`
 	RAM              *MigrationStats `json:"ram,omitempty"`
 	TotalTime        int64           `json:"total-time,omitempty"`
 	ExpectedDowntime int64           `json:"expected-downtime,omitempty"`

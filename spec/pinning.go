@@ -19,6 +19,17 @@ type Pinning struct {
 	Emulator string `toml:"emulator"`
 }
 
+// EmulatorCPUs are the host CPUs Emulator lists (nil when it lists none):
+// the unit's affinity, which QEMU's threads inherit until vmsup pins each
+// vCPU's.
+func (p Pinning) EmulatorCPUs() []int {
+	if p.Emulator == "" {
+		return nil
+	}
+	cpus, _ := ParseCPUList(p.Emulator) // checked when the file was read
+	return cpus
+}
+
 // MaxHostCPU bounds a host CPU number (systemd's CPUAffinity= takes up to
 // 8192; no host here comes close).
 const MaxHostCPU = 4095

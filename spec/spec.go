@@ -225,6 +225,14 @@ const (
 // LinkIsUp reports whether the NIC's link is up.
 func (n *NIC) LinkIsUp() bool { return n.Link != LinkDown }
 
+// LinkState is the NIC's link as a word: LinkUp or LinkDown.
+func (n *NIC) LinkState() string {
+	if n.LinkIsUp() {
+		return LinkUp
+	}
+	return LinkDown
+}
+
 // IOLimits are a disk's I/O limits; zero is unlimited. A total limit and
 // its read/write pair exclude each other (QEMU's rule).
 type IOLimits struct {

@@ -2,56 +2,27 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/eventlog"
-	"github.com/vmsup/vmsup/internal/plan"
-	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
 
 // Changes at the guest's next reboot, with no resident process: apply
-// records them (Pending) and tells QEMU to exit instead of resetting when
-// the guest reboots (set-action reboot=shutdown). The unit's stop-post hook
-// then finds the guest's reset as the reason in QEMU's event log and starts
-// a guardian unit, which waits for the old unit to end and starts the VM
-// from the pending file, health-gated, the previous spec coming back on
-// failure. A guest that powers off stays off (its file applies at up).
+// (internal/apply) records them as pending and tells QEMU to exit instead
+// of resetting when the guest reboots. Here is the rest: the unit's
+// stop-post hook finds the guest's reset as the reason in QEMU's event log
+// and starts a guardian unit, which waits for the old unit to end and
+// starts the VM from the pending file (apply's RebootFile), health-gated,
+// the previous spec coming back on failure; a restart policy's guardian is
+// the same. A guest that powers off stays off (its file applies at up).
 
 // HookRebootApply is the guardian's hook command.
 const HookRebootApply = "reboot-apply"
 
 // rebootUnit is the guardian's unit.
 func rebootUnit(name string) string { return "vmsup-" + name + "@reboot.service" }
-
-// armReboot records rest for the guest's next reboot and makes QEMU exit
-// then. Pending first: a QEMU told to exit on reboot with nothing pending
-// still comes back (with its own spec), never stays down.
-func (s *Supervisor) armReboot(ctx context.Context, f *spec.File, rest []plan.Change) error {
-	name := f.VM.Name
-	app, err := s.state.ReadApplied(name)
-	if err != nil {
-		return vmErr(name, err)
-	}
-	if app.EventLog == "" {
-		return vmErr(name, errors.New("its QEMU keeps no event log (it was started by a migration or an older vmsup), "+
-			"so its reboot cannot be told from a poweroff: vmsup apply --restart applies the changes now"))
-	}
-	if err := s.writePending(f, rest, true); err != nil {
-		return err
-	}
-	c, release, err := s.qmpSession(ctx, name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if err := c.SetAction(ctx, qmp.Actions{Reboot: "shutdown"}); err != nil {
-		return vmErr(name, fmt.Errorf("set-action reboot=shutdown: %w", err))
-	}
-	return nil
-}
 
 // afterGuestReboot is the stop-post hook's last part: when the unit's QEMU
 // ended because the guest rebooted (the last SHUTDOWN of its event log,
@@ -95,7 +66,7 @@ func (s *Supervisor) RebootApply(ctx context.Context, name string) (string, erro
 	if err != nil {
 		return "", vmErr(name, err)
 	}
-	f, note := s.pendingFile(ctx, name, old)
+	f, note := s.applier().RebootFile(ctx, name, old)
 	op, err := s.beginOp(ctx, name, opRestart, restartIntent{File: absPath(f.Path), Raw: f.Raw})
 	if err != nil {
 		return "", vmErr(name, err)
@@ -106,21 +77,4 @@ func (s *Supervisor) RebootApply(ctx context.Context, name string) (string, erro
 		return "", vmErr(name, err)
 	}
 	return joinNote(note, "started from "+f.Path), nil
-}
-
-// pendingFile is the file a reboot applies: the pending one if it is still
-// valid here, else the spec the VM ran (and why).
-func (s *Supervisor) pendingFile(ctx context.Context, name string, old *spec.File) (*spec.File, string) {
-	pd, err := s.state.ReadPending(name)
-	if err != nil || pd == nil || !pd.AtReboot {
-		return old, "nothing pending"
-	}
-	f, err := spec.Parse(pd.SourceFile, pd.Raw)
-	if err == nil {
-		err = s.ValidateContext(ctx, f)
-	}
-	if err != nil {
-		return old, fmt.Sprintf("the pending file no longer applies (%v): started with the spec it ran", err)
-	}
-	return f, "applied the changes pending since " + pd.Since.Format(time.RFC3339)
 }

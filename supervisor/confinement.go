@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -30,7 +31,7 @@ type Confinement = confine.Status
 func (s *Supervisor) confiner() *confine.Manager {
 	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
 		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, VFIO: s.vfio(), Logger: s.opts.Logger,
-		Hugetlbfs: hugetlbfs}
+		Hugetlbfs: hugepages.Host{}.DirOf}
 }
 
 // ConfinePaths extends a running VM's confinement by files it is about to
@@ -54,24 +55,6 @@ func (s *Supervisor) ReleasePaths(ctx context.Context, name string, paths ...str
 func (s *Supervisor) AppArmorProfile(ctx context.Context, f *spec.File) (*units.Profile, error) {
 	accel, _, _, _ := s.resolveHost(f)
 	return s.confiner().Profile(ctx, f, s.paths(f.VM.Name), accel)
-}
-
-// confineSteps prepares the VM's confinement (QEMU user, file access,
-// AppArmor) and gives the unit its sandbox.
-func (s *Supervisor) confineSteps(f *spec.File, plan *startPlan) []step {
-	p := s.paths(f.VM.Name)
-	return []step{{Name: "confine", Do: func(ctx context.Context) error {
-		// Confine what QEMU will really open: the file's disks plus those
-		// carried over from earlier attaches (storage.go).
-		boot := bootFile(f, plan)
-		c, err := s.confiner().Confine(ctx, boot, p, plan.accel)
-		if err != nil {
-			return err
-		}
-		sb := s.confiner().Sandbox(boot, p, c)
-		plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { u.Sandbox = sb })
-		return nil
-	}, Undo: func(ctx context.Context) { _ = s.confiner().Teardown(ctx, f.VM.Name) }}}
 }
 
 // confinementStatus reads what confines the running VM; detail measures

@@ -63,7 +63,7 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 // kept as it panicked until down or restart.
 func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Conn) error {
 	qs, err := c.QueryStatus(ctx)
-	if err != nil || qs.Status != "guest-panicked" {
+	if err != nil || qs.Status != qmp.RunGuestPanicked {
 		return err
 	}
 	if v, err := s.view(name); err == nil && v.Booted.OnPanic == spec.PanicPreserve {

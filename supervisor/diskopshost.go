@@ -7,7 +7,6 @@ import (
 
 	"github.com/vmsup/vmsup/internal/diskops"
 	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -74,7 +73,7 @@ func (s *Supervisor) Snapshot(ctx context.Context, name, tag string, o SnapshotO
 }
 
 // SnapshotTree is VM name's snapshot tree (empty when it has none).
-func (s *Supervisor) SnapshotTree(name string) (*snapshot.Tree, error) {
+func (s *Supervisor) SnapshotTree(name string) (*SnapshotTree, error) {
 	return s.diskops().SnapshotTree(name)
 }
 
@@ -143,17 +142,19 @@ type diskHost struct{ s *Supervisor }
 
 var _ diskops.Host = diskHost{}
 
-func (h diskHost) State() vmstate.Store                             { return h.s.state }
-func (h diskHost) View(name string) (*vmstate.View, error)          { return h.s.view(name) }
-func (h diskHost) NotFound(name string) error                       { return h.s.notFound(name) }
-func (h diskHost) ImageDirs() []string                              { return h.s.opts.ImageDirs }
-func (h diskHost) InImageDirs(path string) (bool, error)            { return h.s.confiner().InImageDirs(path) }
-func (h diskHost) Reachable(paths ...string) error                  { return h.s.reachable(paths...) }
-func (h diskHost) Tools() storage.Tools                             { return h.s.tools() }
-func (h diskHost) Lifecycle(name, event string, data any)           { h.s.lifecycle(name, event, data) }
-func (h diskHost) Logger() *slog.Logger                             { return h.s.opts.Logger }
-func (h diskHost) AppliedFile(name string) (*spec.File, error)      { return h.s.appliedFile(name) }
-func (h diskHost) RunState(ctx context.Context, sock string) string { return h.s.runStateAt(ctx, sock) }
+func (h diskHost) State() vmstate.Store                        { return h.s.state }
+func (h diskHost) View(name string) (*vmstate.View, error)     { return h.s.view(name) }
+func (h diskHost) NotFound(name string) error                  { return h.s.notFound(name) }
+func (h diskHost) ImageDirs() []string                         { return h.s.opts.ImageDirs }
+func (h diskHost) InImageDirs(path string) (bool, error)       { return h.s.confiner().InImageDirs(path) }
+func (h diskHost) Reachable(paths ...string) error             { return h.s.reachable(paths...) }
+func (h diskHost) Tools() storage.Tools                        { return h.s.tools() }
+func (h diskHost) Lifecycle(name, event string, data any)      { h.s.lifecycle(name, event, data) }
+func (h diskHost) Logger() *slog.Logger                        { return h.s.opts.Logger }
+func (h diskHost) AppliedFile(name string) (*spec.File, error) { return h.s.appliedFile(name) }
+func (h diskHost) RunState(ctx context.Context, sock string) qmp.RunState {
+	return h.s.runStateAt(ctx, sock)
+}
 
 func (h diskHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
 	return h.s.qmpSession(ctx, name)

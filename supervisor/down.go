@@ -129,7 +129,7 @@ func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 	if err := s.hostTeardown(ctx, name); err != nil {
 		return vmErr(name, err)
 	}
-	s.stopCompanions(ctx, name)
+	s.companions().StopLeft(ctx, s.paths(name), name)
 	return nil
 }
 
@@ -201,7 +201,7 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOption
 		return "", err
 	}
 	defer release()
-	if qs, err := c.QueryStatus(ctx); err == nil && qs.Status == "guest-panicked" {
+	if qs, err := c.QueryStatus(ctx); err == nil && qs.Status == qmp.RunGuestPanicked {
 		o.Force = true // a panicked guest cannot act on a powerdown: waiting would only cost stop_timeout
 	}
 	if !o.Force {

@@ -8,31 +8,21 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/vmevents"
 	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/spec"
 )
 
-// Events without a resident process: QEMU writes its events to its event
-// log with no client (qemuargs.Options.EventLog); when a QEMU ends, its
-// stop-post hook moves them into the VM's history (internal/eventlog), where
-// vmsup also writes its lifecycle events (started, stopped, crashed,
-// applied). Readers read files: any number at once, beside vmsup's own
-// commands (which keep the event socket), and nothing is lost while none
-// runs.
+// A VM's events are read in internal/vmevents (QEMU's event log and the
+// VM's history, no resident process); here the supervisor writes the
+// history: its lifecycle events, and a QEMU's events when it ends.
 
 // Lifecycle events vmsup writes.
 const (
-	EventStarted = "started"
-	EventStopped = "stopped"
-	EventCrashed = "crashed"
-	EventApplied = "applied"
+	EventStarted = vmevents.Started
+	EventStopped = vmevents.Stopped
+	EventCrashed = vmevents.Crashed
+	EventApplied = vmevents.Applied
 )
-
-// errEventsEnded ends Events' follower when the VM's QEMU ended.
-var errEventsEnded = errors.New("the VM's QEMU ended")
-
-// eventPoll is how often a follower looks for new events.
-const eventPoll = 200 * time.Millisecond
 
 // lifecycle records a vmsup event of the VM; a failure to write it is
 // logged, never the command's failure.
@@ -62,74 +52,21 @@ func (s *Supervisor) archiveEvents(name, base string) error {
 	return os.Truncate(base+".out", 0)
 }
 
-// toEvent is a history record as the library's Event.
-func toEvent(r eventlog.Record) Event {
-	e := Event{VM: r.VM, Time: r.Time, Kind: r.Event, Source: r.Source}
-	if len(r.Data) > 0 {
-		_ = json.Unmarshal(r.Data, &e.Data)
-		if reason, ok := e.Data["reason"].(string); ok {
-			e.Reason = reason
-		}
-	}
-	return e
-}
-
 // FollowEvents calls emit with the events of the VMs at or after since, in
 // time order, then (follow) with each new one until ctx ends. It reads the
 // VMs' histories and their running QEMUs' event logs: it takes nothing
 // from QEMU, so any number can run.
 func (s *Supervisor) FollowEvents(ctx context.Context, names []string, since time.Time, follow bool, emit func(Event) error) error {
-	tails := make([]*eventlog.Tail, len(names))
-	var first []eventlog.Record
-	for i, name := range names {
-		if err := spec.ValidName(name); err != nil {
-			return vmErr(name, err)
-		}
-		if _, err := os.Stat(s.paths(name).Records); err != nil {
-			return s.absent(name)
-		}
-		p := s.paths(name)
-		tails[i] = eventlog.NewTail(name, p.EventHistory(), func() string { return s.currentEventLog(name) })
-		recs, err := tails[i].Start(since)
-		if err != nil {
-			return vmErr(name, err)
-		}
-		first = append(first, recs...)
-	}
-	eventlog.Sort(first)
-	for _, r := range first {
-		if err := emit(toEvent(r)); err != nil {
-			return err
-		}
-	}
-	for follow {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(eventPoll):
-		}
-		var recs []eventlog.Record
-		for _, t := range tails {
-			recs = append(recs, t.Next()...)
-		}
-		eventlog.Sort(recs)
-		for _, r := range recs {
-			if err := emit(toEvent(r)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return vmevents.Follow(ctx, eventsHost{s}, names, since, follow, emit)
 }
 
-// currentEventLog is the running QEMU's event log (.out) of VM name, ""
-// if none.
-func (s *Supervisor) currentEventLog(name string) string {
-	if app, err := s.state.ReadApplied(name); err == nil && app.EventLog != "" {
-		return app.EventLog + ".out"
-	}
-	return ""
-}
+// eventsHost is the event readers' Host.
+type eventsHost struct{ s *Supervisor }
+
+var _ vmevents.Host = eventsHost{}
+
+func (h eventsHost) State() vmstate.Store     { return h.s.state }
+func (h eventsHost) Absent(name string) error { return h.s.absent(name) }
 
 // endedQEMU reads what the stop-post hook needs of the unit's QEMU that
 // ended: its record and its event log's events (nothing when the unit is no

@@ -32,10 +32,6 @@ const (
 	EventRestartLimit = "restart-limit" // ... or not: restart_limit restarts within restart_window
 )
 
-// StatePanicked is a guest stopped by its panic (on_panic "pause" or
-// "preserve"): QEMU runs, the guest does not.
-const StatePanicked State = "panicked"
-
 // ErrPreserved refuses to resume a guest that on_panic "preserve" keeps.
 var ErrPreserved = errors.New(`its guest panicked and on_panic = "preserve" keeps it stopped for inspection (vmsup qmp NAME ...); vmsup down or vmsup restart ends it`)
 

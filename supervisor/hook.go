@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/eventlog"
 )
 
@@ -23,6 +24,16 @@ const (
 	HookPost   = "stop-post"
 	HookSettle = "settle"
 )
+
+// HookConsoleLog is the console logger's command, which the logger's unit
+// runs: "SELF console-log --fifo F --max BYTES --keep N LOG".
+const HookConsoleLog = companion.HookConsoleLog
+
+// RunConsoleLog is the console logger's work (HookConsoleLog's arguments
+// after the command): copy the FIFO into the log until its QEMU closes it.
+func RunConsoleLog(ctx context.Context, args []string) error {
+	return companion.RunConsoleLog(ctx, args)
+}
 
 // ErrNoSelf is returned by a start when Options.Self is unset and no vmsup
 // binary was found: a unit must have something to call for its graceful stop.

@@ -36,13 +36,7 @@ type AttachResult = hotplug.AttachResult
 // so status lists it and the next up boots with it. For a VM that is shut
 // off, the disk is checked and only recorded.
 func (s *Supervisor) AttachDisk(ctx context.Context, name string, d spec.Disk) (AttachResult, error) {
-	return s.attachDisk(ctx, name, d, false)
-}
-
-// attachDisk is AttachDisk; fromFile: a disk of the VM's file (apply),
-// recorded in the record's spec rather than as attached by hand.
-func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, fromFile bool) (AttachResult, error) {
-	return s.hotplug().AttachDisk(ctx, name, d, fromFile)
+	return s.hotplug().AttachDisk(ctx, name, d, false)
 }
 
 // DetachDisk hot-unplugs a disk attached with AttachDisk: device_del, wait
@@ -51,13 +45,7 @@ func (s *Supervisor) attachDisk(ctx context.Context, name string, d spec.Disk, f
 // Options.UnplugTimeout leaves the disk attached and gets an error saying
 // so; a later DetachDisk finishes the job once the guest let go.
 func (s *Supervisor) DetachDisk(ctx context.Context, name, disk string) error {
-	return s.detachDisk(ctx, name, disk, false)
-}
-
-// detachDisk is DetachDisk; fromFile: a disk of the VM's file that the
-// file no longer has (apply), unplugged from the running VM.
-func (s *Supervisor) detachDisk(ctx context.Context, name, disk string, fromFile bool) error {
-	return s.hotplug().DetachDisk(ctx, name, disk, fromFile)
+	return s.hotplug().DetachDisk(ctx, name, disk, false)
 }
 
 // AttachNIC hot-plugs n into the running VM: the host side exactly as at
@@ -68,26 +56,14 @@ func (s *Supervisor) detachDisk(ctx context.Context, name, disk string, fromFile
 // state.json (AttachedNICs) and net.json, so detach, down and the stop hook
 // remove it. On failure every step is undone.
 func (s *Supervisor) AttachNIC(ctx context.Context, name string, n spec.NIC) (spec.NIC, error) {
-	return s.attachNIC(ctx, name, n, false)
-}
-
-// attachNIC is AttachNIC; fromFile: a NIC of the VM's file (apply),
-// recorded in the record's spec rather than as attached by hand.
-func (s *Supervisor) attachNIC(ctx context.Context, name string, n spec.NIC, fromFile bool) (spec.NIC, error) {
-	return s.hotplug().AttachNIC(ctx, name, n, fromFile)
+	return s.hotplug().AttachNIC(ctx, name, n, false)
 }
 
 // DetachNIC unplugs a hot-plugged NIC: device_del, wait for the guest to
 // release it (DEVICE_DELETED), netdev_del, then the host side goes. NICs the
 // VM booted with stay: they are part of its file.
 func (s *Supervisor) DetachNIC(ctx context.Context, name, nic string) error {
-	return s.detachNIC(ctx, name, nic, false)
-}
-
-// detachNIC is DetachNIC; fromFile: a NIC of the VM's file that the file
-// no longer has (apply).
-func (s *Supervisor) detachNIC(ctx context.Context, name, nic string, fromFile bool) error {
-	return s.hotplug().DetachNIC(ctx, name, nic, fromFile)
+	return s.hotplug().DetachNIC(ctx, name, nic, false)
 }
 
 // AttachHostDev passes the host PCI device h through to the running VM,

@@ -1,10 +1,7 @@
 package supervisor
 
 import (
-	"cmp"
-	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -18,10 +15,7 @@ import (
 func (r *startRun) resolveIdentity() {
 	var ids identity.IDs
 	if r.mode != StartFresh {
-		ids = identity.IDs{UUID: cmp.Or(r.f.VM.UUID, r.in.ids.UUID), GenID: r.in.ids.GenID}
-		if ids.GenID == "" && r.f.VM.VMGenID { // a source older than vmgenid has none
-			ids.GenID = identity.Resolve(&r.f.VM, identity.IDs{}).GenID
-		}
+		ids = identity.Incoming(&r.f.VM, r.in.ids)
 	} else {
 		var prev vmstate.Applied
 		_ = json.Unmarshal(r.prev.app, &prev) // none yet: new ones
@@ -38,30 +32,4 @@ func (s *Supervisor) recordedIDs(vm *spec.VM) identity.IDs {
 		rec = identity.IDs{UUID: app.UUID, GenID: app.GenID}
 	}
 	return identity.Resolve(vm, rec)
-}
-
-// keepUUID: a file without uuid, or with the one the VM runs with, asks for
-// no change of it (the VM keeps the UUID it was given).
-func keepUUID(running, want *spec.VM, app *vmstate.Applied) {
-	if want.UUID == "" || want.UUID == app.UUID {
-		running.UUID = want.UUID
-	}
-}
-
-// identitySteps write the files the VM's credentials reach QEMU through;
-// the stop-post hook removes them with the disk secrets.
-func (s *Supervisor) identitySteps(f *spec.File, p vmstate.Paths) []step {
-	if len(f.VM.Credentials) == 0 {
-		return nil
-	}
-	return []step{{
-		Name: "credentials",
-		Do: func(context.Context) error {
-			if err := identity.WriteCredentials(p.Dir, &f.VM); err != nil {
-				return fmt.Errorf("credentials: %w", err)
-			}
-			return nil
-		},
-		Undo: func(context.Context) { identity.RemoveCredentials(p.Dir) },
-	}}
 }

@@ -41,14 +41,13 @@ func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, 
 }
 
 // registerRecoverers registers each operation's recoverer with the kernel:
-// the operations are the supervisor's, their kinds declared beside them.
+// the feature packages register their own; the restart and the reboot are
+// the supervisor's, their kinds declared beside them.
 func (s *Supervisor) registerRecoverers() {
 	s.hotplug().Register()
-	for kind, r := range map[operation.Kind]operation.Recoverer{
-		opResize: s.recoverResize, opRestart: s.recoverRestart, opReboot: s.recoverReboot, opApplySet: s.recoverApplySet,
-	} {
-		s.ops.Register(kind, r)
-	}
+	s.applier().Register()
+	s.ops.Register(opRestart, s.recoverRestart)
+	s.ops.Register(opReboot, s.recoverReboot)
 	livemigrate.Register(s.ops, migrateHost{s})
 	s.diskops().Register()
 }

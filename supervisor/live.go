@@ -2,182 +2,18 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
-	"slices"
 
-	"github.com/vmsup/vmsup/internal/affinity"
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/qemuargs"
-	"github.com/vmsup/vmsup/qmp"
-	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/internal/apply"
 )
 
-// Settings QEMU takes over QMP only (a disk's I/O limits, a NIC's link
-// state: -blockdev and -device have no option for either): the start
-// pipeline gives them right after QEMU answers (StepLive), a migration
-// destination before its guest runs, and apply when the file changes them.
-// A start records the VM without them until they are in force, so that a
-// start killed in between leaves a record that says what QEMU has.
+// Settings QEMU takes over QMP only (I/O limits, links, vCPU pinning, the
+// balloon) are internal/apply's (apply.Runtime): the start pipeline gives
+// them right after QEMU answers, and records the VM without them until
+// then, so that a start killed in between leaves a record that says what
+// QEMU has.
 
 // StepLive is the start step that gives QEMU the QMP-only settings.
 const StepLive = "live-settings"
-
-// hasRuntime reports whether vm has settings only QMP can give.
-func hasRuntime(vm *spec.VM) bool {
-	return vm.Balloon || len(vm.Pinning.VCPUs) > 0 || slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return d.Limited() }) ||
-		slices.ContainsFunc(vm.NICs, func(n spec.NIC) bool { return !n.LinkIsUp() })
-}
-
-// withoutRuntime is vm as QEMU runs it before StepLive: no I/O limits,
-// every link up, no vCPU pinned.
-func withoutRuntime(vm spec.VM) *spec.VM {
-	vm.BalloonTarget = 0
-	vm.Pinning.VCPUs = nil
-	vm.Disks = slices.Clone(vm.Disks)
-	for i := range vm.Disks {
-		vm.Disks[i].IOLimits = spec.IOLimits{}
-	}
-	vm.NICs = slices.Clone(vm.NICs)
-	for i := range vm.NICs {
-		vm.NICs[i].Link = ""
-	}
-	return &vm
-}
-
-// applyRuntime gives the running QEMU vm's QMP-only settings. Setting a
-// value QEMU already has is harmless, so a recovery can simply run it again.
-// qmpPath is the QMP socket of the QEMU c talks to (it finds its threads).
-func applyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
-	if err := pinVCPUs(ctx, c, vm, qmpPath); err != nil {
-		return err
-	}
-	for _, d := range vm.Disks {
-		if d.Limited() {
-			if err := setIOLimits(ctx, c, d); err != nil {
-				return err
-			}
-		}
-	}
-	for _, n := range vm.NICs {
-		if !n.LinkIsUp() {
-			if err := setLink(ctx, c, n); err != nil {
-				return err
-			}
-		}
-	}
-	if vm.Balloon {
-		// The guest reports its memory figures (stats) only when asked to.
-		if err := c.QOMSet(ctx, balloonPath, "guest-stats-polling-interval", balloonStatsInterval); err != nil {
-			return fmt.Errorf("balloon: guest-stats-polling-interval: %w", err)
-		}
-	}
-	if vm.BalloonTarget != 0 {
-		return setBalloon(ctx, c, vm)
-	}
-	return nil
-}
-
-// pinVCPUs pins each vCPU thread of the QEMU on qmpPath as vm asks.
-func pinVCPUs(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
-	if len(vm.Pinning.VCPUs) == 0 {
-		return nil
-	}
-	pid, err := pinnedQEMU(vm, qmpPath)
-	if err != nil {
-		return err
-	}
-	if _, err := affinity.PinVCPUs(ctx, c, pid, vm.Pinning.VCPUs); err != nil {
-		return fmt.Errorf("pinning: %w", err)
-	}
-	return nil
-}
-
-// repin pins the vCPUs as vm now says: to their CPUs, or, without
-// pinning.vcpus, back to the unit's CPUs (the host's when it has none).
-func repin(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
-	if len(vm.Pinning.VCPUs) > 0 {
-		return pinVCPUs(ctx, c, vm, qmpPath)
-	}
-	set := emulatorCPUs(vm)
-	if len(set) == 0 {
-		var err error
-		if set, err = hostcaps.OnlineCPUs(); err != nil {
-			return err
-		}
-	}
-	pid, err := pinnedQEMU(vm, qmpPath)
-	if err != nil {
-		return err
-	}
-	return affinity.FloatVCPUs(ctx, c, pid, set)
-}
-
-// pinnedQEMU is the process whose threads pinning sets: vm's QEMU on
-// qmpPath (a migration's other QEMU listens elsewhere).
-func pinnedQEMU(vm *spec.VM, qmpPath string) (int, error) {
-	if pid := qemuPID(vm.Name, qmpPath); pid > 0 {
-		return pid, nil
-	}
-	return 0, fmt.Errorf("pinning: no QEMU of VM %q on %s in this PID namespace", vm.Name, qmpPath)
-}
-
-// setBalloon gives the balloon its target; none (0) means all of the
-// memory the guest has now (boot and DIMMs).
-func setBalloon(ctx context.Context, c *qmp.Conn, vm *spec.VM) error {
-	target := int64(vm.BalloonTarget)
-	if target == 0 {
-		m, err := c.QueryMemorySizeSummary(ctx)
-		if err != nil {
-			return fmt.Errorf("balloon: %w", err)
-		}
-		target = int64(m.BaseMemory + m.PluggedMemory)
-	}
-	if err := c.Balloon(ctx, target); err != nil {
-		return fmt.Errorf("balloon: %w", err)
-	}
-	return nil
-}
-
-// setIOLimits sets (or with none, removes) a disk's I/O limits. QEMU
-// wants the device that holds the block backend: for virtio-blk-pci that is
-// its virtio-blk child, so it is looked up by the disk's node.
-func setIOLimits(ctx context.Context, c *qmp.Conn, d spec.Disk) error {
-	blocks, err := c.QueryBlock(ctx)
-	if err != nil {
-		return fmt.Errorf("disk %q: query-block: %w", d.Name, err)
-	}
-	id := ""
-	for _, b := range blocks {
-		if b.Inserted != nil && b.Inserted.NodeName == qemuargs.DiskNodeName(d.Name) {
-			id = b.QdevID
-		}
-	}
-	if id == "" {
-		return fmt.Errorf("disk %q: QEMU has no device on node %s", d.Name, qemuargs.DiskNodeName(d.Name))
-	}
-	l := d.IOLimits
-	err = c.BlockSetIOThrottle(ctx, qmp.IOThrottle{ID: id,
-		IOPS: int64(l.IOPS), IOPSRead: int64(l.IOPSRead), IOPSWrite: int64(l.IOPSWrite),
-		BPS: int64(l.BPS), BPSRead: int64(l.BPSRead), BPSWrite: int64(l.BPSWrite)})
-	if err != nil {
-		return fmt.Errorf("disk %q: I/O limits (block_set_io_throttle): %w", d.Name, err)
-	}
-	return nil
-}
-
-func setLink(ctx context.Context, c *qmp.Conn, n spec.NIC) error {
-	if err := c.SetLink(ctx, qemuargs.NICDeviceID(n.Name), n.LinkIsUp()); err != nil {
-		return fmt.Errorf("nic %q: link %s (set_link): %w", n.Name, linkWord(n), err)
-	}
-	return nil
-}
-
-func linkWord(n spec.NIC) string {
-	if n.LinkIsUp() {
-		return spec.LinkUp
-	}
-	return spec.LinkDown
-}
 
 // liveStep is the start pipeline's StepLive for a fresh start: the
 // settings, then the record with them.
@@ -186,7 +22,7 @@ func (r *startRun) liveStep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = applyRuntime(ctx, c, &r.f.VM, r.sock.QMP)
+	err = apply.Runtime(ctx, c, &r.f.VM, r.sock.QMP)
 	release()
 	if err != nil {
 		return err

@@ -2,39 +2,22 @@ package supervisor
 
 import (
 	"context"
-	"errors"
-	"os"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/vmsup/vmsup/internal/consolelog"
+	"github.com/vmsup/vmsup/internal/vmlogs"
 	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
+// A VM's log (its units' journal and its console log, merged) is read in
+// internal/vmlogs; here are its Host and the library's API.
+
 // LogOptions select what Logs shows.
-type LogOptions struct {
-	Since  time.Time // zero: everything kept
-	Follow bool      // then keep showing new lines until ctx ends
-}
+type LogOptions = vmlogs.Options
 
 // LogLine is one line of a VM's log: a message of its units' journal, or a
 // line the guest wrote on its serial console.
-type LogLine struct {
-	// Time of a journal message, or when a console line was written (read
-	// back: from the log's time index, to within 0.1 s; followed: when it
-	// was seen). Zero for a console line whose time is not known (a log
-	// written before the index, or by a guest that writes a byte at a time
-	// for long).
-	Time   time.Time `json:"time"`
-	Source string    `json:"source"` // "console", or the unit that logged it
-	Text   string    `json:"text"`
-}
-
-// maxConsoleBack is how much of the console log Logs reads back (its end).
-const maxConsoleBack = 4 << 20
+type LogLine = vmlogs.Line
 
 // Logs gives the VM's journal (its units: QEMU's own messages and
 // systemd's about it) and its console log, merged: console lines go right
@@ -42,120 +25,18 @@ const maxConsoleBack = 4 << 20
 // run only), and the journal's later messages among them by time. With
 // Follow, new lines of both follow in the order they appear.
 func (s *Supervisor) Logs(ctx context.Context, name string, o LogOptions, fn func(LogLine)) error {
-	if err := spec.ValidName(name); err != nil {
-		return vmErr(name, err)
-	}
-	p := s.paths(name)
-	if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
-		return s.notFound(name)
-	}
-	unitNames := []string{vmstate.UnitName(name), vmstate.AltUnit(name, vmstate.UnitName(name)), vmstate.SettleUnit(name)}
-	var entries []units.Entry
-	err := units.Journal(ctx, units.JournalOptions{Dir: s.opts.JournalDir, Units: unitNames, Since: o.Since},
-		func(e units.Entry) { entries = append(entries, e) })
-	if err != nil {
-		return vmErr(name, err)
-	}
-	cc := s.consoleConfig(name)
-	console, end := readConsoleBack(cc, o.Since)
-	// After the last "Started" message: the run the console log is of.
-	at := len(entries)
-	for i := len(entries) - 1; i >= 0; i-- {
-		if strings.HasPrefix(entries[i].Message, "Started ") {
-			at = i + 1
-			break
-		}
-	}
-	for _, e := range entries[:at] {
-		fn(LogLine{Time: e.Time, Source: e.Unit, Text: e.Message})
-	}
-	rest := entries[at:]
-	for _, l := range console {
-		if !l.Time.IsZero() && l.Time.Before(o.Since) {
-			continue
-		}
-		for len(rest) > 0 && !l.Time.IsZero() && rest[0].Time.Before(l.Time) {
-			fn(LogLine{Time: rest[0].Time, Source: rest[0].Unit, Text: rest[0].Message})
-			rest = rest[1:]
-		}
-		fn(l)
-	}
-	for _, e := range rest {
-		fn(LogLine{Time: e.Time, Source: e.Unit, Text: e.Message})
-	}
-	if !o.Follow {
-		return nil
-	}
-	cursor := ""
-	if len(entries) > 0 {
-		cursor = entries[len(entries)-1].Cursor
-	}
-	var mu sync.Mutex
-	emit := func(l LogLine) { mu.Lock(); fn(l); mu.Unlock() }
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tailConsole(fctx, cc, end, emit)
-	}()
-	err = units.Journal(fctx, units.JournalOptions{Dir: s.opts.JournalDir, Units: unitNames, Follow: true, AfterCursor: cursor},
-		func(e units.Entry) { emit(LogLine{Time: e.Time, Source: e.Unit, Text: e.Message}) })
-	cancel()
-	<-done
-	return vmErr(name, err)
+	return vmlogs.Read(ctx, logsHost{s}, name, o, fn)
 }
 
-// readConsoleBack returns the console log's lines (its last maxConsoleBack
-// bytes, across its rotated files; none if it was last written before
-// since), each with the time its end was written, and where they end, to
-// follow it from.
-func readConsoleBack(c consolelog.Config, since time.Time) ([]LogLine, consolelog.Position) {
-	limit := int64(maxConsoleBack)
-	if !since.IsZero() {
-		// The newest file's time is the log's last write.
-		if files := consolelog.Files(c); len(files) > 0 {
-			if fi, err := os.Stat(files[len(files)-1]); err == nil && fi.ModTime().Before(since) {
-				limit = 0 // its end only
-			}
-		}
-	}
-	t, err := consolelog.ReadBack(c, limit)
-	if err != nil {
-		return nil, consolelog.Position{}
-	}
-	var lines []LogLine
-	data, off := string(t.Data), 0
-	if t.Cut {
-		off = strings.IndexByte(data, '\n') + 1 // a cut first line (none: all of it)
-		if off == 0 {
-			off = len(data)
-		}
-	}
-	for off < len(data) {
-		end := strings.IndexByte(data[off:], '\n')
-		if end < 0 {
-			end = len(data) - off // a line the guest has not ended yet
-		}
-		line := LogLine{Time: consolelog.TimeAt(t.Times, int64(off+end)), Source: "console",
-			Text: strings.ReplaceAll(data[off:off+end], "\r", "")}
-		lines = append(lines, line)
-		off += end + 1
-	}
-	return lines, t.End
-}
+// logsHost is the log reader's Host.
+type logsHost struct{ s *Supervisor }
 
-// tailConsole shows what the guest writes to its console from `from` on,
-// each complete line when it is seen, across the log's rotations; a log
-// that shrinks (started anew) is read from its start.
-func tailConsole(ctx context.Context, c consolelog.Config, from consolelog.Position, emit func(LogLine)) {
-	var partial string
-	_ = consolelog.Follow(ctx, c, from, func(b []byte) {
-		lines := strings.Split(partial+strings.ReplaceAll(string(b), "\r", ""), "\n")
-		partial = lines[len(lines)-1]
-		now := time.Now()
-		for _, l := range lines[:len(lines)-1] {
-			emit(LogLine{Time: now, Source: "console", Text: l})
-		}
-	})
+var _ vmlogs.Host = logsHost{}
+
+func (h logsHost) State() vmstate.Store                        { return h.s.state }
+func (h logsHost) NotFound(name string) error                  { return h.s.notFound(name) }
+func (h logsHost) ConsoleConfig(name string) consolelog.Config { return h.s.consoleConfig(name) }
+func (h logsHost) Journal(ctx context.Context, o units.JournalOptions, fn func(units.Entry)) error {
+	o.Dir = h.s.opts.JournalDir
+	return units.Journal(ctx, o, fn)
 }

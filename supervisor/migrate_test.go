@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -143,7 +144,7 @@ func TestMigratePostcopy(t *testing.T) {
 	waitConsole(t, st, "VMSUP-SHELL-READY", 90*time.Second)
 	guestExec(t, ctx, st.Console, "(while :; do dd if=/dev/urandom of=/dirty bs=1M count=16 2>/dev/null; done) >/dev/null 2>&1 & echo $! >/dirty.pid")
 	n := lastCounter(t, st.ConsoleLog)
-	var statuses []string
+	var statuses []qmp.MigrationStatus
 	res, err := sup.Migrate(ctx, "mpc", supervisor.MigrateOptions{Local: true, Bandwidth: 16 << 20, Postcopy: true,
 		PostcopyAfter: 2 * time.Second, Timeout: 3 * time.Minute, ProgressInterval: 200 * time.Millisecond,
 		Progress: func(p supervisor.MigrationProgress) {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/vmsup/vmsup/internal/apply"
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/livemigrate"
 	"github.com/vmsup/vmsup/internal/migration"
@@ -102,7 +104,7 @@ func (h migrateHost) LastWords(ctx context.Context, unit string) string {
 	return h.s.lastWords(ctx, unit)
 }
 func (h migrateHost) ApplyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
-	return applyRuntime(ctx, c, vm, qmpPath)
+	return apply.Runtime(ctx, c, vm, qmpPath)
 }
 func (h migrateHost) ConsoleConfig(name string) consolelog.Config { return h.s.consoleConfig(name) }
 func (h migrateHost) AfterStop(ctx context.Context, name string) error {
@@ -110,7 +112,7 @@ func (h migrateHost) AfterStop(ctx context.Context, name string) error {
 }
 func (h migrateHost) Disable(ctx context.Context, name string) error { return h.s.Disable(ctx, name) }
 func (h migrateHost) SyncBootUnit(ctx context.Context) error         { return h.s.syncBootUnit(ctx) }
-func (h migrateHost) RunStateAt(ctx context.Context, sock string) string {
+func (h migrateHost) RunStateAt(ctx context.Context, sock string) qmp.RunState {
 	return h.s.runStateAt(ctx, sock)
 }
 func (h migrateHost) RemoveUnit(ctx context.Context, sd *units.Manager, unit string) {
@@ -137,10 +139,10 @@ var _ livemigrate.Start = incomingStart{}
 func (i incomingStart) Run(ctx context.Context) (func(context.Context), error) {
 	return runSteps(ctx, i.r.name, i.r.steps(), i.r.s.opts.AfterStep)
 }
-func (i incomingStart) Unit() string               { return i.r.unit }
+func (i incomingStart) Unit() string               { return i.r.plan.Unit }
 func (i incomingStart) Sockets() vmstate.Paths     { return i.r.sock }
 func (i incomingStart) Applied() *vmstate.Applied  { return i.r.app }
-func (i incomingStart) ConsoleFIFO() string        { return consoleFIFO(i.r.p, i.r.unit) }
+func (i incomingStart) ConsoleFIFO() string        { return companion.FIFO(i.r.p, i.r.plan.Unit) }
 func (i incomingStart) Op() *operation.Op          { return i.r.op }
 func (i incomingStart) Unlock(ctx context.Context) { i.r.unlock(ctx) }
 func (i incomingStart) Release() {

@@ -7,16 +7,14 @@ import (
 	"os"
 	"time"
 
-	"github.com/vmsup/vmsup/storage"
-
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
+	"github.com/vmsup/vmsup/storage"
 )
 
-// The host side of NICs lives in internal/vmnet; this is its part of a
-// start and the exported API that predates the move.
+// The host side of NICs lives in internal/vmnet, with its part of a start
+// (vmnet.Start); this is the exported API that predates the move.
 
 // NetworkOptions say how VM NICs reach the host network. The zero value
 // works on a stock host: taps owned by the QEMU user, OVS at its default
@@ -39,77 +37,12 @@ func (s *Supervisor) tapOwner(ctx context.Context, vm string) (vmnet.Owner, erro
 	return vmnet.Owner{UID: uid, GID: gid}, err
 }
 
-// networkSteps prepares the VM's NICs: a check of everything they refer to
-// (nothing is made before it passes), the namespace for cni NICs, then one
-// step per tap NIC. The unit gets /dev/net/tun, the namespace and the
-// ExecStopPost= hook that tears it all down however QEMU ends.
-func (s *Supervisor) networkSteps(f *spec.File, plan *startPlan) []step {
-	vm := &f.VM
-	n := s.net()
-	st := n.NewRecord(vm.Name)
-	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) {
-		s.networkUnit(u, vm.Name)
-		if st.Netns != nil {
-			u.NetworkNamespacePath = st.Netns.Unit
-		}
-	})
-	teardown := func(ctx context.Context) { n.Teardown(ctx, vm.Name, false) }
-	steps := []step{{Name: "net-check", Do: func(ctx context.Context) error {
-		// A run that crashed before its hook could clean up left its
-		// taps, ports and namespace behind: remove them first.
-		if n.HasRecord(vm.Name) {
-			s.opts.Logger.Info("removing the network left by a previous run", "vm", vm.Name)
-			if err := n.Teardown(ctx, vm.Name, false); err != nil {
-				return fmt.Errorf("network left by a previous run: %w", err)
-			}
-		}
-		return n.Check(ctx, f)
-	}}}
-	for _, nic := range vm.NICs {
-		if nic.Type == spec.NICCNI {
-			steps = append(steps, step{Name: "netns", Do: func(ctx context.Context) error {
-				return n.MakeNetns(ctx, vm.Name, st)
-			}, Undo: teardown})
-			break
-		}
-	}
-	for _, nic := range vm.NICs {
-		if !nic.UsesTap() {
-			continue
-		}
-		steps = append(steps, step{Name: fmt.Sprintf("nic %q", nic.Name), Do: func(ctx context.Context) error {
-			owner, err := s.tapOwner(ctx, vm.Name)
-			if err != nil {
-				return fmt.Errorf("nic %q: %w", nic.Name, err)
-			}
-			return n.NICUp(ctx, vm.Name, nic, "", owner, st)
-		}, Undo: teardown})
-	}
-	return steps
-}
-
-// networkUnit gives the VM's unit what its NICs need: the tun device (and
-// vhost-net), and the stop-post hook that removes their host side.
-func (s *Supervisor) networkUnit(u *units.Unit, vm string) {
-	u.DeviceAllow = append(u.DeviceAllow, s.net().UnitDevices()...)
-	u.ExecStopPost = append(u.ExecStopPost, []string{s.opts.Self, "stop-post", "--root", s.opts.Root, vm})
-	// The hook removes taps and takes back file grants: it needs root
-	// even though QEMU runs unprivileged.
-	u.StopHooksPrivileged = true
-}
-
 // validateNICs is the NIC check of Validate: the bridges, OVS bridges and
 // CNI configs the NICs name must exist.
 func (s *Supervisor) validateNICs(ctx context.Context, f *spec.File) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return s.net().Check(ctx, f)
-}
-
-// networkTeardown removes what networkSteps (and NIC hotplug) made once
-// QEMU is gone; idempotent.
-func (s *Supervisor) networkTeardown(ctx context.Context, name string) error {
-	return s.net().Teardown(ctx, name, false)
 }
 
 // StopPost is the unit's ExecStopPost= hook ("vmsup stop-post NAME"): it
@@ -143,7 +76,7 @@ func (s *Supervisor) StopPost(ctx context.Context, name, unit string) error {
 	err = errors.Join(err, storage.Teardown(s.paths(name).Dir))
 	// Host PCI devices go back to their drivers once QEMU let them go, a
 	// crash included.
-	err = errors.Join(err, s.hostDevTeardown(name))
+	err = errors.Join(err, s.hostDevs().Teardown(name, s.paths(name).HostDevs()))
 	if err != nil {
 		return vmErr(name, fmt.Errorf("stop-post: %w", err))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -56,7 +57,7 @@ func sameFileName(a, b string) bool {
 	if a == b {
 		return true
 	}
-	return samePath(a, b)
+	return vmdisks.SamePath(a, b)
 }
 
 // FileOf is the file VM name belongs to (its owner), for commands that

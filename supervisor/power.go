@@ -123,7 +123,7 @@ func (s *Supervisor) finishReboot(ctx context.Context, c *qmp.Conn, events <-cha
 		if err != nil {
 			return err
 		}
-		if qs.Status == "shutdown" {
+		if qs.Status == qmp.RunShutdown {
 			break
 		}
 		if resetNotResumed(qs.Status) {
@@ -188,7 +188,7 @@ func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *operati
 		return "resumed the reset guest", restoreShutdown(ctx, c)
 	case !op.Has(rebootPause):
 		return "nothing was done", restoreShutdown(ctx, c)
-	case qs.Status == "shutdown":
+	case qs.Status == qmp.RunShutdown:
 		if err := c.SystemReset(ctx); err != nil {
 			return "", err
 		}
@@ -222,7 +222,7 @@ func (s *Supervisor) recoverReboot(ctx context.Context, name string, op *operati
 
 // resetNotResumed: QEMU stopped after a reset from "shutdown" (a reboot's
 // reset done, its resume not).
-func resetNotResumed(status string) bool { return status == "prelaunch" }
+func resetNotResumed(status qmp.RunState) bool { return status == qmp.RunPrelaunch }
 
 // Reset is a hard reset (QMP system_reset): the guest restarts at once,
 // without shutting down; QEMU keeps running.

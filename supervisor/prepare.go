@@ -4,60 +4,112 @@ import (
 	"context"
 	"errors"
 
+	"github.com/vmsup/vmsup/internal/companion"
+	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/consolelog"
+	"github.com/vmsup/vmsup/internal/guestmem"
+	"github.com/vmsup/vmsup/internal/hostdevs"
 	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/internal/identity"
-	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/startplan"
+	"github.com/vmsup/vmsup/internal/vfio"
+	"github.com/vmsup/vmsup/internal/vmdisks"
+	"github.com/vmsup/vmsup/internal/vmnet"
+	"github.com/vmsup/vmsup/internal/vsock"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
+	"github.com/vmsup/vmsup/storage"
 )
 
-// startPlan collects what the host steps decide about QEMU's argv and unit
-// (a secret file, a tap's name, a confinement setting) so the argv and unit
-// steps that follow apply it.
-type startPlan struct {
-	argvOpts []func(*qemuargs.Options)
-	unitOpts []func(*units.Unit)
-	// carried are disks hot-plugged during an earlier run that this start
-	// boots with (storage.go).
-	carried []spec.Disk
-	// moved are the disks of the file `vmsup disk move` put elsewhere
-	// (diskmove.go), recorded again with the new run.
-	moved map[string]vmstate.MovedDisk
-	// tree is the VM's snapshot tree: the overlays snapshots put disks
-	// on (snapshot.go); nil for a VM coming from another host.
-	tree *snapshot.Tree
-	// accel is the accelerator the start resolved (validate).
-	accel spec.Accel
-	// vsockCID and hugetlbfs are the guest's CID and memory mount
-	// (vsock.go), recorded with the VM.
-	vsockCID  uint32
-	hugetlbfs string
+// The concerns of a start live in their own packages, each a
+// startplan.Contributor: its steps with their undo, and its argv and unit
+// options as data in the start's plan (start.go applies them). Here they
+// are listed in the order their steps run, with what each needs of the
+// supervisor, and torn down once QEMU is gone.
+
+// hostConcerns make the host ready for QEMU, between the state-dir and
+// argv steps; a local migration destination runs none of their steps and
+// reuses what the running QEMU's made (startplan.Reuse). Making the list
+// touches nothing: StartSteps lists a start without running it.
+func (s *Supervisor) hostConcerns() []startplan.Contributor {
+	return []startplan.Contributor{
+		guestmem.Manager{QEMUUser: func(ctx context.Context, vm string) (string, uint32, uint32, error) {
+			return s.confiner().Identity(ctx, vm)
+		}},
+		vsock.Start{Allocator: s.vsocks()},
+		s.disks(),
+		identity.Credentials{},
+		vmnet.Start{Manager: s.net(), StopPost: []string{s.opts.Self, HookPost, "--root", s.opts.Root}, Owner: s.tapOwner},
+		s.hostDevs(), // before confine: it grants the nodes binding makes
+		confine.Start{Manager: s.confiner},
+	}
 }
 
-// hostSteps are the steps that make the host ready for QEMU before its unit
-// starts, in order, each with its undo. Each concern (storage, network,
-// confinement) contributes its own steps from its own file.
-func (s *Supervisor) hostSteps(f *spec.File, p vmstate.Paths, plan *startPlan) []step {
-	steps := s.guestSteps(f, plan)
-	steps = append(steps, s.storageSteps(f, p, plan)...)
-	steps = append(steps, s.identitySteps(f, p)...)
-	steps = append(steps, s.networkSteps(f, plan)...)
-	steps = append(steps, s.hostDevSteps(f, p, plan)...) // before confine: it grants the nodes binding makes
-	steps = append(steps, s.confineSteps(f, plan)...)
-	return steps
+// companions start the units that serve QEMU from outside it (the console
+// logger, swtpm, virtiofsd), after the record step.
+func (s *Supervisor) companions() companion.Companions {
+	return companion.Companions{Self: s.opts.Self, Systemd: s.systemd, LastWords: s.lastWords,
+		Confinement: func(vm string) (*confine.Record, error) { return s.confiner().Read(vm) }}
 }
 
-// hostTeardown releases what hostSteps set up once QEMU is gone (after Down,
-// a crash, or a stop through systemd). It must be idempotent.
+// hostTeardown releases what the host concerns' steps set up once QEMU is
+// gone (after Down, a crash, or a stop through systemd). It must be
+// idempotent.
 func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
+	p := s.paths(name)
 	return errors.Join(
-		s.networkTeardown(ctx, name),
-		s.hostDevTeardown(name),
+		s.net().Teardown(ctx, name, false),
+		s.hostDevs().Teardown(name, p.HostDevs()),
 		s.confiner().Teardown(ctx, name),
-		s.storageTeardown(ctx, name),
-		identity.RemoveCredentials(s.paths(name).Dir),
+		vmdisks.Teardown(p.Dir),
+		identity.RemoveCredentials(p.Dir),
 		hugepages.Host{}.RemoveVMDirs(name),
 	)
+}
+
+func (s *Supervisor) disks() vmdisks.Manager {
+	return vmdisks.Manager{Store: s.state, Tools: s.tools(), CheckPaths: s.checkDiskPaths}
+}
+
+func (s *Supervisor) tools() storage.Tools { return storage.Tools{} }
+
+// vsocks is the root's CID table (internal/vsock).
+func (s *Supervisor) vsocks() vsock.Allocator { return vsock.ForRoot(s.opts.Root) }
+
+// vfio is this supervisor's host for PCI passthrough.
+func (s *Supervisor) vfio() vfio.Host { return vfio.Host{Sys: s.opts.SysRoot, Dev: s.opts.DevRoot} }
+
+func (s *Supervisor) hostDevs() hostdevs.Manager {
+	return hostdevs.Manager{VFIO: s.vfio(), Logger: s.opts.Logger}
+}
+
+// guestArgv fills what an argv shown or checked outside a start needs
+// (a start's steps set both): the CID the VM has or would get, the
+// hugepages' directory.
+func (s *Supervisor) guestArgv(vm *spec.VM, o *qemuargs.Options) error {
+	if vm.Vsock.On() && o.VsockCID == 0 {
+		cid, err := s.vsocks().Peek(vm.Name, uint32(vm.Vsock.CID))
+		if err != nil {
+			return err
+		}
+		o.VsockCID = cid
+	}
+	if vm.Hugepages != "" && o.Hugetlbfs == "" {
+		dir, err := hugepages.Host{}.DirOf(vm)
+		if err != nil {
+			return err
+		}
+		o.Hugetlbfs = dir
+	}
+	return nil
+}
+
+// consoleConfig is the console log of the VM as it was last started (the
+// defaults when there is no record).
+func (s *Supervisor) consoleConfig(name string) consolelog.Config {
+	var vm *spec.VM
+	if v, _ := s.view(name); v != nil {
+		vm = v.Booted
+	}
+	return companion.Config(s.paths(name), vm)
 }

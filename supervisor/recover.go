@@ -2,56 +2,13 @@ package supervisor
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 
 	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
-// Recovery of the operations the supervisor still runs itself (resize,
-// restart; journal.go), and the helpers recoveries share. The hot-plugs'
-// recovery is internal/hotplug's.
-
-func rulePaths(rules []units.PathRule) []string {
-	paths := make([]string, len(rules))
-	for i, r := range rules {
-		paths[i] = r.Path
-	}
-	return paths
-}
-
-// liveQMP is the running VM's monitor, or nil (no error) when QEMU is gone.
-func (s *Supervisor) liveQMP(ctx context.Context, name string) (*qmp.Conn, func(), error) {
-	if _, err := os.Stat(s.paths(name).QMP); err != nil {
-		return nil, func() {}, nil
-	}
-	return s.qmpSession(ctx, name)
-}
-
-func (s *Supervisor) recoverResize(ctx context.Context, name string, _ *operation.Op) (string, error) {
-	v, err := s.view(name)
-	if errors.Is(err, ErrNotRunning) {
-		return "QEMU is gone: nothing to reconcile", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	app, vm := v.Applied, v.Booted
-	c, release, err := s.qmpSession(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	defer release()
-	cpus, mem, err := s.recordResize(ctx, c, app, vm)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("recorded what QEMU has: %d vCPUs, %s", cpus, mem), nil
-}
+// Recovery of a restart (the reboot's is beside it in power.go); the
+// feature packages register their own (journal.go).
 
 // restartIntent is a restart's: the file it applies.
 type restartIntent struct {

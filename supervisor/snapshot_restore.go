@@ -22,7 +22,7 @@ func (r *startRun) restoreState(ctx context.Context) error {
 	defer f.Close()
 	// QEMU's own words say why a state did not load (it exits).
 	words := func(err error) error {
-		return fmt.Errorf("%w: %s", err, r.s.lastWords(context.WithoutCancel(ctx), r.unit))
+		return fmt.Errorf("%w: %s", err, r.s.lastWords(context.WithoutCancel(ctx), r.plan.Unit))
 	}
 	c, release, err := r.monitor(ctx)
 	if err != nil {
@@ -57,7 +57,7 @@ func (r *startRun) monitor(ctx context.Context) (*qmp.Conn, func(), error) {
 				return c, release, nil
 			}
 		}
-		if st, err := r.sd.Status(wctx, r.unit); err == nil && st.Gone() {
+		if st, err := r.sd.Status(wctx, r.plan.Unit); err == nil && st.Gone() {
 			return nil, nil, fmt.Errorf("QEMU exited (%s)", orDefault(st.ExitReason(), st.ActiveState))
 		}
 		select {

@@ -10,12 +10,17 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/apply"
+	"github.com/vmsup/vmsup/internal/companion"
+	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/startplan"
+	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -27,45 +32,47 @@ import (
 // destination all start QEMU through it. It is a list of named steps, each
 // with its undo; a failed step undoes the ones before it. The mode says
 // what the start makes; each host concern (storage, network, confinement)
-// adds its own steps, and its unit and argv options as data (startPlan),
-// which the argv and unit steps apply in one place.
+// and the companion units add their own steps, and their unit and argv
+// options as data (a startplan.Plan, prepare.go lists them), which the
+// argv and unit steps apply in one place.
 
 // StartMode is what a start makes.
-type StartMode int
+type StartMode = startplan.Mode
 
 // Start modes.
 const (
 	// StartFresh: a new QEMU running the guest from its file (up).
-	StartFresh StartMode = iota
+	StartFresh = startplan.Fresh
 	// StartIncoming: a migration destination on another host than the
 	// source: QEMU waits with -incoming, the host is made ready as for up.
-	StartIncoming
+	StartIncoming = startplan.Incoming
 	// StartIncomingLocal: a migration destination on the source's host: the
 	// new QEMU runs under the VM's other unit name and reuses the host
 	// resources the running one has (taps, grants, namespace).
-	StartIncomingLocal
+	StartIncomingLocal = startplan.IncomingLocal
 )
 
-func (m StartMode) String() string {
-	return [...]string{"fresh", "incoming", "incoming-local"}[m]
-}
-
 // Steps of a start, in order, as AfterStep sees them. The host concerns'
-// steps come between state-dir and argv: storage, net-check, netns (with
-// CNI NICs), `nic "NAME"` for each tap NIC, confine; a local migration
-// destination has reuse instead.
+// steps come between state-dir and argv: hugepages, vsock, storage,
+// credentials, net-check, netns (with CNI NICs), `nic "NAME"` for each tap
+// NIC, hostdevs, confine (each only where the VM needs it); a local
+// migration destination has reuse instead. The companions' come between
+// record and unit.
 const (
 	StepValidate = "validate" // resolve the accelerator and CPU; checks that touch nothing
 	StepLock     = "lock"     // the VM's lock (a local destination runs under the source's)
 	StepCheck    = "check"    // the unit's state: an existing VM is left alone
 	StepStateDir = "state-dir"
-	StepStorage  = "storage"
-	StepNetCheck = "net-check"
-	StepNetns    = "netns"
-	StepConfine  = "confine"
+	StepStorage  = vmdisks.Step
+	StepNetCheck = vmnet.StepCheck
+	StepNetns    = vmnet.StepNetns
+	StepConfine  = confine.Step
 	StepReuse    = "reuse" // a local destination: the running QEMU's host resources
 	StepArgv     = "argv"
 	StepRecord   = "record"
+	StepConsole  = companion.StepConsole  // the console logger
+	StepTPM      = companion.StepTPM      // the VM's swtpm
+	StepVirtioFS = companion.StepVirtioFS // the shares' virtiofsd
 	StepUnit     = "unit"
 	StepConfirm  = "confirm"  // fresh: QEMU answers QMP and runs
 	StepIncoming = "incoming" // destination: QEMU listens for the stream
@@ -110,11 +117,12 @@ type startRun struct {
 	name string
 	p    vmstate.Paths // the VM's paths
 	sock vmstate.Paths // where this QEMU's sockets go: p, or a fresh incoming directory
-	unit string
 	sd   *units.Manager
 	lk   *operation.Lock
 	app  *vmstate.Applied
-	plan startPlan
+	// plan is what the concerns' steps share and decide; plan.Unit is the
+	// unit this QEMU runs as.
+	plan startplan.Plan
 	argv []string
 	res  UpResult
 	in   incomingArgs
@@ -137,15 +145,16 @@ func (s *Supervisor) newStart(f *spec.File, mode StartMode, in incomingArgs) *st
 	name := f.VM.Name
 	r := &startRun{s: s, mode: mode, f: f, name: name, p: s.paths(name), in: in, res: UpResult{VM: name}}
 	r.sock = r.p
+	r.plan = startplan.Plan{Mode: mode, Paths: r.p}
 	r.app = &vmstate.Applied{Name: name, SourceFile: absPath(f.Path), Spec: vmstate.Canonical(&f.VM)}
 	switch mode {
 	case StartFresh:
-		r.unit = s.state.UnitOf(name) // after a local migration, not vmsup-NAME.service
+		r.plan.Unit = s.state.UnitOf(name) // after a local migration, not vmsup-NAME.service
 	case StartIncoming:
-		r.unit = vmstate.UnitName(name)
+		r.plan.Unit = vmstate.UnitName(name)
 		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
 	case StartIncomingLocal:
-		r.unit = vmstate.AltUnit(name, s.state.UnitOf(name))
+		r.plan.Unit = vmstate.AltUnit(name, s.state.UnitOf(name))
 		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
 	}
 	return r
@@ -163,18 +172,12 @@ func (r *startRun) steps() []step {
 	if r.mode == StartIncomingLocal {
 		steps = append(steps, step{Name: StepReuse, Do: r.reuse})
 	} else {
-		steps = append(steps, r.s.hostSteps(r.f, r.p, &r.plan)...)
+		steps = append(steps, startplan.Steps(r.f, &r.plan, r.s.hostConcerns()...)...)
 	}
 	steps = append(steps,
 		step{Name: StepArgv, Do: r.makeArgv},
-		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord},
-		step{Name: StepConsole, Do: r.startConsoleLog, Undo: r.stopConsoleLog})
-	if r.f.VM.TPM != nil {
-		steps = append(steps, step{Name: StepTPM, Do: r.startTPM, Undo: r.stopTPM})
-	}
-	if r.f.VM.HasVirtioFS() {
-		steps = append(steps, step{Name: StepVirtioFS, Do: r.startVirtioFS, Undo: r.stopVirtioFS})
-	}
+		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord})
+	steps = append(steps, r.s.companions().Steps(r.f, &r.plan)...)
 	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
 	if r.mode == StartFresh && r.restore != "" {
 		return append(steps, step{Name: StepRestore, Do: r.restoreState})
@@ -183,7 +186,7 @@ func (r *startRun) steps() []step {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
 			return r.s.confirmRunning(ctx, r.sd, r.name)
 		}})
-		if hasRuntime(&r.f.VM) {
+		if apply.HasRuntime(&r.f.VM) {
 			steps = append(steps, step{Name: StepLive, Do: r.liveStep})
 		}
 		return steps
@@ -222,10 +225,10 @@ func (r *startRun) validate(ctx context.Context) (err error) {
 		}
 	}
 	if r.mode != StartFresh && r.f.VM.HasVirtioFS() {
-		return errMigrateVirtioFS
+		return companion.ErrMigrateVirtioFS
 	}
 	r.app.CPUModel, r.app.CPUMasks = cmp.Or(r.f.VM.CPUModel, cpu.Model), cpu.Masks
-	r.plan.accel = r.app.Accel
+	r.plan.Accel = r.app.Accel
 	r.sd, err = s.systemd(ctx)
 	return err
 }
@@ -324,7 +327,7 @@ func (r *startRun) unlock(context.Context) {
 // its commit records is not known yet.
 func (r *startRun) incomingIntent() any {
 	_, err := os.Stat(r.p.Dir)
-	return r.in.intent(r.unit, err == nil, nil, nil)
+	return r.in.intent(r.plan.Unit, err == nil, nil, nil)
 }
 
 // check reads the unit's state: a fresh start leaves an existing VM as it
@@ -332,35 +335,35 @@ func (r *startRun) incomingIntent() any {
 // that is active here.
 func (r *startRun) check(ctx context.Context) error {
 	if r.mode == StartIncoming {
-		if cur := r.s.state.UnitOf(r.name); cur != r.unit {
+		if cur := r.s.state.UnitOf(r.name); cur != r.plan.Unit {
 			if st, err := r.sd.Status(ctx, cur); err == nil && !st.Gone() {
 				return fmt.Errorf("already running on this host as %s", cur)
 			}
 		}
 	}
-	st, err := r.sd.Status(ctx, r.unit)
+	st, err := r.sd.Status(ctx, r.plan.Unit)
 	if err != nil {
 		return err
 	}
 	if r.mode != StartFresh {
 		switch {
 		case st.Exists && st.ActiveState == "failed":
-			return r.sd.ResetFailed(ctx, r.unit)
+			return r.sd.ResetFailed(ctx, r.plan.Unit)
 		case st.Exists && st.ActiveState != "inactive":
-			return fmt.Errorf("unit %s is %s on this host", r.unit, st.ActiveState)
+			return fmt.Errorf("unit %s is %s on this host", r.plan.Unit, st.ActiveState)
 		}
 		return nil
 	}
 	if st.Gone() {
-		defer func() { r.unit = vmstate.UnitName(r.name) }() // a fresh start uses the usual name
+		defer func() { r.plan.Unit = vmstate.UnitName(r.name) }() // a fresh start uses the usual name
 	}
 	switch {
 	case st.Exists && st.ActiveState == "failed":
 		r.res.Note = joinNote(r.res.Note, "previous run crashed: "+st.ExitReason())
-		return r.sd.ResetFailed(ctx, r.unit)
+		return r.sd.ResetFailed(ctx, r.plan.Unit)
 	case st.Exists && st.ActiveState != "inactive":
 		if st.ActiveState != "active" {
-			return fmt.Errorf("unit %s is %s; try again when it settles", r.unit, st.ActiveState)
+			return fmt.Errorf("unit %s is %s; try again when it settles", r.plan.Unit, st.ActiveState)
 		}
 		old, err := r.s.state.ReadApplied(r.name)
 		r.res.Action = Changed
@@ -372,7 +375,7 @@ func (r *startRun) check(ctx context.Context) error {
 		}
 		// The VM exists: report it as it is, whatever its state, and touch
 		// nothing (no later step, no undo).
-		if err := r.s.reportExisting(ctx, r.sd, r.name, r.unit, &r.res); err != nil {
+		if err := r.s.reportExisting(ctx, r.sd, r.name, r.plan.Unit, &r.res); err != nil {
 			return err
 		}
 		return errStopHere
@@ -390,15 +393,15 @@ func (r *startRun) stateDir(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.plan.tree = tree
+		r.plan.Boot.Tree = tree
 		if app, err := r.s.state.ReadApplied(r.name); err == nil {
-			r.plan.moved = movedFor(f, app.Moved)
+			r.plan.Boot.Moved = vmdisks.MovedFor(f, app.Moved)
 		}
 	}
 	if r.mode != StartIncomingLocal {
 		if r.mode == StartFresh {
 			var err error
-			if r.plan.carried, err = r.s.carriedDisks(f); err != nil {
+			if r.plan.Boot.Carried, err = r.s.disks().Carried(f); err != nil {
 				return err
 			}
 		}
@@ -435,7 +438,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 			}
 		}
 		// The source's console history replaces this host's old one.
-		for _, old := range consolelog.Files(consoleConfigOf(p, &f.VM)) {
+		for _, old := range consolelog.Files(companion.Config(p, &f.VM)) {
 			if err := os.Remove(old); err != nil {
 				return err
 			}
@@ -498,41 +501,18 @@ func (r *startRun) undoStateDir(context.Context) {
 // steps made: its confinement (user, sandbox, profile), its network hooks
 // and namespace, its disks' devices. Nothing is made again.
 func (r *startRun) reuse(context.Context) error {
-	s, f, p := r.s, r.f, r.p
-	if f.VM.Vsock.On() {
-		return errLocalVsock
-	}
-	if f.VM.Hugepages != "" { // the same pages' mount; the running QEMU's pages stay its own
-		mount, err := hugetlbfs(&f.VM)
-		if err != nil {
-			return f.Errorf("hugepages", "%v", err)
-		}
-		r.plan.hugetlbfs = mount
-		r.plan.argvOpts = append(r.plan.argvOpts, func(o *qemuargs.Options) { o.Hugetlbfs = mount })
-	}
-	r.plan.unitOpts = append(r.plan.unitOpts, func(u *units.Unit) {
-		blockDevices(u, &f.VM)
-		if c, err := s.confiner().Read(r.name); err == nil && c != nil {
-			u.Sandbox = s.confiner().Sandbox(f, p, c)
-		}
-		if st, err := vmnet.ReadRecord(p); err == nil && st.Netns != nil {
-			u.NetworkNamespacePath = st.Netns.Unit
-		}
-		s.networkUnit(u, r.name)
-	})
-	return nil
+	return startplan.Reuse(r.f, &r.plan, r.s.hostConcerns()...)
 }
 
 func (r *startRun) makeArgv(context.Context) (err error) {
 	r.resolveIdentity()
-	boot := bootFile(r.f, &r.plan)
+	boot := r.plan.Boot.File(r.f)
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
-	opts := append(r.plan.argvOpts, func(o *qemuargs.Options) {
-		o.EventLog, o.ConsoleLog = r.app.EventLog, consoleFIFO(r.p, r.unit)
+	opts := append(r.plan.ArgvOptions(), func(o *qemuargs.Options) {
+		o.EventLog = r.app.EventLog
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
-		o.TPMSocket = tpmPaths(r.p, r.unit).Socket // each unit its own swtpm
 	})
 	if r.restore != "" {
 		opts = append(opts, func(o *qemuargs.Options) { o.Incoming = true })
@@ -553,9 +533,9 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 		return fmt.Errorf("the QEMU command line would be %d bytes, more than %d", n, maxArgv)
 	}
 	r.app.Argv = r.argv
-	r.app.VsockCID, r.app.Hugetlbfs = r.plan.vsockCID, r.plan.hugetlbfs
-	recordBootDisks(r.app, &boot.VM, r.plan.carried)
-	r.app.Moved = r.plan.moved
+	r.app.VsockCID, r.app.Hugetlbfs = r.plan.VsockCID, r.plan.Hugetlbfs
+	vmdisks.Record(r.app, &boot.VM, r.plan.Boot.Carried)
+	r.app.Moved = r.plan.Boot.Moved
 	return nil
 }
 
@@ -575,7 +555,7 @@ func argvBytes(argv []string) int {
 func (r *startRun) record(context.Context) error {
 	if r.op != nil {
 		// What the receiver's commit would record, for recovery.
-		return r.op.SetIntent(r.in.intent(r.unit, r.prev.dir, r.app, r.f.Raw))
+		return r.op.SetIntent(r.in.intent(r.plan.Unit, r.prev.dir, r.app, r.f.Raw))
 	}
 	if r.mode != StartFresh {
 		return nil
@@ -585,8 +565,8 @@ func (r *startRun) record(context.Context) error {
 	if old, err := r.s.state.ReadApplied(r.name); err == nil {
 		r.app.Generation = old.Generation + 1
 	}
-	if hasRuntime(&r.f.VM) {
-		r.app.SetVM(withoutRuntime(r.f.VM)) // until StepLive gives them
+	if apply.HasRuntime(&r.f.VM) {
+		r.app.SetVM(apply.WithoutRuntime(r.f.VM)) // until StepLive gives them
 	}
 	if err := r.s.state.ClearPending(r.name); err != nil { // this QEMU runs the file
 		return err
@@ -605,10 +585,8 @@ func (r *startRun) undoRecord(context.Context) {
 // startUnit starts QEMU's unit with the options the host steps returned.
 func (r *startRun) startUnit(ctx context.Context) error {
 	u := r.s.unitFor(r.f, r.argv, r.app.Accel)
-	u.Name = r.unit
-	for _, o := range r.plan.unitOpts {
-		o(&u)
-	}
+	u.Name = r.plan.Unit
+	r.plan.ApplyUnit(&u)
 	r.s.bindHooks(&u)
 	for _, f := range []string{r.app.EventLog + ".in", r.app.EventLog + ".out"} {
 		if err := vmstate.ChownLike(f, r.p.Dir); err != nil { // QEMU opens both as its user
@@ -635,7 +613,7 @@ func (r *startRun) startUnit(ctx context.Context) error {
 func (r *startRun) removeUnit(ctx context.Context) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	r.sd.KillAndWait(uctx, r.unit)
+	r.sd.KillAndWait(uctx, r.plan.Unit)
 }
 
 // joinNote joins two notes for the user ("" is none).

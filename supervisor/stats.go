@@ -2,11 +2,11 @@ package supervisor
 
 import (
 	"context"
-	"strings"
 
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/internal/vmstats"
+	"github.com/vmsup/vmsup/internal/vmstatus"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
 )
@@ -32,22 +32,6 @@ const balloonPath = vmstats.BalloonPath
 // memory (seconds), set when QEMU starts: without it there are no figures.
 const balloonStatsInterval = 5
 
-// qemuState is QEMU's run state in vmsup's words, and why when that is
-// not one vmsup expects of a live QEMU.
-func qemuState(qs qmp.StatusInfo) (State, string) {
-	switch {
-	case qs.Running:
-		return StateRunning, ""
-	case qs.Status == "paused" || qs.Status == "suspended":
-		return StatePaused, ""
-	case qs.Status == "guest-panicked":
-		return StatePanicked, "" // vmsup events NAME shows the GUEST_PANICKED
-	case qs.Status == "shutdown" || qs.Status == "internal-error" || qs.Status == "io-error":
-		return StateUnknown, "QEMU status " + qs.Status
-	}
-	return State(strings.ReplaceAll(qs.Status, "-", " ")), ""
-}
-
 // qemuPID is the QEMU of VM name listening on qmpPath (0: none).
 func qemuPID(name, qmpPath string) int { return vmstats.QEMUPID(name, qmpPath) }
 
@@ -66,6 +50,6 @@ func (h statsHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func
 func (h statsHost) View(name string) (*vmstate.View, error) { return h.s.view(name) }
 func (h statsHost) Taps(name string) []vmnet.Tap            { return h.s.net().Taps(name) }
 func (h statsHost) QEMUState(qs qmp.StatusInfo) string {
-	st, _ := qemuState(qs)
+	st, _ := vmstatus.QEMUState(qs)
 	return string(st)
 }

@@ -21,6 +21,3 @@ var errStopHere = steps.ErrStopHere
 func runSteps(ctx context.Context, vm string, list []step, after func(vm, step string)) (func(context.Context), error) {
 	return steps.Run(ctx, vm, list, after)
 }
-
-// stepCause is what failed inside a step.
-func stepCause(err error) error { return steps.Cause(err) }

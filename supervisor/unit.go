@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/vsock"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -37,7 +38,7 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 		CPUAccounting:       true,
 		CPUQuota:            vm.Limits.CPUQuota,
 		CPUWeight:           vm.Limits.CPUWeight,
-		CPUAffinity:         emulatorCPUs(vm),
+		CPUAffinity:         vm.Pinning.EmulatorCPUs(),
 		TasksMax:            vm.Limits.TasksMax,
 		UMask:               0o077, // QEMU's sockets and files: owner only
 		// A relative path QEMU is given (over QMP) resolves in the VM's
@@ -55,16 +56,6 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 	}
 	u.After = shutdownAfter(vm)
 	return u
-}
-
-// emulatorCPUs is the unit's CPU affinity: pinning.emulator (its threads
-// inherit it until vmsup pins each vCPU's).
-func emulatorCPUs(vm *spec.VM) []int {
-	if vm.Pinning.Emulator == "" {
-		return nil
-	}
-	cpus, _ := spec.ParseCPUList(vm.Pinning.Emulator) // checked by spec
-	return cpus
 }
 
 // shutdownAfter is what a VM's unit is ordered after, so that at host
@@ -85,7 +76,7 @@ func shutdownAfter(vm *spec.VM) []string {
 
 // runStateAt asks the QEMU listening at sock for its run state ("" when it
 // does not answer).
-func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
+func (s *Supervisor) runStateAt(ctx context.Context, sock string) qmp.RunState {
 	dctx, cancel := context.WithTimeout(ctx, qmpConnectTimeout)
 	defer cancel()
 	c, err := qmp.Dial(dctx, sock, qmp.WithoutSymlink(), qmp.WithLogger(s.opts.Logger))
@@ -103,7 +94,7 @@ func (s *Supervisor) runStateAt(ctx context.Context, sock string) string {
 // removeUnit kills a unit (a destination QEMU nobody will use) and clears
 // its failed state.
 func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
-	defer stopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
+	defer companion.StopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
 	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
 	defer cancel()
 	sd.KillAndWait(uctx, unit)

@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -93,12 +95,12 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	check(hostpaths.WithoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
 	accel, _, _, err := s.resolveHost(f)
 	check(err)
-	check(s.checkStorage(ctx, f, named, refused))
+	check(s.disks().Check(ctx, f, named, refused))
 	check(hostpaths.WithoutFields(s.validateNICs(ctx, f), refused))
 	if named {
 		check(s.checkForwardPorts(f))
 	}
-	check(s.checkHostDevs(f))
+	check(s.hostDevs().Check(f))
 	if !sound {
 		return f.Join(errs...)
 	}
@@ -132,13 +134,13 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		EventSocket:    p.Events,
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
-		ConsoleLog:     consoleFIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (consolelogger.go)
+		ConsoleLog:     companion.FIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (internal/companion)
 		EventLog:       p.EventLog(),
 		VhostNet:       s.vhostNet(),
-		Disks:          diskHosts(p, &f.VM),
+		Disks:          vmdisks.HostFiles(p.Dir, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
-		TPMSocket:      tpmPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
-		ShareSockets:   shareSockets(p.Dir, &f.VM),
+		TPMSocket:      companion.TPMPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
+		ShareSockets:   companion.ShareSockets(p.Dir, &f.VM),
 	}
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
@@ -329,7 +331,7 @@ func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name
 
 // existingState maps QEMU's run state of a VM up left alone to vmsup's
 // state and a note saying what to do, appended to note.
-func existingState(name, qemuStatus, note string) (State, string) {
+func existingState(name string, qemuStatus qmp.RunState, note string) (State, string) {
 	add := func(n string) string {
 		if note == "" {
 			return n
@@ -337,21 +339,21 @@ func existingState(name, qemuStatus, note string) (State, string) {
 		return note + "; " + n
 	}
 	switch qemuStatus {
-	case "running":
+	case qmp.RunRunning:
 		return StateRunning, note
-	case "paused":
+	case qmp.RunPaused:
 		return StatePaused, add("paused: vmsup resume " + name)
-	case "suspended":
+	case qmp.RunSuspended:
 		return StatePaused, add("suspended by the guest (ACPI S3): QMP system_wakeup wakes it")
-	case "postmigrate":
+	case qmp.RunPostMigrate:
 		return StatePaused, add("postmigrate: a migration of it completed and the guest may run elsewhere; " +
 			"check the destination before vmsup resume " + name)
-	case "inmigrate":
+	case qmp.RunInMigrate:
 		return State(qemuStatus), add("inmigrate: waiting for an incoming migration")
-	case "prelaunch":
+	case qmp.RunPrelaunch:
 		return StatePaused, add("prelaunch: QEMU has not started the guest yet: vmsup resume " + name)
 	}
-	return State(strings.ReplaceAll(qemuStatus, "-", " ")), add(qemuStatus + ": left as it is (vmsup status " + name + ")")
+	return State(strings.ReplaceAll(string(qemuStatus), "-", " ")), add(string(qemuStatus) + ": left as it is (vmsup status " + name + ")")
 }
 
 // lastWords returns the last error line QEMU wrote to the unit's journal.
@@ -366,7 +368,7 @@ func runsFile(app *vmstate.Applied, vm *spec.VM) bool {
 	if err != nil {
 		return false
 	}
-	keepUUID(running, vm, app)
+	identity.KeepUUID(running, vm, app.UUID)
 	return bytes.Equal(vmstate.Canonical(running), vmstate.Canonical(vm))
 }
 

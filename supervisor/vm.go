@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/vmevents"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -89,21 +88,9 @@ func (s *Supervisor) Monitor(ctx context.Context, name string) (*qmp.Conn, func(
 	return s.qmpSession(ctx, name)
 }
 
-// Event is something QEMU reported about a running VM.
-type Event struct {
-	VM   string
-	Time time.Time // QEMU's timestamp
-	// Kind is QEMU's event name: SHUTDOWN, POWERDOWN, RESET, STOP, RESUME,
-	// GUEST_PANICKED, DEVICE_DELETED, BLOCK_IO_ERROR, MIGRATION, ...
-	Kind string
-	// Reason is the cause QEMU gives, where it gives one (SHUTDOWN,
-	// RESET: "guest-shutdown", "host-qmp-quit", "guest-reset", ...).
-	Reason string
-	Data   map[string]any // the event's data, as QEMU sent it
-	// Source is "qemu", or "vmsup" for its lifecycle events (started,
-	// stopped, crashed, applied).
-	Source string
-}
+// Event is something QEMU reported about a running VM, or a lifecycle
+// event of vmsup's (vmevents).
+type Event = vmevents.Event
 
 // Events streams the VM's events from now on (QEMU's and vmsup's) until ctx
 // ends or the VM's QEMU ends (then the channel closes). It reads the event
@@ -117,34 +104,7 @@ func (s *Supervisor) Events(ctx context.Context, name string) (<-chan Event, err
 // "started" event. Only the end of the QEMU running now closes the
 // channel, not that of an earlier run since then.
 func (s *Supervisor) EventsSince(ctx context.Context, name string, since time.Time) (<-chan Event, error) {
-	if err := spec.ValidName(name); err != nil {
-		return nil, vmErr(name, err)
-	}
-	if _, err := os.Stat(s.paths(name).QMP); err != nil {
-		return nil, s.absent(name)
-	}
-	var started time.Time // this QEMU's start: ends before it are an earlier run's
-	if app, err := s.state.ReadApplied(name); err == nil {
-		started = app.StartedAt
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	out := make(chan Event, 64)
-	go func() {
-		defer close(out)
-		defer cancel()
-		_ = s.FollowEvents(ctx, []string{name}, since, true, func(e Event) error {
-			select {
-			case out <- e:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			if e.Source == eventlog.SourceVmsup && (e.Kind == EventStopped || e.Kind == EventCrashed) && !e.Time.Before(started) {
-				return errEventsEnded
-			}
-			return nil
-		})
-	}()
-	return out, nil
+	return vmevents.Stream(ctx, eventsHost{s}, name, since)
 }
 
 // WaitState waits until the VM is in state want (polling its status,

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
 // PathRule is one file a confined process may use and how, in AppArmor's
@@ -35,12 +34,6 @@ type Profile struct {
 	// Network allows Internet sockets (user-mode NICs, taps by name).
 	Network bool `json:"network"`
 }
-
-// ProfileName is the AppArmor profile name of the VM called vm.
-//
-// Deprecated: units renders profiles, it does not name VMs' ones; kept for
-// existing callers.
-func ProfileName(vm string) string { return vmstate.ProfileName(vm) }
 
 // validModes are the permission sets vmsup grants: nothing executable but
 // the QEMU binary, which Render adds itself.

@@ -32,7 +32,7 @@ func needParser(t *testing.T) units.Parser {
 
 func baseProfile(name string) *units.Profile {
 	return &units.Profile{
-		Name: units.ProfileName(name), Binary: "/usr/bin/qemu-system-x86_64", Network: true,
+		Name: "vmsup-" + name, Binary: "/usr/bin/qemu-system-x86_64", Network: true,
 		Rules: []units.PathRule{
 			{Path: "/var/lib/vmsup/vms/" + name + "/", Mode: "rwk"},
 			{Path: "/var/lib/vmsup/images/vmlinux", Mode: "r"},

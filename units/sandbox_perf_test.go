@@ -151,7 +151,7 @@ func TestSandboxStartCost(t *testing.T) {
 		argv = append(argv, "-machine", "q35", "-nodefaults", "-display", "none", "-S",
 			"-qmp", "unix:"+sock+",server=on,wait=off")
 		// supervisor.unitFor's shape (the stop hook left out: only start is timed).
-		u := units.Unit{Name: units.Name(name), Description: "perf " + v.name, Slice: "vmsup.slice",
+		u := units.Unit{Name: "vmsup-" + name + ".service", Description: "perf " + v.name, Slice: "vmsup.slice",
 			Argv: argv, TimeoutStop: 20 * time.Second, MemoryMax: 768 << 20, TasksMax: 4096, UMask: 0o077}
 		if kvm {
 			u.DeviceAllow = []units.DeviceRule{{Path: "/dev/kvm", Access: "rw"}}

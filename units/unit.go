@@ -7,8 +7,6 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
-
-	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
 // Unit describes one transient service.
@@ -211,12 +209,6 @@ func execProp(name string, cmds [][]string) sd.Property {
 	}
 	return prop(name, v)
 }
-
-// Name returns the unit name of the VM called vm.
-//
-// Deprecated: units knows units, not VMs; use the name the supervisor
-// reports (Status.Unit). Kept for existing callers.
-func Name(vm string) string { return vmstate.UnitName(vm) }
 
 // cpuMask is a CPU set as systemd's CPUAffinity= bytes: bit N of byte N/8.
 func cpuMask(cpus []int) []byte {

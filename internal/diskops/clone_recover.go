@@ -32,24 +32,47 @@ type cloneIntent struct {
 	Layers []snapshot.Layer `json:"layers"`
 }
 
-// recoverClone settles a clone whose command died: one that runs (its
-// QEMU resumed the template's memory) is kept, and noted in the template's
-// tree; anything less is taken back whole.
+// cloneAction is what recovery does with a clone whose command died.
+type cloneAction uint8
+
+const (
+	cloneKeep cloneAction = iota + 1 // it runs (its QEMU resumed the template's memory): kept, noted in the template's tree
+	cloneUndo                        // anything less: taken back whole
+)
+
+// note is what recovery says it did (the CLI shows it).
+func (a cloneAction) note(clone string) string {
+	if a == cloneKeep {
+		return fmt.Sprintf("clone %s runs: kept it", clone)
+	}
+	return fmt.Sprintf("clone %s had not started: removed what was made of it", clone)
+}
+
+// decideClone is what recovery does with a clone: runs, the clone's QEMU
+// runs (its start, under the clone's own lock, resumed the template's
+// memory).
+func decideClone(runs bool) cloneAction {
+	if runs {
+		return cloneKeep
+	}
+	return cloneUndo
+}
+
+// recoverClone settles a clone whose command died (decideClone).
 func (s *Service) recoverClone(ctx context.Context, src string, op *operation.Op) (string, error) {
 	in, err := operation.IntentOf[cloneIntent](op)
 	if err != nil {
 		return "", err
 	}
-	if s.h.Running(ctx, in.Clone) {
+	a := decideClone(s.h.Running(ctx, in.Clone))
+	if a == cloneKeep {
 		if err := s.noteCloneOnce(src, in.Tag, in.Clone); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("clone %s runs: kept it", in.Clone), nil
-	}
-	if err := s.undoClone(ctx, src, in); err != nil {
+	} else if err := s.undoClone(ctx, src, in); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("clone %s had not started: removed what was made of it", in.Clone), nil
+	return a.note(in.Clone), nil
 }
 
 // undoClone takes back what a clone made: its QEMU if one started, its

@@ -306,16 +306,16 @@ func cancelMoveJob(ctx context.Context, c *qmp.Conn, id string, wait bool) error
 		return errNoMove
 	}
 	switch j := jobs[i]; j.Status {
-	case "ready":
+	case qmp.JobReady:
 		err = c.BlockJobCancel(ctx, id, false)
-	case "concluded", "null", "aborting":
+	case qmp.JobConcluded, qmp.JobNull, qmp.JobAborting:
 	default:
 		err = c.JobCancel(ctx, id)
 	}
 	if err != nil || !wait {
 		return err
 	}
-	_, _ = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, nil)
+	_, _ = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == qmp.JobConcluded }, nil)
 	return c.JobDismiss(ctx, id)
 }
 

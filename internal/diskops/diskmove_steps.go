@@ -156,7 +156,7 @@ func (m *diskMove) report(j qmp.Job) {
 	}
 	m.bytes = j.CurrentProgress
 	if m.opts.Progress != nil {
-		m.opts.Progress(MoveProgress{Disk: m.in.Disk, Status: j.Status, Done: j.CurrentProgress, Total: j.TotalProgress,
+		m.opts.Progress(MoveProgress{Disk: m.in.Disk, Status: string(j.Status), Done: j.CurrentProgress, Total: j.TotalProgress,
 			Elapsed: time.Since(m.start)})
 	}
 }
@@ -164,7 +164,7 @@ func (m *diskMove) report(j qmp.Job) {
 // waitReady waits until the copy caught up: from then on the guest's
 // writes go to both images.
 func (m *diskMove) waitReady(ctx context.Context) error {
-	_, err := qmp.WaitJob(ctx, m.c, m.in.Job, func(j qmp.Job) bool { return j.Status == "ready" }, m.report)
+	_, err := qmp.WaitJob(ctx, m.c, m.in.Job, func(j qmp.Job) bool { return j.Status == qmp.JobReady }, m.report)
 	return err
 }
 
@@ -178,7 +178,7 @@ func (m *diskMove) pivot(ctx context.Context) error {
 	if err := m.c.JobComplete(ctx, m.in.Job); err != nil {
 		return fmt.Errorf("job-complete: %w", err)
 	}
-	_, err := qmp.WaitJob(ctx, m.c, m.in.Job, func(j qmp.Job) bool { return j.Status == "concluded" }, m.report)
+	_, err := qmp.WaitJob(ctx, m.c, m.in.Job, func(j qmp.Job) bool { return j.Status == qmp.JobConcluded }, m.report)
 	_ = m.c.JobDismiss(context.WithoutCancel(ctx), m.in.Job)
 	on, qerr := onTarget(ctx, m.c, m.in)
 	if qerr != nil {

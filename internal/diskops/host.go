@@ -62,7 +62,7 @@ type Host interface {
 	// For a revert's recovery: the run state of the QEMU listening at sock
 	// ("" when it does not answer), and the kill of the VM's unit (as
 	// vmsup's, so its stop hook knows), its failed state cleared.
-	RunState(ctx context.Context, sock string) string
+	RunState(ctx context.Context, sock string) qmp.RunState
 	KillUnit(ctx context.Context, name string) error
 
 	// For a clone: its start from f resuming the guest from memory

@@ -25,7 +25,7 @@ import (
 // Snapshots are external (internal/snapshot keeps the tree): a snapshot
 // freezes the image each writable disk runs on and puts a new qcow2
 // overlay on it, all disks in one QMP transaction, so they are consistent
-// with each other. The next start boots on the overlays (bootFile).
+// with each other. The next start boots on the overlays (startplan.Boot).
 
 const opSnapshot operation.Kind = "snapshot"
 

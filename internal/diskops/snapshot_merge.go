@@ -57,46 +57,108 @@ func (s *Service) merge(ctx context.Context, name string, c *qmp.Conn, op *opera
 	return nil
 }
 
-// mergeLive merges m in the running QEMU: a commit job a killed removal
-// left is finished; a From no device reads any more was merged (its node,
-// if vmsup named it, is closed); else the commit runs.
+// mergeAction is how one disk's merge is brought about, where a removal
+// (or its recovery) finds it.
+type mergeAction uint8
+
+const (
+	mergeFinishPivot   mergeAction = iota + 1 // a killed removal's active commit: pivoted once ready
+	mergeFinishJob                            // a killed removal's commit job that needs no pivot: awaited
+	mergeWasDone                              // QEMU left From, or its file is gone: merged before
+	mergeCloseStale                           // From is in no device's chain: merged, its node left open: closed
+	mergeCommitLive                           // block-commit in the running QEMU
+	mergeWasPivoted                           // QEMU ended after it pivoted the disk (its event log says): Into has it all
+	mergeCommitOffline                        // qemu-img commit
+)
+
+// mergeSeen is what a merge finds of its disk.
+type mergeSeen struct {
+	live bool // QEMU runs the VM
+	// With QEMU: the commit job a killed removal left (job, if hasJob),
+	// the format node open on From ("" for none), whether that node is in
+	// a device's chain.
+	job     qmp.Job
+	hasJob  bool
+	node    string
+	inChain bool
+	// With QEMU gone: whether From's file exists; whether "pivot" was
+	// journaled, and (only then read) whether QEMU's event log has the
+	// commit's completion.
+	fromExists, pivot, completed bool
+}
+
+// decideMerge is how one disk's merge is brought about. Done twice, a
+// merge would write From's stale data over what the guest wrote to Into
+// after the pivot: so QEMU (or its event log) says whether it was done.
+func decideMerge(m mergeSeen) mergeAction {
+	switch {
+	case m.live && m.hasJob && m.job.Type == "commit" && m.job.Status != qmp.JobConcluded:
+		return mergeFinishPivot
+	case m.live && m.hasJob:
+		return mergeFinishJob
+	case m.live && m.node == "":
+		return mergeWasDone
+	case m.live && !m.inChain:
+		return mergeCloseStale
+	case m.live:
+		return mergeCommitLive
+	case !m.fromExists:
+		return mergeWasDone
+	case m.pivot && m.completed:
+		return mergeWasPivoted
+	}
+	return mergeCommitOffline
+}
+
+// seeMergeLive looks at merge m in the running QEMU.
+func seeMergeLive(ctx context.Context, b blockState, m snapshot.Merge) (mergeSeen, error) {
+	seen := mergeSeen{live: true}
+	jobs, err := b.QueryJobs(ctx)
+	if err != nil {
+		return seen, err
+	}
+	seen.job, seen.hasJob = jobByID(jobs, commitJobID(m.Disk))
+	if top, err := b.NodeOn(ctx, m.From.Path); err == nil {
+		seen.node = top.NodeName
+		_, _, err := b.RootOf(ctx, top.NodeName)
+		seen.inChain = err == nil
+	}
+	return seen, nil
+}
+
+// mergeLive merges m in the running QEMU (decideMerge).
 func (s *Service) mergeLive(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, progress func(string, int64, int64)) (string, error) {
-	id := commitJobID(m.Disk)
-	jobs, err := c.QueryJobs(ctx)
+	seen, err := seeMergeLive(ctx, qemuBlocks{c}, m)
 	if err != nil {
 		return "", err
 	}
-	for _, j := range jobs {
-		if j.ID == id {
-			return "", s.finishCommitJob(ctx, name, c, op, m, j, progress)
-		}
-	}
-	top, err := devices.FindNode(ctx, c, m.From.Path)
-	if err != nil {
-		return "", nil // QEMU left From: it was merged (and is stale now)
-	}
-	if _, _, err := devices.RootOf(ctx, c, top.NodeName); err != nil {
-		devices.CloseNode(ctx, c, top.NodeName) // merged, its node left open
+	switch a := decideMerge(seen); a {
+	case mergeFinishPivot, mergeFinishJob:
+		return "", s.finishCommitJob(ctx, name, c, op, m, seen.node, a == mergeFinishPivot, progress)
+	case mergeCloseStale:
+		devices.CloseNode(ctx, c, seen.node)
 		return "", nil
+	case mergeCommitLive:
+		return s.commitLive(ctx, name, c, m, progress, op)
 	}
-	return s.commitLive(ctx, name, c, m, progress, op)
+	return "", nil
 }
 
 // finishCommitJob brings a commit job a killed removal left to its end:
 // an active commit ready to pivot is completed (the guest's writes are on
-// both images then), one still copying is waited for first.
-func (s *Service) finishCommitJob(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, j qmp.Job, progress func(string, int64, int64)) error {
+// both images then), one still copying is waited for first; then From's
+// node (top, if QEMU had it) is closed.
+func (s *Service) finishCommitJob(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, m snapshot.Merge, top string, pivot bool, progress func(string, int64, int64)) error {
 	prog := func(j qmp.Job) {
 		if progress != nil {
 			progress(m.Disk, j.CurrentProgress, j.TotalProgress)
 		}
 	}
-	top, _ := devices.FindNode(ctx, c, m.From.Path)
-	if err := s.completeCommit(ctx, name, c, op, m.Disk, j.Type == "commit" && j.Status != "concluded", prog); err != nil {
+	if err := s.completeCommit(ctx, name, c, op, m.Disk, pivot, prog); err != nil {
 		return err
 	}
-	if top.NodeName != "" {
-		devices.CloseNode(ctx, c, top.NodeName)
+	if top != "" {
+		devices.CloseNode(ctx, c, top)
 	}
 	return nil
 }
@@ -106,12 +168,12 @@ func (s *Service) finishCommitJob(ctx context.Context, name string, c *qmp.Conn,
 // job that needs no pivot (or has concluded).
 func (s *Service) completeCommit(ctx context.Context, name string, c *qmp.Conn, op *operation.Op, disk string, active bool, prog func(qmp.Job)) error {
 	id := commitJobID(disk)
-	j, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "ready" || j.Ended() }, prog)
+	j, err := qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == qmp.JobReady || j.Ended() }, prog)
 	if err != nil {
 		_ = c.JobDismiss(context.WithoutCancel(ctx), id)
 		return err
 	}
-	if active && j.Status == "ready" {
+	if active && j.Status == qmp.JobReady {
 		if op != nil {
 			op.Step(stepPivot(disk))
 		}
@@ -122,26 +184,25 @@ func (s *Service) completeCommit(ctx context.Context, name string, c *qmp.Conn, 
 			op.Step(stepPivoted(disk)) // the guest writes Into from here
 		}
 	}
-	_, err = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == "concluded" }, prog)
+	_, err = qmp.WaitJob(ctx, c, id, func(j qmp.Job) bool { return j.Status == qmp.JobConcluded }, prog)
 	_ = c.JobDismiss(context.WithoutCancel(ctx), id)
 	return err
 }
 
-// mergeOffline merges m with qemu-img, unless QEMU did before it ended: it
-// had pivoted the disk onto Into (its event log has the commit's
-// completion), or From is gone.
+// mergeOffline merges m with qemu-img, unless QEMU did before it ended
+// (decideMerge): it had pivoted the disk onto Into (its event log has the
+// commit's completion), or From is gone.
 func (s *Service) mergeOffline(ctx context.Context, name string, op *operation.Op, m snapshot.Merge) error {
-	if !exists(m.From.Path) {
-		return nil
-	}
-	if op != nil && op.Has(stepPivot(m.Disk)) {
+	seen := mergeSeen{fromExists: exists(m.From.Path), pivot: op != nil && op.Has(stepPivot(m.Disk))}
+	if seen.fromExists && seen.pivot {
 		done, err := s.commitCompleted(name, commitJobID(m.Disk), op.Started())
 		if err != nil {
 			return fmt.Errorf("whether QEMU finished merging it before it ended: %w", err)
 		}
-		if done {
-			return nil // QEMU pivoted: From is stale, Into has it all
-		}
+		seen.completed = done
+	}
+	if decideMerge(seen) != mergeCommitOffline {
+		return nil // From is stale or gone: Into has it all
 	}
 	return s.h.Tools().Commit(ctx, m.From.Path)
 }

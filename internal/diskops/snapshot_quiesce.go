@@ -225,9 +225,9 @@ func waitMigration(ctx context.Context, c *qmp.Conn, progress func(done, total i
 			progress(mi.RAM.Transferred, mi.RAM.Total)
 		}
 		switch mi.Status {
-		case "completed":
+		case qmp.MigrationCompleted:
 			return nil
-		case "failed", "cancelled":
+		case qmp.MigrationFailed, qmp.MigrationCancelled:
 			return fmt.Errorf("migration %s: %s", mi.Status, mi.ErrorDesc)
 		}
 		select {

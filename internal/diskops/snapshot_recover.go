@@ -9,16 +9,111 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 )
 
-// recoverSnapshot finishes or undoes a snapshot whose command died. A
-// guest on its overlays keeps them (the snapshot is recorded: nothing the
-// guest wrote since is lost); one still on its old images gets the
-// overlays removed. Either way the guest is thawed and, if the snapshot
-// paused it, resumed.
+// A snapshot whose command died: a guest on its overlays keeps them (the
+// snapshot is recorded: nothing the guest wrote since is lost); one still
+// on its old images gets the overlays removed. Either way the guest is
+// thawed and, if the snapshot paused it, resumed.
+
+// snapFate is what becomes of a snapshot whose command died.
+type snapFate uint8
+
+const (
+	snapRecorded  snapFate = iota + 1 // the tree has it: only the guest is settled
+	snapKeep                          // QEMU runs the disks on the new overlays: recorded
+	snapDrop                          // QEMU runs them on their old images: the overlays go
+	snapUnmade                        // QEMU gone, an overlay never made: the overlays go
+	snapRBDUnmade                     // QEMU gone, the RBD snapshots not all made: they go
+	snapRecordOff                     // QEMU gone, all of it made: recorded
+	snapAskAgain                      // QEMU's monitor could not be had: the journal stays
+)
+
+// note is what recovery says it did (the CLI shows it).
+func (f snapFate) note() string {
+	switch f {
+	case snapRecorded:
+		return "it was recorded"
+	case snapKeep:
+		return "the disks ran on the new overlays: recorded the snapshot"
+	case snapDrop:
+		return "the disks had not switched: removed the overlays"
+	case snapUnmade:
+		return "the overlays were not all made: removed them"
+	case snapRBDUnmade:
+		return "the RBD snapshots were not all made: removed them"
+	case snapRecordOff:
+		return "recorded the snapshot (the VM is off)"
+	}
+	return ""
+}
+
+// snapSeen is what recovery sees of a snapshot whose command died.
+type snapSeen struct {
+	recorded bool // the tree has its tag
+	qemu     qemuSeen
+	// onOverlays (QEMU answers): every disk's new overlay is linked onto
+	// its base. overlaysMade (QEMU gone): every overlay file exists.
+	onOverlays, overlaysMade bool
+	files, rbd, memory       bool // it holds image files (overlays), RBD images, the guest's memory
+	switched, rbdMade, saved bool // journaled: the switch, rbd and saved steps
+}
+
+// memoryTorn reports whether a snapshot's memory state is not whole: QEMU
+// finished writing it once "saved", or the switch step (which saves it),
+// was journaled. A torn one goes, and the snapshot is kept without it.
+func memoryTorn(s snapSeen) bool { return !s.recorded && s.memory && !s.switched && !s.saved }
+
+// decideSnapshot is what becomes of a snapshot whose command died.
+func decideSnapshot(s snapSeen) snapFate {
+	switch {
+	case s.recorded:
+		return snapRecorded
+	case s.qemu == qemuAnswers:
+		switched := s.onOverlays
+		if !s.files { // RBD disks only: the switch step made their snapshots
+			switched = s.switched
+		}
+		if switched {
+			return snapKeep
+		}
+		return snapDrop
+	case s.qemu == qemuGone:
+		// Whether QEMU switched cannot be asked. Keeping the overlays is
+		// right either way (an empty one reads as its base).
+		switch {
+		case !s.overlaysMade:
+			return snapUnmade
+		case s.rbd && !s.rbdMade && !s.switched:
+			return snapRBDUnmade
+		}
+		return snapRecordOff
+	}
+	return snapAskAgain
+}
+
+// seeSnapshot is what recovery sees of snapshot in: the record (recorded),
+// the journal (has), and QEMU (b when it answers).
+func seeSnapshot(ctx context.Context, b blockState, qemu qemuSeen, in snapIntent, has func(operation.Step) bool, recorded bool) (snapSeen, error) {
+	s := snapSeen{recorded: recorded, qemu: qemu, files: len(in.Layers) > 0, rbd: len(in.RBD) > 0, memory: in.Snap.Memory != "",
+		switched: has(stepSnapSwitch), rbdMade: has(stepSnapRBD), saved: has(stepSaved)}
+	switch {
+	case recorded:
+	case qemu == qemuAnswers:
+		on, err := onOverlays(ctx, b, in.Layers)
+		if err != nil {
+			return s, err
+		}
+		s.onOverlays = on
+	case qemu == qemuGone:
+		s.overlaysMade = !slices.ContainsFunc(in.Layers, func(l snapshot.Layer) bool { return !exists(l.Overlay.Path) })
+	}
+	return s, nil
+}
+
+// recoverSnapshot finishes or undoes a snapshot whose command died.
 func (s *Service) recoverSnapshot(ctx context.Context, name string, op *operation.Op) (string, error) {
 	in, err := operation.IntentOf[snapIntent](op)
 	if err != nil {
@@ -28,55 +123,36 @@ func (s *Service) recoverSnapshot(ctx context.Context, name string, op *operatio
 	if err != nil {
 		return "", err
 	}
-	if tree.Find(in.Tag) != nil {
-		return "it was recorded", s.settleGuest(ctx, name, in, op.Has(stepFrozen))
-	}
-	// The state file is whole once QEMU finished writing it ("saved", or
-	// the switch step, which saves it, was journaled); else it goes and
-	// the snapshot is recorded without memory.
-	if in.Snap.Memory != "" && !op.Has(stepSnapSwitch) && !op.Has(stepSaved) {
+	recorded := tree.Find(in.Tag) != nil
+	if memoryTorn(snapSeen{recorded: recorded, memory: in.Snap.Memory != "", switched: op.Has(stepSnapSwitch), saved: op.Has(stepSaved)}) {
 		os.Remove(in.Snap.Memory)
 		in.Snap.Memory = ""
 	}
-	c, release, err := s.h.QMPSession(ctx, name)
-	switch {
-	case err == nil:
-		defer release()
-		switched, err := onOverlays(ctx, c, in.Layers)
-		if err != nil {
-			return "", err
-		}
-		if len(in.Layers) == 0 { // RBD disks only: the switch step made their snapshots
-			switched = op.Has(stepSnapSwitch)
-		}
-		serr := s.settleGuestWith(ctx, name, c, in, op.Has(stepFrozen))
-		if switched {
-			return "the disks ran on the new overlays: recorded the snapshot", errors.Join(s.recordTaken(name, in), serr)
-		}
-		delOverlayNodes(ctx, c, in.Layers)
-		_ = s.h.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
-		removeLayerFiles(in.Layers)
-		s.removeRBDSnaps(ctx, in)
-		return "the disks had not switched: removed the overlays", serr
-	case errors.Is(err, vmstate.ErrNotRunning), errors.Is(err, vmstate.ErrNotFound):
-		// QEMU is gone: whether it switched cannot be asked. Keeping the
-		// overlays is right either way (an empty one reads as its base).
-		for _, l := range in.Layers {
-			if !exists(l.Overlay.Path) {
-				removeLayerFiles(in.Layers)
-				s.removeRBDSnaps(ctx, in)
-				return "the overlays were not all made: removed them", nil
-			}
-		}
-		if len(in.RBD) > 0 && !op.Has(stepSnapRBD) && !op.Has(stepSnapSwitch) {
-			removeLayerFiles(in.Layers)
-			s.removeRBDSnaps(ctx, in)
-			return "the RBD snapshots were not all made: removed them", nil
-		}
-		return "recorded the snapshot (the VM is off)", s.recordTaken(name, in)
-	default:
+	c, qemu, release, qerr := s.session(ctx, name)
+	defer release()
+	seen, err := seeSnapshot(ctx, qemuBlocks{c}, qemu, in, op.Has, recorded)
+	if err != nil {
 		return "", err
 	}
+	fate := decideSnapshot(seen)
+	var gerr error // the guest is settled first: thawed and resumed
+	if c != nil {
+		gerr = s.settleGuest(ctx, name, c, in, op.Has(stepFrozen))
+	}
+	switch fate {
+	case snapKeep, snapRecordOff:
+		gerr = errors.Join(s.recordTaken(name, in), gerr)
+	case snapDrop:
+		delOverlayNodes(ctx, c, in.Layers)
+		_ = s.h.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
+		fallthrough
+	case snapUnmade, snapRBDUnmade:
+		removeLayerFiles(in.Layers)
+		s.removeRBDSnaps(ctx, in)
+	case snapAskAgain:
+		return "", qerr
+	}
+	return fate.note(), gerr
 }
 
 func removeLayerFiles(layers []snapshot.Layer) {
@@ -101,8 +177,8 @@ func (s *Service) recordTaken(name string, in snapIntent) error {
 
 // onOverlays reports whether every disk runs on its new overlay (linked
 // onto its base by the transaction); none does after a failed one.
-func onOverlays(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) (bool, error) {
-	nodes, err := c.QueryNamedBlockNodes(ctx)
+func onOverlays(ctx context.Context, b blockState, layers []snapshot.Layer) (bool, error) {
+	nodes, err := b.QueryNamedBlockNodes(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -115,38 +191,73 @@ func onOverlays(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) (bool
 	return len(layers) > 0, nil
 }
 
-func (s *Service) settleGuest(ctx context.Context, name string, in snapIntent, frozen bool) error {
-	c, release, err := s.h.QMPSession(ctx, name)
-	if err != nil {
-		return nil // not running: nothing to thaw
-	}
-	defer release()
-	return s.settleGuestWith(ctx, name, c, in, frozen)
+// guestSeen is the guest of a snapshot whose command died.
+type guestSeen struct {
+	live, paused bool // the intent: it ran; the snapshot paused it (a memory save)
+	frozen       bool // journaled: its filesystems were frozen
+	// Asked only of a guest the snapshot paused: the memory save's status
+	// ("" for no answer), and the run state (or why there is none).
+	save   qmp.MigrationStatus
+	run    qmp.RunState
+	runErr error
 }
 
-// settleGuestWith resumes a guest the snapshot paused (a memory save is
-// cancelled first) and thaws its filesystems. A thaw that fails counts
-// only if the snapshot had frozen them.
-func (s *Service) settleGuestWith(ctx context.Context, name string, c *qmp.Conn, in snapIntent, frozen bool) error {
-	if !in.Live {
-		return nil
+// guestPlan is what recovery does to the guest of a live snapshot.
+type guestPlan struct {
+	cancelSave bool // a memory save still runs: cancelled first (the guest stays paused)
+	resume     bool // the snapshot paused it, and it is paused still
+	thaw       bool // its filesystems may be frozen: thawed (quiet without an agent)
+	mustThaw   bool // a thaw that fails is an error: the snapshot froze them
+}
+
+// decideGuest settles a snapshot's guest: a save cancelled, a pause
+// ended, a freeze thawed.
+func decideGuest(g guestSeen) guestPlan {
+	if !g.live {
+		return guestPlan{}
 	}
-	var rerr error
-	if in.Paused {
-		if mi, err := c.QueryMigrate(ctx); err == nil && (mi.Status == "active" || mi.Status == "setup") {
-			_ = c.MigrateCancel(ctx)
-			_ = waitMigration(ctx, c, nil)
+	p := guestPlan{thaw: true, mustThaw: g.frozen}
+	if g.paused {
+		p.cancelSave = g.save == qmp.MigrationActive || g.save == qmp.MigrationSetup
+		p.resume = g.runErr == nil && g.run != qmp.RunRunning
+	}
+	return p
+}
+
+// seeGuest looks at the guest of snapshot in.
+func seeGuest(ctx context.Context, r runStates, in snapIntent, frozen bool) guestSeen {
+	g := guestSeen{live: in.Live, paused: in.Paused, frozen: frozen}
+	if g.live && g.paused {
+		if mi, err := r.QueryMigrate(ctx); err == nil {
+			g.save = mi.Status
 		}
-		if qs, err := c.QueryStatus(ctx); err != nil {
-			rerr = err
-		} else if !qs.Running {
-			if err := c.Cont(ctx); err != nil {
-				rerr = fmt.Errorf("resume: %w", err)
-			}
+		// Asked before a cancel: a save cancelled leaves a guest the
+		// snapshot paused paused (QEMU resumes only one it found running).
+		qs, err := r.QueryStatus(ctx)
+		g.run, g.runErr = qs.Status, err
+	}
+	return g
+}
+
+// settleGuest does decideGuest's plan for the guest of snapshot in. A
+// thaw that fails counts only if the snapshot had frozen it.
+func (s *Service) settleGuest(ctx context.Context, name string, c *qmp.Conn, in snapIntent, frozen bool) error {
+	g := seeGuest(ctx, c, in, frozen)
+	p := decideGuest(g)
+	rerr := g.runErr
+	if p.cancelSave {
+		_ = c.MigrateCancel(ctx)
+		_ = waitMigration(ctx, c, nil)
+	}
+	if p.resume {
+		if err := c.Cont(ctx); err != nil {
+			rerr = fmt.Errorf("resume: %w", err)
 		}
 	}
-	if err := s.thawGuest(ctx, name, c); err != nil && frozen {
-		return errors.Join(rerr, err)
+	if p.thaw {
+		if err := s.thawGuest(ctx, name, c); err != nil && p.mustThaw {
+			return errors.Join(rerr, err)
+		}
 	}
 	return rerr
 }

@@ -95,21 +95,14 @@ func (s *Service) finishRemove(ctx context.Context, name string, op *operation.O
 		return err
 	}
 	if tree.Find(in.Tag) != nil { // not recorded yet: merge
-		c, release, err := s.h.QMPSession(ctx, name)
-		switch {
-		case err == nil:
-			defer release()
-		case errors.Is(err, vmstate.ErrNotRunning), errors.Is(err, vmstate.ErrNotFound):
-			c = nil
-		default:
+		c, qemu, release, err := s.session(ctx, name) // c nil: QEMU is gone, merged offline
+		defer release()
+		if qemu == qemuUnknown {
 			return err
 		}
 		for _, m := range in.Merges {
-			if m.From == nil {
-				continue
-			}
-			if op.Has(stepMerged(m.Disk)) {
-				continue
+			if m.From == nil || op.Has(stepMerged(m.Disk)) {
+				continue // nothing above Into, or merged before a kill
 			}
 			if err := s.merge(ctx, name, c, op, m, progress); err != nil {
 				return fmt.Errorf("disk %q: %w", m.Disk, err)

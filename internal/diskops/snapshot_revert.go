@@ -171,29 +171,6 @@ func (s *Service) finishRevert(ctx context.Context, name string, op *operation.O
 	return nil
 }
 
-// settleRestore settles the QEMU a memory revert started when its command
-// died: one that never read the state (waiting for it, or cut off while
-// reading) is ended, and restart says to start it again from the state;
-// one that read it but was not resumed is resumed.
-func (s *Service) settleRestore(ctx context.Context, name string) (restart bool, err error) {
-	switch state := s.h.RunState(ctx, s.paths(name).QMP); state {
-	case "running":
-		return false, nil
-	case "paused", "postmigrate", "prelaunch":
-		c, release, err := s.h.QMPSession(ctx, name)
-		if err != nil {
-			return false, err
-		}
-		defer release()
-		return false, c.Cont(ctx)
-	default: // inmigrate, or no answer: the guest never ran in this QEMU
-		if err := s.h.KillUnit(ctx, name); err != nil {
-			return false, err
-		}
-		return true, nil
-	}
-}
-
 // revertOverlays makes each disk's new overlay on its frozen image (one
 // made before a kill is kept: nothing was written to it yet).
 func (s *Service) revertOverlays(ctx context.Context, in *revertIntent) error {
@@ -210,55 +187,4 @@ func (s *Service) revertOverlays(ctx context.Context, in *revertIntent) error {
 		}
 	}
 	return nil
-}
-
-// reverted reports whether the tree already records the revert.
-func reverted(tree *snapshot.Tree, in *revertIntent) bool {
-	if tree.Current != in.Tag {
-		return false
-	}
-	for _, l := range in.Layers {
-		if tree.Active[l.Disk].Path != l.Overlay.Path {
-			return false
-		}
-	}
-	return true
-}
-
-// recoverRevert finishes a revert whose command died: the VM goes to the
-// snapshot, and runs if it was meant to.
-func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := operation.IntentOf[revertIntent](op)
-	if err != nil {
-		return "", err
-	}
-	// Whether a QEMU runs is systemd's to say: a QEMU started by the
-	// revert may not have made its monitor yet.
-	if st, err := s.h.UnitStatus(ctx, name); err != nil {
-		return "", err
-	} else if st.Exists && !st.Gone() {
-		tree, err := snapshot.Load(s.paths(name).Snapshots())
-		switch {
-		case err != nil:
-			return "", err
-		case !op.Has(stepRevertStopped):
-			removeLayerFiles(in.Layers) // made while it ran, never used
-			return "the VM had not been stopped: nothing was changed", nil
-		case !reverted(tree, &in):
-			return "", errors.New("the VM was started again by something else before the revert was done; revert again")
-		}
-		in.Start = false // started before the kill
-		if in.Memory != "" {
-			restart, err := s.settleRestore(ctx, name)
-			if err != nil {
-				return "", err
-			}
-			in.Start = restart
-		}
-	}
-	var res RevertResult
-	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("reverted to %q", in.Tag), nil
 }

@@ -344,7 +344,7 @@ func CanAnswer(ctx context.Context, name string, c *qmp.Conn) error {
 	switch {
 	case err != nil || qs.Running:
 		return nil // the agent's own answer (or timeout) says more
-	case qs.Status == "paused":
+	case qs.Status == qmp.RunPaused:
 		return vmerr.Wrap(name, fmt.Errorf("%w: the guest agent cannot answer while the VM is paused (vmsup resume %s)", ErrPaused, name))
 	}
 	return vmerr.Wrap(name, fmt.Errorf("the guest agent cannot answer while the guest does not run (QEMU status %q)", qs.Status))

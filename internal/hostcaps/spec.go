@@ -47,7 +47,7 @@ func CheckSpec(f *spec.File, memTotal int64, qemu string) error {
 	}
 	errs = append(errs, fileReadable(f, "boot.kernel", vm.Boot.Kernel), fileReadable(f, "boot.initrd", vm.Boot.Initrd),
 		checkPinning(f), checkGuestDevs(f), checkFirmware(f))
-	// Disks are checked by checkStorage (images may be created on demand).
+	// Disks are checked by vmdisks.Manager.Check (images may be created on demand).
 	return f.Join(errs...)
 }
 

@@ -173,6 +173,16 @@ func sizeName(page spec.Size) string {
 // (its default mode, 0755).
 func VMDir(mount, vm string) string { return filepath.Join(mount, "vmsup-"+vm) }
 
+// DirOf is the VM's directory on the hugetlbfs mount of its page size,
+// where its QEMU maps the guest's memory.
+func (h Host) DirOf(vm *spec.VM) (string, error) {
+	mount, err := h.Mount(vm.HugepageSize())
+	if err != nil {
+		return "", err
+	}
+	return VMDir(mount, vm.Name), nil
+}
+
 // MakeVMDir makes the VM's directory on mount, owned by uid:gid, 0700,
 // and returns it; an existing one gets that owner and mode.
 func MakeVMDir(mount, vm string, uid, gid int) (string, error) {

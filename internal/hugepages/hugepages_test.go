@@ -104,3 +104,14 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("Check without /sys pages: %v", err)
 	}
 }
+
+// TestDirOf: a VM's directory is on the mount of its page size.
+func TestDirOf(t *testing.T) {
+	vm := &spec.VM{Name: "web", Hugepages: spec.Hugepages1G}
+	if got, err := fakeHost(t, devHugepages+oneG, nil).DirOf(vm); err != nil || got != "/mnt/huge 1G/vmsup-web" {
+		t.Errorf("DirOf = %q, %v", got, err)
+	}
+	if _, err := fakeHost(t, devHugepages, nil).DirOf(vm); !errors.Is(err, ErrNoMount) {
+		t.Errorf("no mount of its size: %v", err)
+	}
+}

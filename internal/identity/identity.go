@@ -87,3 +87,12 @@ func RemoveCredentials(stateDir string) error {
 	}
 	return err
 }
+
+// KeepUUID: a file (want) without uuid, or with the one the VM runs with
+// (recorded), asks for no change of it: running, the spec the VM runs,
+// takes want's, so that a diff of the two sees none.
+func KeepUUID(running, want *spec.VM, recorded string) {
+	if want.UUID == "" || want.UUID == recorded {
+		running.UUID = want.UUID
+	}
+}

@@ -58,7 +58,7 @@ type Host interface {
 	SyncBootUnit(ctx context.Context) error
 	// RunStateAt is the run state of the QEMU listening at sock ("" when
 	// it does not answer).
-	RunStateAt(ctx context.Context, sock string) string
+	RunStateAt(ctx context.Context, sock string) qmp.RunState
 	// RemoveUnit kills a unit nobody will use and clears its failed state.
 	RemoveUnit(ctx context.Context, sd *units.Manager, unit string)
 }

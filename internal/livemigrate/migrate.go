@@ -478,11 +478,11 @@ func (mg *Migrator) Cancel(ctx context.Context, name string) error {
 		return vmErr(name, err)
 	}
 	switch info.Status {
-	case "setup", "active", "pre-switchover", "device", "wait-unplug":
-	case "postcopy-active":
+	case qmp.MigrationSetup, qmp.MigrationActive, qmp.MigrationPreSwitchover, qmp.MigrationDevice, qmp.MigrationWaitUnplug:
+	case qmp.MigrationPostcopyActive:
 		return vmErr(name, errors.New("the migration is in postcopy: the guest already runs on the destination, it cannot be cancelled"))
 	default:
-		return vmErr(name, fmt.Errorf("no migration in progress (status %q)", cmp.Or(info.Status, "none")))
+		return vmErr(name, fmt.Errorf("no migration in progress (status %q)", cmp.Or(info.Status, qmp.MigrationNone)))
 	}
 	if err := c.MigrateCancel(ctx); err != nil {
 		return vmErr(name, fmt.Errorf("migrate_cancel: %w", err))

@@ -239,7 +239,7 @@ func (d *incomingVM) listen(ctx context.Context, m migration.Msg) error {
 	}
 	if qs, err := d.mon.QueryStatus(ctx); err != nil {
 		return fmt.Errorf("new QEMU: query-status: %w", err)
-	} else if qs.Status != "inmigrate" {
+	} else if qs.Status != qmp.RunInMigrate {
 		return fmt.Errorf("new QEMU is %q, not waiting for a migration", qs.Status)
 	}
 	if err := d.mon.MigrateSetCapabilities(ctx, migration.Caps(m.Multifd, m.Postcopy, false)); err != nil {

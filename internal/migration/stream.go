@@ -37,15 +37,15 @@ const qemuDefaultBandwidth = 128 << 20
 
 // Progress is one progress report of a migration.
 type Progress struct {
-	Status           string        `json:"status"`
-	Elapsed          time.Duration `json:"elapsed_ns"`
-	Transferred      int64         `json:"transferred_bytes"`
-	Remaining        int64         `json:"remaining_bytes"`
-	Total            int64         `json:"total_bytes"`
-	Rate             float64       `json:"rate_bytes_per_s"`
-	DirtyRate        int64         `json:"dirty_bytes_per_s"`
-	ExpectedDowntime time.Duration `json:"expected_downtime_ns"`
-	Iterations       int64         `json:"iterations"`
+	Status           qmp.MigrationStatus `json:"status"`
+	Elapsed          time.Duration       `json:"elapsed_ns"`
+	Transferred      int64               `json:"transferred_bytes"`
+	Remaining        int64               `json:"remaining_bytes"`
+	Total            int64               `json:"total_bytes"`
+	Rate             float64             `json:"rate_bytes_per_s"`
+	DirtyRate        int64               `json:"dirty_bytes_per_s"`
+	ExpectedDowntime time.Duration       `json:"expected_downtime_ns"`
+	Iterations       int64               `json:"iterations"`
 }
 
 // Stream runs the migration on the source's QEMU until it completes, fails,
@@ -151,7 +151,7 @@ func (w *streamWatch) run(ctx context.Context, sub <-chan goqmp.Event) (info qmp
 	bg := context.WithoutCancel(ctx)
 	done := ctx.Done() // nil once seen: in postcopy there is nothing to cancel
 	for w.cancelWhy == nil {
-		var status string
+		var status qmp.MigrationStatus
 		select {
 		case ev, ok := <-sub:
 			if !ok {
@@ -188,7 +188,7 @@ func (w *streamWatch) run(ctx context.Context, sub <-chan goqmp.Event) (info qmp
 
 // poll asks QEMU how the stream goes: its status, progress for the caller,
 // and a stall (no bytes moved for StallTimeout) before postcopy.
-func (w *streamWatch) poll(ctx context.Context) (string, error) {
+func (w *streamWatch) poll(ctx context.Context) (qmp.MigrationStatus, error) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	info, err := w.mon.QueryMigrate(qctx)
 	cancel()
@@ -210,16 +210,16 @@ func (w *streamWatch) poll(ctx context.Context) (string, error) {
 
 // settle acts on a status: the migration ended (completed, failed,
 // cancelled), or switched to postcopy (the destination runs the guest now).
-func (w *streamWatch) settle(ctx context.Context, status string) (qmp.MigrationInfo, bool, error) {
+func (w *streamWatch) settle(ctx context.Context, status qmp.MigrationStatus) (qmp.MigrationInfo, bool, error) {
 	switch status {
-	case "completed":
+	case qmp.MigrationCompleted:
 		return FinalInfo(ctx, w.mon), true, nil
-	case "failed":
+	case qmp.MigrationFailed:
 		info, _ := w.mon.QueryMigrate(ctx)
 		return info, true, fmt.Errorf("migration failed: %s", cmp.Or(info.ErrorDesc, "QEMU gave no reason"))
-	case "cancelled":
+	case qmp.MigrationCancelled:
 		return qmp.MigrationInfo{}, true, ErrCancelled
-	case "postcopy-active":
+	case qmp.MigrationPostcopyActive:
 		if !w.postcopy {
 			w.postcopy = true
 			// The source is stopped for good: run the guest on the
@@ -247,19 +247,19 @@ func cancelAndWait(ctx context.Context, mon *qmp.Conn, why error) (qmp.Migration
 			return info, fmt.Errorf("%w; after migrate_cancel: %v", why, err)
 		}
 		switch info.Status {
-		case "cancelled", "failed", "completed":
+		case qmp.MigrationCancelled, qmp.MigrationFailed, qmp.MigrationCompleted:
 			return info, why
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-func migrationStatus(ev goqmp.Event) string {
+func migrationStatus(ev goqmp.Event) qmp.MigrationStatus {
 	if ev.Event != "MIGRATION" {
 		return ""
 	}
 	st, _ := ev.Data["status"].(string)
-	return st
+	return qmp.MigrationStatus(st)
 }
 
 // FinalInfo reads the figures of a completed migration; right after
@@ -306,9 +306,9 @@ func ResumeSource(mon *qmp.Conn) error {
 			return fmt.Errorf("source QEMU: %w", err)
 		}
 		switch qs.Status {
-		case "running":
+		case qmp.RunRunning:
 			return nil
-		case "postmigrate", "paused":
+		case qmp.RunPostMigrate, qmp.RunPaused:
 			if err := mon.Cont(ctx); err != nil {
 				return fmt.Errorf("cont the source: %w", err)
 			}
@@ -371,9 +371,9 @@ func AwaitIncoming(ctx context.Context, mon *qmp.Conn) error {
 			return fmt.Errorf("incoming migration: %w", err)
 		}
 		switch info.Status {
-		case "completed":
+		case qmp.MigrationCompleted:
 			return nil
-		case "failed", "cancelled":
+		case qmp.MigrationFailed, qmp.MigrationCancelled:
 			return fmt.Errorf("incoming migration %s: %s", info.Status, info.ErrorDesc)
 		}
 		select {
@@ -395,7 +395,7 @@ func RunPostcopy(ctx context.Context, mon *qmp.Conn) error {
 		if qs.Running {
 			return nil
 		}
-		if qs.Status != "inmigrate" {
+		if qs.Status != qmp.RunInMigrate {
 			if err := mon.Cont(ctx); err != nil {
 				return fmt.Errorf("postcopy: cont: %w", err)
 			}

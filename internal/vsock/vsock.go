@@ -17,7 +17,8 @@
 // QEMU's own VHOST_VSOCK_SET_GUEST_CID at start, which fails the start with
 // "Address already in use"; the next start then picks another CID.
 //
-// It does not decide whether a VM has vsock, nor start anything.
+// Start (start.go) is its part of a VM's start: the step that takes the
+// CID and hands it to QEMU's argv. It starts nothing itself.
 package vsock
 
 import (

@@ -1,4 +1,4 @@
-package supervisor
+package apply
 
 import (
 	"context"
@@ -33,37 +33,39 @@ type setIntent struct {
 }
 
 // setLive makes one setting change of f on its running VM, journaled.
-func (s *Supervisor) setLive(ctx context.Context, f *spec.File, c plan.Change) error {
+func (a *Applier) setLive(ctx context.Context, f *spec.File, c plan.Change) error {
 	name := f.VM.Name
-	lk, err := s.lock(ctx, name, "apply")
+	lk, err := a.lock(ctx, name, "apply")
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
 	if c.Kind == plan.DiskMedium {
-		if err := s.checkMedium(f, c.Name); err != nil {
+		if err := a.checkMedium(f, c.Name); err != nil {
 			return err
 		}
 	}
-	op, err := s.beginOp(ctx, name, opApplySet, setIntent{Change: c, Want: vmstate.Canonical(&f.VM)})
+	op, err := a.k.Begin(ctx, name, opApplySet, setIntent{Change: c, Want: vmstate.Canonical(&f.VM)})
 	if err != nil {
 		return err
 	}
 	defer op.End()
-	return s.makeSetting(ctx, name, &f.VM, c, op.After())
+	return a.makeSetting(ctx, name, &f.VM, c, op.After())
 }
 
 // checkMedium: a new CD-ROM image must be where the running VM can open
 // new files (its sandbox's image directories).
-func (s *Supervisor) checkMedium(f *spec.File, disk string) error {
-	if err := s.reachable(findDisk(&f.VM, disk).File); err != nil {
+func (a *Applier) checkMedium(f *spec.File, disk string) error {
+	if err := a.h.Reachable(findDisk(&f.VM, disk).File); err != nil {
 		return fmt.Errorf("disk %q: %w", disk, err)
 	}
 	return nil
 }
 
-func (s *Supervisor) recoverApplySet(ctx context.Context, name string, op *operation.Op) (string, error) {
-	in, err := intentOf[setIntent](op)
+// recoverApplySet settles a setting's change whose command died: with
+// QEMU gone there is nothing to set; else the setting is made again.
+func (a *Applier) recoverApplySet(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[setIntent](op)
 	if err != nil {
 		return "", err
 	}
@@ -71,10 +73,10 @@ func (s *Supervisor) recoverApplySet(ctx context.Context, name string, op *opera
 	if err := json.Unmarshal(in.Want, &want); err != nil {
 		return "", err
 	}
-	if _, err := s.view(name); errors.Is(err, ErrNotRunning) {
+	if _, err := a.h.View(name); errors.Is(err, vmstate.ErrNotRunning) {
 		return "QEMU is gone: nothing to set", nil
 	}
-	if err := s.makeSetting(ctx, name, &want, in.Change, func(string, string) {}); err != nil {
+	if err := a.makeSetting(ctx, name, &want, in.Change, func(string, string) {}); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s was set again and recorded", in.Change.Field), nil
@@ -82,8 +84,8 @@ func (s *Supervisor) recoverApplySet(ctx context.Context, name string, op *opera
 
 // makeSetting puts c's setting from want into the running QEMU (or its
 // unit), then into the record.
-func (s *Supervisor) makeSetting(ctx context.Context, name string, want *spec.VM, c plan.Change, done func(vm, step string)) error {
-	app, err := s.state.ReadApplied(name)
+func (a *Applier) makeSetting(ctx context.Context, name string, want *spec.VM, c plan.Change, done func(vm, step string)) error {
+	app, err := a.h.State().ReadApplied(name)
 	if err != nil {
 		return err
 	}
@@ -91,11 +93,11 @@ func (s *Supervisor) makeSetting(ctx context.Context, name string, want *spec.VM
 	if err != nil {
 		return err
 	}
-	if err := s.setting(ctx, name, want, rec, c); err != nil {
+	if err := a.setting(ctx, name, want, rec, c); err != nil {
 		return fmt.Errorf("%s: %w", c.Field, err)
 	}
 	done(name, c.Field)
-	if err := s.state.RecordVM(app, rec); err != nil {
+	if err := a.h.State().RecordVM(app, rec); err != nil {
 		return fmt.Errorf("%s: record: %w", c.Field, err)
 	}
 	return nil
@@ -103,21 +105,20 @@ func (s *Supervisor) makeSetting(ctx context.Context, name string, want *spec.VM
 
 // setting makes one change in QEMU or the unit and in rec (the record's
 // VM); it may be run again.
-func (s *Supervisor) setting(ctx context.Context, name string, want, rec *spec.VM, c plan.Change) error {
+func (a *Applier) setting(ctx context.Context, name string, want, rec *spec.VM, c plan.Change) error {
 	switch c.Kind {
 	case plan.UnitLimits:
-		return s.setUnitLimits(ctx, name, want, rec)
+		return a.setUnitLimits(ctx, name, want, rec)
 	case plan.Autostart:
 		rec.Autostart = want.Autostart
 		if want.Autostart {
-			f, err := s.AppliedSpec(name)
+			f, err := a.h.AppliedSpec(name)
 			if err != nil {
 				return err
 			}
-			_, err = s.Enable(ctx, f)
-			return err
+			return a.h.Enable(ctx, f)
 		}
-		return s.Disable(ctx, name)
+		return a.h.Disable(ctx, name)
 	case plan.RecordOnly:
 		rec.Description, rec.Shutdown, rec.Health = want.Description, want.Shutdown, want.Health
 		if wd, rd := findDisk(want, c.Name), findDisk(rec, c.Name); wd != nil && rd != nil {
@@ -125,16 +126,16 @@ func (s *Supervisor) setting(ctx context.Context, name string, want, rec *spec.V
 		}
 		return nil
 	}
-	qc, release, err := s.qmpSession(ctx, name)
+	qc, release, err := a.h.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer release()
-	return s.qmpSetting(ctx, name, qc, want, rec, c)
+	return a.qmpSetting(ctx, name, qc, want, rec, c)
 }
 
 // qmpSetting is setting for what QEMU changes.
-func (s *Supervisor) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, want, rec *spec.VM, c plan.Change) error {
+func (a *Applier) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, want, rec *spec.VM, c plan.Change) error {
 	if c.Kind == plan.Balloon {
 		if err := setBalloon(ctx, qc, want); err != nil {
 			return err
@@ -143,7 +144,7 @@ func (s *Supervisor) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, 
 		return nil
 	}
 	if c.Kind == plan.Pinning {
-		if err := repin(ctx, qc, want, s.paths(name).QMP); err != nil {
+		if err := repin(ctx, qc, want, a.paths(name).QMP); err != nil {
 			return err
 		}
 		rec.Pinning.VCPUs = want.Pinning.VCPUs
@@ -171,16 +172,16 @@ func (s *Supervisor) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, 
 		}
 		rd.IOLimits = wd.IOLimits
 	case plan.DiskGrow:
-		if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil && tree.HasDisk(c.Name) {
+		if tree, err := snapshot.Load(a.paths(name).Snapshots()); err == nil && tree.HasDisk(c.Name) {
 			// Its file is a snapshot's frozen image now, under an overlay.
-			return fmt.Errorf("disk %q is in snapshots (%s): grow it after removing them", c.Name, s.paths(name).Snapshots())
+			return fmt.Errorf("disk %q is in snapshots (%s): grow it after removing them", c.Name, a.paths(name).Snapshots())
 		}
 		if err := qc.BlockResize(ctx, qemuargs.DiskNodeName(c.Name), int64(wd.Size)); err != nil {
 			return fmt.Errorf("block_resize: %w", err)
 		}
 		rd.Size = wd.Size
 	case plan.DiskMedium:
-		if err := s.changeMedium(ctx, name, qc, *rd, *wd); err != nil {
+		if err := a.changeMedium(ctx, name, qc, *rd, *wd); err != nil {
 			return err
 		}
 		rd.File = wd.File
@@ -206,15 +207,15 @@ func findDisk(vm *spec.VM, name string) *spec.Disk {
 
 // changeMedium grants QEMU the new image, swaps the medium, and takes the
 // old image's grant back.
-func (s *Supervisor) changeMedium(ctx context.Context, name string, c *qmp.Conn, old, d spec.Disk) error {
+func (a *Applier) changeMedium(ctx context.Context, name string, c *qmp.Conn, old, d spec.Disk) error {
 	rules, err := confine.DiskRules(ctx, d)
 	if err != nil {
 		return err
 	}
-	if err := s.ConfinePaths(ctx, name, rules...); err != nil {
+	if err := a.h.ConfinePaths(ctx, name, rules...); err != nil {
 		return err
 	}
-	img, sec := storage.HostFiles(s.paths(name).Dir, d)
+	img, sec := storage.HostFiles(a.paths(name).Dir, d)
 	parts, err := qemuargs.Disk(d, qemuargs.DiskHost{Image: img, SecretFile: sec}, "")
 	if err != nil {
 		return err
@@ -224,25 +225,29 @@ func (s *Supervisor) changeMedium(ctx context.Context, name string, c *qmp.Conn,
 	}
 	if old.File != d.File {
 		if oldRules, err := confine.DiskRules(ctx, old); err == nil {
-			_ = s.ReleasePaths(ctx, name, rulePaths(oldRules)...)
+			_ = a.h.ReleasePaths(ctx, name, rulePaths(oldRules)...)
 		}
 	}
 	return nil
 }
 
-// setUnitLimits gives the running unit the file's limits.
-func (s *Supervisor) setUnitLimits(ctx context.Context, name string, want, rec *spec.VM) error {
-	sd, err := s.systemd(ctx)
-	if err != nil {
-		return err
+func rulePaths(rules []units.PathRule) []string {
+	paths := make([]string, len(rules))
+	for i, r := range rules {
+		paths[i] = r.Path
 	}
+	return paths
+}
+
+// setUnitLimits gives the running unit the file's limits.
+func (a *Applier) setUnitLimits(ctx context.Context, name string, want, rec *spec.VM) error {
 	l := want.Limits
 	weight := l.CPUWeight
 	if weight == 0 {
 		weight = 100 // systemd's and the kernel's default weight
 	}
 	mem := uint64(rec.MaxMemory + l.MemoryOverhead)
-	if err := sd.SetLimits(ctx, s.state.UnitOf(name), units.Limits{CPUQuota: &l.CPUQuota, CPUWeight: &weight,
+	if err := a.h.SetUnitLimits(ctx, name, units.Limits{CPUQuota: &l.CPUQuota, CPUWeight: &weight,
 		MemoryMax: &mem, TasksMax: &l.TasksMax}); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package apply
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
-// Live resource changes (vmsup set): vCPUs and memory are hot-plugged over
-// QMP within the ceilings the VM booted with (max_cpus, max_memory: QEMU
-// fixes them at start), and cgroup limits are changed on the running unit.
-// They last as long as the running QEMU: the VM's file stays the
-// configuration, so the next up starts from it again (vmsup never rewrites
-// a user's file).
+// Live resource changes (vmsup set, and apply's cpus and memory): vCPUs
+// and memory are hot-plugged over QMP within the ceilings the VM booted
+// with (max_cpus, max_memory: QEMU fixes them at start), and cgroup limits
+// are changed on the running unit. They last as long as the running QEMU:
+// the VM's file stays the configuration, so the next up starts from it
+// again (vmsup never rewrites a user's file).
 
 // ResizeOptions are the changes Resize makes; zero or nil fields are left as
 // they are.
@@ -39,7 +39,8 @@ type ResizeResult struct {
 	Note      string    `json:"note,omitempty"`
 }
 
-// opResize is vmsup set's operation in the journal.
+// opResize is vmsup set's operation in the journal; its intent is the
+// ResizeOptions.
 const opResize operation.Kind = "set"
 
 // Steps of vmsup set in the journal.
@@ -55,16 +56,16 @@ const (
 // DIMMs added before. The guest must online new vCPUs and memory (Linux:
 // udev rules or memhp_default_state=online_movable; online_movable is also
 // what lets it release a DIMM again).
-func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (ResizeResult, error) {
+func (a *Applier) Resize(ctx context.Context, name string, o ResizeOptions) (ResizeResult, error) {
 	res := ResizeResult{VM: name}
 	fail := func(err error) (ResizeResult, error) { return res, fmt.Errorf("vm %q: set: %w", name, err) }
-	lk, err := s.lock(ctx, name, "set")
+	lk, err := a.lock(ctx, name, "set")
 	if err != nil {
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.view(name)
-	if errors.Is(err, ErrNotRunning) {
+	v, err := a.h.View(name)
+	if errors.Is(err, vmstate.ErrNotRunning) {
 		return fail(errors.New("not running; change cpus and memory in its file, they apply at the next up"))
 	}
 	if err != nil {
@@ -73,20 +74,16 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 	app, vm := v.Applied, v.Booted
 	res.MaxCPUs, res.MaxMemory = vm.MaxCPUs, vm.MaxMemory
 	if o.CPUQuota != nil || o.CPUWeight != nil {
-		sd, err := s.systemd(ctx)
-		if err != nil {
-			return fail(err)
-		}
-		if err := sd.SetLimits(ctx, s.state.UnitOf(name), units.Limits{CPUQuota: o.CPUQuota, CPUWeight: o.CPUWeight}); err != nil {
+		if err := a.h.SetUnitLimits(ctx, name, units.Limits{CPUQuota: o.CPUQuota, CPUWeight: o.CPUWeight}); err != nil {
 			return fail(err)
 		}
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := a.h.QMPSession(ctx, name)
 	if err != nil {
 		return fail(err)
 	}
 	defer release()
-	op, err := s.beginOp(ctx, name, opResize, o)
+	op, err := a.k.Begin(ctx, name, opResize, o)
 	if err != nil {
 		return fail(err)
 	}
@@ -94,16 +91,16 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 	_, cpuErr := devices.SetCPUs(ctx, c, vm, o.CPUs)
 	if cpuErr == nil && o.CPUs > 0 {
 		// A new vCPU thread starts with the unit's affinity: pin it too.
-		cpuErr = pinVCPUs(ctx, c, vm, s.paths(name).QMP)
+		cpuErr = pinVCPUs(ctx, c, vm, a.paths(name).QMP)
 	}
 	op.Step(stepResizeCPUs)
 	var memErr error
 	if cpuErr == nil {
-		_, memErr = devices.SetMemory(ctx, c, vm, o.Memory, app.Hugetlbfs, s.opts.UnplugTimeout)
+		_, memErr = devices.SetMemory(ctx, c, vm, o.Memory, app.Hugetlbfs, a.h.UnplugTimeout())
 		op.Step(stepResizeMemory)
 	}
 	// What QEMU has now is recorded, whether all of it went or not.
-	if res.CPUs, res.Memory, err = s.recordResize(ctx, c, app, vm); err != nil {
+	if res.CPUs, res.Memory, err = a.recordResize(ctx, c, app, vm); err != nil {
 		return fail(errors.Join(cpuErr, memErr, err))
 	}
 	if err := errors.Join(cpuErr, memErr); err != nil {
@@ -117,8 +114,8 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 
 // recordResize records the vCPUs and memory the running QEMU has (a DIMM
 // backend left without its device is removed first) and returns them.
-func (s *Supervisor) recordResize(ctx context.Context, c *qmp.Conn, app *vmstate.Applied, vm *spec.VM) (int, spec.Size, error) {
-	cpus, mem, err := devices.Actual(ctx, c)
+func (a *Applier) recordResize(ctx context.Context, c *qmp.Conn, app *vmstate.Applied, vm *spec.VM) (int, spec.Size, error) {
+	cpus, mem, err := a.actual(ctx, c)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -126,8 +123,30 @@ func (s *Supervisor) recordResize(ctx context.Context, c *qmp.Conn, app *vmstate
 	if cpus != vm.CPUs || mem != vm.Memory {
 		app.Resized = &vmstate.Resized{CPUs: cpus, Memory: mem}
 	}
-	if err := s.state.RewriteApplied(app); err != nil {
+	if err := a.h.State().RewriteApplied(app); err != nil {
 		return cpus, mem, fmt.Errorf("record: %w", err)
 	}
 	return cpus, mem, nil
+}
+
+// recoverResize settles a resize whose command died: whatever of it QEMU
+// got is what the VM has now, so that is recorded.
+func (a *Applier) recoverResize(ctx context.Context, name string, _ *operation.Op) (string, error) {
+	v, err := a.h.View(name)
+	if errors.Is(err, vmstate.ErrNotRunning) {
+		return "QEMU is gone: nothing to reconcile", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	c, release, err := a.h.QMPSession(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	cpus, mem, err := a.recordResize(ctx, c, v.Applied, v.Booted)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("recorded what QEMU has: %d vCPUs, %s", cpus, mem), nil
 }

@@ -1,4 +1,13 @@
-package supervisor
+// Package vmdisks is the host side of a VM's disks around its start: the
+// check of every disk before anything starts (as the VM will open it,
+// with one error per disk placed at its key), the disks a start boots
+// with beyond its file (carried, moved), the storage step that prepares
+// them (images created, seeds built, secrets copied into the state
+// directory), the unit's access to block devices, the files argv names
+// for them, and the teardown once QEMU is gone. The backends themselves
+// (qemu-img, iSCSI, RBD, seeds, secrets) are package storage's; which
+// image a disk is on is vmstate's and startplan.Boot's rule.
+package vmdisks
 
 import (
 	"cmp"
@@ -12,6 +21,8 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/startplan"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
@@ -19,43 +30,56 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
-// storageCheckTimeout bounds the checks of all of a VM's disks (each
-// qemu-img call has its own, shorter bound).
-const storageCheckTimeout = 2 * time.Minute
+// Step is the start step that prepares the disks.
+const Step = "storage"
 
-func (s *Supervisor) tools() storage.Tools {
-	return storage.Tools{}
+// checkTimeout bounds the checks of all of a VM's disks (each qemu-img
+// call has its own, shorter bound).
+const checkTimeout = 2 * time.Minute
+
+// Manager checks and prepares the disks of the VMs of one state root.
+type Manager struct {
+	Store vmstate.Store
+	Tools storage.Tools
+	// CheckPaths checks a disk's host paths against the host's places
+	// (internal/hostpaths), for the disks a start carries from an earlier
+	// run: the places may have changed since they were attached.
+	CheckPaths func(ctx context.Context, d spec.Disk) error
 }
 
-// checkStorage checks every disk of f (and the disks attached to the VM
-// earlier, which the next start boots with) before anything is started:
-// one clear error per disk naming the file, the disk field and the disk.
-// Disks with a problem in the file (f.Broken) or a key outside the host's
-// places (refused) are skipped; named says whether the VM's name is sound,
-// to look for its running QEMU and its records.
-func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File, named bool, refused []string) error {
-	ctx, cancel := context.WithTimeout(ctx, storageCheckTimeout)
+var (
+	_ startplan.Contributor = Manager{}
+	_ startplan.Reuser      = Manager{}
+)
+
+// Check checks every disk of f (and the disks attached to the VM earlier,
+// which the next start boots with) before anything is started: one clear
+// error per disk naming the file, the disk field and the disk. Disks with
+// a problem in the file (f.Broken) or a key outside the host's places
+// (refused) are skipped; named says whether the VM's name is sound, to
+// look for its running QEMU and its records.
+func (m Manager) Check(ctx context.Context, f *spec.File, named bool, refused []string) error {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	t := s.tools()
 	running := false
 	uuid := f.VM.UUID // the UUID the VM logs in to iSCSI targets with, when known
-	var moved map[string]vmstate.MovedDisk
-	tree := &snapshot.Tree{}
+	boot := startplan.Boot{Tree: &snapshot.Tree{}}
 	if named {
-		_, qmpErr := os.Stat(s.paths(f.VM.Name).QMP)
+		p := m.Store.Paths(f.VM.Name)
+		_, qmpErr := os.Stat(p.QMP)
 		running = qmpErr == nil
-		if app, err := s.state.ReadApplied(f.VM.Name); err == nil {
+		if app, err := m.Store.ReadApplied(f.VM.Name); err == nil {
 			uuid = cmp.Or(uuid, app.UUID)
-			moved = app.Moved
+			boot.Moved = app.Moved
 		}
 		var err error
-		if tree, err = snapshot.Load(s.paths(f.VM.Name).Snapshots()); err != nil {
+		if boot.Tree, err = snapshot.Load(p.Snapshots()); err != nil {
 			return f.Errorf("disk", "%v", err)
 		}
 	}
 	// Checked as the VM will open them: moved, on their snapshot overlays.
 	disks := make([]spec.Disk, len(f.VM.Disks))
-	for i, od := range bootDisks(&f.VM, moved, nil, tree) {
+	for i, od := range boot.Disks(&f.VM) {
 		disks[i] = od.Opened()
 	}
 	var errs []error
@@ -66,16 +90,16 @@ func (s *Supervisor) checkStorage(ctx context.Context, f *spec.File, named bool,
 			continue
 		}
 		d.InitiatorName = d.InitiatorFor(uuid)
-		err := t.Check(ctx, d)
+		err := m.Tools.Check(ctx, d)
 		if errors.Is(err, storage.ErrInUse) && running {
 			// The VM runs and holds its own images; up leaves it alone.
 			err = nil
 		}
 		if errors.Is(err, storage.ErrInUse) {
-			err = s.heldBy(f.VM.Name, d, err)
+			err = m.heldBy(f.VM.Name, d, err)
 		}
 		if err != nil {
-			errs = append(errs, diskFieldError(f, i, err))
+			errs = append(errs, fieldError(f, i, err))
 			continue
 		}
 		ok[i] = true
@@ -122,9 +146,9 @@ func checkSharedImages(ctx context.Context, f *spec.File, disks []spec.Disk, ok 
 	return f.SharedImages(disks, all)
 }
 
-// samePath reports whether a and b name one file (through symlinks, or
+// SamePath reports whether a and b name one file (through symlinks, or
 // two names of one device).
-func samePath(a, b string) bool {
+func SamePath(a, b string) bool {
 	if a == b {
 		return true
 	}
@@ -138,18 +162,18 @@ func samePath(a, b string) bool {
 
 // heldBy names the VM vmsup knows whose QEMU holds the image of d (err is
 // the lock's error): "in use by VM "web" (its disk "data")".
-func (s *Supervisor) heldBy(self string, d spec.Disk, err error) error {
-	names, _ := s.state.Known()
+func (m Manager) heldBy(self string, d spec.Disk, err error) error {
+	names, _ := m.Store.Known()
 	for _, n := range names {
 		if n == self {
 			continue
 		}
-		v, verr := s.state.View(n)
+		v, verr := m.Store.View(n)
 		if verr != nil || !v.Running {
 			continue
 		}
 		for _, od := range v.Disks {
-			if slices.ContainsFunc(od.Images(v.Tree), func(p string) bool { return samePath(p, d.File) }) {
+			if slices.ContainsFunc(od.Images(v.Tree), func(p string) bool { return SamePath(p, d.File) }) {
 				return &storage.Error{Disk: d.Name, Field: "file", Err: storage.ErrInUse,
 					Msg: fmt.Sprintf("%s: %v: VM %q has it open (its disk %q)", d.File, storage.ErrInUse, n, od.Name)}
 			}
@@ -158,9 +182,9 @@ func (s *Supervisor) heldBy(self string, d spec.Disk, err error) error {
 	return err
 }
 
-// diskFieldError places a storage error at the disk's key in f:
+// fieldError places a storage error at the disk's key in f:
 // `web.toml:9:1: disk[1].backing: disk "data": base image /b.qcow2: no such file`.
-func diskFieldError(f *spec.File, i int, err error) error {
+func fieldError(f *spec.File, i int, err error) error {
 	field := fmt.Sprintf("disk[%d]", i)
 	var se *storage.Error
 	if errors.As(err, &se) && se.Field != "" {
@@ -169,10 +193,10 @@ func diskFieldError(f *spec.File, i int, err error) error {
 	return f.Errorf(field, "%v", err)
 }
 
-// carriedDisks are the disks hot-plugged during an earlier run that the
-// next start of f's VM boots with, as recorded in its applied state.
-func (s *Supervisor) carriedDisks(f *spec.File) ([]spec.Disk, error) {
-	app, err := s.state.ReadApplied(f.VM.Name)
+// Carried are the disks hot-plugged during an earlier run that the next
+// start of f's VM boots with, as recorded in its applied state.
+func (m Manager) Carried(f *spec.File) ([]spec.Disk, error) {
+	app, err := m.Store.ReadApplied(f.VM.Name)
 	if err != nil {
 		return nil, nil // never started: nothing attached
 	}
@@ -191,40 +215,13 @@ func (s *Supervisor) carriedDisks(f *spec.File) ([]spec.Disk, error) {
 	return out, nil
 }
 
-// bootFile returns f as QEMU boots it: the disks `vmsup disk move` put
-// elsewhere opened there, the carried disks appended, and each disk a
-// snapshot moved onto an overlay opened there (f itself when none
-// applies).
-func bootFile(f *spec.File, plan *startPlan) *spec.File {
-	if len(plan.carried) == 0 && (plan.tree == nil || plan.tree.Empty()) && len(plan.moved) == 0 {
-		return f
-	}
-	g := *f
-	g.VM.Disks = nil
-	for _, d := range bootDisks(&f.VM, plan.moved, plan.carried, plan.tree) {
-		g.VM.Disks = append(g.VM.Disks, d.Opened())
-	}
-	return &g
-}
-
-// bootDisks are the disks a start of vm opens (vmstate.OpenedDisks, the
-// rule the running view has too): the file's, moved ones where they are,
-// then the carried ones, each on its snapshot overlay.
-func bootDisks(vm *spec.VM, moved map[string]vmstate.MovedDisk, carried []spec.Disk, tree *snapshot.Tree) []vmstate.Disk {
-	app := &vmstate.Applied{Moved: moved}
-	for _, d := range carried {
-		app.Attached = append(app.Attached, AttachedDisk{Disk: d})
-	}
-	return vmstate.OpenedDisks(vm.Disks, app, tree)
-}
-
-// movedFor keeps the disk moves recorded for f's VM that still apply: a
+// MovedFor keeps the disk moves recorded for f's VM that still apply: a
 // file that names another source for the disk than the one it was moved
 // from (the user edited it, to the new place or elsewhere) wins.
-func movedFor(f *spec.File, moved map[string]vmstate.MovedDisk) map[string]vmstate.MovedDisk {
+func MovedFor(f *spec.File, moved map[string]vmstate.MovedDisk) map[string]vmstate.MovedDisk {
 	out := map[string]vmstate.MovedDisk{}
 	for _, d := range f.VM.Disks {
-		if mv, ok := moved[d.Name]; ok && mv.From == diskSource(d) {
+		if mv, ok := moved[d.Name]; ok && mv.From == vmstate.DiskSource(d) {
 			out[d.Name] = mv
 		}
 	}
@@ -234,30 +231,31 @@ func movedFor(f *spec.File, moved map[string]vmstate.MovedDisk) map[string]vmsta
 	return out
 }
 
-// storageSteps prepares the VM's disks: images created on demand, seeds
-// built, secrets copied into the state dir; undone on a failed start.
-func (s *Supervisor) storageSteps(f *spec.File, p vmstate.Paths, plan *startPlan) []step {
+// Steps is the storage step: the disks the start boots with prepared
+// (images created on demand, seeds built, secrets copied into the state
+// directory), undone on a failed start. The unit may open their block
+// devices.
+func (m Manager) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 	var prepared []storage.Prepared
-	plan.unitOpts = append(plan.unitOpts, func(u *units.Unit) { blockDevices(u, &bootFile(f, plan).VM) })
-	return []step{{
-		Name: "storage",
+	plan.AddUnit(func(u *units.Unit) { blockDevices(u, &plan.Boot.File(f).VM) })
+	return []steps.Step{{
+		Name: Step,
 		Do: func(ctx context.Context) error {
-			boot := bootFile(f, plan)
-			for i, d := range boot.VM.Disks {
+			for i, d := range plan.Boot.File(f).VM.Disks {
 				if i >= len(f.VM.Disks) {
 					// Attached earlier: checked at attach time, but the host
 					// (and its places) may have changed since.
-					if err := s.checkDiskPaths(ctx, d); err != nil {
+					if err := m.CheckPaths(ctx, d); err != nil {
 						return fmt.Errorf("attached disk %q (vmsup disk attach): %w", d.Name, err)
 					}
-					if err := s.tools().Check(ctx, d); err != nil {
+					if err := m.Tools.Check(ctx, d); err != nil {
 						return fmt.Errorf("attached disk (vmsup disk attach): %w", err)
 					}
 				}
-				pr, err := s.tools().Prepare(ctx, d, p.Dir)
+				pr, err := m.Tools.Prepare(ctx, d, plan.Paths.Dir)
 				if err != nil {
 					if i < len(f.VM.Disks) {
-						return diskFieldError(f, i, err)
+						return fieldError(f, i, err)
 					}
 					return err
 				}
@@ -274,8 +272,14 @@ func (s *Supervisor) storageSteps(f *spec.File, p vmstate.Paths, plan *startPlan
 	}}
 }
 
+// Reuse: a local migration's new QEMU opens the file's block devices too.
+func (m Manager) Reuse(f *spec.File, plan *startplan.Plan) error {
+	plan.AddUnit(func(u *units.Unit) { blockDevices(u, &f.VM) })
+	return nil
+}
+
 // blockDevices opens the unit's closed device policy to the block devices
-// of the VM's disks (/dev/kvm is added by unitFor).
+// of the VM's disks (/dev/kvm is added with the unit).
 func blockDevices(u *units.Unit, vm *spec.VM) {
 	for _, d := range vm.Disks {
 		if d.Type != spec.DiskBlock {
@@ -293,12 +297,13 @@ func blockDevices(u *units.Unit, vm *spec.VM) {
 	}
 }
 
-// diskHosts names the files storage prepares for vm's disks in its state
-// dir; argv uses them whether or not they exist yet (vmsup argv).
-func diskHosts(p vmstate.Paths, vm *spec.VM) map[string]qemuargs.DiskHost {
+// HostFiles names the files the storage step prepares for vm's disks in
+// the state directory dir; argv uses them whether or not they exist yet
+// (vmsup argv).
+func HostFiles(dir string, vm *spec.VM) map[string]qemuargs.DiskHost {
 	out := map[string]qemuargs.DiskHost{}
 	for _, d := range vm.Disks {
-		img, sec := storage.HostFiles(p.Dir, d)
+		img, sec := storage.HostFiles(dir, d)
 		if img != "" || sec != "" {
 			out[d.Name] = qemuargs.DiskHost{Image: img, SecretFile: sec}
 		}
@@ -306,22 +311,23 @@ func diskHosts(p vmstate.Paths, vm *spec.VM) map[string]qemuargs.DiskHost {
 	return out
 }
 
-// storageTeardown undoes storageSteps once QEMU is gone: the copied secrets
-// go (QEMU read them when it started). Images and seeds stay. Idempotent.
-func (s *Supervisor) storageTeardown(ctx context.Context, name string) error {
-	if err := storage.Teardown(s.paths(name).Dir); err != nil {
+// Teardown undoes the storage step once QEMU is gone: the copied secrets
+// in the state directory dir go (QEMU read them when it started). Images
+// and seeds stay. Idempotent.
+func Teardown(dir string) error {
+	if err := storage.Teardown(dir); err != nil {
 		return fmt.Errorf("storage: %w", err)
 	}
 	return nil
 }
 
-// recordBootDisks notes in the applied state which disks the VM boots with
-// beyond its file (carried, now boot-time disks) and which root ports stay
-// free for hotplug.
-func recordBootDisks(a *vmstate.Applied, boot *spec.VM, carried []spec.Disk) {
+// Record notes in the applied state which disks the VM boots with beyond
+// its file (carried, now boot-time disks) and which root ports stay free
+// for hotplug.
+func Record(a *vmstate.Applied, boot *spec.VM, carried []spec.Disk) {
 	a.Attached = nil
 	for _, d := range carried {
-		a.Attached = append(a.Attached, AttachedDisk{Disk: d})
+		a.Attached = append(a.Attached, vmstate.AttachedDisk{Disk: d})
 	}
 	a.HotplugPorts = qemuargs.SpareRootPorts(boot)
 }

@@ -1,4 +1,4 @@
-package supervisor
+package companion
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/consolelog"
+	"github.com/vmsup/vmsup/internal/startplan"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -25,9 +25,6 @@ import (
 // (internal/consolelog). QEMU cannot bound a logfile itself, and a guest
 // printing in a loop would otherwise fill the host's disk.
 
-// StepConsole is the start step that starts the logger.
-const StepConsole = "console-log"
-
 // HookConsoleLog is the logger's command: "SELF console-log --fifo F
 // --max BYTES --keep N LOG".
 const HookConsoleLog = "console-log"
@@ -36,20 +33,21 @@ const HookConsoleLog = "console-log"
 // FIFO: a logger whose start was killed before QEMU's ends by itself.
 const firstWriterWait = 2 * time.Minute
 
-// consoleLogUnit is the logger unit of the VM unit vmUnit.
-func consoleLogUnit(vmUnit string) string { return companionUnit("log", vmUnit) }
+// logUnit is the logger unit of the VM unit vmUnit.
+func logUnit(vmUnit string) string { return unitName("log", vmUnit) }
 
-// consoleFIFO is the FIFO the QEMU of vmUnit writes its console log into:
-// each QEMU its own, so a local migration's two never share one.
-func consoleFIFO(p vmstate.Paths, vmUnit string) string {
-	if _, alt, ok := strings.Cut(strings.TrimSuffix(vmUnit, ".service"), "@"); ok {
-		return filepath.Join(p.Dir, "console-"+alt+".fifo")
+// FIFO is the FIFO the QEMU of vmUnit writes its console log into: each
+// QEMU its own, so a local migration's two never share one.
+func FIFO(p vmstate.Paths, vmUnit string) string {
+	if a, ok := alt(vmUnit); ok {
+		return filepath.Join(p.Dir, "console-"+a+".fifo")
 	}
 	return filepath.Join(p.Dir, "console.fifo")
 }
 
-// consoleConfigOf is the VM's console log: its files and bounds.
-func consoleConfigOf(p vmstate.Paths, vm *spec.VM) consolelog.Config {
+// Config is the VM's console log: its files and bounds (the defaults for
+// vm nil).
+func Config(p vmstate.Paths, vm *spec.VM) consolelog.Config {
 	c := consolelog.Default(p.ConsoleLog)
 	if vm != nil && vm.Console.LogSize > 0 && vm.Console.LogFiles > 0 {
 		c.MaxBytes, c.Keep = int64(vm.Console.LogSize), vm.Console.LogFiles
@@ -57,21 +55,12 @@ func consoleConfigOf(p vmstate.Paths, vm *spec.VM) consolelog.Config {
 	return c
 }
 
-// consoleConfig is the console log of the VM as it was last started (the
-// defaults when there is no record).
-func (s *Supervisor) consoleConfig(name string) consolelog.Config {
-	var vm *spec.VM
-	if v, _ := s.view(name); v != nil {
-		vm = v.Booted
-	}
-	return consoleConfigOf(s.paths(name), vm)
-}
-
 // startConsoleLog makes the QEMU's FIFO (QEMU's user owns it) and starts
 // its logger.
-func (r *startRun) startConsoleLog(ctx context.Context) error {
-	fifo := consoleFIFO(r.p, r.unit)
-	fi, err := os.Stat(r.p.Dir)
+func (c Companions) startConsoleLog(ctx context.Context, f *spec.File, plan *startplan.Plan) error {
+	p := plan.Paths
+	fifo := FIFO(p, plan.Unit)
+	fi, err := os.Stat(p.Dir)
 	if err != nil {
 		return err
 	}
@@ -79,51 +68,54 @@ func (r *startRun) startConsoleLog(ctx context.Context) error {
 	if err := consolelog.MakeFIFO(fifo, int(st.Uid), int(st.Gid)); err != nil {
 		return fmt.Errorf("console log: %w", err)
 	}
-	unit := consoleLogUnit(r.unit)
-	c := consoleConfigOf(r.p, &r.f.VM)
-	if r.mode == StartFresh {
+	unit := logUnit(plan.Unit)
+	cfg := Config(p, &f.VM)
+	if plan.Mode == startplan.Fresh {
 		// A new guest: its log starts anew (the last run's is kept as .1).
-		if err := consolelog.StartRun(c); err != nil {
+		if err := consolelog.StartRun(cfg); err != nil {
 			return fmt.Errorf("console log: %w", err)
 		}
 	}
-	sb, uid, gid, err := r.companionUser()
+	sb, uid, gid, err := c.user(f.VM.Name, p)
 	if err != nil {
 		return fmt.Errorf("console log: %w", err)
 	}
 	if sb != nil {
 		// The logger runs as QEMU's user: the files vmsup made as root
 		// (this start's, or given back to root at the last down) are its.
-		if err := consolelog.Chown(c, uid, gid); err != nil {
+		if err := consolelog.Chown(cfg, uid, gid); err != nil {
 			return fmt.Errorf("console log: %w", err)
 		}
 	}
-	u := units.Unit{Name: unit, Description: "vmsup: console log of " + r.name, Collect: true,
-		Argv: []string{r.s.opts.Self, HookConsoleLog, "--fifo", fifo, "--max", strconv.FormatInt(c.MaxBytes, 10),
-			"--keep", strconv.Itoa(c.Keep), c.Path},
+	u := units.Unit{Name: unit, Description: "vmsup: console log of " + f.VM.Name, Collect: true,
+		Argv: []string{c.Self, HookConsoleLog, "--fifo", fifo, "--max", strconv.FormatInt(cfg.MaxBytes, 10),
+			"--keep", strconv.Itoa(cfg.Keep), cfg.Path},
 		// Not a lower CPU share: QEMU waits for the logger once the FIFO
 		// is full, so a starved logger would stall the guest's console.
 		TasksMax: 16, MemoryMax: 64 << 20, UMask: 0o077, // the guest's console: its owner's only
 		// Stopped after its QEMU at host shutdown: the guest's last lines
 		// ("reboot: Power down") still reach the log.
-		Before: []string{r.unit}, Sandbox: loggerSandbox(sb, r.p, r.s.opts.Self)}
-	if err := r.sd.Start(ctx, u); err != nil {
+		Before: []string{plan.Unit}, Sandbox: loggerSandbox(sb, p, c.Self)}
+	sd, err := c.Systemd(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sd.Start(ctx, u); err != nil {
 		// A logger left by a start killed before its QEMU opened the FIFO
 		// (it would end by itself within firstWriterWait): stop it, again.
-		_ = r.sd.Stop(ctx, unit)
-		_ = r.sd.ResetFailed(ctx, unit)
-		if err := r.sd.Start(ctx, u); err != nil {
+		_ = sd.Stop(ctx, unit)
+		_ = sd.ResetFailed(ctx, unit)
+		if err := sd.Start(ctx, u); err != nil {
 			return fmt.Errorf("console log: %w", err)
 		}
 	}
 	return nil
 }
 
-// loggerSandbox confines the logger as its QEMU's user (sb, from
-// companionUser; nil: unconfined): it sees of the host's VM files only its
-// own state directory, where it writes the log and rotates it (a rename in
-// that directory), and the vmsup binary it runs; no network, no
-// capabilities.
+// loggerSandbox confines the logger as its QEMU's user (sb, from user;
+// nil: unconfined): it sees of the host's VM files only its own state
+// directory, where it writes the log and rotates it (a rename in that
+// directory), and the vmsup binary it runs; no network, no capabilities.
 func loggerSandbox(sb *units.Sandbox, p vmstate.Paths, self string) *units.Sandbox {
 	if sb == nil {
 		return nil
@@ -136,16 +128,16 @@ func loggerSandbox(sb *units.Sandbox, p vmstate.Paths, self string) *units.Sandb
 	return &s
 }
 
-func (r *startRun) stopConsoleLog(ctx context.Context) {
-	stopConsoleLog(ctx, r.sd, r.unit)
-	os.Remove(consoleFIFO(r.p, r.unit))
+func (c Companions) stopConsoleLog(ctx context.Context, plan *startplan.Plan) {
+	c.stop(ctx, logUnit(plan.Unit))
+	os.Remove(FIFO(plan.Paths, plan.Unit))
 }
 
-// stopConsoleLog stops the logger of the VM unit vmUnit, if it runs: a
+// StopConsoleLog stops the logger of the VM unit vmUnit, if it runs: a
 // logger left waiting also keeps its QEMU's unit name loaded in systemd
 // (its Before=).
-func stopConsoleLog(ctx context.Context, sd *units.Manager, vmUnit string) {
-	stopCompanion(ctx, sd, consoleLogUnit(vmUnit))
+func StopConsoleLog(ctx context.Context, sd *units.Manager, vmUnit string) {
+	Stop(ctx, sd, logUnit(vmUnit))
 }
 
 // RunConsoleLog is the logger's work (HookConsoleLog's arguments after the

@@ -1,0 +1,152 @@
+package diskops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/qmp"
+)
+
+// A revert whose command died is finished: the VM goes to the snapshot,
+// and runs if it was meant to. Whether a QEMU runs is systemd's to say: a
+// QEMU started by the revert may not have made its monitor yet.
+
+// revertAction is what recovery does with a revert whose command died.
+type revertAction uint8
+
+const (
+	revertFinish    revertAction = iota + 1 // the VM is off: finished (and started, if meant to)
+	revertUntouched                         // the VM runs, never stopped: the new overlays go, nothing changed
+	revertRaced                             // the VM runs again, not on the reverted disks: refused
+	revertFinishUp                          // the revert's own start runs the guest: finished without a start
+	revertResume                            // its QEMU read the memory state but waits paused: resumed, finished
+	revertRestart                           // its QEMU never read the memory state: killed, finished with a start from it
+)
+
+// errRevertRaced: the VM was started by another command between the
+// revert's stop and its record.
+var errRevertRaced = errors.New("the VM was started again by something else before the revert was done; revert again")
+
+// note is what recovery says it did (the CLI shows it).
+func (a revertAction) note(tag string) string {
+	if a == revertUntouched {
+		return "the VM had not been stopped: nothing was changed"
+	}
+	return fmt.Sprintf("reverted to %q", tag)
+}
+
+// revertSeen is what recovery sees of a revert whose command died.
+type revertSeen struct {
+	unitUp   bool // systemd runs the VM's unit
+	stopped  bool // journaled: the revert stopped the VM
+	reverted bool // the tree records the revert
+	memory   bool // it resumes the guest from a memory state
+	// run (a unit up, with memory): the QEMU's run state, "" when it
+	// does not answer.
+	run qmp.RunState
+}
+
+// decideRevert is what recovery does with a revert whose command died.
+func decideRevert(s revertSeen) revertAction {
+	switch {
+	case !s.unitUp:
+		return revertFinish
+	case !s.stopped:
+		return revertUntouched
+	case !s.reverted:
+		return revertRaced
+	case !s.memory:
+		return revertFinishUp
+	}
+	switch s.run {
+	case qmp.RunRunning:
+		return revertFinishUp
+	case qmp.RunPaused, qmp.RunPostMigrate, qmp.RunPrelaunch:
+		return revertResume
+	}
+	return revertRestart // inmigrate, or no answer: the guest never ran in this QEMU
+}
+
+// seeRevert looks at the VM of revert in: its unit (u), and, while it is
+// up, the tree and the run state of a QEMU started with memory.
+func (s *Service) seeRevert(ctx context.Context, u unitStates, name string, in revertIntent, has func(operation.Step) bool) (revertSeen, error) {
+	seen := revertSeen{stopped: has(stepRevertStopped), memory: in.Memory != ""}
+	st, err := u.UnitStatus(ctx, name)
+	if err != nil {
+		return seen, err
+	}
+	if seen.unitUp = st.Exists && !st.Gone(); !seen.unitUp {
+		return seen, nil
+	}
+	tree, err := snapshot.Load(s.paths(name).Snapshots())
+	if err != nil {
+		return seen, err
+	}
+	seen.reverted = reverted(tree, &in)
+	if seen.memory {
+		seen.run = u.RunState(ctx, s.paths(name).QMP)
+	}
+	return seen, nil
+}
+
+// recoverRevert finishes a revert whose command died (decideRevert).
+func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.Op) (string, error) {
+	in, err := operation.IntentOf[revertIntent](op)
+	if err != nil {
+		return "", err
+	}
+	seen, err := s.seeRevert(ctx, s.h, name, in, op.Has)
+	if err != nil {
+		return "", err
+	}
+	switch a := decideRevert(seen); a {
+	case revertUntouched:
+		removeLayerFiles(in.Layers) // made while it ran, never used
+		return a.note(in.Tag), nil
+	case revertRaced:
+		return "", errRevertRaced
+	case revertFinishUp:
+		in.Start = false // started before the kill
+	case revertResume:
+		if err := s.resume(ctx, name); err != nil {
+			return "", err
+		}
+		in.Start = false
+	case revertRestart:
+		if err := s.h.KillUnit(ctx, name); err != nil {
+			return "", err
+		}
+		in.Start = true
+	}
+	var res RevertResult
+	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {
+		return "", err
+	}
+	return revertFinish.note(in.Tag), nil
+}
+
+// resume resumes the VM's guest.
+func (s *Service) resume(ctx context.Context, name string) error {
+	c, release, err := s.h.QMPSession(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return c.Cont(ctx)
+}
+
+// reverted reports whether the tree already records the revert.
+func reverted(tree *snapshot.Tree, in *revertIntent) bool {
+	if tree.Current != in.Tag {
+		return false
+	}
+	for _, l := range in.Layers {
+		if tree.Active[l.Disk].Path != l.Overlay.Path {
+			return false
+		}
+	}
+	return true
+}

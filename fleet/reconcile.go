@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/renameio/v2"
 
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -174,7 +175,7 @@ func (a *Agent) migrationFailed(ctx context.Context, snap *Snapshot, name string
 	d := a.retry.failed(name)
 	a.Log.Warn("drain: migration failed", "vm", name, "to", target, "next try in", d, "err", merr)
 	st, err := a.Sup.Status(ctx, name)
-	if err != nil || st.State != supervisor.StateRunning || st.QEMUStatus != "running" {
+	if err != nil || st.State != supervisor.StateRunning || qmp.RunState(st.QEMUStatus) != qmp.RunRunning {
 		return a.report(ctx, snap, name, Status{State: State(st.State), Reason: fmt.Sprintf("drain: migration to %s failed (next try in %s): %v", target, d, merr)})
 	}
 	next := p.Value
@@ -206,7 +207,7 @@ func (a *Agent) finishMoveIn(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 	// is complete (an incoming one is "inmigrate"), so the source's copy
 	// has stopped for good.
 	st, err := a.Sup.Status(ctx, rec.Value.Name)
-	if err != nil || st.State != supervisor.StateRunning || st.QEMUStatus != "running" {
+	if err != nil || st.State != supervisor.StateRunning || qmp.RunState(st.QEMUStatus) != qmp.RunRunning {
 		return nil
 	}
 	ok, err := a.Store.movePlacement(ctx, rec.Value.Name, p.Rev, Placement{Host: a.Host.Name, Epoch: p.Value.Epoch + 1},

@@ -25,13 +25,6 @@ func (s *Supervisor) Stats(ctx context.Context, names ...string) ([]VMStats, []S
 	return vmstats.NewCollector(statsHost{s}).Stats(ctx, names...)
 }
 
-// balloonPath is the balloon device's QOM path.
-const balloonPath = vmstats.BalloonPath
-
-// balloonStatsInterval is how often the guest's balloon driver reports its
-// memory (seconds), set when QEMU starts: without it there are no figures.
-const balloonStatsInterval = 5
-
 // qemuPID is the QEMU of VM name listening on qmpPath (0: none).
 func qemuPID(name, qmpPath string) int { return vmstats.QEMUPID(name, qmpPath) }
 

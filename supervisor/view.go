@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/spec"
 )
 
 // view returns the VM as it runs (vmstate.View): the one view every command
@@ -23,6 +22,3 @@ func (s *Supervisor) view(name string) (*vmstate.View, error) {
 	}
 	return v, nil
 }
-
-// diskSource says where a disk's data lives, in one string.
-func diskSource(d spec.Disk) string { return vmstate.DiskSource(d) }

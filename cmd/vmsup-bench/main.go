@@ -109,8 +109,9 @@ type fixture struct {
 	// running, to set against vmsup's confirm step.
 	unitAfterJob []time.Duration
 	// rawCgroup is the cgroup.procs file raw QEMUs join: a sibling of the
-	// sandbox's vmsup.slice in the cpu hierarchy, so that under load from
-	// other processes raw and unit QEMUs get the same CPU share.
+	// sandbox's cgroup in the cpu hierarchy (testenv's BesideCgroup; inside
+	// it the sandbox's systemd trims it), so that under load from other
+	// processes raw and unit QEMUs get the same CPU share.
 	rawCgroup string
 	rawSup    *supervisor.Supervisor // only for argv, with its own root
 	confSup   *supervisor.Supervisor // the same, for the confined unit
@@ -176,11 +177,10 @@ func run(c config) error {
 		}
 	}()
 	f.guest = guestFiles{f.env.Guest.Kernel, f.env.Guest.Initrd}
-	cpuDir := filepath.Join("/sys/fs/cgroup/cpu", f.env.Systemd.Cgroup, "bench-direct")
-	if err := os.Mkdir(cpuDir, 0o755); err != nil {
+	cpuDir, err := f.env.Systemd.BesideCgroup("cpu")
+	if err != nil {
 		return fmt.Errorf("cgroup for raw QEMU: %w", err)
 	}
-	defer os.Remove(cpuDir) // before the sandbox's own clean-up, which would also remove it
 	f.rawCgroup = filepath.Join(cpuDir, "cgroup.procs")
 	if err := f.prepareFiles(); err != nil {
 		return err
@@ -271,6 +271,9 @@ func (f *fixture) runSections(ctx context.Context, began time.Time) error {
 	fmt.Println()
 	fmt.Print(f.report.Markdown())
 	fmt.Printf("\nwrote %s and %s\n", md, js)
+	if broken := f.report.BrokenBaselines(); len(broken) > 0 {
+		return fmt.Errorf("a baseline failed, the figures against it mean nothing: %s", strings.Join(broken, "; "))
+	}
 	return nil
 }
 

@@ -167,3 +167,19 @@ func TestAgainst(t *testing.T) {
 		t.Fatalf("Load = %+v, %v", back, err)
 	}
 }
+
+// A baseline that failed makes the run fail: its ratios mean nothing.
+func TestBrokenBaselines(t *testing.T) {
+	r := &Report{}
+	r.Add(Row{Section: "1. start", Figure: "f", Variant: "raw", Summary: Summarize([]float64{100}), Failures: 2, Note: "first failure: cgroup"})
+	r.Add(Row{Section: "1. start", Figure: "f", Variant: "vmsup", Summary: Summarize([]float64{120}), Baseline: "raw"})
+	r.Add(Row{Section: "1. start", Figure: "f", Variant: "cli", Summary: Summarize([]float64{130}), Baseline: "raw"})
+	r.Add(Row{Section: "2. stop", Figure: "g", Variant: "vmsup", Summary: Summarize([]float64{1}), Baseline: "unit"})
+	r.Add(Row{Section: "3. mem", Figure: "h", Variant: "a", Summary: Summarize([]float64{1})})
+	r.Add(Row{Section: "3. mem", Figure: "h", Variant: "b", Summary: Summarize([]float64{1}), Baseline: "a"})
+	got := r.BrokenBaselines()
+	want := []string{"1. start / f / raw: 2 failed (first failure: cgroup)", "2. stop / g / unit: missing"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("BrokenBaselines = %q, want %q", got, want)
+	}
+}

@@ -132,6 +132,34 @@ func (r *Report) Resolve() {
 	}
 }
 
+// BrokenBaselines names each row that another row measures against and
+// that failed or has no sample: the ratios against it mean nothing, so a
+// run with one is a failed run.
+func (r *Report) BrokenBaselines() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, row := range r.Rows {
+		if row.Baseline == "" {
+			continue
+		}
+		b, ok := r.Find(row.Section, row.Figure, row.Baseline)
+		key := row.Section + " / " + row.Figure + " / " + row.Baseline
+		if seen[key] || (ok && b.Failures == 0 && b.N > 0) {
+			continue
+		}
+		seen[key] = true
+		switch {
+		case !ok:
+			out = append(out, key+": missing")
+		case b.N == 0:
+			out = append(out, key+": no sample")
+		default:
+			out = append(out, fmt.Sprintf("%s: %d failed (%s)", key, b.Failures, b.Note))
+		}
+	}
+	return out
+}
+
 // Find returns the row of a section, figure and variant.
 func (r *Report) Find(section, figure, variant string) (Row, bool) {
 	for _, row := range r.Rows {

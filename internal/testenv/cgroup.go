@@ -31,7 +31,7 @@ type cgroupTree struct {
 	track  string            // mount point of the hierarchy systemd tracks processes in
 }
 
-var staleName = regexp.MustCompile(`^vmsup-test-(\d+)-\d+$`)
+var staleName = regexp.MustCompile(`^vmsup-test-(\d+)-\d+(-raw)?$`)
 
 // newCgroupTree reads the host's cgroup layout and creates the sandbox's directories.
 // The leaf in the name=systemd hierarchy is created exclusively: it is what keeps two
@@ -204,8 +204,10 @@ func (c *cgroupTree) procsFiles() []string {
 func (c *cgroupTree) remove() error {
 	var first error
 	for _, m := range c.all {
-		if err := removeTree(filepath.Join(m, c.rel), 5*time.Second); err != nil && first == nil {
-			first = err
+		for _, d := range []string{c.rel, c.rel + "-raw"} { // -raw: besideDir's
+			if err := removeTree(filepath.Join(m, d), 5*time.Second); err != nil && first == nil {
+				first = err
+			}
 		}
 	}
 	// Parents: ours, or made by a sandbox that stopped while we ran. rmdir fails on a
@@ -303,4 +305,28 @@ func procs(dir string) ([]int, error) {
 	})
 	sort.Ints(pids)
 	return pids, err
+}
+
+// besideDir creates a cgroup next to the sandbox's (same parent, name
+// <sandbox>-raw) in the hierarchy that holds controller, and returns it.
+// Not inside the sandbox's tree: the sandbox's systemd owns that tree and
+// trims what it did not make as soon as a unit turns on the controller
+// (measured: a CPUAccounting unit removed a directory made there, and the
+// bench's raw QEMUs could no longer join it).
+func (c *cgroupTree) besideDir(controller string) (string, error) {
+	m, ok := c.mounts[controller]
+	if !ok {
+		m, ok = c.mounts["unified"]
+	}
+	if !ok {
+		return "", fmt.Errorf("cgroup: no hierarchy holds %s", controller)
+	}
+	dir := filepath.Join(m, c.rel+"-raw")
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("cgroup: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+		return "", fmt.Errorf("cgroup: %s is not a cgroup: %w", dir, err)
+	}
+	return dir, nil
 }

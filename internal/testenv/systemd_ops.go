@@ -64,6 +64,14 @@ func (s *Systemd) HostPIDs(unit string) ([]int, error) {
 	return procs(filepath.Join(s.cg.track, s.cg.rel, rel))
 }
 
+// BesideCgroup returns a cgroup of its own next to the sandbox's, in the
+// hierarchy that holds controller ("cpu", "memory", ...; cgroup v2's one
+// tree when there is no such v1 hierarchy): for processes a test runs
+// outside systemd but wants measured like the sandbox's. Stop removes it.
+func (s *Systemd) BesideCgroup(controller string) (string, error) {
+	return s.cg.besideDir(controller)
+}
+
 // CgroupDir returns the host directory of unit's cgroup in a hierarchy named by a
 // controller ("memory", "pids", "cpu", ...), "systemd" or "unified". systemd creates
 // a controller's directory only when the unit uses that controller.

@@ -22,7 +22,8 @@ import (
 //
 //   - a majority of etcd's members answer it and none has a leader (no
 //     lease can lapse without one), or
-//   - every other host of the fleet answers it on the peer port, and none
+//   - every other host of the fleet (those its last read listed, and any
+//     gone for less than peerMemory) answers it on the peer port, and none
 //     reaches etcd (and each, by answering so, promises to fail no host
 //     over for a TTL: by then the asker has fenced itself if it had to).
 //
@@ -83,6 +84,11 @@ func (a *Agent) peersCutToo(ctx context.Context) (bool, string) {
 		if ans.Etcd != peer.Unreachable && ans.Etcd != peer.Leaderless {
 			return false, fmt.Sprintf("no etcd member answers, but peer %s says etcd is %s to it", name, ans.Etcd)
 		}
+		for _, other := range ans.Peers {
+			if _, asked := peers[other]; !asked && other != a.Host.Name {
+				return false, fmt.Sprintf("no etcd member answers, and peer %s knows host %s, which this agent does not", name, other)
+			}
+		}
 	}
 	names := slices.Sorted(maps.Keys(peers))
 	return true, fmt.Sprintf("no etcd member answers this host, and none answers its %d peers (%s): no scheduler can act",
@@ -106,6 +112,8 @@ func (a *Agent) answer(ctx context.Context) peer.Answer {
 	if ans.Etcd != peer.Reachable {
 		ans.HoldUntil = a.promise.extend(a.TTL)
 	}
+	peers, _ := a.known.peers()
+	ans.Peers = slices.Sorted(maps.Keys(peers))
 	return ans
 }
 
@@ -146,21 +154,42 @@ func (p *promise) until() time.Time {
 	return p.at
 }
 
-// knowledge is what the agent learnt from its last read of the fleet: its
+// knowledge is what the agent learnt from its reads of the fleet: its
 // peers (name -> peer port) and the VMs a drain moves to this host.
 type knowledge struct {
 	mu       sync.Mutex
 	read     bool
-	peerAddr map[string]string
+	peerAddr map[string]seenPeer
 	incoming []string
 }
 
+// seenPeer is a peer's port and when a read of the fleet last listed it.
+type seenPeer struct {
+	addr string
+	seen time.Time
+}
+
+// peerMemory is how long a host that left the fleet (its lease lapsed) is
+// still asked: it may be back, and its scheduler able to act, before this
+// agent reads the fleet again. (Found by the fleet tests: a host cut just
+// after its peer came back from a cut of its own knew no peer, held its
+// fence off, and its VM ran on two hosts.)
+const peerMemory = 10 * time.Minute
+
 // learn keeps what later decisions need from a read of the fleet.
 func (a *Agent) learn(snap *Snapshot) {
-	peers := map[string]string{}
+	now := time.Now()
+	a.known.mu.Lock()
+	defer a.known.mu.Unlock()
+	peers := map[string]seenPeer{}
+	for name, p := range a.known.peerAddr {
+		if now.Sub(p.seen) < peerMemory {
+			peers[name] = p
+		}
+	}
 	for name, h := range snap.Hosts {
 		if name != a.Host.Name {
-			peers[name] = h.Migration.Receiver
+			peers[name] = seenPeer{h.Migration.Receiver, now}
 		}
 	}
 	var incoming []string
@@ -170,16 +199,19 @@ func (a *Agent) learn(snap *Snapshot) {
 		}
 	}
 	slices.Sort(incoming)
-	a.known.mu.Lock()
 	a.known.read, a.known.peerAddr, a.known.incoming = true, peers, incoming
-	a.known.mu.Unlock()
 }
 
-// peers are the other hosts' peer ports; ok is false before the first read.
+// peers are the other hosts' peer ports, those the last read listed and
+// those gone for less than peerMemory; ok is false before the first read.
 func (k *knowledge) peers() (map[string]string, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return maps.Clone(k.peerAddr), k.read
+	m := map[string]string{}
+	for name, p := range k.peerAddr {
+		m[name] = p.addr
+	}
+	return m, k.read
 }
 
 func (k *knowledge) incomingVMs() []string {

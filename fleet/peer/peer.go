@@ -73,6 +73,10 @@ type Answer struct {
 	// promises to fail no host over before this time (the asker's fence
 	// point comes before it), whoever it reaches later.
 	HoldUntil time.Time `json:"hold_until,omitzero"`
+	// Peers are the other hosts the answering agent knows: an asker that
+	// did not ask one of them (it joined since the asker's last read of
+	// the fleet) cannot know that all are cut.
+	Peers []string `json:"peers,omitempty"`
 }
 
 // ClientConfig is conf (the fleet's mutual-TLS client set-up) asking the

@@ -81,7 +81,7 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 	if err := ValidName(d.Name); err != nil {
 		return fail("name", "%v", err)
 	}
-	for _, step := range []func(*Disk, diskFail) error{diskText, diskKeys, diskType, diskFormat, diskBus, diskNet, diskIO} {
+	for _, step := range []func(*Disk, diskFail) error{diskText, diskKeys, diskType, diskFormat, diskBus, diskNet, diskIO, diskTuning} {
 		if err := step(d, fail); err != nil {
 			return err
 		}
@@ -139,6 +139,7 @@ func diskKeys(d *Disk, fail diskFail) error {
 		{"meta_data_file", d.MetaDataFile != "", []string{DiskSeed}},
 		{"network_config_file", d.NetworkConfigFile != "", []string{DiskSeed}},
 		{"iothread", d.IOThread, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
+		{"iothread_id", d.IOThreadID != 0, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
 		{"initiator_name", d.InitiatorName != "", []string{DiskISCSI}},
 		{"header_digest", d.HeaderDigest != "", []string{DiskISCSI}},
 		{"transport", d.Transport != "", []string{DiskISCSI}},

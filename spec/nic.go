@@ -95,6 +95,9 @@ func (n *NIC) Check() (string, error) {
 	default:
 		return fail("link", "invalid value %q (want \"up\" or \"down\")", n.Link)
 	}
+	if field, err := n.nicTuning(); err != nil {
+		return field, err
+	}
 	switch n.Type {
 	case NICUser:
 		for _, f := range []struct{ name, v string }{{"bridge", n.Bridge}, {"cni_config", n.CNIConfig}, {"tap", n.Tap}} {

@@ -103,7 +103,7 @@ func newCollector(vms []VM, skipped []Skipped) *collector {
 		up:            desc("vm_up", "Whether the VM's QEMU answered QMP (1) or not (0).", vm...),
 		info:          desc("vm_info", "The VM's state as vmsup sees it; always 1.", "vm", "state"),
 		scrapeVMs:     desc("scrape_vms", "Number of VMs reported in this scrape."),
-		diskStalled: desc("vm_disk_io_stalled", "1 when requests to the disk are in flight and none has ended for 5 s (storage unreachable?); 0 otherwise.", "vm", "disk"),
+		diskStalled:   desc("vm_disk_io_stalled", "1 when requests to the disk are in flight and none has ended for 5 s (storage unreachable?); 0 otherwise.", "vm", "disk"),
 		scrapeSkipped: desc("scrape_skipped", "VMs left out of this scrape because they were starting or stopping; always 1.", "vm", "reason"),
 		perVM: []vmMetric{
 			vmm("vm_start_time_seconds", prometheus.GaugeValue, "Start time of the VM's QEMU process since unix epoch in seconds.",

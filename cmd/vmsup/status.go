@@ -95,7 +95,7 @@ func statusCmd(g *globals) *cobra.Command {
 				for _, m := range s.MovedDisks {
 					fmt.Fprintf(out, "moved:    %s (vmsup disk move; the file still names the old image: update it)\n", m)
 				}
-				printDisks(out, s.Disks)
+				printDisks(out, s.Disks, s.DiskIO)
 				printNICs(out, s.NICs)
 				if c := s.Confinement; c != nil {
 					fmt.Fprintf(out, "confined: %s\n", c)
@@ -113,8 +113,11 @@ func statusCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// printDisks adds the VM's disks to status output.
-func printDisks(out io.Writer, disks []supervisor.DiskInfo) {
+// printDisks adds the VM's disks, and how their I/O goes, to status output.
+func printDisks(out io.Writer, disks []supervisor.DiskInfo, diskIO string) {
+	if diskIO != "" {
+		fmt.Fprintf(out, "disk io:  %s\n", diskIO)
+	}
 	for _, d := range disks {
 		fmt.Fprintf(out, "disk:     %s %s %s", d.Name, d.Type, d.Source)
 		if d.Format != "" {

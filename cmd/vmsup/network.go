@@ -46,9 +46,10 @@ func networkCreateCmd(g *globals) *cobra.Command {
 
 func networkUpCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "up NAME",
-		Short: "Make what is missing of a defined network (after a host reboot); VMs' starts do it too",
-		Args:  cobra.ExactArgs(1),
+		Use:     "up NAME",
+		Short:   "Make what is missing of a defined network (after a host reboot); VMs' starts do it too",
+		Example: "  vmsup network up lab",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
 				n, err := sup.Networks().Ensure(cmd.Context(), args[0])
@@ -63,9 +64,10 @@ func networkUpCmd(g *globals) *cobra.Command {
 
 func networkRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rm NAME",
-		Short: "Remove a network (refused while a VM has a NIC on it)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "rm NAME",
+		Short:   "Remove a network (refused while a VM has a NIC on it)",
+		Example: "  vmsup network rm lab",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
 				if err := sup.Networks().Remove(cmd.Context(), args[0]); err != nil {
@@ -79,9 +81,10 @@ func networkRmCmd(g *globals) *cobra.Command {
 
 func networkLsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "ls",
-		Short: "List the managed networks with their state and NICs",
-		Args:  cobra.NoArgs,
+		Use:     "ls",
+		Short:   "List the managed networks with their state and NICs",
+		Example: "  vmsup network ls\n  vmsup network ls --json",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.with(func(sup *supervisor.Supervisor) error {
 				infos, err := sup.Networks().List(cmd.Context())

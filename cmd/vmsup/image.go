@@ -158,6 +158,7 @@ func imagePruneCmd(g *globals) *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			removed, err := g.imageStore().Prune(cmd.Context(), g.imageUsers())
+			g.out.acting = true // --json: [] when nothing went
 			for _, r := range removed {
 				g.out.action(actionJSON{Name: r, Action: "removed"}, "removed "+r)
 			}

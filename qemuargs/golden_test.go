@@ -119,6 +119,9 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	if vm.TPM != nil {
 		o.TPMSocket = run + "tpm/ctrl.sock"
 	}
+	if vm.Display.HasVNC() {
+		o.VNCSocket = run + "vnc.sock"
+	}
 	for _, sh := range vm.Shares {
 		if sh.Driver == spec.ShareVirtioFS {
 			if o.ShareSockets == nil {
@@ -154,7 +157,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		"Binary": &o.Binary, "QMPSocket": &o.QMPSocket, "EventSocket": &o.EventSocket,
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
-		"TPMSocket": &o.TPMSocket,
+		"TPMSocket": &o.TPMSocket, "VNCSocket": &o.VNCSocket,
 		"Hugetlbfs": &o.Hugetlbfs,
 	}
 	for k, v := range c.override {

@@ -120,6 +120,10 @@ func NICDevice(n spec.NIC, bus string) Device {
 		ROMFile: &noROM,
 		HostMTU: n.MTU,
 	}
+	if n.Model == spec.NICModelE1000e {
+		d.Driver, d.HostMTU = "e1000e", 0 // no virtio-net properties (spec.NIC.Check)
+		return d
+	}
 	if n.Queues > 1 {
 		// One vector per queue (rx and tx) plus config and control, as
 		// QEMU's documentation for multiqueue virtio-net says.

@@ -95,6 +95,15 @@ func (n *NIC) Check() (string, error) {
 	default:
 		return fail("link", "invalid value %q (want \"up\" or \"down\")", n.Link)
 	}
+	switch n.Model {
+	case "", NICModelVirtio:
+	case NICModelE1000e:
+		if n.MTU != 0 || n.Queues > 1 {
+			return fail("model", "\"e1000e\" takes neither mtu nor queues (virtio-net's)")
+		}
+	default:
+		return fail("model", "unknown model %q (want \"virtio\" or \"e1000e\")", n.Model)
+	}
 	switch n.Type {
 	case NICUser:
 		for _, f := range []struct{ name, v string }{{"bridge", n.Bridge}, {"cni_config", n.CNIConfig}, {"tap", n.Tap}} {

@@ -2,11 +2,15 @@ package qemuargs
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/vmsup/vmsup/spec"
 )
@@ -94,4 +98,65 @@ func checkVNC(q *rawQMP, o Options) error {
 		return &Error{Field: "display", Msg: "query-vnc: not serving on " + o.VNCSocket + ": " + vnc.Family + " " + vnc.Service}
 	}
 	return nil
+}
+
+// exampleCase is examples/windows.toml as a golden case: its argv golden
+// is testdata/qemuargs/examples/windows.args, its relative paths resolve
+// under /golden/ as a golden file's do.
+func exampleCase(t *testing.T) goldenCase {
+	data, err := os.ReadFile("../examples/windows.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return goldenCase{name: "windows", file: filepath.Join(goldenDir, "examples", "windows.toml"), data: data, override: map[string]string{}}
+}
+
+// TestWindowsExample: the Windows example renders its golden argv and
+// starts in QEMU (-S) with its firmware (OVMF Secure Boot), its TPM (a
+// real swtpm) and its installer and driver ISOs on SATA.
+func TestWindowsExample(t *testing.T) {
+	c := exampleCase(t)
+	f, err := c.parse()
+	if err != nil {
+		t.Fatalf("spec.Parse: %v", err)
+	}
+	argv, err := Build(&f.VM, c.options(t, &f.VM))
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	argsFile := strings.TrimSuffix(c.file, ".toml") + ".args"
+	if *update {
+		if err := os.WriteFile(argsFile, []byte(strings.Join(argv, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := readArgs(argsFile)
+	if err != nil {
+		t.Fatalf("%v (run go test ./qemuargs -run TestWindowsExample -update)", err)
+	}
+	if diff := cmp.Diff(want, argv); diff != "" {
+		t.Fatalf("Build(examples/windows.toml) mismatch (-want +got):\n%s", diff)
+	}
+	for _, w := range []string{"smm=on", "OVMF_CODE_4M.secboot.fd", `"driver":"tpm-crb"`, "virtio-win.iso", "Win11_English_x64.iso", `"driver":"e1000e"`, "base=localtime", `"driver":"VGA"`, "-vnc"} {
+		if !strings.Contains(strings.Join(argv, "\n"), w) {
+			t.Errorf("argv lacks %s", w)
+		}
+	}
+	env := needQEMU(t)
+	argv, o := materialize(t, c, env, false)
+	if o.TPMSocket == "" || o.FirmwareCode == "" {
+		t.Fatalf("no TPM socket or firmware: %+v", o)
+	}
+	checkInQEMU(t, argv, o)
+	t.Logf("started in QEMU -S with %s, TPM %s, ISOs %s", o.FirmwareCode, o.TPMSocket, strings.Join(isoFiles(&f.VM), ", "))
+}
+
+func isoFiles(vm *spec.VM) []string {
+	var out []string
+	for _, d := range vm.Disks {
+		if d.Type == spec.DiskISO {
+			out = append(out, d.File)
+		}
+	}
+	return out
 }

@@ -332,3 +332,22 @@ func noListeners(t *testing.T, name, when string) {
 		}
 	}
 }
+
+// TestWindowsExampleValidates: examples/windows.toml, beside stand-ins
+// for its ISOs, passes vmsup validate on this host (OVMF's Secure Boot
+// build, swtpm, the files it names).
+func TestWindowsExampleValidates(t *testing.T) {
+	testenv.SkipUnlessRoot(t)
+	data, err := os.ReadFile("../../examples/windows.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := write(t, dir, "windows.toml", string(data))
+	for _, iso := range []string{"Win11_English_x64.iso", "virtio-win.iso"} {
+		write(t, dir, iso, strings.Repeat("\x00", 2048))
+	}
+	if r := vmsup(t, t.TempDir(), "", "validate", file); r.code != 0 || !strings.Contains(r.stdout, `ok (vm "win11")`) {
+		t.Fatalf("vmsup validate examples/windows.toml: %+v", r)
+	}
+}

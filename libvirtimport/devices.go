@@ -104,7 +104,6 @@ func (c *converter) panics(ps []libvirtxml.DomainPanic) {
 // unsupported lists the devices vmsup has no counterpart for, one line
 // each, with why.
 func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
-	const noDisplay = "vmsup VMs have no display; the serial console is `vmsup console`"
 	list := func(el string, n int, why string) {
 		for i := 0; i < n; i++ {
 			c.drop(fmt.Sprintf("devices/%s[%d]", el, i), "%s", why)
@@ -113,9 +112,7 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 	if dv.Emulator != "" {
 		c.drop("devices/emulator", "%s: vmsup runs the host's qemu-system-x86_64", dv.Emulator)
 	}
-	list("graphics", len(dv.Graphics), noDisplay)
-	list("video", len(dv.Videos), noDisplay)
-	list("input", len(dv.Inputs), noDisplay)
+	c.display(dv)
 	list("sound", len(dv.Sounds), "vmsup VMs have no sound device")
 	list("audio", len(dv.Audios), "vmsup VMs have no sound device")
 	list("redirdev", len(dv.RedirDevs), "USB redirection needs a display client")

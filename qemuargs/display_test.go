@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -116,47 +114,17 @@ func exampleCase(t *testing.T) goldenCase {
 // real swtpm) and its installer and driver ISOs on SATA.
 func TestWindowsExample(t *testing.T) {
 	c := exampleCase(t)
-	f, err := c.parse()
-	if err != nil {
-		t.Fatalf("spec.Parse: %v", err)
-	}
-	argv, err := Build(&f.VM, c.options(t, &f.VM))
-	if err != nil {
-		t.Fatalf("Build: %v", err)
-	}
-	argsFile := strings.TrimSuffix(c.file, ".toml") + ".args"
-	if *update {
-		if err := os.WriteFile(argsFile, []byte(strings.Join(argv, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := readArgs(argsFile)
-	if err != nil {
-		t.Fatalf("%v (run go test ./qemuargs -run TestWindowsExample -update)", err)
-	}
-	if diff := cmp.Diff(want, argv); diff != "" {
-		t.Fatalf("Build(examples/windows.toml) mismatch (-want +got):\n%s", diff)
-	}
+	argv := checkGolden(t, c)
 	for _, w := range []string{"smm=on", "OVMF_CODE_4M.secboot.fd", `"driver":"tpm-crb"`, "virtio-win.iso", "Win11_English_x64.iso", `"driver":"e1000e"`, "base=localtime", `"driver":"VGA"`, "-vnc"} {
 		if !strings.Contains(strings.Join(argv, "\n"), w) {
 			t.Errorf("argv lacks %s", w)
 		}
 	}
 	env := needQEMU(t)
-	argv, o := materialize(t, c, env, false)
+	argv, o := materialize(t, c, env, false) // checks it is the golden argv, paths mapped back
 	if o.TPMSocket == "" || o.FirmwareCode == "" {
 		t.Fatalf("no TPM socket or firmware: %+v", o)
 	}
 	checkInQEMU(t, argv, o)
-	t.Logf("started in QEMU -S with %s, TPM %s, ISOs %s", o.FirmwareCode, o.TPMSocket, strings.Join(isoFiles(&f.VM), ", "))
-}
-
-func isoFiles(vm *spec.VM) []string {
-	var out []string
-	for _, d := range vm.Disks {
-		if d.Type == spec.DiskISO {
-			out = append(out, d.File)
-		}
-	}
-	return out
+	t.Logf("started in QEMU -S with %s and TPM %s", o.FirmwareCode, o.TPMSocket)
 }

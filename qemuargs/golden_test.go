@@ -216,34 +216,42 @@ func TestGoldenArgs(t *testing.T) {
 			if c.wantErr != "" {
 				t.Fatalf("%s: golden files must not have an error header; move it to errors/", c.file)
 			}
-			f, err := c.parse()
-			if err != nil {
-				t.Fatalf("spec.Parse: %v", err)
-			}
-			argv, err := Build(&f.VM, c.options(t, &f.VM))
-			if err != nil {
-				t.Fatalf("Build: %v", err)
-			}
-			argsFile := strings.TrimSuffix(c.file, ".toml") + ".args"
-			if *update {
-				if err := os.WriteFile(argsFile, []byte(strings.Join(argv, "\n")+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := readArgs(argsFile)
-			if err != nil {
-				t.Fatalf("%v (run go test ./qemuargs -update to create it)", err)
-			}
-			if diff := cmp.Diff(want, argv); diff != "" {
-				t.Errorf("Build(%s) mismatch (-%s +got); rerun with -update if intended:\n%s", c.file, filepath.Base(argsFile), diff)
-			}
-			again, _ := Build(&f.VM, c.options(t, &f.VM))
-			if !cmp.Equal(argv, again) {
-				t.Errorf("Build is not deterministic")
-			}
+			checkGolden(t, c)
 		})
 	}
+}
+
+// checkGolden builds the case's argv and compares it with its .args file
+// (rewritten with -update), and checks Build is deterministic.
+func checkGolden(t *testing.T, c goldenCase) []string {
+	t.Helper()
+	f, err := c.parse()
+	if err != nil {
+		t.Fatalf("spec.Parse: %v", err)
+	}
+	argv, err := Build(&f.VM, c.options(t, &f.VM))
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	argsFile := strings.TrimSuffix(c.file, ".toml") + ".args"
+	if *update {
+		if err := os.WriteFile(argsFile, []byte(strings.Join(argv, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return argv
+	}
+	want, err := readArgs(argsFile)
+	if err != nil {
+		t.Fatalf("%v (run go test ./qemuargs -update to create it)", err)
+	}
+	if diff := cmp.Diff(want, argv); diff != "" {
+		t.Errorf("Build(%s) mismatch (-%s +got); rerun with -update if intended:\n%s", c.file, filepath.Base(argsFile), diff)
+	}
+	again, _ := Build(&f.VM, c.options(t, &f.VM))
+	if !cmp.Equal(argv, again) {
+		t.Errorf("Build is not deterministic")
+	}
+	return argv
 }
 
 // TestGoldenArgsNoOrphans finds .args files whose .toml is gone.

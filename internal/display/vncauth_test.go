@@ -124,4 +124,3 @@ func vncLogin(t *testing.T, sock, password string) bool {
 	}
 	return binary.BigEndian.Uint32(result) == 0
 }
-

@@ -82,13 +82,19 @@ func TestServeOne(t *testing.T) {
 		t.Errorf("a second client could connect during the session")
 	}
 	c.Close()
+	ended(t, done, "ServeOne")
+}
+
+// ended waits for a session's end and wants no error.
+func ended(t *testing.T, done chan error, what string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("ServeOne: %v", err)
+			t.Errorf("%s: %v", what, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("ServeOne still runs after the client left")
+		t.Fatalf("%s still runs after the session ended", what)
 	}
 }
 
@@ -162,14 +168,7 @@ func TestWebToken(t *testing.T) {
 		t.Errorf("the listener stays open during the session")
 	}
 	nc.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve still runs after the session ended")
-	}
+	ended(t, done, "Serve")
 }
 
 func TestWebExpires(t *testing.T) {

@@ -13,6 +13,37 @@ import (
 // <input type='tablet'> become [display]; <features><hyperv> becomes
 // [cpu] hyperv; <clock offset='localtime'> becomes rtc.
 
+// displayKnownText are the paths display.go reads (known.go's syntax).
+const displayKnownText = `
+devices/graphics @type @port @autoport @listen @passwd @websocket @socket
+devices/graphics/listen @type @address @socket
+devices/video
+devices/video/model @type @primary @heads @ram @vram @vram64 @vgamem
+devices/input @type @bus
+features/hyperv @mode
+features/hyperv/relaxed @state
+features/hyperv/vapic @state
+features/hyperv/spinlocks @state @retries
+features/hyperv/vpindex @state
+features/hyperv/runtime @state
+features/hyperv/synic @state
+features/hyperv/stimer @state
+features/hyperv/stimer/direct @state
+features/hyperv/reset @state
+features/hyperv/vendor_id @state @value
+features/hyperv/frequencies @state
+features/hyperv/reenlightenment @state
+features/hyperv/tlbflush @state
+features/hyperv/tlbflush/direct @state
+features/hyperv/tlbflush/extended @state
+features/hyperv/ipi @state
+features/hyperv/evmcs @state
+features/hyperv/avic @state
+features/hyperv/emsr_bitmap @state
+features/hyperv/xmm_input @state
+clock/timer @name @present
+`
+
 type fileDisplay struct {
 	Video    string `toml:"video,omitempty"`
 	VNC      *bool  `toml:"vnc,omitempty"`
@@ -57,6 +88,9 @@ func (c *converter) display(dv *libvirtxml.DomainDeviceList) {
 			if v.Model.Type == "cirrus" {
 				c.drop(el, "model \"cirrus\": std (QEMU's VGA) it is")
 			}
+		}
+		if m := v.Model; i == 0 && (m.Ram != 0 || m.VRam != 0 || m.VRam64 != 0 || m.VGAMem != 0 || m.Heads > 1) {
+			c.drop(el+"/model", "memory sizes and heads: QEMU's defaults for the device apply (one head)")
 		}
 	}
 	if len(dv.Videos) == 0 {

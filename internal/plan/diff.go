@@ -323,6 +323,11 @@ func (d *differ) disk(r, w spec.Disk) {
 				Why: "the image exists and names its backing file itself (qemu-img rebase changes it)"})
 			r.Backing = w.Backing
 		}
+		if r.Image != w.Image {
+			d.add(Change{Field: field + ".image", From: orNone(r.Image), To: orNone(w.Image), Class: Impossible, Name: w.Name,
+				Why: fmt.Sprintf("the disk's overlay %s exists on the image it was made on; give the disk another file to make it on the new image (a restart)", r.File)})
+			r.Image = w.Image
+		}
 	}
 	if r.BootIndex != w.BootIndex {
 		d.add(Change{Field: field + ".boot_index", From: fmt.Sprint(r.BootIndex), To: fmt.Sprint(w.BootIndex), Class: Reboot,

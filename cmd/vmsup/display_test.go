@@ -168,45 +168,20 @@ func webConsoleSession(t *testing.T, root, name, dir string) {
 		t.Skip("chromium is not installed (apt-get install chromium)")
 	}
 	page := filepath.Join(dir, "novnc.png")
-	// Headless Chromium takes its picture when its virtual time runs out,
-	// which frames arriving on a websocket do not hold up: on a busy host
-	// the first picture can be taken before noVNC drew. Each try is a
-	// whole session with a fresh token.
-	for try := 1; ; try++ {
-		url := webSessionOnce(t, root, name, chromium, page, try == 1)
-		if img, err := decodePNG(page); err == nil && brightPixels(img) >= 2000 || try == 3 {
-			checkInked(t, page, 2000)
-			t.Logf("noVNC showed the screen at try %d", try)
-			break
-		}
-		t.Logf("try %d: noVNC had not drawn yet (%s)", try, url)
-	}
-}
-
-// webSessionOnce runs console --web, checks a wrong token (if wrong),
-// has Chromium take page's picture, and checks the session ends with
-// nothing listening and the used URL answering nothing.
-func webSessionOnce(t *testing.T, root, name, chromium, page string, wrong bool) string {
+	os.Remove(page)
 	cmd, url, stderr := startConsole(t, root, "console", "--web", name)
 	addr, token := urlParts(t, url)
 	listening(t, addr, true)
-	if wrong {
-		wrongToken(t, addr, token)
-	}
-	os.Remove(page)
-	shot := exec.Command(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--window-size=1024,768", "--virtual-time-budget=10000", "--screenshot="+page, url)
-	if out, err := shot.CombinedOutput(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out)
-	}
+	wrongToken(t, addr, token)
+	chromiumShot(t, chromium, url, page)
 	if code := waitExit(t, cmd, 30*time.Second); code != 0 {
 		t.Errorf("console --web exited %d after the browser left: %s", code, stderr)
 	}
+	checkInked(t, page, 2000)
 	listening(t, addr, false)
 	if _, err := http.Get(url); err == nil {
 		t.Errorf("the used token's URL still answers")
 	}
-	return url
 }
 
 // wrongToken: a bare 404 for the page and for the websocket.

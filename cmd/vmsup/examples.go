@@ -39,7 +39,10 @@ var examples = map[string]string{
 	"fleet": "  export VMSUP_ETCD_ENDPOINTS=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379\n" +
 		"  vmsup fleet apply web.toml db.toml   # stored in etcd; the scheduler places them\n  vmsup fleet ls\n  vmsup fleet hosts\n" +
 		"  vmsup fleet drain host-b             # live-migrates its VMs away\n  vmsup fleet uncordon host-b\n  vmsup fleet rm web",
-	"agent": "  vmsup agent --host host-a --labels zone=a --migration-address 10.0.0.11 --migration-port 7788   # as a systemd service",
+	"api":       "  vmsup api units --listen 0.0.0.0:8443   # install them, then: systemctl enable --now vmsup-api.socket\n  vmsup --remote https://host:8443 --ca ca.pem --cert me.pem --key me-key.pem status web",
+	"api serve": "  vmsup api serve --config /etc/vmsup/remote.toml   # what vmsup-api.service runs",
+	"api units": "  vmsup api units --listen 0.0.0.0:8443 --socket /run/vmsup/api.sock",
+	"agent":     "  vmsup agent --host host-a --labels zone=a --migration-address 10.0.0.11 --migration-port 7788   # as a systemd service",
 }
 
 func addExamples(root *cobra.Command) {

@@ -100,6 +100,8 @@ func TestCLIJSON(t *testing.T) {
 	check("stats", 0, "stats", "js")
 	check("error", 2, "top", "js")
 	check("error", 2, "metrics")
+	check("error", 2, "api", "units")
+	check("error", 1, "api", "serve", "--config", filepath.Join(dir, "none.toml"))
 	check("set", 0, "set", "js", "--cpu-weight", "50")
 	check("qmp", 0, "qmp", "js", `{"execute":"query-status"}`)
 	check("pause", 0, "pause", "js")

@@ -29,8 +29,7 @@ func consoleCmd(g *globals) *cobra.Command {
 			"With --web (a VM with [display]): serve noVNC (Debian's novnc package) on a loopback port for one\n" +
 			"browser session and print its URL, which holds a one-time token; the token works once, until\n" +
 			"--timeout, and vmsup ends (nothing listens any more) when the browser leaves.",
-		Example: "  vmsup console web\n  vmsup console --web win11   # prints http://127.0.0.1:PORT/TOKEN/vnc.html?...",
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.json {
 				return usageError{fmt.Errorf("console is interactive: it has no --json form")}

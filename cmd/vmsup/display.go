@@ -27,8 +27,7 @@ func screenshotCmd(g *globals) *cobra.Command {
 		Short: "Save the VM's screen as a PNG (QMP screendump; needs [display])",
 		Long: "Save what the VM's video device shows now as a PNG file: QEMU writes the screen into the VM's\n" +
 			"state directory, vmsup reads it back, converts it and removes it.",
-		Example: "  vmsup screenshot win11 win11.png",
-		Args:    cobra.ExactArgs(2),
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
 				img, err := sup.Screenshot(cmd.Context(), name)
@@ -65,8 +64,7 @@ func vncCmd(g *globals) *cobra.Command {
 			"comes within --timeout to the VM's VNC server (its unix socket); the port closes as soon as the\n" +
 			"client connects, and vmsup vnc ends when the client leaves. With display.password the VNC server\n" +
 			"asks for the one-time password printed, valid until --timeout.",
-		Example: "  vmsup vnc win11 &   # prints vnc://127.0.0.1:PORT\n  vncviewer 127.0.0.1::PORT",
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.json {
 				return usageError{errors.New("vnc is interactive: it has no --json form")}

@@ -161,7 +161,7 @@ func TestBuildNilAndHelpersErrors(t *testing.T) {
 		t.Errorf("Disk error = %q, want %q", got, want)
 	}
 	_, err = NICNetdev(spec.NIC{Name: "lan", Type: "tap", MAC: "52:54:00:00:00:01"}, false)
-	if got, want := fmt.Sprint(err), `nic "lan": type: unknown NIC type "tap" (want "user", "bridge", "ovs" or "cni")`; got != want {
+	if got, want := fmt.Sprint(err), `nic "lan": type: unknown NIC type "tap" (want "user", "bridge", "ovs", "cni" or "network")`; got != want {
 		t.Errorf("NICNetdev error = %q, want %q", got, want)
 	}
 }

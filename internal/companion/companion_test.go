@@ -2,7 +2,6 @@ package companion
 
 import (
 	"context"
-	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -23,7 +22,7 @@ func TestNames(t *testing.T) {
 		{"vmsup-web.service", "vmsup-log@web:ab12cd.service", p.Dir + "/console.fifo", p.Dir + "/tpm"},
 		{"vmsup-web@migrated.service", "vmsup-log@web:migrated:ab12cd.service", p.Dir + "/console-migrated.fifo", p.Dir + "/tpm-migrated"},
 	} {
-		if got := logUnit(c.vmUnit, "ab12cd"); got != c.log || !matches(LoggerPattern("web"), got) {
+		if got := logUnit(c.vmUnit, "ab12cd"); got != c.log || !matchName(LoggerPattern("web"), got) {
 			t.Errorf("%s: logger %s, want %s", c.vmUnit, got, c.log)
 		}
 		if got := FIFO(p, c.vmUnit); got != c.fifo {
@@ -118,7 +117,3 @@ func TestRunConsoleLogArgs(t *testing.T) {
 	}
 }
 
-func matches(pattern, name string) bool {
-	ok, err := path.Match(pattern, name)
-	return ok && err == nil
-}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -73,18 +74,43 @@ func (c Companions) StopConsoleLog(ctx context.Context, p vmstate.Paths, vmUnit 
 	if err != nil {
 		return err
 	}
-	// Each start's socket has a name of its own (logUnit): list them.
-	socks, err := sd.List(ctx, strings.TrimSuffix(logUnit(vmUnit, "??????"), ".service")+".socket")
-	if err != nil {
-		return err
+	for _, sock := range c.consoleSockets(ctx, sd, fifo, vmUnit) {
+		// Collected once stopped (CollectMode=): no reset.
+		if err := sd.Stop(ctx, sock); err != nil {
+			return err
+		}
 	}
-	for _, st := range socks {
-		Stop(ctx, sd, st.Name)
-	}
+	os.Remove(fifo + ".unit")
 	if err := os.Remove(fifo); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil
+}
+
+// consoleSockets are the console sockets that may hold fifo: the one its
+// start named in FIFO.unit (checked: the directory is QEMU's user's), else
+// those systemd lists for vmUnit (each start's has a name of its own).
+func (c Companions) consoleSockets(ctx context.Context, sd *units.Manager, fifo, vmUnit string) []string {
+	pattern := strings.TrimSuffix(logUnit(vmUnit, "??????"), ".service") + ".socket"
+	if b, err := os.ReadFile(fifo + ".unit"); err == nil {
+		if name := strings.TrimSpace(string(b)); matchName(pattern, name) {
+			return []string{name}
+		}
+	}
+	socks, err := sd.List(ctx, pattern)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, st := range socks {
+		out = append(out, st.Name)
+	}
+	return out
+}
+
+func matchName(pattern, name string) bool {
+	ok, err := path.Match(pattern, name)
+	return ok && err == nil
 }
 
 // FIFOMode is the console FIFO's mode. systemd makes it root's, and
@@ -172,6 +198,10 @@ func (c Companions) prepareConsoleLog(ctx context.Context, f *spec.File, plan *s
 		Sandbox: loggerSandbox(sb, p, c.Self)}
 	sock := units.FIFOSocket{Name: strings.TrimSuffix(unit, ".service") + ".socket",
 		Description: "vmsup: console FIFO of " + f.VM.Name, Path: fifo, Mode: FIFOMode(sb != nil), Service: logger}
+	// Whoever stops it next finds it by this (StopConsoleLog).
+	if err := os.WriteFile(fifo+".unit", []byte(sock.Name+"\n"), 0o600); err != nil {
+		return fmt.Errorf("console log: %w", err)
+	}
 	plan.AddUnit(func(u *units.Unit) { u.FIFOSockets = append(u.FIFOSockets, sock) })
 	return nil
 }

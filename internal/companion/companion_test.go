@@ -116,4 +116,3 @@ func TestRunConsoleLogArgs(t *testing.T) {
 		}
 	}
 }
-

@@ -27,7 +27,8 @@ import (
 // A bounded console log with no process per VM while the guest is quiet:
 // QEMU writes the serial console's log into a FIFO (its chardev's
 // logfile=) that a socket unit of the VM holds (units.FIFOSocket, started
-// with QEMU's unit in the same D-Bus call and ending with it). When the
+// with QEMU's unit in the same D-Bus call, stopped by the next down or
+// start once its FIFO is empty: StopConsoleLog). When the
 // guest prints, systemd starts the logger (a unit of its own, as QEMU's
 // user, sandboxed), which copies the FIFO into the log's files, rotated at
 // [console] log_size, log_files kept (internal/consolelog), and ends after

@@ -44,17 +44,24 @@ func fifoReader(out string) {
 	}
 }
 
+// fifoFiles are a test's FIFO path, its reader's output and the reader
+// (this test binary).
+func fifoFiles(t *testing.T) (fifo, out, self string) {
+	t.Helper()
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "w.fifo"), filepath.Join(dir, "out"), self
+}
+
 // TestFIFOSocket: a unit writes to a FIFO its socket holds; the service
 // runs only while there is data (twice here: two bursts 1.5 s apart), gets
 // every byte, and the socket and its FIFO go when the unit stops.
 func TestFIFOSocket(t *testing.T) {
 	m, ctx := connect(t)
-	dir := t.TempDir()
-	fifo, out := filepath.Join(dir, "w.fifo"), filepath.Join(dir, "out")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fifo, out, self := fifoFiles(t)
 	w := units.Unit{Name: "fifo-writer.service", Collect: true,
 		Argv: []string{"/bin/sh", "-c", "echo one >" + fifo + "; sleep 1.5; echo two >" + fifo + "; sleep 60"},
 		FIFOSockets: []units.FIFOSocket{{Name: "fifo-reader.socket", Path: fifo, Mode: 0o600,
@@ -92,12 +99,7 @@ func TestFIFOSocket(t *testing.T) {
 // the reader, before DrainFIFO stops the socket.
 func TestFIFOSocketLastWords(t *testing.T) {
 	m, ctx := connect(t)
-	dir := t.TempDir()
-	fifo, out := filepath.Join(dir, "w.fifo"), filepath.Join(dir, "out")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fifo, out, self := fifoFiles(t)
 	for i := range 5 {
 		os.Remove(out)
 		w := units.Unit{Name: "fifo-last.service", Collect: true,

@@ -1,10 +1,13 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/vmsup/vmsup/fleet/guard"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -25,12 +29,27 @@ import (
 // re-adopts all of them.
 type Agent struct {
 	Store *Store
-	Sup   *supervisor.Supervisor
+	Sup   Supervisor
 	Host  Host   // Name, CPUs, Memory, Labels, Migration: what it registers
 	State string // its directory (ROOT/fleet)
 	// TTL of the host's lease (default 10 s); the agent fences itself
 	// SelfFenceMargin (default 3 s) before it would expire.
 	TTL, SelfFenceMargin time.Duration
+	// Guard, when set, is the host's fence that outlives the agent: a
+	// systemd timer, moved forward at each renewal, that kills the fleet
+	// VMs when the agent, frozen or gone, does not fence itself.
+	Guard *guard.Guard
+	// Listener, when set, takes other agents' migrations and questions
+	// (mutual TLS: ServerTLS); ClientTLS asks other agents (PeerTLS).
+	Listener             net.Listener
+	ServerTLS, ClientTLS *tls.Config
+	// StallAfter: a running VM whose disk requests stay in flight this
+	// long with none ending is reported degraded (0: iohealth's default).
+	StallAfter time.Duration
+	// FailoverStalled, when positive, lets this agent's scheduler restart
+	// elsewhere (after fencing) a VM reported degraded by stalled I/O for
+	// that long; 0: it is only reported.
+	FailoverStalled time.Duration
 	// Fence, when set, lets this agent's scheduler restart a lost host's VMs.
 	Fence Fencer
 	// Connect is the transport to another agent's migration port
@@ -40,16 +59,40 @@ type Agent struct {
 	// Decided, when set, gets each placement decision's duration.
 	Decided func(vm string, d time.Duration)
 
-	lease  *lease
-	mu     sync.Mutex
-	fenced bool
-	cancel context.CancelFunc // the reconcile pass running, cancelled by a self-fence
-	failed map[string]time.Time
+	lease   *lease
+	promise *promise  // not to fail hosts over, given to peers
+	retry   retries   // VMs whose start, apply or migration failed
+	health  health    // the running VMs' disk I/O
+	known   knowledge // peers and incoming VMs, from the last read of the fleet
+	poke    chan struct{}
+	mu      sync.Mutex
+	fenced  bool
+	cancel  context.CancelFunc // the reconcile pass running, cancelled by a self-fence
 }
 
 // Run registers the host and works until ctx ends; only a failure to
 // register at all is an error.
 func (a *Agent) Run(ctx context.Context) error {
+	a.init()
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	if a.Listener != nil {
+		wg.Go(func() { a.serve(ctx) })
+	}
+	wg.Go(func() { a.keepAlive(ctx) })
+	wg.Go(func() { a.watchdog(ctx) })
+	wg.Go(func() { a.guardLoop(ctx) })
+	wg.Go(func() { a.healthLoop(ctx) })
+	wg.Go(func() { a.schedule(ctx) })
+	a.reconcileLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// init sets the defaults and the agent's own state.
+func (a *Agent) init() {
 	if a.TTL == 0 {
 		a.TTL = 10 * time.Second
 	}
@@ -59,18 +102,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.Log == nil {
 		a.Log = slog.Default()
 	}
-	a.failed = map[string]time.Time{}
 	a.lease = &lease{store: a.Store, file: filepath.Join(a.State, "lease"), ttl: a.TTL}
-	if err := a.register(ctx); err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { a.keepAlive(ctx) })
-	wg.Go(func() { a.watchdog(ctx) })
-	wg.Go(func() { a.schedule(ctx) })
-	a.reconcileLoop(ctx)
-	wg.Wait()
-	return nil
+	a.promise = loadPromise(filepath.Join(a.State, "failover-hold"))
+	a.health.bound = a.StallAfter
+	a.poke = make(chan struct{}, 1)
 }
 
 // register takes the lease (the old one after a restart) and puts the host
@@ -155,27 +190,46 @@ func (a *Agent) keepAlive(ctx context.Context) {
 
 // watchdog fences the host at TTL - SelfFenceMargin after the last
 // renewal, on its own clock: a renewal stuck on a dead network must not
-// delay it. Only etcd saying it has no leader holds it off (no lease can
-// expire then, nobody can move our VMs, and the next leader gives every
-// lease a full TTL, so the count starts again from when that was asked).
-// While renewals fail it asks every half second until the fence point, in
-// the background; at the fence point it waits for the question in flight
-// (at most a second: the margin must leave more than that before the lease
-// can expire).
+// delay it. Only knowing that no scheduler can act on a lapse of the lease
+// holds it off (mayHold: etcd has no leader, or no peer reaches etcd
+// either), and then the count starts again from when that was asked (the
+// next leader gives every lease a full TTL). While renewals fail it asks
+// every half second until the fence point, in the background; at the fence
+// point it waits for the question in flight (at most decisionBound: the
+// margin must leave more than that, and the guard's slack, before the
+// lease can expire).
 func (a *Agent) watchdog(ctx context.Context) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	answers := make(chan time.Time, 1) // when a probe that found no leader was sent; zero: a leader, or no answer
-	probing := false
+	type probe struct {
+		sent time.Time
+		hold bool
+		why  string
+	}
+	answers := make(chan probe, 1)
+	probing, holding := false, false
 	var probed time.Time
+	var whyNot string // the last answer's, when it did not hold
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case sent := <-answers:
+		case p := <-answers:
 			probing = false
-			a.lease.hold(sent)
+			if p.hold {
+				a.lease.hold(p.sent)
+				if !holding {
+					a.Log.Warn("lease renewals fail; the VMs run on", "why", p.why)
+				}
+			}
+			holding = p.hold
+			if !p.hold {
+				whyNot = p.why
+			}
 		case <-tick.C:
+		}
+		if time.Since(a.lease.renewed()) < a.TTL/3+time.Second {
+			holding = false
 		}
 		_, last := a.lease.get()
 		if a.isFenced() || time.Since(last) < a.TTL/3+time.Second {
@@ -185,14 +239,12 @@ func (a *Agent) watchdog(ctx context.Context) {
 		if !probing && time.Since(probed) >= 500*time.Millisecond && time.Now().Before(due) {
 			probing, probed = true, time.Now()
 			go func(sent time.Time) {
-				if !a.lease.noLeader(ctx) {
-					sent = time.Time{}
-				}
-				answers <- sent
+				hold, why := a.mayHold(ctx)
+				answers <- probe{sent, hold, why}
 			}(probed)
 		}
 		if !probing && time.Now().After(due) {
-			a.selfFence(ctx, fmt.Sprintf("no lease renewal for %s", time.Since(last).Round(time.Millisecond)))
+			a.selfFence(ctx, fmt.Sprintf("no lease renewal for %s; %s", time.Since(last).Round(time.Millisecond), cmp.Or(whyNot, "no answer in time")))
 		}
 	}
 }
@@ -238,7 +290,7 @@ func (a *Agent) selfFence(ctx context.Context, why string) {
 // schedule campaigns for the scheduler's role and, while it holds it, runs
 // a pass after each change of the fleet and every second.
 func (a *Agent) schedule(ctx context.Context) {
-	s := &Scheduler{Store: a.Store, Log: a.Log, Fence: a.Fence, Decided: a.Decided}
+	s := &Scheduler{Store: a.Store, Log: a.Log, Fence: a.Fence, Decided: a.Decided, Hold: a.promise.until, FailoverStalled: a.FailoverStalled}
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(a.Store.Client(), concurrency.WithTTL(int(a.TTL/time.Second)), concurrency.WithContext(ctx))
 		if err != nil {
@@ -253,7 +305,7 @@ func (a *Agent) schedule(ctx context.Context) {
 		}
 		a.Log.Info("elected scheduler")
 		s.leads(el)
-		a.watchLoop(ctx, sess.Done(), func(ctx context.Context) {
+		a.watchLoop(ctx, sess.Done(), nil, func(ctx context.Context) {
 			if err := s.Pass(ctx); err != nil {
 				a.Log.Warn("schedule", "err", err)
 			}
@@ -262,10 +314,11 @@ func (a *Agent) schedule(ctx context.Context) {
 	}
 }
 
-// reconcileLoop runs reconcile after each change of the fleet and every
-// two seconds (the VMs' own changes: a guest that powered off).
+// reconcileLoop runs reconcile after each change of the fleet, when poked
+// (a VM's disk I/O verdict changed) and every two seconds (the VMs' own
+// changes: a guest that powered off).
 func (a *Agent) reconcileLoop(ctx context.Context) {
-	a.watchLoop(ctx, nil, func(ctx context.Context) {
+	a.watchLoop(ctx, nil, a.poke, func(ctx context.Context) {
 		if a.isFenced() {
 			return
 		}
@@ -281,8 +334,8 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 }
 
 // watchLoop calls pass now, after each change under the fleet's prefix
-// (coalesced) and every 2 s, until ctx or stop ends.
-func (a *Agent) watchLoop(ctx context.Context, stop <-chan struct{}, pass func(context.Context)) {
+// (coalesced), on each poke and every 2 s, until ctx or stop ends.
+func (a *Agent) watchLoop(ctx context.Context, stop, poke <-chan struct{}, pass func(context.Context)) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	w := a.Store.Client().Watch(wctx, a.Store.prefix, clientv3.WithPrefix())
@@ -301,6 +354,7 @@ func (a *Agent) watchLoop(ctx context.Context, stop <-chan struct{}, pass func(c
 		case <-stop:
 			return
 		case <-tick.C:
+		case <-poke:
 		case _, ok := <-w:
 			if !ok { // etcd lost its leader, or the client its members
 				sleep(ctx, time.Second)

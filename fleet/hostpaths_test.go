@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -35,7 +34,7 @@ func TestAgentRefusesHostPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sup.Close()
-	a := &Agent{Store: s, Sup: sup, Host: Host{Name: "h1"}, State: t.TempDir(), Log: slog.New(slog.DiscardHandler), failed: map[string]time.Time{}}
+	a := &Agent{Store: s, Sup: sup, Host: Host{Name: "h1"}, State: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
 	paths := []string{"/etc/shadow", link, images + "/../../../../../../../../etc/shadow"}
 	for i, p := range paths {
 		name := fmt.Sprintf("v%d", i)

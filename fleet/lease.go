@@ -24,14 +24,16 @@ import (
 //
 // Timeline at the default TTL of 10 s: the agent renews every TTL/3 (3.3
 // s; every second while renewals fail). An agent that has not renewed for
-// TTL - SelfFenceMargin (7 s, plus up to 1 s waiting for etcd's answer)
-// kills its VMs (self-fence) unless a reachable etcd member says the
-// cluster has no leader: then no lease can expire and no VM can be
-// restarted elsewhere, so they run on, and since the next leader gives
-// every lease a full TTL, the 7 s count again from when that was asked.
-// etcd expires the lease at TTL (10 s); the scheduler, elected on another
-// host, then fences the host on Ceph (blocklist, RBD lock takeover) and
-// places the VMs elsewhere, whose agents start them (a few seconds more).
+// TTL - SelfFenceMargin (7 s, plus up to 1 s waiting for answers) kills
+// its VMs (self-fence) unless it knows no scheduler can act on the lapse
+// (hold.go: a majority of etcd members without a leader, or every peer
+// cut from etcd too): then no VM can be restarted elsewhere, so they run
+// on, and since the next leader gives every lease a full TTL, the 7 s
+// count again from when that was asked. The host's guard (a systemd timer)
+// kills them 1.25 s after the fence point if the agent could not. etcd
+// expires the lease at TTL (10 s); the scheduler, elected on another host,
+// then fences the host on Ceph (blocklist, RBD lock takeover) and places
+// the VMs elsewhere, whose agents start them (a few seconds more).
 type lease struct {
 	store *Store
 	file  string
@@ -39,7 +41,8 @@ type lease struct {
 
 	mu        sync.Mutex
 	id        clientv3.LeaseID
-	lastRenew time.Time
+	lastRenew time.Time // the fence point counts from it: a renewal, or a hold
+	lastOK    time.Time // the last renewal etcd confirmed (when it was sent)
 }
 
 // acquire takes back the lease in the file if etcd still has it, else
@@ -78,8 +81,15 @@ func (l *lease) acquire(ctx context.Context) (reused bool, err error) {
 
 func (l *lease) set(id clientv3.LeaseID) {
 	l.mu.Lock()
-	l.id, l.lastRenew = id, time.Now()
+	l.id, l.lastRenew, l.lastOK = id, time.Now(), time.Now()
 	l.mu.Unlock()
+}
+
+// renewed is when the last renewal etcd confirmed was sent.
+func (l *lease) renewed() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastOK
 }
 
 func (l *lease) get() (clientv3.LeaseID, time.Time) {
@@ -103,6 +113,11 @@ func (l *lease) renew(ctx context.Context) (renewal, error) {
 	_, err := l.store.Client().KeepAliveOnce(cctx, id)
 	if err == nil {
 		l.hold(r.sent)
+		l.mu.Lock()
+		if r.sent.After(l.lastOK) {
+			l.lastOK = r.sent
+		}
+		l.mu.Unlock()
 		return r, nil
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -134,14 +149,3 @@ func (l *lease) current() clientv3.LeaseID {
 }
 
 var errLeaseGone = errors.New("the host's lease expired")
-
-// noLeader reports whether some etcd member answers, within a second, and
-// says the cluster has no leader: then no lease expires anywhere and nobody
-// can restart this host's VMs elsewhere, so they need not be fenced. The
-// members are asked at once. (Half a second was too short: under load the
-// one member left answered later than that, the watchdog missed the
-// leaderless seconds and counted its 7 s from before them.)
-func (l *lease) noLeader(ctx context.Context) bool {
-	_, leaderless := l.store.askMembers(ctx, time.Second)
-	return leaderless > 0
-}

@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -19,14 +21,18 @@ import (
 )
 
 // TestWatchdogQuorum runs an agent's lease and watchdog on a 3-member etcd
-// whose every answer comes 250 ms late each way (a loaded host: what made
-// the full suite's agents fence themselves after quorum came back). Two
-// members down for twice the TTL, then one back: the agent never fences
-// itself. Then the network goes dead (renewals hang): it fences itself
-// between TTL - margin and a second later, before the lease could expire.
+// (TLS) whose every answer comes 250 ms late each way (a loaded host: what
+// made the full suite's agents fence themselves after quorum came back),
+// beside a peer agent that reaches etcd directly. Two members down for
+// twice the TTL, then back: the agent never fences itself (the one member
+// left has no leader, and the peer sees the same). All three down for
+// twice the TTL, then back: no self-fence either (no etcd for the peer
+// either). Then the agent's own network to etcd goes dead (its renewals
+// hang) while the peer reaches etcd: it fences itself between TTL - margin
+// and a second later, before the lease could expire.
 func TestWatchdogQuorum(t *testing.T) {
 	ctx := t.Context()
-	c, err := etcdtest.Start(ctx, t.TempDir(), etcdtest.Options{Members: 3})
+	c, err := etcdtest.Start(ctx, t.TempDir(), etcdtest.Options{Members: 3, TLS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,21 +40,38 @@ func TestWatchdogQuorum(t *testing.T) {
 	var eps []string
 	var proxies []*slowProxy
 	for _, ep := range c.Endpoints() {
-		p := startSlowProxy(t, strings.TrimPrefix(ep, "http://"), 250*time.Millisecond)
+		p := startSlowProxy(t, strings.TrimPrefix(ep, "https://"), 250*time.Millisecond)
 		proxies = append(proxies, p)
-		eps = append(eps, "http://"+p.addr)
+		eps = append(eps, "https://"+p.addr)
 	}
-	cl, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	tc, err := transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile}.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, TLS: tc, Logger: zap.NewNop(), DialOptions: DialOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
+	srv, cli, err := PeerTLS(c.CAFile, c.CertFile, c.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	logs := &syncBuffer{}
-	a := &Agent{Store: NewStore(cl, "/t/"), Host: Host{Name: "h"}, State: t.TempDir(),
-		TTL: 6 * time.Second, SelfFenceMargin: 2 * time.Second, Log: slog.New(slog.NewTextHandler(logs, nil))}
-	a.lease = &lease{store: a.Store, file: a.State + "/lease", ttl: a.TTL}
+	a := &Agent{Store: NewStore(cl, "/t/"), Host: Host{Name: "h"}, State: t.TempDir(), ClientTLS: cli,
+		TTL: 6 * time.Second, SelfFenceMargin: 2 * time.Second, Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	a.init()
 	if err := a.register(ctx); err != nil {
 		t.Fatal(err)
+	}
+	peerLogs := startPeer(t, c, srv, cli)
+	snap, err := a.Store.Load(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.learn(snap)
+	if peers, _ := a.known.peers(); len(peers) != 1 || peers["p"] == "" {
+		t.Fatalf("the agent knows peers %v; want p and its port", peers)
 	}
 	actx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -56,23 +79,29 @@ func TestWatchdogQuorum(t *testing.T) {
 	wg.Go(func() { a.watchdog(actx) })
 	defer func() { cancel(); wg.Wait() }()
 
-	for _, i := range []int{0, 1} {
-		if err := c.StopMember(i); err != nil {
+	for _, outage := range []struct {
+		what    string
+		members []int
+	}{{"quorum lost", []int{0, 1}}, {"etcd down", []int{0, 1, 2}}} {
+		for _, i := range outage.members {
+			if err := c.StopMember(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * a.TTL)
+		if err := c.RestartMembers(ctx, outage.members...); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(a.TTL)
+		if strings.Contains(logs.String(), "self-fence") {
+			t.Fatalf("%s: the agent fenced itself though no scheduler could act, then renewed:\n%s\npeer:\n%s", outage.what, logs, peerLogs)
+		}
+		if _, last := a.lease.get(); time.Since(last) > a.TTL/2 {
+			t.Fatalf("%s: no renewal for %s after etcd came back:\n%s", outage.what, time.Since(last), logs)
+		}
+		t.Logf("%s for %s and back: renewing, no self-fence", outage.what, 2*a.TTL)
 	}
-	time.Sleep(2 * a.TTL)
-	if err := c.RestartMember(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(a.TTL)
-	if strings.Contains(logs.String(), "self-fence") {
-		t.Fatalf("the agent fenced itself though etcd had no leader, then renewed:\n%s", logs)
-	}
-	if _, last := a.lease.get(); time.Since(last) > a.TTL/2 {
-		t.Fatalf("no renewal for %s after quorum came back:\n%s", time.Since(last), logs)
-	}
-	t.Logf("quorum lost for %s and back: renewing, no self-fence:\n%s", 2*a.TTL, logs)
+	t.Logf("the agent's log:\n%s", logs)
 
 	_, last := a.lease.get()
 	for _, p := range proxies {
@@ -84,12 +113,41 @@ func TestWatchdogQuorum(t *testing.T) {
 	}
 	took := time.Since(last)
 	if !a.isFenced() {
-		t.Fatalf("no self-fence %s after the last renewal on a dead network:\n%s", took, logs)
+		t.Fatalf("no self-fence %s after the last renewal on a dead network (the peer reaches etcd):\n%s", took, logs)
 	}
 	if min, max := a.TTL-a.SelfFenceMargin, a.TTL-a.SelfFenceMargin+1500*time.Millisecond; took < min || took > max {
 		t.Errorf("self-fence %s after the last renewal; want %s-%s (the lease lasts %s)", took, min, max, a.TTL)
 	}
-	t.Logf("dead network: self-fence %s after the last renewal (TTL %s, margin %s)", took.Round(time.Millisecond), a.TTL, a.SelfFenceMargin)
+	t.Logf("dead network, peer reaching etcd: self-fence %s after the last renewal (TTL %s, margin %s)", took.Round(time.Millisecond), a.TTL, a.SelfFenceMargin)
+}
+
+// startPeer runs a second agent ("p") on c, straight to its members (no
+// proxy), taking questions on a port; it returns its log.
+func startPeer(t *testing.T, c *etcdtest.Cluster, srv, cli *tls.Config) *syncBuffer {
+	t.Helper()
+	pc, err := c.Client(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	p := &Agent{Store: NewStore(pc, "/t/"), Host: Host{Name: "p", Migration: Endpoint{Receiver: l.Addr().String()}}, State: t.TempDir(),
+		Listener: l, ServerTLS: srv, ClientTLS: cli, TTL: 6 * time.Second, SelfFenceMargin: 2 * time.Second, Log: slog.New(slog.NewTextHandler(logs, nil))}
+	p.init()
+	if err := p.register(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { p.serve(ctx) })
+	wg.Go(func() { p.keepAlive(ctx) })
+	wg.Go(func() { p.watchdog(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return logs
 }
 
 // slowProxy forwards TCP to one etcd member, each chunk late by delay; a

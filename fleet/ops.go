@@ -112,7 +112,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	if _, alive := snap.Hosts[p.Value.Host]; p.Rev == 0 || !alive {
 		ops = append(ops, clientv3.OpDelete(s.key("status", name)))
 	} else {
-		ops = append(ops, clientv3.OpPut(s.key("status", name), mustJSON(Status{Host: p.Value.Host, State: "removing", Updated: time.Now().UTC()})))
+		ops = append(ops, clientv3.OpPut(s.key("status", name), mustJSON(Status{Host: p.Value.Host, State: StateRemoving, Updated: time.Now().UTC()})))
 	}
 	ok, err = s.cas(ctx, map[string]int64{s.key("vms", name): rec.Rev, s.key("placement", name): p.Rev}, nil, ops...)
 	if err != nil {

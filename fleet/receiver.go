@@ -7,12 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"sync"
+	"time"
 
-	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/fleet/peer"
 )
 
 // A drain migrates VMs between agents without ssh: each agent listens for
@@ -20,7 +19,8 @@ import (
 // stdout) on a TCP port with mutual TLS, and a source's transport is `vmsup
 // fleet migrate-connect`, which pipes its stdin and stdout to that port.
 // Both sides present certificates of the fleet's CA (by default the ones
-// they use for etcd), so only fleet hosts can start a VM on a host.
+// they use for etcd), so only fleet hosts can start a VM on a host. The
+// same port answers other agents' questions (fleet/peer).
 
 // PeerTLS is the TLS set-up between agents: certificates signed by ca,
 // checked both ways. Host names are not checked (hosts are known by their
@@ -60,10 +60,11 @@ func PeerTLS(caFile, certFile, keyFile string) (server, client *tls.Config, err 
 	return server, client, nil
 }
 
-// ServeMigrations accepts migrations on l until ctx ends, each received by
-// sup as `vmsup migrate-receive` would.
-func ServeMigrations(ctx context.Context, l net.Listener, conf *tls.Config, sup *supervisor.Supervisor, log *slog.Logger) {
-	tl := tls.NewListener(l, conf)
+// serve takes connections on the agent's port until ctx ends: a peer's
+// question (ALPN peer.Proto) gets this agent's answer, anything else is a
+// migration, received by the supervisor as `vmsup migrate-receive` would.
+func (a *Agent) serve(ctx context.Context) {
+	tl := tls.NewListener(a.Listener, peer.ServerConfig(a.ServerTLS))
 	go func() { <-ctx.Done(); tl.Close() }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -71,18 +72,34 @@ func ServeMigrations(ctx context.Context, l net.Listener, conf *tls.Config, sup 
 		c, err := tl.Accept()
 		if err != nil {
 			if ctx.Err() == nil {
-				log.Error("migration listener", "err", err)
+				a.Log.Error("agent port", "err", err)
 			}
 			return
 		}
 		wg.Go(func() {
 			defer c.Close()
-			if err := sup.Receive(ctx, c, c); err != nil {
-				log.Warn("incoming migration", "from", c.RemoteAddr(), "err", err)
+			tc := c.(*tls.Conn)
+			hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+			err := tc.HandshakeContext(hctx)
+			cancel()
+			switch {
+			case err != nil:
+				a.Log.Warn("agent port: handshake", "from", c.RemoteAddr(), "err", err)
+			case peer.IsQuestion(tc):
+				c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+				peer.Respond(c, a.answer(ctx))
+			default:
+				if err := a.Sup.Receive(ctx, c, c); err != nil {
+					a.Log.Warn("incoming migration", "from", c.RemoteAddr(), "err", err)
+				}
 			}
 		})
 	}
 }
+
+// handshakeTimeout bounds a connection's TLS handshake and a question's
+// answer: a client that stalls must not hold a goroutine for long.
+const handshakeTimeout = 5 * time.Second
 
 // Connect pipes r and w to the agent's migration port at addr (the source
 // side's transport).

@@ -13,13 +13,10 @@ import (
 
 	"github.com/google/renameio/v2"
 
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
-
-// retryAfter spaces the attempts at a VM whose start, apply or migration
-// failed (its status says why meanwhile).
-const retryAfter = 30 * time.Second
 
 // reconcile brings this host's VMs to what the fleet says, from a
 // linearizable read only: with no quorum it does nothing, and the VMs run
@@ -30,6 +27,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		return err
 	}
 	me := a.Host.Name
+	a.learn(snap)
 	var errs []error
 	names := make([]string, 0, len(snap.Placements))
 	for name := range snap.Placements {
@@ -95,26 +93,32 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 	down := errors.Is(err, supervisor.ErrNotFound) || (err == nil && (st.State == supervisor.StateShutOff || st.State == supervisor.StateCrashed))
 	switch {
 	case err != nil && !down:
-		return a.report(ctx, snap, name, Status{State: "unknown", Reason: err.Error()})
-	case down && time.Since(a.failed[name]) < retryAfter:
+		return a.report(ctx, snap, name, Status{State: StateUnknown, Reason: err.Error()})
+	case down && !a.retry.ready(name):
 		return nil // its status still says why it failed
 	case down:
+		// Its QEMU is covered by the guard before it exists.
+		if err := a.armGuard(ctx); err != nil {
+			a.retry.failed(name)
+			return a.report(ctx, snap, name, Status{State: StateFailed, Reason: "not started: " + err.Error(), Generation: applied})
+		}
 		t0 := time.Now()
 		if _, err := a.Sup.UpWith(ctx, supervisor.UpOptions{Adopt: true}, f); err != nil {
-			a.failed[name] = time.Now()
-			return a.report(ctx, snap, name, Status{State: "failed", Reason: err.Error(), Generation: applied})
+			d := a.retry.failed(name)
+			return a.report(ctx, snap, name, Status{State: StateFailed, Reason: fmt.Sprintf("%v (next try in %s)", err, d), Generation: applied})
 		}
-		delete(a.failed, name)
+		a.retry.succeeded(name)
 		a.Log.Info("started", "vm", name, "generation", gen, "took", time.Since(t0).Round(time.Millisecond))
 		applied = gen
 		if err := a.mark(name, gen); err != nil {
 			return err
 		}
-	case applied != gen && (st.State == supervisor.StateRunning || st.State == supervisor.StatePaused) && time.Since(a.failed[name]) >= retryAfter:
+	case applied != gen && (st.State == supervisor.StateRunning || st.State == supervisor.StatePaused) && a.retry.ready(name):
 		if _, err := a.Sup.Apply(ctx, f, supervisor.ApplyOptions{Adopt: true}); err != nil {
-			a.failed[name] = time.Now()
-			return a.report(ctx, snap, name, Status{State: string(st.State), Reason: fmt.Sprintf("generation %d not applied: %v", gen, err), Generation: applied})
+			a.retry.failed(name)
+			return a.report(ctx, snap, name, Status{State: State(st.State), Reason: fmt.Sprintf("generation %d not applied: %v", gen, err), Generation: applied})
 		}
+		a.retry.succeeded(name)
 		applied = gen
 		if err := a.mark(name, gen); err != nil {
 			return err
@@ -123,7 +127,7 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 	if st, err = a.Sup.Status(ctx, name); err != nil {
 		return err
 	}
-	return a.report(ctx, snap, name, Status{State: string(st.State), Reason: st.Reason, Generation: applied})
+	return a.report(ctx, snap, name, a.withHealth(name, Status{State: State(st.State), Reason: st.Reason, Generation: applied}))
 }
 
 // moveOut live-migrates a VM a drain moves to its target, then hands the
@@ -131,7 +135,7 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord], p Entry[Placement]) error {
 	name, target := rec.Value.Name, p.Value.Target
 	h, ok := snap.Hosts[target]
-	if !ok || time.Since(a.failed[name]) < retryAfter {
+	if !ok || !a.retry.ready(name) {
 		return nil
 	}
 	st, err := a.Sup.Status(ctx, name)
@@ -154,10 +158,34 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 	}
 	a.Log.Info("drain: migrating", "vm", name, "to", target)
 	if _, err := a.Sup.Migrate(ctx, name, o); err != nil {
-		a.failed[name] = time.Now()
-		return a.report(ctx, snap, name, Status{State: string(st.State), Reason: fmt.Sprintf("drain: migration to %s failed: %v", target, err)})
+		return a.migrationFailed(ctx, snap, name, p, err)
 	}
-	return a.handOver(ctx, name, p, Status{Host: target, State: string(supervisor.StateRunning), Reason: "migrated by a drain", Generation: rec.Value.Generation})
+	a.retry.succeeded(name)
+	return a.handOver(ctx, name, p, Status{Host: target, State: StateRunning, Reason: "migrated by a drain", Generation: rec.Value.Generation})
+}
+
+// migrationFailed spaces the next try (retries) and, if the guest still
+// runs here, hands the choice of a target back to the scheduler, which
+// picks another host if one fits: a target agent that died, or a host
+// that cannot take the VM, does not hold the drain up. A guest that no
+// longer runs here may run on the target (the stream ended, the answer
+// was lost): that target's agent takes the placement over.
+func (a *Agent) migrationFailed(ctx context.Context, snap *Snapshot, name string, p Entry[Placement], merr error) error {
+	target := p.Value.Target
+	d := a.retry.failed(name)
+	a.Log.Warn("drain: migration failed", "vm", name, "to", target, "next try in", d, "err", merr)
+	st, err := a.Sup.Status(ctx, name)
+	if err != nil || st.State != supervisor.StateRunning || qmp.RunState(st.QEMUStatus) != qmp.RunRunning {
+		return a.report(ctx, snap, name, Status{State: State(st.State), Reason: fmt.Sprintf("drain: migration to %s failed (next try in %s): %v", target, d, merr)})
+	}
+	next := p.Value
+	next.Target = ""
+	if !slices.Contains(next.FailedTargets, target) {
+		next.FailedTargets = append(slices.Clone(next.FailedTargets), target)
+	}
+	_, err = a.Store.movePlacement(ctx, name, p.Rev, next, &Status{Host: a.Host.Name, State: State(st.State),
+		Reason: fmt.Sprintf("drain: migration to %s failed (next try in %s, to another host if one fits): %v", target, d, merr)}, nil)
+	return err
 }
 
 // handOver gives the placement to its target and forgets the VM here.
@@ -179,11 +207,11 @@ func (a *Agent) finishMoveIn(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 	// is complete (an incoming one is "inmigrate"), so the source's copy
 	// has stopped for good.
 	st, err := a.Sup.Status(ctx, rec.Value.Name)
-	if err != nil || st.State != supervisor.StateRunning || st.QEMUStatus != "running" {
+	if err != nil || st.State != supervisor.StateRunning || qmp.RunState(st.QEMUStatus) != qmp.RunRunning {
 		return nil
 	}
 	ok, err := a.Store.movePlacement(ctx, rec.Value.Name, p.Rev, Placement{Host: a.Host.Name, Epoch: p.Value.Epoch + 1},
-		&Status{Host: a.Host.Name, State: string(st.State), Reason: "migrated by a drain", Generation: rec.Value.Generation}, nil)
+		&Status{Host: a.Host.Name, State: State(st.State), Reason: "migrated by a drain", Generation: rec.Value.Generation}, nil)
 	if err == nil && ok {
 		return a.mark(rec.Value.Name, rec.Value.Generation)
 	}
@@ -220,7 +248,7 @@ func (a *Agent) report(ctx context.Context, snap *Snapshot, name string, st Stat
 	st.Host = a.Host.Name
 	if cur, ok := snap.Statuses[name]; ok {
 		c := cur.Value
-		if c.Host == st.Host && c.State == st.State && c.Reason == st.Reason && c.Generation == st.Generation {
+		if c.Host == st.Host && c.State == st.State && c.Reason == st.Reason && c.IO == st.IO && c.Generation == st.Generation {
 			return nil
 		}
 	}

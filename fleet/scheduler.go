@@ -29,6 +29,13 @@ type Scheduler struct {
 	// the choice to the committed transaction (a pass reads the fleet once
 	// for all its decisions): the figures.
 	Decided func(vm string, d time.Duration)
+	// Hold, when set, is the time before which no host is failed over:
+	// this agent told a peer that etcd did not answer it (fleet/hold.go).
+	Hold func() time.Time
+	// FailoverStalled, when positive, restarts elsewhere (after fencing
+	// its host) a VM whose host has reported its disk I/O stalled for that
+	// long; 0: stalled VMs are only reported.
+	FailoverStalled time.Duration
 
 	// guard holds while this scheduler leads (its election key exists):
 	// every decision commits only with it, and a failover checks it before
@@ -82,8 +89,10 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		case p.Value.Target != "" && !alive(snap, p.Value.Target):
 			// The drain's target died: the VM stays, the next pass picks again.
 			next := p.Value
-			next.Target = ""
+			next.Target, next.FailedTargets = "", appendNew(next.FailedTargets, p.Value.Target)
 			_, err = s.Store.movePlacement(ctx, name, p.Rev, next, nil, s.guard)
+		case s.stalledLongEnough(snap.Statuses[name].Value, p.Value.Host):
+			err = s.evacuate(ctx, snap, rec, p, f, hosts, &loads)
 		}
 		errs = append(errs, err)
 		if errors.Is(err, errRaced) || errors.Is(err, errNotLeader) {
@@ -119,7 +128,11 @@ func (s *Scheduler) placeNew(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 // drain gives a VM on a cordoned host a target to migrate to.
 func (s *Scheduler) drain(ctx context.Context, snap *Snapshot, p Entry[Placement], f *spec.File, hosts []Host, loads *[]Load) error {
 	name := f.VM.Name
-	target, err := Choose(RequestOf(&f.VM), hosts, *loads, p.Value.Host)
+	// Not where a migration failed, unless no other host fits.
+	target, err := Choose(RequestOf(&f.VM), hosts, *loads, append([]string{p.Value.Host}, p.Value.FailedTargets...)...)
+	if err != nil && len(p.Value.FailedTargets) > 0 {
+		target, err = Choose(RequestOf(&f.VM), hosts, *loads, p.Value.Host)
+	}
 	if err != nil {
 		return s.unschedulable(ctx, snap, name, p.Value.Host, err)
 	}
@@ -132,6 +145,21 @@ func (s *Scheduler) drain(ctx context.Context, snap *Snapshot, p Entry[Placement
 	*loads = append(*loads, Load{Request: RequestOf(&f.VM), Host: target})
 	s.log().Info("drain", "vm", name, "from", p.Value.Host, "to", target)
 	return nil
+}
+
+func (s *Scheduler) holdUntil() time.Time {
+	if s.Hold == nil {
+		return time.Time{}
+	}
+	return s.Hold()
+}
+
+// appendNew appends v to list (a copy) unless it is there.
+func appendNew(list []string, v string) []string {
+	if slices.Contains(list, v) {
+		return list
+	}
+	return append(slices.Clone(list), v)
 }
 
 func (s *Scheduler) log() *slog.Logger {
@@ -211,12 +239,21 @@ func (s *Scheduler) failover(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 	if err != nil {
 		return s.unschedulable(ctx, snap, name, "", err)
 	}
+	// Held: a peer that was cut off from etcd was promised no failover;
+	// by the end of the promise it has fenced itself.
+	if until := s.holdUntil(); time.Now().Before(until) {
+		return s.status(ctx, snap, name, Status{Host: lost, State: StateLost,
+			Reason: fmt.Sprintf("host %s is down (its lease expired); failover held until %s (etcd was unreachable for every host)", lost, until.UTC().Format("15:04:05Z"))})
+	}
 	// Fencing cannot be undone: only the leader does it.
 	if ok, err := s.Store.cas(ctx, nil, s.guard); err != nil || !ok {
 		return errors.Join(err, errNotLeader)
 	}
 	if err := s.Fence.Fence(ctx, lost, &f.VM); err != nil {
 		return s.status(ctx, snap, name, Status{Host: lost, State: StateLost, Reason: fmt.Sprintf("host %s is down; fencing it failed, so not restarted: %v", lost, err)})
+	}
+	if time.Now().Before(s.holdUntil()) {
+		return nil // promised while fencing: the next pass decides
 	}
 	next := Placement{Host: target, Epoch: p.Value.Epoch + 1}
 	ok, err := s.Store.movePlacement(ctx, name, p.Rev, next, &Status{Host: target, State: StatePending, Reason: fmt.Sprintf("failover from %s (fenced)", lost)}, s.guard)

@@ -14,6 +14,10 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/supervisor"
 )
 
 // The fleet's state in etcd, under one prefix (default "/vmsup/"):
@@ -40,25 +44,42 @@ type VMRecord struct {
 type Placement struct {
 	Host   string `json:"host"`
 	Target string `json:"target,omitempty"` // a drain moves it there (live migration)
-	Epoch  int64  `json:"epoch"`
+	// FailedTargets are the hosts a drain's migration failed to: the next
+	// target is another host if one fits.
+	FailedTargets []string `json:"failed_targets,omitempty"`
+	Epoch         int64    `json:"epoch"`
 }
 
 // Status is a VM's real state as last reported.
 type Status struct {
-	Host       string    `json:"host,omitempty"`
-	State      string    `json:"state"` // running, stopped, failed, pending, unschedulable, migrating, fenced, lost
-	Reason     string    `json:"reason,omitempty"`
-	Generation int64     `json:"generation,omitempty"` // of the spec running
-	Updated    time.Time `json:"updated"`
+	Host   string `json:"host,omitempty"`
+	State  State  `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// IO is what its host's check of its disk I/O found while it runs
+	// (omitted: fine); State is StateDegraded when it is not.
+	IO         iohealth.State `json:"io,omitempty"`
+	Generation int64          `json:"generation,omitempty"` // of the spec running
+	Updated    time.Time      `json:"updated"`
 }
 
-// Fleet states beyond the supervisor's own (running, stopped, failed...).
+// State is a fleet VM's state: its QEMU's as the host's supervisor says
+// (running, paused, shut off, crashed...), or one of the fleet's own.
+type State string
+
+// Fleet states beyond the supervisor's own.
 const (
-	StatePending       = "pending"       // not placed yet
-	StateUnschedulable = "unschedulable" // no host fits: Reason says why
-	StateMigrating     = "migrating"     // a drain moves it
-	StateInvalid       = "invalid"       // the owning host refuses the spec: Reason is the one-line error
-	StateLost          = "lost"          // its host's lease expired and it is not restarted elsewhere: Reason says why
+	StateRunning             = State(supervisor.StateRunning)
+	StateFailed        State = "failed"        // its host could not start or apply it: Reason says why
+	StateUnknown       State = "unknown"       // its host cannot tell: Reason says why
+	StateRemoving      State = "removing"      // fleet rm: its host stops it
+	StatePending       State = "pending"       // not placed yet
+	StateUnschedulable State = "unschedulable" // no host fits: Reason says why
+	StateMigrating     State = "migrating"     // a drain moves it
+	StateInvalid       State = "invalid"       // the owning host refuses the spec: Reason is the one-line error
+	StateLost          State = "lost"          // its host's lease expired and it is not restarted elsewhere: Reason says why
+	// StateDegraded: it runs, but its disk I/O stalls or fails (Reason
+	// names the disk); IO says which.
+	StateDegraded State = "degraded"
 )
 
 // Host is a live agent's host, registered under its lease.
@@ -91,6 +112,18 @@ type Store struct {
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // one per member, for status probes
+}
+
+// DialOptions are the gRPC options for the fleet's etcd clients: after an
+// outage of etcd, a client reconnects within a second of its return (gRPC's
+// default backoff grows to two minutes, so after a 30 s outage an agent
+// could stay away for ~15 s more, past its fence point, though its lease
+// was renewed by the new leader).
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 2 * time.Second,
+	})}
 }
 
 // NewStore uses c with keys under prefix ("" means "/vmsup/").

@@ -2,7 +2,6 @@ package libvirtimport
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -37,13 +36,18 @@ type Options struct {
 	// with its initrd and command line) is in Dropped with its error.
 	// vmsup import gives the host's places (supervisor.CheckPath).
 	CheckPath func(field, path string) error
+	// NoSEV is why this host cannot run AMD SEV guests ("" when it can,
+	// or when nobody asked: hostcaps.SEVReason). An SEV domain is carried
+	// over either way (never as an unencrypted VM); with a reason its line
+	// says vmsup will refuse to start it here.
+	NoSEV string
 }
 
 // Convert turns one libvirt domain XML into a vmsup VM file, with no host
 // path checked (ConvertWith). source names the XML in the file's header.
 // An error means the XML is not a domain vmsup can run at all (not
-// KVM/QEMU x86-64, no memory); everything else it cannot express is in
-// Dropped.
+// KVM/QEMU x86-64, no memory, more devices than vmsup lays out); everything
+// else it cannot express is in Dropped.
 func Convert(domainXML []byte, source string) (*Result, error) {
 	return ConvertWith(domainXML, source, Options{})
 }
@@ -54,55 +58,117 @@ func ConvertWith(domainXML []byte, source string, o Options) (*Result, error) {
 	if err := dom.Unmarshal(string(domainXML)); err != nil {
 		return nil, fmt.Errorf("%s: not a libvirt domain XML: %w", source, err)
 	}
-	c := &converter{dom: &dom, check: o.CheckPath}
+	tree, err := parseTree(domainXML)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a libvirt domain XML: %w", source, err)
+	}
+	c := &converter{dom: &dom, check: o.CheckPath, noSEV: o.NoSEV}
 	if err := c.domain(); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	c.devices()
-	if len(c.out.Disks) == 0 && (c.out.Boot == nil || c.out.Boot.Kernel == "") {
-		why := ""
-		for _, d := range c.dropped {
-			if strings.HasPrefix(d.Element, "devices/disk") {
-				why = " (" + d.String() + ")"
-				break
-			}
-		}
-		return nil, fmt.Errorf("%s: nothing vmsup can boot: no disk or kernel was carried over%s", source, why)
+	if err := c.devices(); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
+	if guestPCIAddresses(tree) {
+		c.note("devices/address", "libvirt's PCI addresses: vmsup lays out its own (each NIC, then each disk, on a root port of its own), so the guest may see other PCI addresses and name its NICs anew")
+	}
+	c.dropped = append(c.dropped, unread(tree, knownPaths(), c.covered)...)
+	if err := c.bootable(source); err != nil {
+		return nil, err
+	}
+	data, err := c.write(source)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Name: c.out.Name, TOML: data, Dropped: c.dropped}, nil
+}
+
+// write renders the VM file: the header listing what was not carried
+// over, then the keys. What it writes must load: a key spec refuses (a
+// value past one of vmsup's limits) is taken out with a line saying why
+// (repair), so no domain makes the import fail on it.
+func (c *converter) write(source string) ([]byte, error) {
+	for tries := 0; ; tries++ {
+		body, err := c.encode()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+		_, perr := spec.Parse(source+".toml", body)
+		if perr == nil {
+			return append(c.header(source), body...), nil
+		}
+		if tries >= maxRepairs || !c.repair(perr) {
+			return nil, fmt.Errorf("%s: the converted file does not load (a vmsup import bug): %w", source, perr)
+		}
+		if err := c.bootable(source); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// bootable: a VM needs a disk or a kernel to boot from.
+func (c *converter) bootable(source string) error {
+	if len(c.out.Disks) > 0 || (c.out.Boot != nil && c.out.Boot.Kernel != "") {
+		return nil
+	}
+	why := ""
+	for _, d := range c.dropped {
+		if strings.HasPrefix(d.Element, "devices/disk") {
+			why = " (" + d.String() + ")"
+			break
+		}
+	}
+	return fmt.Errorf("%s: nothing vmsup can boot: no disk or kernel was carried over%s", source, why)
+}
+
+func (c *converter) encode() ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Imported by vmsup import from %s (libvirt domain %q).\n", source, dom.Name)
+	enc := toml.NewEncoder(&b)
+	enc.SetIndentTables(false)
+	if err := enc.Encode(c.out); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func (c *converter) header(source string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Imported by vmsup import from %s (libvirt domain %q).\n", source, c.dom.Name)
 	if len(c.dropped) == 0 {
 		b.WriteString("# Everything in the domain was carried over.\n")
 	} else {
-		fmt.Fprintf(&b, "# Not carried over (%d):\n", len(c.dropped))
+		fmt.Fprintf(&b, "# Not carried over, or carried differently (%d):\n", len(c.dropped))
 		for _, d := range c.dropped {
 			fmt.Fprintf(&b, "#   %s\n", strings.ReplaceAll(d.String(), "\n", " "))
 		}
 	}
 	b.WriteString("\n")
-	enc := toml.NewEncoder(&b)
-	enc.SetIndentTables(false)
-	if err := enc.Encode(c.out); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	// What Convert writes must load: a mapping error is a bug here, not
-	// the user's, and must not reach their disk.
-	if _, err := spec.Parse(source+".toml", b.Bytes()); err != nil {
-		return nil, fmt.Errorf("%s: the converted file does not load (a vmsup import bug): %w", source, err)
-	}
-	return &Result{Name: c.out.Name, TOML: b.Bytes(), Dropped: c.dropped}, nil
+	return b.Bytes()
 }
 
 type converter struct {
 	dom     *libvirtxml.Domain
 	out     fileVM
 	dropped []Dropped
+	// covered are the paths of what drop said was not carried over: the
+	// structural check does not list what is below them again.
+	covered [][]seg
 	check   func(field, path string) error // Options.CheckPath
-	// iothreads: the domain has I/O threads (a disk's driver names one).
-	iothreads bool
+	noSEV   string                         // Options.NoSEV
+	// iothreads maps the domain's I/O thread ids to vmsup's shared
+	// threads (1..n, in the domain's order).
+	iothreads map[uint]int
 }
 
+// drop lists element (and all below it) as not carried over.
 func (c *converter) drop(element, format string, args ...any) {
+	c.note(element, format, args...)
+	c.covered = append(c.covered, parsePath(element))
+}
+
+// note lists a change the guest may notice in something carried over;
+// unlike drop it vouches for nothing below element.
+func (c *converter) note(element, format string, args ...any) {
 	c.dropped = append(c.dropped, Dropped{Element: element, Why: fmt.Sprintf(format, args...)})
 }
 
@@ -143,6 +209,10 @@ func (c *converter) domain() error {
 	c.features()
 	c.sysinfo()
 	c.tuning()
+	c.memoryBacking()
+	if err := c.launchSecurity(); err != nil {
+		return err
+	}
 	if d.GenID != nil {
 		c.out.VMGenID = true
 		if d.GenID.Value != "" {
@@ -225,32 +295,6 @@ func mib(b uint64) (string, bool) {
 	return fmt.Sprintf("%dM", n), n<<20 == b
 }
 
-func (c *converter) memory() error {
-	d := c.dom
-	if d.Memory == nil || d.Memory.Value == 0 {
-		return errors.New("no <memory>: vmsup needs the guest's memory size")
-	}
-	b, err := bytesOf(d.Memory.Value, d.Memory.Unit)
-	if err != nil {
-		return fmt.Errorf("memory: %w", err)
-	}
-	var exact bool
-	if c.out.Memory, exact = mib(b); !exact {
-		c.drop("memory", "%d bytes is not a whole number of MiB: rounded up to %s", b, c.out.Memory)
-	}
-	if m := d.MaximumMemory; m != nil && m.Value > 0 {
-		if mb, err := bytesOf(m.Value, m.Unit); err == nil && mb > b {
-			c.out.MaxMemory, _ = mib(mb)
-		}
-	}
-	if cm := d.CurrentMemory; cm != nil && cm.Value > 0 {
-		if cb, err := bytesOf(cm.Value, cm.Unit); err == nil && cb < b {
-			c.out.BalloonTarget, _ = mib(cb) // kept only if there is a balloon (devices)
-		}
-	}
-	return nil
-}
-
 func (c *converter) cpus() {
 	d := c.dom
 	if d.VCPU != nil && d.VCPU.Value > 0 {
@@ -260,6 +304,9 @@ func (c *converter) cpus() {
 		}
 		if d.VCPU.CPUSet != "" {
 			c.drop("vcpu/@cpuset", "host CPU pinning is not in vmsup yet")
+		}
+		if d.VCPU.Placement == "auto" {
+			c.drop("vcpu/@placement", "\"auto\" (numad): vmsup's VMs float over the host's CPUs unless pinned")
 		}
 	}
 	if c.out.CPUs == 1 {
@@ -277,6 +324,8 @@ func (c *converter) cpus() {
 	case "custom":
 		if cpu.Model != nil && spec.ValidCPUModel(cpu.Model.Value) == nil {
 			c.out.CPUModel = cpu.Model.Value
+		} else if cpu.Model != nil {
+			c.drop("cpu/model", "%q is not a QEMU CPU model name: vmsup's default model it is", cpu.Model.Value)
 		}
 	}
 	if len(cpu.Features) > 0 {
@@ -297,9 +346,6 @@ func (c *converter) cpus() {
 			}
 		}
 	}
-	if cpu.Numa != nil {
-		c.numa(cpu.Numa)
-	}
 }
 
 func (c *converter) os() {
@@ -319,7 +365,7 @@ func (c *converter) os() {
 	b := &fileBoot{Kernel: o.Kernel, Initrd: o.Initrd, Cmdline: o.Cmdline}
 	if o.Firmware == "efi" || (o.Loader != nil && o.Loader.Type == "pflash") {
 		b.Firmware = spec.FirmwareUEFI
-		if o.Loader != nil && o.Loader.Secure == "yes" {
+		if o.Loader != nil && o.Loader.Secure == "yes" || firmwareWants(o.FirmwareInfo, "secure-boot") {
 			b.SecureBoot = c.out.Machine != "pc" // SMM: q35 only
 			if !b.SecureBoot {
 				c.drop("os/loader/@secure", "Secure Boot needs q35 (SMM) in vmsup: plain OVMF it is")
@@ -329,8 +375,9 @@ func (c *converter) os() {
 			b.VarsTemplate = o.NVRam.Template
 		}
 		if o.NVRam != nil && o.NVRam.NVRam != "" {
-			c.drop("os/nvram", "vmsup keeps the VM's own UEFI variable store: copy %s over it to keep the variables", o.NVRam.NVRam)
+			c.drop("os/nvram", "vmsup keeps the VM's own UEFI variable store: copy %s over it to keep the variables (when both are the 4 MiB build)", o.NVRam.NVRam)
 		}
+		c.loader(o.Loader, b.SecureBoot)
 	}
 	c.bootPaths(b)
 	if o.BootMenu != nil {
@@ -341,6 +388,35 @@ func (c *converter) os() {
 	}
 	if *b != (fileBoot{}) {
 		c.out.Boot = b
+	}
+}
+
+// firmwareWants reports whether libvirt's firmware autoselection asks for
+// feature (secure-boot; enrolled-keys is vmsup's default store with it).
+func firmwareWants(fi *libvirtxml.DomainOSFirmwareInfo, feature string) bool {
+	if fi == nil {
+		return false
+	}
+	for _, f := range fi.Features {
+		if f.Name == feature && f.Enabled == "yes" {
+			return true
+		}
+	}
+	return false
+}
+
+// loader notes a firmware file other than the one vmsup runs: the
+// distribution's 4 MiB OVMF build (Secure Boot's with secure_boot).
+func (c *converter) loader(l *libvirtxml.DomainLoader, secure bool) {
+	if l == nil || l.Path == "" {
+		return
+	}
+	ours := "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	if secure {
+		ours = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	}
+	if l.Path != ours {
+		c.note("os/loader", "%s: vmsup runs the host's %s (the 4 MiB build, whose variable store differs from the 2 MiB one's)", l.Path, ours)
 	}
 }
 
@@ -443,7 +519,7 @@ func (c *converter) sysinfo() {
 
 func (c *converter) tuning() {
 	d := c.dom
-	c.iothreads = d.IOThreads > 0 || d.IOThreadIDs != nil
+	c.ioThreads()
 	if t := d.CPUTune; t != nil {
 		if t.Quota != nil && t.Quota.Value > 0 {
 			period := uint64(100000)
@@ -464,7 +540,6 @@ func (c *converter) tuning() {
 		set bool
 		why string
 	}{{"memtune", d.MemoryTune != nil, "the unit's MemoryMax is memory + limits.memory_overhead"},
-		{"memoryBacking", d.MemoryBacking != nil, "huge pages and shared memory are not in vmsup yet"},
 		{"numatune", d.NUMATune != nil, "NUMA placement is not in vmsup yet"},
 		{"blkiotune", d.BlockIOTune != nil, "per-disk limits (iops, bps) are vmsup's I/O tuning"}} {
 		if x.set {
@@ -511,22 +586,4 @@ func (c *converter) pinning(t *libvirtxml.DomainCPUTune) {
 	if len(p.VCPUs) > 0 || p.Emulator != "" {
 		c.out.Pinning = p
 	}
-}
-
-// numa maps the cells, in order (vmsup's node ids are their places).
-func (c *converter) numa(n *libvirtxml.DomainNuma) {
-	var out []fileNUMA
-	for i, cell := range n.Cell {
-		b, err := bytesOf(cell.Memory, cell.Unit)
-		m, exact := mib(b)
-		if err != nil || !exact || (cell.ID != nil && int(*cell.ID) != i) {
-			c.drop("cpu/numa", "cell %d: vmsup's nodes are numbered in order with whole MiB of memory", i)
-			return
-		}
-		out = append(out, fileNUMA{CPUs: cell.CPUs, Memory: m})
-		if cell.Distances != nil || len(cell.Caches) > 0 || cell.MemAccess != "" {
-			c.drop(fmt.Sprintf("cpu/numa/cell[%d]", i), "distances, caches and memAccess: QEMU's defaults apply")
-		}
-	}
-	c.out.NUMA = out
 }

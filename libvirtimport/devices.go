@@ -11,8 +11,8 @@ import (
 )
 
 // devices maps the domain's devices; disks and NICs are in disks.go and
-// nics.go.
-func (c *converter) devices() {
+// nics.go. An error is a domain with more devices than vmsup lays out.
+func (c *converter) devices() error {
 	dv := c.dom.Devices
 	if dv == nil {
 		dv = &libvirtxml.DomainDeviceList{}
@@ -24,6 +24,7 @@ func (c *converter) devices() {
 	c.hostdevs(dv.Hostdevs)
 	c.guestDevs(dv)
 	c.unsupported(dv)
+	return c.fitLayout()
 }
 
 // platform: the devices vmsup has keys for.
@@ -50,6 +51,7 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 		if b := r.Backend; b != nil && (b.Random == nil || b.Random.Device != "/dev/urandom") {
 			c.drop(fmt.Sprintf("devices/rng[%d]/backend", i), "vmsup's RNG reads the host's /dev/urandom")
 		}
+		c.rngRate(i, r.Rate)
 	}
 	if !rng {
 		c.out.RNG = &off
@@ -62,6 +64,11 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 	}
 	c.watchdogs(dv.Watchdogs)
 	c.panics(dv.Panics)
+	for i, con := range dv.Consoles {
+		if t := con.Target; t != nil && t.Type != "" && t.Type != "serial" {
+			c.drop(fmt.Sprintf("devices/console[%d]", i), "a %s console: vmsup's console is its first serial port (vmsup console)", t.Type)
+		}
+	}
 	for i, s := range dv.Serials {
 		if s.Source != nil && s.Source.Pty == nil {
 			c.drop(fmt.Sprintf("devices/serial[%d]", i), "a serial port that is not a pty: vmsup's console is its first serial port (vmsup console)")
@@ -101,6 +108,9 @@ func (c *converter) panics(ps []libvirtxml.DomainPanic) {
 	}
 }
 
+// hostQEMU is the QEMU vmsup runs (Debian's, libvirt's usual emulator).
+const hostQEMU = "/usr/bin/qemu-system-x86_64"
+
 // unsupported lists the devices vmsup has no counterpart for, one line
 // each, with why.
 func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
@@ -110,8 +120,8 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 			c.drop(fmt.Sprintf("devices/%s[%d]", el, i), "%s", why)
 		}
 	}
-	if dv.Emulator != "" {
-		c.drop("devices/emulator", "%s: vmsup runs the host's qemu-system-x86_64", dv.Emulator)
+	if dv.Emulator != "" && dv.Emulator != hostQEMU {
+		c.note("devices/emulator", "%s: vmsup runs the host's %s", dv.Emulator, hostQEMU)
 	}
 	list("graphics", len(dv.Graphics), noDisplay)
 	list("video", len(dv.Videos), noDisplay)
@@ -123,7 +133,6 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 	list("hub", len(dv.Hubs), "no USB devices in vmsup")
 	list("parallel", len(dv.Parallels), "no parallel port in vmsup")
 	list("shmem", len(dv.Shmems), "no shared memory devices in vmsup")
-	list("memory", len(dv.Memorydevs), "vmsup plugs DIMMs itself (max_memory)")
 	list("crypto", len(dv.Crypto), "no virtio-crypto in vmsup")
 	list("iommu", len(dv.IOMMUs), "no vIOMMU in vmsup")
 	list("lease", len(dv.Leases), "vmsup holds image locks through QEMU itself")
@@ -133,15 +142,44 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 	if dv.PStore != nil {
 		c.drop("devices/pstore", "no pstore device in vmsup")
 	}
-	for i, ctl := range dv.Controllers {
+	c.controllers(dv.Controllers)
+}
+
+// controllers: vmsup lays out its own PCI(e) buses, SATA, USB and
+// virtio-serial controllers; a SCSI controller's model is what the guest
+// sees (libvirt's default is lsi), and each vmsup SCSI disk has a
+// virtio-scsi controller of its own.
+func (c *converter) controllers(ctls []libvirtxml.DomainController) {
+	for i, ctl := range ctls {
+		el := fmt.Sprintf("devices/controller[%d]", i)
 		switch {
-		case ctl.Type == "scsi" && ctl.Model != "" && ctl.Model != "virtio-scsi":
-			c.drop(fmt.Sprintf("devices/controller[%d]", i), "SCSI model %q: vmsup's SCSI disks are on virtio-scsi", ctl.Model)
+		case ctl.Type == "scsi" && ctl.Model != "virtio-scsi":
+			model := ctl.Model
+			if model == "" {
+				model = "lsi" // libvirt's default on x86
+			}
+			c.drop(el+"/@model", "SCSI model %q: vmsup's SCSI disks are on virtio-scsi (the guest needs its virtio_scsi driver)", model)
 		case ctl.Type == "fdc" || ctl.Type == "ccid" || ctl.Type == "xenbus" || ctl.Type == "nvme":
-			c.drop(fmt.Sprintf("devices/controller[%d]", i), "%s controller: none in vmsup", ctl.Type)
+			c.drop(el, "%s controller: none in vmsup", ctl.Type)
 		}
-		// pci, usb, sata, ide, virtio-serial: vmsup lays out its own.
+		if ctl.Driver != nil {
+			c.drop(el+"/driver", "a controller's queues and I/O thread: each vmsup SCSI disk has a controller of its own; set them on the disks (queues, iothread_id)")
+		}
 	}
+	if n := c.scsiDisks(); n > 1 {
+		c.note("devices/controller", "%d SCSI disks share libvirt's controllers; in vmsup each has a virtio-scsi controller of its own (the guest sees %d SCSI hosts)", n, n)
+	}
+}
+
+// scsiDisks counts the carried disks on SCSI (CD-ROMs and LUNs included).
+func (c *converter) scsiDisks() int {
+	n := 0
+	for _, d := range c.out.Disks {
+		if d.Bus == spec.BusSCSI || (d.Bus == "" && (d.Device == spec.DeviceCDROM || d.Device == spec.DeviceLUN || d.Type == spec.DiskISO)) {
+			n++
+		}
+	}
+	return n
 }
 
 // hostPort joins a libvirt host element into HOST:PORT.
@@ -179,7 +217,7 @@ func (c *converter) hostdevs(hs []libvirtxml.DomainHostdev) {
 		if a.Domain != nil {
 			dom = *a.Domain
 		}
-		out := fileHostDev{Address: fmt.Sprintf("%04x:%02x:%02x.%x", dom, *a.Bus, *a.Slot, *a.Function)}
+		out := fileHostDev{Address: fmt.Sprintf("%04x:%02x:%02x.%x", dom, *a.Bus, *a.Slot, *a.Function), el: el}
 		if r := h.ROM; r != nil {
 			if r.Bar == "off" {
 				off := false

@@ -15,15 +15,32 @@ import (
 // get-key` prints it, which is what a vmsup RBD disk's secret_file holds.
 const LibvirtSecretDir = "/etc/libvirt/secrets"
 
-// diskMapper converts one disk; its drop names the disk.
+// diskMapper converts one disk; its lines name the disk.
 type diskMapper struct {
 	c   *converter
-	el  string // "devices/disk[N] (vda)"
+	el  string // "devices/disk[N]"
+	dev string // its target, "vda"
 	src *libvirtxml.DomainDisk
 	out fileDisk
 }
 
-func (m *diskMapper) drop(format string, args ...any) { m.c.drop(m.el, format, args...) }
+// at is the path of sub (a path below the disk) as lines name it.
+func (m *diskMapper) at(sub string) string {
+	el := m.el
+	if sub != "" {
+		el += "/" + sub
+	}
+	return el + " (" + m.dev + ")"
+}
+
+// drop: the disk is not carried over; dropAt: sub is not.
+func (m *diskMapper) drop(format string, args ...any) { m.c.drop(m.at(""), format, args...) }
+func (m *diskMapper) dropAt(sub, format string, args ...any) {
+	m.c.drop(m.at(sub), format, args...)
+}
+
+// note: a change the guest may notice in what sub carried over.
+func (m *diskMapper) note(sub, format string, args ...any) { m.c.note(m.at(sub), format, args...) }
 
 func (c *converter) disks(disks []libvirtxml.DomainDisk) {
 	seen := map[string]bool{}
@@ -33,8 +50,8 @@ func (c *converter) disks(disks []libvirtxml.DomainDisk) {
 		if d.Target != nil {
 			dev = d.Target.Dev
 		}
-		m := &diskMapper{c: c, el: fmt.Sprintf("devices/disk[%d] (%s)", i, dev), src: d}
-		m.out.Name = dev
+		m := &diskMapper{c: c, el: fmt.Sprintf("devices/disk[%d]", i), dev: dev, src: d}
+		m.out.Name, m.out.el = dev, m.at("")
 		if spec.ValidName(dev) != nil || seen[dev] {
 			m.out.Name = fmt.Sprintf("disk%d", i)
 		}
@@ -102,7 +119,7 @@ func (m *diskMapper) network(n *libvirtxml.DomainDiskSourceNetwork) bool {
 		m.secret(auth)
 	}
 	if n.TLS == "yes" {
-		m.drop("TLS to the storage is not in vmsup")
+		m.dropAt("source/@tls", "TLS to the storage is not in vmsup")
 	}
 	return true
 }
@@ -160,7 +177,7 @@ func (m *diskMapper) iscsi(n *libvirtxml.DomainDiskSourceNetwork) bool {
 		o.Transport = "iser"
 	}
 	if len(n.Hosts) > 1 {
-		m.drop("%d more portals: vmsup logs in to the first (multipath is not in vmsup)", len(n.Hosts)-1)
+		m.dropAt(fmt.Sprintf("source/host[1..%d]", len(n.Hosts)-1), "%d more portals: vmsup logs in to the first (multipath is not in vmsup)", len(n.Hosts)-1)
 	}
 	if n.Initiator != nil && n.Initiator.IQN != nil {
 		o.InitiatorName = n.Initiator.IQN.Name
@@ -176,7 +193,7 @@ func (m *diskMapper) secret(a *libvirtxml.DomainDiskAuth) {
 		return
 	}
 	if a.Secret.UUID == "" {
-		m.drop("auth secret by usage %q: set secret_file to the file holding it", a.Secret.Usage)
+		m.dropAt("auth", "auth secret by usage %q: set secret_file to the file holding it", a.Secret.Usage)
 		if o.Type == spec.DiskISCSI {
 			o.User = "" // CHAP needs both
 		}
@@ -186,7 +203,7 @@ func (m *diskMapper) secret(a *libvirtxml.DomainDiskAuth) {
 	if o.Type == spec.DiskISCSI {
 		// A CHAP password is used as the file has it; libvirt's is base64.
 		o.SecretFile = "/etc/vmsup/secrets/" + a.Secret.UUID
-		m.drop("CHAP secret %s: vmsup reads the password as is: base64 -d %s > %s (mode 0600)", a.Secret.UUID, file, o.SecretFile)
+		m.note("auth", "CHAP secret %s: vmsup reads the password as is: base64 -d %s > %s (mode 0600)", a.Secret.UUID, file, o.SecretFile)
 		return
 	}
 	o.SecretFile = file
@@ -248,7 +265,7 @@ func (m *diskMapper) device() bool {
 			if m.c.out.Machine != "pc" {
 				o.Bus = spec.BusSATA
 			}
-			m.drop("bus %q on machine %s: the guest sees it on %s", bus, orQ35(m.c.out.Machine), o.Bus)
+			m.note("target/@bus", "%q on machine %s: the guest sees it on %s", bus, orQ35(m.c.out.Machine), o.Bus)
 		}
 	default:
 		m.drop("bus %q: vmsup's disks are virtio, scsi or sata", bus)
@@ -283,12 +300,12 @@ func (m *diskMapper) driver() {
 		}
 	case "qcow2":
 		if o.Type != spec.DiskFile {
-			m.drop("format qcow2 on %s storage: vmsup opens it raw", o.Type)
+			m.dropAt("driver/@type", "qcow2 on %s storage: vmsup opens it raw", o.Type)
 		} else if !strings.HasSuffix(strings.ToLower(o.File), ".qcow2") {
 			o.Format = spec.FormatQcow2
 		}
 	default:
-		m.drop("format %q: vmsup opens qcow2 and raw images (qemu-img convert it)", dr.Type)
+		m.dropAt("driver/@type", "%q: vmsup opens qcow2 and raw images (qemu-img convert it)", dr.Type)
 		o.Format = spec.FormatRaw
 	}
 	switch dr.Cache {
@@ -301,7 +318,7 @@ func (m *diskMapper) driver() {
 		if o.Cache == "none" || o.Cache == "directsync" {
 			o.AIO = "native"
 		} else {
-			m.drop("io native without cache none or directsync: threads it is")
+			m.dropAt("driver/@io", "native without cache none or directsync: threads it is")
 		}
 	case "io_uring":
 		o.AIO = "io_uring"
@@ -310,12 +327,12 @@ func (m *diskMapper) driver() {
 		o.AIO = ""
 	}
 	o.Discard = dr.Discard == "unmap"
-	if dr.IOThread != nil && o.Bus != spec.BusSATA && o.Type != spec.DiskISO {
-		o.IOThread = true
+	for _, p := range []struct{ attr, v string }{{"error_policy", dr.ErrorPolicy}, {"rerror_policy", dr.RErrorPolicy}} {
+		if p.v != "" && p.v != "report" {
+			m.dropAt("driver/@"+p.attr, "%q: QEMU's default (report errors to the guest) applies", p.v)
+		}
 	}
-	if dr.ErrorPolicy != "" || dr.RErrorPolicy != "" {
-		m.drop("error_policy: QEMU's default (report errors to the guest) applies")
-	}
+	m.diskTuning(dr)
 }
 
 // extras: read-only, serial, boot order, I/O limits and what has no key.
@@ -329,7 +346,7 @@ func (m *diskMapper) extras() {
 		if len(s) <= 20 && !strings.ContainsAny(s, ",\"' ") && o.Device != spec.DeviceLUN {
 			o.Serial = s
 		} else {
-			m.drop("serial %q: vmsup's serials are at most 20 bytes without spaces, quotes or commas (none on a lun)", s)
+			m.dropAt("serial", "%q: vmsup's serials are at most 20 bytes without spaces, quotes or commas (none on a lun)", s)
 		}
 	}
 	if d.Boot != nil && d.Boot.Order > 0 {
@@ -338,8 +355,15 @@ func (m *diskMapper) extras() {
 	if t := d.IOTune; t != nil && o.Device != spec.DeviceLUN && o.Type != spec.DiskISO {
 		o.IOPS, o.IOPSRead, o.IOPSWrite = t.TotalIopsSec, t.ReadIopsSec, t.WriteIopsSec
 		o.BPS, o.BPSRead, o.BPSWrite = t.TotalBytesSec, t.ReadBytesSec, t.WriteBytesSec
-		if t.TotalBytesSecMax+t.ReadBytesSecMax+t.WriteBytesSecMax+t.TotalIopsSecMax+t.ReadIopsSecMax+t.WriteIopsSecMax > 0 || t.GroupName != "" {
-			m.drop("iotune bursts and groups: vmsup sets the sustained limits only")
+		for _, b := range []struct {
+			el  string
+			set bool
+		}{{"total_bytes_sec_max", t.TotalBytesSecMax > 0}, {"read_bytes_sec_max", t.ReadBytesSecMax > 0}, {"write_bytes_sec_max", t.WriteBytesSecMax > 0},
+			{"total_iops_sec_max", t.TotalIopsSecMax > 0}, {"read_iops_sec_max", t.ReadIopsSecMax > 0}, {"write_iops_sec_max", t.WriteIopsSecMax > 0},
+			{"group_name", t.GroupName != ""}} {
+			if b.set {
+				m.dropAt("iotune/"+b.el, "bursts and groups: vmsup sets the sustained limits only")
+			}
 		}
 	}
 	for _, x := range []struct {
@@ -348,14 +372,21 @@ func (m *diskMapper) extras() {
 		why string
 	}{{"shareable", d.Shareable != nil, "vmsup locks a writable image to one VM"},
 		{"transient", d.Transient != nil, "vmsup has no transient disks"},
-		{"encryption", d.Encryption != nil || (d.Source != nil && d.Source.Encryption != nil), "encrypted images are not in vmsup"},
+		{"encryption", d.Encryption != nil, "encrypted images are not in vmsup"},
+		{"source/encryption", d.Source != nil && d.Source.Encryption != nil, "encrypted images are not in vmsup"},
 		{"wwn", d.WWN != "", "no WWN in vmsup"},
-		{"vendor/product", d.Vendor != "" || d.Product != "", "vmsup's SCSI disks answer as QEMU's"},
+		{"vendor", d.Vendor != "", "vmsup's SCSI disks answer as QEMU's"},
+		{"product", d.Product != "", "vmsup's SCSI disks answer as QEMU's"},
 		{"source/reservations", d.Source != nil && d.Source.Reservations != nil, "persistent reservations pass through a lun disk as they are"},
 		{"blockio", d.BlockIO != nil, "QEMU's block sizes apply"}} {
 		if x.set {
-			m.drop("%s: %s", x.el, x.why)
+			m.dropAt(x.el, "%s", x.why)
 		}
+	}
+	if o.Snapshot != "" && d.ReadOnly == nil {
+		// librbd cannot write a snapshot: libvirt passes read-only false
+		// with auto-read-only and QEMU opens it read-only; vmsup says so.
+		m.note("source/snapshot", "%q: opened read-only, as librbd opens a snapshot (libvirt passes read-only false and leaves it to QEMU's auto-read-only)", o.Snapshot)
 	}
 }
 

@@ -13,10 +13,13 @@ type fileVM struct {
 	MaxCPUs       uint              `toml:"max_cpus,omitempty"`
 	Memory        string            `toml:"memory"`
 	MaxMemory     string            `toml:"max_memory,omitempty"`
+	Hugepages     string            `toml:"hugepages,omitempty"`
+	IOThreads     int               `toml:"iothreads,omitempty"`
 	GuestAgent    *bool             `toml:"guest_agent,omitempty"`
 	Balloon       bool              `toml:"balloon,omitempty"`
 	BalloonTarget string            `toml:"balloon_target,omitempty"`
 	RNG           *bool             `toml:"rng,omitempty"`
+	RNGRate       *fileRNGRate      `toml:"rng_rate,omitempty"`
 	VMCoreInfo    *bool             `toml:"vmcoreinfo,omitempty"`
 	VMGenID       bool              `toml:"vmgenid,omitempty"`
 	OnPanic       string            `toml:"on_panic,omitempty"`
@@ -34,11 +37,24 @@ type fileVM struct {
 	TPM           *fileTPM          `toml:"tpm,omitempty"`
 	Shares        []fileShare       `toml:"share,omitempty"`
 	Vsock         *fileVsock        `toml:"vsock,omitempty"`
+	SEV           *fileSEV          `toml:"sev,omitempty"`
+}
+
+type fileRNGRate struct {
+	Bytes  uint   `toml:"bytes"`
+	Period string `toml:"period,omitempty"`
+}
+
+type fileSEV struct {
+	Policy          uint `toml:"policy"`
+	CBitPos         uint `toml:"cbitpos"`
+	ReducedPhysBits uint `toml:"reduced_phys_bits"`
 }
 
 type fileHostDev struct {
 	Address string `toml:"address"`
 	ROMBar  *bool  `toml:"rom_bar,omitempty"`
+	el      string // the domain element it came from (repair's lines)
 }
 
 type fileBoot struct {
@@ -81,6 +97,11 @@ type fileDisk struct {
 	BootIndex uint   `toml:"boot_index,omitempty"`
 	IOThread  bool   `toml:"iothread,omitempty"`
 
+	IOThreadID int   `toml:"iothread_id,omitempty"`
+	Queues     uint  `toml:"queues,omitempty"`
+	QueueSize  uint  `toml:"queue_size,omitempty"`
+	EventIdx   *bool `toml:"event_idx,omitempty"`
+
 	IOPS      uint64 `toml:"iops,omitempty"`
 	IOPSRead  uint64 `toml:"iops_read,omitempty"`
 	IOPSWrite uint64 `toml:"iops_write,omitempty"`
@@ -103,6 +124,8 @@ type fileDisk struct {
 
 	User       string `toml:"user,omitempty"`
 	SecretFile string `toml:"secret_file,omitempty"`
+
+	el string // the domain element it came from (repair's lines)
 }
 
 type fileNIC struct {
@@ -115,6 +138,12 @@ type fileNIC struct {
 	Queues uint   `toml:"queues,omitempty"`
 	Vhost  string `toml:"vhost,omitempty"`
 	Link   string `toml:"link,omitempty"`
+
+	RxQueueSize uint `toml:"rx_queue_size,omitempty"`
+	TxQueueSize uint `toml:"tx_queue_size,omitempty"`
+	SndBuf      uint `toml:"sndbuf,omitempty"`
+
+	el string // the domain element it came from (repair's lines)
 }
 
 type fileTopology struct {
@@ -132,4 +161,5 @@ type filePinning struct {
 type fileNUMA struct {
 	CPUs   string `toml:"cpus"`
 	Memory string `toml:"memory"`
+	el     string // the domain element it came from (repair's lines)
 }

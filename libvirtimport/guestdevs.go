@@ -3,6 +3,7 @@ package libvirtimport
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"libvirt.org/go/libvirtxml"
 
@@ -18,11 +19,57 @@ type fileShare struct {
 	Tag      string `toml:"tag"`
 	ReadOnly bool   `toml:"read_only,omitempty"`
 	Driver   string `toml:"driver,omitempty"`
+	el       string // the domain element it came from (repair's lines)
 }
 
 type fileVsock struct {
 	Enabled bool `toml:"enabled"`
 	CID     int  `toml:"cid,omitempty"`
+}
+
+// share maps one filesystem to a share. A target that is not a vmsup tag
+// (libvirt takes any string, "/import/from/host" too) becomes one, with
+// a line: the guest mounts it by the new tag.
+func (c *converter) share(el string, fs *libvirtxml.DomainFilesystem, tags map[string]bool) {
+	switch {
+	case fs.Source == nil || fs.Source.Mount == nil || fs.Source.Mount.Dir == "" || fs.Target == nil:
+		c.drop(el, "only host directories (type mount) are shared in vmsup")
+		return
+	case len(c.out.Shares) >= spec.MaxShares:
+		c.drop(el, "vmsup shares at most %d folders a VM", spec.MaxShares)
+		return
+	}
+	if why := c.refused("source", "share.path", fs.Source.Mount.Dir); why != "" {
+		c.drop(el, "%s", why)
+		return
+	}
+	sh := fileShare{Path: fs.Source.Mount.Dir, Tag: shareTag(fs.Target.Dir, len(c.out.Shares), tags), ReadOnly: fs.ReadOnly != nil, el: el}
+	if sh.Tag != fs.Target.Dir {
+		c.note(el+"/target", "tag %q is %q here (vmsup tags are at most %d letters, digits, '_', '.', '-'): mount it by the new tag", fs.Target.Dir, sh.Tag, spec.MaxShareTag)
+	}
+	tags[sh.Tag] = true
+	if fs.Driver != nil && fs.Driver.Type == "virtiofs" {
+		sh.Driver = spec.ShareVirtioFS
+		if fs.Binary != nil {
+			c.drop(el+"/binary", "virtiofsd's options: vmsup runs its own virtiofsd with its own (its sandbox, no xattr, the default cache)")
+		}
+	} else if fs.AccessMode != "" && fs.AccessMode != "passthrough" {
+		c.drop(el+"/@accessmode", "%q: vmsup's 9p shares keep files as QEMU's user makes them (security_model none)", fs.AccessMode)
+	}
+	c.out.Shares = append(c.out.Shares, sh)
+}
+
+// shareTag makes target a vmsup tag, unique among taken.
+func shareTag(target string, i int, taken map[string]bool) string {
+	tag := strings.Trim(badNameChar.ReplaceAllString(target, "_"), "_.-")
+	if len(tag) > spec.MaxShareTag {
+		tag = tag[len(tag)-spec.MaxShareTag:] // the end names the folder
+		tag = strings.TrimLeft(tag, "_.-")
+	}
+	if tag == "" || taken[tag] {
+		tag = fmt.Sprintf("share%d", i)
+	}
+	return tag
 }
 
 // guestDevs maps the TPM (an emulated TPM 2.0), shared folders (mount
@@ -47,26 +94,15 @@ func (c *converter) guestDevs(dv *libvirtxml.DomainDeviceList) {
 			c.drop(el+"/@model", "%q: vmsup's TPM is tpm-crb or tpm-tis; crb it is", t.Model)
 		}
 		c.out.TPM = tpm
-		c.drop(el, "the TPM starts anew (a new endorsement key); the guest's old TPM state (%s) is not carried over",
+		if t.Backend.Emulator.ActivePCRBanks != nil {
+			c.drop(el+"/backend/active_pcr_banks", "swtpm_setup's default PCR banks apply (sha256)")
+		}
+		c.note(el, "the TPM starts anew (a new endorsement key); the guest's old TPM state (%s) is not carried over",
 			"/var/lib/libvirt/swtpm/UUID")
 	}
-	for i, fs := range dv.Filesystems {
-		el := fmt.Sprintf("devices/filesystem[%d]", i)
-		if fs.Source == nil || fs.Source.Mount == nil || fs.Source.Mount.Dir == "" || fs.Target == nil {
-			c.drop(el, "only host directories (type mount) are shared in vmsup")
-			continue
-		}
-		if why := c.refused("source", "share.path", fs.Source.Mount.Dir); why != "" {
-			c.drop(el, "%s", why)
-			continue
-		}
-		sh := fileShare{Path: fs.Source.Mount.Dir, Tag: fs.Target.Dir, ReadOnly: fs.ReadOnly != nil}
-		if fs.Driver != nil && fs.Driver.Type == "virtiofs" {
-			sh.Driver = spec.ShareVirtioFS
-		} else if fs.AccessMode != "" && fs.AccessMode != "passthrough" {
-			c.drop(el+"/@accessmode", "%q: vmsup's 9p shares keep files as QEMU's user makes them (security_model none)", fs.AccessMode)
-		}
-		c.out.Shares = append(c.out.Shares, sh)
+	tags := map[string]bool{}
+	for i := range dv.Filesystems {
+		c.share(fmt.Sprintf("devices/filesystem[%d]", i), &dv.Filesystems[i], tags)
 	}
 	if v := dv.VSock; v != nil {
 		out := &fileVsock{Enabled: true}

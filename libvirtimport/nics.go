@@ -23,7 +23,7 @@ func (c *converter) nics(ifaces []libvirtxml.DomainInterface) {
 // nic maps one interface; false drops it.
 func (c *converter) nic(i int, in *libvirtxml.DomainInterface) (fileNIC, bool) {
 	el := fmt.Sprintf("devices/interface[%d]", i)
-	n := fileNIC{Name: fmt.Sprintf("net%d", i)}
+	n := fileNIC{Name: fmt.Sprintf("net%d", i), el: el}
 	s := in.Source
 	switch {
 	case s != nil && s.Bridge != nil:
@@ -36,7 +36,7 @@ func (c *converter) nic(i int, in *libvirtxml.DomainInterface) (fileNIC, bool) {
 				n.Bridge = DefaultNetworkBridge
 			}
 		}
-		c.drop(el, "libvirt network %q: vmsup attaches the NIC to its bridge %q (check with virsh net-info %s)",
+		c.note(el+"/source", "libvirt network %q: vmsup attaches the NIC to its bridge %q (check with virsh net-info %s)",
 			s.Network.Network, n.Bridge, s.Network.Network)
 	case s != nil && s.User != nil:
 		n.Type = spec.NICUser
@@ -56,14 +56,20 @@ func (c *converter) nic(i int, in *libvirtxml.DomainInterface) (fileNIC, bool) {
 	if n.Type != spec.NICUser {
 		tapSettings(in, &n)
 	}
+	c.nicTuning(el, in, &n)
 	if in.Link != nil && in.Link.State == "down" {
 		n.Link = spec.LinkDown
 	}
 	if in.Boot != nil {
 		c.drop(el+"/boot", "no network boot in vmsup (its NICs have no option ROM)")
 	}
-	if in.Bandwidth != nil || in.VLan != nil || in.FilterRef != nil {
-		c.drop(el, "bandwidth, VLAN and filter settings: set them on the bridge or OVS port")
+	for _, x := range []struct {
+		el  string
+		set bool
+	}{{"bandwidth", in.Bandwidth != nil}, {"vlan", in.VLan != nil}, {"filterref", in.FilterRef != nil}} {
+		if x.set {
+			c.drop(el+"/"+x.el, "bandwidth, VLAN and filter settings: set them on the bridge or OVS port")
+		}
 	}
 	return n, true
 }

@@ -191,6 +191,10 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	if model == "max" && vm.CPUModel == "" && o.CPU == "" && o.Accel == spec.AccelKVM {
 		model = "host"
 	}
+	if vm.SEV != nil {
+		m.Confidential = SEVObjectID
+		parts = append(parts, sevObject(*vm.SEV))
+	}
 	if at := memoryPlace(vm, o); at != (MemoryPlace{}) && len(vm.NUMA) == 0 {
 		m.MemoryBackend = MainMemdevID // the -m memory, on hugetlbfs or shared
 	}
@@ -219,6 +223,14 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	return parts, nil
 }
 
+// sevObject is the sev-guest object the machine's
+// confidential-guest-support names: QEMU encrypts the guest's memory with
+// it, and refuses to start where KVM cannot (never an unencrypted guest).
+func sevObject(s spec.SEV) Object {
+	policy := s.Policy
+	return Object{QOMType: "sev-guest", ID: SEVObjectID, Policy: &policy, CBitPos: s.CBitPos, ReducedPhysBits: s.ReducedPhysBits}
+}
+
 // monitorParts: the QMP monitors, the serial console, the event log.
 func monitorParts(o Options) []renderer {
 	parts := []renderer{
@@ -244,6 +256,9 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) ([
 	}
 	if vm.HasRNG() {
 		parts = append(parts, Object{QOMType: "rng-random", ID: RNGObjectID, Filename: "/dev/urandom"})
+	}
+	for n := 1; n <= vm.IOThreads; n++ {
+		parts = append(parts, Object{QOMType: "iothread", ID: SharedIOThreadID(n)})
 	}
 	shares, err := shareBackends(vm, o)
 	if err != nil {
@@ -450,6 +465,11 @@ func checkVM(vm *spec.VM, resolved spec.Accel) error {
 	}
 	if err := checkBoot(vm.Boot); err != nil {
 		return err
+	}
+	for i, d := range vm.Disks {
+		if d.IOThreadID < 0 || d.IOThreadID > vm.IOThreads {
+			return errorf(fmt.Sprintf("disk[%d].iothread_id", i), "%d: the VM has %d shared I/O threads", d.IOThreadID, vm.IOThreads)
+		}
 	}
 	return checkUnique(vm)
 }

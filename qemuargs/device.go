@@ -28,14 +28,21 @@ type Device struct {
 	WriteCache string `json:"write-cache,omitempty"` // "on" or "off"
 	ShareRW    *bool  `json:"share-rw,omitempty"`
 	IOThread   string `json:"iothread,omitempty"` // id of an iothread object
+	// virtio-blk-pci and virtio-scsi-pci tuning (spec tuning.go); zero
+	// or nil: QEMU's default.
+	NumQueues     int   `json:"num-queues,omitempty"` // virtio-blk-pci
+	SCSINumQueues int   `json:"num_queues,omitempty"` // virtio-scsi-pci
+	EventIdx      *bool `json:"event_idx,omitempty"`
 
 	// virtio-net-pci
-	Netdev  string  `json:"netdev,omitempty"`
-	MAC     string  `json:"mac,omitempty"`
-	ROMFile *string `json:"romfile,omitempty"`  // "" disables the option ROM (no iPXE)
-	HostMTU int     `json:"host_mtu,omitempty"` // MTU the guest driver is told to use
-	MQ      *bool   `json:"mq,omitempty"`       // multiqueue (netdev queues > 1)
-	Vectors int     `json:"vectors,omitempty"`  // MSI-X vectors: 2*queues+2 with mq
+	Netdev      string  `json:"netdev,omitempty"`
+	MAC         string  `json:"mac,omitempty"`
+	ROMFile     *string `json:"romfile,omitempty"`  // "" disables the option ROM (no iPXE)
+	HostMTU     int     `json:"host_mtu,omitempty"` // MTU the guest driver is told to use
+	MQ          *bool   `json:"mq,omitempty"`       // multiqueue (netdev queues > 1)
+	Vectors     int     `json:"vectors,omitempty"`  // MSI-X vectors: 2*queues+2 with mq
+	RxQueueSize int     `json:"rx_queue_size,omitempty"`
+	TxQueueSize int     `json:"tx_queue_size,omitempty"` // QEMU takes at most 256 with a tap backend
 
 	// virtserialport
 	Chardev string `json:"chardev,omitempty"`
@@ -47,14 +54,17 @@ type Device struct {
 	Host   string `json:"host,omitempty"`
 	ROMBar *int   `json:"rombar,omitempty"`
 
-	RNG  string `json:"rng,omitempty"`  // virtio-rng-pci: id of its rng-random object
-	GUID string `json:"guid,omitempty"` // vmgenid: the generation id
+	RNG string `json:"rng,omitempty"` // virtio-rng-pci: id of its rng-random object
+	// virtio-rng-pci's rate limit: at most MaxBytes every Period ms.
+	MaxBytes int64  `json:"max-bytes,omitempty"`
+	Period   int64  `json:"period,omitempty"`
+	GUID     string `json:"guid,omitempty"` // vmgenid: the generation id
 
 	TPMDev   string `json:"tpmdev,omitempty"`    // tpm-crb, tpm-tis: the -tpmdev id
 	FSDev    string `json:"fsdev,omitempty"`     // virtio-9p-pci: the -fsdev id
 	MountTag string `json:"mount_tag,omitempty"` // virtio-9p-pci: the guest's mount tag
 	// vhost-user-fs-pci (and its Chardev): the guest's mount tag, the
-	// request queue's size.
+	// request queue's size (virtio-blk-pci's queue-size too).
 	Tag       string `json:"tag,omitempty"`
 	QueueSize int    `json:"queue-size,omitempty"`
 }
@@ -81,6 +91,10 @@ const (
 	pcLastSlot       = 0x1f
 	portsPerSlot     = 8
 )
+
+// MaxPCSlots is how many devices fit on pci.0 of the pc machine (slots
+// 0x3..0x1f).
+const MaxPCSlots = pcLastSlot - pcFirstSlot + 1
 
 // MaxRootPorts is how many pcie-root-ports fit on pcie.0 in the layout used
 // here (slots 0x2..0x1e, 8 functions each).
@@ -150,7 +164,7 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		if vm.Slots() != 0 {
 			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
 		}
-		if max := pcLastSlot - pcFirstSlot + 1; n > max {
+		if max := MaxPCSlots; n > max {
 			return l, errorf(field(max), "no free slot on %s: %s, at most %d devices", PCIRootBus, counts, max)
 		}
 		for i := 0; i < n; i++ {
@@ -279,7 +293,11 @@ func slotDevices(p placement, vm *spec.VM) []Device {
 		fns = append(fns, Device{Driver: "i6300esb", ID: WatchdogDeviceID})
 	}
 	if vm.HasRNG() {
-		fns = append(fns, Device{Driver: "virtio-rng-pci", ID: RNGDeviceID, RNG: RNGObjectID})
+		rng := Device{Driver: "virtio-rng-pci", ID: RNGDeviceID, RNG: RNGObjectID}
+		if r := vm.RNGRate; r.Limited() {
+			rng.MaxBytes, rng.Period = r.Bytes, r.EffectivePeriod().D().Milliseconds()
+		}
+		fns = append(fns, rng)
 	}
 	fns = append(fns, shareDevices(vm)...)
 	for fn, d := range fns {

@@ -67,6 +67,11 @@ type Object struct {
 	Format   string `json:"format,omitempty"`   // secret: "raw" or "base64"
 	MemPath  string `json:"mem-path,omitempty"` // memory-backend-file: the hugetlbfs directory
 	Share    *bool  `json:"share,omitempty"`    // memory-backend-file, -memfd: MAP_SHARED (always written)
+	// sev-guest: the guest policy (always written: 0 is a policy) and the
+	// host's C-bit position and reduced physical address bits.
+	Policy          *uint32 `json:"policy,omitempty"`
+	CBitPos         int     `json:"cbitpos,omitempty"`
+	ReducedPhysBits int     `json:"reduced-phys-bits,omitempty"`
 }
 
 // Args renders the object for the command line: -object JSON.
@@ -307,12 +312,30 @@ func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
 	p.Blockdevs = []Blockdev{proto, format}
 
 	p.Devices = diskDevices(d, format.NodeName, bus)
-	if d.IOThread {
+	switch {
+	case d.IOThread:
 		id := DiskIOThreadID(d.Name)
 		p.Devices[0].IOThread = id // virtio-blk, or the SCSI controller
 		p.Objects = append(p.Objects, Object{QOMType: "iothread", ID: id})
+	case d.IOThreadID > 0:
+		p.Devices[0].IOThread = SharedIOThreadID(d.IOThreadID) // the VM's, made at boot
 	}
+	tuneVirtio(&p.Devices[0], d)
 	return p, nil
+}
+
+// tuneVirtio sets the disk's virtio tuning on its first device: the
+// virtio-blk, or the SCSI controller (a SATA disk has none: spec refuses).
+func tuneVirtio(dev *Device, d spec.Disk) {
+	switch dev.Driver {
+	case "virtio-blk-pci":
+		dev.NumQueues, dev.QueueSize = d.Queues, d.QueueSize
+	case "virtio-scsi-pci":
+		dev.SCSINumQueues = d.Queues
+	default:
+		return
+	}
+	dev.EventIdx = d.EventIdx
 }
 
 // diskDevices are the disk's devices on bus: a virtio-blk; a virtio-scsi

@@ -35,6 +35,9 @@ type machine struct {
 	// MemoryBackend is the id of the -m memory's backend object; empty:
 	// QEMU's own anonymous RAM.
 	MemoryBackend string
+	// Confidential is the id of the confidential-guest-support object
+	// (sev-guest); empty: none.
+	Confidential string
 	// SMM gives the guest System Management Mode and makes the UEFI
 	// variable store's flash writable only from it: Secure Boot's
 	// firmware keeps its keys there, out of the OS's reach.
@@ -43,7 +46,7 @@ type machine struct {
 
 func (m machine) Args() ([]string, error) {
 	v := m.Type
-	for _, kv := range [][2]string{{"pflash0", m.PFlash0}, {"pflash1", m.PFlash1}, {"memory-backend", m.MemoryBackend}} {
+	for _, kv := range [][2]string{{"pflash0", m.PFlash0}, {"pflash1", m.PFlash1}, {"memory-backend", m.MemoryBackend}, {"confidential-guest-support", m.Confidential}} {
 		if kv[1] == "" {
 			continue
 		}

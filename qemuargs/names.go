@@ -75,6 +75,13 @@ func DiskSecretID(disk string) string { return "sec-" + disk }
 // DiskIOThreadID is the id of the disk's iothread object.
 func DiskIOThreadID(disk string) string { return "io-" + disk }
 
+// SharedIOThreadID is the id of the VM's n-th shared iothread object
+// (spec iothreads, 1-based), which disks name by iothread_id.
+func SharedIOThreadID(n int) string { return "iothread" + strconv.Itoa(n) }
+
+// SEVObjectID is the id of the sev-guest object.
+const SEVObjectID = "sev0"
+
 // NICDeviceID is the qdev id of the NIC's virtio-net-pci device.
 func NICDeviceID(nic string) string { return "nic-" + nic }
 

@@ -24,6 +24,7 @@ type Netdev struct {
 	Downscript string `json:"downscript,omitempty"`
 	Vhost      *bool  `json:"vhost,omitempty"`
 	Queues     int    `json:"queues,omitempty"` // > 1 only: the tap is multi-queue
+	SndBuf     int64  `json:"sndbuf,omitempty"` // the tap's send buffer, bytes; 0: the kernel's
 }
 
 // NetdevString is QAPI's String wrapper ({"str": ...}), the element type of
@@ -94,7 +95,7 @@ func NICNetdev(n spec.NIC, vhostNet bool) (Netdev, error) {
 	case spec.VhostOff:
 		vhost = false
 	}
-	nd := Netdev{Type: "tap", ID: NetdevID(n.Name), Ifname: n.Tap, Script: "no", Downscript: "no", Vhost: &vhost}
+	nd := Netdev{Type: "tap", ID: NetdevID(n.Name), Ifname: n.Tap, Script: "no", Downscript: "no", Vhost: &vhost, SndBuf: int64(n.SndBuf)}
 	if n.Queues > 1 {
 		nd.Queues = n.Queues
 	}
@@ -119,6 +120,9 @@ func NICDevice(n spec.NIC, bus string) Device {
 		MAC:     mac,
 		ROMFile: &noROM,
 		HostMTU: n.MTU,
+		// Queue sizes: 0 leaves QEMU's 256.
+		RxQueueSize: n.RxQueueSize,
+		TxQueueSize: n.TxQueueSize,
 	}
 	if n.Queues > 1 {
 		// One vector per queue (rx and tx) plus config and control, as

@@ -196,6 +196,13 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		// QEMU's vhost-vsock-pci opens it at start; TestGoldenArgs checks the argv.
 		t.Skipf("vsock: %s", env.caps.Facts.VhostVsock.Reason)
 	}
+	if vm.SEV != nil {
+		// QEMU refuses sev-guest where KVM cannot encrypt: TestGoldenArgs
+		// checks the argv, hostcaps' TestSEV the refusal.
+		if why := hostcaps.SEVReason(); why != "" {
+			t.Skipf("sev: %s", why)
+		}
+	}
 	hugeMoved := false // the host's hugetlbfs is not the golden's path
 	if vm.Hugepages != "" {
 		// QEMU maps the guest's memory on free pages of a hugetlbfs mount:

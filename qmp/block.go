@@ -14,7 +14,21 @@ type BlockInfo struct {
 	Locked    bool           `json:"locked"`
 	TrayOpen  *bool          `json:"tray_open,omitempty"`
 	Inserted  *BlockInserted `json:"inserted,omitempty"` // nil: no medium
+	// IOStatus is set only for devices whose error policy can stop the
+	// guest (werror/rerror "stop" or "enospc"): IOStatusOK, or the error
+	// that stopped it.
+	IOStatus IOStatus `json:"io-status,omitempty"`
 }
+
+// IOStatus is query-block's io-status of a device.
+type IOStatus string
+
+// The io-status values QEMU reports.
+const (
+	IOStatusOK      IOStatus = "ok"
+	IOStatusFailed  IOStatus = "failed"
+	IOStatusNoSpace IOStatus = "nospace"
+)
 
 // BlockInserted is the medium in a device, with its I/O limits.
 type BlockInserted struct {

@@ -16,6 +16,14 @@ type BlockStats struct {
 		ReadTimeNanos  uint64 `json:"rd_total_time_ns"`
 		WriteTimeNanos uint64 `json:"wr_total_time_ns"`
 		FlushTimeNanos uint64 `json:"flush_total_time_ns"`
+		UnmapOps       uint64 `json:"unmap_operations"`
+		FailedReadOps  uint64 `json:"failed_rd_operations"`
+		FailedWriteOps uint64 `json:"failed_wr_operations"`
+		FailedFlushOps uint64 `json:"failed_flush_operations"`
+		FailedUnmapOps uint64 `json:"failed_unmap_operations"`
+		// IdleTimeNanos is the time since the device's last request
+		// ended (done or failed); nil before its first.
+		IdleTimeNanos *int64 `json:"idle_time_ns,omitempty"`
 	} `json:"stats"`
 }
 

@@ -9,7 +9,9 @@ PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-
 	make gcc ca-certificates acl # acl: getfacl, the fault suite reads grants with it
 	tgt ceph-mon ceph-osd ceph-common # storage tests: iSCSI target, single-node Ceph
 	swtpm swtpm-tools sbsigntool # [tpm]; the Secure Boot test signs a guest kernel
-	prometheus) # the metrics test scrapes vmsup with a real Prometheus (and promtool checks the format)
+	nftables dnsmasq-base dnsmasq-utils # managed networks: nft for tests, dnsmasq per network, dhcp_release
+	prometheus # the metrics test scrapes vmsup with a real Prometheus (and promtool checks the format)
+	docker-registry) # the image store's tests pull containerDisks from a real OCI registry on loopback
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -25,10 +27,12 @@ if ((${#missing[@]})); then
 	apt-get update -q >&2
 	apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >&2
 	[[ -n $made_policy ]] && rm -f /usr/sbin/policy-rc.d
-	# The tests start their own Prometheus; one installed here must not start at the next boot.
-	if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
-		systemctl disable prometheus.service >/dev/null 2>&1 || true
-	fi
+	# The tests start their own Prometheus and registry; those installed here must not start at the next boot.
+	for svc in prometheus docker-registry; do
+		if [[ " ${missing[*]} " == *" $svc "* ]] && command -v systemctl >/dev/null; then
+			systemctl disable "$svc.service" >/dev/null 2>&1 || true
+		fi
+	done
 fi
 # QEMU runs as this unprivileged system user (vmsup also creates it when missing).
 if ! getent passwd vmsup-qemu >/dev/null; then

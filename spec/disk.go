@@ -36,7 +36,7 @@ func (d *Disk) applyDefaults(vmName string) {
 	}
 	if d.Format == "" {
 		d.Format = FormatRaw
-		if d.Type == DiskFile && (hasSuffixFold(d.File, ".qcow2") || d.Backing != "") {
+		if d.Type == DiskFile && (hasSuffixFold(d.File, ".qcow2") || d.Backing != "" || d.Image != "") {
 			d.Format = FormatQcow2
 		}
 	}
@@ -81,7 +81,7 @@ func (f *File) validateDisk(prefix string, d *Disk) error {
 	if err := ValidName(d.Name); err != nil {
 		return fail("name", "%v", err)
 	}
-	for _, step := range []func(*Disk, diskFail) error{diskText, diskKeys, diskType, diskFormat, diskBus, diskNet, diskIO} {
+	for _, step := range []func(*Disk, diskFail) error{diskText, diskKeys, diskType, diskFormat, diskBus, diskNet, diskIO, diskTuning} {
 		if err := step(d, fail); err != nil {
 			return err
 		}
@@ -128,7 +128,7 @@ func diskKeys(d *Disk, fail diskFail) error {
 		{"target", d.Target != "", []string{DiskISCSI}},
 		{"lun", d.LUN != 0, []string{DiskISCSI}},
 		{"pool", d.Pool != "", []string{DiskRBD}},
-		{"image", d.Image != "", []string{DiskRBD}},
+		{"image", d.Image != "", []string{DiskRBD, DiskFile}},
 		{"monitors", len(d.Monitors) > 0, []string{DiskRBD}},
 		{"ceph_conf", d.CephConf != "", []string{DiskRBD}},
 		{"user", d.User != "", []string{DiskISCSI, DiskRBD}},
@@ -139,6 +139,7 @@ func diskKeys(d *Disk, fail diskFail) error {
 		{"meta_data_file", d.MetaDataFile != "", []string{DiskSeed}},
 		{"network_config_file", d.NetworkConfigFile != "", []string{DiskSeed}},
 		{"iothread", d.IOThread, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
+		{"iothread_id", d.IOThreadID != 0, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
 		{"initiator_name", d.InitiatorName != "", []string{DiskISCSI}},
 		{"header_digest", d.HeaderDigest != "", []string{DiskISCSI}},
 		{"transport", d.Transport != "", []string{DiskISCSI}},
@@ -159,6 +160,9 @@ func diskType(d *Disk, fail diskFail) error {
 	case DiskFile, DiskBlock, DiskISO:
 		if d.File == "" {
 			return fail("file", "missing image path")
+		}
+		if d.Type == DiskFile && d.Image != "" {
+			return diskOnImage(d, fail)
 		}
 	case DiskSeed:
 		if d.MetaData != "" && d.MetaDataFile != "" {
@@ -211,6 +215,27 @@ func diskType(d *Disk, fail diskFail) error {
 		}
 	default:
 		return fail("type", "unknown disk type %q (want \"file\", \"block\", \"iso\", \"seed\", \"iscsi\" or \"rbd\")", d.Type)
+	}
+	return nil
+}
+
+// diskOnImage: a file disk on a stored image (image = "ALIAS" or
+// "sha256:HEX") is a qcow2 overlay vmsup makes on it at the first start.
+func diskOnImage(d *Disk, fail diskFail) error {
+	if d.Backing != "" {
+		return fail("backing", "give image or backing, not both (image makes the disk an overlay on a stored image)")
+	}
+	if d.Format != FormatQcow2 {
+		return fail("format", "a disk on an image is a qcow2 overlay, not %q", d.Format)
+	}
+	if strings.HasPrefix(d.Image, "sha256:") {
+		if len(d.Image) != 71 || strings.Trim(d.Image[7:], "0123456789abcdef") != "" {
+			return fail("image", "%q: a digest is sha256: and 64 lowercase hex digits", d.Image)
+		}
+		return nil
+	}
+	if err := ValidName(d.Image); err != nil {
+		return fail("image", "%q: an alias of vmsup's image store (vmsup image ls) or a digest sha256:HEX", d.Image)
 	}
 	return nil
 }

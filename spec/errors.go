@@ -36,6 +36,9 @@ func (e *Errors) Unwrap() []error {
 // joinErrors returns nil, the one *Error, or an *Errors sorted by position
 // (errors without one last, in the order found).
 func (f *File) joinErrors(errs []*Error) error {
+	for _, e := range errs {
+		f.placeAt(e)
+	}
 	switch len(errs) {
 	case 0:
 		return nil

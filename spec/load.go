@@ -25,6 +25,9 @@ type File struct {
 	pos  map[string]keyPos
 	errs []*Error // what ParsePartial found
 	bad  []string // fields whose values were left out or misspelt: no value checks
+	// origins: where each value of a file with includes came from
+	// (include.go); nil without includes.
+	origins map[string]Origin
 }
 
 type keyPos struct {
@@ -116,6 +119,13 @@ func ParsePartial(path string, data []byte) (*File, error) {
 	if len(data) > userfile.MaxSpec {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("%d bytes, more than the %d KiB vmsup reads", len(data), userfile.MaxSpec>>10)}
 	}
+	if hasInclude(data) {
+		merged, origins, err := mergeIncludes(path, data)
+		if err != nil {
+			return nil, err
+		}
+		f.Raw, f.origins, data = merged, origins, merged
+	}
 	// Positions first: one linear pass that also bounds the key count
 	// before the (costlier) strict decode.
 	f.pos = positions(data)
@@ -147,6 +157,7 @@ func (f *File) Errorf(field string, format string, args ...any) *Error {
 	if e.Pos.Line == 0 && f.Raw != nil {
 		e.Pos = Position{1, 1} // a key not written (missing): the file's start, as compilers do
 	}
+	f.placeAt(e)
 	for _, a := range args {
 		if err, ok := a.(error); ok {
 			e.Err = err

@@ -17,15 +17,20 @@ type ImageUse struct {
 }
 
 // ImageUses are the images disks open as their keys name them: the image
-// of a file, block or ISO disk, and the backing of an overlay (only read).
-// ID is the cleaned path.
+// of a file, block or ISO disk, and the backing of an overlay (only read),
+// with the cleaned path as ID; an iSCSI LUN (key "target") and an RBD
+// image (key "image"), with their address as ID: one LUN or image that two
+// disks write is written by two writers that know nothing of each other.
 func ImageUses(disks []Disk) []ImageUse {
 	var out []ImageUse
 	for i, d := range disks {
 		switch d.Type {
 		case DiskFile, DiskBlock, DiskISO:
+		case DiskISCSI, DiskRBD:
+			out = append(out, networkUse(i, d))
+			continue
 		default:
-			continue // network disks and seeds: no image file of the user's
+			continue // seeds: no image of the user's
 		}
 		if d.File != "" {
 			out = append(out, ImageUse{Disk: i, Key: "file", Path: d.File, ID: filepath.Clean(d.File), Write: !d.ReadOnly})
@@ -35,6 +40,24 @@ func ImageUses(disks []Disk) []ImageUse {
 		}
 	}
 	return out
+}
+
+// networkUse is the LUN or RBD image d opens; Path says it as the user
+// would ("iscsi://PORTAL/IQN/LUN", "rbd:POOL/[NAMESPACE/]IMAGE[@SNAP]").
+func networkUse(i int, d Disk) ImageUse {
+	if d.Type == DiskISCSI {
+		p := fmt.Sprintf("iscsi://%s/%s/%d", d.Portal, d.Target, d.LUN)
+		return ImageUse{Disk: i, Key: "target", Path: p, ID: p, Write: !d.ReadOnly}
+	}
+	p := "rbd:" + d.Pool + "/"
+	if d.Namespace != "" {
+		p += d.Namespace + "/"
+	}
+	p += d.Image
+	if d.Snapshot != "" {
+		p += "@" + d.Snapshot
+	}
+	return ImageUse{Disk: i, Key: "image", Path: p, ID: p, Write: !d.ReadOnly}
 }
 
 // SharedImages refuses every use of an image that another disk of disks

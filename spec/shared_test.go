@@ -28,6 +28,15 @@ func TestSharedImages(t *testing.T) {
 		{"an ISO twice", disk("cd1", "type = \"iso\"\nfile = \"/x/d.iso\"\n") + disk("cd2", "type = \"iso\"\nfile = \"/x/d.iso\"\n"), ""},
 		{"read-only twice", disk("a", "file = \"/x/a.raw\"\nread_only = true\n") + disk("b", "file = \"/x/a.raw\"\nread_only = true\n"), ""},
 		{"two overlays on one base", disk("a", "file = \"/x/a.qcow2\"\nbacking = \"/x/base.qcow2\"\n") + disk("b", "file = \"/x/b.qcow2\"\nbacking = \"/x/base.qcow2\"\n"), ""},
+		{"one iSCSI LUN, the port written or not", disk("a", "type = \"iscsi\"\nportal = \"192.0.2.1\"\ntarget = \"iqn.2026-01.x:t\"\nlun = 1\n") +
+			disk("b", "type = \"iscsi\"\nportal = \"192.0.2.1:3260\"\ntarget = \"iqn.2026-01.x:t\"\nlun = 1\n"),
+			`s.toml:15:1: disk[1].target: iscsi://192.0.2.1:3260/iqn.2026-01.x:t/1 is also disk "a"'s image (one image can back only one disk)`},
+		{"one RBD image", disk("a", "type = \"rbd\"\npool = \"p\"\nimage = \"i\"\n") + disk("b", "type = \"rbd\"\npool = \"p\"\nimage = \"i\"\nread_only = true\n"),
+			`s.toml:14:1: disk[1].image: rbd:p/i is also disk "a"'s image, which it writes (one image can back only one disk)`},
+		{"two snapshots of one RBD image", disk("a", "type = \"rbd\"\npool = \"p\"\nimage = \"i\"\nsnapshot = \"s\"\n") +
+			disk("b", "type = \"rbd\"\npool = \"p\"\nimage = \"i\"\nsnapshot = \"s\"\n"), ""},
+		{"other LUNs of one target", disk("a", "type = \"iscsi\"\nportal = \"192.0.2.1\"\ntarget = \"iqn.2026-01.x:t\"\nlun = 1\n") +
+			disk("b", "type = \"iscsi\"\nportal = \"192.0.2.1\"\ntarget = \"iqn.2026-01.x:t\"\nlun = 2\n"), ""},
 		{"read-only base of an overlay", disk("base", "file = \"/x/base.qcow2\"\nread_only = true\n") + disk("top", "file = \"/x/top.qcow2\"\nbacking = \"/x/base.qcow2\"\n"), ""},
 	} {
 		_, err := Parse("s.toml", []byte(head+c.disks))
@@ -38,8 +47,15 @@ func TestSharedImages(t *testing.T) {
 			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
 		}
 	}
+	// One block device used by three disks (a disk, a LUN, read-only):
+	// each later one names the first.
+	_, err := Parse("s.toml", []byte(head+disk("a", "type = \"block\"\nfile = \"/dev/vg/lv\"\n")+
+		disk("b", "type = \"block\"\nfile = \"/dev/vg/lv\"\ndevice = \"lun\"\n")+disk("c", "type = \"block\"\nfile = \"/dev/vg/lv\"\nread_only = true\n")))
+	if err == nil || strings.Count(err.Error(), `is also disk "a"'s image`) != 2 {
+		t.Errorf("one block device, three disks: %v", err)
+	}
 	// Three disks on one image: each later one names the first.
-	_, err := Parse("s.toml", []byte(head+disk("a", "file = \"/x/a.raw\"\n")+disk("b", "file = \"/x/a.raw\"\n")+disk("c", "file = \"/x/a.raw\"\n")))
+	_, err = Parse("s.toml", []byte(head+disk("a", "file = \"/x/a.raw\"\n")+disk("b", "file = \"/x/a.raw\"\n")+disk("c", "file = \"/x/a.raw\"\n")))
 	if err == nil || strings.Count(err.Error(), `is also disk "a"'s image`) != 2 {
 		t.Errorf("three disks: %v", err)
 	}

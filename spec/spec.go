@@ -25,6 +25,12 @@ type VM struct {
 	// DIMMs) by hugetlbfs pages of this size: "2M" or "1G"; unset: ordinary
 	// memory (hugepages.go).
 	Hugepages string `toml:"hugepages"`
+	// IOThreads is a pool of I/O threads disks share by number
+	// (disk.iothread_id 1..iothreads); 0: none (tuning.go).
+	IOThreads int `toml:"iothreads"`
+	// SEV runs the guest with AMD SEV memory encryption (sev.go); unset:
+	// unencrypted.
+	SEV *SEV `toml:"sev"`
 	// HotplugSlots is the number of empty PCIe root ports reserved for disk and
 	// NIC hotplug on q35 (default 8). q35 cannot hotplug onto pcie.0 itself.
 	HotplugSlots *int     `toml:"hotplug_slots"`
@@ -47,15 +53,19 @@ type VM struct {
 	RestartWindow Duration `toml:"restart_window"` // default "1m"
 	Watchdog      string   `toml:"watchdog"`       // an i6300esb and its action ("reset", "poweroff", ...); unset: none
 	// Identity and platform devices (identity.go).
-	UUID       string `toml:"uuid"`       // default: generated at the first start, then kept (recorded)
-	VMGenID    bool   `toml:"vmgenid"`    // a vmgenid device; its id is generated with the UUID and kept
-	RNG        *bool  `toml:"rng"`        // virtio-rng from the host's /dev/urandom; default true
-	VMCoreInfo *bool  `toml:"vmcoreinfo"` // the vmcoreinfo device (guest crash-dump notes); default true
+	UUID       string  `toml:"uuid"`       // default: generated at the first start, then kept (recorded)
+	VMGenID    bool    `toml:"vmgenid"`    // a vmgenid device; its id is generated with the UUID and kept
+	RNG        *bool   `toml:"rng"`        // virtio-rng from the host's /dev/urandom; default true
+	RNGRate    RNGRate `toml:"rng_rate"`   // at most bytes per period from the RNG; unset: no limit (tuning.go)
+	VMCoreInfo *bool   `toml:"vmcoreinfo"` // the vmcoreinfo device (guest crash-dump notes); default true
 
 	Boot  Boot   `toml:"boot"`
 	Vsock Vsock  `toml:"vsock"` // a vhost-vsock device and its CID (vsock.go)
 	Disks []Disk `toml:"disk"`
 	NICs  []NIC  `toml:"nic"`
+	// SecurityGroups are named rule sets the VM's network NICs name
+	// (secgroup.go).
+	SecurityGroups []SecurityGroup `toml:"security_group"`
 	// HostDevs are host PCI devices passed through whole (VFIO; hostdev.go).
 	HostDevs []HostDev `toml:"hostdev"`
 	Limits   Limits    `toml:"limits"`
@@ -140,6 +150,13 @@ type Disk struct {
 	Serial    string `toml:"serial"`     // guest-visible serial, at most 20 bytes
 	BootIndex int    `toml:"boot_index"` // firmware boot order, 0 = not bootable
 	IOThread  bool   `toml:"iothread"`   // run the disk's I/O (or its SCSI controller's) in its own thread
+	// IOThreadID runs it in the VM's shared I/O thread of this number
+	// (1..iothreads) instead; Queues, QueueSize and EventIdx tune the
+	// virtio device (tuning.go).
+	IOThreadID int   `toml:"iothread_id"`
+	Queues     int   `toml:"queues"`     // virtio queues (virtio-blk num-queues, the SCSI controller's num_queues); 0: QEMU's
+	QueueSize  int   `toml:"queue_size"` // virtio-blk: each queue's size, a power of 2, 4..1024; 0: QEMU's
+	EventIdx   *bool `toml:"event_idx"`  // virtio's event index feature; unset: QEMU's (on)
 	// Bus and Device are how the guest sees the disk (disk.go): bus
 	// "virtio" (default: virtio-blk, /dev/vdX), "scsi" (its own virtio-scsi
 	// controller, /dev/sdX) or "sata" (q35's AHCI); device "disk"
@@ -162,8 +179,12 @@ type Disk struct {
 	Transport     string `toml:"transport"`     // "tcp" (default) or "iser" (RDMA)
 
 	// rbd
-	Pool      string   `toml:"pool"`      // required
-	Image     string   `toml:"image"`     // required
+	Pool string `toml:"pool"` // required
+	// Image is the RBD image's name (required), or for a file disk a
+	// stored image (an alias of `vmsup image ls`, or sha256:HEX) the
+	// disk's file is made a qcow2 overlay on at its first start
+	// (internal/imagestore).
+	Image     string   `toml:"image"`
 	Monitors  []string `toml:"monitors"`  // "HOST:PORT"; default: from ceph_conf
 	CephConf  string   `toml:"ceph_conf"` // ceph.conf path; default librados' own search
 	Snapshot  string   `toml:"snapshot"`  // open this snapshot of the image (read-only)
@@ -191,6 +212,9 @@ const (
 	NICBridge = "bridge" // a tap vmsup creates, attached to an existing Linux bridge
 	NICOVS    = "ovs"    // a tap vmsup creates, added as a port of an Open vSwitch bridge
 	NICCNI    = "cni"    // wired by a CNI network config in a network namespace vmsup makes for the VM
+	// NICNetwork is a tap on a vmsup-managed network (vmsup network
+	// create): DHCP and DNS from the network, anti-spoofing, security groups.
+	NICNetwork = "network"
 )
 
 // NIC is a network interface. The host-side fields (bridge, cni_config,
@@ -211,9 +235,25 @@ type NIC struct {
 	Queues     int    `toml:"queues"`
 	Multiqueue bool   `toml:"multiqueue"`
 	Vhost      string `toml:"vhost"` // tap NICs: "auto" (default: on where /dev/vhost-net exists), "on", "off"
+	// RxQueueSize and TxQueueSize size virtio-net's queues (a power of 2,
+	// 256..1024; 0: QEMU's 256); SndBuf bounds the tap's send buffer
+	// (tap NICs; 0: the kernel's). tuning.go has their checks.
+	RxQueueSize int  `toml:"rx_queue_size"`
+	TxQueueSize int  `toml:"tx_queue_size"`
+	SndBuf      Size `toml:"sndbuf"`
 	// Link is the NIC's link state as the guest sees it: "up" (the default,
 	// also when empty) or "down"; it can change while the VM runs.
 	Link string `toml:"link"`
+
+	// Network NICs (type "network"): the managed network's name, the
+	// guest's IPv4 address (a static DHCP lease; default one vmsup picks
+	// and keeps for the NIC), whether the guest may send as other
+	// addresses (anti-spoofing is on unless allow_spoofing), and the
+	// VM's security groups ([[security_group]]) that filter its traffic.
+	Network        string   `toml:"network"`
+	IP             string   `toml:"ip"`
+	AllowSpoofing  bool     `toml:"allow_spoofing"`
+	SecurityGroups []string `toml:"security_groups"`
 }
 
 // Link states.

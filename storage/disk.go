@@ -134,6 +134,9 @@ func (t Tools) checkNew(ctx context.Context, d spec.Disk) error {
 	if d.ReadOnly {
 		return fail(nil, "%s: no such file (a read-only disk is not created)", d.File)
 	}
+	if d.Image != "" {
+		return nil // made on its stored image at start (internal/imagestore checks it)
+	}
 	if d.Size == 0 && d.Backing == "" {
 		return fail(nil, "%s: no such file (give size, or backing, to have vmsup create it)", d.File)
 	}

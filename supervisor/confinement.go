@@ -6,6 +6,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/hugepages"
+	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -30,7 +31,7 @@ type Confinement = confine.Status
 // host.
 func (s *Supervisor) confiner() *confine.Manager {
 	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
-		ImageDirs: s.opts.ImageDirs, AppArmorUnusable: s.hostFacts().AppArmorUnusable, VFIO: s.vfio(), Logger: s.opts.Logger,
+		ImageDirs: append(slices.Clip(s.opts.ImageDirs), imagestore.Dir(s.opts.Root)), AppArmorUnusable: s.hostFacts().AppArmorUnusable, VFIO: s.vfio(), Logger: s.opts.Logger,
 		Hugetlbfs: hugepages.Host{}.DirOf}
 }
 

@@ -6,13 +6,14 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/hostpaths"
+	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/spec"
 )
 
 // places are the host places VM files may name here (Options).
 func (s *Supervisor) places() *hostpaths.Places {
 	return &hostpaths.Places{ImageDirs: s.opts.ImageDirs, BlockDirs: s.opts.BlockDirs,
-		ConfigDirs: s.opts.ConfigDirs, AllowPaths: s.opts.AllowPaths}
+		ConfigDirs: s.opts.ConfigDirs, AllowPaths: s.opts.AllowPaths, Store: imagestore.Dir(s.opts.Root)}
 }
 
 // orDefaults is v, or the colon-separated list def when v is empty.

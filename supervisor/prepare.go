@@ -11,6 +11,7 @@ import (
 	"github.com/vmsup/vmsup/internal/hostdevs"
 	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/internal/startplan"
 	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/internal/vmdisks"
@@ -37,6 +38,7 @@ func (s *Supervisor) hostConcerns() []startplan.Contributor {
 			return s.confiner().Identity(ctx, vm)
 		}},
 		vsock.Start{Allocator: s.vsocks()},
+		s.images(), // before the storage step: it makes image disks' overlays
 		s.disks(),
 		identity.Credentials{},
 		vmnet.Start{Manager: s.net(), StopPost: []string{s.opts.Self, HookPost, "--root", s.opts.Root}, Owner: s.tapOwner},
@@ -69,6 +71,10 @@ func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
 
 func (s *Supervisor) disks() vmdisks.Manager {
 	return vmdisks.Manager{Store: s.state, Tools: s.tools(), CheckPaths: s.checkDiskPaths}
+}
+
+func (s *Supervisor) images() imagestore.Start {
+	return imagestore.Start{Store: imagestore.Store{Dir: imagestore.Dir(s.opts.Root), Tools: s.tools()}}
 }
 
 func (s *Supervisor) tools() storage.Tools { return storage.Tools{} }

@@ -95,6 +95,7 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	check(hostpaths.WithoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
 	accel, _, _, err := s.resolveHost(f)
 	check(err)
+	check(s.images().Check(f))
 	check(s.disks().Check(ctx, f, named, refused))
 	check(hostpaths.WithoutFields(s.validateNICs(ctx, f), refused))
 	if named {

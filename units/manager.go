@@ -94,6 +94,10 @@ func dialBus(address string) (*godbus.Conn, error) {
 // Close closes the D-Bus connection.
 func (m *Manager) Close() { m.conn.Close() }
 
+// DBus is the connection, for callers that drive units this package does
+// not model (the fleet's guard timers).
+func (m *Manager) DBus() *sd.Conn { return m.conn }
+
 // Start starts u as a transient service and waits for systemd's job result.
 // A unit whose process fails at once is reported as an error by systemd only
 // if it fails before the job completes; callers confirm readiness themselves.

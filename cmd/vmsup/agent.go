@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,8 +18,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/fleet"
+	"github.com/vmsup/vmsup/fleet/guard"
+	"github.com/vmsup/vmsup/internal/iohealth"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/units"
 )
 
 // agentCmd is the fleet's per-host process; run it as a systemd service
@@ -28,8 +32,8 @@ func agentCmd(g *globals) *cobra.Command {
 	var host, memory, address, transport string
 	var labels []string
 	var cpus, port int
-	var ttl, margin time.Duration
-	var failover bool
+	var ttl, margin, stallAfter, failoverStalled time.Duration
+	var failover, guarded bool
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "Run this host's part of the fleet: keep its VMs as etcd says, report them, schedule when elected",
@@ -40,10 +44,11 @@ func agentCmd(g *globals) *cobra.Command {
 				return err
 			}
 			h.Migration = fleet.Endpoint{Address: address, Transport: strings.Fields(transport)}
-			// The watchdog may wait up to 1 s past the fence point for etcd's
-			// answer (fleet.Agent.watchdog): the margin must exceed that.
-			if ttl < 2*time.Second || margin < 1500*time.Millisecond || margin >= ttl {
-				return usageError{fmt.Errorf("--ttl %s, --self-fence-margin %s: want a TTL of at least 2s and a margin from 1.5s to less than the TTL", ttl, margin)}
+			// The watchdog may wait up to 1 s past the fence point for
+			// answers, the guard fires 0.25 s after that: the margin must
+			// leave the guard's kill time before the lease can lapse.
+			if ttl < 3*time.Second || margin < 2*time.Second || margin >= ttl {
+				return usageError{fmt.Errorf("--ttl %s, --self-fence-margin %s: want a TTL of at least 3s and a margin from 2s to less than the TTL", ttl, margin)}
 			}
 			if port != 0 && (address == "" || e.ca == "" || e.cert == "") {
 				return usageError{errors.New("--migration-port needs --migration-address and the fleet's TLS files (--etcd-ca, --etcd-cert, --etcd-key): the port takes only fleet hosts")}
@@ -51,7 +56,8 @@ func agentCmd(g *globals) *cobra.Command {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			return e.with(func(s *fleet.Store) error {
 				return g.with(func(sup *supervisor.Supervisor) error {
-					a := &fleet.Agent{Store: s, Sup: sup, Host: h, State: filepath.Join(g.root, "fleet"), TTL: ttl, SelfFenceMargin: margin, Log: log}
+					a := &fleet.Agent{Store: s, Sup: sup, Host: h, State: filepath.Join(g.root, "fleet"), TTL: ttl, SelfFenceMargin: margin,
+						StallAfter: stallAfter, FailoverStalled: failoverStalled, Log: log}
 					if failover {
 						if _, err := exec.LookPath("rbd"); err != nil {
 							return fmt.Errorf("--failover needs the Ceph tools (rbd, ceph) to fence lost hosts: %w (or --failover=false)", err)
@@ -60,8 +66,15 @@ func agentCmd(g *globals) *cobra.Command {
 							log.Warn("fenced", "vm", vm, "image", image, "owner", owner)
 						}}
 					}
+					if guarded {
+						m, err := agentGuard(cmd.Context(), g.bus, a, log)
+						if err != nil {
+							return err
+						}
+						defer m.Close()
+					}
 					if port != 0 {
-						srv, _, err := fleet.PeerTLS(e.ca, e.cert, e.key)
+						srv, cli, err := fleet.PeerTLS(e.ca, e.cert, e.key)
 						if err != nil {
 							return err
 						}
@@ -70,7 +83,7 @@ func agentCmd(g *globals) *cobra.Command {
 							return fmt.Errorf("--migration-port: %w", err)
 						}
 						a.Host.Migration.Receiver = l.Addr().String()
-						go fleet.ServeMigrations(cmd.Context(), l, srv, sup, log)
+						a.Listener, a.ServerTLS, a.ClientTLS = l, srv, cli
 					}
 					self, err := os.Executable()
 					if err != nil {
@@ -96,8 +109,26 @@ func agentCmd(g *globals) *cobra.Command {
 	f.IntVar(&port, "migration-port", 0, "listen on --migration-address:PORT for other agents' migrations (mutual TLS with the etcd certificates); 0: use --migration-transport")
 	f.BoolVar(&failover, "failover", true, "when elected scheduler, restart a lost host's VMs elsewhere (those with only RBD disks), after fencing it on Ceph")
 	f.DurationVar(&ttl, "ttl", 10*time.Second, "the host's lease: other hosts take its VMs over (after fencing) when it lapses")
-	f.DurationVar(&margin, "self-fence-margin", 3*time.Second, "an agent that has not renewed its lease for TTL minus this kills its VMs")
+	f.DurationVar(&margin, "self-fence-margin", 3*time.Second, "an agent that has not renewed its lease for TTL minus this kills its VMs (unless no scheduler can act: README)")
+	f.BoolVar(&guarded, "guard", true, "arm a systemd timer, moved at each renewal, that kills this host's fleet VMs 1.25s after the fence point if the agent did not (frozen, crashed, stopped)")
+	f.DurationVar(&stallAfter, "io-stall-after", iohealth.DefaultBound, "a VM whose disk requests stay in flight this long with none ending is reported degraded")
+	f.DurationVar(&failoverStalled, "failover-stalled", 0, "when elected scheduler, restart elsewhere (after fencing its host on Ceph) a VM reported degraded by stalled disk I/O for this long; 0: only report it")
 	return c
+}
+
+// agentGuard gives the agent its guard, on the systemd that runs the VMs;
+// close the connection after.
+func agentGuard(ctx context.Context, bus string, a *fleet.Agent, log *slog.Logger) (*units.Manager, error) {
+	systemctl, err := exec.LookPath("systemctl")
+	if err != nil {
+		return nil, fmt.Errorf("--guard needs systemctl: %w (or --guard=false)", err)
+	}
+	m, err := units.Connect(ctx, bus)
+	if err != nil {
+		return nil, fmt.Errorf("--guard: %w", err)
+	}
+	a.Guard = &guard.Guard{SD: m.DBus(), Prefix: "vmsup-fleet-guard", Systemctl: systemctl, Log: log}
+	return m, nil
 }
 
 // agentHost is what the agent registers: the flags, or the host's own

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -16,7 +17,7 @@ func downCmd(g *globals) *cobra.Command {
 			"  vmsup down --force web   # QMP quit at once, no guest shutdown",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				return eachVM(g, cmd, args, "down", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {

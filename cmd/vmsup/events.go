@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -45,7 +46,7 @@ func eventsCmd(g *globals) *cobra.Command {
 				}
 				from = t
 			}
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				names, err := eventVMs(sup, args)
 				if err != nil {
 					return err
@@ -75,7 +76,7 @@ func eventsCmd(g *globals) *cobra.Command {
 }
 
 // eventVMs are the named VMs, or every VM vmsup knows.
-func eventVMs(sup *supervisor.Supervisor, args []string) ([]string, error) {
+func eventVMs(sup remoteapi.Ops, args []string) ([]string, error) {
 	if len(args) > 0 {
 		return vmNames(args)
 	}

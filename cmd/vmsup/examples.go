@@ -7,6 +7,7 @@ import "github.com/spf13/cobra"
 var examples = map[string]string{
 	"up":               "  vmsup up web.toml db.toml\n  vmsup up --restart-changed web.toml   # apply an edited file by a restart\n  vmsup up --from-snapshot tmpl:warm web2   # a clone resumed from a memory snapshot",
 	"ls":               "  vmsup ls\n  vmsup ls --json",
+	"network":          "  vmsup network create lab.toml\n  vmsup network ls\n  vmsup network rm lab",
 	"events":           "  vmsup events web                # what happened, also while no vmsup ran\n  vmsup events -f --since 1h      # every VM, then new events as they come\n  vmsup events --json web",
 	"stats":            "  vmsup stats web\n  vmsup stats --json",
 	"top":              "  vmsup top\n  vmsup top --every 5s web db",
@@ -39,7 +40,10 @@ var examples = map[string]string{
 	"fleet": "  export VMSUP_ETCD_ENDPOINTS=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379\n" +
 		"  vmsup fleet apply web.toml db.toml   # stored in etcd; the scheduler places them\n  vmsup fleet ls\n  vmsup fleet hosts\n" +
 		"  vmsup fleet drain host-b             # live-migrates its VMs away\n  vmsup fleet uncordon host-b\n  vmsup fleet rm web",
-	"agent": "  vmsup agent --host host-a --labels zone=a --migration-address 10.0.0.11 --migration-port 7788   # as a systemd service",
+	"api":       "  vmsup api units --listen 0.0.0.0:8443   # install them, then: systemctl enable --now vmsup-api.socket\n  vmsup --remote https://host:8443 --ca ca.pem --cert me.pem --key me-key.pem status web",
+	"api serve": "  vmsup api serve --config /etc/vmsup/remote.toml   # what vmsup-api.service runs",
+	"api units": "  vmsup api units --listen 0.0.0.0:8443 --socket /run/vmsup/api.sock",
+	"agent":     "  vmsup agent --host host-a --labels zone=a --migration-address 10.0.0.11 --migration-port 7788   # as a systemd service",
 }
 
 func addExamples(root *cobra.Command) {

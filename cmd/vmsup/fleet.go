@@ -53,7 +53,7 @@ func (e *etcdFlags) store() (*fleet.Store, error) {
 		return nil, usageError{errors.New("no etcd: give --etcd URL,... (or VMSUP_ETCD_ENDPOINTS)")}
 	}
 	// etcd's client logs retries as JSON on stderr: vmsup says what failed itself.
-	cfg := clientv3.Config{Endpoints: e.endpoints, DialTimeout: e.dialTimeout, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: e.endpoints, DialTimeout: e.dialTimeout, Logger: zap.NewNop(), DialOptions: fleet.DialOptions()}
 	if e.cert != "" || e.ca != "" {
 		tc, err := transport.TLSInfo{CertFile: e.cert, KeyFile: e.key, TrustedCAFile: e.ca}.ClientConfig()
 		if err != nil {
@@ -130,13 +130,13 @@ func fleetApplyCmd(g *globals, e *etcdFlags) *cobra.Command {
 
 // fleetVMJSON is one line of fleet ls.
 type fleetVMJSON struct {
-	Name       string `json:"name"`
-	Host       string `json:"host"`
-	Target     string `json:"target"`
-	State      string `json:"state"`
-	Reason     string `json:"reason"`
-	Generation int64  `json:"generation"` // the spec's
-	Running    int64  `json:"running_generation"`
+	Name       string      `json:"name"`
+	Host       string      `json:"host"`
+	Target     string      `json:"target"`
+	State      fleet.State `json:"state"`
+	Reason     string      `json:"reason"`
+	Generation int64       `json:"generation"` // the spec's
+	Running    int64       `json:"running_generation"`
 }
 
 // load reads the fleet; without quorum, a member's possibly stale copy,
@@ -340,7 +340,7 @@ func fleetDrainCmd(g *globals, e *etcdFlags) *cobra.Command {
 							left++
 						} else if before.Placements[name].Value.Host == host && !moved[name] {
 							moved[name] = true
-							g.out.action(actionJSON{Name: name, Action: "migrated", State: snap.Statuses[name].Value.State, Note: "to " + p.Value.Host},
+							g.out.action(actionJSON{Name: name, Action: "migrated", State: string(snap.Statuses[name].Value.State), Note: "to " + p.Value.Host},
 								fmt.Sprintf("%s: moved to %s", name, p.Value.Host))
 						}
 					}

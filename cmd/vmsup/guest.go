@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -30,7 +31,7 @@ func execCmd(g *globals) *cobra.Command {
 			if cmd.ArgsLenAtDash() != 1 {
 				return usageError{fmt.Errorf("exec: write the command after --: vmsup exec NAME -- CMD")}
 			}
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				r, err := sup.Exec(cmd.Context(), name, args[1:], timeout)
 				if err != nil {
 					return err

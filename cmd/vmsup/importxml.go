@@ -9,6 +9,7 @@ import (
 	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/userfile"
 	"github.com/vmsup/vmsup/libvirtimport"
 )
@@ -57,7 +58,7 @@ func importCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer sup.Close()
-			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath})
+			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath, NoSEV: hostcaps.SEVReason()})
 			if err != nil {
 				return err
 			}

@@ -100,6 +100,8 @@ func TestCLIJSON(t *testing.T) {
 	check("stats", 0, "stats", "js")
 	check("error", 2, "top", "js")
 	check("error", 2, "metrics")
+	check("error", 2, "api", "units")
+	check("error", 1, "api", "serve", "--config", filepath.Join(dir, "none.toml"))
 	check("set", 0, "set", "js", "--cpu-weight", "50")
 	check("qmp", 0, "qmp", "js", `{"execute":"query-status"}`)
 	check("pause", 0, "pause", "js")
@@ -159,6 +161,18 @@ func TestCLIJSON(t *testing.T) {
 	check("error", 2, "console", "js")
 	check("error", 1, "up", filepath.Join(dir, "none.toml"))
 	check("error", 2, "bogus-command")
+	// The image store: its list, a prune of nothing, and each verb's
+	// one-line error (a real pull: internal/imagestore's tests).
+	check("image ls", 0, "image", "ls")
+	check("image prune", 0, "image", "prune")
+	check("error", 1, "image", "rm", "nosuch")
+	check("error", 1, "image", "pull", "http://127.0.0.1:9/none.qcow2", "--sha256", strings.Repeat("0", 64))
+	// Managed networks: the list, and each verb's one-line error (making a
+	// real network needs a namespace of the test's own: internal/netmanage).
+	check("network ls", 0, "network", "ls")
+	check("error", 1, "network", "create", filepath.Join(dir, "none.toml"))
+	check("error", 1, "network", "up", "nosuch")
+	check("error", 1, "network", "rm", "nosuch")
 
 	// Every command of the tree was walked.
 	var missing []string

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -42,7 +43,11 @@ func toErrorJSON(err error) *errorJSON {
 	code := exitCode(err)
 	kind := map[int]string{exitUsage: "usage", exitNotFound: "not-found", exitBusy: "busy", exitNotRunning: "not-running",
 		exitInterrupted: "interrupted"}[code]
-	if kind == "" {
+	var re *remoteapi.Error
+	switch {
+	case kind == "" && errors.As(err, &re):
+		kind = re.Kind // --remote: forbidden, unauthorized, too-many, too-large too
+	case kind == "":
 		kind = "failed"
 	}
 	var ee exitError

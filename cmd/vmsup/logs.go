@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -33,7 +34,7 @@ func logsCmd(g *globals) *cobra.Command {
 				}
 				o.Since = t
 			}
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				out := cmd.OutOrStdout()
 				return sup.Logs(cmd.Context(), name, o, func(l supervisor.LogLine) {
 					if g.json {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -18,7 +19,7 @@ func lsCmd(g *globals) *cobra.Command {
 		Short: "List VMs with their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				sts, err := sup.List(cmd.Context())
 				if err != nil {
 					return err

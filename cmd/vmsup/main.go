@@ -36,6 +36,7 @@ type globals struct {
 	hostCache                string
 	json                     bool
 	out                      *output
+	rem                      remoteFlags
 }
 
 func main() {
@@ -174,15 +175,18 @@ func newRoot() (*cobra.Command, *globals) {
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g), rebootApplyCmd(g), planCmd(g), applyCmd(g), eventsCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
 		execCmd(g), cpCmd(g), exportCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(),
-		fleetCmd(g), agentCmd(g),
+		fleetCmd(g), agentCmd(g), imageCmd(g), apiCmd(g), networkCmd(g),
 	)
+	addRemoteFlags(root, g)
 	usageArgs(root)
 	completions(g, root)
 	root.SetUsageTemplate(usageTemplate)
 	root.InitDefaultCompletionCmd()
 	addExamples(root)
-	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.out.json, g.out.w = g.json, cmd.OutOrStdout()
+		g.rem.cmdPath = cmd.CommandPath()
+		return g.checkRemote()
 	}
 	return root, g
 }
@@ -203,6 +207,9 @@ func usageArgs(c *cobra.Command) {
 }
 
 func (g *globals) supervisor() (*supervisor.Supervisor, error) {
+	if g.rem.url != "" {
+		return nil, g.notRemote()
+	}
 	level := slog.LevelWarn
 	if g.verbose {
 		level = slog.LevelDebug

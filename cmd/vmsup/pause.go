@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/remoteapi"
 )
 
 func pauseCmd(g *globals) *cobra.Command { return stateCmd(g, "pause", "Pause a VM (QMP stop)") }
@@ -18,7 +18,7 @@ func stateCmd(g *globals, op, short string) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				var err error
 				if op == "pause" {
 					err = sup.Pause(cmd.Context(), name)

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/plan"
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -54,7 +55,7 @@ func planCmd(g *globals) *cobra.Command {
 		Short: "Say what apply would change in each running VM, and how: live, at the next reboot, by a restart, or not at all",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+			return g.opsFiles(args, func(sup remoteapi.Ops, fs []*spec.File) error {
 				var plans []supervisor.PlanResult
 				var errs []error
 				for _, f := range fs {
@@ -142,7 +143,7 @@ pending. A change that cannot be applied at all refuses the whole file. A
 second apply of the same file does nothing.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+			return g.opsFiles(args, func(sup remoteapi.Ops, fs []*spec.File) error {
 				var results []applyResultJSON
 				var errs []error
 				for _, f := range fs {

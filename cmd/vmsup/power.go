@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
 // fileOrApplied is the spec for a restart: the FILE given, or the spec the
 // VM NAME was last started with.
-func fileOrApplied(sup *supervisor.Supervisor, arg string) (*spec.File, error) {
+func fileOrApplied(sup remoteapi.Ops, arg string) (*spec.File, error) {
 	if isFileArg(arg) {
 		return spec.Load(arg)
 	}
@@ -32,7 +33,7 @@ func restartCmd(g *globals) *cobra.Command {
 			"  vmsup restart web.toml   # applies the edited file",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				return eachVM(g, cmd, args, "restart", func(a string) (actionJSON, string, error) {
 					f, err := fileOrApplied(sup, a)
 					if err != nil {
@@ -55,7 +56,7 @@ func rebootCmd(g *globals) *cobra.Command {
 		Example: "  vmsup reboot web\n  vmsup reboot --mode acpi web",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				return eachVM(g, cmd, args, "reboot", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {
@@ -79,7 +80,7 @@ func resetCmd(g *globals) *cobra.Command {
 		Example: "  vmsup reset web",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				return eachVM(g, cmd, args, "reset", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {
@@ -101,7 +102,7 @@ func killCmd(g *globals) *cobra.Command {
 		Example: "  vmsup kill web",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				return eachVM(g, cmd, args, "kill", func(a string) (actionJSON, string, error) {
 					name, err := vmName(a)
 					if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -28,7 +29,7 @@ func snapshotCreateCmd(g *globals) *cobra.Command {
 		Short: "Snapshot every writable disk of a VM at one moment (the guest's filesystems frozen by its agent if it has one); --memory keeps its RAM too",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				o.Progress = snapshotProgress(g, cmd.ErrOrStderr(), name, "memory")
 				r, err := sup.Snapshot(cmd.Context(), name, args[1], o)
 				endBar(cmd.ErrOrStderr())
@@ -57,7 +58,7 @@ func snapshotRevertCmd(g *globals) *cobra.Command {
 		Short: "Put a VM's disks back to a snapshot (the writes since are dropped); with a memory snapshot the guest resumes where it was",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				r, err := sup.RevertSnapshot(cmd.Context(), name, args[1], force)
 				if err != nil {
 					return err
@@ -84,7 +85,7 @@ func snapshotRmCmd(g *globals) *cobra.Command {
 		Short: "Remove a snapshot, merging its data into the images around it (live with block-commit while the VM runs)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				show := snapshotProgress(g, cmd.ErrOrStderr(), name, "merge")
 				var progress func(string, int64, int64)
 				if show != nil {
@@ -121,7 +122,7 @@ func snapshotLsCmd(g *globals) *cobra.Command {
 		Short: "List a VM's snapshots, as a tree, and the images its disks run on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				tree, err := sup.SnapshotTree(name)
 				if err != nil {
 					return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -25,7 +26,7 @@ func statsCmd(g *globals) *cobra.Command {
 			"sees them), uptime. Without NAME, every VM; VMs being started or stopped are left out.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				names, err := vmNames(args)
 				if err != nil {
 					return err
@@ -91,7 +92,7 @@ func topCmd(g *globals) *cobra.Command {
 			if every < 100*time.Millisecond {
 				return usageError{fmt.Errorf("--every %s: at least 100ms", every)}
 			}
-			return g.with(func(sup *supervisor.Supervisor) error {
+			return g.ops(func(sup remoteapi.Ops) error {
 				names, err := vmNames(args)
 				if err != nil {
 					return err
@@ -106,7 +107,7 @@ func topCmd(g *globals) *cobra.Command {
 
 // runTop prints a table of rates between two samples, until q is typed
 // on the terminal or the command is interrupted.
-func runTop(cmd *cobra.Command, sup *supervisor.Supervisor, names []string, every time.Duration) error {
+func runTop(cmd *cobra.Command, sup remoteapi.Ops, names []string, every time.Duration) error {
 	out := cmd.OutOrStdout()
 	var quit <-chan struct{}
 	if in, ok := cmd.InOrStdin().(*os.File); ok {

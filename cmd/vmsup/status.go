@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -18,7 +19,7 @@ func statusCmd(g *globals) *cobra.Command {
 		Short: "Show a VM's state from systemd and QMP",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				s, err := sup.Status(cmd.Context(), name)
 				if err != nil {
 					return err
@@ -94,7 +95,7 @@ func statusCmd(g *globals) *cobra.Command {
 				for _, m := range s.MovedDisks {
 					fmt.Fprintf(out, "moved:    %s (vmsup disk move; the file still names the old image: update it)\n", m)
 				}
-				printDisks(out, s.Disks)
+				printDisks(out, s.Disks, s.DiskIO)
 				printNICs(out, s.NICs)
 				if c := s.Confinement; c != nil {
 					fmt.Fprintf(out, "confined: %s\n", c)
@@ -112,8 +113,11 @@ func statusCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// printDisks adds the VM's disks to status output.
-func printDisks(out io.Writer, disks []supervisor.DiskInfo) {
+// printDisks adds the VM's disks, and how their I/O goes, to status output.
+func printDisks(out io.Writer, disks []supervisor.DiskInfo, diskIO string) {
+	if diskIO != "" {
+		fmt.Fprintf(out, "disk io:  %s\n", diskIO)
+	}
 	for _, d := range disks {
 		fmt.Fprintf(out, "disk:     %s %s %s", d.Name, d.Type, d.Source)
 		if d.Format != "" {
@@ -145,6 +149,15 @@ func printNICs(out io.Writer, nics []supervisor.NICInfo) {
 		}
 		if len(n.Addrs) > 0 {
 			fmt.Fprintf(out, " addr %s gw %s", strings.Join(n.Addrs, ","), n.Gateway)
+		}
+		if n.Network != "" {
+			fmt.Fprintf(out, " network %s anti-spoofing %v", n.Network, n.AntiSpoofing)
+			if len(n.SecurityGroups) > 0 {
+				fmt.Fprintf(out, " security-groups %s", strings.Join(n.SecurityGroups, ","))
+			}
+			if d := n.Dropped; d != nil {
+				fmt.Fprintf(out, " dropped spoofed %d filtered %d", d.Spoofed, d.Filtered)
+			}
 		}
 		if n.CNICheck != "" {
 			fmt.Fprintf(out, " cni-check %s", n.CNICheck)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -74,10 +75,13 @@ func upCmd(g *globals) *cobra.Command {
 		Short: "Bring the VMs in FILEs up (idempotent: running VMs with the same spec are left alone), or start a clone of a VM's memory snapshot",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if from != "" && g.rem.url != "" {
+				return usageError{errors.New("up --from-snapshot: not available with --remote")}
+			}
 			if from != "" {
 				return upClone(g, cmd, from, args)
 			}
-			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
+			return g.opsFiles(args, func(sup remoteapi.Ops, fs []*spec.File) error {
 				return printUp(g, cmd, sup, fs, restart, adopt)
 			})
 		},
@@ -90,7 +94,7 @@ func upCmd(g *globals) *cobra.Command {
 
 // printUp runs Up and prints a line per VM; with restart, running VMs whose
 // spec changed are restarted with it.
-func printUp(g *globals, cmd *cobra.Command, sup *supervisor.Supervisor, fs []*spec.File, restart, adopt bool) error {
+func printUp(g *globals, cmd *cobra.Command, sup remoteapi.Ops, fs []*spec.File, restart, adopt bool) error {
 	res, err := sup.UpWith(cmd.Context(), supervisor.UpOptions{Adopt: adopt}, fs...)
 	for _, r := range res {
 		if r.Action == supervisor.Changed && restart && r.State == supervisor.StateRunning {

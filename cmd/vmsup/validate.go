@@ -11,7 +11,8 @@ import (
 )
 
 func validateCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var origins bool
+	c := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check FILEs (syntax, fields, referenced files, host limits) without starting anything",
 		Long: "Check FILEs (syntax, fields, referenced files, host limits) without starting anything.\n" +
@@ -52,6 +53,11 @@ func validateCmd(g *globals) *cobra.Command {
 						continue
 					}
 					g.out.action(actionJSON{Name: f.VM.Name, File: p, Action: "valid"}, fmt.Sprintf("%s: ok (vm %q)", f.Path, f.VM.Name))
+					if origins && !g.json {
+						for _, l := range f.OriginLines() {
+							fmt.Fprintln(cmd.OutOrStdout(), "  "+l)
+						}
+					}
 				}
 				switch {
 				case bad == 0:
@@ -64,6 +70,8 @@ func validateCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	c.Flags().BoolVar(&origins, "origins", false, "also list every value with the file and line it came from (a file with include = [...])")
+	return c
 }
 
 // printErr writes each line of err as its own "vmsup: " line.

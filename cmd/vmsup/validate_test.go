@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vmsup/vmsup/internal/hostcaps"
 )
 
 // TestCLIValidateOneRun: one validate run names every problem of a file:
@@ -88,6 +90,10 @@ func TestCLIValidateSharedImage(t *testing.T) {
 			":10:1: disk[1].file: " + link + " is also disk \"root\"'s image " + a + also},
 		{"block device", "[[disk]]\nname='a'\ntype='block'\nfile='" + loop + "'\n[[disk]]\nname='b'\ntype='block'\nfile='" + alias + "'\n",
 			":12:1: disk[1].file: " + alias + " is also disk \"a\"'s image " + loop + also},
+		{"one block device used by three disks", "[[disk]]\nname='a'\ntype='block'\nfile='" + loop + "'\n[[disk]]\nname='b'\ntype='block'\ndevice='lun'\nfile='" + alias +
+			"'\n[[disk]]\nname='c'\ntype='block'\nread_only=true\nfile='" + loop + "'\n",
+			":13:1: disk[1].file: " + alias + " is also disk \"a\"'s image " + loop + also + "\n" +
+				":18:1: disk[2].file: " + loop + " is also disk \"a\"'s image, which it writes" + also},
 		{"overlay on another disk's image", "[[disk]]\nname='base'\nfile='" + base + "'\n[[disk]]\nname='top'\nfile='" + top + "'\n",
 			":10:1: disk[1].file: its base image " + base + " is also disk \"base\"'s image, which it writes" + also},
 		{"an ISO twice", "[[disk]]\nname='cd1'\ntype='iso'\nfile='" + iso + "'\n[[disk]]\nname='cd2'\ntype='iso'\nfile='" + isoLink + "'\n", ""},
@@ -100,8 +106,28 @@ func TestCLIValidateSharedImage(t *testing.T) {
 			}
 			continue
 		}
-		if want := "vmsup: " + p + c.want + "\n"; r.code != 1 || r.stderr != want {
+		want := ""
+		for _, line := range strings.Split(c.want, "\n") { // one line an error
+			want += "vmsup: " + p + line + "\n"
+		}
+		if r.code != 1 || r.stderr != want {
 			t.Errorf("%s: %+v\nwant exit 1, stderr %s", c.name, r, want)
 		}
+	}
+}
+
+// TestCLIValidateSEV: an SEV VM (what vmsup import makes of a domain with
+// <launchSecurity type='sev'>) is refused on a host that cannot encrypt
+// it, naming the sev key and the probe's reason.
+func TestCLIValidateSEV(t *testing.T) {
+	why := hostcaps.SEVReason()
+	if why == "" {
+		t.Skip("this host runs SEV guests: nothing to refuse")
+	}
+	dir := t.TempDir()
+	p := write(t, dir, "enc.toml", "name='enc'\nmemory='256M'\n[boot]\nkernel='"+env.Guest.Kernel+"'\n[sev]\npolicy=3\ncbitpos=47\nreduced_phys_bits=1\n")
+	r := vmsup(t, t.TempDir(), "", "validate", p)
+	if want := p + ":5:2: sev: this host cannot run SEV guests: " + why; r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("%+v\nwant exit 1 and %s", r, want)
 	}
 }

@@ -113,16 +113,11 @@ func (s *Service) Backup(ctx context.Context, name string, o BackupOptions) (Bac
 	if err := b.plan(ctx, disks); err != nil {
 		return fail(err)
 	}
-	op, err := s.k.Begin(ctx, name, opBackup, b.in)
-	if err != nil {
-		return fail(err)
-	}
 	start := time.Now()
-	if _, err := steps.Run(ctx, name, b.steps(), op.After()); err != nil {
-		op.End() // undone by the steps' undos
+	if err := s.k.Run(ctx, name, opBackup, b.in, b.steps()); err != nil {
+		// undone by the steps' undos; a journal that could not be begun did nothing
 		return fail(b.explain(steps.Cause(err)))
 	}
-	op.End()
 	res.Point, res.Live, res.Disks, res.Duration = b.in.Point, b.in.Live, b.points, time.Since(start)
 	s.h.Lifecycle(name, "backup", map[string]any{"dir": dir, "point": res.Point})
 	return res, nil

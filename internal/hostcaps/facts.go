@@ -218,3 +218,22 @@ func binaryFact(name string, extra []string) Fact {
 	}
 	return Fact{Reason: name + " is not installed"}
 }
+
+// SEVReason is "" when this host can run AMD SEV guests (KVM's kvm_amd
+// module with sev on, and /dev/sev for QEMU's launch commands), else why
+// not.
+func SEVReason() string { return sevFact("/").Reason }
+
+func sevFact(root fsys) Fact {
+	v, err := root.read("/sys/module/kvm_amd/parameters/sev")
+	switch {
+	case err != nil:
+		return Fact{Reason: "no AMD SEV here: the kvm_amd module is not loaded (/sys/module/kvm_amd/parameters/sev does not exist)"}
+	case v != "Y" && v != "1":
+		return Fact{Reason: "kvm_amd runs with sev = " + v + " (SEV is off in the firmware or the module)"}
+	}
+	if f := devFact(root, "/dev/sev", "the ccp driver has no SEV firmware interface"); !f.OK {
+		return f
+	}
+	return Fact{OK: true, Detail: "kvm_amd sev = " + v + ", /dev/sev"}
+}

@@ -46,9 +46,21 @@ func CheckSpec(f *spec.File, memTotal int64, qemu string) error {
 		errs = append(errs, f.Errorf("memory", "%s is more than this host's RAM (%s)", vm.Memory, spec.Size(memTotal)))
 	}
 	errs = append(errs, fileReadable(f, "boot.kernel", vm.Boot.Kernel), fileReadable(f, "boot.initrd", vm.Boot.Initrd),
-		checkPinning(f), checkGuestDevs(f), checkFirmware(f))
+		checkPinning(f), checkGuestDevs(f), checkFirmware(f), checkSEV(f, SEVReason))
 	// Disks are checked by vmdisks.Manager.Check (images may be created on demand).
 	return f.Join(errs...)
+}
+
+// checkSEV refuses an SEV guest on a host that cannot encrypt it: QEMU
+// would fail at start, and vmsup never runs it unencrypted instead.
+func checkSEV(f *spec.File, reason func() string) error {
+	if f.VM.SEV == nil {
+		return nil
+	}
+	if why := reason(); why != "" {
+		return f.Errorf("sev", "this host cannot run SEV guests: %s", why)
+	}
+	return nil
 }
 
 // checkFirmware: the firmware files of boot.firmware are installed.

@@ -64,6 +64,11 @@ type Places struct {
 	// AllowPaths (--allow-path): places the host allows for every field
 	// beyond the above (directories, or single files).
 	AllowPaths []string
+	// Store is vmsup's image store (internal/imagestore), one of the image
+	// places for every field but a disk's file: its images are shared
+	// and read-only, a disk opens one as the base of its own overlay
+	// (image = "ALIAS"), never as its file.
+	Store string
 }
 
 // List splits a colon-separated list (a default above, or an environment
@@ -112,6 +117,15 @@ func (p *Places) Check(field, path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	k := kindOf(field)
+	if inAny([]string{p.Store}, real) {
+		if k == kindDiskFile {
+			return fmt.Errorf("%s is in vmsup's image store: a disk opens a stored image only as the base of its own overlay "+
+				"(image = \"ALIAS\" or \"sha256:HEX\" with the disk's own file), never as its file", path)
+		}
+		if k != kindConfig {
+			return nil
+		}
+	}
 	dirs := p.AllowPaths
 	switch k {
 	case kindConfig:

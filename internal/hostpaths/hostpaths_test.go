@@ -198,3 +198,28 @@ tag = "s"
 		t.Errorf("Fields (-want +got):\n%s", diff)
 	}
 }
+
+// The image store is an image place for a base (and any key but a disk's
+// file), even under an image directory or an allowed path: a disk never
+// opens a stored image as its writable file.
+func TestStoreOnlyAsBase(t *testing.T) {
+	d := t.TempDir()
+	store := filepath.Join(d, "images", "image-store")
+	if err := os.MkdirAll(filepath.Join(store, "sha256"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	blob := filepath.Join(store, "sha256", "abc")
+	if err := os.WriteFile(blob, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &Places{ImageDirs: []string{filepath.Join(d, "images")}, AllowPaths: []string{d}, Store: store}
+	if err := p.Check("backing", blob); err != nil {
+		t.Errorf("a stored image as a base: %v", err)
+	}
+	if err := p.Check("disk[0].file", blob); err == nil || !strings.Contains(err.Error(), "image store") {
+		t.Errorf("a stored image as a disk's file: %v, want it refused", err)
+	}
+	if err := (&Places{Store: store}).Check("disk[0].secret_file", blob); err == nil {
+		t.Error("a stored image as a configuration file: allowed")
+	}
+}

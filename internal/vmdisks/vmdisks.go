@@ -126,7 +126,9 @@ func checkSharedImages(ctx context.Context, f *spec.File, disks []spec.Disk, ok 
 	}
 	var all []spec.ImageUse
 	for _, u := range uses {
-		u.ID = storage.ImageID(u.Path)
+		if u.Key == "file" || u.Key == "backing" { // a LUN's or RBD image's ID is its address
+			u.ID = storage.ImageID(u.Path)
+		}
 		all = append(all, u)
 		d := disks[u.Disk]
 		if u.Key != "file" || d.Type != spec.DiskFile || d.Format != spec.FormatQcow2 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"github.com/vmsup/vmsup/internal/iohealth"
 	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -217,6 +219,7 @@ func diskStats(ctx context.Context, c *qmp.Conn) []Disk {
 		return nil
 	}
 	var out []Disk
+	idle := false
 	for _, b := range bs {
 		id, _, _ := strings.Cut(strings.TrimPrefix(b.QdevID, "/machine/peripheral/"), "/")
 		name, ok := strings.CutPrefix(id, "disk-")
@@ -228,8 +231,30 @@ func diskStats(ctx context.Context, c *qmp.Conn) []Disk {
 			ReadOps: st.ReadOps, WriteOps: st.WriteOps, FlushOps: st.FlushOps,
 			ReadTimeSeconds: float64(st.ReadTimeNanos) / 1e9, WriteTimeSeconds: float64(st.WriteTimeNanos) / 1e9,
 			FlushTimeSeconds: float64(st.FlushTimeNanos) / 1e9})
+		if st.IdleTimeNanos != nil && time.Duration(*st.IdleTimeNanos) >= iohealth.DefaultBound {
+			idle = true
+		}
+	}
+	if idle {
+		markStalled(ctx, c, out)
 	}
 	return out
+}
+
+// markStalled marks the disks whose requests stall. It costs a few QMP
+// round trips (the virtio queues), so it is only asked when some disk has
+// had no request end for the bound: a disk that is busy, or idle, is
+// never stalled.
+func markStalled(ctx context.Context, c *qmp.Conn, disks []Disk) {
+	s, err := iohealth.Read(ctx, c)
+	if err != nil {
+		return
+	}
+	for _, d := range s.Disks {
+		if i := slices.IndexFunc(disks, func(x Disk) bool { return x.Name == d.Name }); i >= 0 {
+			disks[i].Stalled = iohealth.StalledNow(d, iohealth.DefaultBound)
+		}
+	}
 }
 
 // tapStats reads the counters of the VM's taps, in their namespaces.

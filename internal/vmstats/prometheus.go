@@ -73,6 +73,7 @@ type collector struct {
 	skipped []Skipped
 
 	up, info, scrapeVMs, scrapeSkipped *prometheus.Desc
+	diskStalled                        *prometheus.Desc
 	perVM                              []vmMetric
 	perDisk                            []diskMetric
 	perNIC                             []nicMetric
@@ -102,6 +103,7 @@ func newCollector(vms []VM, skipped []Skipped) *collector {
 		up:            desc("vm_up", "Whether the VM's QEMU answered QMP (1) or not (0).", vm...),
 		info:          desc("vm_info", "The VM's state as vmsup sees it; always 1.", "vm", "state"),
 		scrapeVMs:     desc("scrape_vms", "Number of VMs reported in this scrape."),
+		diskStalled:   desc("vm_disk_io_stalled", "1 when requests to the disk are in flight and none has ended for 5 s (storage unreachable?); 0 otherwise.", "vm", "disk"),
 		scrapeSkipped: desc("scrape_skipped", "VMs left out of this scrape because they were starting or stopping; always 1.", "vm", "reason"),
 		perVM: []vmMetric{
 			vmm("vm_start_time_seconds", prometheus.GaugeValue, "Start time of the VM's QEMU process since unix epoch in seconds.",
@@ -165,6 +167,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.perDisk {
 		ch <- m.desc
 	}
+	ch <- c.diskStalled
 	for _, m := range c.perNIC {
 		ch <- m.desc
 	}
@@ -203,6 +206,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			for _, m := range c.perDisk {
 				emit(m.desc, prometheus.CounterValue, m.value(d), vm.Name, d.Name)
 			}
+			stalled := 0.0
+			if d.Stalled {
+				stalled = 1
+			}
+			emit(c.diskStalled, prometheus.GaugeValue, stalled, vm.Name, d.Name)
 		}
 		for j := range vm.NICs {
 			n := &vm.NICs[j]

@@ -60,6 +60,9 @@ type Disk struct {
 	ReadTimeSeconds  float64 `json:"read_time_seconds"`
 	WriteTimeSeconds float64 `json:"write_time_seconds"`
 	FlushTimeSeconds float64 `json:"flush_time_seconds"`
+	// Stalled: requests are in flight and none has ended for
+	// iohealth.DefaultBound (one sample's judgement: iohealth.StalledNow).
+	Stalled bool `json:"io_stalled"`
 }
 
 // NIC is one network interface's counters from the GUEST's point of view,

@@ -10,6 +10,7 @@ package vmstatus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/guestagent"
+	"github.com/vmsup/vmsup/internal/iohealth"
 	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -179,11 +181,36 @@ func (r *Reader) qemuStatus(ctx context.Context, out *Status, st units.Status, v
 		r.fileStatus(out, v)
 	}
 	out.State, out.Reason = QEMUState(qs)
+	if detail {
+		out.DiskIO = diskIO(ctx, m)
+	}
 	if qs.Running && detail {
 		if a, err := m.PingAgent(ctx); err == nil {
 			out.GuestAgent = &a
 		}
 	}
+}
+
+// diskIO judges one sample of the VM's disk I/O, where the session can
+// take one ("" otherwise).
+func diskIO(ctx context.Context, m Monitor) string {
+	im, ok := m.(iohealth.Monitor)
+	if !ok {
+		return ""
+	}
+	s, err := iohealth.Read(ctx, im)
+	if err != nil {
+		return ""
+	}
+	for _, d := range s.Disks {
+		switch {
+		case d.IOStatus == qmp.IOStatusFailed || d.IOStatus == qmp.IOStatusNoSpace:
+			return fmt.Sprintf("failing: disk %s: an I/O error stopped the guest (io-status %s)", d.Name, d.IOStatus)
+		case iohealth.StalledNow(d, iohealth.DefaultBound):
+			return fmt.Sprintf("stalled: disk %s: %d requests in flight, none ended for %s (storage unreachable?)", d.Name, d.InFlight, d.Idle.Round(time.Second))
+		}
+	}
+	return "ok"
 }
 
 // List reports every VM vmsup knows: those with a state directory and those

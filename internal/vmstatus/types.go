@@ -87,6 +87,10 @@ type Status struct {
 	// GuestAgent: the guest ping (running VMs with an agent channel; in
 	// List only when the agent answers).
 	GuestAgent *guestagent.AgentStatus `json:"guest_agent,omitempty"`
+	// DiskIO is what one sample of the running VM's disk I/O shows
+	// (detail only): "ok", or "stalled: ..." (requests in flight, none
+	// ended for 5 s) or "failing: ...", naming the disk.
+	DiskIO string `json:"disk_io,omitempty"`
 	// Sync says whether the running VM matches its file: "in sync",
 	// "changed" (vmsup plan FILE says how), or "file unreadable".
 	Sync string `json:"sync,omitempty"`

@@ -18,7 +18,8 @@ import (
 
 // TestFaultsSnapshots: the disk operations that rewrite which images a VM
 // runs on, each killed after every step it journals and at random times:
-// a snapshot (disk-only and with memory), its removal (live, and with the
+// a full and an incremental backup, a live disk move, a snapshot (disk-only
+// and with memory), its removal (live, and with the
 // VM off), a revert (disk and memory) and a clone. After each kill the VM
 // settles to one QEMU running the guest, with no block job, no export, no
 // node on an image its view does not name, no deleted image held open, and
@@ -44,6 +45,29 @@ func TestFaultsSnapshots(t *testing.T) {
 			counts = append(counts, fmt.Sprintf("%s %d+%d", op.Name, n.StepKills, n.RandomKills+n.RandomMissed))
 		})
 	}
+	// Backups and a disk move first: they run on the disk's own image
+	// (a move refuses a disk a snapshot put on an overlay).
+	backups := filepath.Join(root, "backups")
+	for _, incr := range []bool{false, true} {
+		name := map[bool]string{false: "backup", true: "backup-incremental"}[incr]
+		run(supervisortest.FaultOp{Name: name, Job: d.backupJob(backups, incr), Random: 1,
+			Before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.write(t, ctx) },
+			Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+				if _, err := d.sup.Backup(ctx, d.vm, supervisor.BackupOptions{Dir: backups, Incremental: incr}); err != nil {
+					t.Fatalf("%s Again: %v", name, err)
+				}
+			}})
+	}
+	run(supervisortest.FaultOp{Name: "disk-move", Job: d.moveJob, Random: 1,
+		Before: func(t *testing.T, ctx context.Context, _ *faultSide) {
+			d.write(t, ctx)
+			d.moveTo = d.otherImage(t, ctx)
+		},
+		Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
+			if _, err := d.sup.MoveDisk(ctx, d.vm, "data", supervisor.MoveOptions{To: d.otherImage(t, ctx)}); err != nil {
+				t.Fatalf("disk-move Again: %v", err)
+			}
+		}})
 	run(supervisortest.FaultOp{Name: "snapshot", Job: d.job("snapshot", "k", false),
 		Before: func(t *testing.T, ctx context.Context, _ *faultSide) { d.without(t, ctx, "k"); d.write(t, ctx) },
 		Again: func(t *testing.T, ctx context.Context, _ *faultSide, _ supervisor.Status) {
@@ -118,6 +142,8 @@ type snapVM struct {
 	// revert's outcome seen by the check (the disk on a new overlay).
 	image    string
 	revertOf string
+	moveTo   string // the disk move's target image
+	moves    int    // how many targets were named
 }
 
 func newSnapVM(t *testing.T, ctx context.Context, side *faultSide, root, vm string) *snapVM {
@@ -144,6 +170,28 @@ func (d *snapVM) job(op, tag string, withRAM bool) func(*faultSide) faultJob {
 		j.Op, j.VM, j.Tag, j.WithRAM = op, d.vm, tag, withRAM
 		return j
 	}
+}
+
+func (d *snapVM) backupJob(dir string, incremental bool) func(*faultSide) faultJob {
+	return func(on *faultSide) faultJob {
+		j := d.job("backup", "", false)(on)
+		j.Dir, j.Incremental = dir, incremental
+		return j
+	}
+}
+
+// moveJob moves the data disk to moveTo (Before sets it).
+func (d *snapVM) moveJob(on *faultSide) faultJob {
+	j := d.job("disk-move", "data", false)(on)
+	j.Dir = d.moveTo
+	return j
+}
+
+// otherImage is a new image beside the data disk's for a move to take it
+// to (a move creates its target; the image it leaves stays).
+func (d *snapVM) otherImage(t *testing.T, ctx context.Context) string {
+	d.moves++
+	return filepath.Join(filepath.Dir(d.dataImage(t, ctx)), fmt.Sprintf("%s-data-%d.qcow2", d.vm, d.moves))
 }
 
 func (d *snapVM) cloneJob(tag string) func(*faultSide) faultJob {

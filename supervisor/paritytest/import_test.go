@@ -22,6 +22,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -71,6 +72,10 @@ func TestImportedGoldens(t *testing.T) {
 				t.Fatal(err)
 			}
 			vm := &f.VM
+			if why := hostNeeds(vm); why != "" {
+				skipped++
+				t.Skip(why)
+			}
 			for _, n := range vm.NICs {
 				if n.Type == spec.NICOVS {
 					skipped++
@@ -96,6 +101,22 @@ func TestImportedGoldens(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d imported files validated and started; %d skipped", len(files)-skipped, len(files), skipped)
+}
+
+// hostNeeds is why this host cannot start vm ("" when it can): SEV
+// needs an SEV host, hugepages free pages on a hugetlbfs mount.
+func hostNeeds(vm *spec.VM) string {
+	if vm.SEV != nil {
+		if why := hostcaps.SEVReason(); why != "" {
+			return "sev: " + why
+		}
+	}
+	if vm.Hugepages != "" {
+		if _, err := (hugepages.Host{}).Check(vm); err != nil {
+			return "hugepages: " + err.Error()
+		}
+	}
+	return ""
 }
 
 // standIns makes what an imported file names outside itself.
@@ -240,6 +261,13 @@ func startS(t *testing.T, ctx context.Context, ns string, vm *spec.VM, dir strin
 	o.Credentials = identity.CredentialPaths(run, vm)
 	if vm.TPM != nil {
 		o.TPMSocket = testenv.StartSwtpm(t, filepath.Join(run, "tpm"))
+	}
+	if vm.Hugepages != "" {
+		mount, err := (hugepages.Host{}).Check(vm) // hostNeeds saw it work
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Hugetlbfs = mount
 	}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {
 		o.FirmwareCode, o.FirmwareVars = hostcaps.BootCode(vm.Boot), filepath.Join(run, "vars.fd")

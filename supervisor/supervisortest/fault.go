@@ -44,6 +44,10 @@ type FaultJob struct {
 	Tag       string     `json:",omitempty"` // snapshot, snapshot-rm, revert, clone: the snapshot
 	WithRAM   bool       `json:",omitempty"` // snapshot: with the guest's memory
 	NewName   string     `json:",omitempty"` // clone
+	// Dir is a backup's directory, or a disk move's target image (its
+	// Tag: the disk); Incremental: a backup's kind.
+	Dir         string `json:",omitempty"`
+	Incremental bool   `json:",omitempty"`
 }
 
 // FaultHelper runs the job arg (FaultJob as JSON) and returns the exit
@@ -119,6 +123,10 @@ func FaultHelper(arg string) int {
 		_, err = sup.RevertSnapshot(ctx, j.VM, j.Tag, true)
 	case "clone":
 		_, err = sup.UpFromSnapshot(ctx, j.VM, j.Tag, j.NewName)
+	case "backup":
+		_, err = sup.Backup(ctx, j.VM, supervisor.BackupOptions{Dir: j.Dir, Incremental: j.Incremental})
+	case "disk-move":
+		_, err = sup.MoveDisk(ctx, j.VM, j.Tag, supervisor.MoveOptions{To: j.Dir})
 	default:
 		err = fmt.Errorf("unknown op %q", j.Op)
 	}

@@ -262,6 +262,57 @@ func (c *Cluster) RestartMember(ctx context.Context, i int) error {
 	return nil
 }
 
+// RestartMembers starts the stopped members given (all stopped ones if none
+// is) at once, as after an outage of a quorum or of the whole cluster, and
+// waits until they are ready and agree on a leader. On error the members
+// it started are left stopped.
+func (c *Cluster) RestartMembers(ctx context.Context, idx ...int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(idx) == 0 {
+		for i, m := range c.members {
+			if m.etcd == nil {
+				idx = append(idx, i)
+			}
+		}
+	}
+	var started []*member
+	stopAll := func() {
+		for _, m := range started {
+			m.stop()
+		}
+	}
+	for _, i := range idx {
+		m, err := c.member(i)
+		if err != nil {
+			stopAll()
+			return err
+		}
+		if m.etcd != nil {
+			stopAll()
+			return fmt.Errorf("etcdtest: %s is running", m.name)
+		}
+		if err := c.start(m, "existing"); err != nil {
+			stopAll()
+			return err
+		}
+		started = append(started, m)
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for _, m := range started {
+		if err := m.waitReady(ctx); err != nil {
+			stopAll()
+			return err
+		}
+	}
+	if err := c.waitLeader(ctx); err != nil {
+		stopAll()
+		return err
+	}
+	return nil
+}
+
 // Running returns the indexes of the running members, in order.
 func (c *Cluster) Running() []int {
 	c.mu.Lock()

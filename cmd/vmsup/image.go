@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/internal/imagestore"
+	"github.com/vmsup/vmsup/internal/vmstate"
+)
+
+// imageStore is the image store of the state root the flags name.
+func (g *globals) imageStore() imagestore.Store {
+	return imagestore.Store{Dir: imagestore.Dir(g.root)}
+}
+
+// imageUsers finds the VMs of the state root that use stored images.
+func (g *globals) imageUsers() imagestore.UsersFunc {
+	return g.imageStore().Users(vmstate.Store{Root: g.root})
+}
+
+func imageCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "image",
+		Short: "Pull, list and remove the disk images VM disks are made on (image = \"ALIAS\")",
+		Long: "The image store holds disk images pulled from HTTP(S) URLs or OCI registries, verified and kept\n" +
+			"by the sha256 of their file under ROOT/image-store, read-only. A VM file's disk with\n" +
+			"image = \"ALIAS\" (or \"sha256:HEX\") gets its file made as a qcow2 overlay on it at its first up.",
+		Example: "  vmsup image pull https://example.org/debian-12.qcow2 --sha512 HEX --name debian-12\n  vmsup image ls\n  vmsup image rm debian-12",
+	}
+	c.AddCommand(imagePullCmd(g), imageLsCmd(g), imageRmCmd(g), imagePruneCmd(g))
+	return c
+}
+
+func imagePullCmd(g *globals) *cobra.Command {
+	var p imagestore.Pull
+	c := &cobra.Command{
+		Use:   "pull SOURCE",
+		Short: "Fetch an image from an HTTP(S) URL (with its checksum) or an OCI registry (a containerDisk)",
+		Example: "  vmsup image pull https://example.org/debian-12.qcow2 --sha512 HEX --name debian-12\n" +
+			"  vmsup image pull https://example.org/debian-12.qcow2 --sums https://example.org/SHA256SUMS --name debian-12\n" +
+			"  vmsup image pull quay.io/containerdisks/debian:12 --name debian-12",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p.Source = args[0]
+			p.Progress = pullProgress(g, cmd.ErrOrStderr())
+			im, err := g.imageStore().Pull(cmd.Context(), p)
+			if isTerminal(cmd.ErrOrStderr()) && !g.json {
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+			if err != nil {
+				return err
+			}
+			return g.out.object(im, func(w io.Writer) {
+				fmt.Fprintf(w, "%s %s %s (%s virtual)%s\n", im.Digest, im.Format, humanBytes(float64(im.Size)),
+					humanBytes(float64(im.VirtualSize)), aliasNote(im.Aliases))
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&p.Name, "name", "", "alias to give the image (what a disk's image key names)")
+	f.StringVar(&p.SHA256, "sha256", "", "the file's sha256 (hex): an HTTP pull is refused unless it matches")
+	f.StringVar(&p.SHA512, "sha512", "", "the file's sha512 (hex)")
+	f.StringVar(&p.SumsURL, "sums", "", "URL of a SHA256SUMS file naming the URL's file")
+	f.BoolVar(&p.Insecure, "insecure", false, "reach the OCI registry over plain HTTP")
+	return c
+}
+
+func aliasNote(aliases []string) string {
+	if len(aliases) == 0 {
+		return ""
+	}
+	return " as " + strings.Join(aliases, ", ")
+}
+
+// pullProgress redraws a line on a terminal, writes JSON lines with
+// --json, and says nothing otherwise.
+func pullProgress(g *globals, out io.Writer) func(imagestore.Progress) {
+	tty := isTerminal(out)
+	return func(p imagestore.Progress) {
+		switch {
+		case g.json:
+			g.out.line(p)
+		case tty && p.Phase == "download" && p.Total > 0:
+			const width = 30
+			n := int(float64(p.Done) / float64(p.Total) * width)
+			fmt.Fprintf(out, "\r\x1b[K[%s%s] %s of %s", strings.Repeat("#", n), strings.Repeat(".", width-n),
+				humanBytes(float64(p.Done)), humanBytes(float64(p.Total)))
+		case tty:
+			fmt.Fprintf(out, "\r\x1b[K%s %s", p.Phase, humanBytes(float64(p.Done)))
+		}
+	}
+}
+
+func imageLsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "ls",
+		Short:   "List stored images with their aliases and the VMs using them",
+		Example: "  vmsup image ls\n  vmsup --json image ls",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ims, err := g.imageStore().List()
+			if err != nil {
+				return err
+			}
+			users, err := g.imageUsers()(cmd.Context())
+			if err != nil {
+				return err
+			}
+			type row struct {
+				imagestore.Image
+				UsedBy []string `json:"used_by"`
+			}
+			rows := []row{}
+			for _, im := range ims {
+				rows = append(rows, row{im, append([]string{}, users[im.Path]...)})
+			}
+			return g.out.object(rows, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "DIGEST\tALIASES\tFORMAT\tSIZE\tVIRTUAL\tUSERS\tSOURCE")
+				for _, r := range rows {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Digest[:19], dash(strings.Join(r.Aliases, ",")), r.Format,
+						humanBytes(float64(r.Size)), humanBytes(float64(r.VirtualSize)), len(r.UsedBy), r.Source)
+				}
+				tw.Flush()
+			})
+		},
+	}
+}
+
+func imageRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ALIAS|DIGEST...",
+		Short:   "Remove an alias, or an image no VM uses (refused, naming them, when one does)",
+		Example: "  vmsup image rm debian-12\n  vmsup image rm sha256:HEX",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, ref := range args {
+				removed, err := g.imageStore().Remove(cmd.Context(), ref, g.imageUsers())
+				if err != nil {
+					return err
+				}
+				g.out.action(actionJSON{Name: ref, Action: "removed"}, "removed "+strings.Join(removed, ", "))
+			}
+			return nil
+		},
+	}
+}
+
+func imagePruneCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "prune",
+		Short:   "Remove the images no alias names and no VM uses, and stale partial downloads",
+		Example: "  vmsup image prune",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			removed, err := g.imageStore().Prune(cmd.Context(), g.imageUsers())
+			g.out.acting = true // --json: [] when nothing went
+			for _, r := range removed {
+				g.out.action(actionJSON{Name: r, Action: "removed"}, "removed "+r)
+			}
+			return err
+		},
+	}
+}

@@ -1,0 +1,85 @@
+package imagestore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
+)
+
+// usersTimeout bounds the look at every VM's backing chains.
+const usersTimeout = 2 * time.Minute
+
+// Users returns a UsersFunc over the VMs of the state store st: for each
+// stored image (by path), the VMs whose disks open it, through the disk's
+// overlay, its snapshots' overlays (every image of the VM's snapshot
+// tree), or, before the overlay was made, the image its `image` key
+// names: `VM "web" (disk "root")`.
+func (s Store) Users(st vmstate.Store) UsersFunc {
+	return func(ctx context.Context) (map[string][]string, error) {
+		ctx, cancel := context.WithTimeout(ctx, usersTimeout)
+		defer cancel()
+		names, err := st.Known()
+		if err != nil {
+			return nil, err
+		}
+		out := map[string][]string{}
+		add := func(path, who string) {
+			if !slices.Contains(out[path], who) {
+				out[path] = append(out[path], who)
+			}
+		}
+		for _, n := range names {
+			v, err := st.View(n)
+			if err != nil {
+				continue // no record: it opens nothing
+			}
+			for _, d := range v.Disks {
+				who := fmt.Sprintf("VM %q (disk %q)", n, d.Name)
+				for _, p := range s.diskImages(ctx, d, v) {
+					add(p, who)
+				}
+			}
+			for _, p := range v.Tree.Files() {
+				for _, b := range chain(ctx, p) {
+					add(b, fmt.Sprintf("VM %q (a snapshot)", n))
+				}
+			}
+		}
+		return out, nil
+	}
+}
+
+// diskImages are the files a disk of v opens or will open.
+func (s Store) diskImages(ctx context.Context, d vmstate.Disk, v *vmstate.View) []string {
+	if d.Type != spec.DiskFile {
+		return nil
+	}
+	var out []string
+	for _, p := range d.Images(v.Tree) {
+		out = append(out, chain(ctx, p)...)
+	}
+	if d.Image != "" {
+		if im, err := s.Resolve(d.Image); err == nil {
+			out = append(out, im.Path)
+		}
+	}
+	return out
+}
+
+// chain is the image at path and its bases (none when unreadable).
+func chain(ctx context.Context, path string) []string {
+	files, err := storage.DiskFiles(ctx, spec.Disk{Type: spec.DiskFile, Format: spec.FormatQcow2, File: path})
+	if err != nil {
+		return []string{path}
+	}
+	var out []string
+	for _, f := range files {
+		out = append(out, f.Path)
+	}
+	return out
+}

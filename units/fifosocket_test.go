@@ -57,13 +57,13 @@ func fifoFiles(t *testing.T) (fifo, out, self string) {
 }
 
 // TestFIFOSocket: a unit writes to a FIFO its socket holds; the service
-// runs only while there is data (twice here: two bursts 1.5 s apart), gets
+// runs only while there is data (twice here: two bursts 3 s apart), gets
 // every byte, and the socket and its FIFO go when the unit stops.
 func TestFIFOSocket(t *testing.T) {
 	m, ctx := connect(t)
 	fifo, out, self := fifoFiles(t)
 	w := units.Unit{Name: "fifo-writer.service", Collect: true,
-		Argv: []string{"/bin/sh", "-c", "echo one >" + fifo + "; sleep 1.5; echo two >" + fifo + "; sleep 60"},
+		Argv: []string{"/bin/sh", "-c", "echo one >" + fifo + "; sleep 3; echo two >" + fifo + "; sleep 60"},
 		FIFOSockets: []units.FIFOSocket{{Name: "fifo-reader.socket", Path: fifo, Mode: 0o600,
 			Service: units.Unit{Name: "fifo-reader.service", Collect: true, Argv: []string{self},
 				Environment: []string{fifoReaderEnv + "=" + out}}}}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/vsock"
 
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -92,9 +91,10 @@ func (s *Supervisor) runStateAt(ctx context.Context, sock string) qmp.RunState {
 }
 
 // removeUnit kills a unit (a destination QEMU nobody will use) and clears
-// its failed state.
+// its failed state. Its console's socket is left listening, a unit with no
+// process, for what QEMU wrote last: the next start or down of the VM
+// stops it (companion.StopLeft).
 func (s *Supervisor) removeUnit(ctx context.Context, sd *units.Manager, unit string) {
-	defer companion.StopConsoleLog(ctx, sd, unit) // also when its QEMU never started: the logger waits for it
 	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
 	defer cancel()
 	sd.KillAndWait(uctx, unit)

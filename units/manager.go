@@ -106,8 +106,12 @@ func (m *Manager) Start(ctx context.Context, u Unit) error {
 	if err != nil {
 		return err
 	}
+	aux, err := u.auxUnits()
+	if err != nil {
+		return err
+	}
 	ch := make(chan string, 1)
-	if _, err := m.conn.StartTransientUnitContext(ctx, u.Name, "fail", props, ch); err != nil {
+	if _, err := m.conn.StartTransientUnitAux(ctx, u.Name, "fail", props, aux, ch); err != nil {
 		return fmt.Errorf("unit %s: start: %w", u.Name, err)
 	}
 	return waitJob(ctx, u.Name, "start", ch)

@@ -68,6 +68,9 @@ type Unit struct {
 	// Sandbox, when set, confines the service (see Sandbox); its Devices
 	// are added to DeviceAllow.
 	Sandbox *Sandbox
+	// FIFOSockets are started with the unit, before it, and end with it
+	// (see FIFOSocket).
+	FIFOSockets []FIFOSocket
 }
 
 // DeviceRule allows one device node ("/dev/kvm", "rw").
@@ -81,6 +84,7 @@ func (u Unit) properties() ([]sd.Property, error) {
 		return nil, fmt.Errorf("unit %s: empty command", u.Name)
 	}
 	p := append(u.lifecycleProps(), u.resourceProps()...)
+	p = append(p, u.socketDeps()...)
 	devices := u.DeviceAllow
 	if u.Sandbox != nil {
 		sp, err := u.Sandbox.properties(&u)

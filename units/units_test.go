@@ -20,6 +20,9 @@ import (
 var sandbox *testenv.Systemd
 
 func TestMain(m *testing.M) {
+	if out := os.Getenv(fifoReaderEnv); out != "" {
+		fifoReader(out) // started by TestFIFOSocket's socket
+	}
 	if os.Geteuid() != 0 {
 		fmt.Println("units tests need root (systemd sandbox); skipping all")
 		os.Exit(0)

@@ -1,9 +1,11 @@
 // Package companion runs the companion units that serve one QEMU of a VM
 // from outside it: the console logger (internal/consolelog), swtpm
 // (internal/vtpm) and one virtiofsd per virtiofs share
-// (internal/virtiofs). Each starts just before its QEMU's unit, in a step
-// of the VM's start, as QEMU's user in a sandbox of its own, and ends with
-// that QEMU (or is stopped when the VM is torn down). This package names
+// (internal/virtiofs). swtpm and virtiofsd start just before their QEMU's
+// unit, in a step of the VM's start; the console logger's socket starts
+// with that unit, and the logger runs only while the guest prints
+// (logger.go). Each runs as QEMU's user in a sandbox of its own, and ends
+// with that QEMU (or is stopped when the VM is torn down). This package names
 // the units, gives them their user, starts them, waits for them to listen
 // and stops them; what each runs is its own package's.
 package companion
@@ -46,17 +48,18 @@ type Companions struct {
 
 var _ startplan.Contributor = Companions{}
 
-// Steps starts the QEMU's console logger, and its swtpm and virtiofsds if
-// the VM has a TPM and shares; each step's undo stops what it started.
-// QEMU's argv names the logger's FIFO and swtpm's socket of its own unit.
+// Steps readies the QEMU's console log (its FIFO socket starts with QEMU's
+// unit), and starts its swtpm and virtiofsds if the VM has a TPM and
+// shares; each of these steps' undo stops what it started. QEMU's argv
+// names the console's FIFO and swtpm's socket of its own unit.
 func (c Companions) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 	plan.AddArgv(func(o *qemuargs.Options) {
 		o.ConsoleLog = FIFO(plan.Paths, plan.Unit)
 		o.TPMSocket = TPMPaths(plan.Paths, plan.Unit).Socket // each unit its own swtpm
 	})
+	// The logger's socket starts with QEMU's unit and ends with it: no undo.
 	list := []steps.Step{{Name: StepConsole,
-		Do:   func(ctx context.Context) error { return c.startConsoleLog(ctx, f, plan) },
-		Undo: func(ctx context.Context) { c.stopConsoleLog(ctx, plan) }}}
+		Do: func(ctx context.Context) error { return c.prepareConsoleLog(ctx, f, plan) }}}
 	if f.VM.TPM != nil {
 		list = append(list, steps.Step{Name: StepTPM,
 			Do:   func(ctx context.Context) error { return c.startTPM(ctx, f, plan) },
@@ -102,9 +105,14 @@ func Stop(ctx context.Context, sd *units.Manager, unit string) {
 }
 
 // StopLeft stops what may still serve VM name (its state paths p) once no
-// QEMU of it runs: swtpm and virtiofsd end with their QEMU; this is for
+// QEMU of it runs: the console sockets of both its units, once their
+// FIFOs are empty; swtpm and virtiofsd end with their QEMU, this is for
 // one whose QEMU never came (its start killed in between).
 func (c Companions) StopLeft(ctx context.Context, p vmstate.Paths, name string) {
+	main := vmstate.UnitName(name)
+	for _, u := range []string{main, vmstate.AltUnit(name, main)} {
+		_ = c.StopConsoleLog(ctx, p, u)
+	}
 	// A companion's directory is made before its unit starts: a VM with
 	// none (most) costs a down no D-Bus call.
 	ents, _ := os.ReadDir(p.Dir)
@@ -117,7 +125,6 @@ func (c Companions) StopLeft(ctx context.Context, p vmstate.Paths, name string) 
 	if err != nil {
 		return
 	}
-	main := vmstate.UnitName(name)
 	left, err := sd.List(ctx, unitName("tpm", main), unitName("tpm", vmstate.AltUnit(name, main)),
 		"vmsup-fs-*@"+name+".service")
 	if err != nil {

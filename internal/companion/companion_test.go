@@ -19,10 +19,10 @@ import (
 func TestNames(t *testing.T) {
 	p := vmstate.Store{Root: "/r"}.Paths("web")
 	for _, c := range []struct{ vmUnit, log, fifo, tpm string }{
-		{"vmsup-web.service", "vmsup-log@web.service", p.Dir + "/console.fifo", p.Dir + "/tpm"},
-		{"vmsup-web@migrated.service", "vmsup-log@web:migrated.service", p.Dir + "/console-migrated.fifo", p.Dir + "/tpm-migrated"},
+		{"vmsup-web.service", "vmsup-log@web:ab12cd.service", p.Dir + "/console.fifo", p.Dir + "/tpm"},
+		{"vmsup-web@migrated.service", "vmsup-log@web:migrated:ab12cd.service", p.Dir + "/console-migrated.fifo", p.Dir + "/tpm-migrated"},
 	} {
-		if got := logUnit(c.vmUnit); got != c.log {
+		if got := logUnit(c.vmUnit, "ab12cd"); got != c.log || !matchName(LoggerPattern("web"), got) {
 			t.Errorf("%s: logger %s, want %s", c.vmUnit, got, c.log)
 		}
 		if got := FIFO(p, c.vmUnit); got != c.fifo {
@@ -110,7 +110,7 @@ func TestConfig(t *testing.T) {
 // TestRunConsoleLogArgs: the logger refuses a command line it was not
 // given by its unit.
 func TestRunConsoleLogArgs(t *testing.T) {
-	for _, args := range [][]string{{}, {"/log"}, {"--fifo", "/f"}, {"--fifo", "/f", "a", "b"}, {"--bogus", "x", "/log"}} {
+	for _, args := range [][]string{{}, {"/log"}, {"--idle", "0s", "/log"}, {"--fifo", "/f"}, {"--fifo", "/f", "a", "b"}, {"--bogus", "x", "/log"}} {
 		if err := RunConsoleLog(context.Background(), args); err == nil || strings.Contains(err.Error(), "no such file") {
 			t.Errorf("%q: %v", args, err)
 		}

@@ -53,6 +53,33 @@ func Run(ctx context.Context, fifo string, c Config, firstWriter time.Duration) 
 		}
 		return fmt.Errorf("%s: %w", fifo, err)
 	}
+	return copyIn(ctx, in, c, 0)
+}
+
+// Serve is Run for a FIFO that systemd holds (units.FIFOSocket) and
+// passed as in: it copies what comes into the log c until nothing came for
+// idle (nil), in fails, or ctx ends (ctx's error). It never sees EOF, the
+// socket holding the FIFO open for writing: what comes after it returns
+// waits in the FIFO, and systemd starts the logger again for it.
+func Serve(ctx context.Context, in *os.File, c Config, idle time.Duration) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if idle <= 0 {
+		return fmt.Errorf("console log %s: idle %s is not positive", c.Path, idle)
+	}
+	if fi, err := in.Stat(); err != nil {
+		return err
+	} else if fi.Mode().Type() != fs.ModeNamedPipe {
+		return fmt.Errorf("%s: not a FIFO", in.Name())
+	}
+	defer context.AfterFunc(ctx, func() { in.Close() })()
+	return copyIn(ctx, in, c, idle)
+}
+
+// copyIn copies in into the log c until EOF, or until nothing came for
+// idle (0: no bound).
+func copyIn(ctx context.Context, in *os.File, c Config, idle time.Duration) error {
 	// Another logger of the same log (a local migration's source QEMU's)
 	// finishes first; meanwhile the FIFO holds what this QEMU writes.
 	unlock, err := lockLog(ctx, c)
@@ -64,10 +91,15 @@ func Run(ctx context.Context, fifo string, c Config, firstWriter time.Duration) 
 	defer w.close()
 	buf := make([]byte, bufSize)
 	for {
+		if idle > 0 {
+			if err := in.SetReadDeadline(time.Now().Add(idle)); err != nil {
+				return errors.Join(err, w.err)
+			}
+		}
 		n, err := in.Read(buf)
 		w.write(buf[:n])
 		switch {
-		case err == io.EOF:
+		case err == io.EOF || idle > 0 && errors.Is(err, os.ErrDeadlineExceeded):
 			return w.err
 		case err != nil && ctx.Err() != nil:
 			return errors.Join(ctx.Err(), w.err)

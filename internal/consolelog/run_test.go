@@ -309,3 +309,35 @@ func TestNewRun(t *testing.T) {
 		t.Errorf("current %q, previous %q", cur, old)
 	}
 }
+
+// TestServe: a FIFO held open for reading and writing (as systemd's socket
+// holds it) never reaches EOF: Serve copies what is there, appending to
+// the log, and ends after idle without data; what comes after waits in the
+// FIFO for the next Serve.
+func TestServe(t *testing.T) {
+	fifo, c := setup(t, 64<<10, 2)
+	held, err := os.OpenFile(fifo, os.O_RDWR|syscall.O_NONBLOCK, 0) // systemd's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ctx := context.Background()
+	for i, line := range []string{"one\n", "login: "} {
+		if _, err := held.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := Serve(ctx, held, c, 100*time.Millisecond); err != nil {
+			t.Fatalf("serve %d: %v", i, err)
+		}
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("serve %d took %s with an idle of 100ms", i, d)
+		}
+	}
+	if got := string(readLog(t, c)); got != "one\nlogin: " {
+		t.Errorf("log %q", got)
+	}
+	if err := Serve(ctx, held, c, 0); err == nil {
+		t.Error("Serve with no idle bound: no error")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -181,12 +182,19 @@ func floodConsole(t *testing.T, ctx context.Context, sh *testenv.GuestShell, st 
 	return sh
 }
 
-// loggerMemory is the console logger's resident memory now and at its peak.
+// loggerMemory is the console logger's resident memory now and at its
+// peak, if it still runs (it ends a few seconds after the guest's output).
 func loggerMemory(t *testing.T, vm string) string {
-	pids, err := env.Systemd.HostPIDs("vmsup-log@" + vm + ".service")
-	if err != nil || len(pids) != 1 {
-		t.Errorf("the console logger's processes: %v %v", pids, err)
-		return "?"
+	list, err := env.Systemd.Systemctl(context.Background(), "list-units", "--all", "--plain", "--no-legend", companion.LoggerPattern(vm))
+	var pids []int
+	for _, l := range strings.Split(strings.TrimSpace(string(list)), "\n") {
+		if f := strings.Fields(l); err == nil && len(f) > 0 {
+			p, _ := env.Systemd.HostPIDs(f[0])
+			pids = append(pids, p...)
+		}
+	}
+	if len(pids) != 1 {
+		return fmt.Sprintf("%d processes (%v)", len(pids), err)
 	}
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pids[0]))
 	var out []string

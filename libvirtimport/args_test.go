@@ -63,7 +63,7 @@ func goldenOptions(vm *spec.VM) qemuargs.Options {
 	run := "/run/vmsup/" + vm.Name + "/"
 	o := qemuargs.Options{Binary: "/usr/bin/qemu-system-x86_64", Accel: spec.AccelTCG,
 		QMPSocket: run + "qmp.sock", EventSocket: run + "qmp-events.sock", ConsoleSocket: run + "console.sock",
-		AgentSocket: run + "guest-agent.sock", TPMSocket: run + "tpm.sock", Hugetlbfs: "/dev/hugepages",
+		AgentSocket: run + "guest-agent.sock", TPMSocket: run + "tpm.sock", VNCSocket: run + "vnc.sock", Hugetlbfs: "/dev/hugepages",
 		FirmwareCode: "/usr/share/OVMF/OVMF_CODE_4M.fd", FirmwareVars: run + "OVMF_VARS.fd"}
 	if vm.SEV != nil {
 		o.Accel = spec.AccelKVM

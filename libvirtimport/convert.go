@@ -241,9 +241,7 @@ func (c *converter) domain() error {
 	if d.PM != nil {
 		c.drop("pm", "guest suspend settings: QEMU's defaults apply")
 	}
-	if d.Clock != nil && (d.Clock.Offset != "" && d.Clock.Offset != "utc" || len(d.Clock.Timer) > 0) {
-		c.drop("clock", "offset %q with %d timer settings: vmsup guests run QEMU's default clock (UTC)", d.Clock.Offset, len(d.Clock.Timer))
-	}
+	c.clock(d.Clock)
 	if len(d.SecLabel) > 0 {
 		c.drop("seclabel", "vmsup confines each VM itself (its own user, an AppArmor profile, seccomp: [security])")
 	}
@@ -459,10 +457,11 @@ func (c *converter) features() {
 	if f.VMCoreInfo != nil && f.VMCoreInfo.State != "off" {
 		c.out.VMCoreInfo = nil // vmsup's default: on
 	}
+	c.hyperv(f.HyperV)
 	for _, x := range []struct {
 		name string
 		set  bool
-	}{{"hyperv", f.HyperV != nil}, {"kvm", f.KVM != nil}, {"smm", f.SMM != nil}, {"pmu", f.PMU != nil},
+	}{{"kvm", f.KVM != nil}, {"smm", f.SMM != nil}, {"pmu", f.PMU != nil},
 		{"vmport", f.VMPort != nil}, {"ioapic", f.IOAPIC != nil}, {"pvspinlock", f.PVSpinlock != nil},
 		{"msrs", f.MSRS != nil}, {"hap", f.HAP != nil}} {
 		if x.set {

@@ -114,7 +114,6 @@ const hostQEMU = "/usr/bin/qemu-system-x86_64"
 // unsupported lists the devices vmsup has no counterpart for, one line
 // each, with why.
 func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
-	const noDisplay = "vmsup VMs have no display; the serial console is `vmsup console`"
 	list := func(el string, n int, why string) {
 		for i := 0; i < n; i++ {
 			c.drop(fmt.Sprintf("devices/%s[%d]", el, i), "%s", why)
@@ -123,9 +122,7 @@ func (c *converter) unsupported(dv *libvirtxml.DomainDeviceList) {
 	if dv.Emulator != "" && dv.Emulator != hostQEMU {
 		c.note("devices/emulator", "%s: vmsup runs the host's %s", dv.Emulator, hostQEMU)
 	}
-	list("graphics", len(dv.Graphics), noDisplay)
-	list("video", len(dv.Videos), noDisplay)
-	list("input", len(dv.Inputs), noDisplay)
+	c.display(dv)
 	list("sound", len(dv.Sounds), "vmsup VMs have no sound device")
 	list("audio", len(dv.Audios), "vmsup VMs have no sound device")
 	list("redirdev", len(dv.RedirDevs), "USB redirection needs a display client")

@@ -7,6 +7,7 @@ type fileVM struct {
 	Name          string            `toml:"name"`
 	Description   string            `toml:"description,omitempty"`
 	UUID          string            `toml:"uuid,omitempty"`
+	RTC           string            `toml:"rtc,omitempty"`
 	Machine       string            `toml:"machine,omitempty"`
 	CPUModel      string            `toml:"cpu_model,omitempty"`
 	CPUs          uint              `toml:"cpus,omitempty"`
@@ -38,6 +39,8 @@ type fileVM struct {
 	Shares        []fileShare       `toml:"share,omitempty"`
 	Vsock         *fileVsock        `toml:"vsock,omitempty"`
 	SEV           *fileSEV          `toml:"sev,omitempty"`
+	CPU           *fileCPU          `toml:"cpu,omitempty"`     // display.go
+	Display       *fileDisplay      `toml:"display,omitempty"` // display.go
 }
 
 type fileRNGRate struct {

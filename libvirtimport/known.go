@@ -10,7 +10,7 @@ import "strings"
 // reads: a path here that no code reads is a setting lost in silence.
 func knownPaths() map[string]bool {
 	m := map[string]bool{}
-	for _, line := range strings.Split(knownText, "\n") {
+	for _, line := range strings.Split(knownText+displayKnownText, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			continue

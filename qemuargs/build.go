@@ -81,6 +81,10 @@ type Options struct {
 	// it and checks for free pages (host I/O).
 	Hugetlbfs string
 
+	// VNCSocket is where the VM's VNC server listens (a unix socket in its
+	// state directory); required with [display] and its VNC server.
+	VNCSocket string
+
 	// Incoming starts QEMU as a live-migration destination: "-incoming
 	// defer" (the supervisor picks the address later with migrate-incoming)
 	// and "-S", so the guest stays paused after the stream ends until the
@@ -157,6 +161,11 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		return nil, err
 	}
 	parts = append(parts, devs...)
+	display, err := displayParts(vm, o)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, display...)
 	tpm, err := tpmParts(vm, o)
 	if err != nil {
 		return nil, err
@@ -198,7 +207,11 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	if at := memoryPlace(vm, o); at != (MemoryPlace{}) && len(vm.NUMA) == 0 {
 		m.MemoryBackend = MainMemdevID // the -m memory, on hugetlbfs or shared
 	}
-	parts = append(parts, m, accel{o.Accel}, cpu{model, o.CPUFeaturesOff},
+	hv, err := hypervProps(vm, o.Accel)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, m, accel{o.Accel}, cpu{model, hv, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
 		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs, Topology: vm.Topology})
 	if m.MemoryBackend != "" {
@@ -386,6 +399,9 @@ func checkOptions(vm *spec.VM, o Options) error {
 	}
 	if vm.TPM != nil {
 		sockets = append(sockets, struct{ name, path string }{"TPMSocket", o.TPMSocket})
+	}
+	if vm.Display.HasVNC() {
+		sockets = append(sockets, struct{ name, path string }{"VNCSocket", o.VNCSocket})
 	}
 	for _, sh := range vm.Shares {
 		if sh.Driver == spec.ShareVirtioFS {

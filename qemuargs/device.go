@@ -140,10 +140,13 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		if vm.Slots() < 0 {
 			return l, errorf("hotplug_slots", "%d is negative", vm.Slots())
 		}
-		total := n + vm.Slots()
-		if total > MaxRootPorts {
-			return l, errorf(field(MaxRootPorts), "needs root port %d of at most %d (%s + %d hotplug slots)",
-				MaxRootPorts+1, MaxRootPorts, counts, vm.Slots())
+		total, max := n+vm.Slots(), MaxRootPorts
+		if hasDisplaySlot(vm) {
+			max -= portsPerSlot // the display's slot
+		}
+		if total > max {
+			return l, errorf(field(max), "needs root port %d of at most %d (%s + %d hotplug slots)",
+				max+1, max, counts, vm.Slots())
 		}
 		for i := 0; i < total; i++ {
 			slot, fn := q35FirstPortSlot+i/portsPerSlot, i%portsPerSlot
@@ -164,7 +167,11 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		if vm.Slots() != 0 {
 			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
 		}
-		if max := MaxPCSlots; n > max {
+		max := MaxPCSlots
+		if hasDisplaySlot(vm) {
+			max-- // the display's slot
+		}
+		if n > max {
 			return l, errorf(field(max), "no free slot on %s: %s, at most %d devices", PCIRootBus, counts, max)
 		}
 		for i := 0; i < n; i++ {

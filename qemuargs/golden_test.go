@@ -119,6 +119,9 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 	if vm.TPM != nil {
 		o.TPMSocket = run + "tpm/ctrl.sock"
 	}
+	if vm.Display.HasVNC() {
+		o.VNCSocket = run + "vnc.sock"
+	}
 	for _, sh := range vm.Shares {
 		if sh.Driver == spec.ShareVirtioFS {
 			if o.ShareSockets == nil {
@@ -154,7 +157,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		"Binary": &o.Binary, "QMPSocket": &o.QMPSocket, "EventSocket": &o.EventSocket,
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
-		"TPMSocket": &o.TPMSocket,
+		"TPMSocket": &o.TPMSocket, "VNCSocket": &o.VNCSocket,
 		"Hugetlbfs": &o.Hugetlbfs,
 	}
 	for k, v := range c.override {
@@ -213,34 +216,42 @@ func TestGoldenArgs(t *testing.T) {
 			if c.wantErr != "" {
 				t.Fatalf("%s: golden files must not have an error header; move it to errors/", c.file)
 			}
-			f, err := c.parse()
-			if err != nil {
-				t.Fatalf("spec.Parse: %v", err)
-			}
-			argv, err := Build(&f.VM, c.options(t, &f.VM))
-			if err != nil {
-				t.Fatalf("Build: %v", err)
-			}
-			argsFile := strings.TrimSuffix(c.file, ".toml") + ".args"
-			if *update {
-				if err := os.WriteFile(argsFile, []byte(strings.Join(argv, "\n")+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := readArgs(argsFile)
-			if err != nil {
-				t.Fatalf("%v (run go test ./qemuargs -update to create it)", err)
-			}
-			if diff := cmp.Diff(want, argv); diff != "" {
-				t.Errorf("Build(%s) mismatch (-%s +got); rerun with -update if intended:\n%s", c.file, filepath.Base(argsFile), diff)
-			}
-			again, _ := Build(&f.VM, c.options(t, &f.VM))
-			if !cmp.Equal(argv, again) {
-				t.Errorf("Build is not deterministic")
-			}
+			checkGolden(t, c)
 		})
 	}
+}
+
+// checkGolden builds the case's argv and compares it with its .args file
+// (rewritten with -update), and checks Build is deterministic.
+func checkGolden(t *testing.T, c goldenCase) []string {
+	t.Helper()
+	f, err := c.parse()
+	if err != nil {
+		t.Fatalf("spec.Parse: %v", err)
+	}
+	argv, err := Build(&f.VM, c.options(t, &f.VM))
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	argsFile := strings.TrimSuffix(c.file, ".toml") + ".args"
+	if *update {
+		if err := os.WriteFile(argsFile, []byte(strings.Join(argv, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return argv
+	}
+	want, err := readArgs(argsFile)
+	if err != nil {
+		t.Fatalf("%v (run go test ./qemuargs -update to create it)", err)
+	}
+	if diff := cmp.Diff(want, argv); diff != "" {
+		t.Errorf("Build(%s) mismatch (-%s +got); rerun with -update if intended:\n%s", c.file, filepath.Base(argsFile), diff)
+	}
+	again, _ := Build(&f.VM, c.options(t, &f.VM))
+	if !cmp.Equal(argv, again) {
+		t.Errorf("Build is not deterministic")
+	}
+	return argv
 }
 
 // TestGoldenArgsNoOrphans finds .args files whose .toml is gone.

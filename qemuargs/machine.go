@@ -82,15 +82,20 @@ func (a accel) Args() ([]string, error) {
 	return []string{"-accel", string(a.Name)}, nil
 }
 
-// cpu is -cpu MODEL[,FEATURE=off...]. The model and features were checked
-// to be plain names (a comma would add CPU properties).
+// cpu is -cpu MODEL[,PROP...][,FEATURE=off...]. The model and features
+// were checked to be plain names (a comma would add CPU properties); Props
+// are whole properties ("hv-relaxed=on") made here.
 type cpu struct {
 	Model string
+	Props []string
 	Off   []string
 }
 
 func (c cpu) Args() ([]string, error) {
 	v := c.Model
+	for _, p := range c.Props {
+		v += "," + p
+	}
 	for _, f := range c.Off {
 		v += "," + f + "=off"
 	}

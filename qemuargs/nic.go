@@ -124,6 +124,10 @@ func NICDevice(n spec.NIC, bus string) Device {
 		RxQueueSize: n.RxQueueSize,
 		TxQueueSize: n.TxQueueSize,
 	}
+	if n.Model == spec.NICModelE1000e {
+		d.Driver, d.HostMTU, d.RxQueueSize, d.TxQueueSize = "e1000e", 0, 0, 0 // no virtio-net properties (spec.NIC.Check)
+		return d
+	}
 	if n.Queues > 1 {
 		// One vector per queue (rx and tx) plus config and control, as
 		// QEMU's documentation for multiqueue virtio-net says.

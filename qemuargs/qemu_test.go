@@ -298,7 +298,7 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		}
 		o.Credentials[name] = np
 	}
-	for _, p := range []*string{&o.QMPSocket, &o.EventSocket, &o.ConsoleSocket, &o.ConsoleLog, &o.EventLog, &o.AgentSocket, &o.FirmwareVars} {
+	for _, p := range []*string{&o.QMPSocket, &o.EventSocket, &o.ConsoleSocket, &o.ConsoleLog, &o.EventLog, &o.AgentSocket, &o.FirmwareVars, &o.VNCSocket} {
 		*p = strings.Replace(*p, run, s, 1)
 	}
 	if o.EventLog != "" { // QEMU opens both files; it creates neither
@@ -340,6 +340,7 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 			o.CPU, o.CPUFeaturesOff, golden = model, masks, false
 		}
 	}
+	skipHyperv(t, vm, o)
 	o.Binary = env.qemu
 
 	argv, err := Build(vm, o)

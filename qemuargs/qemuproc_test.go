@@ -103,6 +103,9 @@ func checkInQEMU(t *testing.T, argv []string, o Options) {
 	if err := checkState(q, argv); err != nil {
 		p.fail("%v", err)
 	}
+	if err := checkVNC(q, o); err != nil {
+		p.fail("%v", err)
+	}
 	p.quit(ctx, q)
 }
 

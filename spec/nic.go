@@ -96,6 +96,15 @@ func (n *NIC) Check() (string, error) {
 	default:
 		return fail("link", "invalid value %q (want \"up\" or \"down\")", n.Link)
 	}
+	switch n.Model {
+	case "", NICModelVirtio:
+	case NICModelE1000e:
+		if n.MTU != 0 || n.Queues > 1 || n.RxQueueSize != 0 || n.TxQueueSize != 0 {
+			return fail("model", "\"e1000e\" takes neither mtu nor queues nor queue sizes (virtio-net's)")
+		}
+	default:
+		return fail("model", "unknown model %q (want \"virtio\" or \"e1000e\")", n.Model)
+	}
 	if field, err := n.nicTuning(); err != nil {
 		return field, err
 	}

@@ -9,18 +9,24 @@ import (
 // TOML key and the default Load fills in; testdata/example.toml is the
 // commented reference a user copies.
 type VM struct {
-	Name        string     `toml:"name"`        // required: [A-Za-z0-9][A-Za-z0-9_.-]*, at most 64 bytes
-	Description string     `toml:"description"` // free text, shown by status
-	Machine     string     `toml:"machine"`     // "q35" (default) or "pc"
-	Accel       Accel      `toml:"accel"`       // "auto" (default), "kvm" or "tcg"
-	CPUModel    string     `toml:"cpu_model"`   // default "host" under KVM, "max" under TCG
-	CPUs        int        `toml:"cpus"`        // default 1
-	MaxCPUs     int        `toml:"max_cpus"`    // vCPU hotplug ceiling; default = cpus
-	Topology    Topology   `toml:"topology"`    // sockets, dies, cores, threads (topology.go)
-	Pinning     Pinning    `toml:"pinning"`     // vCPU and emulator threads on host CPUs (pinning.go)
-	NUMA        []NUMANode `toml:"numa"`        // guest NUMA nodes (numa.go); none: one node
-	Memory      Size       `toml:"memory"`      // required, e.g. "512M"
-	MaxMemory   Size       `toml:"max_memory"`  // memory hotplug ceiling; default = memory (no hotplug)
+	Name        string `toml:"name"`        // required: [A-Za-z0-9][A-Za-z0-9_.-]*, at most 64 bytes
+	Description string `toml:"description"` // free text, shown by status
+	Machine     string `toml:"machine"`     // "q35" (default) or "pc"
+	Accel       Accel  `toml:"accel"`       // "auto" (default), "kvm" or "tcg"
+	CPUModel    string `toml:"cpu_model"`   // default "host" under KVM, "max" under TCG
+	// CPU are the CPU's features beyond its model: Hyper-V
+	// enlightenments (display.go).
+	CPU CPUFeatures `toml:"cpu"`
+	// RTC is the base of the guest's real-time clock: "utc" (default) or
+	// "localtime" (Windows).
+	RTC       string     `toml:"rtc"`
+	CPUs      int        `toml:"cpus"`       // default 1
+	MaxCPUs   int        `toml:"max_cpus"`   // vCPU hotplug ceiling; default = cpus
+	Topology  Topology   `toml:"topology"`   // sockets, dies, cores, threads (topology.go)
+	Pinning   Pinning    `toml:"pinning"`    // vCPU and emulator threads on host CPUs (pinning.go)
+	NUMA      []NUMANode `toml:"numa"`       // guest NUMA nodes (numa.go); none: one node
+	Memory    Size       `toml:"memory"`     // required, e.g. "512M"
+	MaxMemory Size       `toml:"max_memory"` // memory hotplug ceiling; default = memory (no hotplug)
 	// Hugepages backs all guest memory (boot, NUMA nodes, hot-plugged
 	// DIMMs) by hugetlbfs pages of this size: "2M" or "1G"; unset: ordinary
 	// memory (hugepages.go).
@@ -84,6 +90,8 @@ type VM struct {
 	// Guest devices (guestdev.go): a TPM 2.0, host folders.
 	TPM    *TPM    `toml:"tpm"`
 	Shares []Share `toml:"share"`
+	// Display is a graphical console (display.go); unset: none.
+	Display *Display `toml:"display"`
 	// Placement constrains where a fleet runs the VM (placement.go).
 	Placement Placement `toml:"placement"`
 }
@@ -254,7 +262,18 @@ type NIC struct {
 	IP             string   `toml:"ip"`
 	AllowSpoofing  bool     `toml:"allow_spoofing"`
 	SecurityGroups []string `toml:"security_groups"`
+
+	// Model is the guest's NIC: "virtio" (virtio-net-pci; the default,
+	// also when empty) or "e1000e" (Intel 82574, which Windows' installer
+	// drives without the VirtIO drivers; no mtu, no queues).
+	Model string `toml:"model"`
 }
+
+// NIC models.
+const (
+	NICModelVirtio = "virtio"
+	NICModelE1000e = "e1000e"
+)
 
 // Link states.
 const (
@@ -342,6 +361,7 @@ func (vm *VM) FillDefaults() { vm.applyDefaults() }
 // applyDefaults fills the documented defaults in place.
 func (vm *VM) applyDefaults() {
 	vm.guestDevDefaults()
+	vm.displayDefaults()
 	if vm.Machine == "" {
 		vm.Machine = DefaultMachine
 	}

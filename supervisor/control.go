@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"net"
 	"os"
 	"syscall"
+	"time"
 
+	"github.com/vmsup/vmsup/internal/display"
 	"github.com/vmsup/vmsup/internal/qmppolicy"
 	"github.com/vmsup/vmsup/spec"
 
@@ -124,4 +127,73 @@ func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, er
 		return nil, vmErr(name, fmt.Errorf("console: %w", err))
 	}
 	return c, nil
+}
+
+// displayVM is the running VM's booted spec when it has a [display] (and,
+// if vnc, its VNC server).
+func (s *Supervisor) displayVM(name string, vnc bool) (*spec.VM, error) {
+	v, err := s.view(name)
+	if errors.Is(err, ErrNotRunning) {
+		return nil, vmErr(name, ErrNotRunning)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch d := v.Booted.Display; {
+	case vnc && !d.HasVNC():
+		return nil, vmErr(name, errors.New("no VNC server ([display] with vnc = true)"))
+	case !vnc && !d.HasVideo():
+		return nil, vmErr(name, display.ErrNoDisplay)
+	}
+	return v.Booted, nil
+}
+
+// Screenshot is the VM's screen now (internal/display.Screenshot).
+func (s *Supervisor) Screenshot(ctx context.Context, name string) (*image.RGBA, error) {
+	if _, err := s.displayVM(name, false); err != nil {
+		return nil, err
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	img, err := display.Screenshot(ctx, c, s.paths(name).Dir)
+	if err != nil {
+		return nil, vmErr(name, fmt.Errorf("screenshot: %w", err))
+	}
+	return img, nil
+}
+
+// DialVNC connects to the VM's VNC server's socket (never through a
+// symlink) for one client's session.
+func (s *Supervisor) DialVNC(ctx context.Context, name string) (net.Conn, error) {
+	if _, err := s.displayVM(name, true); err != nil {
+		return nil, err
+	}
+	conn, err := qmp.DialSocket(ctx, s.paths(name).VNC())
+	if err != nil {
+		return nil, vmErr(name, fmt.Errorf("vnc: %w", err))
+	}
+	return conn, nil
+}
+
+// VNCTicket gives a VM whose VNC server asks for a password
+// (display.password) a fresh one a client must log in with within ttl
+// (internal/display.Ticket); "" for a VM whose server asks for none.
+func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Duration) (string, error) {
+	vm, err := s.displayVM(name, true)
+	if err != nil || !vm.Display.Password {
+		return "", err
+	}
+	c, release, err := s.qmpSession(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	pw, err := display.Ticket(ctx, c, ttl)
+	if err != nil {
+		return "", vmErr(name, fmt.Errorf("vnc: %w", err))
+	}
+	return pw, nil
 }

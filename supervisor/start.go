@@ -521,6 +521,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 		opts = append(opts, func(o *qemuargs.Options) {
 			o.Incoming = true
 			o.QMPSocket, o.EventSocket, o.ConsoleSocket, o.AgentSocket = r.sock.QMP, r.sock.Events, r.sock.Console, r.sock.Agent
+			o.VNCSocket = r.sock.VNC()
 		})
 	}
 	r.argv, err = r.s.argv(boot, r.app.Accel, cpuChoice{r.app.CPUModel, r.app.CPUMasks}, opts...)

@@ -135,6 +135,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		EventSocket:    p.Events,
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
+		VNCSocket:      p.VNC(),
 		ConsoleLog:     companion.FIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (internal/companion)
 		EventLog:       p.EventLog(),
 		VhostNet:       s.vhostNet(),

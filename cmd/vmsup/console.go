@@ -18,17 +18,26 @@ import (
 const detachKey = 0x1d
 
 func consoleCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var web bool
+	var listen string
+	var wait time.Duration
+	c := &cobra.Command{
 		Use:   "console NAME",
-		Short: "Attach to the VM's serial console (detach with Ctrl-])",
+		Short: "Attach to the VM's serial console (detach with Ctrl-]), or its screen in a browser (--web)",
 		Long: "Attach to the VM's serial console socket. On a terminal, Ctrl-] detaches and leaves the VM running.\n" +
-			"Without a terminal, stdin is sent to the console until it ends, and console output is copied to stdout.",
+			"Without a terminal, stdin is sent to the console until it ends, and console output is copied to stdout.\n\n" +
+			"With --web (a VM with [display]): serve noVNC (Debian's novnc package) on a loopback port for one\n" +
+			"browser session and print its URL, which holds a one-time token; the token works once, until\n" +
+			"--timeout, and vmsup ends (nothing listens any more) when the browser leaves.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.json {
 				return usageError{fmt.Errorf("console is interactive: it has no --json form")}
 			}
 			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				if web {
+					return webConsole(cmd, sup, name, listen, wait)
+				}
 				dctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
 				conn, err := sup.DialConsole(dctx, name)
 				cancel()
@@ -40,6 +49,10 @@ func consoleCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	c.Flags().BoolVar(&web, "web", false, "serve the VM's screen to a browser (noVNC) for one session")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "with --web: address to listen on (port 0: any free one)")
+	c.Flags().DurationVar(&wait, "timeout", defaultConsoleWait, "with --web: how long the token waits for the browser")
+	return c
 }
 
 func attach(ctx context.Context, conn net.Conn, in *os.File, out io.Writer) error {

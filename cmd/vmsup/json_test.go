@@ -105,6 +105,9 @@ func TestCLIJSON(t *testing.T) {
 	check("set", 0, "set", "js", "--cpu-weight", "50")
 	check("qmp", 0, "qmp", "js", `{"execute":"query-status"}`)
 	check("pause", 0, "pause", "js")
+	if out := check("error", 1, "screenshot", "js", filepath.Join(dir, "js.png")); !strings.Contains(out, "no [display]") {
+		t.Errorf("screenshot of a VM without a display: %s", out)
+	}
 	check("resume", 0, "resume", "js")
 	check("reset", 0, "reset", "js")
 	waitAgent(t, root, "js")
@@ -159,6 +162,7 @@ func TestCLIJSON(t *testing.T) {
 		t.Errorf("status nosuch: %s", out)
 	}
 	check("error", 2, "console", "js")
+	check("error", 2, "vnc", "js")
 	check("error", 1, "up", filepath.Join(dir, "none.toml"))
 	check("error", 2, "bogus-command")
 	// The image store: its list, a prune of nothing, and each verb's

@@ -84,7 +84,7 @@ func TestHandOver(t *testing.T) {
 	if err := handOver(in, dir, func(s operation.Step) { steps = append(steps, s) }); err != nil {
 		t.Fatal(err)
 	}
-	want := []operation.Step{"hand-over qmp.sock", "hand-over events.sock", "hand-over console.sock", "hand-over qga.sock"}
+	want := []operation.Step{"hand-over qmp.sock", "hand-over events.sock", "hand-over console.sock", "hand-over qga.sock", "hand-over vnc.sock"}
 	if diff := cmp.Diff(want, steps); diff != "" {
 		t.Errorf("steps (-want +got):\n%s", diff)
 	}

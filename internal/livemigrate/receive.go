@@ -374,7 +374,7 @@ const stepHandOverRecord operation.Step = "hand-over record"
 // handOverSockets are the sockets a destination QEMU hands over, in order:
 // qmp.sock first (recovery asks it which QEMU runs the guest).
 func handOverSockets() []string {
-	return []string{"qmp.sock", "events.sock", "console.sock", "qga.sock"}
+	return []string{"qmp.sock", "events.sock", "console.sock", "qga.sock", "vnc.sock"}
 }
 
 func handOverStep(sock string) operation.Step { return operation.Step("hand-over " + sock) }

@@ -7,7 +7,7 @@ import (
 
 // groups lists the groups in documentation order.
 func groups() []Group {
-	return []Group{Queries, RunState, Devices, BlockNodes, BlockJobs, Network, Objects, Migration, NBDExport}
+	return []Group{Queries, RunState, Devices, BlockNodes, BlockJobs, Network, Objects, Migration, NBDExport, Display}
 }
 
 // Summary is the allow-list in a few lines for "vmsup qmp --help": each

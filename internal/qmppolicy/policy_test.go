@@ -117,6 +117,9 @@ func TestEscapes(t *testing.T) {
 		// The rest.
 		{"quit", `{"execute":"quit"}`, Ends, "use vmsup down"},
 		{"dump", `{"execute":"dump-guest-memory","arguments":{"paging":false,"protocol":"file:/root/dump"}}`, HostPath, "writes a host file"},
+		{"screendump outside", `{"execute":"screendump","arguments":{"filename":"/root/.bashrc"}}`, HostPath, "outside the VM's state directory"},
+		{"screendump through a symlink", `{"execute":"screendump","arguments":{"filename":"passwd"}}`, HostPath, "passwd"},
+		{"spice password", `{"execute":"set_password","arguments":{"protocol":"spice","password":"x"}}`, Form, "only \"vnc\""},
 		{"unknown", `{"execute":"inject-nmi"}`, NotListed, "not on the allow-list"},
 		{"chardev file", `{"execute":"chardev-add","arguments":{"id":"c","backend":{"type":"file","data":{"out":"/etc/cron.d/x"}}}}`, NotListed, ""},
 		{"other tap", `{"execute":"netdev_add","arguments":{"type":"tap","id":"t","ifname":"vmsup-db-n0","script":"no","downscript":"no"}}`, Form, "not a tap vmsup made for this VM"},
@@ -171,6 +174,9 @@ func TestAllowed(t *testing.T) {
 		`{"execute":"human-monitor-command","arguments":{"command-line":"info registers"}}`,
 		`{"execute":"stop"}`, `{"execute":"cont"}`, `{"execute":"system_powerdown"}`, `{"execute":"system_reset"}`,
 		cmd("set_link", map[string]any{"name": "nic-n0", "up": false}),
+		cmd("screendump", map[string]any{"filename": filepath.Join(env.StateDir, "screendump-0a1b.ppm")}),
+		cmd("set_password", map[string]any{"protocol": "vnc", "password": "s3cret"}),
+		cmd("expire_password", map[string]any{"protocol": "vnc", "time": "+60"}),
 		cmd("balloon", map[string]any{"value": 256 << 20}),
 		cmd("block_set_io_throttle", qmp.IOThrottle{ID: "disk-a", IOPS: 100}),
 		cmd("qom-set", map[string]any{"path": "/machine/peripheral/balloon0", "property": "guest-stats-polling-interval", "value": 2}),
@@ -230,7 +236,7 @@ func TestTable(t *testing.T) {
 			t.Errorf("%s listed twice", r.Command)
 		}
 		seen[r.Command] = true
-		if r.Group < Queries || r.Group > NBDExport {
+		if r.Group < Queries || r.Group > Display {
 			t.Errorf("%s: group %d", r.Command, r.Group)
 		}
 		if (r.check == nil) != (r.Allows == "") {

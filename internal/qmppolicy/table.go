@@ -16,6 +16,7 @@ const (
 	Objects
 	Migration
 	NBDExport
+	Display
 )
 
 func (g Group) String() string {
@@ -38,6 +39,8 @@ func (g Group) String() string {
 		return "Migration"
 	case NBDExport:
 		return "NBD export"
+	case Display:
+		return "Display"
 	}
 	return "other"
 }
@@ -142,6 +145,10 @@ func Rules() []Rule {
 		Rule{"nbd-server-stop", NBDExport, "", nil},
 		Rule{"block-export-add", NBDExport, `type "nbd", not writable (it serves on the NBD server, whose raw start is confined to the state directory)`, checkBlockExportAdd},
 		Rule{"block-export-del", NBDExport, "", nil},
+
+		Rule{"screendump", Display, "filename a path in the state directory", checkScreendump},
+		Rule{"set_password", Display, `protocol "vnc"`, checkVNCPassword},
+		Rule{"expire_password", Display, `protocol "vnc"`, checkVNCPassword},
 	)
 	return r
 }
@@ -170,7 +177,7 @@ func refusals() []refusal {
 		{[]string{"quit"}, Ends, "it ends QEMU without vmsup's stop steps: use vmsup down"},
 		{[]string{"chardev-add", "chardev-change", "chardev-remove"}, NotListed, "host files, sockets and terminals: not an operation vmsup makes"},
 		{[]string{"getfd", "closefd", "add-fd", "remove-fd"}, Descriptor, "descriptors are vmsup's own, and the CLI cannot pass one"},
-		{[]string{"drive-backup", "drive-mirror", "blockdev-snapshot-sync", "blockdev-create", "dump-guest-memory", "screendump", "memsave", "pmemsave"},
+		{[]string{"drive-backup", "drive-mirror", "blockdev-snapshot-sync", "blockdev-create", "dump-guest-memory", "memsave", "pmemsave"},
 			HostPath, "it writes a host file by name"},
 		{[]string{"migrate-recover", "snapshot-save", "snapshot-load", "x-*"}, NotListed, "not an operation vmsup makes"},
 	}

@@ -87,10 +87,18 @@ func (p Paths) Handover() string { return filepath.Join(p.Records, "handover") }
 // stop-and-copy migration, until that migration has ended.
 func (p Paths) StoppedByMigration() string { return filepath.Join(p.Records, "stopped-by-migration") }
 
+// VNC is the VM's VNC server's socket ([display]), in the state directory
+// QEMU's user owns; only root may reach it (the directory's mode).
+func (p Paths) VNC() string { return filepath.Join(p.Dir, "vnc.sock") }
+
+// Screendump is where QEMU writes a screenshot (QMP screendump) for vmsup
+// to read and remove: a file QEMU's user may create.
+func (p Paths) Screendump() string { return filepath.Join(p.Dir, "screendump.ppm") }
+
 // RemoveSockets removes the sockets a dead QEMU may have left behind (QEMU
 // killed by a signal cannot unlink them).
 func (p Paths) RemoveSockets() error {
-	for _, sock := range []string{p.QMP, p.Events, p.Console, p.Agent} {
+	for _, sock := range []string{p.QMP, p.Events, p.Console, p.Agent, p.VNC()} {
 		if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

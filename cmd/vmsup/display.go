@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image/png"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/renameio/v2"
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/internal/vncproxy"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// defaultConsoleWait is how long vmsup vnc and console --web wait for
+// their client (and a VNC password stays valid).
+const defaultConsoleWait = 2 * time.Minute
+
+func screenshotCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "screenshot NAME FILE.png",
+		Short: "Save the VM's screen as a PNG (QMP screendump; needs [display])",
+		Long: "Save what the VM's video device shows now as a PNG file: QEMU writes the screen into the VM's\n" +
+			"state directory, vmsup reads it back, converts it and removes it.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				img, err := sup.Screenshot(cmd.Context(), name)
+				if err != nil {
+					return err
+				}
+				out, err := renameio.NewPendingFile(args[1], renameio.WithPermissions(0o644))
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[1], err)
+				}
+				defer out.Cleanup()
+				if err := png.Encode(out, img); err != nil {
+					return fmt.Errorf("%s: %w", args[1], err)
+				}
+				if err := out.CloseAtomicallyReplace(); err != nil {
+					return fmt.Errorf("%s: %w", args[1], err)
+				}
+				b := img.Bounds()
+				g.out.action(actionJSON{Name: name, Action: "screenshot", Note: args[1]},
+					fmt.Sprintf("%s: %dx%d screen saved to %s", name, b.Dx(), b.Dy(), args[1]))
+				return nil
+			})
+		},
+	}
+}
+
+func vncCmd(g *globals) *cobra.Command {
+	var listen string
+	var wait time.Duration
+	c := &cobra.Command{
+		Use:   "vnc NAME",
+		Short: "Hand a VNC client the VM's screen for one session, on a loopback port",
+		Long: "Listen on a loopback port (or --listen ADDR), print it, and connect the first VNC client that\n" +
+			"comes within --timeout to the VM's VNC server (its unix socket); the port closes as soon as the\n" +
+			"client connects, and vmsup vnc ends when the client leaves. With display.password the VNC server\n" +
+			"asks for the one-time password printed, valid until --timeout.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.json {
+				return usageError{errors.New("vnc is interactive: it has no --json form")}
+			}
+			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+				pw, ln, err := consoleListen(cmd.Context(), sup, name, listen, wait)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "vnc://%s\n", ln.Addr())
+				if pw != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "password: %s (valid for %s)\n", pw, wait)
+				}
+				return vmErrf(name, vncproxy.ServeOne(cmd.Context(), ln, wait, dialer(sup, name)))
+			})
+		},
+	}
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on (port 0: any free one)")
+	c.Flags().DurationVar(&wait, "timeout", defaultConsoleWait, "how long to wait for the client")
+	return c
+}
+
+// webConsole serves noVNC for one browser session (console --web).
+func webConsole(cmd *cobra.Command, sup *supervisor.Supervisor, name, listen string, wait time.Duration) error {
+	if _, err := os.Stat(filepath.Join(vncproxy.NoVNCDir, "vnc.html")); err != nil {
+		return fmt.Errorf("console --web: %w", vncproxy.ErrNoNoVNC)
+	}
+	pw, ln, err := consoleListen(cmd.Context(), sup, name, listen, wait)
+	if err != nil {
+		return err
+	}
+	tok, err := vncproxy.NewToken()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	w := &vncproxy.Web{Token: tok, Wait: wait, Password: pw, Dial: dialer(sup, name)}
+	fmt.Fprintln(cmd.OutOrStdout(), w.URL(ln.Addr().String()))
+	return vmErrf(name, w.Serve(cmd.Context(), ln))
+}
+
+// consoleListen checks the VM serves VNC, makes its one-time password
+// if it asks for one, and listens for the client.
+func consoleListen(ctx context.Context, sup *supervisor.Supervisor, name, listen string, wait time.Duration) (string, net.Listener, error) {
+	pw, err := sup.VNCTicket(ctx, name, wait)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("--listen %s: %w", listen, err)
+	}
+	return pw, ln, nil
+}
+
+func dialer(sup *supervisor.Supervisor, name string) vncproxy.Dialer {
+	return func(ctx context.Context) (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return sup.DialVNC(dctx, name)
+	}
+}
+
+// vmErrf names the VM in a session's error.
+func vmErrf(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("vm %q: %w", name, err)
+}

@@ -23,7 +23,7 @@ func TestCLIImport(t *testing.T) {
 	// only place of this host it names.
 	imageDir := "--image-dir=/var/lib/vmsup/images"
 	r := vmsup(t, root, "", imageDir, "import", xml, "-o", out)
-	if r.code != 0 || !strings.Contains(r.stderr, "vmsup import: not carried over: devices/input[0]") ||
+	if r.code != 0 || !strings.Contains(r.stderr, "vmsup import: not carried over: devices/audio[0]") ||
 		!strings.Contains(r.stderr, "wrote "+out) {
 		t.Fatalf("import -o: %+v", r)
 	}

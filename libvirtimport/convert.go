@@ -41,6 +41,12 @@ type Options struct {
 	// over either way (never as an unencrypted VM); with a reason its line
 	// says vmsup will refuse to start it here.
 	NoSEV string
+	// ManagedNetworks are the names of this host's managed networks
+	// (vmsup network ls). A NIC on a libvirt network of one of these
+	// names goes on the managed network (type "network"), with
+	// clean-traffic as its anti-spoofing; any other stays on the libvirt
+	// network's bridge.
+	ManagedNetworks []string
 }
 
 // Convert turns one libvirt domain XML into a vmsup VM file, with no host
@@ -62,7 +68,10 @@ func ConvertWith(domainXML []byte, source string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a libvirt domain XML: %w", source, err)
 	}
-	c := &converter{dom: &dom, check: o.CheckPath, noSEV: o.NoSEV}
+	c := &converter{dom: &dom, check: o.CheckPath, noSEV: o.NoSEV, networks: map[string]bool{}}
+	for _, n := range o.ManagedNetworks {
+		c.networks[n] = true
+	}
 	if err := c.domain(); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
@@ -155,6 +164,8 @@ type converter struct {
 	covered [][]seg
 	check   func(field, path string) error // Options.CheckPath
 	noSEV   string                         // Options.NoSEV
+	// networks are Options.ManagedNetworks.
+	networks map[string]bool
 	// iothreads maps the domain's I/O thread ids to vmsup's shared
 	// threads (1..n, in the domain's order).
 	iothreads map[uint]int

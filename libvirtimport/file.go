@@ -136,11 +136,14 @@ type fileNIC struct {
 	Type   string `toml:"type,omitempty"`
 	MAC    string `toml:"mac,omitempty"`
 	Bridge string `toml:"bridge,omitempty"`
-	Tap    string `toml:"tap,omitempty"`
-	MTU    uint   `toml:"mtu,omitempty"`
-	Queues uint   `toml:"queues,omitempty"`
-	Vhost  string `toml:"vhost,omitempty"`
-	Link   string `toml:"link,omitempty"`
+	// Network and IP: a NIC on a vmsup managed network (type "network").
+	Network string `toml:"network,omitempty"`
+	IP      string `toml:"ip,omitempty"`
+	Tap     string `toml:"tap,omitempty"`
+	MTU     uint   `toml:"mtu,omitempty"`
+	Queues  uint   `toml:"queues,omitempty"`
+	Vhost   string `toml:"vhost,omitempty"`
+	Link    string `toml:"link,omitempty"`
 
 	RxQueueSize uint `toml:"rx_queue_size,omitempty"`
 	TxQueueSize uint `toml:"tx_queue_size,omitempty"`

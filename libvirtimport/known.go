@@ -134,6 +134,9 @@ devices/interface/tune
 devices/interface/tune/sndbuf
 devices/interface/link @state
 devices/interface/virtualport @type
+devices/interface/ip @address @family @prefix @peer
+devices/interface/filterref @filter
+devices/interface/filterref/parameter @name @value
 devices/channel @type
 devices/channel/source @mode @path
 devices/channel/target @type @name @state

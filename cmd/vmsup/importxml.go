@@ -42,7 +42,9 @@ func importCmd(g *globals) *cobra.Command {
 			"head of the file. Secrets stay where libvirt keeps them (the file names them, it does not\n" +
 			"copy them). A host path outside the places this host allows (--image-dir, --block-dir,\n" +
 			"--config-dir, --allow-path; \"..\" and symlinks resolved) is not carried over: its disk, share\n" +
-			"or kernel is listed with why. DOMAIN.xml \"-\" reads standard input. The VM file is written to stdout, or to\n" +
+			"or kernel is listed with why. A NIC on a libvirt network goes on this host's managed network of\n" +
+			"that name (vmsup network ls), clean-traffic being its anti-spoofing; else on the network's bridge.\n" +
+			"DOMAIN.xml \"-\" reads standard input. The VM file is written to stdout, or to\n" +
 			"FILE with -o, which must not exist unless --force is given.",
 		Example: "  virsh dumpxml web > web.xml && vmsup import web.xml -o web.toml\n" +
 			"  virsh dumpxml db | vmsup import - > db.toml",
@@ -58,7 +60,12 @@ func importCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer sup.Close()
-			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath, NoSEV: hostcaps.SEVReason()})
+			// A NIC on a libvirt network goes on the managed network of its name.
+			networks, err := sup.Networks().Names()
+			if err != nil {
+				return fmt.Errorf("managed networks: %w", err)
+			}
+			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath, NoSEV: hostcaps.SEVReason(), ManagedNetworks: networks})
 			if err != nil {
 				return err
 			}

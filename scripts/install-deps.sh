@@ -9,6 +9,7 @@ PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-
 	make gcc ca-certificates acl # acl: getfacl, the fault suite reads grants with it
 	tgt ceph-mon ceph-osd ceph-common # storage tests: iSCSI target, single-node Ceph
 	swtpm swtpm-tools sbsigntool # [tpm]; the Secure Boot test signs a guest kernel
+	nftables dnsmasq-base dnsmasq-utils # managed networks: nft for tests, dnsmasq per network, dhcp_release
 	prometheus # the metrics test scrapes vmsup with a real Prometheus (and promtool checks the format)
 	docker-registry) # the image store's tests pull containerDisks from a real OCI registry on loopback
 missing=()

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"path/filepath"
 	"regexp"
 )
@@ -48,7 +49,7 @@ func DeriveTap(vm, nic string) string {
 
 // UsesTap reports whether the NIC's backend is a tap vmsup makes.
 func (n *NIC) UsesTap() bool {
-	return n.Type == NICBridge || n.Type == NICOVS || n.Type == NICCNI
+	return n.Type == NICBridge || n.Type == NICOVS || n.Type == NICCNI || n.Type == NICNetwork
 }
 
 // applyDefaults fills the NIC's type-specific defaults; vm and cpus are the
@@ -98,6 +99,9 @@ func (n *NIC) Check() (string, error) {
 	if field, err := n.nicTuning(); err != nil {
 		return field, err
 	}
+	if field, err := n.checkManaged(); err != nil {
+		return field, err
+	}
 	switch n.Type {
 	case NICUser:
 		for _, f := range []struct{ name, v string }{{"bridge", n.Bridge}, {"cni_config", n.CNIConfig}, {"tap", n.Tap}} {
@@ -119,6 +123,10 @@ func (n *NIC) Check() (string, error) {
 		if n.CNIConfig != "" {
 			return fail("cni_config", "is not used by type %q", n.Type)
 		}
+	case NICNetwork:
+		if n.Bridge != "" || n.CNIConfig != "" {
+			return fail("network", "type \"network\" takes the network's name; bridge and cni_config are not used")
+		}
 	case NICCNI:
 		if n.CNIConfig == "" {
 			return fail("cni_config", "type \"cni\" needs cni_config (a .conflist file)")
@@ -130,7 +138,7 @@ func (n *NIC) Check() (string, error) {
 			return fail("bridge", "is not used by type \"cni\" (the CNI config says where the NIC goes)")
 		}
 	default:
-		return fail("type", "unknown NIC type %q (want \"user\", \"bridge\", \"ovs\" or \"cni\")", n.Type)
+		return fail("type", "unknown NIC type %q (want \"user\", \"bridge\", \"ovs\", \"cni\" or \"network\")", n.Type)
 	}
 	if len(n.Forwards) > 0 {
 		return fail("forwards", "host forwards need type \"user\"")
@@ -188,4 +196,42 @@ func CheckNICs(nics []NIC) error {
 	return checkNetns(nics, func(i int, field, format string, args ...any) error {
 		return fmt.Errorf("nic[%d].%s: %s", i, field, fmt.Sprintf(format, args...))
 	})
+}
+
+// checkManaged checks the fields of a NIC on a managed network: they are
+// used by type "network" only.
+func (n *NIC) checkManaged() (string, error) {
+	if n.Type != NICNetwork {
+		switch {
+		case n.Network != "":
+			return "network", fmt.Errorf("is used by type \"network\" only, not %q", n.Type)
+		case n.IP != "":
+			return "ip", fmt.Errorf("is used by type \"network\" only (a static DHCP lease on a managed network)")
+		case n.AllowSpoofing:
+			return "allow_spoofing", fmt.Errorf("is used by type \"network\" only")
+		case len(n.SecurityGroups) > 0:
+			return "security_groups", fmt.Errorf("are used by type \"network\" only")
+		}
+		return "", nil
+	}
+	if n.Network == "" {
+		return "network", fmt.Errorf("type \"network\" needs network (the name of a network made by vmsup network create)")
+	}
+	if err := ValidName(n.Network); err != nil {
+		return "network", err
+	}
+	if n.IP != "" {
+		ip := net.ParseIP(n.IP)
+		if ip == nil || ip.To4() == nil {
+			return "ip", fmt.Errorf("%q is not an IPv4 address", n.IP)
+		}
+	}
+	seen := map[string]bool{}
+	for _, g := range n.SecurityGroups {
+		if seen[g] {
+			return "security_groups", fmt.Errorf("security group %q is named twice", g)
+		}
+		seen[g] = true
+	}
+	return "", nil
 }

@@ -63,6 +63,9 @@ type VM struct {
 	Vsock Vsock  `toml:"vsock"` // a vhost-vsock device and its CID (vsock.go)
 	Disks []Disk `toml:"disk"`
 	NICs  []NIC  `toml:"nic"`
+	// SecurityGroups are named rule sets the VM's network NICs name
+	// (secgroup.go).
+	SecurityGroups []SecurityGroup `toml:"security_group"`
 	// HostDevs are host PCI devices passed through whole (VFIO; hostdev.go).
 	HostDevs []HostDev `toml:"hostdev"`
 	Limits   Limits    `toml:"limits"`
@@ -209,6 +212,9 @@ const (
 	NICBridge = "bridge" // a tap vmsup creates, attached to an existing Linux bridge
 	NICOVS    = "ovs"    // a tap vmsup creates, added as a port of an Open vSwitch bridge
 	NICCNI    = "cni"    // wired by a CNI network config in a network namespace vmsup makes for the VM
+	// NICNetwork is a tap on a vmsup-managed network (vmsup network
+	// create): DHCP and DNS from the network, anti-spoofing, security groups.
+	NICNetwork = "network"
 )
 
 // NIC is a network interface. The host-side fields (bridge, cni_config,
@@ -238,6 +244,16 @@ type NIC struct {
 	// Link is the NIC's link state as the guest sees it: "up" (the default,
 	// also when empty) or "down"; it can change while the VM runs.
 	Link string `toml:"link"`
+
+	// Network NICs (type "network"): the managed network's name, the
+	// guest's IPv4 address (a static DHCP lease; default one vmsup picks
+	// and keeps for the NIC), whether the guest may send as other
+	// addresses (anti-spoofing is on unless allow_spoofing), and the
+	// VM's security groups ([[security_group]]) that filter its traffic.
+	Network        string   `toml:"network"`
+	IP             string   `toml:"ip"`
+	AllowSpoofing  bool     `toml:"allow_spoofing"`
+	SecurityGroups []string `toml:"security_groups"`
 }
 
 // Link states.

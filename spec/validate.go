@@ -90,6 +90,7 @@ func (f *File) validateList() []*Error {
 		f.validateBoot, f.validateSecurity, f.validateLimits, f.validateHealth, f.validateFailure, f.validateIdentity,
 		f.validateSATA, f.validateTopology, f.validatePinning, f.validateNUMA, f.validateGuestDevs,
 		f.validateHugepages, f.validateVsock, f.validateHostDevs, f.validatePlacement, f.validateTuning, f.validateSEV,
+		f.validateSecurityGroups,
 	} {
 		add(check())
 	}

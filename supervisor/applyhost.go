@@ -66,6 +66,11 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 // applier is plan and apply on this supervisor's VMs.
 func (s *Supervisor) applier() *apply.Applier { return apply.New(s.ops, applyHost{s}) }
 
+// SetNICFilters is the hook of apply's live filter changes (vmnet.SetFilters).
+func (h applyHost) SetNICFilters(ctx context.Context, name string, vm *spec.VM) error {
+	return h.s.net().SetFilters(ctx, name, vm)
+}
+
 // applyHost is the supervisor as internal/apply's Host.
 type applyHost struct{ s *Supervisor }
 

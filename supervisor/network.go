@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/netmanage"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/spec"
@@ -25,7 +27,12 @@ type NetworkOptions = vmnet.Options
 type NICStatus = vmnet.NICStatus
 
 func (s *Supervisor) net() *vmnet.Manager {
-	return &vmnet.Manager{Options: s.opts.Network, Store: s.state, Logger: s.opts.Logger}
+	return &vmnet.Manager{Options: s.opts.Network, Store: s.state, Logger: s.opts.Logger, Networks: s.Networks()}
+}
+
+// Networks are the host's managed networks (vmsup network; internal/netmanage).
+func (s *Supervisor) Networks() *netmanage.Manager {
+	return &netmanage.Manager{Dir: filepath.Join(s.state.Root, "networks"), Systemd: s.systemd, Logger: s.opts.Logger}
 }
 
 // vhostNet says whether taps use vhost-net (argv and unit agree on it).

@@ -328,9 +328,16 @@ func capMask(names []string) (uint64, error) {
 }
 
 // capBit is the number of a capability a sandbox may keep: those that
-// read other users' files and enter other network namespaces.
+// read other users' files and enter other network namespaces, and those a
+// network's DHCP and DNS server needs (ports 53 and 67, raw and ARP).
 func capBit(name string) (uint, bool) {
 	switch name {
+	case "CAP_NET_BIND_SERVICE":
+		return 10, true
+	case "CAP_NET_ADMIN":
+		return 12, true
+	case "CAP_NET_RAW":
+		return 13, true
 	case "CAP_DAC_OVERRIDE":
 		return 1, true
 	case "CAP_DAC_READ_SEARCH":

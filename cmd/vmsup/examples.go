@@ -7,6 +7,7 @@ import "github.com/spf13/cobra"
 var examples = map[string]string{
 	"up":               "  vmsup up web.toml db.toml\n  vmsup up --restart-changed web.toml   # apply an edited file by a restart\n  vmsup up --from-snapshot tmpl:warm web2   # a clone resumed from a memory snapshot",
 	"ls":               "  vmsup ls\n  vmsup ls --json",
+	"network":          "  vmsup network create lab.toml\n  vmsup network ls\n  vmsup network rm lab",
 	"events":           "  vmsup events web                # what happened, also while no vmsup ran\n  vmsup events -f --since 1h      # every VM, then new events as they come\n  vmsup events --json web",
 	"stats":            "  vmsup stats web\n  vmsup stats --json",
 	"top":              "  vmsup top\n  vmsup top --every 5s web db",

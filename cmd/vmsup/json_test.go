@@ -161,6 +161,12 @@ func TestCLIJSON(t *testing.T) {
 	check("error", 2, "console", "js")
 	check("error", 1, "up", filepath.Join(dir, "none.toml"))
 	check("error", 2, "bogus-command")
+	// Managed networks: the list, and each verb's one-line error (making a
+	// real network needs a namespace of the test's own: internal/netmanage).
+	check("network ls", 0, "network", "ls")
+	check("error", 1, "network", "create", filepath.Join(dir, "none.toml"))
+	check("error", 1, "network", "up", "nosuch")
+	check("error", 1, "network", "rm", "nosuch")
 
 	// Every command of the tree was walked.
 	var missing []string

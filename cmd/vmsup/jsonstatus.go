@@ -64,6 +64,10 @@ type nicJSON struct {
 	Forwards   []string `json:"forwards"`
 	Addresses  []string `json:"addresses"` // cni: what ADD gave the guest
 	Hotplugged bool     `json:"hotplugged"`
+	// Network NICs: the managed network and the NIC's filter.
+	Network        string   `json:"network,omitempty"`
+	AntiSpoofing   bool     `json:"anti_spoofing,omitempty"`
+	SecurityGroups []string `json:"security_groups,omitempty"`
 }
 
 type agentJSON struct {
@@ -129,7 +133,8 @@ func nicsJSON(ns []supervisor.NICInfo) []nicJSON {
 	out := []nicJSON{}
 	for _, n := range ns {
 		out = append(out, nicJSON{Name: n.Name, Type: n.Type, Link: n.Link, MAC: n.MAC, Tap: n.Tap, TapPresent: n.TapUp, Bridge: n.Bridge,
-			Forwards: nonNil(n.Forwards), Addresses: nonNil(n.Addrs), Hotplugged: n.Hotplug})
+			Forwards: nonNil(n.Forwards), Addresses: nonNil(n.Addrs), Hotplugged: n.Hotplug,
+			Network: n.Network, AntiSpoofing: n.AntiSpoofing, SecurityGroups: n.SecurityGroups})
 	}
 	return out
 }

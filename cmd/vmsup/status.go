@@ -150,6 +150,15 @@ func printNICs(out io.Writer, nics []supervisor.NICInfo) {
 		if len(n.Addrs) > 0 {
 			fmt.Fprintf(out, " addr %s gw %s", strings.Join(n.Addrs, ","), n.Gateway)
 		}
+		if n.Network != "" {
+			fmt.Fprintf(out, " network %s anti-spoofing %v", n.Network, n.AntiSpoofing)
+			if len(n.SecurityGroups) > 0 {
+				fmt.Fprintf(out, " security-groups %s", strings.Join(n.SecurityGroups, ","))
+			}
+			if d := n.Dropped; d != nil {
+				fmt.Fprintf(out, " dropped spoofed %d filtered %d", d.Spoofed, d.Filtered)
+			}
+		}
 		if n.CNICheck != "" {
 			fmt.Fprintf(out, " cni-check %s", n.CNICheck)
 		}

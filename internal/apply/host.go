@@ -59,6 +59,9 @@ type Host interface {
 	// takes them back.
 	ConfinePaths(ctx context.Context, vm string, rules ...units.PathRule) error
 	ReleasePaths(ctx context.Context, vm string, paths ...string) error
+	// SetNICFilters gives the running VM's network NICs the security
+	// groups and anti-spoofing vm says, live.
+	SetNICFilters(ctx context.Context, name string, vm *spec.VM) error
 	// SetUnitLimits changes the running unit's cgroup limits (nil fields
 	// stay as they are).
 	SetUnitLimits(ctx context.Context, vm string, l units.Limits) error

@@ -119,6 +119,14 @@ func (a *Applier) setting(ctx context.Context, name string, want, rec *spec.VM, 
 			return a.h.Enable(ctx, f)
 		}
 		return a.h.Disable(ctx, name)
+	case plan.NICFilter:
+		rec.SecurityGroups = want.SecurityGroups
+		for i := range rec.NICs {
+			if w := findNIC(want, rec.NICs[i].Name); w != nil {
+				rec.NICs[i].AllowSpoofing, rec.NICs[i].SecurityGroups = w.AllowSpoofing, w.SecurityGroups
+			}
+		}
+		return a.h.SetNICFilters(ctx, name, rec)
 	case plan.RecordOnly:
 		rec.Description, rec.Shutdown, rec.Health = want.Description, want.Shutdown, want.Health
 		if wd, rd := findDisk(want, c.Name), findDisk(rec, c.Name); wd != nil && rd != nil {

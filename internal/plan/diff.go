@@ -20,6 +20,9 @@ type rule struct {
 
 const startWhy = "QEMU takes it when it starts"
 
+// nicFilterOp is how a network NIC's filter changes live.
+const nicFilterOp = "nftables: the tap's filter tables replaced"
+
 // DIMMStep is the granule of memory hotplug (devices.SetMemory's).
 const DIMMStep = 128 * spec.MiB
 
@@ -65,6 +68,7 @@ var rules = map[string]rule{
 	"tpm":                    {class: Restart, why: "the TPM is a device made when QEMU starts"},
 	"tpm.*":                  {class: Restart, why: "the TPM is a device made when QEMU starts"},
 	"share":                  {class: Restart, why: "QEMU cannot hot-plug a shared folder (no fsdev_add in QMP)"},
+	"security_group":         {class: Live, kind: NICFilter, op: nicFilterOp},
 }
 
 func ruleFor(path string) rule {
@@ -359,6 +363,13 @@ func (d *differ) nic(r, w spec.NIC) {
 			Op: "set_link"})
 	}
 	r.Link, w.Link = "", ""
+	if r.AllowSpoofing != w.AllowSpoofing {
+		d.add(Change{Field: field + ".allow_spoofing", From: fmt.Sprint(r.AllowSpoofing), To: fmt.Sprint(w.AllowSpoofing), Class: Live, Kind: NICFilter, Name: w.Name, Op: nicFilterOp})
+	}
+	if !slices.Equal(r.SecurityGroups, w.SecurityGroups) {
+		d.add(Change{Field: field + ".security_groups", From: strings.Join(r.SecurityGroups, ","), To: strings.Join(w.SecurityGroups, ","), Class: Live, Kind: NICFilter, Name: w.Name, Op: nicFilterOp})
+	}
+	r.AllowSpoofing, w.AllowSpoofing, r.SecurityGroups, w.SecurityGroups = false, false, nil, nil
 	if r.MAC != w.MAC {
 		d.add(Change{Field: field + ".mac", From: r.MAC, To: w.MAC, Class: Restart, Name: w.Name,
 			Why: "QEMU fixes it when it creates the NIC", Warn: "the guest sees a new MAC address"})

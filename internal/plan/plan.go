@@ -51,7 +51,8 @@ const (
 	Balloon     Kind = "balloon"
 	Autostart   Kind = "autostart"
 	Pinning     Kind = "pinning"
-	RecordOnly  Kind = "record" // a setting vmsup reads from its record (description, health)
+	NICFilter   Kind = "nic-filter" // security groups and anti-spoofing of network NICs (nftables)
+	RecordOnly  Kind = "record"     // a setting vmsup reads from its record (description, health)
 	NotLiveKind Kind = ""
 )
 

@@ -41,6 +41,7 @@ var (
 func (s Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 	vm := &f.VM
 	st := s.NewRecord(vm.Name)
+	st.SecurityGroups = vm.SecurityGroups
 	plan.AddUnit(func(u *units.Unit) {
 		s.unit(u, vm.Name)
 		if st.Netns != nil {

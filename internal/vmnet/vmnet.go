@@ -20,6 +20,8 @@ import (
 
 	"github.com/google/renameio/v2"
 
+	"github.com/vmsup/vmsup/internal/netmanage"
+	"github.com/vmsup/vmsup/internal/nicfilter"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/spec"
@@ -47,6 +49,9 @@ type Manager struct {
 	Options
 	Store  vmstate.Store
 	Logger *slog.Logger
+	// Networks are the managed networks network NICs are on (nil: none
+	// can be used).
+	Networks *netmanage.Manager
 }
 
 // undoTimeout bounds the removal of a half-made NIC.
@@ -70,6 +75,9 @@ type Record struct {
 	CNIBinDirs []string             `json:"cni_bin_dirs,omitempty"`
 	CNICache   string               `json:"cni_cache,omitempty"`
 	NICs       []NICRecord          `json:"nics"`
+	// SecurityGroups are the VM's groups its network NICs name (the
+	// file's, as apply last set them).
+	SecurityGroups []spec.SecurityGroup `json:"security_groups,omitempty"`
 }
 
 // NICRecord is one NIC's host side.
@@ -83,6 +91,10 @@ type NICRecord struct {
 	Result *netsetup.CNIResult     `json:"cni_result,omitempty"`
 	// Bus is the root port of a hot-plugged NIC ("" for boot-time NICs).
 	Bus string `json:"bus,omitempty"`
+	// Network NICs: the managed network, and the filter the NIC has.
+	Network        string   `json:"network,omitempty"`
+	AllowSpoofing  bool     `json:"allow_spoofing,omitempty"`
+	SecurityGroups []string `json:"security_groups,omitempty"`
 }
 
 // ReadRecord reads the VM's network record; os.ErrNotExist if it has none.
@@ -140,7 +152,7 @@ func (m *Manager) Check(ctx context.Context, f *spec.File) error {
 		if f.Broken(fmt.Sprintf("nic[%d]", i)) {
 			continue // the file's own error says what is wrong with it
 		}
-		if err := m.CheckNIC(ctx, n, vhost); err != nil {
+		if err := m.checkNIC(ctx, f.VM.Name, n, vhost); err != nil {
 			var fe *FieldError
 			if errors.As(err, &fe) {
 				errs = append(errs, f.Errorf(field(fe.Field), "nic %q: %v", n.Name, fe.Err))
@@ -164,6 +176,11 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // CheckNIC checks what one NIC refers to (its bridge, OVS bridge or CNI
 // network) and whether vhost can be had; a *FieldError names the field.
 func (m *Manager) CheckNIC(ctx context.Context, n spec.NIC, vhost bool) error {
+	return m.checkNIC(ctx, "", n, vhost)
+}
+
+// checkNIC is CheckNIC for a NIC of vm ("": a NIC not yet the VM's).
+func (m *Manager) checkNIC(ctx context.Context, vm string, n spec.NIC, vhost bool) error {
 	if n.Vhost == spec.VhostOn && !vhost {
 		return &FieldError{"vhost", fmt.Errorf("vhost \"on\" needs %s, which this host does not have", vhostNetDev)}
 	}
@@ -181,6 +198,13 @@ func (m *Manager) CheckNIC(ctx context.Context, n spec.NIC, vhost bool) error {
 		if _, err := cni.Load(ctx, n.CNIConfig); err != nil {
 			return &FieldError{"cni_config", err}
 		}
+	case spec.NICNetwork:
+		if m.Networks == nil {
+			return &FieldError{"network", errors.New("managed networks are not available here")}
+		}
+		if field, err := m.Networks.CheckNIC(vm, n); err != nil {
+			return &FieldError{field, err}
+		}
 	}
 	return nil
 }
@@ -189,7 +213,8 @@ func (m *Manager) CheckNIC(ctx context.Context, n spec.NIC, vhost bool) error {
 // net.json) before making it. bus is the root port of a hot-plugged NIC.
 func (m *Manager) NICUp(ctx context.Context, vm string, n spec.NIC, bus string, owner Owner, st *Record) error {
 	p := m.Store.Paths(vm)
-	ns := NICRecord{Name: n.Name, Type: n.Type, Tap: n.Tap, Bridge: n.Bridge, Bus: bus}
+	ns := NICRecord{Name: n.Name, Type: n.Type, Tap: n.Tap, Bridge: n.Bridge, Bus: bus,
+		Network: n.Network, AllowSpoofing: n.AllowSpoofing, SecurityGroups: n.SecurityGroups}
 	if n.Type == spec.NICOVS {
 		ns.OVSDB = m.OVSDB
 	}
@@ -244,6 +269,8 @@ func (m *Manager) NICUp(ctx context.Context, vm string, n spec.NIC, bus string, 
 				return err
 			}
 			return netsetup.WireTap(a.Netns, tap, a.IfName)
+		case spec.NICNetwork:
+			return m.managedUp(ctx, vm, n, tap, st)
 		}
 		return fmt.Errorf("type %q has no tap", n.Type)
 	}()
@@ -283,6 +310,8 @@ func (m *Manager) nicDown(ctx context.Context, st *Record, n NICRecord, inUnit b
 	switch n.Type {
 	case spec.NICBridge:
 		return netsetup.DeleteTap(n.Tap)
+	case spec.NICNetwork:
+		return m.managedDown(ctx, n)
 	case spec.NICOVS:
 		if netsetup.LinkExists(n.Tap) && !netsetup.IsTap(n.Tap) {
 			return fmt.Errorf("tap %s: the link of that name is not a tap; left alone with its OVS port", n.Tap)
@@ -373,6 +402,11 @@ type NICStatus struct {
 	Gateway  string   `json:"gateway,omitempty"`
 	CNICheck string   `json:"cni_check,omitempty"` // cni: "ok" or CHECK's error
 	Hotplug  bool     `json:"hotplugged,omitempty"`
+	// Network NICs: the managed network, the filter and what it dropped.
+	Network        string            `json:"network,omitempty"`
+	AntiSpoofing   bool              `json:"anti_spoofing,omitempty"`
+	SecurityGroups []string          `json:"security_groups,omitempty"`
+	Dropped        *nicfilter.Counts `json:"dropped,omitempty"`
 }
 
 // Statuses reports the host side of the VM's tap NICs from net.json,
@@ -389,6 +423,8 @@ func (m *Manager) Statuses(ctx context.Context, name string) []NICStatus {
 		case spec.NICBridge:
 			ns.TapUp = netsetup.LinkExists(n.Tap)
 			ns.Bridge, _ = netsetup.LinkMaster(n.Tap)
+		case spec.NICNetwork:
+			m.managedStatus(n, &ns)
 		case spec.NICOVS:
 			ns.TapUp = netsetup.LinkExists(n.Tap)
 			ns.Bridge, _ = m.ovs(n.OVSDB).PortBridge(ctx, n.Tap)

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmsup/vmsup/internal/netmanage"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+func networkCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "network",
+		Short: "Managed networks: a bridge with DHCP, DNS and NAT for VMs (NICs of type \"network\")",
+	}
+	cmd.AddCommand(networkCreateCmd(g), networkLsCmd(g), networkRmCmd(g), networkUpCmd(g))
+	return cmd
+}
+
+func networkCreateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "create FILE",
+		Short:   "Define a network from its TOML file and bring it up (bridge, NAT, dnsmasq)",
+		Example: "  vmsup network create lab.toml",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, raw, err := netmanage.Load(args[0])
+			if err != nil {
+				return err
+			}
+			return g.with(func(sup *supervisor.Supervisor) error {
+				if err := sup.Networks().Create(cmd.Context(), n, raw); err != nil {
+					return err
+				}
+				return g.out.object(map[string]string{"network": n.Name, "bridge": n.Bridge, "ipv4": n.IPv4}, func(w io.Writer) {
+					fmt.Fprintf(w, "network %s created: bridge %s, %s, dnsmasq %s\n", n.Name, n.Bridge, n.IPv4, netmanage.DnsmasqUnit(n.Name))
+				})
+			})
+		},
+	}
+}
+
+func networkUpCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "up NAME",
+		Short:   "Make what is missing of a defined network (after a host reboot); VMs' starts do it too",
+		Example: "  vmsup network up lab",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				n, err := sup.Networks().Ensure(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return g.out.object(map[string]string{"network": n.Name}, func(w io.Writer) { fmt.Fprintf(w, "network %s is up\n", n.Name) })
+			})
+		},
+	}
+}
+
+func networkRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm NAME",
+		Short:   "Remove a network (refused while a VM has a NIC on it)",
+		Example: "  vmsup network rm lab",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				if err := sup.Networks().Remove(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				return g.out.object(map[string]string{"network": args[0]}, func(w io.Writer) { fmt.Fprintf(w, "network %s removed\n", args[0]) })
+			})
+		},
+	}
+}
+
+func networkLsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "ls",
+		Short:   "List the managed networks with their state and NICs",
+		Example: "  vmsup network ls\n  vmsup network ls --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.with(func(sup *supervisor.Supervisor) error {
+				infos, err := sup.Networks().List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return g.out.object(infos, func(w io.Writer) {
+					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NETWORK\tBRIDGE\tIPV4\tNAT\tBRIDGE-UP\tDNSMASQ\tNICS")
+					for _, n := range infos {
+						var nics []string
+						for _, r := range n.NICs {
+							nics = append(nics, fmt.Sprintf("%s/%s=%s", r.VM, r.NIC, r.IP))
+						}
+						if n.Error != "" {
+							nics = append(nics, "error: "+n.Error)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\n", n.Name, dash(n.Bridge), dash(n.IPv4), n.NAT, n.Up, dash(n.Dnsmasq), dash(strings.Join(nics, " ")))
+					}
+					tw.Flush()
+				})
+			})
+		},
+	}
+}

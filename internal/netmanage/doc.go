@@ -1,0 +1,24 @@
+// Package netmanage owns vmsup's managed networks: host-level definitions
+// (vmsup network create/ls/rm, one TOML file each, kept under the state
+// root in networks/NAME/), each a Linux bridge with an IPv4 subnet whose
+// host address is the guests' gateway, NAT to the uplink with an nftables
+// masquerade, and a dnsmasq per network, run as a sandboxed transient
+// systemd unit (vmsup-dnsmasq@NAME.service), that gives every NIC on the
+// network its address by DHCP and resolves the VMs' names.
+//
+// vmsup decides every address itself: a NIC's nic.ip, or one picked from
+// the upper half of the subnet (stable for the VM and NIC) and kept while
+// the NIC exists. dnsmasq serves only these static leases ("static" range,
+// one dhcp-hostsdir file per tap) and the names (one hostsdir file per
+// tap), both re-read by inotify; so anti-spoofing (internal/nicfilter)
+// knows the one address a guest may use without snooping its DHCP.
+//
+// A NIC on a managed network is an attachment (networks/NAME/nics/TAP.json)
+// written before anything is made for it and removed last, so that Release
+// works from it alone after a crash, from the unit's stop-post hook
+// (through internal/vmnet) or the next start's recovery. rm is refused
+// while any attachment exists, naming the VM.
+//
+// It does not own taps (netsetup, internal/vmnet makes them) nor the
+// order of a VM's start.
+package netmanage

@@ -1,0 +1,411 @@
+package netmanage_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/netmanage"
+	"github.com/vmsup/vmsup/internal/nicfilter"
+	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/netsetup"
+	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
+	"github.com/vmsup/vmsup/units"
+)
+
+const staticIP = "10.77.0.50" // vmb's nic.ip
+
+// vmFile is a test guest that asks for its address by DHCP, with one NIC
+// on the lab network and extra TOML after it.
+func vmFile(t *testing.T, dir, name, nic, extra string) *spec.File {
+	t.Helper()
+	body := fmt.Sprintf(`name = %q
+memory = "256M"
+accel = "tcg"
+stop_timeout = "10s"
+[boot]
+kernel = %q
+initrd = %q
+cmdline = "console=ttyS0 no_timer_check vmsup.dhcp"
+
+[[nic]]
+name = "lan"
+type = "network"
+network = %q
+%s
+%s`, name, env.Guest.Kernel, env.Guest.Initrd, labNet, nic, extra)
+	return supervisortest.LoadTOML(t, dir, name, body)
+}
+
+// webGroup is vmb's security group: inbound denied but for ICMP and TCP
+// port.
+func webGroup(port int) string {
+	return fmt.Sprintf(`
+[[security_group]]
+name = "web"
+[[security_group.rule]]
+direction = "in"
+protocol = "tcp"
+ports = "%d"
+[[security_group.rule]]
+direction = "in"
+protocol = "icmp"
+`, port)
+}
+
+// guest is one booted VM with its shell.
+type guest struct {
+	name, tap, mac, ip string
+	sh                 *testenv.GuestShell
+}
+
+func (g *guest) run(t *testing.T, ctx context.Context, cmd string) string {
+	t.Helper()
+	out, code, err := g.sh.Run(ctx, cmd)
+	if err != nil || code != 0 {
+		t.Fatalf("%s: %s: exit %d, %v\n%s", g.name, cmd, code, err, out)
+	}
+	return out
+}
+
+// TestManagedNetwork boots two guests on a managed network (one with a
+// static lease and a security group) and, sharing them, shows DHCP, DNS
+// between them and NAT to another namespace; a spoofing guest dropped;
+// a security group and its live change; and that nothing is left of a
+// NIC after a killed QEMU and a down, nor of the network after rm.
+func TestManagedNetwork(t *testing.T) {
+	ctx := supervisortest.Context(t, 8*time.Minute)
+	sup := supervisortest.New(t, env, "", vmsupBin)
+	dir := t.TempDir()
+	createNetwork(t, ctx, sup, dir)
+
+	fa := vmFile(t, dir, "vma", "", "")
+	fb := vmFile(t, dir, "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8080))
+	t0 := time.Now()
+	for _, f := range []*spec.File{fa, fb} {
+		if _, err := sup.Up(ctx, f); err != nil {
+			j, _ := env.Systemd.Journal(ctx, netmanage.DnsmasqUnit(labNet))
+			t.Fatalf("%v\ndnsmasq's journal:\n%s", err, j)
+		}
+		t.Cleanup(func() { sup.Down(context.Background(), f.VM.Name) })
+	}
+	a, b := boot(t, ctx, sup, fa), boot(t, ctx, sup, fb)
+	t.Logf("two guests with DHCP addresses %s and %s in %s", a.ip, b.ip, time.Since(t0).Round(time.Millisecond))
+
+	t.Run("dhcp-dns", func(t *testing.T) {
+		if b.ip != staticIP {
+			t.Fatalf("vmb got %s by DHCP, want its static lease %s", b.ip, staticIP)
+		}
+		if out := a.run(t, ctx, "nslookup vmb"); !strings.Contains(out, staticIP) {
+			t.Fatalf("vma: nslookup vmb:\n%s", out)
+		}
+		if out := b.run(t, ctx, "nslookup vma.lab"); !strings.Contains(out, a.ip) {
+			t.Fatalf("vmb: nslookup vma.lab:\n%s", out)
+		}
+		a.run(t, ctx, "ping -c 1 -W 5 "+labGW)
+	})
+	t.Run("nat", func(t *testing.T) {
+		a.run(t, ctx, "ping -c 1 -W 5 "+outsideIP)
+		if out := a.run(t, ctx, fmt.Sprintf("echo hi | nc -w 5 %s %d", outsideIP, outsidePort)); !strings.Contains(out, "outside") {
+			t.Fatalf("vma: nc to the outside host: %q", out)
+		}
+		select {
+		case from := <-seen:
+			if from != uplinkHost {
+				t.Fatalf("the outside host saw %s, want the uplink's %s (masqueraded)", from, uplinkHost)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the outside host saw no connection")
+		}
+	})
+	t.Run("security-group", func(t *testing.T) { securityGroup(t, ctx, sup, dir, a, b) })
+	t.Run("anti-spoofing", func(t *testing.T) { antiSpoofing(t, ctx, sup, a, b) })
+	t.Run("rm-refused", func(t *testing.T) {
+		out, err := cli(ctx, sup, "network", "rm", labNet)
+		if err == nil || !strings.Contains(out, `network "lab" is used by VM vma, VM vmb`) {
+			t.Fatalf("network rm with VMs on it: %v\n%s", err, out)
+		}
+		t.Logf("refused: %s", strings.TrimSpace(out))
+	})
+	t.Run("killed-qemu", func(t *testing.T) {
+		pids, err := env.Systemd.HostPIDs("vmsup-vmb.service")
+		if err != nil || len(pids) != 1 {
+			t.Fatalf("QEMU pids %v %v", pids, err)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		supervisortest.WaitState(t, ctx, sup, "vmb", supervisor.StateCrashed, 30*time.Second)
+		nothingLeft(t, ctx, sup, b)
+	})
+	t.Run("down", func(t *testing.T) {
+		if _, err := sup.Down(ctx, "vma"); err != nil {
+			t.Fatal(err)
+		}
+		nothingLeft(t, ctx, sup, a)
+	})
+	t.Run("rm", func(t *testing.T) { removeNetwork(t, ctx, sup) })
+}
+
+// createNetwork defines the lab network through the CLI (after a
+// definition with a bad field is refused, naming it).
+func createNetwork(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, dir string) {
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("name = \"bad\"\nipv4 = \"10.77.0.0/33\"\n"), 0o644)
+	if out, err := cli(ctx, sup, "network", "create", bad); err == nil || !strings.Contains(out, bad+": ipv4: ") {
+		t.Fatalf("a bad definition: %v\n%s", err, out)
+	}
+	def := filepath.Join(dir, "lab.toml")
+	os.WriteFile(def, []byte(fmt.Sprintf("name = %q\nipv4 = %q\nuplink = %q\n", labNet, labGW+"/24", uplink)), 0o644)
+	t0 := time.Now()
+	if out, err := cli(ctx, sup, "network", "create", def); err != nil {
+		j, _ := env.Systemd.Journal(ctx, netmanage.DnsmasqUnit(labNet))
+		t.Fatalf("network create: %v\n%s\ndnsmasq's journal:\n%s", err, out, j)
+	}
+	t.Logf("network created (bridge, NAT, dnsmasq answering) in %s", time.Since(t0).Round(time.Millisecond))
+	out, err := cli(ctx, sup, "network", "ls")
+	if err != nil || !strings.Contains(out, "lab") || !strings.Contains(out, "active") {
+		t.Fatalf("network ls: %v\n%s", err, out)
+	}
+}
+
+// boot waits for the guest's DHCP address and shell.
+func boot(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, f *spec.File) *guest {
+	t.Helper()
+	name := f.VM.Name
+	st, err := sup.Status(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitLog(t, st.ConsoleLog, testenv.NetReadyPrefix+"eth0 ", 3*time.Minute)
+	sh := supervisortest.Shell(t, ctx, st)
+	g := &guest{name: name, tap: f.VM.NICs[0].Tap, mac: f.VM.NICs[0].MAC, sh: sh}
+	g.run(t, ctx, "dmesg -n 1")
+	out := g.run(t, ctx, "ip -4 -o addr show dev eth0")
+	fields := strings.Fields(out)
+	for i, w := range fields {
+		if w == "inet" && i+1 < len(fields) {
+			g.ip, _, _ = strings.Cut(fields[i+1], "/")
+		}
+	}
+	if len(st.NICs) != 1 || len(st.NICs[0].Addrs) != 1 || st.NICs[0].Addrs[0] != g.ip {
+		t.Fatalf("%s: guest has %q; status says %+v", name, g.ip, st.NICs)
+	}
+	return g
+}
+
+// dial reports whether a TCP connection from the host to addr gets the
+// guest's answer.
+func dial(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return strings.HasPrefix(line, "ok")
+}
+
+// securityGroup: vmb's group lets port 8080 in and not 8081, from the
+// host and from vma; apply swaps them live.
+func securityGroup(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, dir string, a, b *guest) {
+	b.run(t, ctx, "(nc -ll -p 8080 -e echo ok8080 &); (nc -ll -p 8081 -e echo ok8081 &); sleep 0.5")
+	check := func(open, closed int) {
+		t.Helper()
+		if !dial(fmt.Sprintf("%s:%d", b.ip, open)) {
+			t.Errorf("host -> vmb:%d blocked, want allowed", open)
+		}
+		if dial(fmt.Sprintf("%s:%d", b.ip, closed)) {
+			t.Errorf("host -> vmb:%d allowed, want blocked", closed)
+		}
+		if out := a.run(t, ctx, fmt.Sprintf("nc -w 3 %s %d </dev/null; true", b.ip, open)); !strings.Contains(out, fmt.Sprint("ok", open)) {
+			t.Errorf("vma -> vmb:%d: %q, want its answer", open, out)
+		}
+		if out := a.run(t, ctx, fmt.Sprintf("nc -w 3 %s %d </dev/null; true", b.ip, closed)); strings.Contains(out, "ok") {
+			t.Errorf("vma -> vmb:%d answered %q, want blocked", closed, out)
+		}
+	}
+	check(8080, 8081)
+	out, err := cli(ctx, sup, "status", "vmb")
+	if err != nil || !strings.Contains(out, "network lab anti-spoofing true security-groups web dropped spoofed ") {
+		t.Fatalf("vmsup status vmb: %v\n%s", err, out)
+	}
+	t.Logf("status: %s", grepLine(out, "nic:"))
+
+	f2 := vmFile(t, filepath.Join(dir), "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8081))
+	t0 := time.Now()
+	res, err := sup.Apply(ctx, f2, supervisor.ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Applied) != 1 || res.Applied[0].Field != "security_group" || res.Restarted || len(res.Pending) > 0 {
+		t.Fatalf("apply: %+v", res)
+	}
+	t.Logf("apply changed the group live in %s", time.Since(t0).Round(time.Millisecond))
+	check(8081, 8080)
+}
+
+// antiSpoofing: vma sends as another address, as another MAC, answers
+// ARP for others' addresses and serves DHCP; neither vmb (what its tap
+// hands it) nor the host (what reaches the bridge) sees any of it, while
+// vma's own traffic passes.
+func antiSpoofing(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, a, b *guest) {
+	toB, toHost := sniff(t, b.tap), sniff(t, "vmsn-"+labNet)
+	aMAC, _ := net.ParseMAC(a.mac)
+	fromA := func(bb []byte) bool { return slices.Equal(srcMAC(bb), aMAC) }
+	ipIs := func(get func([]byte) net.IP, ip string) func([]byte) bool {
+		return func(bb []byte) bool { x := get(bb); return x != nil && x.Equal(net.ParseIP(ip)) }
+	}
+	seen := func(what string, match func([]byte) bool) {
+		t.Helper()
+		time.Sleep(300 * time.Millisecond)
+		nb, nh := toB.count(true, match), toHost.count(false, match)
+		if nb > 0 || nh > 0 {
+			t.Errorf("%s: vmb got %d frames, the host %d; want none", what, nb, nh)
+		}
+	}
+	// Control: vma's own traffic reaches both.
+	a.run(t, ctx, "ping -c 1 -W 3 "+b.ip+" && ping -c 1 -W 3 "+labGW)
+	time.Sleep(300 * time.Millisecond)
+	if toB.count(true, ipIs(ipv4Src, a.ip)) == 0 || toHost.count(false, ipIs(ipv4Src, a.ip)) == 0 {
+		t.Fatalf("the sniffers saw nothing of vma's own pings")
+	}
+
+	const other = "10.77.0.99"
+	a.run(t, ctx, fmt.Sprintf("ip addr add %s/24 dev eth0 && arp -s %s %s && arp -s %s %s",
+		other, b.ip, b.mac, labGW, hostMAC(t)))
+	defer a.sh.Run(ctx, fmt.Sprintf("arp -d %s; arp -d %s", b.ip, labGW))
+	a.sh.Run(ctx, fmt.Sprintf("ping -c 2 -W 1 -I %s %s; ping -c 2 -W 1 -I %s %s", other, b.ip, other, labGW))
+	a.run(t, ctx, "ip addr del "+other+"/24 dev eth0")
+	seen("another IP", func(bb []byte) bool { return ipIs(ipv4Src, other)(bb) || ipIs(arpSender, other)(bb) })
+
+	const otherMAC = "52:54:00:de:ad:01"
+	a.sh.Run(ctx, fmt.Sprintf("ip link set eth0 address %s && ping -c 2 -W 1 %s; ping -c 2 -W 1 %s", otherMAC, b.ip, labGW))
+	a.run(t, ctx, "ip link set eth0 address "+a.mac)
+	om, _ := net.ParseMAC(otherMAC)
+	seen("another MAC", func(bb []byte) bool { return slices.Equal(srcMAC(bb), om) })
+
+	a.sh.Run(ctx, fmt.Sprintf("arping -c 2 -A -I eth0 -s %s %s; arping -c 2 -U -I eth0 -s %s %s", labGW, labGW, b.ip, b.ip))
+	seen("ARP for other addresses", func(bb []byte) bool {
+		return fromA(bb) && (ipIs(arpSender, labGW)(bb) || ipIs(arpSender, b.ip)(bb))
+	})
+
+	a.run(t, ctx, "printf 'start 10.77.0.200\\nend 10.77.0.210\\ninterface eth0\\nlease_file /tmp/u.leases\\n' >/tmp/u.conf && udhcpd /tmp/u.conf")
+	toB.reset()
+	b.sh.Run(ctx, "udhcpc -i eth0 -n -q -t 3 -T 1 -s /bin/true")
+	a.sh.Run(ctx, "killall udhcpd")
+	seen("a DHCP server", func(bb []byte) bool { return fromA(bb) && udpSrcPort(bb) == 67 })
+	if n := toB.count(true, func(bb []byte) bool { return udpSrcPort(bb) == 67 }); n == 0 {
+		t.Errorf("vmb got no DHCP reply at all (dnsmasq's should pass)")
+	}
+	a.run(t, ctx, "ping -c 1 -W 3 "+labGW) // vma is fine again
+
+	st, err := sup.Status(ctx, "vma")
+	if err != nil || st.NICs[0].Dropped == nil || st.NICs[0].Dropped.Spoofed == 0 {
+		t.Fatalf("status of vma: %+v %v", st.NICs, err)
+	}
+	t.Logf("vma's anti-spoofing dropped %d packets", st.NICs[0].Dropped.Spoofed)
+}
+
+// hostMAC is the lab bridge's MAC.
+func hostMAC(t *testing.T) string {
+	ifi, err := net.InterfaceByName("vmsn-" + labNet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ifi.HardwareAddr.String()
+}
+
+// nothingLeft checks that g's NIC left nothing: tap, nftables tables,
+// dnsmasq's lease and name, the attachment.
+func nothingLeft(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, g *guest) {
+	t.Helper()
+	var tables []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		tables = vmsupTables(t)
+		if !netsetup.LinkExists(g.tap) && !slices.ContainsFunc(tables, func(s string) bool { return strings.HasSuffix(s, g.tap) }) {
+			break
+		}
+	}
+	if netsetup.LinkExists(g.tap) {
+		t.Errorf("tap %s left", g.tap)
+	}
+	for _, tb := range nicfilter.TableNames(g.tap) {
+		if slices.Contains(tables, tb) {
+			t.Errorf("nftables table %s left", tb)
+		}
+	}
+	// dnsmasq drops the name when inotify tells it the file went.
+	addrs, err := lookup(ctx, g.name)
+	for deadline := time.Now().Add(5 * time.Second); err == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		addrs, err = lookup(ctx, g.name)
+	}
+	j, _ := env.Systemd.Journal(ctx, netmanage.DnsmasqUnit(labNet))
+	if err == nil {
+		t.Errorf("dnsmasq still resolves %s: %v; its journal:\n%s", g.name, addrs, j)
+	}
+	if !strings.Contains(j, fmt.Sprintf("DHCPRELEASE(vmsn-lab) %s %s", g.ip, g.mac)) {
+		t.Errorf("dnsmasq did not release %s's lease; its journal:\n%s", g.name, j)
+	}
+	dirs := filepath.Join(sup.Root(), "networks", labNet)
+	for _, sub := range []string{"nics/" + g.tap + ".json", "dhcp-hosts/" + g.tap, "dns-hosts/" + g.tap} {
+		if _, err := os.Stat(filepath.Join(dirs, sub)); err == nil {
+			t.Errorf("%s left", sub)
+		}
+	}
+	out, err := cli(ctx, sup, "--json", "network", "ls")
+	var infos []netmanage.Info
+	if err != nil || json.Unmarshal([]byte(out), &infos) != nil || len(infos) != 1 {
+		t.Fatalf("network ls --json: %v\n%s", err, out)
+	}
+	for _, n := range infos[0].NICs {
+		if n.VM == g.name {
+			t.Errorf("network ls still lists %s: %+v", g.name, n)
+		}
+	}
+}
+
+// removeNetwork: rm removes the bridge, the NAT table and dnsmasq.
+func removeNetwork(t *testing.T, ctx context.Context, sup *supervisor.Supervisor) {
+	if out, err := cli(ctx, sup, "network", "rm", labNet); err != nil {
+		t.Fatalf("network rm: %v\n%s", err, out)
+	}
+	if netsetup.LinkExists("vmsn-" + labNet) {
+		t.Error("bridge left")
+	}
+	if tl := vmsupTables(t); len(tl) > 0 {
+		t.Errorf("nftables tables left: %v", tl)
+	}
+	sd, err := units.Connect(ctx, env.Systemd.BusAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sd.Close()
+	if st, err := sd.Status(ctx, netmanage.DnsmasqUnit(labNet)); err != nil || st.Exists {
+		t.Errorf("dnsmasq unit left: %+v %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(sup.Root(), "networks", labNet)); err == nil {
+		t.Error("the network's directory left")
+	}
+}
+
+func grepLine(s, prefix string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}

@@ -67,6 +67,9 @@ func (s *Server) wrap(rt route) http.Handler {
 		if c.streaming {
 			return
 		}
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil {
+			err = newError(KindFailed, fmt.Sprintf("vmsup api: %s: stopped after call_timeout %s (%s): %v", rt.Pattern, timeout.D(), s.Config.path, err))
+		}
 		if err != nil {
 			c.fail(err)
 			return

@@ -219,7 +219,12 @@ func (s *Server) events(c *call) (any, error) {
 		return nil, err
 	}
 	return nil, stream(c, func(emit func(supervisor.Event) error) error {
-		return s.Ops.FollowEvents(c.ctx, names, from, follow, emit)
+		return s.Ops.FollowEvents(c.ctx, names, from, follow, func(e supervisor.Event) error {
+			if e.Data == nil {
+				e.Data = map[string]any{} // as vmsup events --json prints it
+			}
+			return emit(e)
+		})
 	})
 }
 

@@ -13,16 +13,6 @@ import (
 	"github.com/vmsup/vmsup/supervisor"
 )
 
-// eventJSON is one line of `vmsup events --json`.
-type eventJSON struct {
-	Name   string         `json:"name"`
-	Time   time.Time      `json:"time"`
-	Source string         `json:"source"` // qemu or vmsup
-	Event  string         `json:"event"`
-	Reason string         `json:"reason"`
-	Data   map[string]any `json:"data"`
-}
-
 func eventsCmd(g *globals) *cobra.Command {
 	var (
 		follow bool
@@ -54,7 +44,8 @@ func eventsCmd(g *globals) *cobra.Command {
 				out := cmd.OutOrStdout()
 				return sup.FollowEvents(cmd.Context(), names, from, follow, func(e supervisor.Event) error {
 					if g.json {
-						g.out.line(eventJSON{Name: e.VM, Time: e.Time, Source: e.Source, Event: e.Kind, Reason: e.Reason, Data: nonNilMap(e.Data)})
+						e.Data = nonNilMap(e.Data)
+						g.out.line(e)
 						return nil
 					}
 					line := fmt.Sprintf("%s %-10s %-6s %s", e.Time.Local().Format("2006-01-02T15:04:05.000"), e.VM, e.Source, e.Kind)

@@ -29,20 +29,22 @@ const (
 )
 
 // Event is something QEMU reported about a running VM, or a lifecycle
-// event of vmsup's.
+// event of vmsup's. Its JSON is one line of `vmsup events --json` and of
+// the remote API's GET /v1/events (one schema: cmd/vmsup
+// TestCLIAndAPIShareSchema).
 type Event struct {
-	VM   string
-	Time time.Time // QEMU's timestamp
-	// Kind is QEMU's event name: SHUTDOWN, POWERDOWN, RESET, STOP, RESUME,
-	// GUEST_PANICKED, DEVICE_DELETED, BLOCK_IO_ERROR, MIGRATION, ...
-	Kind string
-	// Reason is the cause QEMU gives, where it gives one (SHUTDOWN,
-	// RESET: "guest-shutdown", "host-qmp-quit", "guest-reset", ...).
-	Reason string
-	Data   map[string]any // the event's data, as QEMU sent it
+	VM   string    `json:"name"`
+	Time time.Time `json:"time"` // QEMU's timestamp
 	// Source is "qemu", or "vmsup" for its lifecycle events (started,
 	// stopped, crashed, applied).
-	Source string
+	Source string `json:"source"`
+	// Kind is QEMU's event name: SHUTDOWN, POWERDOWN, RESET, STOP, RESUME,
+	// GUEST_PANICKED, DEVICE_DELETED, BLOCK_IO_ERROR, MIGRATION, ...
+	Kind string `json:"event"`
+	// Reason is the cause QEMU gives, where it gives one (SHUTDOWN,
+	// RESET: "guest-shutdown", "host-qmp-quit", "guest-reset", ...).
+	Reason string         `json:"reason"`
+	Data   map[string]any `json:"data"` // the event's data, as QEMU sent it ({} when none)
 }
 
 // Host is what reading events needs of the supervisor.

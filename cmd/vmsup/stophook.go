@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -35,6 +36,13 @@ func stopHookCmd(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if os.Getenv("MAINPID") == "" {
+				// QEMU exited by itself (systemd runs ExecStop= then too):
+				// nothing to stop, and no Supervisor (D-Bus, records) to set
+				// up on every stop's critical path.
+				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-hook %s: %s\n", args[0], supervisor.StoppedAlready)
+				return nil
+			}
 			return g.with(func(sup *supervisor.Supervisor) error {
 				step, err := sup.StopHook(cmd.Context(), args[0], unit)
 				fmt.Fprintf(cmd.OutOrStdout(), "vmsup stop-hook %s: %s\n", args[0], step)

@@ -4,6 +4,9 @@ import (
 	"github.com/vmsup/vmsup/internal/backup"
 	"github.com/vmsup/vmsup/internal/diskops"
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/internal/netmanage"
+	"github.com/vmsup/vmsup/internal/nicfilter"
 	"github.com/vmsup/vmsup/internal/ovmfvars"
 	"github.com/vmsup/vmsup/internal/plan"
 	"github.com/vmsup/vmsup/internal/snapshot"
@@ -82,4 +85,20 @@ type (
 type (
 	VarStore     = ovmfvars.Store
 	VarStoreCert = ovmfvars.Cert
+)
+
+// Managed networks (Networks) and a network NIC's filter counts (NICInfo).
+type (
+	NetworkManager    = netmanage.Manager
+	Network           = netmanage.Network
+	NetworkInfo       = netmanage.Info
+	NetworkAttachment = netmanage.Attachment
+	NetworkNICRef     = netmanage.NICRef
+	NICFilterCounts   = nicfilter.Counts
+)
+
+// A VM's disk I/O health (DiskIO).
+type (
+	DiskIOSample = iohealth.Sample
+	DiskIOHealth = iohealth.Disk
 )

@@ -314,7 +314,7 @@ func TestRequiredRefused(t *testing.T) {
 		disk string
 		want string
 	}{
-		{"outside", &withAA, outside, `disk[0] "d": ` + outside + ` is outside the image directories (` + images + `)`},
+		{"outside", &withAA, outside, `disk[0] "d": ` + outside + ` is outside the image directories (` + images},
 		{"noaa", &probe, inside, `security.apparmor: "required" but `},
 	} {
 		t.Run(c.name, func(t *testing.T) {

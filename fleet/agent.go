@@ -60,10 +60,11 @@ type Agent struct {
 	Decided func(vm string, d time.Duration)
 
 	lease   *lease
-	promise *promise  // not to fail hosts over, given to peers
-	retry   retries   // VMs whose start, apply or migration failed
-	health  health    // the running VMs' disk I/O
-	known   knowledge // peers and incoming VMs, from the last read of the fleet
+	promise *promise   // not to fail hosts over, given to peers
+	retry   retries    // VMs whose start, apply or migration failed
+	health  health     // the running VMs' disk I/O
+	known   knowledge  // peers and incoming VMs, from the last read of the fleet
+	members memberView // the last look at etcd's members, to answer peers with
 	poke    chan struct{}
 	mu      sync.Mutex
 	fenced  bool

@@ -46,6 +46,7 @@ func (a *Agent) mayHold(ctx context.Context) (bool, string) {
 	ch := make(chan members, 1)
 	go func() {
 		an, ll := a.Store.askMembers(ctx, decisionBound)
+		a.members.set(an, ll)
 		ch <- members{an, ll}
 	}()
 	cut, why := a.peersCutToo(ctx)
@@ -101,7 +102,14 @@ func (a *Agent) peersCutToo(ctx context.Context) (bool, string) {
 func (a *Agent) answer(ctx context.Context) peer.Answer {
 	ans := peer.Answer{Host: a.Host.Name, Etcd: peer.Reachable}
 	if time.Since(a.lease.renewed()) > time.Second {
-		answered, leaderless := a.Store.askMembers(ctx, peerProbe)
+		// What this agent's own probe saw (it probes every half second
+		// while its renewals fail) answers at once: asking the members
+		// again cost the asker's whole decisionBound on a loaded host.
+		answered, leaderless, fresh := a.members.fresh(memberViewAge)
+		if !fresh {
+			answered, leaderless = a.Store.askMembers(ctx, peerProbe)
+			a.members.set(answered, leaderless)
+		}
 		switch {
 		case answered == 0:
 			ans.Etcd = peer.Unreachable
@@ -115,6 +123,30 @@ func (a *Agent) answer(ctx context.Context) peer.Answer {
 	peers, _ := a.known.peers()
 	ans.Peers = slices.Sorted(maps.Keys(peers))
 	return ans
+}
+
+// memberViewAge is how old the agent's last look at etcd's members may be
+// to answer a peer with.
+const memberViewAge = 1500 * time.Millisecond
+
+// memberView is the agent's last look at etcd's members.
+type memberView struct {
+	mu                   sync.Mutex
+	answered, leaderless int
+	at                   time.Time
+}
+
+func (m *memberView) set(answered, leaderless int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.answered, m.leaderless, m.at = answered, leaderless, time.Now()
+}
+
+// fresh is the last look if it is younger than age.
+func (m *memberView) fresh(age time.Duration) (answered, leaderless int, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.answered, m.leaderless, !m.at.IsZero() && time.Since(m.at) < age
 }
 
 // promise is the time before which this agent's scheduler fails no host

@@ -249,7 +249,7 @@ func startS(t *testing.T, ctx context.Context, ns string, vm *spec.VM, dir strin
 	}
 	o := qemuargs.Options{Binary: env.QEMU, Accel: spec.AccelTCG, QMPSocket: filepath.Join(run, "qmp"),
 		EventSocket: filepath.Join(run, "ev"), ConsoleSocket: filepath.Join(run, "con"), AgentSocket: filepath.Join(run, "qga"),
-		UUID: uuid.NewString(), GenID: uuid.NewString(), Disks: map[string]qemuargs.DiskHost{}}
+		VNCSocket: filepath.Join(run, "vnc"), UUID: uuid.NewString(), GenID: uuid.NewString(), Disks: map[string]qemuargs.DiskHost{}}
 	for _, d := range vm.Disks {
 		if d.NeedsSecret() {
 			o.Disks[d.Name] = qemuargs.DiskHost{SecretFile: si.key}

@@ -38,6 +38,11 @@ func DefaultTimeout(command string, fallback time.Duration) time.Duration {
 		return 5 * time.Minute
 	case command == "guest-fsfreeze-thaw":
 		return time.Minute
+	case command == "guest-file-write", command == "guest-file-read":
+		// A chunk is megabytes through virtio-serial and the agent's
+		// base64: under TCG on a busy host one took over 5 s. The copy as a
+		// whole is bounded by its caller's ctx.
+		return time.Minute
 	case has("blockdev-"), has("block-"), has("block_"), has("device_"), has("netdev_"),
 		has("object-"), command == "human-monitor-command", command == "screendump",
 		// Block jobs and exports: they return once the job or export

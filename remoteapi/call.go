@@ -32,6 +32,7 @@ type route struct {
 	Body    any  // nil: no body
 	Result  any  // nil: null
 	Stream  bool // NDJSON of Line[Result]
+	Upgrade bool // a websocket session (session.go)
 	Query   []string
 	h       func(c *call) (any, error)
 }
@@ -56,12 +57,16 @@ func (s *Server) wrap(rt route) http.Handler {
 		}
 		defer s.leave(c.id)
 		timeout := s.Config.CallTimeout
-		if rt.Stream && r.URL.Query().Get("follow") == "true" {
+		if rt.Upgrade || (rt.Stream && r.URL.Query().Get("follow") == "true") {
 			timeout = s.Config.StreamTimeout
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout.D())
 		defer cancel()
 		c.ctx = ctx
+		if r.ContentLength > s.Config.MaxRequest {
+			c.fail(tooLarge(s.Config.MaxRequest))
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.Config.MaxRequest)
 		res, err := rt.h(c)
 		if c.streaming {
@@ -164,15 +169,29 @@ func (c *call) verb() string {
 // it).
 func (c *call) may(need Role, vm string) bool { return c.s.Config.RoleFor(c.id, vm).allows(need) }
 
-// decode reads the request's JSON body into T.
+// tooLarge is the refusal of a body over max bytes.
+func tooLarge(max int64) error {
+	return newError(KindTooLarge, fmt.Sprintf("vmsup api: request body over %d bytes, the most this server reads (max_request)", max))
+}
+
+// decode reads the request's JSON body into T. The body has bodyTimeout
+// to arrive: a client trickling it is cut off (its connection's read
+// deadline passes) rather than holding its call, and the server, up.
 func decode[T any](c *call) (T, error) {
 	var v T
+	rc := http.NewResponseController(c.w)
+	late := time.AfterFunc(bodyTimeout, func() { rc.SetReadDeadline(time.Now()) })
 	dec := json.NewDecoder(c.r.Body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
+	err := dec.Decode(&v)
+	if !late.Stop() {
+		c.w.Header().Set("Connection", "close")
+		return v, newError(KindUsage, fmt.Sprintf("vmsup api: request body: not received within %s (a client sends its body at once)", bodyTimeout))
+	}
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return v, newError(KindTooLarge, fmt.Sprintf("vmsup api: request body over %d bytes, the most this server reads", mbe.Limit))
+			return v, tooLarge(mbe.Limit)
 		}
 		return v, newError(KindUsage, fmt.Sprintf("vmsup api: request body: %v", err))
 	}

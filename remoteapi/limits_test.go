@@ -1,11 +1,14 @@
 package remoteapi_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +33,7 @@ type blockingOps struct {
 	remoteapi.Ops // nil: the tests call nothing else
 	entered       chan string
 	release       chan struct{}
+	vmSock        string // a stand-in VM socket: it greets as VNC and echoes
 }
 
 func (o *blockingOps) Names() ([]string, error) { return []string{"quick", "slow"}, nil }
@@ -88,7 +92,7 @@ func startLimits(t *testing.T, extra string) *limitsHost {
 		t.Fatal(err)
 	}
 	h := &limitsHost{addr: l.Addr().String(), root: filepath.Join(dir, "root"), pki: pki,
-		ops: &blockingOps{entered: make(chan string, 16), release: make(chan struct{})}, served: make(chan error, 1), servedAt: make(chan time.Time, 1)}
+		ops: &blockingOps{entered: make(chan string, 16), release: make(chan struct{}), vmSock: fakeVMSocket(t)}, served: make(chan error, 1), servedAt: make(chan time.Time, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &remoteapi.Server{Ops: h.ops, Config: c, Root: h.root}
 	go func() {
@@ -211,12 +215,62 @@ func TestLimitRequestSize(t *testing.T) {
 	_, err := a.PlanWith(ctx, big, supervisor.PlanOptions{})
 	wantAPIError(t, "a 2 KiB plan", err, remoteapi.KindTooLarge, "request body over 1024 bytes")
 	wantAudited(t, h, `"identity":"cn:a"`, "POST /v1/plan", "request body over 1024 bytes")
+	// On the wire: 413 and the error, for a body whose Content-Length is
+	// over (refused before it is read) and for an endless chunked one (cut
+	// off after max_request bytes).
+	for _, body := range []io.Reader{strings.NewReader(strings.Repeat(" ", 2048) + "{}"), &endless{}} {
+		req, _ := http.NewRequestWithContext(ctx, "POST", "https://"+h.addr+"/v1/plan", body)
+		req.ContentLength = 2050
+		if _, ok := body.(*endless); ok {
+			req.ContentLength = -1
+		}
+		start := time.Now()
+		resp, err := h.httpClient(t, "a").Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"kind":"too-large"`) ||
+			!strings.Contains(string(b), "request body over 1024 bytes, the most this server reads (max_request)") {
+			t.Errorf("a body of %d bytes: %s %s", req.ContentLength, resp.Status, b)
+		}
+		t.Logf("a body of %d bytes: %s in %v: %s", req.ContentLength, resp.Status, time.Since(start).Round(time.Millisecond), bytes.TrimSpace(b))
+	}
 	// Under the limit the file is read and parsed: its own error, not the size.
 	_, err = a.PlanWith(ctx, &spec.File{Path: "/here/small.toml", Raw: []byte("name = \"small\"\nbogus = 1\n")}, supervisor.PlanOptions{})
 	var e *remoteapi.Error
 	if !errors.As(err, &e) || e.Kind == remoteapi.KindTooLarge {
 		t.Errorf("a small file: %v, want its parse error", err)
 	}
+}
+
+// endless is a request body that never ends.
+type endless struct{}
+
+func (*endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
+
+// httpClient is a plain HTTP client with cn's certificate.
+func (h *limitsHost) httpClient(t *testing.T, cn string) *http.Client {
+	t.Helper()
+	tr := &http.Transport{TLSClientConfig: h.tlsConfig(t, cn)}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// tlsConfig is a client's TLS configuration with cn's certificate.
+func (h *limitsHost) tlsConfig(t *testing.T, cn string) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(filepath.Join(h.pki.Dir, cn+".pem"), filepath.Join(h.pki.Dir, cn+"-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
 }
 
 // TestLimitCallTimeout: a call past call_timeout ends with an error naming
@@ -248,10 +302,7 @@ func TestLimitSlowClients(t *testing.T) {
 	const slow = 40
 	h := startLimits(t, "idle_exit = \"1s\"")
 	a := h.client(t, "a")
-	cert, err := tls.LoadX509KeyPair(filepath.Join(h.pki.Dir, "b.pem"), filepath.Join(h.pki.Dir, "b-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conf := h.tlsConfig(t, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The first call, so the server does not exit before the slow
@@ -262,7 +313,7 @@ func TestLimitSlowClients(t *testing.T) {
 	dropped := make(chan string, slow)
 	for i := range slow {
 		go func() {
-			d := tls.Dialer{Config: &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}}
+			d := tls.Dialer{Config: conf}
 			c, err := d.DialContext(ctx, "tcp", h.addr)
 			if err != nil {
 				dropped <- fmt.Sprintf("slow client %d: dial: %v", i, err)
@@ -326,5 +377,94 @@ func TestLimitSlowClients(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("a slow client was never dropped")
 		}
+	}
+}
+
+// trickle writes head at once, then a byte of body every 200 ms, until
+// the server answers or drops the connection: what it answered and when.
+func trickle(ctx context.Context, conf *tls.Config, addr, head, body string) (string, time.Duration, error) {
+	d := tls.Dialer{Config: conf}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", 0, err
+	}
+	defer c.Close()
+	start := time.Now()
+	c.Write([]byte(head))
+	var got []byte
+	for j := 0; ctx.Err() == nil; j++ {
+		if _, err := c.Write([]byte{body[j%len(body)]}); err != nil {
+			break
+		}
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		var b [4096]byte
+		n, err := c.Read(b[:])
+		got = append(got, b[:n]...)
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			break
+		}
+	}
+	return string(got), time.Since(start), ctx.Err()
+}
+
+// TestLimitSlowRequest: a client that sends its headers, or its body, a
+// byte at a time is cut off after 10 s (headers: net/http's
+// ReadHeaderTimeout, no answer; body: the API's body timeout, with an
+// error saying so) while the server is kept up by another call, and the
+// call it made does not hold the server up.
+func TestLimitSlowRequest(t *testing.T) {
+	h := startLimits(t, "idle_exit = \"1s\"")
+	a := h.client(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	held := make(chan error, 1)
+	go func() {
+		_, err := a.Status(ctx, "slow") // keeps the server up until released
+		held <- err
+	}()
+	<-h.ops.entered
+	type cut struct {
+		what, answer string
+		after        time.Duration
+	}
+	cuts := make(chan cut, 2)
+	conf := h.tlsConfig(t, "b")
+	go func() {
+		got, after, _ := trickle(ctx, conf, h.addr, "", "GET /v1/vms/quick HTTP/1.1\r\nHost: vmsup\r\nX-Slow: "+strings.Repeat("s", 1000))
+		cuts <- cut{"headers", got, after}
+	}()
+	go func() {
+		got, after, _ := trickle(ctx, conf, h.addr, "POST /v1/plan HTTP/1.1\r\nHost: vmsup\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n{", "        ")
+		cuts <- cut{"body", got, after}
+	}()
+	for range 2 {
+		c := <-cuts
+		t.Logf("slow %s: cut off after %v: %q", c.what, c.after.Round(time.Millisecond), c.answer)
+		if c.after < 9*time.Second || c.after > 20*time.Second {
+			t.Errorf("slow %s: cut off after %v, want about 10 s", c.what, c.after)
+		}
+		switch c.what {
+		case "headers":
+			if c.answer != "" {
+				t.Errorf("slow headers were answered: %q", c.answer)
+			}
+		case "body":
+			if !strings.HasPrefix(c.answer, "HTTP/1.1 400 ") || !strings.Contains(c.answer, "vmsup api: request body: not received within 10s") {
+				t.Errorf("slow body answered %q, want 400 saying it was not received in time", c.answer)
+			}
+		}
+	}
+	wantAudited(t, h, `"identity":"cn:b"`, "POST /v1/plan", "not received within 10s")
+	close(h.ops.release)
+	if err := <-held; err != nil {
+		t.Errorf("the call that kept the server up: %v", err)
+	}
+	released := time.Now()
+	select {
+	case at := <-h.servedAt:
+		t.Logf("server exited %v after the last call", at.Sub(released).Round(time.Millisecond))
+	case <-ctx.Done():
+		t.Fatal("the server did not exit after the slow clients were cut off")
 	}
 }

@@ -84,7 +84,12 @@ func openAPIDoc(t *testing.T) []byte {
 		}
 		failed := map[string]any{"type": "object", "additionalProperties": false, "required": []string{"result", "error"},
 			"properties": map[string]any{"result": result, "error": errSchema}}
-		op["responses"] = map[string]any{"200": ok, "default": map[string]any{"description": "failed: the error, and for up, plan, apply and restart what was done", "content": map[string]any{"application/json": map[string]any{"schema": failed}}}}
+		responses := map[string]any{"200": ok, "default": map[string]any{"description": "failed: the error, and for up, plan, apply and restart what was done", "content": map[string]any{"application/json": map[string]any{"schema": failed}}}}
+		if rt.Upgrade {
+			delete(responses, "200")
+			responses["101"] = map[string]any{"description": "the websocket session: raw bytes both ways in binary messages, until either side closes or stream_timeout"}
+		}
+		op["responses"] = responses
 		if paths[p] == nil {
 			paths[p] = map[string]any{}
 		}

@@ -2,6 +2,7 @@ package remoteapi
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/vmsup/vmsup/spec"
@@ -35,6 +36,11 @@ type Ops interface {
 	RemoveSnapshot(ctx context.Context, name, tag string, progress func(disk string, done, total int64)) error
 	RevertSnapshot(ctx context.Context, name, tag string, force bool) (supervisor.RevertResult, error)
 	Exec(ctx context.Context, name string, argv []string, timeout time.Duration) (supervisor.ExecResult, error)
+	// DialConsole and DialVNC connect to the VM's serial console and VNC
+	// server; VNCTicket makes a one-time VNC password (display.password).
+	DialConsole(ctx context.Context, name string) (net.Conn, error)
+	DialVNC(ctx context.Context, name string) (net.Conn, error)
+	VNCTicket(ctx context.Context, name string, ttl time.Duration) (string, error)
 }
 
 // The host's supervisor is what the server calls.

@@ -25,7 +25,7 @@ func (s *Server) Handler() http.Handler {
 // Routes are the API's operations, each calling the Ops method of the
 // same name.
 func (s *Server) Routes() []route {
-	return append(s.readRoutes(), s.actRoutes()...)
+	return append(append(s.readRoutes(), s.actRoutes()...), s.sessionRoutes()...)
 }
 
 func (s *Server) readRoutes() []route {

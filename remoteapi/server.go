@@ -40,6 +40,8 @@ const (
 	// headerTimeout bounds a connection's TLS handshake and a request's
 	// headers: a client that connects and says nothing is dropped.
 	headerTimeout = 10 * time.Second
+	// bodyTimeout bounds reading a request's body (decode).
+	bodyTimeout = 10 * time.Second
 	// idleConnTimeout closes a kept-alive connection without a request.
 	idleConnTimeout = 30 * time.Second
 	maxHeaderBytes  = 64 << 10

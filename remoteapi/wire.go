@@ -78,6 +78,17 @@ type ExecRequest struct {
 	Timeout time.Duration `json:"timeout"` // nanoseconds; 0: the guest agent's default
 }
 
+// TicketRequest is POST /v1/vms/{name}/vnc-ticket.
+type TicketRequest struct {
+	TTL time.Duration `json:"ttl"` // nanoseconds: how long the password lets a client log in
+}
+
+// Ticket is a VM's one-time VNC password; "" when its VNC server asks for
+// none.
+type Ticket struct {
+	Password string `json:"password"`
+}
+
 // AppliedSpec is GET /v1/vms/{name}/spec: the spec the VM last ran.
 type AppliedSpec struct {
 	Path    string `json:"path"` // on the server

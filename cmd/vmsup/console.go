@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/remoteapi"
 )
 
 // detachKey is Ctrl-] (as telnet and virsh console use).
@@ -25,6 +26,7 @@ func consoleCmd(g *globals) *cobra.Command {
 		Use:   "console NAME",
 		Short: "Attach to the VM's serial console (detach with Ctrl-]), or its screen in a browser (--web)",
 		Long: "Attach to the VM's serial console socket. On a terminal, Ctrl-] detaches and leaves the VM running.\n" +
+			"With --remote, the console comes through the API as a websocket (role operator), the same way.\n" +
 			"Without a terminal, stdin is sent to the console until it ends, and console output is copied to stdout.\n\n" +
 			"With --web (a VM with [display]): serve noVNC (Debian's novnc package) on a loopback port for one\n" +
 			"browser session and print its URL, which holds a one-time token; the token works once, until\n" +
@@ -34,15 +36,15 @@ func consoleCmd(g *globals) *cobra.Command {
 			if g.json {
 				return usageError{fmt.Errorf("console is interactive: it has no --json form")}
 			}
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				if web {
-					return webConsole(cmd, sup, name, listen, wait)
+					return webConsole(cmd, g, sup, name, listen, wait)
 				}
-				dctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+				dctx, cancel := context.WithTimeout(cmd.Context(), g.dialTimeout(3*time.Second))
 				conn, err := sup.DialConsole(dctx, name)
 				cancel()
 				if err != nil {
-					return fmt.Errorf("%w (is it running?)", err)
+					return consoleDialErr(err)
 				}
 				defer conn.Close()
 				return attach(cmd.Context(), conn, os.Stdin, cmd.OutOrStdout())
@@ -53,6 +55,17 @@ func consoleCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "with --web: address to listen on (port 0: any free one)")
 	c.Flags().DurationVar(&wait, "timeout", defaultConsoleWait, "with --web: how long the token waits for the browser")
 	return c
+}
+
+// consoleDialErr is a failed dial's error with the hint a local one
+// gets; a remote refusal (forbidden, unauthorized, too-many) is the
+// server's word as it is.
+func consoleDialErr(err error) error {
+	var re *remoteapi.Error
+	if errors.As(err, &re) && re.Kind != remoteapi.KindNotRunning && re.Kind != remoteapi.KindNotFound && re.Kind != remoteapi.KindFailed {
+		return err
+	}
+	return fmt.Errorf("%w (is it running?)", err)
 }
 
 func attach(ctx context.Context, conn net.Conn, in *os.File, out io.Writer) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/vncproxy"
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -63,13 +64,14 @@ func vncCmd(g *globals) *cobra.Command {
 		Long: "Listen on a loopback port (or --listen ADDR), print it, and connect the first VNC client that\n" +
 			"comes within --timeout to the VM's VNC server (its unix socket); the port closes as soon as the\n" +
 			"client connects, and vmsup vnc ends when the client leaves. With display.password the VNC server\n" +
-			"asks for the one-time password printed, valid until --timeout.",
+			"asks for the one-time password printed, valid until --timeout. With --remote, the port is on this\n" +
+			"machine and the session goes to the remote host's API as a websocket (role operator).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.json {
 				return usageError{errors.New("vnc is interactive: it has no --json form")}
 			}
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				pw, ln, err := consoleListen(cmd.Context(), sup, name, listen, wait)
 				if err != nil {
 					return err
@@ -78,7 +80,7 @@ func vncCmd(g *globals) *cobra.Command {
 				if pw != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "password: %s (valid for %s)\n", pw, wait)
 				}
-				return vmErrf(name, vncproxy.ServeOne(cmd.Context(), ln, wait, dialer(sup, name)))
+				return vmErrf(name, vncproxy.ServeOne(cmd.Context(), ln, wait, dialer(g, sup, name)))
 			})
 		},
 	}
@@ -88,7 +90,7 @@ func vncCmd(g *globals) *cobra.Command {
 }
 
 // webConsole serves noVNC for one browser session (console --web).
-func webConsole(cmd *cobra.Command, sup *supervisor.Supervisor, name, listen string, wait time.Duration) error {
+func webConsole(cmd *cobra.Command, g *globals, sup remoteapi.Ops, name, listen string, wait time.Duration) error {
 	if _, err := os.Stat(filepath.Join(vncproxy.NoVNCDir, "vnc.html")); err != nil {
 		return fmt.Errorf("console --web: %w", vncproxy.ErrNoNoVNC)
 	}
@@ -101,14 +103,14 @@ func webConsole(cmd *cobra.Command, sup *supervisor.Supervisor, name, listen str
 		ln.Close()
 		return err
 	}
-	w := &vncproxy.Web{Token: tok, Wait: wait, Password: pw, Dial: dialer(sup, name)}
+	w := &vncproxy.Web{Token: tok, Wait: wait, Password: pw, Dial: dialer(g, sup, name)}
 	fmt.Fprintln(cmd.OutOrStdout(), w.URL(ln.Addr().String()))
 	return vmErrf(name, w.Serve(cmd.Context(), ln))
 }
 
 // consoleListen checks the VM serves VNC, makes its one-time password
 // if it asks for one, and listens for the client.
-func consoleListen(ctx context.Context, sup *supervisor.Supervisor, name, listen string, wait time.Duration) (string, net.Listener, error) {
+func consoleListen(ctx context.Context, sup remoteapi.Ops, name, listen string, wait time.Duration) (string, net.Listener, error) {
 	pw, err := sup.VNCTicket(ctx, name, wait)
 	if err != nil {
 		return "", nil, err
@@ -120,9 +122,9 @@ func consoleListen(ctx context.Context, sup *supervisor.Supervisor, name, listen
 	return pw, ln, nil
 }
 
-func dialer(sup *supervisor.Supervisor, name string) vncproxy.Dialer {
+func dialer(g *globals, sup remoteapi.Ops, name string) vncproxy.Dialer {
 	return func(ctx context.Context) (net.Conn, error) {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		dctx, cancel := context.WithTimeout(ctx, g.dialTimeout(5*time.Second))
 		defer cancel()
 		return sup.DialVNC(dctx, name)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -69,12 +70,22 @@ func (g *globals) opsFiles(paths []string, fn func(remoteapi.Ops, []*spec.File) 
 	})
 }
 
+// dialTimeout is local for a connection to a VM's socket on this host;
+// with --remote, the API's handshake (and the server's start by its
+// socket) comes first: 30 s.
+func (g *globals) dialTimeout(local time.Duration) time.Duration {
+	if g.rem.url != "" {
+		return 30 * time.Second
+	}
+	return local
+}
+
 // remoteCommands are the commands --remote runs on the remote host; the
 // others are refused with it rather than run here.
 var remoteCommands = map[string]bool{
 	"ls": true, "status": true, "up": true, "plan": true, "apply": true, "down": true, "kill": true,
 	"restart": true, "reboot": true, "reset": true, "pause": true, "resume": true, "stats": true, "top": true,
-	"events": true, "logs": true, "exec": true,
+	"events": true, "logs": true, "exec": true, "console": true, "vnc": true,
 	"snapshot create": true, "snapshot ls": true, "snapshot revert": true, "snapshot rm": true,
 }
 

@@ -215,7 +215,7 @@ func (h *host) remote(t testing.TB, who string, args ...string) result {
 	return run(t, []string{"VMSUP_ROOT=/nonexistent", "VMSUP_SYSTEMD_BUS=unix:path=/nonexistent"}, append(h.remoteArgs(who), args...)...)
 }
 
-// guestTOML is a test VM's file.
+// guestTOML is a test VM's file; its [display] gives it a VNC server.
 func guestTOML(name string) string {
 	return fmt.Sprintf(`name = %q
 memory = "256M"
@@ -226,6 +226,8 @@ stop_timeout = "20s"
 kernel = %q
 initrd = %q
 cmdline = "console=ttyS0 no_timer_check"
+
+[display]
 `, name, env.Guest.Kernel, env.Guest.Initrd)
 }
 

@@ -20,7 +20,8 @@ import (
 // TestRemoteCLI: the remote CLI drives a VM on a host in another network
 // namespace end to end (up, status, ls, exec, events -f, events --since,
 // logs, snapshot create/ls, pause/resume, down) with the output the CLI on
-// the host gives, and no vmsup process lives on the host between calls.
+// the host gives, and no vmsup process lives on the host between calls;
+// console and VNC sessions through websockets (checkSessions).
 func TestRemoteCLI(t *testing.T) {
 	h := startHost(t)
 	if p := vmsupProcs(); len(p) > 0 {
@@ -48,6 +49,7 @@ func TestRemoteCLI(t *testing.T) {
 	for _, args := range [][]string{{"exec", "ra", "--", "uname", "-s"}, {"exec", "ra", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"}} {
 		same(t, strings.Join(args, " "), h.remote(t, "admin", args...), h.local(t, args...), "", "")
 	}
+	h.checkSessions(t, "ra")
 	h.followEvents(t)
 	h.checkSchema(t, "ra")
 	for _, args := range [][]string{{"events", "--since", "1h", "ra"}, {"events", "--json", "ra"}, {"logs", "ra"}} {

@@ -58,6 +58,8 @@ func (h *host) checkSchema(t *testing.T, vm string) {
 		{admin, "POST", "/v1/up", `{"files": [{"name": "b.toml", "content": "name = 'b'\nmemory = 1\n"}], "adopt": false}`, 500},
 		{admin, "GET", "/v1/events?name=" + vm + "&since=2000-01-01T00:00:00Z", "", 200},
 		{admin, "GET", "/v1/vms/" + vm + "/logs", "", 200},
+		{admin, "POST", "/v1/vms/" + vm + "/vnc-ticket", `{"ttl": 60000000000}`, 200},
+		{admin, "GET", "/v1/vms/" + vm + "/console", "", 400}, // not a websocket upgrade
 	}
 	for _, c := range calls {
 		h.validate(t, router, c.c, c.method, c.path, c.body, c.status)

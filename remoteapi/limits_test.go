@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vncproxy/vncproxytest"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/remoteapi/client"
 	"github.com/vmsup/vmsup/remoteapi/remotetest"
@@ -92,7 +93,7 @@ func startLimits(t *testing.T, extra string) *limitsHost {
 		t.Fatal(err)
 	}
 	h := &limitsHost{addr: l.Addr().String(), root: filepath.Join(dir, "root"), pki: pki,
-		ops: &blockingOps{entered: make(chan string, 16), release: make(chan struct{}), vmSock: fakeVMSocket(t)}, served: make(chan error, 1), servedAt: make(chan time.Time, 1)}
+		ops: &blockingOps{entered: make(chan string, 16), release: make(chan struct{}), vmSock: vncproxytest.Socket(t)}, served: make(chan error, 1), servedAt: make(chan time.Time, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &remoteapi.Server{Ops: h.ops, Config: c, Root: h.root}
 	go func() {
@@ -460,11 +461,17 @@ func TestLimitSlowRequest(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Errorf("the call that kept the server up: %v", err)
 	}
-	released := time.Now()
+	h.exited(t, ctx, "the last call")
+}
+
+// exited waits for the server to exit after what just happened.
+func (h *limitsHost) exited(t *testing.T, ctx context.Context, after string) {
+	t.Helper()
+	since := time.Now()
 	select {
 	case at := <-h.servedAt:
-		t.Logf("server exited %v after the last call", at.Sub(released).Round(time.Millisecond))
+		t.Logf("server exited %v after %s", at.Sub(since).Round(time.Millisecond), after)
 	case <-ctx.Done():
-		t.Fatal("the server did not exit after the slow clients were cut off")
+		t.Fatalf("the server did not exit after %s", after)
 	}
 }

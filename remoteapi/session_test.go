@@ -5,38 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vncproxy/vncproxytest"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
-
-// fakeVMSocket is a stand-in for a VM's console or VNC socket: it greets
-// each connection as a VNC server does and echoes what it reads.
-func fakeVMSocket(t *testing.T) string {
-	sock := filepath.Join(t.TempDir(), "vm.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.Write([]byte("RFB 003.008\n"))
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	return sock
-}
 
 func (o *blockingOps) dial(ctx context.Context, name string) (net.Conn, error) {
 	if name != "quick" {
@@ -81,7 +56,7 @@ func TestSessionWebsocket(t *testing.T) {
 			t.Fatal(err)
 		}
 		greeting := make([]byte, 12)
-		if _, err := io.ReadFull(conn, greeting); err != nil || string(greeting) != "RFB 003.008\n" {
+		if _, err := io.ReadFull(conn, greeting); err != nil || string(greeting) != vncproxytest.Greeting {
 			t.Fatalf("greeting through the websocket: %q, %v", greeting, err)
 		}
 		conn.Write([]byte("ping"))
@@ -101,11 +76,5 @@ func TestSessionWebsocket(t *testing.T) {
 	case <-time.After(3 * time.Second): // idle_exit 1s
 	}
 	conn.Close()
-	closed := time.Now()
-	select {
-	case at := <-h.servedAt:
-		t.Logf("server exited %v after the session closed (idle_exit 1s)", at.Sub(closed).Round(time.Millisecond))
-	case <-ctx.Done():
-		t.Fatal("the server did not exit after the session closed")
-	}
+	h.exited(t, ctx, "the session closed")
 }

@@ -13,30 +13,13 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/vmsup/vmsup/internal/vncproxy/vncproxytest"
 )
 
-// fakeVNC is a stand-in VNC server on a unix socket: it greets each
-// client and echoes what it sends.
+// fakeVNC dials a stand-in VNC server that greets and echoes.
 func fakeVNC(t *testing.T) Dialer {
-	sock := filepath.Join(t.TempDir(), "vnc.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.Write([]byte("RFB 003.008\n"))
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	sock := vncproxytest.Socket(t)
 	return func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)

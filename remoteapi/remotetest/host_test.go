@@ -250,6 +250,9 @@ func vmsupProcs() []string {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if len(b) == 0 {
+			continue // exiting (its memory is gone): a console-log hook that just ended, typically
+		}
 		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		if len(argv) > 1 && argv[1] == supervisor.HookConsoleLog {
 			continue

@@ -33,6 +33,7 @@ type route struct {
 	Result  any  // nil: null
 	Stream  bool // NDJSON of Line[Result]
 	Upgrade bool // a websocket session (session.go)
+	Long    bool // bounded by stream_timeout, not call_timeout (sessions, backup, migrate)
 	Query   []string
 	h       func(c *call) (any, error)
 }
@@ -57,7 +58,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		}
 		defer s.leave(c.id)
 		timeout := s.Config.CallTimeout
-		if rt.Upgrade || (rt.Stream && r.URL.Query().Get("follow") == "true") {
+		if rt.Long || (rt.Stream && r.URL.Query().Get("follow") == "true") {
 			timeout = s.Config.StreamTimeout
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout.D())

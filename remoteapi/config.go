@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -52,6 +53,10 @@ type Config struct {
 	MaxCallsPerClient int `toml:"max_calls_per_client"`
 	// MaxRequest: bytes of a request body (default 4 MiB: a few VM files).
 	MaxRequest int64 `toml:"max_request"`
+	// BackupDirs are where a remote backup may write (absolute
+	// directories; default ROOT/backups): `backup --to DIR` names one of
+	// them or a place below, and a relative DIR is below the first.
+	BackupDirs []string `toml:"backup_dirs"`
 	// Grants say who may do what to which VMs.
 	Grants []Grant `toml:"grant"`
 
@@ -118,6 +123,11 @@ func LoadConfig(p string) (*Config, error) {
 func (c *Config) check() error {
 	c.fill()
 	var errs []error
+	for i, d := range c.BackupDirs {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Errorf("%s: backup_dirs[%d]: %q: want an absolute directory", c.path, i, d))
+		}
+	}
 	for i, g := range c.Grants {
 		field := fmt.Sprintf("%s: grant[%d]", c.path, i)
 		if !strings.HasPrefix(g.Identity, "cn:") && !strings.HasPrefix(g.Identity, "uid:") {

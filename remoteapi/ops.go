@@ -41,6 +41,9 @@ type Ops interface {
 	DialConsole(ctx context.Context, name string) (net.Conn, error)
 	DialVNC(ctx context.Context, name string) (net.Conn, error)
 	VNCTicket(ctx context.Context, name string, ttl time.Duration) (string, error)
+	Backup(ctx context.Context, name string, o supervisor.BackupOptions) (supervisor.BackupResult, error)
+	Migrate(ctx context.Context, name string, o supervisor.MigrateOptions) (supervisor.MigrateResult, error)
+	CancelMigration(ctx context.Context, name string) error
 }
 
 // The host's supervisor is what the server calls.

@@ -25,7 +25,8 @@ func (s *Server) Handler() http.Handler {
 // Routes are the API's operations, each calling the Ops method of the
 // same name.
 func (s *Server) Routes() []route {
-	return append(append(s.readRoutes(), s.actRoutes()...), s.sessionRoutes()...)
+	rs := append(s.readRoutes(), s.actRoutes()...)
+	return append(append(rs, s.sessionRoutes()...), s.longRoutes()...)
 }
 
 func (s *Server) readRoutes() []route {

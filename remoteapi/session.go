@@ -35,9 +35,9 @@ const (
 
 func (s *Server) sessionRoutes() []route {
 	return []route{
-		{Pattern: "GET /v1/vms/{name}/console", Summary: "the serial console: a websocket (Upgrade: websocket) of raw bytes both ways, in binary messages", Upgrade: true,
+		{Pattern: "GET /v1/vms/{name}/console", Summary: "the serial console: a websocket (Upgrade: websocket) of raw bytes both ways, in binary messages", Upgrade: true, Long: true,
 			h: func(c *call) (any, error) { return nil, s.session(c, s.Ops.DialConsole) }},
-		{Pattern: "GET /v1/vms/{name}/vnc", Summary: "the VNC server (RFB, [display] with vnc): a websocket (Upgrade: websocket) of raw bytes both ways, in binary messages", Upgrade: true,
+		{Pattern: "GET /v1/vms/{name}/vnc", Summary: "the VNC server (RFB, [display] with vnc): a websocket (Upgrade: websocket) of raw bytes both ways, in binary messages", Upgrade: true, Long: true,
 			h: func(c *call) (any, error) { return nil, s.session(c, s.Ops.DialVNC) }},
 		{Pattern: "POST /v1/vms/{name}/vnc-ticket", Summary: "a one-time VNC password for a VM with display.password, valid for ttl (\"\" for a VM without)", Body: TicketRequest{}, Result: Ticket{},
 			h: func(c *call) (any, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -28,16 +29,22 @@ func backupCmd(g *globals) *cobra.Command {
 			"--nbd SOCKET serves instead, for an external backup tool, an NBD export of each disk as it was\n" +
 			"when the command started (the guest runs on; QEMU keeps the old data aside) with a dirty bitmap\n" +
 			"of what changed since the previous export (qemu:dirty-bitmap:vmsup-nbd-N), until Ctrl-C or\n" +
-			"SIGTERM; the next export's bitmap starts at this one's moment.",
+			"SIGTERM; the next export's bitmap starts at this one's moment.\n\n" +
+			"With --remote, DIR is on the remote host, in one of its backup_dirs (a relative DIR is below the\n" +
+			"first; docs/remote-api.md); --nbd is not remote.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				out := cmd.OutOrStdout()
 				if nbd != "" {
 					if o.Dir != "" || o.Incremental {
 						return usageError{fmt.Errorf("--nbd serves an export instead of writing DIR: give it alone")}
 					}
-					return serveNBD(g, cmd, sup, name, nbd)
+					local, ok := sup.(*supervisor.Supervisor)
+					if !ok {
+						return usageError{fmt.Errorf("backup --nbd serves on a socket of the VMs' host: not with --remote")}
+					}
+					return serveNBD(g, cmd, local, name, nbd)
 				}
 				o.Progress = backupProgress(g, name, out)
 				res, err := sup.Backup(cmd.Context(), name, o)

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/hostpaths"
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -105,6 +106,10 @@ func exitCode(err error) int {
 	var ee exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	var re *remoteapi.Error
+	if errors.As(err, &re) && re.ExitCode != 0 {
+		return re.ExitCode // --remote: the server's code for its kind, as the CLI there exits
 	}
 	var ue usageError
 	var be *supervisor.BusyError

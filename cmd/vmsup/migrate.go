@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -31,10 +32,11 @@ source's QEMU stops only once the destination runs the guest. On any failure bef
 the destination is torn down and the VM keeps running here. Disks must be on storage both
 hosts see (a shared path, RBD, iSCSI): storage migration is not supported.
 --local moves the VM into a fresh QEMU on this host (to pick up a new QEMU binary).
-Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
+Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.
+With --remote, the remote host migrates (--local needs role operator, --to HOST admin; no --transport).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withVM(args[0], func(sup *supervisor.Supervisor, name string) error {
+			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				if cancel {
 					if err := sup.CancelMigration(cmd.Context(), name); err != nil {
 						return err
@@ -46,6 +48,9 @@ Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.`,
 					return usageError{fmt.Errorf("give exactly one of --to HOST and --local")}
 				}
 				if transport != "" {
+					if g.rem.url != "" {
+						return usageError{fmt.Errorf("--transport runs a command on the VMs' host: not with --remote (the remote host's ssh is used)")}
+					}
 					o.Transport = strings.Fields(transport)
 				}
 				if bandwidth != "" {

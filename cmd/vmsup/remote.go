@@ -86,6 +86,7 @@ var remoteCommands = map[string]bool{
 	"ls": true, "status": true, "up": true, "plan": true, "apply": true, "down": true, "kill": true,
 	"restart": true, "reboot": true, "reset": true, "pause": true, "resume": true, "stats": true, "top": true,
 	"events": true, "logs": true, "exec": true, "console": true, "vnc": true,
+	"backup": true, "migrate": true,
 	"snapshot create": true, "snapshot ls": true, "snapshot revert": true, "snapshot rm": true,
 }
 

@@ -164,9 +164,15 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 	return nil
 }
 
-// lines reads a streamed answer, giving each item to fn.
+// lines reads a streamed answer of GET path, giving each item to fn.
 func lines[T any](ctx context.Context, c *Client, path string, q url.Values, fn func(T) error) error {
-	resp, err := c.do(ctx, http.MethodGet, path, q, nil)
+	return streamed(ctx, c, http.MethodGet, path, q, nil, fn)
+}
+
+// streamed sends a request with body (nil for none) whose answer is
+// streamed, giving each item to fn.
+func streamed[T any](ctx context.Context, c *Client, method, path string, q url.Values, body any, fn func(T) error) error {
+	resp, err := c.do(ctx, method, path, q, body)
 	if err != nil {
 		return err
 	}
@@ -174,7 +180,7 @@ func lines[T any](ctx context.Context, c *Client, path string, q url.Values, fn 
 	if resp.Header.Get("Content-Type") != "application/x-ndjson" {
 		var a remoteapi.Answer[json.RawMessage]
 		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || a.Error == nil {
-			return fmt.Errorf("vmsup --remote: GET %s: %s without an error", path, resp.Status)
+			return fmt.Errorf("vmsup --remote: %s %s: %s without an error", method, path, resp.Status)
 		}
 		return a.Error
 	}
@@ -183,7 +189,7 @@ func lines[T any](ctx context.Context, c *Client, path string, q url.Values, fn 
 	for sc.Scan() {
 		var l remoteapi.Line[T]
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return fmt.Errorf("vmsup --remote: GET %s: line: %w", path, err)
+			return fmt.Errorf("vmsup --remote: %s %s: line: %w", method, path, err)
 		}
 		if l.End {
 			if l.Err != nil {
@@ -198,12 +204,12 @@ func lines[T any](ctx context.Context, c *Client, path string, q url.Values, fn 
 		}
 	}
 	if err := sc.Err(); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("vmsup --remote: GET %s: %w", path, err)
+		return fmt.Errorf("vmsup --remote: %s %s: %w", method, path, err)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return errors.New("vmsup --remote: GET " + path + ": the stream ended without its end line")
+	return errors.New("vmsup --remote: " + method + " " + path + ": the stream ended without its end line")
 }
 
 // file is a parsed file as submitted: its content and base name.

@@ -21,13 +21,14 @@ import (
 // namespace end to end (up, status, ls, exec, events -f, events --since,
 // logs, snapshot create/ls, pause/resume, down) with the output the CLI on
 // the host gives, and no vmsup process lives on the host between calls;
-// console and VNC sessions through websockets (checkSessions).
+// console and VNC sessions through websockets (checkSessions); backup and
+// migrate --local (backupAndMigrate).
 func TestRemoteCLI(t *testing.T) {
 	h := startHost(t)
 	if p := vmsupProcs(); len(p) > 0 {
 		t.Fatalf("vmsup processes before the first call: %v", p)
 	}
-	ra, la := h.writeVM(t, "ra", guestTOML("ra")), h.writeVM(t, "la", guestTOML("la"))
+	ra, la := h.writeVM(t, "ra", guestTOML("ra")+h.dataDisk(t, "ra")), h.writeVM(t, "la", guestTOML("la")+h.dataDisk(t, "la"))
 	// up: the remote one on ra, the local one on la, alike.
 	rUp := h.remote(t, "admin", "up", ra)
 	lUp := h.local(t, "up", la)
@@ -57,6 +58,7 @@ func TestRemoteCLI(t *testing.T) {
 	}
 	same(t, "snapshot create", h.remote(t, "admin", "snapshot", "create", "ra", "s1"), h.local(t, "snapshot", "create", "la", "s1"), "ra", "la")
 	same(t, "snapshot ls", h.remote(t, "admin", "snapshot", "ls", "ra"), h.local(t, "snapshot", "ls", "ra"), "", "")
+	h.backupAndMigrate(t)
 	same(t, "down", h.remote(t, "admin", "down", "ra"), h.local(t, "down", "la"), "ra", "la")
 	same(t, "status of a VM that is down", h.remote(t, "admin", "status", "ra"), h.local(t, "status", "ra"), "", "")
 	same(t, "no such VM", h.remote(t, "admin", "status", "nosuch"), h.local(t, "status", "nosuch"), "", "")

@@ -60,6 +60,7 @@ func (h *host) checkSchema(t *testing.T, vm string) {
 		{admin, "GET", "/v1/vms/" + vm + "/logs", "", 200},
 		{admin, "POST", "/v1/vms/" + vm + "/vnc-ticket", `{"ttl": 60000000000}`, 200},
 		{admin, "GET", "/v1/vms/" + vm + "/console", "", 400}, // not a websocket upgrade
+		{admin, "POST", "/v1/vms/" + vm + "/backup", `{"dir": "schema", "incremental": false}`, 200},
 	}
 	for _, c := range calls {
 		h.validate(t, router, c.c, c.method, c.path, c.body, c.status)

@@ -1,0 +1,152 @@
+package remoteapi
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmsup/vmsup/internal/hostpaths"
+	"github.com/vmsup/vmsup/supervisor"
+)
+
+// Backup and migration: long calls (bounded by stream_timeout) that stream
+// their progress as NDJSON items and end with an item holding the result.
+
+// BackupRequest is POST /v1/vms/{name}/backup.
+type BackupRequest struct {
+	// Dir is on the server, in one of its backup_dirs; a relative one is
+	// below the first of them.
+	Dir         string `json:"dir"`
+	Incremental bool   `json:"incremental"`
+}
+
+// BackupItem is an item of a backup's stream: progress reports, then the
+// result.
+type BackupItem struct {
+	Progress *supervisor.BackupProgress `json:"progress,omitempty"`
+	Result   *supervisor.BackupResult   `json:"result,omitempty"`
+}
+
+// MigrateRequest is POST /v1/vms/{name}/migrate: supervisor.MigrateOptions
+// without the transport command (the server's default, ssh, only).
+type MigrateRequest struct {
+	To            string        `json:"to"`
+	Local         bool          `json:"local"`
+	Address       string        `json:"address"`
+	Bandwidth     int64         `json:"bandwidth"`      // bytes per second; 0: QEMU's
+	Downtime      time.Duration `json:"downtime"`       // nanoseconds; 0: 300 ms
+	Multifd       int           `json:"multifd"`        // parallel connections; 0: one
+	AutoConverge  bool          `json:"auto_converge"`  //
+	Postcopy      bool          `json:"postcopy"`       //
+	PostcopyAfter time.Duration `json:"postcopy_after"` // nanoseconds; 0: 10 s
+	Timeout       time.Duration `json:"timeout"`        // nanoseconds; 0: 10 min
+	StallTimeout  time.Duration `json:"stall_timeout"`  // nanoseconds; 0: 30 s
+}
+
+// MigrateItem is an item of a migration's stream: progress reports, then
+// the result.
+type MigrateItem struct {
+	Progress *supervisor.MigrationProgress `json:"progress,omitempty"`
+	Result   *supervisor.MigrateResult     `json:"result,omitempty"`
+}
+
+func (s *Server) longRoutes() []route {
+	return []route{
+		{Pattern: "POST /v1/vms/{name}/backup", Summary: "backup into a directory of the server's backup_dirs: progress, then the result", Body: BackupRequest{}, Result: BackupItem{}, Stream: true, Long: true, h: s.backup},
+		{Pattern: "POST /v1/vms/{name}/migrate", Summary: "migrate (local: operator; to another host: admin): progress, then the result", Body: MigrateRequest{}, Result: MigrateItem{}, Stream: true, Long: true, h: s.migrate},
+		{Pattern: "POST /v1/vms/{name}/migrate-cancel", Summary: "cancel the VM's migration in progress", h: func(c *call) (any, error) { return vmDo(c, Operator, s.Ops.CancelMigration) }},
+	}
+}
+
+// backupDirs are the places remote backups may write.
+func (s *Server) backupDirs() []string {
+	if len(s.Config.BackupDirs) > 0 {
+		return s.Config.BackupDirs
+	}
+	return []string{filepath.Join(s.Root, "backups")}
+}
+
+// backupDir is the server's directory for a backup's dir: within one of
+// backupDirs (symlinks resolved), a relative one below the first.
+func (s *Server) backupDir(dir string) (string, error) {
+	places := s.backupDirs()
+	if dir == "" {
+		return "", newError(KindUsage, "backup: dir is needed")
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(places[0], dir)
+	}
+	for _, p := range places {
+		if ok, err := hostpaths.Within(p, dir); err == nil && ok {
+			return dir, nil
+		}
+	}
+	return "", newError(KindUsage, fmt.Sprintf("backup --to %s: outside this server's backup directories (%s: backup_dirs = %s)",
+		dir, s.Config.path, strings.Join(places, ", ")))
+}
+
+func (s *Server) backup(c *call) (any, error) {
+	req, err := decode[BackupRequest](c)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := s.backupDir(req.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.allow(Operator, c.name()); err != nil {
+		return nil, err
+	}
+	return nil, stream(c, func(emit func(BackupItem) error) error {
+		var mu sync.Mutex
+		o := supervisor.BackupOptions{Dir: dir, Incremental: req.Incremental, Progress: func(p supervisor.BackupProgress) {
+			mu.Lock()
+			defer mu.Unlock()
+			emit(BackupItem{Progress: &p})
+		}}
+		res, err := s.Ops.Backup(c.ctx, c.name(), o)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return emit(BackupItem{Result: &res})
+	})
+}
+
+func (s *Server) migrate(c *call) (any, error) {
+	req, err := decode[MigrateRequest](c)
+	if err != nil {
+		return nil, err
+	}
+	if (req.To == "") == !req.Local {
+		return nil, newError(KindUsage, "migrate: give exactly one of to and local")
+	}
+	need := Admin // it names another host, which the stream goes to
+	if req.Local {
+		need = Operator
+	}
+	if err := c.allow(need, c.name()); err != nil {
+		return nil, err
+	}
+	return nil, stream(c, func(emit func(MigrateItem) error) error {
+		var mu sync.Mutex
+		o := supervisor.MigrateOptions{To: req.To, Local: req.Local, Address: req.Address, Bandwidth: req.Bandwidth,
+			Downtime: req.Downtime, Multifd: req.Multifd, AutoConverge: req.AutoConverge, Postcopy: req.Postcopy,
+			PostcopyAfter: req.PostcopyAfter, Timeout: req.Timeout, StallTimeout: req.StallTimeout,
+			Progress: func(p supervisor.MigrationProgress) {
+				mu.Lock()
+				defer mu.Unlock()
+				emit(MigrateItem{Progress: &p})
+			}}
+		res, err := s.Ops.Migrate(c.ctx, c.name(), o)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return emit(MigrateItem{Result: &res})
+	})
+}

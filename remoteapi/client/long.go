@@ -15,16 +15,20 @@ import (
 func (c *Client) Backup(ctx context.Context, name string, o supervisor.BackupOptions) (supervisor.BackupResult, error) {
 	var res supervisor.BackupResult
 	err := streamed(ctx, c, http.MethodPost, vm(name, "backup"), nil, remoteapi.BackupRequest{Dir: o.Dir, Incremental: o.Incremental},
-		func(it remoteapi.BackupItem) error {
-			if it.Progress != nil && o.Progress != nil {
-				o.Progress(*it.Progress)
-			}
-			if it.Result != nil {
-				res = *it.Result
-			}
-			return nil
-		})
+		func(it remoteapi.BackupItem) error { return keep(o.Progress, it.Progress, &res, it.Result) })
 	return res, err
+}
+
+// keep gives a progress item to fn (when there is one of both) and keeps
+// a result item in res.
+func keep[P, R any](fn func(P), p *P, res *R, r *R) error {
+	if fn != nil && p != nil {
+		fn(*p)
+	}
+	if r != nil {
+		*res = *r
+	}
+	return nil
 }
 
 // Migrate is POST /v1/vms/{name}/migrate. The server's transport runs
@@ -38,15 +42,8 @@ func (c *Client) Migrate(ctx context.Context, name string, o supervisor.MigrateO
 	req := remoteapi.MigrateRequest{To: o.To, Local: o.Local, Address: o.Address, Bandwidth: o.Bandwidth, Downtime: o.Downtime,
 		Multifd: o.Multifd, AutoConverge: o.AutoConverge, Postcopy: o.Postcopy, PostcopyAfter: o.PostcopyAfter,
 		Timeout: o.Timeout, StallTimeout: o.StallTimeout}
-	err := streamed(ctx, c, http.MethodPost, vm(name, "migrate"), nil, req, func(it remoteapi.MigrateItem) error {
-		if it.Progress != nil && o.Progress != nil {
-			o.Progress(*it.Progress)
-		}
-		if it.Result != nil {
-			res = *it.Result
-		}
-		return nil
-	})
+	err := streamed(ctx, c, http.MethodPost, vm(name, "migrate"), nil, req,
+		func(it remoteapi.MigrateItem) error { return keep(o.Progress, it.Progress, &res, it.Result) })
 	return res, err
 }
 

@@ -366,7 +366,7 @@ func TestApply(t *testing.T) {
 func expectPlan(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, f *spec.File) {
 	t.Helper()
 	p, err := sup.Plan(ctx, f)
-	if err != nil || !p.InSync() {
+	if err != nil || !p.InSync {
 		t.Fatalf("plan after apply: %v, running %v:\n%s", err, p.Running, planLines(p.Changes))
 	}
 }

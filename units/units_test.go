@@ -259,3 +259,40 @@ func TestAfter(t *testing.T) {
 		t.Fatalf("stop order %q, want the After= unit first", b)
 	}
 }
+
+// TestWhileMainRuns: a wrapped ExecStop= runs its command, with its
+// arguments, on a stop while the main process lives, and not after the
+// main process ended by itself.
+func TestWhileMainRuns(t *testing.T) {
+	m, ctx := connect(t)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, main string
+		stop       bool
+		want       string
+	}{
+		{"vmsup-guard-live.service", "300", true, "ran a b"},
+		{"vmsup-guard-ended.service", "0.2", false, ""},
+	} {
+		out := filepath.Join(dir, c.name)
+		u := units.Unit{
+			Name: c.name, Argv: []string{"/bin/sleep", c.main}, TimeoutStop: 5 * time.Second,
+			ExecStop: [][]string{units.WhileMainRuns([]string{"/bin/sh", "-c", `echo ran "$@" > ` + out, "sh", "a", "b"})},
+		}
+		if err := m.Start(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		if c.stop {
+			waitState(t, m, ctx, u.Name, "active")
+			if err := m.Stop(ctx, u.Name); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			waitState(t, m, ctx, u.Name, "gone")
+		}
+		b, _ := os.ReadFile(out)
+		if got := strings.TrimSpace(string(b)); got != c.want {
+			t.Errorf("%s: ExecStop wrote %q, want %q", c.name, got, c.want)
+		}
+	}
+}

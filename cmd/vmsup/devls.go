@@ -13,7 +13,7 @@ import (
 
 func diskLsCmd(g *globals) *cobra.Command {
 	return devLsCmd(g, "List a VM's disks (boot-time and hot-plugged)", "  vmsup disk ls web",
-		func(st supervisor.Status) any { return disksJSON(st.Disks) },
+		func(st supervisor.Status) any { return nonNil(st.Disks) },
 		func(w io.Writer, st supervisor.Status) {
 			fmt.Fprintln(w, "DISK\tTYPE\tFORMAT\tMODE\tHOTPLUG\tSOURCE")
 			for _, d := range st.Disks {
@@ -28,7 +28,7 @@ func diskLsCmd(g *globals) *cobra.Command {
 
 func nicLsCmd(g *globals) *cobra.Command {
 	return devLsCmd(g, "List a VM's NICs with their link state, MACs, taps, bridges and forwards", "  vmsup nic ls web",
-		func(st supervisor.Status) any { return nicsJSON(st.NICs) },
+		func(st supervisor.Status) any { return nonNil(st.NICs) },
 		func(w io.Writer, st supervisor.Status) {
 			fmt.Fprintln(w, "NIC\tTYPE\tLINK\tMAC\tTAP\tBRIDGE\tHOTPLUG\tFORWARDS")
 			for _, n := range st.NICs {

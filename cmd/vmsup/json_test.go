@@ -18,20 +18,12 @@ import (
 )
 
 // TestCLIJSON walks every command of the CLI with --json on a real guest
-// and checks what it prints against docs/cli-json.schema.json (every key
-// present, no other), errors included. A command the walk misses fails it.
+// and checks what it prints, errors included: a command the remote API
+// answers too (cliAPIPairs) against its result's schema in
+// remoteapi/openapi.json, the others against docs/cli-json.schema.json
+// (every key present, no other). A command the walk misses fails it.
 func TestCLIJSON(t *testing.T) {
-	var schema struct {
-		Commands map[string]map[string]any `json:"commands"`
-		Defs     map[string]map[string]any `json:"$defs"`
-	}
-	b, err := os.ReadFile("../../docs/cli-json.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &schema); err != nil {
-		t.Fatalf("schema: %v", err)
-	}
+	schema := cliSchemaFile(t)
 	root, dir := t.TempDir(), t.TempDir()
 	file := write(t, dir, "js.toml", strings.Replace(guestTOML("js", "[[nic]]\nname = \"net0\"\nforwards = [\"tcp:127.0.0.1:0-:22\"]\n"),
 		`cmdline = "console=ttyS0 no_timer_check"`, `cmdline = "console=ttyS0 no_timer_check vmsup.dhcp"`, 1))
@@ -42,12 +34,9 @@ func TestCLIJSON(t *testing.T) {
 		if wantCode >= 0 && r.code != wantCode {
 			t.Fatalf("%v: exit %d, want %d: %+v", args, r.code, wantCode, r)
 		}
-		def, ok := schema.Commands[key]
-		if !ok {
-			t.Fatalf("no schema for %q", key)
-		}
+		valid, lines := schema.validator(t, key)
 		docs := []string{r.stdout}
-		if def["lines"] == true {
+		if lines {
 			docs = strings.Split(strings.TrimSpace(r.stdout), "\n")
 		}
 		for _, d := range docs {
@@ -55,7 +44,7 @@ func TestCLIJSON(t *testing.T) {
 			if err := json.Unmarshal([]byte(d), &v); err != nil {
 				t.Fatalf("%v: not JSON (%v):\n%s\nstderr: %s", args, err, r.stdout, r.stderr)
 			}
-			if err := validate(v, def, schema.Defs, key); err != nil {
+			if err := valid(v); err != nil {
 				t.Errorf("%v: %v\n%s", args, err, d)
 			}
 		}
@@ -202,6 +191,21 @@ func TestCLIJSON(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("commands the JSON walk does not cover (add them, and their schema): %v", missing)
 	}
+}
+
+// validator checks a --json document (or line, lines) of command key:
+// against openapi.json for a command the API answers, else against
+// docs/cli-json.schema.json.
+func (s cliSchema) validator(t *testing.T, key string) (valid func(any) error, lines bool) {
+	t.Helper()
+	if api, lines := apiDocSchema(t, key); api != nil {
+		return func(v any) error { return api.VisitJSON(v) }, lines
+	}
+	def, ok := s.Commands[key]
+	if !ok {
+		t.Fatalf("no schema for %q", key)
+	}
+	return func(v any) error { return validate(v, def, s.Defs, key) }, def["lines"] == true
 }
 
 // cmdPath is the command words of args (before the first argument that

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
@@ -15,9 +14,11 @@ import (
 // migrate: one per line). Commands that act on VMs write
 // {"results": [action...], "error": error|null}; commands that read write
 // their object, or {"error": error} when they fail. The keys are documented
-// in docs/cli-json.md and never come and go: a value that does not apply
-// is "", 0, false, [] or null. TestCLIJSON checks every command against
-// docs/cli-json.schema.json.
+// in docs/cli-json.md. The commands the remote API has too (ls, status,
+// plan, snapshot ls, events, stats) print the API's result types, whose
+// schema is remoteapi/openapi.json; the others' keys never come and go: a
+// value that does not apply is "", 0, false, [] or null. TestCLIJSON
+// checks every command against openapi.json or docs/cli-json.schema.json.
 
 // actionJSON is what an acting command did to one VM (or file).
 type actionJSON struct {
@@ -57,8 +58,19 @@ func toErrorJSON(err error) *errorJSON {
 	return &errorJSON{Message: err.Error(), Kind: kind, ExitCode: code}
 }
 
-// stateJSON writes a state without spaces ("shut off" -> "shut-off").
-func stateJSON(s supervisor.State) string { return strings.ReplaceAll(string(s), " ", "-") }
+// stateJSON writes a state as status --json does ("shut off" -> "shut-off").
+func stateJSON(s supervisor.State) string {
+	b, _ := s.MarshalText()
+	return string(b)
+}
+
+// nonNil is s, or an empty slice for nil (--json prints [], not null).
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
 
 // output is where a command's results go: text lines, or one JSON document.
 type output struct {

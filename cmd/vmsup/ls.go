@@ -25,11 +25,7 @@ func lsCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if g.json {
-					out := []statusJSON{}
-					for _, s := range sts {
-						out = append(out, toStatusJSON(s))
-					}
-					return g.out.object(out, nil)
+					return g.out.object(nonNil(sts), nil)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tSTATE\tFILE\tSYNC\tIPV4\tCPUS\tMEMORY\tUPTIME\tPORTS\tBOOT\tPID")

@@ -36,18 +36,6 @@ func changesJSON(cs []plan.Change) []changeJSON {
 	return out
 }
 
-type planJSON struct {
-	Name            string       `json:"name"`
-	File            string       `json:"file"`
-	Running         bool         `json:"running"`
-	InSync          bool         `json:"in_sync"`
-	Changes         []changeJSON `json:"changes"`
-	Pending         []string     `json:"pending"`
-	PendingAtReboot bool         `json:"pending_at_reboot"`
-	Kept            []string     `json:"kept"`
-	Note            string       `json:"note"`
-}
-
 func planCmd(g *globals) *cobra.Command {
 	var o supervisor.PlanOptions
 	c := &cobra.Command{
@@ -69,11 +57,7 @@ func planCmd(g *globals) *cobra.Command {
 				if err := errors.Join(errs...); err != nil && len(plans) == 0 {
 					return err
 				}
-				out := []planJSON{}
-				for _, p := range plans {
-					out = append(out, toPlanJSON(p))
-				}
-				werr := g.out.object(out, func(w io.Writer) { printPlans(w, plans) })
+				werr := g.out.object(nonNil(plans), func(w io.Writer) { printPlans(w, plans) })
 				return errors.Join(append(errs, werr)...)
 			})
 		},
@@ -82,21 +66,12 @@ func planCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func toPlanJSON(p supervisor.PlanResult) planJSON {
-	pj := planJSON{Name: p.VM, File: p.File, Running: p.Running, InSync: p.InSync(), Changes: changesJSON(p.Changes),
-		Pending: []string{}, Kept: nonNil(p.Kept), Note: p.Note}
-	if p.Pending != nil {
-		pj.Pending, pj.PendingAtReboot = nonNil(p.Pending.Changes), p.Pending.AtReboot
-	}
-	return pj
-}
-
 func printPlans(w io.Writer, ps []supervisor.PlanResult) {
 	for _, p := range ps {
 		switch {
 		case !p.Running:
 			fmt.Fprintf(w, "%s: %s\n", p.VM, p.Note)
-		case p.InSync():
+		case p.InSync:
 			fmt.Fprintf(w, "%s: in sync with %s\n", p.VM, p.File)
 		default:
 			fmt.Fprintf(w, "%s: %d change(s) from %s:\n", p.VM, len(p.Changes), p.File)
@@ -107,7 +82,7 @@ func printPlans(w io.Writer, ps []supervisor.PlanResult) {
 		for _, k := range p.Kept {
 			fmt.Fprintf(w, "  kept       %s (attached by hand; vmsup disk/nic detach removes it)\n", k)
 		}
-		if p.Pending != nil && !p.InSync() {
+		if p.Pending != nil && !p.InSync {
 			when := "a restart (vmsup apply --restart)"
 			if p.Pending.AtReboot {
 				when = "the guest's next reboot"

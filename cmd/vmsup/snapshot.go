@@ -99,23 +99,6 @@ func snapshotRmCmd(g *globals) *cobra.Command {
 	}
 }
 
-// snapshotsJSON is snapshot ls --json.
-type snapshotsJSON struct {
-	Name      string         `json:"name"`
-	Current   string         `json:"current"`
-	Snapshots []snapshotJSON `json:"snapshots"`
-	Active    []string       `json:"active"` // "disk=image" each disk runs on, when not its own file
-}
-
-type snapshotJSON struct {
-	Tag      string   `json:"tag"`
-	Parent   string   `json:"parent"`
-	Created  string   `json:"created"`
-	Memory   bool     `json:"memory"`
-	Quiesced string   `json:"quiesced"`
-	Disks    []string `json:"disks"` // "disk=image" frozen for it
-}
-
 func snapshotLsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls NAME",
@@ -127,22 +110,13 @@ func snapshotLsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				out := snapshotsJSON{Name: name, Current: tree.Current, Snapshots: []snapshotJSON{}, Active: pairs(tree.Active)}
-				for _, s := range tree.Snapshots {
-					j := snapshotJSON{Tag: s.Tag, Parent: s.Parent, Created: s.Created.Format("2006-01-02T15:04:05Z"),
-						Memory: s.Memory != "", Quiesced: s.Quiesced}
-					for d, im := range s.Disks {
-						j.Disks = append(j.Disks, d+"="+im.Path)
-					}
-					sort.Strings(j.Disks)
-					out.Snapshots = append(out.Snapshots, j)
-				}
-				return g.out.object(out, func(w io.Writer) { printSnapshots(w, out) })
+				return g.out.object(tree, func(w io.Writer) { printSnapshots(w, tree) })
 			})
 		},
 	}
 }
 
+// pairs are a map of images as "disk=image", sorted.
 func pairs(m map[string]snapshot.Image) []string {
 	out := []string{}
 	for k, v := range m {
@@ -152,29 +126,29 @@ func pairs(m map[string]snapshot.Image) []string {
 	return out
 }
 
-func printSnapshots(w io.Writer, s snapshotsJSON) {
-	if len(s.Snapshots) == 0 {
-		fmt.Fprintf(w, "%s: no snapshots\n", s.Name)
+func printSnapshots(w io.Writer, t *supervisor.SnapshotTree) {
+	if len(t.Snapshots) == 0 {
+		fmt.Fprintf(w, "%s: no snapshots\n", t.Name)
 		return
 	}
 	depth := map[string]int{}
-	for _, sn := range s.Snapshots {
+	for _, sn := range t.Snapshots {
 		d := 0
 		if sn.Parent != "" {
 			d = depth[sn.Parent] + 1
 		}
 		depth[sn.Tag] = d
 		mark := " "
-		if sn.Tag == s.Current {
+		if sn.Tag == t.Current {
 			mark = "*"
 		}
 		mem := ""
-		if sn.Memory {
+		if sn.Memory != "" {
 			mem = ", memory"
 		}
-		fmt.Fprintf(w, "%s %s%s  %s (%s%s)\n", mark, strings.Repeat("  ", d), sn.Tag, sn.Created, sn.Quiesced, mem)
+		fmt.Fprintf(w, "%s %s%s  %s (%s%s)\n", mark, strings.Repeat("  ", d), sn.Tag, sn.Created.UTC().Format("2006-01-02T15:04:05Z"), sn.Quiesced, mem)
 	}
-	for _, a := range s.Active {
+	for _, a := range pairs(t.Active) {
 		fmt.Fprintf(w, "  runs on %s\n", a)
 	}
 }

@@ -25,7 +25,7 @@ func statusCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if g.json {
-					return g.out.object(toStatusJSON(s), nil)
+					return g.out.object(s, nil)
 				}
 				out := cmd.OutOrStdout()
 				state := string(s.State)

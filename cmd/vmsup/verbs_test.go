@@ -157,7 +157,7 @@ name = "gone"`, 1))
 
 type cliSt struct {
 	State      string
-	MainPID    uint32 `json:"pid"`
+	MainPID    uint32 `json:"main_pid"`
 	ConsoleLog string `json:"console_log"`
 	Disks      []struct{ Name string }
 }

@@ -15,9 +15,11 @@ import (
 
 // PlanResult is what Plan found for one VM.
 type PlanResult struct {
-	VM      string `json:"vm"`
+	VM      string `json:"name"`
 	File    string `json:"file"`
 	Running bool   `json:"running"`
+	// InSync: the VM runs exactly its file (it runs, and no change).
+	InSync bool `json:"in_sync"`
 	// Changes, removals and additions first; empty when the VM runs its
 	// file.
 	Changes []plan.Change `json:"changes"`
@@ -28,9 +30,6 @@ type PlanResult struct {
 	Kept []string `json:"kept,omitempty"`
 	Note string   `json:"note,omitempty"`
 }
-
-// InSync reports whether the VM runs exactly its file.
-func (p PlanResult) InSync() bool { return p.Running && len(p.Changes) == 0 }
 
 // PlanOptions change what Plan does.
 type PlanOptions struct {
@@ -100,6 +99,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	}
 	if len(res.Changes) == 0 {
 		res.Pending = nil // a pending record the VM has caught up with
+		res.InSync = true
 	}
 	return res, nil
 }

@@ -163,6 +163,7 @@ func (s *Service) SnapshotTree(name string) (*snapshot.Tree, error) {
 	if err != nil {
 		return nil, vmErr(name, err)
 	}
+	t.Name = name
 	return t, nil
 }
 

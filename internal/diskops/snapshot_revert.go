@@ -24,7 +24,8 @@ const opSnapshotRevert operation.Kind = "snapshot-revert"
 // Steps of a revert in the journal that its recovery reads.
 const (
 	stepRevertOverlays operation.Step = "overlays" // the new overlays are made
-	stepRevertStopped  operation.Step = "stopped"  // the VM is stopped: from here recovery finishes the revert
+	stepRevertStopping operation.Step = "stopping" // the stop begins: from here recovery finishes the revert
+	stepRevertStopped  operation.Step = "stopped"  // the VM is stopped
 	stepRevertRecord   operation.Step = "record"   // the tree records the revert
 )
 
@@ -109,6 +110,9 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 	}
 	op.Step(stepRevertOverlays)
 	if running {
+		// Journaled before the stop: a QEMU told to quit goes on quitting
+		// after a kill, so recovery must not take it for never stopped.
+		op.Step(stepRevertStopping)
 		if err := s.h.Stop(ctx, name); err != nil {
 			op.End()
 			return fail(fmt.Errorf("stop: %w", err))

@@ -98,6 +98,14 @@ func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.
 	if err != nil {
 		return "", err
 	}
+	if op.Has(stepRevertStopping) && !op.Has(stepRevertStopped) {
+		// Its stop had begun (QEMU may still be quitting): it is finished,
+		// and so is the revert.
+		if err := s.h.Stop(ctx, name); err != nil {
+			return "", fmt.Errorf("stop: %w", err)
+		}
+		op.Step(stepRevertStopped)
+	}
 	seen, err := s.seeRevert(ctx, s.h, name, in, op.Has)
 	if err != nil {
 		return "", err

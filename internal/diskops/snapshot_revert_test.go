@@ -13,7 +13,7 @@ import (
 
 // revertSteps are a revert's steps in the journal, in order, to the start
 // (whose own steps follow, journaled in the same operation).
-var revertSteps = []operation.Step{stepRevertOverlays, stepRevertStopped, stepRevertRecord, "unit"}
+var revertSteps = []operation.Step{stepRevertOverlays, stepRevertStopping, stepRevertStopped, stepRevertRecord, "unit"}
 
 // TestDecideRevert: a revert killed at each of its points. With the VM's
 // unit down, the revert is finished (and the VM started, if meant to).
@@ -93,13 +93,13 @@ func TestSeeRevert(t *testing.T) {
 		{"unit up", unitUp, revertResume, []string{"unit", "run-state"}},
 	} {
 		q := &standIn{unit: c.unit, run: qmp.RunPaused}
-		seen, err := s.seeRevert(ctx, q, "web", in, journal(revertSteps[:2]...))
+		seen, err := s.seeRevert(ctx, q, "web", in, journal(revertSteps[:3]...))
 		if err != nil || decideRevert(seen) != c.want || !slices.Equal(q.asked, c.asked) {
 			t.Errorf("%s: %+v %v, asked %q", c.name, seen, err, q.asked)
 		}
 	}
 	in.Layers[0].Overlay.Path = "/img/root-r2.qcow2" // the tree has another revert
-	seen, _ := s.seeRevert(ctx, &standIn{unit: unitUp}, "web", in, journal(revertSteps[:2]...))
+	seen, _ := s.seeRevert(ctx, &standIn{unit: unitUp}, "web", in, journal(revertSteps[:3]...))
 	if decideRevert(seen) != revertRaced {
 		t.Errorf("another revert recorded: %+v", seen)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -211,5 +213,22 @@ func TestCPUChoices(t *testing.T) {
 	}
 	if _, _, err := c.CPU(spec.AccelTCG, "host"); err == nil || !strings.Contains(err.Error(), "needs KVM") {
 		t.Fatalf("host under tcg: %v", err)
+	}
+}
+
+// TestKVMKeyIgnoresMode: the cache key of /dev/kvm does not change when
+// its mode does (vmsup's ACL for a running VM's QEMU user shows in the
+// group bits); a key that did re-probed on every command.
+func TestKVMKeyIgnoresMode(t *testing.T) {
+	dev := filepath.Join(t.TempDir(), "kvm")
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o600, int(unix.Mkdev(10, kvmMinor))); err != nil {
+		t.Skipf("cannot make a device node here (%v): the key's mode-independence is not shown", err)
+	}
+	before, _, _ := kvmDevice(dev)
+	if err := os.Chmod(dev, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if after, _, _ := kvmDevice(dev); after != before {
+		t.Errorf("key %q became %q with the mode", before, after)
 	}
 }

@@ -59,6 +59,9 @@ type Snapshot struct {
 
 // Tree is a VM's snapshots and the images its disks run on.
 type Tree struct {
+	// Name is the VM's, set when the tree is read for a caller (vmsup
+	// snapshot ls, the remote API); the file need not hold it.
+	Name      string     `json:"name"`
 	Snapshots []Snapshot `json:"snapshots,omitempty"`
 	// Active is the image each disk runs on when it is not the disk's own
 	// file (a snapshot or a revert put an overlay on it).

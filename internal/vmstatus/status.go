@@ -181,6 +181,9 @@ func (r *Reader) qemuStatus(ctx context.Context, out *Status, st units.Status, v
 		r.fileStatus(out, v)
 	}
 	out.State, out.Reason = QEMUState(qs)
+	if out.Since != nil && (out.State == StateRunning || out.State == StatePaused) {
+		out.UptimeSeconds = int64(time.Since(*out.Since).Seconds())
+	}
 	if detail {
 		out.DiskIO = diskIO(ctx, m)
 	}

@@ -1,6 +1,7 @@
 package vmstatus
 
 import (
+	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/confine"
@@ -13,6 +14,18 @@ import (
 
 // State is a VM's state as vmsup reports it.
 type State string
+
+// MarshalText writes a state without spaces, as in QEMU's own names:
+// "shut off" is "shut-off" in JSON (vmsup status --json and the remote API).
+func (s State) MarshalText() ([]byte, error) {
+	return []byte(strings.ReplaceAll(string(s), " ", "-")), nil
+}
+
+// UnmarshalText reads a state MarshalText wrote.
+func (s *State) UnmarshalText(b []byte) error {
+	*s = State(strings.ReplaceAll(string(b), "-", " "))
+	return nil
+}
 
 // VM states. Running, Paused and Panicked come from QMP, the others from
 // systemd.
@@ -31,16 +44,19 @@ const (
 
 // Status is what vmsup knows about one VM.
 type Status struct {
-	Name        string     `json:"name"`
-	State       State      `json:"state"`
-	Reason      string     `json:"reason,omitempty"` // why crashed/unknown
-	QEMUStatus  string     `json:"qemu_status,omitempty"`
-	Unit        string     `json:"unit"`
-	UnitState   string     `json:"unit_state,omitempty"` // ActiveState/SubState
-	MainPID     uint32     `json:"main_pid,omitempty"`
-	Since       *time.Time `json:"since,omitempty"`
-	Accel       spec.Accel `json:"accel,omitempty"`
-	AccelReason string     `json:"accel_reason,omitempty"`
+	Name       string     `json:"name"`
+	State      State      `json:"state"`
+	Reason     string     `json:"reason,omitempty"` // why crashed/unknown
+	QEMUStatus string     `json:"qemu_status,omitempty"`
+	Unit       string     `json:"unit"`
+	UnitState  string     `json:"unit_state,omitempty"` // ActiveState/SubState
+	MainPID    uint32     `json:"main_pid,omitempty"`
+	Since      *time.Time `json:"since,omitempty"`
+	// UptimeSeconds is how long the running (or paused) VM's unit has
+	// been up, when the status was read.
+	UptimeSeconds int64      `json:"uptime_seconds,omitempty"`
+	Accel         spec.Accel `json:"accel,omitempty"`
+	AccelReason   string     `json:"accel_reason,omitempty"`
 	// CPUModel is the -cpu model the VM runs with; CPUMasks the features
 	// turned off because this host's KVM refuses the model otherwise.
 	CPUModel string   `json:"cpu_model,omitempty"`

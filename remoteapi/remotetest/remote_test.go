@@ -57,7 +57,9 @@ func TestRemoteCLI(t *testing.T) {
 		same(t, strings.Join(args, " "), h.remote(t, "admin", args...), h.local(t, args...), "", "")
 	}
 	same(t, "snapshot create", h.remote(t, "admin", "snapshot", "create", "ra", "s1"), h.local(t, "snapshot", "create", "la", "s1"), "ra", "la")
-	same(t, "snapshot ls", h.remote(t, "admin", "snapshot", "ls", "ra"), h.local(t, "snapshot", "ls", "ra"), "", "")
+	for _, args := range [][]string{{"snapshot", "ls", "ra"}, {"snapshot", "ls", "--json", "ra"}} {
+		same(t, strings.Join(args, " "), h.remote(t, "admin", args...), h.local(t, args...), "", "")
+	}
 	h.backupAndMigrate(t)
 	same(t, "down", h.remote(t, "admin", "down", "ra"), h.local(t, "down", "la"), "ra", "la")
 	same(t, "status of a VM that is down", h.remote(t, "admin", "status", "ra"), h.local(t, "status", "ra"), "", "")

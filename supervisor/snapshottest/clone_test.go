@@ -156,7 +156,7 @@ func cloneIsFirstClass(t *testing.T, ctx context.Context, sup *supervisor.Superv
 	if _, err := sup.Plan(ctx, ef); err == nil {
 		t.Fatal("plan of an exported copy (another file) was not refused without --adopt")
 	}
-	if p, err := sup.PlanWith(ctx, ef, supervisor.PlanOptions{Adopt: true}); err != nil || !p.InSync() {
+	if p, err := sup.PlanWith(ctx, ef, supervisor.PlanOptions{Adopt: true}); err != nil || !p.InSync {
 		t.Fatalf("plan --adopt of the exported file: %+v %v", p, err)
 	}
 	if _, err := sup.Down(ctx, "clone1"); err != nil {

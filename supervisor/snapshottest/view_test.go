@@ -135,7 +135,7 @@ func viewsAgree(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, f
 	if got := queryPCIDevices(t, ctx, sup, name); !sameSet(got, want) {
 		t.Errorf("status has devices %v, QEMU's query-pci %v", want, got)
 	}
-	if p, err := sup.Plan(ctx, f); err != nil || !p.InSync() {
+	if p, err := sup.Plan(ctx, f); err != nil || !p.InSync {
 		t.Errorf("plan of the VM's file: %+v %v", p, err)
 	}
 	res, err := sup.Backup(ctx, name, supervisor.BackupOptions{Dir: t.TempDir()})

@@ -2,6 +2,7 @@ package units
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"time"
 )
@@ -10,8 +11,8 @@ import (
 // gone, inactive or failed.
 func (m *Manager) WaitGone(ctx context.Context, unit string) {
 	for ctx.Err() == nil {
-		st, err := m.Status(ctx, unit)
-		if err != nil || st.Gone() {
+		st, err := m.activeState(ctx, unit)
+		if err != nil || st == "inactive" || st == "failed" {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -22,14 +23,13 @@ func (m *Manager) WaitGone(ctx context.Context, unit string) {
 // killed unit ends failed) is reset so that its name is free.
 func (m *Manager) WaitStopped(ctx context.Context, unit string) error {
 	for {
-		st, err := m.Status(ctx, unit)
-		if err != nil {
+		st, err := m.activeState(ctx, unit)
+		switch {
+		case err != nil:
 			return err
-		}
-		if st.Stopped() {
+		case st == "inactive":
 			return nil // an inactive transient unit is collected by systemd
-		}
-		if st.ActiveState == "failed" {
+		case st == "failed":
 			// Killed units end failed; forget them so the name is free.
 			return m.ResetFailed(ctx, unit)
 		}
@@ -39,6 +39,21 @@ func (m *Manager) WaitStopped(ctx context.Context, unit string) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// activeState is the unit's ActiveState alone ("inactive" for a unit
+// systemd does not know). A wait asks for one property where Status asks
+// for all of a service's, some hundreds: a hundred downs waiting at once
+// made that PID 1's main work, and slowed the stops they waited for.
+func (m *Manager) activeState(ctx context.Context, unit string) (string, error) {
+	p, err := m.conn.GetUnitPropertyContext(ctx, unit, "ActiveState")
+	if isNoSuchUnit(err) {
+		return "inactive", nil
+	} else if err != nil {
+		return "", fmt.Errorf("unit %s: %w", unit, err)
+	}
+	s, _ := p.Value.Value().(string)
+	return s, nil
 }
 
 // KillAndWait ends a unit now: SIGKILL to all its processes, then a wait

@@ -182,6 +182,8 @@ func (f *fixture) scale(ctx context.Context) error {
 		up := make([][]float64, len(fl))
 		down := make([][]float64, len(fl))
 		perVM := make([][]float64, len(fl))
+		upCPU := make([][]cpuSample, len(fl))
+		downCPU := make([][]cpuSample, len(fl))
 		upFail := make([]int, len(fl))
 		downFail := make([]int, len(fl))
 		firstErr := make([]string, len(fl))
@@ -194,9 +196,11 @@ func (f *fixture) scale(ctx context.Context) error {
 				v := fl[i]
 				step(fmt.Sprintf("scale %d: %s, repetition %d of %d", n, v.name, r+1, f.cfg.scaleReps))
 				uctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-				t0 := time.Now()
+				pid1 := f.env.Systemd.PID1
+				c0, t0 := sampleCPU(pid1), time.Now()
 				failed, err := v.up(uctx)
 				d := time.Since(t0)
+				upCPU[i] = append(upCPU[i], c0.perVM(n, pid1))
 				cancel()
 				upFail[i] += failed
 				if err != nil && firstErr[i] == "" {
@@ -208,9 +212,10 @@ func (f *fixture) scale(ctx context.Context) error {
 				}
 				time.Sleep(500 * time.Millisecond)
 				dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-				t0 = time.Now()
+				c0, t0 = sampleCPU(pid1), time.Now()
 				failed, err = v.down(dctx)
 				d = time.Since(t0)
+				downCPU[i] = append(downCPU[i], c0.perVM(n, pid1))
 				cancel()
 				downFail[i] += failed
 				if err != nil && firstErr[i] == "" {
@@ -245,7 +250,9 @@ func (f *fixture) scale(ctx context.Context) error {
 				f.report.Add(row)
 			}
 		}
+		f.cpuRows(sec, n, fl, upCPU, downCPU)
 	}
+	f.report.Note("Scale CPU rows: the host's busy CPU time (all processes: QEMU, systemd, vmsup, libvirtd) and the sandbox systemd's (PID 1 of vmsup's and the bare units) during each up or down, divided by the VMs; /proc's 10 ms ticks.")
 	f.report.Note("Scale rows are over %d repetitions each (not 10) to keep the run under 15 minutes; failures count VMs.", f.cfg.scaleReps)
 	return nil
 }
@@ -385,4 +392,25 @@ func (f *fixture) reportMemory(n int, m memFigures) {
 		Summary: bench.Summarize(m.lvRSS), Baseline: vRaw})
 	r.Add(bench.Row{Section: sec, Figure: "unit cgroup memory per VM", Variant: "vmsup (memory.usage_in_bytes)", Accel: "tcg", Unit: "MiB",
 		Summary: bench.Summarize(m.cgroup), Note: "cgroup v1 charge: QEMU's RSS plus page cache it touched"})
+}
+
+// cpuRows adds the CPU per VM of each variant's up and down.
+func (f *fixture) cpuRows(sec string, n int, fl []fleet, upCPU, downCPU [][]cpuSample) {
+	for _, c := range []struct {
+		what string
+		s    [][]cpuSample
+	}{{"up", upCPU}, {"down", downCPU}} {
+		for i, v := range fl {
+			var host, pid1 []float64
+			for _, x := range c.s[i] {
+				host, pid1 = append(host, x.host), append(pid1, x.pid1)
+			}
+			f.report.Add(bench.Row{Section: sec, Figure: fmt.Sprintf("%s %d VMs, host CPU per VM", c.what, n), Variant: v.name,
+				Accel: "tcg", Unit: "ms", Summary: bench.Summarize(host)})
+			if i < 2 { // only vmsup's units run under the sandbox's systemd
+				f.report.Add(bench.Row{Section: sec, Figure: fmt.Sprintf("%s %d VMs, systemd (PID 1) CPU per VM", c.what, n), Variant: v.name,
+					Accel: "tcg", Unit: "ms", Summary: bench.Summarize(pid1)})
+			}
+		}
+	}
 }

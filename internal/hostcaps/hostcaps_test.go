@@ -2,9 +2,13 @@ package hostcaps
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -230,5 +234,49 @@ func TestKVMKeyIgnoresMode(t *testing.T) {
 	}
 	if after, _, _ := kvmDevice(dev); after != before {
 		t.Errorf("key %q became %q with the mode", before, after)
+	}
+}
+
+// orphanEnv makes the test binary start a probe QEMU, print its pid and
+// exit without ending it (TestProbeDiesWithCaller).
+const orphanEnv = "VMSUP_TEST_ORPHAN_PROBE"
+
+func orphanProbe() int {
+	r, err := startQEMU(context.Background(), realQEMU, "-machine", "none", "-accel", "tcg")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(r.cmd.Process.Pid)
+	return 0
+}
+
+// TestProbeDiesWithCaller: a probe's QEMU does not outlive the process
+// that started it (a CLI that exits mid-probe).
+func TestProbeDiesWithCaller(t *testing.T) {
+	needQEMU(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), orphanEnv+"=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("pid %q: %v", out, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(b), "qemu") {
+			return
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("probe QEMU %d outlived its caller by 5 s", pid)
+		}
 	}
 }

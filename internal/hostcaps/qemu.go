@@ -42,6 +42,10 @@ func startQEMU(ctx context.Context, binary string, args ...string) (*qemuRun, er
 	all := append([]string{"-nodefaults", "-no-user-config", "-display", "none", "-S", "-qmp", "stdio"}, args...)
 	r.cmd = exec.Command(binary, all...)
 	r.cmd.Stdin, r.cmd.Stdout, r.cmd.Stderr = theirs, theirs, &limitedBuffer{b: r.stderr, max: 16 << 10}
+	// A probe QEMU ends with the process that asked: a CLI that exits
+	// mid-probe (an error elsewhere, Ctrl-C) left it running for good, as
+	// QEMU does not quit when its stdio monitor closes.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err = r.cmd.Start()
 	// Only QEMU holds its end now: its exit is EOF here at once.
 	theirs.Close()

@@ -28,6 +28,9 @@ import (
 const standinEnv = "VMSUP_STANDIN_QEMU"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(orphanEnv) != "" {
+		os.Exit(orphanProbe())
+	}
 	if mode := os.Getenv(standinEnv); mode != "" {
 		os.Exit(standin(mode, os.Args[1:]))
 	}

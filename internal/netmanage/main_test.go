@@ -70,6 +70,9 @@ func runMain(m *testing.M) int {
 		fmt.Println(err)
 		return 1
 	}
+	// Deleted before dir goes: a namespace left mounted there outlived
+	// the run (and os.RemoveAll could not remove its mount point).
+	defer netsetup.NamedNetns{Dir: filepath.Join(dir, "netns")}.Delete(context.Background(), "outside")
 	if err := outsideHost(ctx, dir); err != nil {
 		fmt.Println("outside host:", err)
 		return 1

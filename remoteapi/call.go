@@ -109,6 +109,7 @@ func (c *call) answer(status int, res any, e *Error) {
 		status = 500
 	}
 	c.w.Header().Set("Content-Type", "application/json")
+	writeWithin(c.w)
 	c.w.WriteHeader(status)
 	json.NewEncoder(c.w).Encode(Answer[any]{Result: res, Error: e})
 }
@@ -204,18 +205,27 @@ func decode[T any](c *call) (T, error) {
 func stream[T any](c *call, run func(emit func(T) error) error) error {
 	c.streaming, c.audited = true, true
 	c.w.Header().Set("Content-Type", "application/x-ndjson")
+	rc := writeWithin(c.w)
 	c.w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(c.w)
 	enc := json.NewEncoder(c.w)
 	err := run(func(v T) error {
+		writeWithin(c.w)
 		if err := enc.Encode(Line[T]{Item: &v}); err != nil {
 			return err
 		}
 		return rc.Flush()
 	})
+	writeWithin(c.w)
 	enc.Encode(Line[T]{End: true, Err: ErrorOf(err)})
 	rc.Flush()
 	return nil
+}
+
+// writeWithin gives the next write to w writeTimeout to reach the client.
+func writeWithin(w http.ResponseWriter) *http.ResponseController {
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return rc
 }
 
 // D is d as a time.Duration.

@@ -475,3 +475,46 @@ func (h *limitsHost) exited(t *testing.T, ctx context.Context, after string) {
 		t.Fatalf("the server did not exit after %s", after)
 	}
 }
+
+// FollowEvents streams events of 1 KiB until its call ends (the stream
+// a client that stops reading leaves behind).
+func (o *blockingOps) FollowEvents(ctx context.Context, _ []string, _ time.Time, _ bool, emit func(supervisor.Event) error) error {
+	pad := strings.Repeat("x", 1024)
+	for ctx.Err() == nil {
+		if err := emit(supervisor.Event{VM: "quick", Kind: "PAD", Data: map[string]any{"pad": pad}}); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// TestLimitStalledReader: a client that asks for a followed stream and
+// never reads it loses the call once a write has waited 10 s (its buffers
+// full), so it keeps neither its call slot nor the server up; its
+// connection may stay open.
+func TestLimitStalledReader(t *testing.T) {
+	t.Parallel()
+	h := startLimits(t, "idle_exit = \"1s\"")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := tls.Dialer{Config: h.tlsConfig(t, "b")}
+	c, err := d.DialContext(ctx, "tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := c.Write([]byte("GET /v1/events?follow=true HTTP/1.1\r\nHost: vmsup\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	select { // never read: the server's writes fill the buffers, then wait
+	case at := <-h.servedAt:
+		took := at.Sub(start)
+		t.Logf("server exited %v after the stalled stream began", took.Round(time.Millisecond))
+		if took < 9*time.Second || took > 30*time.Second {
+			t.Errorf("server exited %v after a stalled stream began, want about 10 s (write timeout) + 1 s (idle_exit)", took)
+		}
+	case <-ctx.Done():
+		t.Fatal("a client that never reads its stream kept the server up")
+	}
+}

@@ -37,6 +37,7 @@ func (s *Server) readRoutes() []route {
 			}
 			c.streaming = true
 			c.w.Header().Set("Content-Type", "application/json")
+			writeWithin(c.w)
 			_, err := c.w.Write(OpenAPI)
 			return nil, err
 		}},

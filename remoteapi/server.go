@@ -42,6 +42,10 @@ const (
 	headerTimeout = 10 * time.Second
 	// bodyTimeout bounds reading a request's body (decode).
 	bodyTimeout = 10 * time.Second
+	// writeTimeout bounds each write of an answer: a client that stops
+	// reading (its buffers full) loses the call instead of holding it,
+	// its call slot and the server up until call_timeout.
+	writeTimeout = 10 * time.Second
 	// idleConnTimeout closes a kept-alive connection without a request.
 	idleConnTimeout = 30 * time.Second
 	maxHeaderBytes  = 64 << 10

@@ -33,7 +33,7 @@ func TestReloadKeepsProperties(t *testing.T) {
 	vm := units.Unit{
 		Name: "vmsup-reload.service", Description: "reload test", Slice: "vmsup.slice",
 		Argv:                []string{"/bin/sleep", "300"},
-		ExecStop:            [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/stop"}},
+		ExecStop:            [][]string{units.WhileMainRuns([]string{"/bin/sh", "-c", "id -u > " + dir + "/stop"})},
 		ExecStopPost:        [][]string{{"/bin/sh", "-c", "id -u > " + dir + "/post"}},
 		StopHooksPrivileged: true,
 		TimeoutStop:         7 * time.Second, After: []string{"network.target"}, Before: []string{"vmsup-other.service"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -277,7 +278,7 @@ func TestWhileMainRuns(t *testing.T) {
 		out := filepath.Join(dir, c.name)
 		u := units.Unit{
 			Name: c.name, Argv: []string{"/bin/sleep", c.main}, TimeoutStop: 5 * time.Second,
-			ExecStop: [][]string{units.WhileMainRuns([]string{"/bin/sh", "-c", `echo ran "$@" > ` + out, "sh", "a", "b"})},
+			ExecStop: [][]string{units.WhileMainRuns([]string{"/bin/sh", "-c", "echo ran a b > " + out})},
 		}
 		if err := m.Start(ctx, u); err != nil {
 			t.Fatal(err)
@@ -293,6 +294,16 @@ func TestWhileMainRuns(t *testing.T) {
 		b, _ := os.ReadFile(out)
 		if got := strings.TrimSpace(string(b)); got != c.want {
 			t.Errorf("%s: ExecStop wrote %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestWhileMainRunsUnguarded: an argv the transient file could not carry
+// through a daemon-reload is left as it is.
+func TestWhileMainRunsUnguarded(t *testing.T) {
+	for _, argv := range [][]string{{"/bin/sh", "-c", `echo "$MAINPID"`}, {"/bin/x", "a;b"}, {"/bin/x", "it's"}, {"/bin/x", ""}} {
+		if got := units.WhileMainRuns(argv); !slices.Equal(got, argv) {
+			t.Errorf("%q wrapped as %q", argv, got)
 		}
 	}
 }

@@ -47,7 +47,7 @@ func TestEmbedExample(t *testing.T) {
 	defer vmsup(t, root, "", "kill", "emb2")
 	st := cliStatus(t, root, "emb2")
 	waitCount(t, st.ConsoleLog, "VMSUP-GUEST-READY", 1)
-	if show, _ := env.Systemd.Systemctl(ctx, "show", "-p", "ExecStop", "vmsup-emb2.service"); !strings.Contains(string(show), bin+" stop-hook") {
+	if show, _ := env.Systemd.Systemctl(ctx, "show", "-p", "ExecStop", "vmsup-emb2.service"); !strings.Contains(string(show), "'"+bin+"' 'stop-hook'") {
 		t.Fatalf("the unit's stop hook is not the embedding program: %s", show)
 	}
 	if o, err := env.Systemd.Systemctl(ctx, "stop", "vmsup-emb2.service"); err != nil {

@@ -99,8 +99,11 @@ func vmsupUnits(t testing.TB) string {
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(l)
 		if len(f) > 0 && strings.HasPrefix(f[0], "vmsup-log@") {
-			// A console logger and its socket run while the guest prints
-			// and stop when it is quiet: only that they exist is the VM's.
+			// A console logger runs while the guest prints and is gone
+			// once it is quiet: only its socket, by name, is the VM's.
+			if strings.HasSuffix(f[0], ".service") {
+				continue
+			}
 			f = f[:1]
 		}
 		lines = append(lines, strings.Join(f, " "))

@@ -209,19 +209,20 @@ func stream[T any](c *call, run func(emit func(T) error) error) error {
 	c.w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(c.w)
 	err := run(func(v T) error {
-		writeWithin(c.w)
+		rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if err := enc.Encode(Line[T]{Item: &v}); err != nil {
 			return err
 		}
 		return rc.Flush()
 	})
-	writeWithin(c.w)
+	rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	enc.Encode(Line[T]{End: true, Err: ErrorOf(err)})
 	rc.Flush()
 	return nil
 }
 
-// writeWithin gives the next write to w writeTimeout to reach the client.
+// writeWithin gives the next write to w writeTimeout to reach the client;
+// a stream moves the deadline with each line on the controller returned.
 func writeWithin(w http.ResponseWriter) *http.ResponseController {
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Now().Add(writeTimeout))

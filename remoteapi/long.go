@@ -99,20 +99,10 @@ func (s *Server) backup(c *call) (any, error) {
 	if err := c.allow(Operator, c.name()); err != nil {
 		return nil, err
 	}
-	return nil, stream(c, func(emit func(BackupItem) error) error {
-		var mu sync.Mutex
-		o := supervisor.BackupOptions{Dir: dir, Incremental: req.Incremental, Progress: func(p supervisor.BackupProgress) {
-			mu.Lock()
-			defer mu.Unlock()
-			emit(BackupItem{Progress: &p})
-		}}
-		res, err := s.Ops.Backup(c.ctx, c.name(), o)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		return emit(BackupItem{Result: &res})
+	return nil, streamProgress(c, func(progress func(BackupItem)) (BackupItem, error) {
+		res, err := s.Ops.Backup(c.ctx, c.name(), supervisor.BackupOptions{Dir: dir, Incremental: req.Incremental,
+			Progress: func(p supervisor.BackupProgress) { progress(BackupItem{Progress: &p}) }})
+		return BackupItem{Result: &res}, err
 	})
 }
 
@@ -131,22 +121,29 @@ func (s *Server) migrate(c *call) (any, error) {
 	if err := c.allow(need, c.name()); err != nil {
 		return nil, err
 	}
-	return nil, stream(c, func(emit func(MigrateItem) error) error {
+	return nil, streamProgress(c, func(progress func(MigrateItem)) (MigrateItem, error) {
+		res, err := s.Ops.Migrate(c.ctx, c.name(), supervisor.MigrateOptions{To: req.To, Local: req.Local, Address: req.Address,
+			Bandwidth: req.Bandwidth, Downtime: req.Downtime, Multifd: req.Multifd, AutoConverge: req.AutoConverge,
+			Postcopy: req.Postcopy, PostcopyAfter: req.PostcopyAfter, Timeout: req.Timeout, StallTimeout: req.StallTimeout,
+			Progress: func(p supervisor.MigrationProgress) { progress(MigrateItem{Progress: &p}) }})
+		return MigrateItem{Result: &res}, err
+	})
+}
+
+// streamProgress streams the items run reports through progress (from any
+// goroutine, one at a time), then the item it returns, unless it failed.
+func streamProgress[I any](c *call, run func(progress func(I)) (I, error)) error {
+	return stream(c, func(emit func(I) error) error {
 		var mu sync.Mutex
-		o := supervisor.MigrateOptions{To: req.To, Local: req.Local, Address: req.Address, Bandwidth: req.Bandwidth,
-			Downtime: req.Downtime, Multifd: req.Multifd, AutoConverge: req.AutoConverge, Postcopy: req.Postcopy,
-			PostcopyAfter: req.PostcopyAfter, Timeout: req.Timeout, StallTimeout: req.StallTimeout,
-			Progress: func(p supervisor.MigrationProgress) {
-				mu.Lock()
-				defer mu.Unlock()
-				emit(MigrateItem{Progress: &p})
-			}}
-		res, err := s.Ops.Migrate(c.ctx, c.name(), o)
+		send := func(it I) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return emit(it)
+		}
+		last, err := run(func(it I) { send(it) })
 		if err != nil {
 			return err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return emit(MigrateItem{Result: &res})
+		return send(last)
 	})
 }

@@ -21,9 +21,8 @@ func sampleCPU(pid int) cpuSample {
 	return cpuSample{host: hostBusyMs(), pid1: procCPUMs(pid)}
 }
 
-// perVM is the CPU spent since s, per VM of n.
-func (s cpuSample) perVM(n int, pid int) cpuSample {
-	now := sampleCPU(pid)
+// perVM is the CPU spent from s to now, per VM of n.
+func (s cpuSample) perVM(now cpuSample, n int) cpuSample {
 	return cpuSample{host: (now.host - s.host) / float64(n), pid1: (now.pid1 - s.pid1) / float64(n)}
 }
 

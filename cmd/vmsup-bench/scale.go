@@ -200,7 +200,7 @@ func (f *fixture) scale(ctx context.Context) error {
 				c0, t0 := sampleCPU(pid1), time.Now()
 				failed, err := v.up(uctx)
 				d := time.Since(t0)
-				upCPU[i] = append(upCPU[i], c0.perVM(n, pid1))
+				upCPU[i] = append(upCPU[i], c0.perVM(sampleCPU(pid1), n))
 				cancel()
 				upFail[i] += failed
 				if err != nil && firstErr[i] == "" {
@@ -215,7 +215,7 @@ func (f *fixture) scale(ctx context.Context) error {
 				c0, t0 = sampleCPU(pid1), time.Now()
 				failed, err = v.down(dctx)
 				d = time.Since(t0)
-				downCPU[i] = append(downCPU[i], c0.perVM(n, pid1))
+				downCPU[i] = append(downCPU[i], c0.perVM(sampleCPU(pid1), n))
 				cancel()
 				downFail[i] += failed
 				if err != nil && firstErr[i] == "" {

@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/renameio/v2"
-
 	"github.com/vmsup/vmsup/fleet/peer"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 )
 
 // The rule that keeps VMs running when etcd is down for everyone, and
@@ -174,7 +173,7 @@ func (p *promise) extend(d time.Duration) time.Time {
 		p.at = t
 		// Written before the answer goes out; a failure to write still
 		// leaves it in memory, which this process honours.
-		_ = renameio.WriteFile(p.file, []byte(t.UTC().Format(time.RFC3339Nano)+"\n"), 0o600)
+		_ = atomicfile.WriteFile(p.file, []byte(t.UTC().Format(time.RFC3339Nano)+"\n"), 0o600)
 	}
 	return p.at
 }

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -72,7 +72,7 @@ func (l *lease) acquire(ctx context.Context) (reused bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(l.file), 0o700); err != nil {
 		return false, err
 	}
-	if err := renameio.WriteFile(l.file, []byte(fmt.Sprintf("%x\n", int64(g.ID))), 0o600); err != nil {
+	if err := atomicfile.WriteFile(l.file, []byte(fmt.Sprintf("%x\n", int64(g.ID))), 0o600); err != nil {
 		return false, err
 	}
 	l.set(g.ID)

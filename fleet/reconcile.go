@@ -11,8 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -263,7 +262,7 @@ func (a *Agent) mark(name string, gen int64) error {
 	if err := os.MkdirAll(filepath.Dir(a.markPath(name)), 0o700); err != nil {
 		return err
 	}
-	return renameio.WriteFile(a.markPath(name), []byte(strconv.FormatInt(gen, 10)+"\n"), 0o600)
+	return atomicfile.WriteFile(a.markPath(name), []byte(strconv.FormatInt(gen, 10)+"\n"), 0o600)
 }
 
 func (a *Agent) unmark(name string) error {

@@ -6,8 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -43,7 +42,7 @@ func (s *Server) keep(f *spec.File) error {
 	if err := os.MkdirAll(s.filesDir(), 0o700); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(f.Path, f.Raw, 0o600); err != nil {
+	if err := atomicfile.WriteFile(f.Path, f.Raw, 0o600); err != nil {
 		return fmt.Errorf("keep %s: %w", f.Path, err)
 	}
 	return nil

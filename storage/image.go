@@ -161,7 +161,10 @@ func (t Tools) Chain(ctx context.Context, path, format string) ([]ImageInfo, err
 			return chain, fmt.Errorf("backing chain of %s loops or is longer than %d", chain[0].Filename, maxChain)
 		}
 		seen[path] = true
-		info, err := t.Info(ctx, path, format)
+		info, ok, err := localInfo(path, format)
+		if !ok {
+			info, err = t.Info(ctx, path, format)
+		}
 		if err != nil {
 			return chain, err
 		}

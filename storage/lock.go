@@ -24,12 +24,26 @@ const (
 // convert...). The check only asks the kernel (F_OFD_GETLK); it takes no
 // lock. It works for every format, since the locks sit on the file itself.
 func WriteLocked(path string) (bool, error) {
+	return heldByte(path, lockPermBase+permWriteBit, lockSharedBase+permWriteBit)
+}
+
+// BeingWritten reports whether another process holds the image with
+// permission to write it: what a reader that wants a consistent image
+// (qemu-img info without -U) cannot share. A reader that only refuses
+// writers does not count.
+func BeingWritten(path string) (bool, error) {
+	return heldByte(path, lockPermBase+permWriteBit)
+}
+
+// heldByte reports whether another open file description locks any of the
+// bytes of path.
+func heldByte(path string, bytes ...int64) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
-	for _, b := range []int64{lockPermBase + permWriteBit, lockSharedBase + permWriteBit} {
+	for _, b := range bytes {
 		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: b, Len: 1}
 		if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
 			return false, fmt.Errorf("lock check on %s: %w", path, err)

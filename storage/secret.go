@@ -6,9 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/userfile"
-
-	"github.com/google/renameio/v2"
 )
 
 // readSecret reads a secret file as users write it: QEMU's secret object
@@ -35,7 +34,7 @@ func writeSecret(path string, data []byte) error {
 	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return renameio.WriteFile(path, data, 0o600)
+	return atomicfile.WriteFile(path, data, 0o600)
 }
 
 // tempSecret writes data to a private temporary file for a probe and returns

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 )
 
 // BootUnit is a persistent unit file that systemd runs at every boot, unlike
@@ -96,7 +97,7 @@ func (b BootUnit) Install(dir string) (changed bool, err error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return false, err
 		}
-		if err := renameio.WriteFile(path, body, 0o644); err != nil {
+		if err := atomicfile.WriteFile(path, body, 0o644); err != nil {
 			return false, fmt.Errorf("write %s: %w", path, err)
 		}
 		changed = true

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 )
 
 // SocketService is a socket-activated service installed as unit files: a
@@ -112,10 +113,10 @@ func (s SocketService) Install(dir string) error {
 	if err := os.MkdirAll(filepath.Join(dir, s.WantedBy+".wants"), 0o755); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(filepath.Join(dir, s.ServiceUnit()), service, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, s.ServiceUnit()), service, 0o644); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(sp, socket, 0o644); err != nil {
+	if err := atomicfile.WriteFile(sp, socket, 0o644); err != nil {
 		return err
 	}
 	return renameio.Symlink(sp, filepath.Join(dir, s.WantedBy+".wants", s.SocketUnit()))

@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,7 +66,16 @@ func main() {
 	var fleetChildDir, fleetOut string
 	flag.StringVar(&fleetChildDir, "fleet-child", "", "(internal) run the fleet section here, in this process's network namespace")
 	flag.StringVar(&fleetOut, "fleet-out", "", "(internal) where the fleet child writes its rows")
+	cpuProfile := flag.String("cpuprofile", "", "write the bench process's CPU profile (vmsup's Go API work) here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "vmsup-bench:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
 	if fleetChildDir != "" {
 		if err := fleetChild(fleetChildDir, c.vmsupBin, fleetOut); err != nil {
 			fmt.Fprintln(os.Stderr, "vmsup-bench: fleet:", err)
@@ -93,6 +103,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "vmsup-bench:", err)
 		os.Exit(1)
 	}
+}
+
+// startCPUProfile profiles this process into path until the returned stop.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // fixture is what every section shares.

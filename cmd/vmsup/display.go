@@ -13,6 +13,7 @@ import (
 	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/vncproxy"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
@@ -35,7 +36,7 @@ func screenshotCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				out, err := renameio.NewPendingFile(args[1], renameio.WithPermissions(0o644))
+				out, err := atomicfile.NewPendingFile(args[1], renameio.WithPermissions(0o644))
 				if err != nil {
 					return fmt.Errorf("%s: %w", args[1], err)
 				}

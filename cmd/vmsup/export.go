@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -34,7 +34,7 @@ func exportCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if out != "" {
-					if err := renameio.WriteFile(out, b, 0o644); err != nil {
+					if err := atomicfile.WriteFile(out, b, 0o644); err != nil {
 						return fmt.Errorf("export %s: %w", name, err)
 					}
 					return g.out.object(exportJSON{Name: name, Output: out}, func(w io.Writer) {

@@ -6,9 +6,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/userfile"
 	"github.com/vmsup/vmsup/libvirtimport"
@@ -73,7 +73,7 @@ func importCmd(g *globals) *cobra.Command {
 				if _, err := os.Stat(output); err == nil && !force {
 					return fmt.Errorf("%s exists: give another -o, or --force to replace it", output)
 				}
-				if err := renameio.WriteFile(output, res.TOML, 0o644); err != nil {
+				if err := atomicfile.WriteFile(output, res.TOML, 0o644); err != nil {
 					return fmt.Errorf("write %s: %w", output, err)
 				}
 			}

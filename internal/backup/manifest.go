@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 )
 
 // ManifestName is the manifest's file name in a backup directory.
@@ -101,7 +101,7 @@ func (m *Manifest) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'), 0o600)
+	return atomicfile.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'), 0o600)
 }
 
 // Owned checks that the directory's chain is VM vm's (uuid "" matches any).

@@ -33,8 +33,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/internal/vfio"
@@ -584,7 +583,7 @@ func (m *Manager) reloadProfile(ctx context.Context, name string, c *Record) err
 	if err := os.MkdirAll(m.securityDir(), 0o700); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(file, text, 0o600); err != nil {
+	if err := atomicfile.WriteFile(file, text, 0o600); err != nil {
 		return err
 	}
 	if err := (units.Parser{}).Load(ctx, file); err != nil {

@@ -12,8 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/units"
@@ -119,7 +118,7 @@ func (m *Manager) writeConfinement(name string, c *Record) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(m.securityRecord(name), b, 0o600)
+	return atomicfile.WriteFile(m.securityRecord(name), b, 0o600)
 }
 
 // Teardown takes back what Confine gave once QEMU is gone; idempotent.

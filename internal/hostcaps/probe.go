@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -174,5 +174,5 @@ func writeCache(path string, c *Caps) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(path, b, 0o644)
+	return atomicfile.WriteFile(path, b, 0o644)
 }

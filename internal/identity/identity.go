@@ -10,9 +10,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/google/renameio/v2"
 	"github.com/google/uuid"
 
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -71,7 +71,7 @@ func WriteCredentials(stateDir string, vm *spec.VM) error {
 		}
 	}
 	for name, p := range CredentialPaths(stateDir, vm) {
-		if err := renameio.WriteFile(p, []byte(spec.CredentialPrefix+name+"="+vm.Credentials[name]), 0o600); err != nil {
+		if err := atomicfile.WriteFile(p, []byte(spec.CredentialPrefix+name+"="+vm.Credentials[name]), 0o600); err != nil {
 			return err
 		}
 	}

@@ -26,8 +26,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -143,7 +142,7 @@ func (s Store) writeAliases(m map[string]string) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(s.aliasFile(), append(b, '\n'), 0o644)
+	return atomicfile.WriteFile(s.aliasFile(), append(b, '\n'), 0o644)
 }
 
 // SetAlias points alias at digest (which must be stored).

@@ -11,7 +11,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 )
 
 // ErrBadImage: qemu-img refuses the image as a base for VM disks.
@@ -118,7 +118,7 @@ func (s Store) add(ctx context.Context, path, source, verified string) (Image, e
 	if err != nil {
 		return Image{}, err
 	}
-	if err := renameio.WriteFile(s.metaPath(im.Digest), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.WriteFile(s.metaPath(im.Digest), append(b, '\n'), 0o600); err != nil {
 		return Image{}, err
 	}
 	im.Path = s.Path(im.Digest)

@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/units"
@@ -135,7 +134,7 @@ func (m *Manager) Create(ctx context.Context, n *Network, raw []byte) error {
 			return err
 		}
 	}
-	if err := renameio.WriteFile(m.defFile(n.Name), raw, 0o644); err != nil {
+	if err := atomicfile.WriteFile(m.defFile(n.Name), raw, 0o644); err != nil {
 		return err
 	}
 	if err := m.up(ctx, n); err != nil {
@@ -266,5 +265,5 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(path, b, 0o644)
+	return atomicfile.WriteFile(path, b, 0o644)
 }

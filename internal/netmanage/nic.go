@@ -12,8 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/nicfilter"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -156,10 +155,10 @@ func (m *Manager) Attach(ctx context.Context, vm string, n spec.NIC) (*Attachmen
 	// name goes with its file (a lease's would stay until it expires).
 	lease := fmt.Sprintf("%s,%s\n", a.MAC, a.IP)
 	name := fmt.Sprintf("%s %s %s.%s\n", a.IP, a.Hostname, a.Hostname, nw.DNSDomain())
-	if err := renameio.WriteFile(filepath.Join(m.dhcpDir(nw.Name), n.Tap), []byte(lease), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(m.dhcpDir(nw.Name), n.Tap), []byte(lease), 0o644); err != nil {
 		return nil, err
 	}
-	if err := renameio.WriteFile(filepath.Join(m.dnsDir(nw.Name), n.Tap), []byte(name), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(m.dnsDir(nw.Name), n.Tap), []byte(name), 0o644); err != nil {
 		return nil, err
 	}
 	return a, nil

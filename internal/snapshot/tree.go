@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 )
 
 // Image is a disk image the tree manages or points to.
@@ -89,7 +89,7 @@ func Load(path string) (*Tree, error) {
 // Save replaces the tree at path atomically (root only); an empty tree
 // removes the file.
 func (t *Tree) Save(path string) error {
-	return t.SaveWith(path, func(path string, b []byte) error { return renameio.WriteFile(path, b, 0o600) })
+	return t.SaveWith(path, func(path string, b []byte) error { return atomicfile.WriteFile(path, b, 0o600) })
 }
 
 // SaveWith is Save writing through write (which replaces path with b

@@ -64,10 +64,14 @@ exec unshare --pid --fork --kill-child --mount --uts --mount-proc --propagation 
 // innerScript gives systemd private copies of what it would otherwise change for the
 // whole host: /run, /dev/console, the hostname, and the /sys/fs/cgroup tmpfs (systemd
 // creates missing hierarchy directories there and remounts the tmpfs superblock
-// read-only, which a bind mount of the host's tmpfs would pass on to the host).
+// read-only, which a bind mount of the host's tmpfs would pass on to the host). The
+// host's hierarchies are unmounted beneath it, not shadowed: systemd re-reads the mount
+// table for each mount it sets up for a sandboxed unit, and a hybrid host's shadowed
+// copies were a quarter of that table, which no real host has.
 const innerScript = `set -eu
 mount --make-rprivate /
 mount --rbind /sys/fs/cgroup "$VMSUP_CGSTAGE"
+umount -R -l /sys/fs/cgroup
 mount -t tmpfs -o mode=0755 tmpfs /sys/fs/cgroup
 for e in "$VMSUP_CGSTAGE"/*; do
 	n=${e##*/}

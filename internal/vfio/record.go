@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/renameio/v2"
+	"github.com/vmsup/vmsup/internal/atomicfile"
 )
 
 // Take binds the devices addrs to vfio-pci, after writing what each had to
@@ -34,7 +34,7 @@ func (h Host) Take(record string, addrs []string) error {
 	if err := os.MkdirAll(filepath.Dir(record), 0o700); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(record, append(data, '\n'), 0o600); err != nil {
+	if err := atomicfile.WriteFile(record, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("record the devices' drivers before binding them: %w", err)
 	}
 	for _, b := range rec {
@@ -145,7 +145,7 @@ func writeRecord(record string, rec []Binding) error {
 	if err := os.MkdirAll(filepath.Dir(record), 0o700); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(record, append(data, '\n'), 0o600); err != nil {
+	if err := atomicfile.WriteFile(record, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("record the devices' drivers before binding them: %w", err)
 	}
 	return nil

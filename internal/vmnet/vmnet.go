@@ -18,8 +18,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/netmanage"
 	"github.com/vmsup/vmsup/internal/nicfilter"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -119,7 +118,7 @@ func WriteRecord(p vmstate.Paths, st *Record) error {
 	if err := p.MakeRecords(); err != nil {
 		return err
 	}
-	return renameio.WriteFile(p.NetState(), b, 0o600)
+	return atomicfile.WriteFile(p.NetState(), b, 0o600)
 }
 
 func (m *Manager) netnsMaker() netsetup.Netns {

@@ -14,8 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -261,10 +260,10 @@ func (s Store) WriteApplied(a *Applied, raw []byte) error {
 // progress gives its reserve back (op.go) and the write is tried again: the
 // record that finishes an operation must not be the write that fails.
 func (p Paths) writeRecord(path string, b []byte) error {
-	err := renameio.WriteFile(path, b, 0o600)
+	err := atomicfile.WriteFile(path, b, 0o600)
 	if errors.Is(err, syscall.ENOSPC) {
 		if os.Remove(p.reserveFile()) == nil {
-			err = renameio.WriteFile(path, b, 0o600)
+			err = atomicfile.WriteFile(path, b, 0o600)
 		}
 	}
 	return err

@@ -6,9 +6,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/google/renameio/v2"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -24,7 +24,7 @@ func (s Store) WriteVMFile(vm spec.VM) (string, error) {
 		return "", err
 	}
 	head := fmt.Sprintf("# VM %q: written by vmsup when it made the VM; edit it and vmsup apply %s.\n", vm.Name, vm.Name)
-	return path, renameio.WriteFile(path, append([]byte(head), raw...), 0o644)
+	return path, atomicfile.WriteFile(path, append([]byte(head), raw...), 0o644)
 }
 
 // RemoveVMFile removes the file vmsup wrote for the VM, if any.

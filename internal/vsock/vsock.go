@@ -30,8 +30,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -194,7 +193,7 @@ func (a Allocator) update(ctx context.Context, fn func(*table) error) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(a.file(), append(b, '\n'), 0o600)
+	return atomicfile.WriteFile(a.file(), append(b, '\n'), 0o600)
 }
 
 // flat flattens a table for comparison.

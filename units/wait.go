@@ -41,6 +41,15 @@ func (m *Manager) WaitStopped(ctx context.Context, unit string) error {
 	}
 }
 
+// Ended reports whether the unit's main process is over: the unit is
+// inactive, failed or unknown to systemd (Status.Gone). It reads the
+// unit's ActiveState alone, for a wait that asks often; Status then says
+// how it ended.
+func (m *Manager) Ended(ctx context.Context, unit string) (bool, error) {
+	st, err := m.activeState(ctx, unit)
+	return st == "inactive" || st == "failed", err
+}
+
 // activeState is the unit's ActiveState alone ("inactive" for a unit
 // systemd does not know). A wait asks for one property where Status asks
 // for all of a service's, some hundreds: a hundred downs waiting at once

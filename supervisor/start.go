@@ -341,7 +341,7 @@ func (r *startRun) check(ctx context.Context) error {
 			}
 		}
 	}
-	st, err := r.sd.Status(ctx, r.plan.Unit)
+	st, err := r.sd.LoadedStatus(ctx, r.plan.Unit)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func (s *Supervisor) lockUnit(ctx context.Context, name, op string) (*lockedUnit
 	}
 	u := &lockedUnit{sd: sd, lk: lk, note: note}
 	u.unit = s.state.UnitOf(name)
-	if u.st, err = sd.Status(ctx, u.unit); err != nil {
+	if u.st, err = sd.LoadedStatus(ctx, u.unit); err != nil {
 		lk.Unlock()
 		return nil, err
 	}

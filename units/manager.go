@@ -231,6 +231,25 @@ func (m *Manager) Status(ctx context.Context, name string) (Status, error) {
 	return statusFrom(name, p), nil
 }
 
+// LoadedStatus is Status for a transient unit, which exists only while
+// systemd has it loaded: a unit systemd has not loaded is reported as not
+// existing, from systemd's list of loaded units, without asking for its
+// properties. That question would make systemd load a "not-found" stub
+// and send some hundreds of properties back (1.5 ms against 0.3 ms per
+// call, measured; a fresh start asks twice).
+func (m *Manager) LoadedStatus(ctx context.Context, name string) (Status, error) {
+	if !strings.ContainsAny(name, "*?[]\\") {
+		us, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{name})
+		if err != nil {
+			return Status{Name: name}, fmt.Errorf("unit %s: %w", name, err)
+		}
+		if len(us) == 0 {
+			return Status{Name: name}, nil
+		}
+	}
+	return m.Status(ctx, name)
+}
+
 // List returns the state of all loaded units matching one of the glob
 // patterns.
 func (m *Manager) List(ctx context.Context, patterns ...string) ([]Status, error) {

@@ -131,8 +131,13 @@ func (mg *Migrator) paths(name string) vmstate.Paths { return mg.h.State().Paths
 // Timeouts for the parts of vmsup's own work (as the supervisor's).
 const (
 	qmpConnectTimeout = 3 * time.Second
-	quitTimeout       = 5 * time.Second
-	killTimeout       = 10 * time.Second
+	// monitorCommandTimeout bounds a command on a migration's event
+	// monitor: QMP's 500 ms default failed a local migration's first
+	// query-status on a loaded 2-core host (a TCG guest booting beside
+	// other tests), before anything had moved.
+	monitorCommandTimeout = 5 * time.Second
+	quitTimeout           = 5 * time.Second
+	killTimeout           = 10 * time.Second
 )
 
 // Error is a failed migration; the guest still runs where Running says.

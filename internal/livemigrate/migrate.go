@@ -168,7 +168,7 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	// The event monitor, not qmp.sock: status, console and "migrate
 	// --cancel" keep working on the command monitor meanwhile.
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
-	m.mon, err = qmp.Dial(dctx, p.Events, qmp.WithLogger(mg.log), qmp.WithoutSymlink())
+	m.mon, err = qmp.Dial(dctx, p.Events, qmp.WithLogger(mg.log), qmp.WithoutSymlink(), qmp.WithCommandTimeout(monitorCommandTimeout))
 	dcancel()
 	if err != nil {
 		return fmt.Errorf("event monitor: %w", err)

@@ -295,7 +295,7 @@ func (d *incomingVM) dialMonitor(ctx context.Context) error {
 		}
 		if _, err := os.Stat(events); err == nil {
 			dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
-			c, err := qmp.Dial(dctx, events, qmp.WithLogger(d.mg.log), qmp.WithoutSymlink())
+			c, err := qmp.Dial(dctx, events, qmp.WithLogger(d.mg.log), qmp.WithoutSymlink(), qmp.WithCommandTimeout(monitorCommandTimeout))
 			dcancel()
 			if err == nil {
 				d.mon = c

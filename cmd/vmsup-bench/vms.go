@@ -126,8 +126,14 @@ func rawArgv(rawSup *supervisor.Supervisor, path string) (argv []string, dir str
 // startRaw execs QEMU with argv; it does not wait for QMP. cgroupProcs, when
 // set, is the cgroup.procs file QEMU is moved into right after exec.
 func startRaw(name string, argv []string, dir, cgroupProcs string) (*rawVM, error) {
+	// QEMU writes the console where vmsup's argv says (a FIFO for vmsup's
+	// logger; with no logger here, QEMU makes it a plain file).
+	console, err := consoleLogFile(argv)
+	if err != nil {
+		return nil, fmt.Errorf("raw %s: %w", name, err)
+	}
 	v := &rawVM{name: name, done: make(chan struct{}), qmp: filepath.Join(dir, "qmp.sock"),
-		events: filepath.Join(dir, "events.sock"), console: filepath.Join(dir, "console.log")}
+		events: filepath.Join(dir, "events.sock"), console: console}
 	for _, s := range []string{v.qmp, v.events, filepath.Join(dir, "console.sock"), v.console} {
 		os.Remove(s)
 	}
@@ -144,6 +150,46 @@ func startRaw(name string, argv []string, dir, cgroupProcs string) (*rawVM, erro
 		}
 	}
 	return v, nil
+}
+
+// consoleLogFile is the logfile= of the console chardev in argv.
+func consoleLogFile(argv []string) (string, error) {
+	for i := 0; i+1 < len(argv); i++ {
+		if argv[i] != "-chardev" {
+			continue
+		}
+		opts := chardevOptions(argv[i+1])
+		if opts["id"] == qemuargs.ConsoleChardevID && opts["logfile"] != "" {
+			return opts["logfile"], nil
+		}
+	}
+	return "", errors.New("vmsup's argv has no console chardev with a logfile")
+}
+
+// chardevOptions splits a -chardev value into its key=value options (",,"
+// is a comma inside a value).
+func chardevOptions(v string) map[string]string {
+	opts := map[string]string{}
+	var cur strings.Builder
+	flush := func() {
+		if k, val, ok := strings.Cut(cur.String(), "="); ok {
+			opts[k] = val
+		}
+		cur.Reset()
+	}
+	for i := 0; i < len(v); i++ {
+		switch {
+		case v[i] == ',' && i+1 < len(v) && v[i+1] == ',':
+			cur.WriteByte(',')
+			i++
+		case v[i] == ',':
+			flush()
+		default:
+			cur.WriteByte(v[i])
+		}
+	}
+	flush()
+	return opts
 }
 
 // waitRunning polls the QMP socket every millisecond until QEMU answers

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
@@ -23,14 +21,7 @@ import (
 // hybrid hosts of issue 35. It must be joinable while the sandbox runs
 // units with the CPU controller on, and gone after Stop.
 func TestBesideCgroup(t *testing.T) {
-	SkipUnlessRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	sd, err := StartSystemd(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sd.Stop()
+	ctx, sd, conn := ownSandbox(t)
 	t.Logf("cgroup layout: %s", layoutName(sd.cg))
 	dir, err := sd.BesideCgroup("cpu")
 	if err != nil {
@@ -41,11 +32,6 @@ func TestBesideCgroup(t *testing.T) {
 			t.Fatalf("BesideCgroup = %s, inside the sandbox's tree %s", dir, inside)
 		}
 	}
-	conn, err := sd.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	const unit = "vmsup-testenv-cpu.service"
 	ch := make(chan string, 1)
 	props := []sdbus.Property{

@@ -316,20 +316,28 @@ func lineDiff(a, b string) string {
 
 // TestSandboxKilled stops a sandbox whose unit refuses to stop: Stop must kill PID 1
 // after StopTimeout and still remove everything.
-func TestSandboxKilled(t *testing.T) {
+// ownSandbox starts a sandbox of the test's own (one it may stop or break),
+// stopped at the end of the test, and a D-Bus connection to it.
+func ownSandbox(t *testing.T) (context.Context, *Systemd, *sdbus.Conn) {
+	t.Helper()
 	SkipUnlessRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	sd, err := StartSystemd(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sd.Stop()
+	t.Cleanup(func() { sd.Stop() })
 	conn, err := sd.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(conn.Close)
+	return ctx, sd, conn
+}
+
+func TestSandboxKilled(t *testing.T) {
+	ctx, sd, conn := ownSandbox(t)
 	const unit = "vmsup-testenv-stubborn.service"
 	ch := make(chan string, 1)
 	props := []sdbus.Property{

@@ -88,16 +88,15 @@ func (f *fixture) rawFleet(names, paths []string) fleet {
 	raws := make([]*rawVM, n)
 	return fleet{name: vRaw + ", concurrent", names: names,
 		up: func(ctx context.Context) (int, error) {
-			argvs := make([][]string, n)
-			dirs := make([]string, n)
+			plans := make([]rawPlan, n)
 			for i, p := range paths {
 				var err error
-				if argvs[i], dirs[i], err = rawArgv(f.rawSup, p); err != nil {
+				if plans[i], err = rawArgv(f.rawSup, p); err != nil {
 					return n, err
 				}
 			}
 			return parallel(n, func(i int) error {
-				v, err := startRaw(names[i], argvs[i], dirs[i], f.rawCgroup)
+				v, err := startRaw(names[i], plans[i], f.rawCgroup)
 				if err != nil {
 					return err
 				}

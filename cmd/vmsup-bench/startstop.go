@@ -130,7 +130,7 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 	if err != nil {
 		return nil, err
 	}
-	argv, rawDir, err := rawArgv(f.rawSup, rawPath)
+	rawP, err := rawArgv(f.rawSup, rawPath)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (f *fixture) variants(k vmKind, memMiB int, prefix string, withUnit, withLv
 	vs = append(vs, variant{name: vRaw, accel: accel,
 		start: func(ctx context.Context) error {
 			var err error
-			if rv, err = startRaw(prefix+"raw", argv, rawDir, f.rawCgroup); err != nil {
+			if rv, err = startRaw(prefix+"raw", rawP, f.rawCgroup); err != nil {
 				return err
 			}
 			f.trackRaw(rv, true)
@@ -343,10 +343,11 @@ func (f *fixture) unitVariant(specDir, prefix string, k vmKind, memMiB int, conf
 	if err != nil {
 		return variant{}, err
 	}
-	argv, dir, err := rawArgv(sup, path)
+	rp, err := rawArgv(sup, path)
 	if err != nil {
 		return variant{}, err
 	}
+	argv, dir := rp.argv, rp.dir
 	u := bareUnit(prefix+tag, argv, memMiB, k.accel() == "kvm")
 	var prep func() error
 	if confined {

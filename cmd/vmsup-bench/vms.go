@@ -17,7 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -99,45 +101,63 @@ type rawVM struct {
 	conn    *rawClient
 }
 
+// rawPlan is what a raw QEMU runs: vmsup's argv, its state directory, and
+// the file its console goes to.
+type rawPlan struct {
+	argv         []string
+	dir, console string
+}
+
 // rawArgv returns the argv vmsup would run for the VM in path, with its
 // sockets under rawSup's root, and makes that state directory.
-func rawArgv(rawSup *supervisor.Supervisor, path string) (argv []string, dir string, err error) {
+func rawArgv(rawSup *supervisor.Supervisor, path string) (rawPlan, error) {
 	f, err := spec.Load(path)
 	if err != nil {
-		return nil, "", err
+		return rawPlan{}, err
 	}
-	argv, err = rawSup.Argv(f)
+	argv, err := rawSup.Argv(f)
 	if err != nil {
-		return nil, "", err
+		return rawPlan{}, err
 	}
-	dir = filepath.Join(rawSup.Root(), "vms", f.VM.Name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", err
+	p := vmstate.Store{Root: rawSup.Root()}.Paths(f.VM.Name)
+	// vmsup's argv logs the console into its logger's FIFO; with no
+	// logger here, QEMU makes that path a plain file.
+	console := companion.FIFO(p, vmstate.UnitName(f.VM.Name))
+	if !logsConsoleTo(argv, console) {
+		return rawPlan{}, fmt.Errorf("%s: vmsup's argv does not log the console to %s", path, console)
+	}
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return rawPlan{}, err
 	}
 	// The event log's two files, which vmsup makes before QEMU opens them.
 	for sfx, data := range map[string]string{".in": qemuargs.EventLogInput, ".out": ""} {
-		if err := os.WriteFile(filepath.Join(dir, "events"+sfx), []byte(data), 0o600); err != nil {
-			return nil, "", err
+		if err := os.WriteFile(filepath.Join(p.Dir, "events"+sfx), []byte(data), 0o600); err != nil {
+			return rawPlan{}, err
 		}
 	}
-	return argv, dir, nil
+	return rawPlan{argv: argv, dir: p.Dir, console: console}, nil
 }
 
-// startRaw execs QEMU with argv; it does not wait for QMP. cgroupProcs, when
-// set, is the cgroup.procs file QEMU is moved into right after exec.
-func startRaw(name string, argv []string, dir, cgroupProcs string) (*rawVM, error) {
-	// QEMU writes the console where vmsup's argv says (a FIFO for vmsup's
-	// logger; with no logger here, QEMU makes it a plain file).
-	console, err := consoleLogFile(argv)
-	if err != nil {
-		return nil, fmt.Errorf("raw %s: %w", name, err)
+// logsConsoleTo says whether argv's console chardev logs to path.
+func logsConsoleTo(argv []string, path string) bool {
+	for _, a := range argv {
+		if strings.Contains(a, ",id="+qemuargs.ConsoleChardevID+",") &&
+			strings.Contains(a+",", ",logfile="+strings.ReplaceAll(path, ",", ",,")+",") {
+			return true
+		}
 	}
-	v := &rawVM{name: name, done: make(chan struct{}), qmp: filepath.Join(dir, "qmp.sock"),
-		events: filepath.Join(dir, "events.sock"), console: console}
-	for _, s := range []string{v.qmp, v.events, filepath.Join(dir, "console.sock"), v.console} {
+	return false
+}
+
+// startRaw execs QEMU with p's argv; it does not wait for QMP. cgroupProcs,
+// when set, is the cgroup.procs file QEMU is moved into right after exec.
+func startRaw(name string, p rawPlan, cgroupProcs string) (*rawVM, error) {
+	v := &rawVM{name: name, done: make(chan struct{}), qmp: filepath.Join(p.dir, "qmp.sock"),
+		events: filepath.Join(p.dir, "events.sock"), console: p.console}
+	for _, s := range []string{v.qmp, v.events, filepath.Join(p.dir, "console.sock"), v.console} {
 		os.Remove(s)
 	}
-	v.cmd = exec.Command(argv[0], argv[1:]...)
+	v.cmd = exec.Command(p.argv[0], p.argv[1:]...)
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := v.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("raw %s: %w", name, err)
@@ -150,46 +170,6 @@ func startRaw(name string, argv []string, dir, cgroupProcs string) (*rawVM, erro
 		}
 	}
 	return v, nil
-}
-
-// consoleLogFile is the logfile= of the console chardev in argv.
-func consoleLogFile(argv []string) (string, error) {
-	for i := 0; i+1 < len(argv); i++ {
-		if argv[i] != "-chardev" {
-			continue
-		}
-		opts := chardevOptions(argv[i+1])
-		if opts["id"] == qemuargs.ConsoleChardevID && opts["logfile"] != "" {
-			return opts["logfile"], nil
-		}
-	}
-	return "", errors.New("vmsup's argv has no console chardev with a logfile")
-}
-
-// chardevOptions splits a -chardev value into its key=value options (",,"
-// is a comma inside a value).
-func chardevOptions(v string) map[string]string {
-	opts := map[string]string{}
-	var cur strings.Builder
-	flush := func() {
-		if k, val, ok := strings.Cut(cur.String(), "="); ok {
-			opts[k] = val
-		}
-		cur.Reset()
-	}
-	for i := 0; i < len(v); i++ {
-		switch {
-		case v[i] == ',' && i+1 < len(v) && v[i+1] == ',':
-			cur.WriteByte(',')
-			i++
-		case v[i] == ',':
-			flush()
-		default:
-			cur.WriteByte(v[i])
-		}
-	}
-	flush()
-	return opts
 }
 
 // waitRunning polls the QMP socket every millisecond until QEMU answers

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,8 +19,10 @@ import (
 // sandbox's, made once and joined by each raw QEMU in turn (empty between
 // them), outside the tree the sandbox's systemd owns: inside it, that
 // systemd removed the directory and the baseline failed to join on the
-// hybrid hosts of issue 35. It must be joinable while the sandbox runs
-// units with the CPU controller on, and gone after Stop.
+// hosts of issue 35. That removal does not happen on every host (not on
+// the one this test was written on), so the placement check is what fails
+// when the cgroup goes back inside; the join and the clean-up are checked
+// on every host.
 func TestBesideCgroup(t *testing.T) {
 	ctx, sd, conn := ownSandbox(t)
 	t.Logf("cgroup layout: %s", layoutName(sd.cg))
@@ -52,12 +55,12 @@ func TestBesideCgroup(t *testing.T) {
 		t.Fatalf("move the baseline's process into %s: %v", dir, err)
 	}
 
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	in, err := procs(dir)
 	if err != nil {
 		t.Fatalf("read %s: %v", dir, err)
 	}
-	if !containsLine(string(b), pid) {
-		t.Fatalf("process %s is not in %s (procs: %q)", pid, dir, b)
+	if !slices.Contains(in, sleeper.Process.Pid) {
+		t.Fatalf("process %s is not in %s (procs: %v)", pid, dir, in)
 	}
 
 	sleeper.Process.Kill()
@@ -68,15 +71,6 @@ func TestBesideCgroup(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stop left the baseline's cgroup %s (%v)", dir, err)
 	}
-}
-
-func containsLine(s, line string) bool {
-	for _, l := range strings.Split(s, "\n") {
-		if strings.TrimSpace(l) == line {
-			return true
-		}
-	}
-	return false
 }
 
 // layoutName says which cgroup layout the host has, for the test's log

@@ -314,8 +314,6 @@ func lineDiff(a, b string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestSandboxKilled stops a sandbox whose unit refuses to stop: Stop must kill PID 1
-// after StopTimeout and still remove everything.
 // ownSandbox starts a sandbox of the test's own (one it may stop or break),
 // stopped at the end of the test, and a D-Bus connection to it.
 func ownSandbox(t *testing.T) (context.Context, *Systemd, *sdbus.Conn) {
@@ -336,6 +334,8 @@ func ownSandbox(t *testing.T) (context.Context, *Systemd, *sdbus.Conn) {
 	return ctx, sd, conn
 }
 
+// TestSandboxKilled stops a sandbox whose unit refuses to stop: Stop must kill PID 1
+// after StopTimeout and still remove everything.
 func TestSandboxKilled(t *testing.T) {
 	ctx, sd, conn := ownSandbox(t)
 	const unit = "vmsup-testenv-stubborn.service"

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -145,9 +146,10 @@ func (c *cgroupTree) readOwn() (string, error) {
 	return "/", nil
 }
 
-// mkdirAll creates c.rel under mount m, copying cpuset.cpus/mems into each new cpuset
-// level. With exclusive, an existing leaf is an fs.ErrExist error. A parent that a
-// finishing sandbox removes under our feet is created again.
+// mkdirAll creates c.rel under mount m and sees that every cpuset level on
+// the way has CPUs and memory nodes (cpusetFill). With exclusive, an existing
+// leaf is an fs.ErrExist error. A parent that a finishing sandbox removes
+// under our feet is created again.
 func (c *cgroupTree) mkdirAll(m string, exclusive bool) error {
 	var err error
 	for try := 0; try < 5; try++ {
@@ -171,20 +173,43 @@ func (c *cgroupTree) mkdirOnce(m string, exclusive bool) error {
 			if exclusive && i == len(parts)-1 {
 				return err
 			}
+		} else if err != nil {
+			return err
+		}
+		if err := cpusetFill(parent, dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cpusetFill gives a cgroup v1 cpuset level its parent's CPUs and memory
+// nodes where it has none. A new cpuset level starts empty, and joining a
+// cpuset with an empty cpuset.cpus or cpuset.mems fails with ENOSPC ("No
+// space left on device"): an existing level counts too, since a run killed
+// between its mkdir and its copy, or one racing us for the same parent,
+// leaves one empty. Outside a cpuset hierarchy it does nothing.
+func cpusetFill(parent, dir string) error {
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		have, err := os.ReadFile(filepath.Join(dir, f))
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		} else if err != nil {
 			return err
 		}
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			v, err := os.ReadFile(filepath.Join(parent, f))
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			} else if err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
-				return err
-			}
+		if len(bytes.TrimSpace(have)) > 0 {
+			continue
+		}
+		v, err := os.ReadFile(filepath.Join(parent, f))
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(v)) == 0 {
+			return fmt.Errorf("%s: %s is empty and so is its parent's: "+
+				"no process can join it (ENOSPC); give %s CPUs and memory nodes, or remove it", dir, f, parent)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+			return fmt.Errorf("%s: %s is empty and could not be given its parent's %q: %w", dir, f, bytes.TrimSpace(v), err)
 		}
 	}
 	return nil

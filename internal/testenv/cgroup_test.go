@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
@@ -80,4 +82,86 @@ func layoutName(c *cgroupTree) string {
 		return "hybrid (v1 controllers beside a v2 tree)"
 	}
 	return "v1"
+}
+
+// TestCgroupEmptyCpusetLevel: a cpuset level left empty on the sandbox's
+// path (by a run killed between its mkdir and its copy, or one racing this
+// run for the same parent) made the sandbox's start fail with "echo: write
+// error: No space left on device" (issue 53). The harness fills such a level
+// from its parent and the sandbox's own join then works; a level it cannot
+// fill is refused with a message naming it, and a join that still fails
+// names the cgroup.
+func TestCgroupEmptyCpusetLevel(t *testing.T) {
+	SkipUnlessRoot(t)
+	c := &cgroupTree{mounts: map[string]string{}, own: map[string]string{}}
+	if err := c.readMounts(); err != nil {
+		t.Skipf("no cgroup v1 layout here: %v", err)
+	}
+	m, ok := c.mounts["cpuset"]
+	if !ok {
+		t.Skip("no cgroup v1 cpuset hierarchy on this host: nothing can be left empty")
+	}
+	level := filepath.Join(m, "vmsup-emptylevel-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(level, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeTree(level, 5*time.Second) })
+	// A new cpuset level is empty unless its parent clones; make sure.
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		if err := os.WriteFile(filepath.Join(level, f), []byte("\n"), 0o644); err != nil {
+			t.Fatalf("empty %s: %v", f, err)
+		}
+	}
+
+	// The failure as the sandbox met it: the harness's own join script, into
+	// a cgroup below the empty level made as the harness did before (mkdir only).
+	raw := filepath.Join(level, "raw")
+	if err := os.Mkdir(raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := joinWithOuterScript([]string{filepath.Join(raw, "cgroup.procs")})
+	if err == nil || !strings.Contains(out, "cannot join cgroup "+filepath.Join(raw, "cgroup.procs")) {
+		t.Fatalf("joining below an empty cpuset: err %v, output %q; want a refusal naming the cgroup", err, out)
+	}
+	t.Logf("before the repair, the join is refused clearly: %s", strings.TrimSpace(out))
+	syscall.Rmdir(raw)
+
+	// The repair: the tree's mkdirAll fills the empty level it passes through.
+	c.rel = filepath.Join(strings.TrimPrefix(level, m), "vmsup-test-"+strconv.Itoa(os.Getpid())+"-99")
+	if err := c.mkdirAll(m, true); err != nil {
+		t.Fatalf("mkdirAll through an empty cpuset level: %v", err)
+	}
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		b, _ := os.ReadFile(filepath.Join(level, f))
+		if len(strings.TrimSpace(string(b))) == 0 {
+			t.Errorf("%s of %s still empty after mkdirAll", f, level)
+		}
+	}
+	if out, err := joinWithOuterScript([]string{filepath.Join(m, c.rel, "cgroup.procs")}); err != nil {
+		t.Fatalf("join after the repair: %v: %s", err, out)
+	}
+
+	// A level that cannot be filled (its parent is empty too) is refused by name.
+	inner := filepath.Join(level, "inner")
+	os.Mkdir(inner, 0o755)
+	sub := filepath.Join(inner, "sub")
+	os.Mkdir(sub, 0o755)
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		os.WriteFile(filepath.Join(sub, f), []byte("\n"), 0o644)
+		os.WriteFile(filepath.Join(inner, f), []byte("\n"), 0o644)
+	}
+	err = cpusetFill(inner, sub)
+	if err == nil || !strings.Contains(err.Error(), sub) || !strings.Contains(err.Error(), "is empty and so is its parent's") {
+		t.Fatalf("cpusetFill below an empty parent = %v, want a refusal naming %s", err, sub)
+	}
+	t.Logf("refused: %v", err)
+}
+
+// joinWithOuterScript runs the sandbox's outer script (which joins the
+// cgroups in procs, then unshares) with an inner step that just exits.
+func joinWithOuterScript(procs []string) (string, error) {
+	cmd := exec.Command("bash", "-c", outerScript, "vmsup-sandbox", "exit 0")
+	cmd.Env = append(os.Environ(), "VMSUP_PROCS="+strings.Join(procs, "\n"), "VMSUP_UNSHARE_NET=")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

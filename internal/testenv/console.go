@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -79,18 +80,20 @@ func (g *GuestShell) Run(ctx context.Context, cmd string) (string, int, error) {
 }
 
 // WaitLog waits until the file at path (a VM's console log) contains marker,
-// and fails t with the file's last 2000 bytes if it does not within d.
+// and fails t with the file's last 2000 bytes if it does not within d (on a
+// quiet host; scaled to the host's load: GuestWait).
 func WaitLog(t testing.TB, path, marker string, d time.Duration) {
 	t.Helper()
-	var b []byte
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if b, _ = os.ReadFile(path); strings.Contains(string(b), marker) {
+	w := StartGuestWait(fmt.Sprintf("%q in %s", marker, filepath.Base(path)), d)
+	for ; !w.Expired(); time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(path); strings.Contains(string(b), marker) {
+			w.Done()
 			return
 		}
 	}
-	b, _ = os.ReadFile(path)
+	b, _ := os.ReadFile(path)
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}
-	t.Fatalf("%q not in %s within %s; it ends:\n%s", marker, path, d, b)
+	t.Fatalf("%q not in %s: %s; it ends:\n%s", marker, path, w.Explain(), b)
 }

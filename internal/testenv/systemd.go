@@ -58,7 +58,9 @@ RateLimitIntervalSec=0
 const outerScript = `set -eu
 IFS='
 '
-for f in $VMSUP_PROCS; do echo $$ >"$f"; done
+for f in $VMSUP_PROCS; do
+	echo $$ 2>/dev/null >"$f" || { echo "testenv: cannot join cgroup $f (on cgroup v1, No space left on device is an empty cpuset.cpus or cpuset.mems on its path)" >&2; exit 1; }
+done
 exec unshare --pid --fork --kill-child --mount --uts --mount-proc --propagation private $VMSUP_UNSHARE_NET bash -c "$1"`
 
 // innerScript gives systemd private copies of what it would otherwise change for the

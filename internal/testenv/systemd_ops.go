@@ -108,17 +108,45 @@ var volatileProps = regexp.MustCompile(`^(InvocationID|NeedDaemonReload|.*Timest
 // command last ran, not what it is.
 var execRuntime = regexp.MustCompile(` ; (start_time|stop_time|pid|code|status)=(\[[^]]*\]|[^ ;]*)`)
 
+// setProps are the properties systemd keeps as sets (or hash maps) and
+// prints on one line in an order that can change at a daemon-reload
+// ("0.0.0.0/0 ::/0" before, "::/0 0.0.0.0/0" after): compared as sets.
+var setProps = map[string]bool{
+	"After": true, "Before": true, "Requires": true, "Wants": true, "BindsTo": true, "RequiredBy": true,
+	"WantedBy": true, "Conflicts": true, "ConflictedBy": true, "RequiresMountsFor": true, "PartOf": true,
+	"IPAddressAllow": true, "IPAddressDeny": true, "RestrictAddressFamilies": true, "SystemCallFilter": true,
+	"SystemCallArchitectures": true, "SystemCallLog": true, "RestrictFileSystems": true, "RestrictNetworkInterfaces": true,
+	"CapabilityBoundingSet": true, "AmbientCapabilities": true, "SupplementaryGroups": true,
+	"ReadWritePaths": true, "ReadOnlyPaths": true, "InaccessiblePaths": true, "ExecPaths": true, "NoExecPaths": true,
+	"BindPaths": true, "BindReadOnlyPaths": true, "TemporaryFileSystem": true,
+}
+
+// setWords splits a set's one-line form into its members; a leading "~"
+// (a deny list) stays a member of its own so a reordering cannot move it.
+func setWords(v string) []string {
+	if rest, ok := strings.CutPrefix(v, "~"); ok {
+		return append(strings.Fields(rest), "~")
+	}
+	return strings.Fields(v)
+}
+
 // UnitProperties is `systemctl show --all UNIT` as a map of what the unit
 // is, not how it runs now (no times, counters or the Exec*= commands' last
-// run), with a property given on several lines, or a list of units, in
-// sorted order: two snapshots of a unit differ only where the unit does.
+// run), with a property given on several lines, a list of units or a set
+// (setProps), in sorted order: two snapshots of a unit differ only where
+// the unit does.
 func (s *Systemd) UnitProperties(ctx context.Context, unit string) (map[string]string, error) {
 	out, err := s.Systemctl(ctx, "show", "--all", unit)
 	if err != nil {
 		return nil, err
 	}
+	return unitProperties(string(out)), nil
+}
+
+// unitProperties is UnitProperties' reading of `systemctl show` output.
+func unitProperties(out string) map[string]string {
 	lines := map[string][]string{}
-	for _, l := range strings.Split(string(out), "\n") {
+	for _, l := range strings.Split(out, "\n") {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || volatileProps.MatchString(k) {
 			continue
@@ -130,14 +158,11 @@ func (s *Systemd) UnitProperties(ctx context.Context, unit string) (map[string]s
 	}
 	m := map[string]string{}
 	for k, vs := range lines {
-		switch k {
-		case "After", "Before", "Requires", "Wants", "BindsTo", "RequiredBy", "WantedBy", "Conflicts", "ConflictedBy", "RequiresMountsFor":
-			if len(vs) == 1 {
-				vs = strings.Fields(vs[0])
-			}
+		if setProps[k] && len(vs) == 1 {
+			vs = setWords(vs[0])
 		}
 		sort.Strings(vs)
 		m[k] = strings.Join(vs, "\n")
 	}
-	return m, nil
+	return m
 }

@@ -53,7 +53,7 @@ func GuestExec(t testing.TB, ctx context.Context, consoleSock, cmd string) strin
 		t.Fatal(err)
 	}
 	defer sh.Close()
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, testenv.GuestBound(60*time.Second))
 	defer cancel()
 	out, code, err := sh.Run(rctx, cmd)
 	if err != nil || code != 0 {
@@ -97,18 +97,19 @@ func Counters(log string) []int {
 }
 
 // WaitCounterPast waits until the console log shows a counter value > n
-// and returns the values.
+// and returns the values; d is the bound on a quiet host (testenv.GuestWait).
 func WaitCounterPast(t testing.TB, log string, n int, d time.Duration) []int {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	w := testenv.StartGuestWait("the counter passes a value", d)
 	for {
 		c := Counters(log)
 		if len(c) > 0 && c[len(c)-1] > n {
+			w.Done()
 			return c
 		}
-		if time.Now().After(deadline) {
+		if w.Expired() {
 			b, _ := os.ReadFile(log)
-			t.Fatalf("%s: counter did not pass %d within %s (last values %v); log tail:\n%s", log, n, d, lastN(c, 5), Tail(string(b), 1500))
+			t.Fatalf("%s: counter did not pass %d: %s (last values %v); log tail:\n%s", log, n, w.Explain(), lastN(c, 5), Tail(string(b), 1500))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -141,20 +142,22 @@ func LastCounter(t testing.TB, log string) int {
 }
 
 // waitCounterMoves waits for three more counter lines in the log: the
-// guest runs (it is not frozen, and not stopped by a migration).
+// guest runs (it is not frozen, and not stopped by a migration). d is the
+// bound on a quiet host (testenv.GuestWait).
 func waitCounterMoves(t testing.TB, log string, d time.Duration, diag ...func() string) {
 	t.Helper()
 	n := len(Counters(log))
-	deadline := time.Now().Add(d)
+	w := testenv.StartGuestWait("the counter moves 3 lines", d)
 	for len(Counters(log)) < n+3 {
-		if time.Now().After(deadline) {
+		if w.Expired() {
 			b, _ := os.ReadFile(log)
 			extra := ""
 			for _, f := range diag {
 				extra += f()
 			}
-			t.Fatalf("%s: the guest's counter did not move in %s; log tail:\n%s\nQEMU: %s", log, d, Tail(string(b), 800), extra)
+			t.Fatalf("%s: the guest's counter did not move: %s; log tail:\n%s\nQEMU: %s", log, w.Explain(), Tail(string(b), 800), extra)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	w.Done()
 }

@@ -136,12 +136,14 @@ func (h *HotVM) SetMem(t *testing.T, ctx context.Context, m spec.Size) {
 // acpid before it, so a power button press is seen from then on.
 func (h *HotVM) WaitAgent(t *testing.T, ctx context.Context) {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	w := testenv.StartGuestWait("the guest agent answers", 90*time.Second)
+	for ; ; time.Sleep(200 * time.Millisecond) {
 		if a, err := h.Sup.GuestPing(ctx, h.VM); err == nil && a.Responding {
+			w.Done()
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the guest agent did not answer")
+		if w.Expired() {
+			t.Fatalf("vm %s: the guest agent did not answer: %s", h.VM, w.Explain())
 		}
 	}
 }

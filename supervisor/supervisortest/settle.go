@@ -47,7 +47,7 @@ func Settle(t *testing.T, ctx context.Context, vm string, sides []*Side, markers
 	var on *Side
 	var st supervisor.Status
 	var why, recovery string
-	deadline := time.Now().Add(2 * time.Minute)
+	w := testenv.StartGuestWait("a VM settles", 2*time.Minute)
 	for {
 		on, why = nil, ""
 		for _, s := range sides {
@@ -79,12 +79,13 @@ func Settle(t *testing.T, ctx context.Context, vm string, sides []*Side, markers
 		if why == "" {
 			break
 		}
-		if time.Now().After(deadline) {
+		if w.Expired() {
 			dumpGuardians(t, ctx, vm, sides)
-			t.Fatalf("vm %s did not settle: %s (last recovery: %s)", vm, why, recovery)
+			t.Fatalf("vm %s did not settle: %s (last recovery: %s); %s", vm, why, recovery, w.Explain())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	w.Done()
 	// One QEMU, where status says.
 	total := 0
 	for _, s := range sides {

@@ -98,8 +98,18 @@ func WaitState(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, na
 	}
 }
 
-// Context is a context that ends after d or with the test.
+// Context is a context that ends with the test, or after d on a quiet
+// host: scaled to the host's load (testenv.GuestBound), though the scaling
+// never takes it past the test binary's own deadline less a minute, so
+// that a test that runs out of time fails with its own message.
 func Context(t testing.TB, d time.Duration) context.Context {
+	scaled := testenv.GuestBound(d)
+	if td, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := td.Deadline(); ok {
+			scaled = max(min(scaled, time.Until(end)-time.Minute), d)
+		}
+	}
+	d = scaled
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -42,7 +42,7 @@ func TestReloadKeepsProperties(t *testing.T) {
 		TasksMax: 32, MemLock: 1 << 20, NetworkNamespacePath: "/proc/1/ns/net",
 		DeviceAllow: []units.DeviceRule{{Path: "/dev/null", Access: "rw"}},
 		Sandbox: &units.Sandbox{User: "daemon", Group: "daemon", SupplementaryGroups: []string{"users"},
-			ReadWritePaths: []string{dir}, BindPaths: []string{dir}, HidePaths: []string{hidden},
+			ReadWritePaths: []string{dir, "-" + dir + "/gone"}, BindPaths: []string{dir, "-" + hidden + "/gone"}, HidePaths: []string{hidden},
 			ReadOnlyBindPaths: []string{"/bin/sleep"}, HostNetwork: true, AllowWriteExecute: true,
 			Devices: []units.DeviceRule{{Path: "/dev/zero", Access: "rw"}}},
 	}

@@ -29,11 +29,16 @@ type Sandbox struct {
 
 	// ReadWritePaths are the only host paths the service may write (its
 	// state directory, writable disk images); the rest of the host is
-	// read-only (ProtectSystem=strict).
+	// read-only (ProtectSystem=strict). A "-" before a path (systemd's own
+	// spelling) makes it optional: see BindPaths.
 	ReadWritePaths []string
 	// BindPaths are bind-mounted at the same path into the unit's mount
 	// namespace so files under /tmp, /home or /root stay reachable through
 	// PrivateTmp= and ProtectHome=. Every path the service opens belongs here.
+	// A "-" before a path makes it optional: a source that is gone is
+	// skipped instead of failing every later spawn of the unit (its stop
+	// hooks with status 226/NAMESPACE) - what an operation that deletes or
+	// moves a file the unit named at start needs.
 	BindPaths []string
 	// ReadOnlyBindPaths are BindPaths mounted read-only (the vmsup binary
 	// a companion runs).
@@ -75,7 +80,7 @@ const deniedSyscalls = "~@privileged @resources @clock @cpu-emulation @debug @mo
 const noNamespaces = uint64(0x80) // CLONE_NEWTIME
 
 func checkSandboxPath(p string) error {
-	if !filepath.IsAbs(p) || strings.ContainsAny(p, "\n\x00") {
+	if !filepath.IsAbs(strings.TrimPrefix(p, "-")) || strings.ContainsAny(p, "\n\x00") {
 		return fmt.Errorf("sandbox path %q must be absolute and one line", p)
 	}
 	return nil
@@ -250,7 +255,8 @@ func (s *Sandbox) mounts() []setting {
 		v := make([]bindPath, 0, len(b.paths))
 		t := make([]string, 0, len(b.paths))
 		for _, path := range b.paths {
-			v = append(v, bindPath{Source: path, Dest: path, IgnoreMissing: false, Flags: 0})
+			clean, optional := strings.CutPrefix(path, "-")
+			v = append(v, bindPath{Source: clean, Dest: clean, IgnoreMissing: optional, Flags: 0})
 			t = append(t, path)
 		}
 		p = append(p, setting{b.name, v, strings.Join(t, " ")})

@@ -595,6 +595,12 @@ func (m *Manager) reloadProfile(ctx context.Context, name string, c *Record) err
 
 // Sandbox is the VM's unit sandbox for a confinement record c: QEMU's
 // user, the systemd sandbox, its files.
+//
+// The unit names a file only where no directory it binds holds it, and
+// every such name is optional ("-"): a snapshot merge, a disk move or a
+// detach deletes files the unit was started with, and a missing bind
+// source fails every later spawn of the unit (the stop hooks with
+// 226/NAMESPACE, so `systemctl stop` could not power the guest off).
 func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandbox {
 	sb := &units.Sandbox{
 		User: c.User, Group: c.User,
@@ -606,9 +612,28 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 		HostNetwork:     len(f.VM.NICs) > 0 || f.VM.HasNetworkDisk(),
 		AppArmorProfile: c.AppArmor.Profile,
 	}
-	seen := map[string]bool{p.Dir: true}
+	dirs := []string{p.Dir}                       // bound whole, read-write
+	if mount := m.hugetlbfs(&f.VM); mount != "" { // the guest's memory file
+		dirs = append(dirs, mount)
+	}
+	// Disks hot-plugged later come from the image directories: the unit's
+	// mount namespace is fixed at start, so they are visible and writable
+	// there (each file still needs its ACL entry and profile rule).
+	for _, d := range m.ImageDirs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			dirs = append(dirs, d)
+		}
+	}
+	for _, d := range dirs[1:] {
+		sb.ReadWritePaths = append(sb.ReadWritePaths, d)
+		sb.BindPaths = append(sb.BindPaths, d)
+	}
+	bound := func(path string) bool {
+		return slices.ContainsFunc(dirs, func(d string) bool { return path == d || strings.HasPrefix(path, d+"/") })
+	}
+	seen := map[string]bool{}
 	for _, use := range c.Uses {
-		if fi, err := os.Stat(use); err != nil || fi.IsDir() || seen[use] {
+		if fi, err := os.Stat(use); err != nil || fi.IsDir() || seen[use] || bound(use) {
 			continue
 		}
 		seen[use] = true
@@ -616,30 +641,17 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 			sb.Devices = append(sb.Devices, units.DeviceRule{Path: use, Access: "rw"})
 			continue
 		}
-		sb.BindPaths = append(sb.BindPaths, use)
-	}
-	if mount := m.hugetlbfs(&f.VM); mount != "" { // the guest's memory file
-		sb.ReadWritePaths = append(sb.ReadWritePaths, mount)
-		sb.BindPaths = append(sb.BindPaths, mount)
+		sb.BindPaths = append(sb.BindPaths, "-"+use)
 	}
 	for _, d := range f.VM.Disks {
-		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") {
-			sb.ReadWritePaths = append(sb.ReadWritePaths, d.File)
+		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") && !bound(d.File) {
+			sb.ReadWritePaths = append(sb.ReadWritePaths, "-"+d.File)
 		}
 	}
 	for _, sh := range f.VM.Shares {
 		sb.BindPaths = append(sb.BindPaths, sh.Path)
 		if !sh.ReadOnly {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, sh.Path)
-		}
-	}
-	// Disks hot-plugged later come from the image directories: the unit's
-	// mount namespace is fixed at start, so they are visible and writable
-	// there (each file still needs its ACL entry and profile rule).
-	for _, d := range m.ImageDirs {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-			sb.ReadWritePaths = append(sb.ReadWritePaths, d)
-			sb.BindPaths = append(sb.BindPaths, d)
 		}
 	}
 	return sb

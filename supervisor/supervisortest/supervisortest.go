@@ -173,3 +173,37 @@ func UpTOML(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, dir, 
 	t.Cleanup(func() { sup.Down(context.Background(), name) })
 	return f
 }
+
+// StopByUnit stops VM vm's unit with `systemctl stop`, as a host shutdown
+// does, and fails t unless its stop hooks ran and succeeded: the guest
+// powered off by ACPI (the ExecStop= hook's line), the ExecStopPost= hook
+// reported, and no spawn of the unit failed setting up its namespace (a
+// bind path the unit names that an operation deleted: 226/NAMESPACE).
+func StopByUnit(t testing.TB, ctx context.Context, sd *testenv.Systemd, vm string) {
+	t.Helper()
+	unit := "vmsup-" + vm + ".service"
+	before, _ := sd.Journal(ctx, unit)
+	if out, err := sd.Systemctl(ctx, "stop", unit); err != nil {
+		t.Fatalf("systemctl stop %s: %v\n%s", unit, err, out)
+	}
+	var j string
+	w := testenv.StartGuestWait("the stop-post hook's line in the journal", 10*time.Second)
+	for {
+		all, _ := sd.Journal(ctx, unit)
+		j = strings.TrimPrefix(all, before)
+		if strings.Contains(j, supervisor.HookPost+" "+vm+":") {
+			break
+		}
+		if w.Expired() {
+			t.Fatalf("%s: no line of the stop-post hook after systemctl stop: %s; journal:\n%s", unit, w.Explain(), Tail(j, 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.Done()
+	if strings.Contains(j, "226/NAMESPACE") || strings.Contains(j, "at step NAMESPACE") {
+		t.Fatalf("%s: a spawn of the unit failed setting up its namespace (a path it names is gone):\n%s", unit, Tail(j, 3000))
+	}
+	if !strings.Contains(j, supervisor.HookStop+" "+vm+": acpi") {
+		t.Fatalf("%s: systemctl stop did not power the guest off by ACPI; journal:\n%s", unit, Tail(j, 3000))
+	}
+}

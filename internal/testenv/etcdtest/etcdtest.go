@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -94,17 +96,39 @@ func Start(ctx context.Context, dir string, o Options) (*Cluster, error) {
 		scheme = "https"
 	}
 
+	// A port picked free can be taken before its member listens on it (by
+	// anything on the same address): then the cluster starts again on
+	// others, from empty data directories.
+	for attempt := 1; ; attempt++ {
+		err := c.startNew(ctx, scheme)
+		if err == nil {
+			return c, nil
+		}
+		c.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
+			return nil, err
+		}
+		for _, m := range c.members {
+			os.RemoveAll(m.dataDir)
+		}
+		c.members = nil
+	}
+}
+
+// startNew picks the members' ports and starts a new cluster on them.
+func (c *Cluster) startNew(ctx context.Context, scheme string) error {
+	o := c.opts
 	ports, err := pickPorts(o.IP, 2*o.Members)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var initial []string
 	for i := range o.Members {
 		name := "m" + strconv.Itoa(i)
 		m := &member{
 			name:      name,
-			dataDir:   filepath.Join(dir, name),
-			logFile:   filepath.Join(dir, name+".log"),
+			dataDir:   filepath.Join(c.Dir, name),
+			logFile:   filepath.Join(c.Dir, name+".log"),
 			clientURL: url.URL{Scheme: scheme, Host: net.JoinHostPort(o.IP, strconv.Itoa(ports[2*i]))},
 			peerURL:   url.URL{Scheme: "http", Host: net.JoinHostPort(o.IP, strconv.Itoa(ports[2*i+1]))},
 		}
@@ -112,12 +136,7 @@ func Start(ctx context.Context, dir string, o Options) (*Cluster, error) {
 		initial = append(initial, name+"="+m.peerURL.String())
 	}
 	c.initialCluster = strings.Join(initial, ",")
-
-	if err := c.startAll(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+	return c.startAll(ctx)
 }
 
 // startAll starts every member, then waits for all of them: StartEtcd

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -61,6 +63,12 @@ func (c *Cluster) config(m *member, state string) *embed.Config {
 // members of a new cluster only become ready once enough of them run.
 func (c *Cluster) start(m *member, state string) error {
 	e, err := embed.StartEtcd(c.config(m, state))
+	// A restart listens on the ports the member had: one its last run's
+	// connections still hold for a moment is waited for, up to 2 s.
+	for try := 0; state == "existing" && errors.Is(err, syscall.EADDRINUSE) && try < 20; try++ {
+		time.Sleep(100 * time.Millisecond)
+		e, err = embed.StartEtcd(c.config(m, state))
+	}
 	if err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w (log: %s)", m.name, err, m.logFile)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/supervisor"
 )
 
 // call is one request being served.
@@ -22,6 +23,9 @@ type call struct {
 	route         string
 	audited       bool
 	streaming     bool
+	// allowed are the VMs allow let the call act on (audited allowed):
+	// a refusal by the operation itself is audited again (refusedLater).
+	allowed []string
 }
 
 // route is one operation of the API. Body and Result are zero values of
@@ -100,7 +104,22 @@ func (c *call) fail(err error) {
 			c.s.Logger.Error("audit", "err", aerr)
 		}
 	}
+	c.refusedLater(err, e)
 	c.answer(httpStatus[e.Kind], nil, e)
+}
+
+// refusedLater audits a call allow let through as refused when the
+// operation refused what it was given on the host's security rules (a path
+// outside the host's places, another VM's image): the audit and the
+// security log must not say such a call was allowed and leave it there.
+func (c *call) refusedLater(err error, e *Error) {
+	if c.allowed == nil || !errors.Is(err, supervisor.ErrOutsidePlaces) && !errors.Is(err, supervisor.ErrImageOwned) {
+		return
+	}
+	if aerr := c.s.audit(c.r.Context(), c.entry(Refused, e.Message, c.allowed...)); aerr != nil {
+		c.s.Logger.Error("audit", "err", aerr)
+	}
+	c.allowed = nil
 }
 
 // answer writes an Answer.
@@ -144,6 +163,7 @@ func (c *call) allow(need Role, vms ...string) error {
 	if err := c.s.audit(c.ctx, c.entry(Allowed, "", vms...)); err != nil {
 		return fmt.Errorf("vmsup api: audit log: %w (the call was not made)", err)
 	}
+	c.allowed = append([]string{}, vms...)
 	return nil
 }
 

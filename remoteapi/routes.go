@@ -301,6 +301,7 @@ func (c *call) partial(res any, err error) (any, error) {
 		return res, nil
 	}
 	e := ErrorOf(err)
+	c.refusedLater(err, e)
 	c.streaming = true
 	c.answer(httpStatus[e.Kind], res, e)
 	return nil, nil

@@ -145,13 +145,17 @@ const (
 // cloud-init seed vmsup builds, an iSCSI LUN or a Ceph RBD image. Which keys
 // apply depends on Type (see disk.go and testdata/example.toml).
 type Disk struct {
-	Name      string `toml:"name"`       // required, unique in the VM; the QEMU node and device id derive from it
-	Type      string `toml:"type"`       // "file" (default), "block", "iso", "seed", "iscsi", "rbd"
-	File      string `toml:"file"`       // file, block (device path), iso: required image path
-	Format    string `toml:"format"`     // "qcow2" or "raw"; default from the file extension for type file, else raw
-	Size      Size   `toml:"size"`       // file: create the image with this size if it does not exist
-	Backing   string `toml:"backing"`    // file, qcow2: base image; a missing file is created as an overlay on it
-	ReadOnly  bool   `toml:"read_only"`  // open the image read-only (always for iso and seed)
+	Name     string `toml:"name"`      // required, unique in the VM; the QEMU node and device id derive from it
+	Type     string `toml:"type"`      // "file" (default), "block", "iso", "seed", "iscsi", "rbd"
+	File     string `toml:"file"`      // file, block (device path), iso: required image path
+	Format   string `toml:"format"`    // "qcow2" or "raw"; default from the file extension for type file, else raw
+	Size     Size   `toml:"size"`      // file: create the image with this size if it does not exist
+	Backing  string `toml:"backing"`   // file, qcow2: base image; a missing file is created as an overlay on it
+	ReadOnly bool   `toml:"read_only"` // open the image read-only (always for iso and seed)
+	// Shared lets other VMs open this disk's image (as their disk or its
+	// base): an image belongs to the VM whose disk writes it, and vmsup
+	// refuses another VM's up on it unless the owner's disk says shared.
+	Shared    bool   `toml:"shared"`
 	Cache     string `toml:"cache"`      // "writeback" (default), "none", "writethrough", "directsync", "unsafe"
 	AIO       string `toml:"aio"`        // "threads" (default), "native" (needs cache none/directsync), "io_uring"
 	Discard   bool   `toml:"discard"`    // pass guest discards (unmap) to the image

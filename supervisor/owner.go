@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -16,6 +17,14 @@ import (
 // snapshots, UEFI variables, TPM) is not that file's. The operator hands a
 // VM to another file explicitly (Adopt), and the file becomes its owner
 // when that command records it.
+
+// ErrImageOwned is wrapped by a refusal of a VM file whose disk opens an
+// image another VM owns (its disk writes it and is not marked shared).
+var ErrImageOwned = vmdisks.ErrOwned
+
+// ErrOutsidePlaces is wrapped by a refusal of a VM file naming a host path
+// outside the places VM files may name (internal/hostpaths).
+var ErrOutsidePlaces = hostpaths.ErrOutside
 
 // OwnerError says a file is not the one its VM belongs to.
 type OwnerError struct {

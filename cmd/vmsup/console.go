@@ -20,7 +20,7 @@ const detachKey = 0x1d
 
 func consoleCmd(g *globals) *cobra.Command {
 	var web bool
-	var listen string
+	var listen listenFlags
 	var wait time.Duration
 	c := &cobra.Command{
 		Use:   "console NAME",
@@ -35,6 +35,11 @@ func consoleCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.json {
 				return usageError{fmt.Errorf("console is interactive: it has no --json form")}
+			}
+			if web {
+				if err := listen.check(); err != nil {
+					return err
+				}
 			}
 			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
 				if web {
@@ -52,7 +57,7 @@ func consoleCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&web, "web", false, "serve the VM's screen to a browser (noVNC) for one session")
-	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "with --web: address to listen on (port 0: any free one)")
+	listen.add(c, "with --web: ")
 	c.Flags().DurationVar(&wait, "timeout", defaultConsoleWait, "with --web: how long the token waits for the browser")
 	return c
 }

@@ -56,8 +56,38 @@ func screenshotCmd(g *globals) *cobra.Command {
 	}
 }
 
+// listenFlags are --listen and --listen-public of vnc and console --web.
+type listenFlags struct {
+	addr   string
+	public bool
+}
+
+func (l *listenFlags) add(c *cobra.Command, what string) {
+	c.Flags().StringVar(&l.addr, "listen", "127.0.0.1:0", what+"address to listen on (port 0: any free one); loopback unless --listen-public")
+	c.Flags().BoolVar(&l.public, "listen-public", false, what+"allow a --listen address other hosts can reach (a warning says how the session is protected)")
+}
+
+// check refuses a non-loopback address without --listen-public (exit 2).
+func (l *listenFlags) check() error {
+	if err := vncproxy.CheckListen(l.addr, l.public); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// warnPublic says on stderr that a session on a non-loopback address is
+// reachable from the network, and what protects it.
+func (l *listenFlags) warnPublic(cmd *cobra.Command, addr net.Addr, name, guard string) {
+	host, _, _ := net.SplitHostPort(l.addr)
+	if vncproxy.Loopback(host) {
+		return
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "vmsup %s: warning: listening on %s, reachable from the network: %s VM %q's screen; "+
+		"the connection is not encrypted (no TLS): use a trusted network or an ssh tunnel to a loopback port\n", cmd.Name(), addr, guard, name)
+}
+
 func vncCmd(g *globals) *cobra.Command {
-	var listen string
+	var listen listenFlags
 	var wait time.Duration
 	c := &cobra.Command{
 		Use:   "vnc NAME",
@@ -72,11 +102,19 @@ func vncCmd(g *globals) *cobra.Command {
 			if g.json {
 				return usageError{errors.New("vnc is interactive: it has no --json form")}
 			}
+			if err := listen.check(); err != nil {
+				return err
+			}
 			return g.opsVM(args[0], func(sup remoteapi.Ops, name string) error {
-				pw, ln, err := consoleListen(cmd.Context(), sup, name, listen, wait)
+				pw, ln, err := consoleListen(cmd.Context(), sup, name, listen.addr, wait)
 				if err != nil {
 					return err
 				}
+				guard := "the first VNC client to connect gets"
+				if pw != "" {
+					guard = "the first VNC client to connect with the one-time password (display.password) gets"
+				}
+				listen.warnPublic(cmd, ln.Addr(), name, guard)
 				fmt.Fprintf(cmd.OutOrStdout(), "vnc://%s\n", ln.Addr())
 				if pw != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "password: %s (valid for %s)\n", pw, wait)
@@ -85,17 +123,17 @@ func vncCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on (port 0: any free one)")
+	listen.add(c, "")
 	c.Flags().DurationVar(&wait, "timeout", defaultConsoleWait, "how long to wait for the client")
 	return c
 }
 
 // webConsole serves noVNC for one browser session (console --web).
-func webConsole(cmd *cobra.Command, g *globals, sup remoteapi.Ops, name, listen string, wait time.Duration) error {
+func webConsole(cmd *cobra.Command, g *globals, sup remoteapi.Ops, name string, listen listenFlags, wait time.Duration) error {
 	if _, err := os.Stat(filepath.Join(vncproxy.NoVNCDir, "vnc.html")); err != nil {
 		return fmt.Errorf("console --web: %w", vncproxy.ErrNoNoVNC)
 	}
-	pw, ln, err := consoleListen(cmd.Context(), sup, name, listen, wait)
+	pw, ln, err := consoleListen(cmd.Context(), sup, name, listen.addr, wait)
 	if err != nil {
 		return err
 	}
@@ -105,6 +143,7 @@ func webConsole(cmd *cobra.Command, g *globals, sup remoteapi.Ops, name, listen 
 		return err
 	}
 	w := &vncproxy.Web{Token: tok, Wait: wait, Password: pw, Dial: dialer(g, sup, name)}
+	listen.warnPublic(cmd, ln.Addr(), name, "anyone with the URL's one-time token (128 random bits, valid once and for --timeout) gets")
 	fmt.Fprintln(cmd.OutOrStdout(), w.URL(ln.Addr().String()))
 	return vmErrf(name, w.Serve(cmd.Context(), ln))
 }

@@ -78,6 +78,7 @@ cmdline = "console=tty0 console=ttyS0 no_timer_check"
 	t.Run("web", func(t *testing.T) { webConsoleSession(t, root, name, dir) })
 	t.Run("web-expired", func(t *testing.T) { webConsoleExpires(t, root, name) })
 	t.Run("vnc", func(t *testing.T) { vncSession(t, root, name) })
+	t.Run("vnc-public", func(t *testing.T) { vncPublic(t, root, name) })
 	noListeners(t, name, "after the sessions")
 }
 
@@ -239,6 +240,47 @@ func vncSession(t *testing.T, root, name string) {
 	c.Close()
 	if code := waitExit(t, cmd, 30*time.Second); code != 0 {
 		t.Errorf("vnc exited %d after the client left: %s", code, stderr)
+	}
+	if strings.Contains(stderr.String(), "warning") {
+		t.Errorf("vnc on loopback warned: %s", stderr)
+	}
+}
+
+// vncPublic: a --listen address other hosts can reach is refused (exit 2,
+// one line) without --listen-public, by vnc and console --web alike; with
+// it, vnc serves and warns on stderr that the port is reachable from the
+// network and how the session is protected.
+func vncPublic(t *testing.T, root, name string) {
+	for _, args := range [][]string{{"vnc", "--listen", "0.0.0.0:0", name}, {"vnc", "--listen", ":5999", name},
+		{"console", "--web", "--listen", "0.0.0.0:0", name}} {
+		r := vmsup(t, root, "", args...)
+		want := "not a loopback address: the console would be reachable from the network; give --listen-public"
+		if r.code != 2 || !strings.Contains(r.stderr, want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || r.stdout != "" {
+			t.Errorf("vmsup %v: %+v\nwant exit 2 and one line containing %q", args, r, want)
+		}
+	}
+	cmd, line, stderr := startConsole(t, root, "vnc", "--listen", "0.0.0.0:0", "--listen-public", name)
+	addr := strings.TrimPrefix(line, "vnc://") // as the listener has it: Go listens on [::] for 0.0.0.0
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("vnc --listen-public printed %q: %v", line, err)
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial the public port %s: %v", port, err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	hello := make([]byte, 12)
+	if _, err := io.ReadFull(c, hello); err != nil || !strings.HasPrefix(string(hello), "RFB 003.") {
+		t.Errorf("vnc greeting on the public port %q, %v", hello, err)
+	}
+	c.Close()
+	if code := waitExit(t, cmd, 30*time.Second); code != 0 {
+		t.Errorf("vnc --listen-public exited %d: %s", code, stderr)
+	}
+	want := "vmsup vnc: warning: listening on " + addr + ", reachable from the network: the first VNC client to connect gets VM \"" + name + "\"'s screen; the connection is not encrypted"
+	if !strings.Contains(stderr.String(), want) {
+		t.Errorf("vnc --listen-public stderr %q, want the warning %q", stderr, want)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/spec"
 )
 
 // imageStore is the image store of the state root the flags name.
@@ -37,6 +39,7 @@ func imageCmd(g *globals) *cobra.Command {
 
 func imagePullCmd(g *globals) *cobra.Command {
 	var p imagestore.Pull
+	maxSize := "4T"
 	c := &cobra.Command{
 		Use:   "pull SOURCE",
 		Short: "Fetch an image from an HTTP(S) URL (with its checksum) or an OCI registry (a containerDisk)",
@@ -46,8 +49,17 @@ func imagePullCmd(g *globals) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p.Source = args[0]
+			bound, err := spec.ParseSize(maxSize)
+			if err == nil && bound <= 0 {
+				err = errors.New("want a size above 0, such as \"4T\"")
+			}
+			if err != nil {
+				return usageError{fmt.Errorf("--max-virtual-size %s: %w", maxSize, err)}
+			}
 			p.Progress = pullProgress(g, cmd.ErrOrStderr())
-			im, err := g.imageStore().Pull(cmd.Context(), p)
+			st := g.imageStore()
+			st.MaxVirtualSize = int64(bound)
+			im, err := st.Pull(cmd.Context(), p)
 			if isTerminal(cmd.ErrOrStderr()) && !g.json {
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}
@@ -66,6 +78,7 @@ func imagePullCmd(g *globals) *cobra.Command {
 	f.StringVar(&p.SHA512, "sha512", "", "the file's sha512 (hex)")
 	f.StringVar(&p.SumsURL, "sums", "", "URL of a SHA256SUMS file naming the URL's file")
 	f.BoolVar(&p.Insecure, "insecure", false, "reach the OCI registry over plain HTTP")
+	f.StringVar(&maxSize, "max-virtual-size", maxSize, "refuse an image whose virtual size (from its header) is larger")
 	return c
 }
 

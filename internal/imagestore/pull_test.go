@@ -254,6 +254,45 @@ func TestPullRefusedLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestPullVirtualSizeBound: a qcow2 of 1 PiB virtual size (a few hundred
+// KiB of file) is refused, naming its size and the bound, and leaves
+// nothing; a small one is taken; a bound set lower refuses the small one.
+func TestPullVirtualSizeBound(t *testing.T) {
+	dir := t.TempDir()
+	huge := filepath.Join(dir, "huge.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-f", "qcow2", huge, "1P").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	b, err := os.ReadFile(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := sha256.Sum256(b)
+	small, sum := testImage(t, "VMSUP-IMAGE-SMALL")
+	srv := newImageServer(t, 0)
+	srv.put("/huge.qcow2", b)
+	srv.put("/small.qcow2", small)
+	ctx := context.Background()
+	s := newStore(t)
+
+	_, err = s.Pull(ctx, Pull{Source: srv.URL + "/huge.qcow2", SHA256: hex.EncodeToString(hs[:]), Name: "huge"})
+	want := "pull " + srv.URL + "/huge.qcow2: virtual size 1PiB (1125899906842624 bytes) is over the image store's bound of 4TiB (--max-virtual-size)"
+	if !errors.Is(err, ErrTooLarge) || err.Error() != want {
+		t.Errorf("1 PiB image: %v\nwant ErrTooLarge: %s", err, want)
+	}
+	if l := leftover(t, s); len(l) > 0 {
+		t.Errorf("the refused image left %v", l)
+	}
+	if _, err := s.Pull(ctx, Pull{Source: srv.URL + "/small.qcow2", SHA256: sum, Name: "small"}); err != nil {
+		t.Errorf("1 MiB image: %v", err)
+	}
+	s.MaxVirtualSize = 512 << 10
+	_, err = s.Pull(ctx, Pull{Source: srv.URL + "/small.qcow2?again", SHA256: sum})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "virtual size 1MiB (1048576 bytes) is over the image store's bound of 512KiB") {
+		t.Errorf("1 MiB image over a 512 KiB bound: %v", err)
+	}
+}
+
 // A pull cancelled halfway resumes where it stopped (a Range request),
 // and the result is checked whole.
 func TestPullResumes(t *testing.T) {

@@ -45,7 +45,14 @@ func Dir(root string) string { return filepath.Join(root, "image-store") }
 type Store struct {
 	Dir   string
 	Tools storage.Tools
+	// MaxVirtualSize bounds the virtual size of an image the store takes
+	// (bytes; 0: DefaultMaxVirtualSize): a small download may claim a
+	// huge disk, and a VM's overlay on it grows up to that size on the host.
+	MaxVirtualSize int64
 }
+
+// DefaultMaxVirtualSize is the store's bound without MaxVirtualSize.
+const DefaultMaxVirtualSize int64 = 4 << 40
 
 // Image is one stored image.
 type Image struct {

@@ -17,6 +17,40 @@ import (
 // ErrBadImage: qemu-img refuses the image as a base for VM disks.
 var ErrBadImage = errors.New("not an image vmsup stores")
 
+// ErrTooLarge: the image's virtual size is over the store's bound.
+var ErrTooLarge = errors.New("virtual size over the image store's bound")
+
+// SizeError says an image's virtual size is over the bound.
+type SizeError struct {
+	Size, Max int64
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("virtual size %s (%d bytes) is over the image store's bound of %s (--max-virtual-size)",
+		iec(e.Size), e.Size, iec(e.Max))
+}
+
+func (e *SizeError) Unwrap() error { return ErrTooLarge }
+
+// iec writes n bytes in the largest binary unit it is a whole multiple of
+// ("1PiB"), else in bytes.
+func iec(n int64) string {
+	for i, u := range []string{"EiB", "PiB", "TiB", "GiB", "MiB", "KiB"} {
+		if unit := int64(1) << (60 - 10*i); n >= unit && n%unit == 0 {
+			return fmt.Sprintf("%d%s", n/unit, u)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// maxVirtualSize is the bound of s.
+func (s Store) maxVirtualSize() int64 {
+	if s.MaxVirtualSize > 0 {
+		return s.MaxVirtualSize
+	}
+	return DefaultMaxVirtualSize
+}
+
 // verifyTimeout bounds qemu-img's look at a fetched image.
 const verifyTimeout = 5 * time.Minute
 
@@ -35,7 +69,8 @@ type imgInfo struct {
 
 // verify checks the fetched file at path with qemu-img: a qcow2 or raw
 // image (probed: a file that is another format is refused, not read as
-// raw), a virtual size, no backing file and no external data file (either
+// raw), a virtual size within the store's bound (from the header: qemu-img
+// info neither follows a backing file nor connects anywhere), no backing file and no external data file (either
 // would have QEMU open a host file the image names), and for a qcow2 a
 // clean qemu-img check.
 func (s Store) verify(ctx context.Context, path string) (imgInfo, error) {
@@ -62,6 +97,8 @@ func (s Store) verify(ctx context.Context, path string) (imgInfo, error) {
 		return info, fmt.Errorf("%w: it names a backing file (%s)", ErrBadImage, info.BackingFilename)
 	case info.FormatSpecific.Data.DataFile != "":
 		return info, fmt.Errorf("%w: it names an external data file (%s)", ErrBadImage, info.FormatSpecific.Data.DataFile)
+	case info.VirtualSize > s.maxVirtualSize():
+		return info, &SizeError{Size: info.VirtualSize, Max: s.maxVirtualSize()}
 	}
 	if info.Format == "qcow2" {
 		if _, err := run(ctx, qi, "check", "-f", "qcow2", path); err != nil {

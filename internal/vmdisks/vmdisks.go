@@ -104,48 +104,25 @@ func (m Manager) Check(ctx context.Context, f *spec.File, named bool, refused []
 		}
 		ok[i] = true
 	}
-	errs = append(errs, checkSharedImages(ctx, f, disks, ok)...)
+	uses := hostUses(ctx, disks, ok)
+	errs = append(errs, checkSharedImages(f, disks, uses)...)
+	if named {
+		errs = append(errs, m.checkOwners(f, disks, uses)...)
+	}
 	return f.Join(errs...)
 }
 
 // checkSharedImages refuses one host image opened by two of disks where
 // either writes it (QEMU's write lock would refuse the second at start),
 // as the file's own check does with the paths as written: here the host
-// objects behind them, through symlinks, "..", hard links, two /dev names
-// of one block device, and the bases of an existing image's backing
-// chain. Only the disks that passed their checks (ok) are looked at.
-func checkSharedImages(ctx context.Context, f *spec.File, disks []spec.Disk, ok map[int]bool) []error {
-	var uses []spec.ImageUse
-	for _, u := range spec.ImageUses(disks) {
-		if ok[u.Disk] {
-			uses = append(uses, u)
-		}
-	}
+// objects behind them (hostUses), through symlinks, "..", hard links, two
+// /dev names of one block device, and the bases of an existing image's
+// backing chain.
+func checkSharedImages(f *spec.File, disks []spec.Disk, uses []spec.ImageUse) []error {
 	if len(uses) < 2 {
 		return nil
 	}
-	var all []spec.ImageUse
-	for _, u := range uses {
-		if u.Key == "file" || u.Key == "backing" { // a LUN's or RBD image's ID is its address
-			u.ID = storage.ImageID(u.Path)
-		}
-		all = append(all, u)
-		d := disks[u.Disk]
-		if u.Key != "file" || d.Type != spec.DiskFile || d.Format != spec.FormatQcow2 {
-			continue
-		}
-		if _, err := os.Stat(d.File); err != nil {
-			continue // created at start, on its backing (a use of its own)
-		}
-		files, err := storage.DiskFiles(ctx, d) // the image and its bases
-		if err != nil {
-			continue // its own check read the chain: nothing to add
-		}
-		for _, b := range files[1:] {
-			all = append(all, spec.ImageUse{Disk: u.Disk, Key: "file", Path: b.Path, ID: storage.ImageID(b.Path), Base: true})
-		}
-	}
-	return f.SharedImages(disks, all)
+	return f.SharedImages(disks, uses)
 }
 
 // SamePath reports whether a and b name one file (through symlinks, or

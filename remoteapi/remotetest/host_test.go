@@ -92,7 +92,7 @@ func (h *host) makeCerts(t *testing.T) {
 	if h.pki, err = NewPKI(h.dir, "vmsup"); err != nil {
 		t.Fatal(err)
 	}
-	for _, cn := range []string{"admin", "viewer", "operator"} {
+	for _, cn := range []string{"admin", "viewer", "operator", "webop"} {
 		c, k, err := h.pki.Issue(cn)
 		if err != nil {
 			t.Fatal(err)
@@ -137,6 +137,11 @@ vms = ["*"]
 identity = "cn:operator"
 role = "operator"
 vms = ["r*"]
+
+[[grant]]
+identity = "cn:webop"
+role = "operator"
+vms = ["web*"]
 
 [[grant]]
 identity = "uid:0"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -185,6 +186,17 @@ func TestRemoteRefusals(t *testing.T) {
 	r = h.remote(t, "admin", "up", evil)
 	if r.code == 0 || !strings.Contains(r.stderr, "boot.initrd: /etc/shadow is outside the places VM files may name") {
 		t.Errorf("remote up naming /etc/shadow: %+v", r)
+	}
+	// Allowed by the role, refused by the host's places: audited refused,
+	// and in the security log.
+	calls := auditEntries(t, filepath.Join(h.root, "remote", "api.log"))
+	if last := calls[len(calls)-1]; last["verdict"] != "refused" || !strings.Contains(fmt.Sprint(last["reason"]), "/etc/shadow") {
+		t.Errorf("api.log's last entry after the /etc/shadow up: %v", last)
+	}
+	sec := auditEntries(t, filepath.Join(h.root, "remote", "api-security.log"))
+	if last := sec[len(sec)-1]; last["identity"] != "cn:admin" || last["verdict"] != "refused" || last["call"] != "POST /v1/up" ||
+		fmt.Sprint(last["vms"]) != "[rc]" || !strings.Contains(fmt.Sprint(last["reason"]), "boot.initrd: /etc/shadow is outside") {
+		t.Errorf("api-security.log's last entry after the /etc/shadow up: %v", last)
 	}
 	// The unix socket: root is uid:0, granted read-only.
 	r = run(t, nil, "--remote", "unix://"+h.sock, "ls")

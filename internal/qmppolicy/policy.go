@@ -86,6 +86,7 @@ type Env struct {
 type Command struct {
 	Execute   string
 	Arguments map[string]any // nil if it has none
+	ID        any            // its "id", nil if it has none
 }
 
 // Check returns nil if the raw command (one QMP JSON object) passes the
@@ -150,6 +151,7 @@ func Parse(raw []byte) (Command, error) {
 			}
 			cmd.Arguments = a
 		case "id":
+			cmd.ID = e
 		default:
 			return bad("key %q (only execute, arguments and id)", short(k))
 		}

@@ -264,3 +264,64 @@ func writeFile(t *testing.T, path, content string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// TestRawQMPRefusalFlood: 2,000 refused 4 KiB commands (more than twice
+// what the security log holds) leave an earlier --unsafe entry in
+// qmp-security.log and earlier passed entries in qmp.log; the dropped
+// refusals are counted in the logs' heads.
+func TestRawQMPRefusalFlood(t *testing.T) {
+	ctx := ctxT(t, 10*time.Minute)
+	root := t.TempDir()
+	sup := newSup(t, root)
+	f := guestFile(t, t.TempDir(), "flood", `stop_timeout = "1s"`)
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Down(context.WithoutCancel(ctx), "flood")
+	unsafe := `{"execute":"no-such-command","id":"vmsup-flood-unsafe"}`
+	if _, err := sup.QMP(ctx, "flood", []byte(unsafe), true); err == nil || !strings.Contains(err.Error(), "CommandNotFound") {
+		t.Fatalf("--unsafe: %v, want QEMU's CommandNotFound", err)
+	}
+	for i := range 3 {
+		if _, err := sup.QMP(ctx, "flood", fmt.Appendf(nil, `{"execute":"query-status","id":"vmsup-flood-admin-%d"}`, i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Strings of 240 bytes, which the audit entry keeps whole: each
+	// entry is as big as its 4 KiB command.
+	var pad strings.Builder
+	for k := range 16 {
+		fmt.Fprintf(&pad, `,"k%d":"%s"`, k, strings.Repeat("p", 240))
+	}
+	start := time.Now()
+	for i := range 2000 {
+		cmd := fmt.Sprintf(`{"execute":"quit","id":"flood-%d","arguments":{"n":%d%s}}`, i, i, pad.String())
+		if _, err := sup.QMP(ctx, "flood", []byte(cmd), false); !errors.As(err, new(*qmppolicy.Refusal)) {
+			t.Fatalf("flood %d: %v", i, err)
+		}
+	}
+	t.Logf("2000 refusals in %s", time.Since(start).Round(time.Millisecond))
+	records := filepath.Join(root, "records", "flood")
+	for _, c := range []struct {
+		file string
+		want []string
+	}{
+		{"qmp-security.log", []string{"vmsup-flood-unsafe", `"verdict":"unsafe"`, `"flood-1999"`}},
+		{"qmp.log", []string{"vmsup-flood-unsafe", "vmsup-flood-admin-0", "vmsup-flood-admin-2", `"flood-1999"`}},
+	} {
+		b, err := os.ReadFile(filepath.Join(records, c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !bytes.Contains(b, []byte(w)) {
+				t.Errorf("%s lost %s", c.file, w)
+			}
+		}
+		first, _, _ := bytes.Cut(b, []byte("\n"))
+		if !bytes.Contains(first, []byte("more refusals suppressed")) {
+			t.Errorf("%s starts %.200s, not a head counting the dropped refusals", c.file, first)
+		}
+		t.Logf("%s: %d bytes, head %.300s", c.file, len(b), first)
+	}
+}

@@ -67,7 +67,7 @@ func (s *Supervisor) openRawFiles(ctx context.Context, name string, c *qmp.Conn,
 					f.Close()
 				}
 				return nil, &qmppolicy.Refusal{Command: d.Command.Execute, Class: qmppolicy.HostPath,
-					Reason: fmt.Sprintf("%s: %v", hf.Field, err)}
+					Reason: fmt.Sprintf("%s: %v", hf.Field, err), Err: err}
 			}
 			fs = append(fs, f)
 		}

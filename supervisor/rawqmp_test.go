@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/qmppolicy"
+	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -43,15 +44,15 @@ func TestRawQMPHostFiles(t *testing.T) {
 	writeFile(t, readable, "VMSUP-HOSTFILE", 0o644)
 
 	t.Run("hard link", func(t *testing.T) {
-		for _, target := range []string{secret, readable} {
+		for target, cause := range map[string]error{secret: os.ErrPermission, readable: storage.ErrHardLinked} {
 			link := filepath.Join(state, "hl-"+filepath.Base(target))
 			if err := os.Link(target, link); err != nil {
 				t.Fatal(err)
 			}
 			cmd := fmt.Sprintf(`{"execute":"blockdev-add","arguments":{"driver":"file","node-name":"hl","read-only":true,"filename":%q}}`, link)
 			_, err := sup.QMP(ctx, "rawf", []byte(cmd), false)
-			if r := (*qmppolicy.Refusal)(nil); !errors.As(err, &r) || r.Class != qmppolicy.HostPath {
-				t.Errorf("blockdev-add of a hard link to %s: %v, want refused (host-path)", target, err)
+			if r := (*qmppolicy.Refusal)(nil); !errors.As(err, &r) || r.Class != qmppolicy.HostPath || !errors.Is(err, cause) {
+				t.Errorf("blockdev-add of a hard link to %s: %v, want refused (host-path) for %v", target, err, cause)
 			}
 			t.Logf("hard link to %s: %v", filepath.Base(target), err)
 		}

@@ -59,7 +59,14 @@ type Refusal struct {
 	Command string // its "execute" ("" if it has none)
 	Class   Class
 	Reason  string // for people, without the command's name
+	// Err is the error behind the refusal where there is one (a file the
+	// caller opened for the command and refused: storage.ErrHardLinked,
+	// os.ErrPermission); nil for the policy's own.
+	Err error
 }
+
+// Unwrap is the error behind the refusal, if any.
+func (r *Refusal) Unwrap() error { return r.Err }
 
 func (r *Refusal) Error() string {
 	if r.Command == "" {

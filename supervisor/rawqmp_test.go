@@ -63,6 +63,61 @@ func TestRawQMPHostFiles(t *testing.T) {
 
 	t.Run("symlink swap", func(t *testing.T) { symlinkSwap(t, ctx, sup, state, "/etc/passwd") })
 	t.Run("json dotted", func(t *testing.T) { jsonDotted(t, ctx, sup, state) })
+	t.Run("change medium", func(t *testing.T) { changeMedium(t, ctx, sup, state) })
+}
+
+// changeMedium: a medium in the state directory, named plainly or in a
+// dotted "json:" filename, goes into an empty CD drive as an fd set,
+// read-only as the drive is.
+func changeMedium(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, state string) {
+	writeFile(t, filepath.Join(state, "seed.iso"), strings.Repeat("ISO!", 1024), 0o644)
+	// A SCSI controller on a free hotplug root port (the last ones).
+	var added bool
+	for i := 16; i > 0 && !added; i-- {
+		cmd := fmt.Sprintf(`{"execute":"device_add","arguments":{"driver":"virtio-scsi-pci","id":"scsi9","bus":"rp%d"}}`, i)
+		_, err := sup.QMP(ctx, "rawf", []byte(cmd), false)
+		added = err == nil
+	}
+	cmd := `{"execute":"device_add","arguments":{"driver":"scsi-cd","id":"cd9","bus":"scsi9.0"}}`
+	if _, err := sup.QMP(ctx, "rawf", []byte(cmd), false); !added || err != nil {
+		t.Fatalf("no SCSI controller on a free root port (%v), or %s: %v", added, cmd, err)
+	}
+	for _, fn := range []string{`"seed.iso"`, `"json:{\"file.driver\":\"file\",\"file.filename\":\"seed.iso\"}"`} {
+		cmd := `{"execute":"blockdev-change-medium","arguments":{"id":"cd9","format":"raw","filename":` + fn + `}}`
+		if _, err := sup.QMP(ctx, "rawf", []byte(cmd), false); err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		out, err := sup.QMP(ctx, "rawf", []byte(`{"execute":"query-block"}`), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Return []struct {
+				Qdev     string `json:"qdev"`
+				Inserted *struct {
+					File string `json:"file"`
+					RO   bool   `json:"ro"`
+				} `json:"inserted"`
+			} `json:"return"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, b := range r.Return {
+			if !strings.Contains(b.Qdev, "cd9") {
+				continue
+			}
+			found = true
+			if b.Inserted == nil || !strings.HasPrefix(b.Inserted.File, "/dev/fdset/") && !strings.Contains(b.Inserted.File, `"/dev/fdset/`) || !b.Inserted.RO {
+				t.Errorf("change-medium %s: the drive has %+v, want a read-only /dev/fdset/N", fn, b.Inserted)
+			}
+			t.Logf("change-medium %s: the drive has %+v", fn, *b.Inserted)
+		}
+		if !found {
+			t.Errorf("query-block has no cd9: %s", out)
+		}
+	}
 }
 
 // symlinkSwap flips the name "disk" in the state directory between a

@@ -65,3 +65,38 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestOpenBeneathAs: opened as another user, a file that user cannot read
+// is refused even to root, one it can read opens, and the caller's
+// threads keep their own identity; ProcCred reads a process's identity.
+func TestOpenBeneathAs(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root (to take another user's file-system identity)")
+	}
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "root-only"), []byte("s"), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "shared"), []byte("d"), 0o644))
+	nobody := Cred{UID: 65534, GID: 65534}
+	if f, err := OpenBeneathAs(dir, "root-only", os.O_RDONLY, nobody); err == nil || !errors.Is(err, os.ErrPermission) {
+		t.Errorf("root-only file as nobody: %v, want permission denied", err)
+		if f != nil {
+			f.Close()
+		}
+	}
+	f, err := OpenBeneathAs(dir, "shared", os.O_RDONLY, nobody)
+	if err != nil {
+		t.Fatalf("readable file as nobody: %v", err)
+	}
+	f.Close()
+	if _, err := OpenBeneathAs(dir, "shared", os.O_RDWR, nobody); !errors.Is(err, os.ErrPermission) {
+		t.Errorf("read-write open of a 0644 root file as nobody: %v", err)
+	}
+	if _, err := os.Open(filepath.Join(dir, "root-only")); err != nil {
+		t.Errorf("root lost its identity: %v", err)
+	}
+	c, err := ProcCred(os.Getpid())
+	if err != nil || c.UID != 0 || c.GID != 0 {
+		t.Errorf("ProcCred(self): %+v %v", c, err)
+	}
+}

@@ -80,7 +80,9 @@ func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Con
 // Only commands on the allow-list (internal/qmppolicy, docs/qmp-policy.md)
 // pass, unless unsafe; every command is logged first (qmpAudit), refused
 // and unsafe ones in a security log of their own, and one that cannot be
-// logged is not sent. A refusal is a *qmppolicy.Refusal.
+// logged is not sent. A passed command's state-directory files go to QEMU
+// as descriptors vmsup opened (qmpfiles.go), never as names. A refusal is
+// a *qmppolicy.Refusal.
 func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsafe bool) ([]byte, error) {
 	if err := spec.ValidName(name); err != nil {
 		return nil, vmErr(name, err)
@@ -88,10 +90,27 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
 		return nil, s.notFound(name) // nothing to send to, nothing to log
 	}
+	d, err := qmppolicy.Decide(command, s.qmpEnv(name))
+	var c *qmp.Conn
+	var files *rawFiles
+	if err == nil && len(d.Files) > 0 {
+		conn, release, serr := s.qmpSession(ctx, name)
+		if serr != nil {
+			return nil, serr
+		}
+		defer release()
+		c = conn
+		if files, err = s.openRawFiles(ctx, name, c, d); files != nil {
+			defer files.close()
+		} else if _, ok := isRefusal(err); !ok {
+			return nil, err
+		}
+	}
 	verdict := qmppolicy.Passed
 	var refusal *qmppolicy.Refusal
-	if err := qmppolicy.Check(command, s.qmpEnv(name)); err != nil {
-		if !errors.As(err, &refusal) {
+	if err != nil {
+		var ok bool
+		if refusal, ok = isRefusal(err); !ok {
 			refusal = &qmppolicy.Refusal{Class: qmppolicy.Malformed, Reason: err.Error()}
 		}
 		verdict = qmppolicy.Refused
@@ -105,12 +124,26 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	if verdict == qmppolicy.Refused {
 		return nil, vmErr(name, fmt.Errorf("qmp: %w", refusal))
 	}
-	c, release, err := s.qmpSession(ctx, name)
-	if err != nil {
-		return nil, err
+	if c == nil {
+		conn, release, err := s.qmpSession(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		c = conn
 	}
-	defer release()
-	return c.ExecuteRaw(ctx, command)
+	switch {
+	case verdict == qmppolicy.Unsafe:
+		return c.ExecuteRaw(ctx, command)
+	case files != nil:
+		return executeWithFDs(ctx, c, d, files)
+	}
+	// What was checked is what is sent: block options in their expanded form.
+	cmd, err := d.Encode()
+	if err != nil {
+		return nil, vmErr(name, fmt.Errorf("qmp: %s: encode: %w", d.Command.Execute, err))
+	}
+	return c.ExecuteRaw(ctx, cmd)
 }
 
 // ConsoleSocket returns the path of the VM's serial console socket.

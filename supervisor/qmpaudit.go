@@ -18,9 +18,12 @@ import (
 
 // The audit logs' sizes. Ordinary traffic goes to qmp.log only; refused
 // and --unsafe commands to qmp-security.log as well, which nothing else
-// writes, so padding in passed commands cannot push them out. An entry is
-// at most about maxAuditCommand+2 KiB: the security log holds some 700 of
-// them, and twice that with its old file.
+// writes, so padding in passed commands cannot push them out. Refusals,
+// which anyone may send by the thousand, take at most half of either log
+// (auditlog.Log.Refusal): a flood of them drops older refusals, never an
+// --unsafe or passed entry. An entry is at most about maxAuditCommand+2
+// KiB: the security log holds some 700 of them, and twice that with its
+// old file.
 const (
 	qmpLogMax         = 1 << 20
 	qmpSecurityLogMax = 4 << 20
@@ -58,12 +61,12 @@ func (s *Supervisor) qmpAudit(ctx context.Context, name string, v qmppolicy.Verd
 		return err
 	}
 	if v != qmppolicy.Passed {
-		l := auditlog.Log{Path: filepath.Join(p.Records, "qmp-security.log"), Max: qmpSecurityLogMax}
+		l := auditlog.Log{Path: filepath.Join(p.Records, "qmp-security.log"), Max: qmpSecurityLogMax, Refusal: isRefusedEntry}
 		if err := l.Append(ctx, line); err != nil {
 			return err
 		}
 	}
-	l := auditlog.Log{Path: filepath.Join(p.Records, "qmp.log"), Max: qmpLogMax}
+	l := auditlog.Log{Path: filepath.Join(p.Records, "qmp.log"), Max: qmpLogMax, Refusal: isRefusedEntry}
 	if err := l.Append(ctx, line); err != nil {
 		return err
 	}
@@ -78,4 +81,12 @@ func (s *Supervisor) qmpAudit(ctx context.Context, name string, v qmppolicy.Verd
 			"VMSUP_QMP_SHA256": e.SHA256, "VMSUP_QMP_SIZE": strconv.Itoa(e.Size), "VMSUP_QMP_COMMAND": string(e.Command)})
 	}
 	return nil
+}
+
+// isRefusedEntry tells a refused command's audit entry from the others.
+func isRefusedEntry(line []byte) bool {
+	var e struct {
+		Verdict qmppolicy.Verdict `json:"verdict"`
+	}
+	return json.Unmarshal(line, &e) == nil && e.Verdict == qmppolicy.Refused
 }

@@ -4,6 +4,11 @@
 // saying how many entries the log has lost in all. Appends are serialized
 // by a lock file beside the log (PATH.lock) and synced to disk.
 //
+// A log whose caller tells refusals from its other entries (Log.Refusal)
+// gives refusals half of the file at most: a flood of them drops the
+// oldest refusals, counted in a head, and never rotates the other entries
+// out.
+//
 // It does not decide what an entry holds or bound its size: callers give
 // it entries small against Max.
 package auditlog
@@ -29,6 +34,12 @@ type Log struct {
 	// (replacing the one there) before an append.
 	Max int64
 	Now func() time.Time // nil = time.Now
+	// Refusal, if set, tells a refusal (what anyone can send in bulk)
+	// from the other entries. Refusals then take at most half of Max:
+	// when the file is full and they take more, the oldest of them are
+	// dropped down to a quarter instead of a rotation, so that only the
+	// other entries' own volume ever rotates those out.
+	Refusal func(entry []byte) bool
 }
 
 // Head is the first line of a file a rotation started.
@@ -37,8 +48,11 @@ type Head struct {
 	Rotated bool      `json:"rotated"` // always true: how a reader tells a head from an entry
 	// Lost is how many entries the log has lost in all: those of the old
 	// files rotations replaced.
-	Lost int64  `json:"lost"`
-	Note string `json:"note"`
+	Lost int64 `json:"lost"`
+	// Refusals is how many of Lost were refusals dropped to keep them to
+	// their half of the file (Log.Refusal).
+	Refusals int64  `json:"refusals_dropped,omitempty"`
+	Note     string `json:"note"`
 }
 
 // lockWait bounds the wait for another writer.
@@ -55,12 +69,33 @@ func (l Log) Append(ctx context.Context, entry []byte) error {
 		return err
 	}
 	defer unlock()
-	if fi, err := os.Stat(l.Path); err == nil && fi.Size() > 0 && fi.Size()+int64(len(entry))+1 > l.Max {
+	if full, err := l.full(len(entry)); err != nil {
+		return err
+	} else if full && l.Refusal != nil {
+		if err := l.dropRefusals(); err != nil {
+			return fmt.Errorf("drop refusals from %s: %w", l.Path, err)
+		}
+	}
+	if full, err := l.full(len(entry)); err != nil {
+		return err
+	} else if full {
 		if err := l.rotate(); err != nil {
 			return fmt.Errorf("rotate %s: %w", l.Path, err)
 		}
 	}
 	return appendLine(l.Path, entry)
+}
+
+// full reports whether an entry of n bytes would take the file past Max.
+func (l Log) full(n int) (bool, error) {
+	fi, err := os.Stat(l.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return fi.Size() > 0 && fi.Size()+int64(n)+1 > l.Max, nil
 }
 
 func appendLine(path string, line []byte) error {
@@ -119,7 +154,8 @@ func (l Log) rotate() error {
 		now = l.Now
 	}
 	base := filepath.Base(l.Path)
-	h := Head{Time: now().UTC(), Rotated: true, Lost: lost,
+	prev, _ := readHead(l.Path + ".1")
+	h := Head{Time: now().UTC(), Rotated: true, Lost: lost, Refusals: prev.Refusals,
 		Note: fmt.Sprintf("%s rotated at %d bytes: %s holds the entries before this file; %d older entries are lost", base, l.Max, base+".1", lost)}
 	b, err := json.Marshal(h)
 	if err != nil {
@@ -161,18 +197,25 @@ func head(line []byte) (Head, bool) {
 // Lost reports how many entries the log at path has lost, from its
 // current file's head (0 if it was never rotated or does not exist).
 func Lost(path string) (int64, error) {
+	h, err := readHead(path)
+	return h.Lost, err
+}
+
+// readHead is the head of the file at path (zero if it has none or does
+// not exist).
+func readHead(path string) (Head, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return Head{}, nil
 	}
 	if err != nil {
-		return 0, err
+		return Head{}, err
 	}
 	defer f.Close()
 	line, err := bufio.NewReaderSize(f, 4096).ReadSlice('\n')
 	if err != nil && len(line) == 0 {
-		return 0, nil
+		return Head{}, nil
 	}
 	h, _ := head(line)
-	return h.Lost, nil
+	return h, nil
 }

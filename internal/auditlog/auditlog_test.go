@@ -81,3 +81,68 @@ func TestRefusesMultiLine(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalFlood: a flood of refusals far past the log's size leaves
+// every other entry (an --unsafe one, admin ones) in the current file,
+// keeps the newest refusals, and counts the dropped ones in the head.
+func TestRefusalFlood(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.log")
+	l := Log{Path: path, Max: 64 << 10, Refusal: func(e []byte) bool { return strings.Contains(string(e), `"v":"refused"`) }}
+	ctx := context.Background()
+	add := func(e string) {
+		t.Helper()
+		if err := l.Append(ctx, []byte(e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pad := strings.Repeat("x", 4<<10)
+	add(`{"v":"unsafe","i":"u0"}`)
+	for i := range 5 {
+		add(fmt.Sprintf(`{"v":"admin","i":"a%d"}`, i))
+	}
+	const n = 2000
+	for i := range n {
+		add(fmt.Sprintf(`{"v":"refused","i":"r%d","pad":"%s"}`, i, pad))
+		if i == n/2 {
+			add(`{"v":"unsafe","i":"u1"}`)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + ".1"); err == nil {
+		t.Error("refusals rotated the log")
+	}
+	for _, want := range []string{`"i":"u0"`, `"i":"u1"`, `"i":"a0"`, `"i":"a4"`, fmt.Sprintf(`"i":"r%d"`, n-1)} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the log lost %s", want)
+		}
+	}
+	h, _ := readHead(path)
+	kept := int64(strings.Count(string(b), `"v":"refused"`))
+	if int64(len(b)) > l.Max || h.Refusals+kept != n || h.Lost != h.Refusals || !strings.Contains(h.Note, "more refusals suppressed") {
+		t.Errorf("%d bytes; head %+v; %d refusals kept of %d", len(b), h, kept, n)
+	}
+	t.Logf("%d refusals kept, head: %s", kept, h.Note)
+}
+
+// TestOthersStillRotate: with refusals under their half, the other
+// entries rotate the log as before, and the head's count of dropped
+// refusals carries over.
+func TestOthersStillRotate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.log")
+	l := Log{Path: path, Max: 4 << 10, Refusal: func(e []byte) bool { return strings.Contains(string(e), `"v":"refused"`) }}
+	for i := range 200 {
+		v := "admin"
+		if i%4 == 0 {
+			v = "refused"
+		}
+		if err := l.Append(context.Background(), fmt.Appendf(nil, `{"v":%q,"i":%d,"pad":"%s"}`, v, i, strings.Repeat("y", 100))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(path + ".1"); err != nil {
+		t.Errorf("other entries past Max did not rotate the log: %v", err)
+	}
+}

@@ -13,6 +13,7 @@ type call struct {
 	env  Env
 	cmd  string
 	args map[string]any
+	d    *Decision // collects the host files; nil when only checking
 }
 
 func (c *call) refuse(class Class, format string, a ...any) error {
@@ -25,7 +26,7 @@ func (c *call) sub(args map[string]any) *call {
 	if args == nil {
 		args = map[string]any{}
 	}
-	return &call{env: c.env, cmd: c.cmd, args: args}
+	return &call{env: c.env, cmd: c.cmd, args: args, d: c.d}
 }
 
 // str is m[key] as a string; ok is false if it is absent or not a string.
@@ -152,20 +153,26 @@ func isNetworkProtocol(p string) bool {
 	return strings.HasPrefix(p, "nbd+") || strings.HasPrefix(p, "gluster+")
 }
 
-// filename checks a block filename QEMU may parse for a protocol prefix:
-// "json:{...}" is checked as the node it describes, "file:" is stripped,
-// network protocols and unknown ones are refused; the path that is left
-// must pass path. fdset allows /dev/fdset/N.
-func (c *call) filename(field, s string, depth int, fdset bool) error {
+// filename checks m[key], a block filename QEMU may parse for a protocol
+// prefix: "json:{...}" is checked as the node it describes (dotted keys
+// expanded), "file:" is stripped, network protocols and unknown ones are
+// refused; the path that is left must pass path, and is a host file QEMU
+// opens in mode. fdset allows /dev/fdset/N.
+func (c *call) filename(m map[string]any, key, field string, depth int, fdset bool, mode Mode) error {
+	s, _ := str(m, key)
 	if fdset && isFDSet(s) {
 		return nil
 	}
 	if rest, ok := strings.CutPrefix(s, "json:"); ok {
-		node, err := parseObject(rest)
+		node, err := c.jsonNode(field, rest)
 		if err != nil {
-			return c.refuse(Form, "%s: a \"json:\" filename that is not one JSON object: %v", field, err)
+			return err
 		}
-		return c.blockdev(node, field+` "json:"`, depth+1)
+		if err := c.blockdev(node, field+` "json:"`, depth+1, mode); err != nil {
+			return err
+		}
+		c.jsonFilename(m, key, node)
+		return nil
 	}
 	switch proto := protocol(s); {
 	case proto == "":
@@ -176,7 +183,23 @@ func (c *call) filename(field, s string, depth int, fdset bool) error {
 	default:
 		return c.refuse(Form, "%s %q: protocol prefix %q is not on the allow-list", field, short(s), proto)
 	}
-	return c.path(field, s)
+	if err := c.path(field, s); err != nil {
+		return err
+	}
+	c.hostFile(m, key, field, s, mode)
+	return nil
+}
+
+// jsonNode reads the object of a "json:" filename, dotted keys expanded.
+func (c *call) jsonNode(field, rest string) (map[string]any, error) {
+	node, err := parseObject(rest)
+	if err != nil {
+		return nil, c.refuse(Form, "%s: a \"json:\" filename that is not one JSON object: %v", field, err)
+	}
+	if node, err = expandDotted(node); err != nil {
+		return nil, c.refuse(Form, "%s: a \"json:\" filename: %v", field, err)
+	}
+	return node, nil
 }
 
 // socketAddr checks a socket address (QAPI SocketAddress: type beside its

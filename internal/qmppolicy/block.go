@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,37 +24,56 @@ const blockdevAllows = `driver file (filename a path in the state directory, or 
 // maxNodeDepth bounds how deep block nodes nest.
 const maxNodeDepth = 8
 
-func checkBlockdevAdd(c *call) error { return c.blockdev(c.args, "", 0) }
+func checkBlockdevAdd(c *call) error {
+	args, err := expandDotted(c.args)
+	if err != nil {
+		return c.refuse(Form, "%v", err)
+	}
+	c.args = args
+	return c.blockdev(c.args, "", 0, ReadWrite)
+}
 
-// blockdev checks one block node's options (BlockdevOptions) and its
-// children; where names it in messages ("" = the arguments).
-func (c *call) blockdev(o map[string]any, where string, depth int) error {
+// blockdev checks one block node's options (BlockdevOptions, dotted keys
+// already expanded) and its children; where names it in messages ("" =
+// the arguments). mode is how QEMU opens the node's files unless its
+// "read-only" says otherwise.
+func (c *call) blockdev(o map[string]any, where string, depth int, mode Mode) error {
 	if depth > maxNodeDepth {
 		return c.refuse(Form, "%s", at(where, "block nodes nested too deep"))
 	}
 	driver, _ := str(o, "driver")
+	if driver == "" {
+		return c.refuse(Form, "%s", at(where, "a block node without a driver"))
+	}
+	if _, ok := blockOptions()[driver]; !ok {
+		return c.refuseDriver(o, driver, where)
+	}
+	if err := c.blockKeys(o, driver, where); err != nil {
+		return err
+	}
+	if ro, ok := o["read-only"].(bool); ok {
+		mode = ReadWrite
+		if ro {
+			mode = ReadOnly
+		}
+	}
 	switch driver {
 	case "file":
-		fn, ok := str(o, "filename")
-		if !ok {
+		if _, ok := str(o, "filename"); !ok {
 			return c.refuse(Form, "%s", at(where, `driver "file" without a filename`))
 		}
-		return c.filename(join(where, "filename"), fn, depth, true)
+		return c.filename(o, "filename", join(where, "filename"), depth, true, mode)
 	case "host_device", "host_cdrom":
 		if fn, _ := str(o, "filename"); !isFDSet(fn) {
 			return c.refuse(HostPath, "%s", at(where, "driver "+driver+" opens the host device "+quote(fn)+": only /dev/fdset/N (one vmsup passed) passes"))
 		}
 		return nil
 	case "raw", "throttle", "copy-on-read":
-		return c.child(o, "file", where, depth, false)
+		return c.child(o, "file", where, depth, false, mode)
 	case "qcow2":
-		return c.qcow2(o, where, depth)
-	case "null-co", "null-aio":
-		return nil
-	case "":
-		return c.refuse(Form, "%s", at(where, "a block node without a driver"))
+		return c.qcow2(o, where, depth, mode)
 	}
-	return c.refuseDriver(o, driver, where)
+	return nil // null-co, null-aio
 }
 
 func quote(s string) string { b, _ := json.Marshal(short(s)); return string(b) }
@@ -74,7 +94,7 @@ func (c *call) refuseDriver(o map[string]any, driver, where string) error {
 
 // child checks the child key of node o: a node name, a node, or (nullOK)
 // null.
-func (c *call) child(o map[string]any, key, where string, depth int, nullOK bool) error {
+func (c *call) child(o map[string]any, key, where string, depth int, nullOK bool, mode Mode) error {
 	v, ok := o[key]
 	if !ok {
 		return nil
@@ -87,7 +107,7 @@ func (c *call) child(o map[string]any, key, where string, depth int, nullOK bool
 			return nil
 		}
 	case map[string]any:
-		return c.blockdev(x, join(where, key), depth+1)
+		return c.blockdev(x, join(where, key), depth+1, mode)
 	}
 	return c.refuse(Form, "%s", at(join(where, key), "neither a node name nor a node"))
 }
@@ -96,7 +116,7 @@ func (c *call) child(o map[string]any, key, where string, depth int, nullOK bool
 // data file its header names unless they are given, so "backing" must be,
 // and the header is read to see whether "data-file" must be; that needs
 // the image's path, hence an inline file node.
-func (c *call) qcow2(o map[string]any, where string, depth int) error {
+func (c *call) qcow2(o map[string]any, where string, depth int, mode Mode) error {
 	if _, ok := o["backing"]; !ok {
 		return c.refuse(HostPath, "%s", at(where, `qcow2 without "backing" opens the backing file its header names: give "backing" (null, a node name or a node)`))
 	}
@@ -104,7 +124,7 @@ func (c *call) qcow2(o map[string]any, where string, depth int) error {
 	if !ok {
 		return c.refuse(Form, "%s", at(where, `qcow2's "file" must be a file node given inline (driver "file", a path in the state directory), so that vmsup can read the image's header`))
 	}
-	if err := c.blockdev(file, join(where, "file"), depth+1); err != nil {
+	if err := c.blockdev(file, join(where, "file"), depth+1, mode); err != nil {
 		return err
 	}
 	fn, _ := str(file, "filename")
@@ -112,10 +132,11 @@ func (c *call) qcow2(o map[string]any, where string, depth int) error {
 	if d, _ := str(file, "driver"); d != "file" || isFDSet(fn) || protocol(fn) != "" {
 		return c.refuse(Form, "%s", at(join(where, "file"), `qcow2's file must be a file node on a path in the state directory, so that vmsup can read the image's header`))
 	}
-	for _, k := range []string{"backing", "data-file"} {
-		if err := c.child(o, k, where, depth, k == "backing"); err != nil {
-			return err
-		}
+	if err := c.child(o, "backing", where, depth, true, ReadOnly); err != nil { // QEMU opens a backing chain read-only
+		return err
+	}
+	if err := c.child(o, "data-file", where, depth, false, mode); err != nil {
+		return err
 	}
 	if _, ok := o["data-file"]; !ok {
 		if real, err := resolve(c.abs(fn)); err == nil && hasExternalDataFile(real) {
@@ -156,7 +177,38 @@ func checkChangeMedium(c *call) error {
 	if !ok {
 		return c.refuse(Form, "no filename")
 	}
-	return c.filename("filename", fn, 0, false)
+	var mode Mode
+	switch m, _ := str(c.args, "read-only-mode"); m {
+	case "", "retain":
+		mode = MediumMode
+	case "read-only":
+		mode = ReadOnly
+	case "read-write":
+		mode = ReadWrite
+	default:
+		return c.refuse(Form, "read-only-mode %q is not one QEMU knows", short(m))
+	}
+	rest, isJSON := strings.CutPrefix(fn, "json:")
+	if !isJSON {
+		return c.filename(c.args, "filename", "filename", 0, false, mode)
+	}
+	// QEMU opens the medium with the driver "format" names; the node's own
+	// driver must agree, or which one QEMU takes is a guess.
+	node, err := c.jsonNode("filename", rest)
+	if err != nil {
+		return err
+	}
+	if _, ok := node["driver"]; !ok {
+		node["driver"] = "raw"
+	}
+	if err := c.blockdev(node, `filename "json:"`, 1, mode); err != nil {
+		return err
+	}
+	if d := node["driver"]; d != "raw" {
+		return c.refuse(Form, `filename "json:": driver %s where format is "raw"`, quote(fmt.Sprint(d)))
+	}
+	c.jsonFilename(c.args, "filename", node)
+	return nil
 }
 
 // checkNoFileNames refuses arguments that name image files rather than

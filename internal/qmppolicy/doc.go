@@ -8,7 +8,11 @@
 // directory, symlinks followed where they exist), a program, a file
 // descriptor by number, or the guest's disk or memory served or sent
 // outside QEMU. Nested forms are walked: a block node's children, "json:"
-// pseudo-protocol filenames, a transaction's actions.
+// pseudo-protocol filenames, a transaction's actions; block options are
+// first brought to the nested form (dotted keys expanded), and an option
+// an allowed driver does not have is refused. Decide also lists the files
+// of the state directory a passed command has QEMU open, for the caller
+// to open itself and pass as descriptors.
 //
 // A refusal is a *Refusal with a Class a caller can branch on. The package
 // only reads: the state directory's symlinks, a qcow2 image's header, a

@@ -53,11 +53,21 @@ else is refused in one line that names the command and why, and passes with ` + 
   directory, and a VM started before that runs in ` + "`/`" + `), then cleaned; the symlinks of the part that exists are
   followed and must stay inside too, and a symlink to nothing is refused. ` + "`/dev/fdset/N`" + ` (descriptors only
   vmsup passes) is allowed where a block node opens a file.
+- **Descriptors, not names.** A file in the state directory that a passed ` + "`blockdev-add`" + ` or
+  ` + "`blockdev-change-medium`" + ` has QEMU open is opened by vmsup itself, beneath the state directory without following
+  any symlink and with QEMU's user's permissions, checked (a regular file with exactly one link, or a block device)
+  and passed to QEMU as a descriptor: the command QEMU gets names ` + "`/dev/fdset/N`" + `, read-only or read-write as the
+  command asks. So QEMU never resolves a host name from raw QMP, and no symlink swapped in after the check or hard
+  link to a host file reaches it. A file that fails is refused (host-path); the fd set is removed if QEMU fails the
+  command.
 - **Sockets.** No inet, vsock or descriptor address; a unix socket only in the state directory, never abstract.
 - **Programs.** Nothing that runs one (` + "`exec:`" + `, guestfwd ` + "`cmd:`" + `, tap scripts and helpers, smbd).
 - **Nesting.** A block node's children (` + "`file`" + `, ` + "`backing`" + `, ` + "`data-file`" + `), ` + "`json:`" + ` pseudo-protocol
   filenames and a transaction's actions are checked like the top; a filename with a network protocol prefix
-  (` + "`nbd://`" + `, ` + "`http:`" + `, ...) is refused, ` + "`file:`" + ` is stripped, other prefixes are refused.
+  (` + "`nbd://`" + `, ` + "`http:`" + `, ...) is refused, ` + "`file:`" + ` is stripped, other prefixes are refused. Dotted keys
+  (` + "`\"file.driver\"`" + `), in a ` + "`json:`" + ` filename or in block options, are expanded to the nested form first, so
+  every spelling gets the same verdict, and the expanded form is what QEMU gets; a key with an empty part, a name
+  given twice, or an option the driver does not have (a format node's legacy ` + "`filename`" + `) is refused.
 - **Parsing.** The command must be one JSON object with ` + "`execute`" + `, optional ` + "`arguments`" + ` and ` + "`id`" + `, valid
   UTF-8, no duplicate keys, no NUL in a string: where QEMU's parser and vmsup's could read it differently it is
   refused.
@@ -66,9 +76,10 @@ A refusal's class (` + "`qmppolicy.Class`" + `) is one of: listener, outbound, h
 ends, form (an argument form the list does not know), not-listed, malformed.
 
 Known limits: the checks read the host when the command is checked; a file the guest can write (a raw image in the
-state directory) could change between the check of a qcow2 header and QEMU's open. A raw ` + "`block-export-add`" + `
-serves on whatever NBD server runs: a raw ` + "`nbd-server-start`" + ` is confined to the state directory, ` + "`vmsup export`" + `'s
-server is where its operator put it.
+state directory) could change between the check of a qcow2 header and QEMU's open. Files other commands name
+(` + "`screendump`" + `, a secret's or ROM's file, sockets) are still checked by name and opened by QEMU. A raw
+` + "`block-export-add`" + ` serves on whatever NBD server runs: a raw ` + "`nbd-server-start`" + ` is confined to the state
+directory, ` + "`vmsup export`" + `'s server is where its operator put it.
 
 `)
 	rules := Rules()
@@ -107,7 +118,9 @@ Every raw command, passed or refused, is logged in ` + "`ROOT/records/NAME/qmp.l
 refused ones and those passed with ` + "`--unsafe`" + ` also in ` + "`ROOT/records/NAME/qmp-security.log`" + `, which ordinary
 traffic never writes. An entry is bounded: the command with long strings shortened, at most 4 KiB, its size and the
 SHA-256 of the whole. Each log keeps one old file (` + "`.1`" + `); when a rotation drops entries, the new file's first line
-says how many have been lost in all. A command is not sent if its entries cannot be written.
+says how many have been lost in all. Refusals, which anyone can send by the thousand, take at most half of either
+log: a flood of them drops the oldest refusals (the first line counts them: "N more refusals suppressed") and never
+rotates an ` + "`--unsafe`" + ` or passed entry out. A command is not sent if its entries cannot be written.
 `)
 	return b.String()
 }

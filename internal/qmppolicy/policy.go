@@ -59,7 +59,14 @@ type Refusal struct {
 	Command string // its "execute" ("" if it has none)
 	Class   Class
 	Reason  string // for people, without the command's name
+	// Err is the error behind the refusal where there is one (a file the
+	// caller opened for the command and refused: storage.ErrHardLinked,
+	// os.ErrPermission); nil for the policy's own.
+	Err error
 }
+
+// Unwrap is the error behind the refusal, if any.
+func (r *Refusal) Unwrap() error { return r.Err }
 
 func (r *Refusal) Error() string {
 	if r.Command == "" {
@@ -86,6 +93,7 @@ type Env struct {
 type Command struct {
 	Execute   string
 	Arguments map[string]any // nil if it has none
+	ID        any            // its "id", nil if it has none
 }
 
 // Check returns nil if the raw command (one QMP JSON object) passes the
@@ -150,6 +158,7 @@ func Parse(raw []byte) (Command, error) {
 			}
 			cmd.Arguments = a
 		case "id":
+			cmd.ID = e
 		default:
 			return bad("key %q (only execute, arguments and id)", short(k))
 		}

@@ -188,9 +188,9 @@ func refuseUnlisted(name string) *Refusal {
 	for _, r := range refusals() {
 		for _, c := range r.commands {
 			if c == name || strings.HasSuffix(c, "*") && strings.HasPrefix(name, strings.TrimSuffix(c, "*")) {
-				return &Refusal{name, r.class, r.why + "; it is not on the allow-list of raw QMP commands"}
+				return &Refusal{Command: name, Class: r.class, Reason: r.why + "; it is not on the allow-list of raw QMP commands"}
 			}
 		}
 	}
-	return &Refusal{name, NotListed, "it is not on the allow-list of raw QMP commands (vmsup qmp --help, docs/qmp-policy.md)"}
+	return &Refusal{Command: name, Class: NotListed, Reason: "it is not on the allow-list of raw QMP commands (vmsup qmp --help, docs/qmp-policy.md)"}
 }

@@ -121,6 +121,10 @@ func Stat(f *os.File) (Object, error) {
 // the same data, so giving it to a guest gives that file away.
 var ErrHardLinked = errors.New("has more than one hard link")
 
+// ErrUnlinked is a file whose last name went between its open and its
+// check: what was opened is no longer what the name stands for.
+var ErrUnlinked = errors.New("was removed while it was opened")
+
 // ErrNotDiskObject is a file that is neither a regular file nor a block
 // device (a directory, FIFO, socket or character device).
 var ErrNotDiskObject = errors.New("is not a regular file or a block device")
@@ -135,6 +139,8 @@ func CheckDiskObject(f *os.File) (Object, error) {
 	switch {
 	case o.Kind == 0:
 		return o, fmt.Errorf("%s %w", f.Name(), ErrNotDiskObject)
+	case o.Kind == ObjectRegular && o.Links == 0:
+		return o, fmt.Errorf("%s %w", f.Name(), ErrUnlinked)
 	case o.Kind == ObjectRegular && o.Links != 1:
 		return o, fmt.Errorf("%s %w (%d): refused, a guest would reach every other name of it", f.Name(), ErrHardLinked, o.Links)
 	}

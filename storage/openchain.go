@@ -96,7 +96,7 @@ func OpenDisk(d spec.Disk, placer Placer, lim OpenLimits) (*OpenedDisk, error) {
 		}
 		lvl, err := openLevel(path, format, base, flags, placer, lim)
 		if err != nil {
-			return nil, err
+			return nil, levelErr(d.File, base, err)
 		}
 		lvl.Mode = mode
 		for _, seen := range out.Levels {
@@ -125,6 +125,26 @@ func OpenDisk(d spec.Disk, placer Placer, lim OpenLimits) (*OpenedDisk, error) {
 	ok = true
 	return out, nil
 }
+
+// levelErr words a level's refusal: a base's names the image above it all,
+// an open's drops Go's "open" prefix (the path leads).
+func levelErr(top string, base bool, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Op == "open" {
+		err = &pathErr{pe}
+	}
+	if base {
+		return fmt.Errorf("%s's base image %w", top, err)
+	}
+	return err
+}
+
+// pathErr is an *os.PathError worded "PATH: CAUSE" (errors.Is still sees
+// the cause).
+type pathErr struct{ *os.PathError }
+
+func (e *pathErr) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e *pathErr) Unwrap() error { return e.PathError }
 
 // openLevel opens and checks one image of a chain.
 func openLevel(path, format string, base bool, flags int, placer Placer, lim OpenLimits) (OpenedImage, error) {

@@ -234,6 +234,9 @@ func (m *diskMapper) objects() bool {
 		return true
 	}
 	d := spec.Disk{Name: o.Name, Type: o.Type, File: o.File, Format: o.Format, ReadOnly: o.ReadOnly}
+	if d.Format == "" && d.Type == spec.DiskFile && strings.HasSuffix(strings.ToLower(d.File), ".qcow2") {
+		d.Format = spec.FormatQcow2 // left out of the file as spec's default; opened as it
+	}
 	if err := m.c.disk(d); err != nil {
 		m.drop("source %v", err)
 		return false

@@ -162,7 +162,8 @@ func findObject(g aclGrant) (*os.File, error) {
 		return err == nil && st.Dev == o.Dev && st.Ino == o.Ino
 	}
 	if b, err := base64.StdEncoding.DecodeString(o.Handle); err == nil && o.Handle != "" {
-		if mfd, err := unix.Open(o.Place, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		// Not O_PATH: open_by_handle_at wants a real descriptor of the file system.
+		if mfd, err := unix.Open(o.Place, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
 			fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(o.HType, b), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
 			unix.Close(mfd)
 			if errors.Is(err, unix.ESTALE) {

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmsup/vmsup/internal/userfile"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -146,6 +147,12 @@ type pathErr struct{ *os.PathError }
 func (e *pathErr) Error() string { return e.Path + ": " + e.Err.Error() }
 func (e *pathErr) Unwrap() error { return e.PathError }
 
+// notDiskErr words ErrNotDiskObject by what the object is.
+type notDiskErr struct{ msg string }
+
+func (e *notDiskErr) Error() string { return e.msg }
+func (e *notDiskErr) Unwrap() error { return ErrNotDiskObject }
+
 // openLevel opens and checks one image of a chain.
 func openLevel(path, format string, base bool, flags int, placer Placer, lim OpenLimits) (OpenedImage, error) {
 	place, err := placer(path, base)
@@ -167,6 +174,11 @@ func openLevel(path, format string, base bool, flags int, placer Placer, lim Ope
 
 func checkLevel(f *os.File, path, place, format string, base bool, lim OpenLimits) (OpenedImage, error) {
 	o, err := CheckDiskObject(f)
+	if errors.Is(err, ErrNotDiskObject) {
+		if fi, serr := f.Stat(); serr == nil { // say what it is, as the name checks did
+			return OpenedImage{}, &notDiskErr{fmt.Sprintf("%s is %s, not an image file", path, userfile.Kind(fi.Mode()))}
+		}
+	}
 	if err != nil {
 		return OpenedImage{}, err
 	}

@@ -133,6 +133,11 @@ func levelErr(top string, base bool, err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) && pe.Op == "open" {
 		err = &pathErr{pe}
+		// Worded for the common case, a symlink at the name (the name
+		// is only looked at again to say so).
+		if fi, lerr := os.Lstat(pe.Path); errors.Is(err, ErrNotBeneath) && lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			err = fmt.Errorf("%s is a symlink: refused, disk images are opened by their own name (name the file it leads to): %w", pe.Path, ErrNotBeneath)
+		}
 	}
 	if base {
 		return fmt.Errorf("%s's base image %w", top, err)

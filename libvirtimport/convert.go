@@ -36,6 +36,12 @@ type Options struct {
 	// with its initrd and command line) is in Dropped with its error.
 	// vmsup import gives the host's places (supervisor.CheckPath).
 	CheckPath func(field, path string) error
+	// CheckDisk, when set, is asked about each disk whose paths passed
+	// CheckPath, as vmsup would open it: its image and backing chain as
+	// objects (hard links, an external data file, a protocol base). A disk
+	// it refuses is dropped with its error. vmsup import gives
+	// supervisor.CheckDisk.
+	CheckDisk func(d spec.Disk) error
 	// NoSEV is why this host cannot run AMD SEV guests ("" when it can,
 	// or when nobody asked: hostcaps.SEVReason). An SEV domain is carried
 	// over either way (never as an unencrypted VM); with a reason its line
@@ -68,7 +74,7 @@ func ConvertWith(domainXML []byte, source string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a libvirt domain XML: %w", source, err)
 	}
-	c := &converter{dom: &dom, check: o.CheckPath, noSEV: o.NoSEV, networks: map[string]bool{}}
+	c := &converter{dom: &dom, check: o.CheckPath, disk: o.CheckDisk, noSEV: o.NoSEV, networks: map[string]bool{}}
 	for _, n := range o.ManagedNetworks {
 		c.networks[n] = true
 	}
@@ -163,6 +169,7 @@ type converter struct {
 	// structural check does not list what is below them again.
 	covered [][]seg
 	check   func(field, path string) error // Options.CheckPath
+	disk    func(d spec.Disk) error        // Options.CheckDisk
 	noSEV   string                         // Options.NoSEV
 	// networks are Options.ManagedNetworks.
 	networks map[string]bool

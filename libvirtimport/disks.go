@@ -60,6 +60,9 @@ func (c *converter) disks(disks []libvirtxml.DomainDisk) {
 		}
 		seen[m.out.Name] = true
 		m.driver()
+		if !m.objects() {
+			continue
+		}
 		m.extras()
 		c.out.Disks = append(c.out.Disks, m.out)
 	}
@@ -219,6 +222,24 @@ func (m *diskMapper) hostPaths() bool {
 			m.drop("%s", why)
 			return false
 		}
+	}
+	return true
+}
+
+// objects: the host allows the disk's image and chain as objects
+// (Options.CheckDisk); false drops the disk, saying why.
+func (m *diskMapper) objects() bool {
+	o := &m.out
+	if m.c.disk == nil || (o.Type != spec.DiskFile && o.Type != spec.DiskISO) {
+		return true
+	}
+	d := spec.Disk{Name: o.Name, Type: o.Type, File: o.File, Format: o.Format, ReadOnly: o.ReadOnly}
+	if d.Format == "" && d.Type == spec.DiskFile && strings.HasSuffix(strings.ToLower(d.File), ".qcow2") {
+		d.Format = spec.FormatQcow2 // left out of the file as spec's default; opened as it
+	}
+	if err := m.c.disk(d); err != nil {
+		m.drop("source %v", err)
+		return false
 	}
 	return true
 }

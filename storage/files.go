@@ -2,12 +2,11 @@ package storage
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os/exec"
+	"os"
 	"path/filepath"
-	"strings"
+	"slices"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -44,7 +43,7 @@ func DiskFiles(ctx context.Context, d spec.Disk) ([]FileUse, error) {
 	chain := []string{d.File}
 	if d.Format == spec.FormatQcow2 {
 		var err error
-		if chain, err = backingChain(ctx, d.File); err != nil {
+		if chain, err = backingChain(ctx, d.File, d.Format); err != nil {
 			return nil, err
 		}
 	}
@@ -59,33 +58,59 @@ func DiskFiles(ctx context.Context, d spec.Disk) ([]FileUse, error) {
 	return out, nil
 }
 
-// backingChain returns the image and every file below it, top first, as
-// qemu-img reads them (so a relative backing name resolves as QEMU will).
-// -U: the image may be in use by its running VM (a profile printed for it).
-func backingChain(ctx context.Context, file string) ([]string, error) {
-	out, err := exec.CommandContext(ctx, "qemu-img", "info", "--backing-chain", "--output=json", "-U", file).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+// backingChain returns the image and every file below it, top first,
+// read from each file's own header (ReadHeader) so that nothing runs and
+// nothing is connected to: a base that is not a plain file path, an
+// external data file or a base without its format is refused. A relative
+// backing name resolves against the image above, as QEMU takes it.
+func backingChain(ctx context.Context, file, format string) ([]string, error) {
+	var chain []string
+	path := file
+	for path != "" {
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("read backing chain of %s: %w", file, err)
-	}
-	var infos []struct {
-		Filename string `json:"filename"`
-	}
-	if err := json.Unmarshal(out, &infos); err != nil {
-		return nil, fmt.Errorf("read backing chain of %s: %w", file, err)
-	}
-	chain := make([]string, 0, len(infos))
-	for _, in := range infos {
-		a, err := filepath.Abs(in.Filename)
-		if err != nil || strings.Contains(in.Filename, ":") && !strings.HasPrefix(in.Filename, "/") {
-			return nil, fmt.Errorf("backing file %q of %s is not a local file", in.Filename, file)
+		if len(chain) >= maxChain || slices.Contains(chain, path) {
+			return nil, fmt.Errorf("backing chain of %s: %w", file, ErrChainLoop)
+		}
+		a, err := filepath.Abs(path)
+		if err != nil {
+			return nil, err
 		}
 		chain = append(chain, a)
+		h, err := headerAt(a, format)
+		if err != nil {
+			return nil, fmt.Errorf("read backing chain of %s: %w", file, err)
+		}
+		if h.Backing == "" {
+			break
+		}
+		if h.BackingFormat == "" {
+			return nil, fmt.Errorf("read backing chain of %s: %s %w", file, a, ErrNoBackingFormat)
+		}
+		path, format = h.Backing, h.BackingFormat
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(filepath.Dir(a), path)
+		}
 	}
 	return chain, nil
+}
+
+// headerAt reads the header of the file at path (no FIFO hang).
+func headerAt(path, format string) (Header, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return Header{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Header{}, err
+	}
+	if !st.Mode().IsRegular() {
+		return Header{}, fmt.Errorf("%s %w", path, ErrNotDiskObject)
+	}
+	return ReadHeader(f, format, st.Size())
 }
 
 // ImageID names the host object behind path, to find one image under two

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/vmsup/vmsup/spec"
@@ -86,6 +85,9 @@ func qcow2Header(info ImageInfo, buf []byte) (ImageInfo, bool, error) {
 	info.VirtualSize = int64(be.Uint64(buf[24:]))
 	extAt := uint64(qcow2V2HeaderLen)
 	if version == 3 {
+		if len(buf) >= 104 && be.Uint64(buf[72:])&qcow2IncompatData != 0 {
+			return info, true, fmt.Errorf("%s %w: refused, QEMU would open it unchecked", info.Filename, ErrExternalDataFile)
+		}
 		if len(buf) < 104 || be.Uint64(buf[72:])&^qcow2KnownIncompat != 0 {
 			return info, false, nil
 		}
@@ -99,9 +101,13 @@ func qcow2Header(info ImageInfo, buf []byte) (ImageInfo, bool, error) {
 		return info, false, nil
 	}
 	name := string(buf[bOff : bOff+bLen])
+	if err := PlainFilePath(name); err != nil {
+		// qemu-img info would not connect, but what asks next would.
+		return info, true, fmt.Errorf("%s: backing file %w", info.Filename, err)
+	}
 	fmtName, ok := qcow2BackingFormat(buf, extAt, bOff)
-	if !ok || fmtName == "" || (strings.Contains(name, ":") && !strings.HasPrefix(name, "/")) {
-		return info, false, nil // a probed format or a protocol: qemu-img knows
+	if !ok || fmtName == "" {
+		return info, false, nil // a probed format: qemu-img knows
 	}
 	info.BackingFilename, info.BackingFormat = name, fmtName
 	full := name

@@ -2,12 +2,15 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/vmsup/vmsup/internal/confine"
+	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/hugepages"
 	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/spec"
+	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -32,7 +35,18 @@ type Confinement = confine.Status
 func (s *Supervisor) confiner() *confine.Manager {
 	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
 		ImageDirs: append(slices.Clip(s.opts.ImageDirs), imagestore.Dir(s.opts.Root)), AppArmorUnusable: s.hostFacts().AppArmorUnusable, VFIO: s.vfio(), Logger: s.opts.Logger,
-		Hugetlbfs: hugepages.Host{}.DirOf}
+		Hugetlbfs: hugepages.Host{}.DirOf, OpenDisk: s.openDisk, DiskPlace: s.places().DiskPlace}
+}
+
+// openDisk opens d's image and chain beneath this host's places and checks
+// the objects (hostpaths.Places.OpenDisk); nil, nil for a disk with no
+// image file of its own to open.
+func (s *Supervisor) openDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
+	o, err := s.places().OpenDisk(ctx, d)
+	if errors.Is(err, hostpaths.ErrNoObject) {
+		return nil, nil
+	}
+	return o, err
 }
 
 // ConfinePaths extends a running VM's confinement by files it is about to

@@ -50,6 +50,14 @@ func (s *Supervisor) checkPaths(ctx context.Context, f *spec.File) (refused []st
 	return s.places().CheckFile(ctx, f)
 }
 
+// CheckDisk checks a disk given alone (vmsup import asks it of each disk
+// it would write) as up would: its host paths against the places, and
+// its image and backing chain opened beneath them as objects (one link,
+// no external data file, no protocol base), connecting nowhere.
+func (s *Supervisor) CheckDisk(ctx context.Context, d spec.Disk) error {
+	return s.places().CheckDisk(ctx, d)
+}
+
 // checkDiskPaths is CheckPaths for a disk given alone (hostpaths CheckDisk).
 func (s *Supervisor) checkDiskPaths(ctx context.Context, d spec.Disk) error {
 	return s.places().CheckDisk(ctx, d)

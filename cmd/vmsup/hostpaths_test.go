@@ -62,6 +62,9 @@ func TestCLIHostPathsRefused(t *testing.T) {
 		}
 		file := write(t, dir, name+".toml", guestTOML(name, "")+fmt.Sprintf("[[disk]]\nname = \"data\"\nfile = %q\nformat = %q\n", p, format))
 		want := fmt.Sprintf("%s.toml:12:1: disk[0].file: %s", name, p)
+		if p == evil { // refused when its chain is opened, naming the VM and disk
+			want = fmt.Sprintf("%s.toml:12:1: disk[0].file: vm %q: disk \"data\": %s's base image /etc/shadow", name, name, p)
+		}
 		for _, verb := range []string{"validate", "up"} {
 			r := vmsup(t, root, "", verb, file)
 			line := strings.TrimSuffix(r.stderr, "\n")

@@ -12,6 +12,7 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/userfile"
 	"github.com/vmsup/vmsup/libvirtimport"
+	"github.com/vmsup/vmsup/spec"
 )
 
 // importJSON is what `vmsup import --json` prints.
@@ -65,7 +66,7 @@ func importCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("managed networks: %w", err)
 			}
-			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath, NoSEV: hostcaps.SEVReason(), ManagedNetworks: networks})
+			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath, CheckDisk: func(d spec.Disk) error { return sup.CheckDisk(cmd.Context(), d) }, NoSEV: hostcaps.SEVReason(), ManagedNetworks: networks})
 			if err != nil {
 				return err
 			}

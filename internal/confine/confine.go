@@ -35,7 +35,6 @@ import (
 
 	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/posixacl"
 	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
@@ -61,6 +60,14 @@ type Manager struct {
 	// are found (/dev/vfio/vfio and each IOMMU group's).
 	VFIO   vfio.Host
 	Logger *slog.Logger
+	// OpenDisk opens a disk's image and backing chain beneath the host's
+	// places and checks the objects (hostpaths.Places.OpenDisk); nil, nil
+	// for a disk with no image file to open. Its grants are made through
+	// those descriptors. nil: disks are granted by name.
+	OpenDisk func(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
+	// DiskPlace is the place a disk file lies in (hostpaths.Places.DiskPlace):
+	// a hot-plugged disk's files are opened beneath it and granted by object.
+	DiskPlace storage.Placer
 }
 
 // SharedQEMUUser is the one system user all VMs' QEMUs run as when asked
@@ -138,6 +145,9 @@ type aclGrant struct {
 	Path string `json:"path"`
 	Perm uint16 `json:"perm"`
 	Prev int    `json:"prev"` // the user's entry before (-1 none)
+	// The object granted (through its descriptor), found again by these
+	// and never by the name alone (objects.go).
+	Object *grantObject `json:"object,omitempty"`
 }
 
 type chownRecord struct {
@@ -150,6 +160,10 @@ type need struct {
 	path, mode, field string
 	disk              bool // subject to the image-directory rule
 	noProfile         bool // not QEMU's: left out of the AppArmor profile
+	// file is the checked object to grant through (nil: by name); place
+	// the directory it was opened beneath.
+	file  *os.File
+	place string
 }
 
 func (m *Manager) securityDir() string { return filepath.Join(m.Root, "security") }
@@ -167,6 +181,7 @@ func (m *Manager) Check(ctx context.Context, f *spec.File, p vmstate.Paths, acce
 	if err != nil {
 		return err
 	}
+	defer closeNeeds(needs)
 	if err := m.checkImageDirs(f, needs); err != nil {
 		return err
 	}
@@ -200,6 +215,7 @@ func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	if err != nil {
 		return nil, err
 	}
+	defer closeNeeds(needs)
 	mode := vm.Security.AppArmor
 	aaWhy := m.AppArmorUnusable
 	if err := m.Check(ctx, f, p, accel); err != nil {
@@ -249,16 +265,9 @@ func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 // vmNeeds lists every host path the VM's QEMU and stop hook use.
 func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, accel spec.Accel) ([]need, error) {
 	vm := &f.VM
-	var ns []need
-	for i, d := range vm.Disks {
-		field := fmt.Sprintf("%s: disk[%d] %q", f.Path, i, d.Name)
-		files, err := storage.DiskFiles(ctx, d)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		for _, r := range files {
-			ns = append(ns, need{path: r.Path, mode: r.Mode, field: field, disk: true})
-		}
+	ns, err := m.diskNeeds(ctx, f)
+	if err != nil {
+		return nil, err
 	}
 	for _, b := range []struct{ field, path string }{{"boot.kernel", vm.Boot.Kernel}, {"boot.initrd", vm.Boot.Initrd}} {
 		if b.path != "" {
@@ -457,21 +466,30 @@ func (m *Manager) giveStateDir(c *Record, p vmstate.Paths) error {
 // but not made restores what the path has anyway.
 func (m *Manager) grantNeeds(name string, c *Record, ns []need) error {
 	type grant struct {
-		path string
-		want uint16
+		path  string
+		want  uint16
+		file  *os.File
+		place string
 	}
 	var plan []grant
 	at := map[string]int{}
-	add := func(path string, want uint16) {
+	add := func(path string, want uint16, n *need) {
 		if !slices.Contains(c.Uses, path) {
 			c.Uses = append(c.Uses, path)
 		}
 		if i, ok := at[path]; ok {
 			plan[i].want |= want
+			if n != nil && n.file != nil {
+				plan[i].file, plan[i].place = n.file, n.place
+			}
 			return
 		}
 		at[path] = len(plan)
-		plan = append(plan, grant{path, want})
+		g := grant{path: path, want: want}
+		if n != nil {
+			g.file, g.place = n.file, n.place
+		}
+		plan = append(plan, g)
 	}
 	for _, n := range ns {
 		path := filepath.Clean(n.path)
@@ -487,24 +505,28 @@ func (m *Manager) grantNeeds(name string, c *Record, ns []need) error {
 			}
 		}
 		for _, d := range chain {
-			add(d, 1)
+			add(d, 1, nil)
 		}
-		add(path, want)
+		add(path, want, &n)
 	}
 	var todo []aclGrant
+	var files []*os.File // todo's objects, nil where granted by name
 	for _, g := range plan {
-		ok, err := posixacl.HasAccess(g.path, c.UID, c.GID, nil, g.want)
+		ok, prev, err := lacks(g.path, g.file, c, g.want)
 		if err != nil {
 			return err
 		}
 		if ok {
 			continue
 		}
-		prev, err := posixacl.UserEntry(g.path, c.UID)
-		if err != nil {
-			return err
+		ag := aclGrant{Path: g.path, Perm: g.want, Prev: prev}
+		if g.file != nil {
+			if ag.Object, err = objectOf(g.file, g.place); err != nil {
+				return err
+			}
 		}
-		todo = append(todo, aclGrant{Path: g.path, Perm: g.want, Prev: prev})
+		todo = append(todo, ag)
+		files = append(files, g.file)
 	}
 	if len(todo) == 0 {
 		return nil
@@ -514,9 +536,9 @@ func (m *Manager) grantNeeds(name string, c *Record, ns []need) error {
 		c.Grants = c.Grants[:len(c.Grants)-len(todo)]
 		return fmt.Errorf("record the grants before making them: %w", err)
 	}
-	for _, g := range todo {
-		if _, err := posixacl.GrantUser(g.Path, c.UID, g.Perm); err != nil {
-			return fmt.Errorf("give %s access to %s: %w", c.User, g.Path, err)
+	for i, g := range todo {
+		if err := grantOne(g, files[i], c); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -570,6 +592,7 @@ func (m *Manager) Profile(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	if err != nil {
 		return nil, err
 	}
+	defer closeNeeds(ns)
 	return m.buildProfile(&f.VM, p, ns)
 }
 

@@ -35,13 +35,19 @@ func (m *Manager) Extend(ctx context.Context, name string, rules ...units.PathRu
 		}
 		defer unlock()
 		var ns []need
+		defer func() { closeNeeds(ns) }()
 		for _, r := range rules {
 			if c.Profile != nil {
 				if err := c.Profile.AddPath(r); err != nil {
 					return err
 				}
 			}
-			ns = append(ns, need{path: r.Path, mode: r.Mode})
+			// A disk's file in a place: granted through the object checked.
+			f, place, err := m.openRule(r.Path)
+			if err != nil {
+				return err
+			}
+			ns = append(ns, need{path: r.Path, mode: r.Mode, file: f, place: place})
 		}
 		return m.grantNeeds(name, c, ns)
 	})
@@ -201,6 +207,9 @@ func (m *Manager) release(c *Record) error {
 }
 
 func (m *Manager) releaseGrant(c *Record, g aclGrant) error {
+	if g.Object != nil {
+		return revokeObject(c, g)
+	}
 	if err := posixacl.RevokeUser(g.Path, c.UID, g.Prev); err != nil {
 		return fmt.Errorf("take back %s's access to %s: %w", c.User, g.Path, err)
 	}

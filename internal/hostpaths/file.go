@@ -2,19 +2,17 @@ package hostpaths
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 )
-
-// chainTimeout bounds reading one image's backing chain for the check.
-const chainTimeout = 30 * time.Second
 
 // CheckFile checks every host path f names against the places, after
 // symlinks and "..", and the bases an existing qcow2 image's header names
@@ -38,7 +36,7 @@ func (p *Places) CheckFile(ctx context.Context, f *spec.File) (refused []string,
 			continue
 		}
 		if err := checkChain(ctx, p, d); err != nil {
-			errs = append(errs, f.Errorf(disk+".file", "%v", err))
+			errs = append(errs, f.Errorf(disk+".file", "vm %q: disk %q: %v", f.VM.Name, d.Name, err))
 			refused = append(refused, disk+".file")
 		}
 	}
@@ -60,37 +58,98 @@ func (p *Places) CheckDisk(ctx context.Context, d spec.Disk) error {
 	return nil
 }
 
-// checkChain checks the bases of d's image, when it is an existing qcow2
-// image: its header, which whoever could write the image wrote, names them
-// (a guest that wrote a qcow2 header into a raw disk it had could name
-// /etc/shadow). One that is missing is created at start on the disk's
-// backing key, which is checked as a key; an unreadable chain is the
-// storage check's to report.
+// checkChain opens d's image and the bases its headers name as QEMU will
+// be given them (OpenDisk) and closes them: a check of the objects, not of
+// names. A missing image is created at start on the disk's backing key,
+// which is checked as a key.
 func checkChain(ctx context.Context, p *Places, d spec.Disk) error {
-	if d.Type != spec.DiskFile || d.Format != spec.FormatQcow2 {
+	o, err := p.OpenDisk(ctx, d)
+	if errors.Is(err, ErrNoObject) {
 		return nil
 	}
-	if _, err := os.Stat(d.File); err != nil {
-		return nil
+	o.Close()
+	return err
+}
+
+// ErrNoObject is OpenDisk's answer for a disk with no image file of its own
+// to open now: a network or seed disk, a block device, an image made at
+// start.
+var ErrNoObject = errors.New("no image file to open")
+
+// OpenDisk opens the image of d (type file, or an ISO in an image place)
+// and its whole backing chain, each level beneath the place it lies in
+// with no symlink on the way, and checks the opened objects
+// (storage.OpenDisk): one link, the owner, the qcow2 header read from the
+// descriptor. Nothing is connected to and no program runs. The caller
+// closes the result (or hands its descriptors on).
+func (p *Places) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, chainTimeout)
-	defer cancel()
-	files, err := storage.DiskFiles(ctx, d)
-	if err != nil || len(files) < 2 {
-		return nil
-	}
-	above := d.File
-	for _, b := range files[1:] {
-		path := b.Path
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(filepath.Dir(above), path) // as QEMU takes a relative base
+	switch {
+	case d.File == "":
+		return nil, ErrNoObject
+	case d.Type == spec.DiskISO:
+		if _, err := p.DiskPlace(d.File, false); err != nil {
+			return nil, ErrNoObject // a block device's ISO: its entry is checked by name
 		}
-		if err := p.Check("backing", path); err != nil {
-			return fmt.Errorf("%s's base image %w", d.File, err)
-		}
-		above = path
+	case d.Type != spec.DiskFile:
+		return nil, ErrNoObject
 	}
-	return nil
+	abs, err := absolute(d.File)
+	if err != nil {
+		return nil, err
+	}
+	d.File = filepath.Clean(abs)
+	o, err := storage.OpenDisk(d, p.DiskPlace, storage.OpenLimits{})
+	if errors.Is(err, fs.ErrNotExist) && !statExists(d.File) {
+		return nil, ErrNoObject
+	}
+	return o, err
+}
+
+// statExists: something is at path (a missing top is made at start; a
+// missing base is the chain's error).
+func statExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// DiskPlace is the place path (absolute, clean) lies in as written, no
+// symlink resolved: an image directory or allowed place, or for a base
+// (base true) also the image store. The opener then refuses any symlink
+// beneath it. Outside them: the error Check gives, or says the path
+// reaches its place through a symlink.
+func (p *Places) DiskPlace(path string, base bool) (string, error) {
+	dirs := append(append([]string{}, p.ImageDirs...), p.AllowPaths...)
+	if base {
+		dirs = append(dirs, p.Store)
+	}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		for _, dd := range []string{filepath.Clean(d), resolvedOr(d)} {
+			if within(dd, path) && dd != path {
+				return dd, nil
+			}
+		}
+	}
+	field := "file"
+	if base {
+		field = "backing"
+	}
+	if err := p.Check(field, path); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("%s is in its place only through a symlink (%w): name the file itself", path, storage.ErrNotBeneath)
+}
+
+func resolvedOr(dir string) string {
+	if r, err := Resolve(dir); err == nil {
+		return r
+	}
+	return filepath.Clean(dir)
 }
 
 // WithoutFields drops from err (a check's *spec.Error or *spec.Errors)

@@ -32,15 +32,66 @@ type aclEntry struct {
 	ID        uint32
 }
 
+// target is the file an ACL is read from and written to: by name, or
+// through an open descriptor (the object vmsup checked, whatever its name
+// leads to by now).
+type target struct {
+	path string
+	f    *os.File
+}
+
+func (t target) name() string {
+	if t.f != nil {
+		return t.f.Name()
+	}
+	return t.path
+}
+
+func (t target) stat() (os.FileInfo, error) {
+	if t.f != nil {
+		return t.f.Stat()
+	}
+	return os.Stat(t.path)
+}
+
+func (t target) getxattr(buf []byte) (int, error) {
+	if t.f != nil {
+		return unix.Fgetxattr(int(t.f.Fd()), aclXattr, buf)
+	}
+	return unix.Getxattr(t.path, aclXattr, buf)
+}
+
+func (t target) setxattr(buf []byte) error {
+	if t.f != nil {
+		return unix.Fsetxattr(int(t.f.Fd()), aclXattr, buf, 0)
+	}
+	return unix.Setxattr(t.path, aclXattr, buf, 0)
+}
+
+func (t target) removexattr() error {
+	if t.f != nil {
+		return unix.Fremovexattr(int(t.f.Fd()), aclXattr)
+	}
+	return unix.Removexattr(t.path, aclXattr)
+}
+
+func (t target) chmod(m os.FileMode) error {
+	if t.f != nil {
+		return t.f.Chmod(m)
+	}
+	return os.Chmod(t.path, m)
+}
+
 // readACL returns the file's access ACL, or the three entries equivalent to
 // its mode when it has none.
-func readACL(path string) ([]aclEntry, os.FileInfo, error) {
-	fi, err := os.Stat(path)
+func readACL(t target) ([]aclEntry, os.FileInfo, error) {
+	path := t.name()
+	fi, err := t.stat()
 	if err != nil {
 		return nil, nil, err
 	}
 	buf := make([]byte, 4096)
-	n, err := unix.Getxattr(path, aclXattr, buf)
+	n, err := t.getxattr(buf)
 	if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.EOPNOTSUPP) {
 		m := uint16(fi.Mode().Perm())
 		return []aclEntry{{aclUserObj, m >> 6 & 7, 0}, {aclGroupObj, m >> 3 & 7, 0}, {aclOther, m & 7, 0}}, fi, nil
@@ -61,7 +112,8 @@ func readACL(path string) ([]aclEntry, os.FileInfo, error) {
 
 // writeACL stores es (recomputing the mask), or removes the ACL when only
 // the three mode entries are left.
-func writeACL(path string, es []aclEntry) error {
+func writeACL(t target, es []aclEntry) error {
+	path := t.name()
 	var mask uint16
 	named := false
 	var kept []aclEntry
@@ -78,11 +130,11 @@ func writeACL(path string, es []aclEntry) error {
 		kept = append(kept, e)
 	}
 	if !named {
-		if err := unix.Removexattr(path, aclXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+		if err := t.removexattr(); err != nil && !errors.Is(err, unix.ENODATA) {
 			return fmt.Errorf("remove ACL of %s: %w", path, err)
 		}
 		// The mode's group bits showed the mask; give them back the group's own.
-		fi, err := os.Stat(path)
+		fi, err := t.stat()
 		if err != nil {
 			return err
 		}
@@ -92,7 +144,7 @@ func writeACL(path string, es []aclEntry) error {
 				m |= os.FileMode(e.Perm) << 3
 			}
 		}
-		return os.Chmod(path, m|fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky))
+		return t.chmod(m | fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky))
 	}
 	kept = append(kept, aclEntry{aclMask, mask, 0})
 	// The kernel wants entries ordered by tag, then id.
@@ -113,7 +165,7 @@ func writeACL(path string, es []aclEntry) error {
 		}
 		binary.LittleEndian.PutUint32(b[4:], id)
 	}
-	if err := unix.Setxattr(path, aclXattr, buf, 0); err != nil {
+	if err := t.setxattr(buf); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return fmt.Errorf("%s: its filesystem has no POSIX ACLs: %w", path, err)
 		}
@@ -126,7 +178,16 @@ func writeACL(path string, es []aclEntry) error {
 // groups) has every permission bit in want (4 r, 2 w, 1 x) on path, by the
 // kernel's ACL algorithm.
 func HasAccess(path string, uid, gid uint32, groups []uint32, want uint16) (bool, error) {
-	es, fi, err := readACL(path)
+	return hasAccess(target{path: path}, uid, gid, groups, want)
+}
+
+// HasAccessFile is HasAccess on the object f is open on.
+func HasAccessFile(f *os.File, uid, gid uint32, groups []uint32, want uint16) (bool, error) {
+	return hasAccess(target{f: f}, uid, gid, groups, want)
+}
+
+func hasAccess(t target, uid, gid uint32, groups []uint32, want uint16) (bool, error) {
+	es, fi, err := readACL(t)
 	if err != nil {
 		return false, err
 	}
@@ -181,22 +242,41 @@ func HasAccess(path string, uid, gid uint32, groups []uint32, want uint16) (bool
 // GrantUser adds want to uid's named entry on path and returns that entry's
 // previous permissions (-1: there was none), for RevokeUser.
 func GrantUser(path string, uid uint32, want uint16) (int, error) {
-	es, _, err := readACL(path)
+	return grantUser(target{path: path}, uid, want)
+}
+
+// GrantUserFile is GrantUser on the object f is open on (fsetxattr): a
+// name swapped since f was opened cannot move the grant.
+func GrantUserFile(f *os.File, uid uint32, want uint16) (int, error) {
+	return grantUser(target{f: f}, uid, want)
+}
+
+func grantUser(t target, uid uint32, want uint16) (int, error) {
+	es, _, err := readACL(t)
 	if err != nil {
 		return 0, err
 	}
 	for i, e := range es {
 		if e.Tag == aclUser && e.ID == uid {
 			es[i].Perm |= want
-			return int(e.Perm), writeACL(path, es)
+			return int(e.Perm), writeACL(t, es)
 		}
 	}
-	return -1, writeACL(path, append(es, aclEntry{aclUser, want, uid}))
+	return -1, writeACL(t, append(es, aclEntry{aclUser, want, uid}))
 }
 
 // RevokeUser restores uid's named entry on path to prev (-1 removes it).
 func RevokeUser(path string, uid uint32, prev int) error {
-	es, _, err := readACL(path)
+	return revokeUser(target{path: path}, uid, prev)
+}
+
+// RevokeUserFile is RevokeUser on the object f is open on.
+func RevokeUserFile(f *os.File, uid uint32, prev int) error {
+	return revokeUser(target{f: f}, uid, prev)
+}
+
+func revokeUser(t target, uid uint32, prev int) error {
+	es, _, err := readACL(t)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -213,13 +293,22 @@ func RevokeUser(path string, uid uint32, prev int) error {
 		}
 		out = append(out, e)
 	}
-	return writeACL(path, out)
+	return writeACL(t, out)
 }
 
 // UserEntry returns uid's named entry's permissions on path (-1: none), the
 // value RevokeUser restores.
 func UserEntry(path string, uid uint32) (int, error) {
-	es, _, err := readACL(path)
+	return userEntry(target{path: path}, uid)
+}
+
+// UserEntryFile is UserEntry on the object f is open on.
+func UserEntryFile(f *os.File, uid uint32) (int, error) {
+	return userEntry(target{f: f}, uid)
+}
+
+func userEntry(t target, uid uint32) (int, error) {
+	es, _, err := readACL(t)
 	if err != nil {
 		return 0, err
 	}

@@ -55,3 +55,46 @@ func TestACLGrantRevoke(t *testing.T) {
 		t.Fatal("revoke left w")
 	}
 }
+
+// TestACLGrantByObject: a grant through a descriptor lands on the object
+// it is open on, even when the name was swapped (to a symlink to another
+// file) in between, and is taken back from it the same way.
+func TestACLGrantByObject(t *testing.T) {
+	dir := t.TempDir()
+	img, secret := filepath.Join(dir, "img"), filepath.Join(dir, "secret")
+	for _, p := range []string{img, secret} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Rename(img, img+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, img); err != nil {
+		t.Fatal(err)
+	}
+	const uid = 4242
+	if prev, err := GrantUserFile(f, uid, 6); err != nil || prev != -1 {
+		t.Fatalf("grant: prev %d %v", prev, err)
+	}
+	if e, _ := UserEntry(secret, uid); e != -1 {
+		t.Fatalf("the secret got entry %o", e)
+	}
+	if e, _ := UserEntryFile(f, uid); e != 6 {
+		t.Fatalf("the opened object's entry: %d", e)
+	}
+	if ok, _ := HasAccessFile(f, uid, uid, nil, 6); !ok {
+		t.Fatal("no rw through the descriptor")
+	}
+	if err := RevokeUserFile(f, uid, -1); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := UserEntry(img+".away", uid); e != -1 {
+		t.Fatalf("entry left: %o", e)
+	}
+}

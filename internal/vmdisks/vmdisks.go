@@ -239,6 +239,13 @@ func (m Manager) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 					return err
 				}
 				prepared = append(prepared, pr)
+				// The objects again, as they are now (validate's were
+				// closed, a name may lead elsewhere since) and a new
+				// image with its chain; confinement grants the ones it
+				// opens itself.
+				if err := m.checkObjects(ctx, f, d); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
@@ -249,6 +256,18 @@ func (m Manager) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 			prepared = nil
 		},
 	}}
+}
+
+// checkObjects is CheckPaths on a disk about to boot: one line naming the
+// VM, the disk and the file.
+func (m Manager) checkObjects(ctx context.Context, f *spec.File, d spec.Disk) error {
+	if m.CheckPaths == nil || d.Type != spec.DiskFile {
+		return nil
+	}
+	if err := m.CheckPaths(ctx, d); err != nil {
+		return fmt.Errorf("vm %q: disk %q: %w", f.VM.Name, d.Name, err)
+	}
+	return nil
 }
 
 // Reuse: a local migration's new QEMU opens the file's block devices too.

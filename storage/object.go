@@ -28,6 +28,13 @@ var ErrNotBeneath = errors.New("outside its directory or through a symlink")
 // is opened with O_PATH|O_DIRECTORY and must not be a symlink at its last
 // component.
 func OpenBeneath(dir, name string, flags int) (*os.File, error) {
+	return openBeneath(dir, name, func(dfd int, rel string) (int, error) { return openat2Beneath(dfd, rel, flags) })
+}
+
+// openBeneath resolves name against dir as OpenBeneath says and opens it
+// with open (openat2 beneath dfd, as the caller or as another user), giving
+// a name that leaves dir or goes through a link the ErrNotBeneath error.
+func openBeneath(dir, name string, open func(dfd int, rel string) (int, error)) (*os.File, error) {
 	rel, err := relBeneath(dir, name)
 	if err != nil {
 		return nil, err
@@ -37,17 +44,7 @@ func OpenBeneath(dir, name string, flags int) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(dfd)
-	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	}
-	var fd int
-	for {
-		fd, err = unix.Openat2(dfd, rel, &how)
-		if err != unix.EINTR && err != unix.EAGAIN {
-			break
-		}
-	}
+	fd, err := open(dfd, rel)
 	full := filepath.Join(dir, rel)
 	switch {
 	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
@@ -56,6 +53,20 @@ func OpenBeneath(dir, name string, flags int) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: full, Err: err}
 	}
 	return os.NewFile(uintptr(fd), full), nil
+}
+
+// openat2Beneath is OpenBeneath's openat2 of rel in dfd.
+func openat2Beneath(dfd int, rel string, flags int) (int, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	for {
+		fd, err := unix.Openat2(dfd, rel, &how)
+		if err != unix.EINTR && err != unix.EAGAIN {
+			return fd, err
+		}
+	}
 }
 
 // relBeneath is name relative to dir, refused if it lexically leaves dir.

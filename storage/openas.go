@@ -1,10 +1,8 @@
 package storage
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -26,58 +24,30 @@ type Cred struct {
 // is changed for it and given back after (or, if that fails, the thread
 // is never handed back to the runtime).
 func OpenBeneathAs(dir, name string, flags int, cred Cred) (*os.File, error) {
-	rel, err := relBeneath(dir, name)
-	if err != nil {
-		return nil, err
-	}
-	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(dfd)
-	type result struct {
-		fd  int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		restore, err := becomeFS(cred)
-		if err == nil {
-			fd, oerr := openat2Beneath(dfd, rel, flags)
-			done <- result{fd, oerr}
-		} else {
-			done <- result{-1, err}
+	return openBeneath(dir, name, func(dfd int, rel string) (int, error) {
+		type result struct {
+			fd  int
+			err error
 		}
-		// A thread whose identity could not be given back ends with this
-		// goroutine (the main thread is parked for good instead).
-		if restore != nil && restore() == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	r := <-done
-	full := filepath.Join(dir, rel)
-	switch {
-	case errors.Is(r.err, unix.EXDEV), errors.Is(r.err, unix.ELOOP):
-		return nil, &os.PathError{Op: "open", Path: full, Err: ErrNotBeneath}
-	case r.err != nil:
-		return nil, &os.PathError{Op: "open", Path: full, Err: r.err}
-	}
-	return os.NewFile(uintptr(r.fd), full), nil
-}
-
-// openat2Beneath is OpenBeneath's openat2 of rel in dfd.
-func openat2Beneath(dfd int, rel string, flags int) (int, error) {
-	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	}
-	for {
-		fd, err := unix.Openat2(dfd, rel, &how)
-		if err != unix.EINTR && err != unix.EAGAIN {
-			return fd, err
-		}
-	}
+		done := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			restore, err := becomeFS(cred)
+			if err == nil {
+				fd, oerr := openat2Beneath(dfd, rel, flags)
+				done <- result{fd, oerr}
+			} else {
+				done <- result{-1, err}
+			}
+			// A thread whose identity could not be given back ends with this
+			// goroutine (the main thread is parked for good instead).
+			if restore != nil && restore() == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
+		r := <-done
+		return r.fd, r.err
+	})
 }
 
 // becomeFS gives the calling thread cred's groups, fs gid and fs uid (the

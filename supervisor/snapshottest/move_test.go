@@ -247,11 +247,12 @@ func moveAttached(t *testing.T, ctx context.Context, sup *supervisor.Supervisor,
 	if openBy(st, hot2) {
 		t.Fatalf("%s still open after the detach", hot2)
 	}
-	// The detached image is deleted: the unit's stop still works.
+	// The detached image is deleted: vmsup down powers the guest off by
+	// ACPI and the unit's stop hooks still run after it.
 	if err := os.Remove(hot2); err != nil {
 		t.Fatal(err)
 	}
-	supervisortest.StopByUnit(t, ctx, env.Systemd, "mvvm")
+	supervisortest.DownByACPI(t, ctx, sup, env.Systemd, "mvvm")
 }
 
 func waitWriter(t *testing.T, run func(string) string) {

@@ -175,10 +175,8 @@ func UpTOML(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, dir, 
 }
 
 // StopByUnit stops VM vm's unit with `systemctl stop`, as a host shutdown
-// does, and fails t unless its stop hooks ran and succeeded: the guest
-// powered off by ACPI (the ExecStop= hook's line), the ExecStopPost= hook
-// reported, and no spawn of the unit failed setting up its namespace (a
-// bind path the unit names that an operation deleted: 226/NAMESPACE).
+// does, and fails t unless its stop hooks ran and succeeded (stopHooksRan)
+// and the ExecStop= hook powered the guest off by ACPI.
 func StopByUnit(t testing.TB, ctx context.Context, sd *testenv.Systemd, vm string) {
 	t.Helper()
 	unit := "vmsup-" + vm + ".service"
@@ -186,24 +184,45 @@ func StopByUnit(t testing.TB, ctx context.Context, sd *testenv.Systemd, vm strin
 	if out, err := sd.Systemctl(ctx, "stop", unit); err != nil {
 		t.Fatalf("systemctl stop %s: %v\n%s", unit, err, out)
 	}
-	var j string
+	if j := stopHooksRan(t, ctx, sd, vm, before); !strings.Contains(j, supervisor.HookStop+" "+vm+": acpi") {
+		t.Fatalf("%s: systemctl stop did not power the guest off by ACPI; journal:\n%s", unit, Tail(j, 3000))
+	}
+}
+
+// DownByACPI is `vmsup down` of vm, failing t unless the guest powered
+// off by ACPI and the unit's stop hooks still ran and succeeded after it
+// (stopHooksRan).
+func DownByACPI(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, sd *testenv.Systemd, vm string) {
+	t.Helper()
+	before, _ := sd.Journal(ctx, "vmsup-"+vm+".service")
+	r, err := sup.Down(ctx, vm)
+	if err != nil || r.Step != supervisor.StoppedACPI {
+		t.Fatalf("down %s: %+v %v (want the guest's own ACPI power-off)", vm, r, err)
+	}
+	stopHooksRan(t, ctx, sd, vm, before)
+}
+
+// stopHooksRan waits for the ExecStopPost= hook's line in vm's unit journal
+// after before (the journal's text until the stop) and fails t if a spawn
+// of the unit failed setting up its namespace (a bind path the unit names
+// that an operation deleted: 226/NAMESPACE). It returns the new journal.
+func stopHooksRan(t testing.TB, ctx context.Context, sd *testenv.Systemd, vm, before string) string {
+	t.Helper()
+	unit := "vmsup-" + vm + ".service"
 	w := testenv.StartGuestWait("the stop-post hook's line in the journal", 10*time.Second)
 	for {
 		all, _ := sd.Journal(ctx, unit)
-		j = strings.TrimPrefix(all, before)
+		j := strings.TrimPrefix(all, before)
+		if strings.Contains(j, "226/NAMESPACE") || strings.Contains(j, "at step NAMESPACE") {
+			t.Fatalf("%s: a spawn of the unit failed setting up its namespace (a path it names is gone):\n%s", unit, Tail(j, 3000))
+		}
 		if strings.Contains(j, supervisor.HookPost+" "+vm+":") {
-			break
+			w.Done()
+			return j
 		}
 		if w.Expired() {
-			t.Fatalf("%s: no line of the stop-post hook after systemctl stop: %s; journal:\n%s", unit, w.Explain(), Tail(j, 3000))
+			t.Fatalf("%s: no line of the stop-post hook after the stop: %s; journal:\n%s", unit, w.Explain(), Tail(j, 3000))
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	w.Done()
-	if strings.Contains(j, "226/NAMESPACE") || strings.Contains(j, "at step NAMESPACE") {
-		t.Fatalf("%s: a spawn of the unit failed setting up its namespace (a path it names is gone):\n%s", unit, Tail(j, 3000))
-	}
-	if !strings.Contains(j, supervisor.HookStop+" "+vm+": acpi") {
-		t.Fatalf("%s: systemctl stop did not power the guest off by ACPI; journal:\n%s", unit, Tail(j, 3000))
 	}
 }

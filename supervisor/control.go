@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/display"
 	"github.com/vmsup/vmsup/internal/qmppolicy"
+	"github.com/vmsup/vmsup/internal/qmppolicy/qmpfds"
 	"github.com/vmsup/vmsup/spec"
 
 	"github.com/vmsup/vmsup/qmp"
@@ -92,7 +93,7 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	}
 	d, err := qmppolicy.Decide(command, s.qmpEnv(name))
 	var c *qmp.Conn
-	var files *rawFiles
+	var files *qmpfds.Files
 	if err == nil && len(d.Files) > 0 {
 		conn, release, serr := s.qmpSession(ctx, name)
 		if serr != nil {
@@ -101,7 +102,7 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 		defer release()
 		c = conn
 		if files, err = s.openRawFiles(ctx, name, c, d); files != nil {
-			defer files.close()
+			defer files.Close()
 		} else if _, ok := isRefusal(err); !ok {
 			return nil, err
 		}
@@ -136,7 +137,7 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	case verdict == qmppolicy.Unsafe:
 		return c.ExecuteRaw(ctx, command)
 	case files != nil:
-		return executeWithFDs(ctx, c, d, files)
+		return qmpfds.Execute(ctx, c, d, files)
 	}
 	// What was checked is what is sent: block options in their expanded form.
 	cmd, err := d.Encode()
@@ -229,4 +230,25 @@ func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Durati
 		return "", vmErr(name, fmt.Errorf("vnc: %w", err))
 	}
 	return pw, nil
+}
+
+// openRawFiles opens the files a passed raw command names, as QEMU's user
+// (package qmpfds).
+func (s *Supervisor) openRawFiles(ctx context.Context, name string, c *qmp.Conn, d *qmppolicy.Decision) (*qmpfds.Files, error) {
+	p := s.paths(name)
+	pid := qemuPID(name, p.QMP)
+	if pid <= 0 {
+		return nil, vmErr(name, fmt.Errorf("qmp: QEMU's process, whose user opens the command's files: %w", ErrNotRunning))
+	}
+	f, err := qmpfds.Open(ctx, c, p.Dir, pid, d)
+	if _, ok := isRefusal(err); err != nil && !ok {
+		return nil, vmErr(name, err)
+	}
+	return f, err
+}
+
+// isRefusal reports whether err is a policy refusal, and gives it.
+func isRefusal(err error) (*qmppolicy.Refusal, bool) {
+	var r *qmppolicy.Refusal
+	return r, errors.As(err, &r)
 }

@@ -1,8 +1,16 @@
-package supervisor
+// Package qmpfds hands QEMU the files a raw QMP command names as
+// descriptors. A raw command that passed the policy (package qmppolicy)
+// still names files of the VM's state directory, and QEMU would resolve
+// those names again when it opens them: a symlink swapped in between, or a
+// hard link to a host file, would give it another file than the one
+// checked. So vmsup opens each file itself, beneath the state directory
+// without following a symlink and with QEMU's own permissions, checks the
+// object it got, and passes QEMU the descriptor (/dev/fdset/N) in the
+// name's place. It does not decide what passes (qmppolicy does) or log.
+package qmpfds
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,22 +22,15 @@ import (
 	"github.com/vmsup/vmsup/storage"
 )
 
-// A raw command that passed the policy still names files of the state
-// directory, and QEMU would resolve those names again when it opens them:
-// a symlink swapped in between, or a hard link to a host file, would give
-// it another file than the one checked. So vmsup opens each file itself,
-// beneath the state directory without following a symlink and with QEMU's
-// own permissions, checks the object it got, and passes QEMU the
-// descriptor (/dev/fdset/N) in the name's place.
-
-// rawFiles are the opened files of one raw command: per qmppolicy
+// Files are the opened files of one raw command: per qmppolicy
 // HostFile, one descriptor per open mode QEMU may ask for.
-type rawFiles struct {
+type Files struct {
 	files [][]*os.File
 	sets  []int64 // the fd sets added, to take back if the command fails
 }
 
-func (r *rawFiles) close() {
+// Close closes every descriptor (QEMU keeps its own copies).
+func (r *Files) Close() {
 	for _, fs := range r.files {
 		for _, f := range fs {
 			f.Close()
@@ -37,32 +38,28 @@ func (r *rawFiles) close() {
 	}
 }
 
-// openRawFiles opens and checks the files d names. A file that is not one
-// the VM may be given (outside the state directory, through a symlink,
+// Open opens and checks the files d names, beneath the VM's state
+// directory dir and as the user of QEMU's process pid. A file that is not
+// one the VM may be given (outside the state directory, through a symlink,
 // hard-linked, not a regular file or block device, not QEMU's to open) is
-// a *qmppolicy.Refusal of class HostPath.
-func (s *Supervisor) openRawFiles(ctx context.Context, name string, c *qmp.Conn, d *qmppolicy.Decision) (*rawFiles, error) {
-	p := s.paths(name)
-	pid := qemuPID(name, p.QMP)
-	if pid <= 0 {
-		return nil, vmErr(name, fmt.Errorf("qmp: QEMU's process, whose user opens the command's files: %w", ErrNotRunning))
-	}
+// a *qmppolicy.Refusal of class HostPath; other errors are vmsup's.
+func Open(ctx context.Context, c *qmp.Conn, dir string, pid int, d *qmppolicy.Decision) (*Files, error) {
 	cred, err := storage.ProcCred(pid)
 	if err != nil {
-		return nil, vmErr(name, fmt.Errorf("qmp: QEMU's user: %w", err))
+		return nil, fmt.Errorf("qmp: QEMU's user: %w", err)
 	}
-	r := &rawFiles{}
+	r := &Files{}
 	for _, hf := range d.Files {
-		modes, err := rawFileModes(ctx, c, hf)
+		modes, err := fileModes(ctx, c, hf)
 		if err != nil {
-			r.close()
-			return nil, vmErr(name, fmt.Errorf("qmp: %s: %w", hf.Field, err))
+			r.Close()
+			return nil, fmt.Errorf("qmp: %s: %w", hf.Field, err)
 		}
 		var fs []*os.File
 		for _, flags := range modes {
-			f, err := openRawFile(p.Dir, hf.Path, flags, cred)
+			f, err := openFile(dir, hf.Path, flags, cred)
 			if err != nil {
-				r.close()
+				r.Close()
 				for _, f := range fs {
 					f.Close()
 				}
@@ -76,10 +73,10 @@ func (s *Supervisor) openRawFiles(ctx context.Context, name string, c *qmp.Conn,
 	return r, nil
 }
 
-// rawFileModes are the open flags of the descriptors QEMU may ask for: a
+// fileModes are the open flags of the descriptors QEMU may ask for: a
 // read-write file may also be opened read-only (a backing child,
 // auto-read-only), so it gets both.
-func rawFileModes(ctx context.Context, c *qmp.Conn, hf *qmppolicy.HostFile) ([]int, error) {
+func fileModes(ctx context.Context, c *qmp.Conn, hf *qmppolicy.HostFile) ([]int, error) {
 	mode := hf.Mode
 	if mode == qmppolicy.MediumMode {
 		blocks, err := c.QueryBlock(ctx)
@@ -99,9 +96,9 @@ func rawFileModes(ctx context.Context, c *qmp.Conn, hf *qmppolicy.HostFile) ([]i
 	return []int{os.O_RDONLY}, nil
 }
 
-// openRawFile opens path beneath dir as cred, non-blocking (a FIFO must
+// openFile opens path beneath dir as cred, non-blocking (a FIFO must
 // not hang vmsup), checks the object and clears O_NONBLOCK again.
-func openRawFile(dir, path string, flags int, cred storage.Cred) (*os.File, error) {
+func openFile(dir, path string, flags int, cred storage.Cred) (*os.File, error) {
 	f, err := storage.OpenBeneathAs(dir, path, flags|unix.O_NONBLOCK, cred)
 	if err != nil {
 		return nil, err
@@ -121,10 +118,10 @@ func openRawFile(dir, path string, flags int, cred storage.Cred) (*os.File, erro
 	return f, nil
 }
 
-// executeWithFDs passes r's descriptors to QEMU, one fd set per file,
+// Execute passes r's descriptors to QEMU, one fd set per file,
 // sends d with the sets in the names' place, and removes the sets again if
 // the command fails.
-func executeWithFDs(ctx context.Context, c *qmp.Conn, d *qmppolicy.Decision, r *rawFiles) ([]byte, error) {
+func Execute(ctx context.Context, c *qmp.Conn, d *qmppolicy.Decision, r *Files) ([]byte, error) {
 	undo := func() {
 		for _, id := range r.sets {
 			_ = c.RemoveFD(context.WithoutCancel(ctx), id, nil)
@@ -155,10 +152,4 @@ func executeWithFDs(ctx context.Context, c *qmp.Conn, d *qmppolicy.Decision, r *
 		undo()
 	}
 	return reply, err
-}
-
-// isRefusal reports whether err is a policy refusal, and gives it.
-func isRefusal(err error) (*qmppolicy.Refusal, bool) {
-	var r *qmppolicy.Refusal
-	return r, errors.As(err, &r)
 }

@@ -48,7 +48,7 @@ func TestStorageBadInput(t *testing.T) {
 		{"missing base", fmt.Sprintf("file = %q\nbacking = %q\n", newImage, filepath.Join(dir, "nobase.qcow2")),
 			`disk[0].backing: disk "d": base image ` + dir + `/nobase.qcow2: no such file`},
 		{"missing backing file in chain", fmt.Sprintf("file = %q\n", orphan),
-			`disk[0].file: disk "d": backing file ` + gone + ` (of ` + orphan + `): no such file`},
+			`disk "d": ` + orphan + `'s base image ` + gone + `: no such file`},
 		{"size smaller than base", fmt.Sprintf("file = %q\nbacking = %q\nsize = \"16M\"\n", newImage, base),
 			`disk[0].size: disk "d": size 16M is smaller than its base image ` + base + ` (32M): an overlay cannot shrink its base`},
 		{"unreachable portal", fmt.Sprintf("type = \"iscsi\"\nportal = \"127.0.0.1:%d\"\ntarget = %q\nlun = 1\n", closed, chapIQN),

@@ -11,7 +11,8 @@
 # Guest /init: mounts proc/sys/devtmpfs, loads the modules, starts acpid (ACPI power button
 # -> poweroff -f) and qemu-ga (if a port named org.qemu.guest_agent.0 exists), prints
 # "VMSUP-GUEST-READY", then acts on kernel command-line words:
-#   vmsup.counter          print "VMSUP-COUNTER <n>" every 0.2 s (background)
+#   vmsup.counter          print "VMSUP-COUNTER <n> <n>" every 0.2 s (background; the number
+#                          twice, so a line other console output cut into reads as no value)
 #   vmsup.ip=ADDR/PREFIX   static address on eth0 (vmsup.gw=ADDR adds a default route)
 #   vmsup.dhcp             udhcpc on eth0
 #   vmsup.online           keep onlining hot-plugged CPUs and memory blocks (background)
@@ -277,7 +278,7 @@ echo VMSUP-GUEST-READY
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	vmsup.counter)
-		(n=0; while :; do echo "VMSUP-COUNTER $n"; n=$((n + 1)); sleep 0.2; done) & ;;
+		(n=0; while :; do echo "VMSUP-COUNTER $n $n"; n=$((n + 1)); sleep 0.2; done) & ;;
 	vmsup.ip=*)
 		ip link set eth0 up && ip addr add "${w#vmsup.ip=}" dev eth0 &&
 			echo "VMSUP-NET-READY eth0 ${w#vmsup.ip=}" ;;

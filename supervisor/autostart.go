@@ -61,18 +61,7 @@ func (s *Supervisor) syncBootUnit(ctx context.Context) error { return s.autostar
 // autostart runs this vmsup, with the options that matter for starting VMs,
 // from the boot unit.
 func (s *Supervisor) autostart() *autostart.Marks {
-	argv := []string{s.opts.Self, "--root", s.opts.Root, "--qemu", s.opts.QEMU, "--qemu-user", s.opts.QEMUUser}
-	for _, places := range []struct {
-		flag string
-		dirs []string
-	}{{"--image-dir", s.opts.ImageDirs}, {"--block-dir", s.opts.BlockDirs}, {"--config-dir", s.opts.ConfigDirs}, {"--allow-path", s.opts.AllowPaths}} {
-		for _, d := range places.dirs {
-			argv = append(argv, places.flag, d)
-		}
-	}
-	if s.opts.Network.OVSDB != "" {
-		argv = append(argv, "--ovsdb", s.opts.Network.OVSDB)
-	}
+	argv := append([]string{s.opts.Self, "--root", s.opts.Root}, s.startFlags()...)
 	return autostart.New(autostartHost{s}, autostart.Options{UnitDir: s.opts.UnitDir, BootTarget: s.opts.BootTarget,
 		RunDir: s.opts.RunDir, Command: argv})
 }
@@ -101,4 +90,25 @@ func (h autostartHost) Reload(ctx context.Context) error {
 		return err
 	}
 	return sd.Reload(ctx)
+}
+
+// startFlags are the options that shape a start, as the flags that give
+// them (which RunHook reads too): what a unit that runs vmsup to start or
+// settle a VM (the boot unit, a guardian, the stop-post hook that may start
+// one) passes on, so the VM starts under the same host policy (QEMU, its
+// user, the places VM files may name) as the command that set it up.
+func (s *Supervisor) startFlags() []string {
+	argv := []string{"--qemu", s.opts.QEMU, "--qemu-user", s.opts.QEMUUser}
+	for _, places := range []struct {
+		flag string
+		dirs []string
+	}{{"--image-dir", s.opts.ImageDirs}, {"--block-dir", s.opts.BlockDirs}, {"--config-dir", s.opts.ConfigDirs}, {"--allow-path", s.opts.AllowPaths}} {
+		for _, d := range places.dirs {
+			argv = append(argv, places.flag, d)
+		}
+	}
+	if s.opts.Network.OVSDB != "" {
+		argv = append(argv, "--ovsdb", s.opts.Network.OVSDB)
+	}
+	return argv
 }

@@ -110,7 +110,7 @@ func (s *Supervisor) startGuardian(ctx context.Context, name, why string) error 
 // QEMU users, the VM's unit; systemd-analyze security rates it as any root
 // service, ~9.6).
 func (s *Supervisor) guardianUnit(name, why string) units.Unit {
-	argv := []string{s.opts.Self, HookRebootApply, "--wait", "--root", s.opts.Root}
+	argv := append([]string{s.opts.Self, HookRebootApply, "--wait", "--root", s.opts.Root}, s.startFlags()...)
 	if s.opts.SystemdBus != "" {
 		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
 	}

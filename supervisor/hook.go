@@ -93,6 +93,14 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 	unit := fs.String("unit", "", "")
 	bus := fs.String("systemd-bus", "", "")
 	wait := fs.Bool("wait", false, "")
+	var o Options // what startFlags passes on
+	fs.StringVar(&o.QEMU, "qemu", "", "")
+	fs.StringVar(&o.QEMUUser, "qemu-user", "", "")
+	fs.StringVar(&o.Network.OVSDB, "ovsdb", "", "")
+	for flag, dirs := range map[string]*[]string{"image-dir": &o.ImageDirs, "block-dir": &o.BlockDirs,
+		"config-dir": &o.ConfigDirs, "allow-path": &o.AllowPaths} {
+		fs.Func(flag, "", func(v string) error { *dirs = append(*dirs, v); return nil })
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -104,7 +112,7 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o := Options{Root: *root, SystemdBus: *bus, Self: self, WaitForLock: *wait}
+	o.Root, o.SystemdBus, o.Self, o.WaitForLock = *root, *bus, self, *wait
 	if args[0] == HookSettle {
 		// Into the guardian unit's journal: each recovery that failed and
 		// is tried again.

@@ -98,7 +98,7 @@ func defaultSettleRetry() retryPolicy {
 // resume or start the VM's QEMU, with its taps, grants and profile
 // (systemd-analyze security rates it as any root service, ~9.6).
 func (s *Supervisor) settleUnit(name string) units.Unit {
-	argv := []string{s.opts.Self, "settle", "--root", s.opts.Root}
+	argv := append([]string{s.opts.Self, "settle", "--root", s.opts.Root}, s.startFlags()...)
 	if s.opts.SystemdBus != "" {
 		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
 	}

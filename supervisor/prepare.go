@@ -41,7 +41,7 @@ func (s *Supervisor) hostConcerns() []startplan.Contributor {
 		s.images(), // before the storage step: it makes image disks' overlays
 		s.disks(),
 		identity.Credentials{},
-		vmnet.Start{Manager: s.net(), StopPost: []string{s.opts.Self, HookPost, "--root", s.opts.Root}, Owner: s.tapOwner},
+		vmnet.Start{Manager: s.net(), StopPost: append([]string{s.opts.Self, HookPost, "--root", s.opts.Root}, s.startFlags()...), Owner: s.tapOwner},
 		s.hostDevs(), // before confine: it grants the nodes binding makes
 		confine.Start{Manager: s.confiner},
 	}

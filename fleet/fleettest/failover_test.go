@@ -36,7 +36,7 @@ func drain(t *testing.T, f *fleettest.Fleet) {
 			t.Fatal(err)
 		}
 		testenv.WaitLog(t, st.ConsoleLog, "VMSUP-SHELL-READY", 2*time.Minute)
-		guestRun(t, h, name, `(n=0; while :; do echo "VMSUP-COUNTER $n"; n=$((n+1)); sleep 0.2; done) >/dev/console 2>&1 & true`)
+		guestRun(t, h, name, `(n=0; while :; do echo "VMSUP-COUNTER $n $n"; n=$((n+1)); sleep 0.2; done) >/dev/console 2>&1 & true`)
 		waitFor(t, 30*time.Second, name+"'s counter", func() bool { return len(supervisortest.Counters(st.ConsoleLog)) > 5 })
 	}
 	t0 := time.Now()

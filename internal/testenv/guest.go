@@ -15,7 +15,7 @@ const (
 	ReadyMarker = "VMSUP-GUEST-READY"
 	// ShellMarker: printed right before the interactive shell on the console starts.
 	ShellMarker = "VMSUP-SHELL-READY"
-	// CounterPrefix starts each "VMSUP-COUNTER <n>" line (kernel word vmsup.counter).
+	// CounterPrefix starts each "VMSUP-COUNTER <n> <n>" line (kernel word vmsup.counter).
 	CounterPrefix = "VMSUP-COUNTER "
 	// NetReadyPrefix starts "VMSUP-NET-READY eth0 ADDR/PREFIX" (vmsup.ip= or vmsup.dhcp).
 	NetReadyPrefix = "VMSUP-NET-READY "

@@ -3,8 +3,6 @@ package snapshottest
 import (
 	"context"
 	"os"
-	"regexp"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -55,8 +53,6 @@ func upVM(t *testing.T, ctx context.Context, root, dir, name, body string) (*sup
 	return sup, f, st
 }
 
-var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
-
 // mark is a place in a console log: the file (the log is rotated when
 // QEMU starts again) and the size it had.
 type mark struct {
@@ -83,12 +79,7 @@ func since(path string, m mark) string {
 
 // counters are the counter values the guest printed in log past m.
 func counters(log string, m mark) []int {
-	var out []int
-	for _, c := range counterRE.FindAllStringSubmatch(since(log, m), -1) {
-		n, _ := strconv.Atoi(c[1])
-		out = append(out, n)
-	}
-	return out
+	return supervisortest.CounterValues(since(log, m))
 }
 
 // waitCounter waits until the log past m shows a counter value above n

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -83,45 +84,80 @@ func ReadGuestData(t testing.TB, ctx context.Context, consoleSock string, n int)
 	return m[1]
 }
 
-var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)`)
+// The guest prints each counter value twice ("VMSUP-COUNTER 5 5"). Other
+// output on the console (the echo of a command typed there while the
+// counter printed) can cut into a line; one whose copies differ, or whose
+// first copy is not followed by the second, is Unreadable: a value that was
+// printed but cannot be read (a loaded run read "VMSUP-COUNTER 21121" from
+// one such line and saw a jump).
+var counterRE = regexp.MustCompile(`VMSUP-COUNTER (\d+)( (\d+))?`)
+
+// Unreadable stands for one counter line that other console output cut
+// into, in the sequences WaitCounterPast returns and CheckContinuous reads.
+const Unreadable = -1
 
 // Counters returns the counter values in the console log, in order.
 func Counters(log string) []int {
 	b, _ := os.ReadFile(log)
+	return CounterValues(string(b))
+}
+
+// CounterValues are the readable counter values in console text, in order.
+func CounterValues(text string) []int {
+	return slices.DeleteFunc(counterSequence(text), func(v int) bool { return v == Unreadable })
+}
+
+// counterSequence is every counter line in text, in order: its value, or
+// Unreadable.
+func counterSequence(text string) []int {
 	var out []int
-	for _, m := range counterRE.FindAllStringSubmatch(string(b), -1) {
-		n, _ := strconv.Atoi(m[1])
+	for _, m := range counterRE.FindAllStringSubmatch(text, -1) {
+		n, err := strconv.Atoi(m[1])
+		if err != nil || m[3] != m[1] {
+			n = Unreadable
+		}
 		out = append(out, n)
 	}
 	return out
 }
 
 // WaitCounterPast waits until the console log shows a counter value > n
-// and returns the values; d is the bound on a quiet host (testenv.GuestWait).
+// and returns the sequence (with Unreadable lines, never last); d is the
+// bound on a quiet host (testenv.GuestWait).
 func WaitCounterPast(t testing.TB, log string, n int, d time.Duration) []int {
 	t.Helper()
 	w := testenv.StartGuestWait("the counter passes a value", d)
 	for {
-		c := Counters(log)
+		b, _ := os.ReadFile(log)
+		c := counterSequence(string(b))
+		for len(c) > 0 && c[len(c)-1] == Unreadable {
+			c = c[:len(c)-1]
+		}
 		if len(c) > 0 && c[len(c)-1] > n {
 			w.Done()
 			return c
 		}
 		if w.Expired() {
-			b, _ := os.ReadFile(log)
 			t.Fatalf("%s: counter did not pass %d: %s (last values %v); log tail:\n%s", log, n, w.Explain(), lastN(c, 5), Tail(string(b), 1500))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// CheckContinuous fails unless the values go up by exactly one each time.
+// CheckContinuous fails unless the values go up by exactly one each time,
+// an Unreadable line standing for exactly one value.
 func CheckContinuous(t testing.TB, c []int) {
 	t.Helper()
-	for i := 1; i < len(c); i++ {
-		if c[i] != c[i-1]+1 {
-			t.Fatalf("counter jumps from %d to %d (values around: %v)", c[i-1], c[i], c[max(0, i-5):min(len(c), i+5)])
+	prev, skipped := Unreadable, 0
+	for i, v := range c {
+		switch {
+		case v == Unreadable:
+			skipped++
+			continue
+		case prev != Unreadable && v != prev+1+skipped:
+			t.Fatalf("counter jumps from %d to %d past %d unreadable lines (values around: %v)", prev, v, skipped, c[max(0, i-5):min(len(c), i+5)])
 		}
+		prev, skipped = v, 0
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/consolelog"
+	"github.com/vmsup/vmsup/internal/diskfds"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
@@ -24,6 +25,7 @@ import (
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -74,6 +76,7 @@ const (
 	StepTPM      = companion.StepTPM      // the VM's swtpm
 	StepVirtioFS = companion.StepVirtioFS // the shares' virtiofsd
 	StepUnit     = "unit"
+	StepDisks    = diskfds.Step // the disks QEMU gets as descriptors, while paused
 	StepConfirm  = "confirm"  // fresh: QEMU answers QMP and runs
 	StepIncoming = "incoming" // destination: QEMU listens for the stream
 	StepRestore  = "restore"  // from a memory snapshot: QEMU reads the state, the guest resumes
@@ -124,7 +127,9 @@ type startRun struct {
 	// unit this QEMU runs as.
 	plan startplan.Plan
 	argv []string
-	res  UpResult
+	// bootDisks are the disks left off argv, plugged by the disks step.
+	bootDisks []qemuargs.BootDisk
+	res       UpResult
 	in   incomingArgs
 	// locked: the caller holds the VM's lock (restart, recovery).
 	locked bool
@@ -178,13 +183,14 @@ func (r *startRun) steps() []step {
 		step{Name: StepArgv, Do: r.makeArgv},
 		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord})
 	steps = append(steps, r.s.companions().Steps(r.f, &r.plan)...)
-	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
+	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit},
+		step{Name: StepDisks, Do: r.plugDisks})
 	if r.mode == StartFresh && r.restore != "" {
 		return append(steps, step{Name: StepRestore, Do: r.restoreState})
 	}
 	if r.mode == StartFresh {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
-			return r.s.confirmRunning(ctx, r.sd, r.name)
+			return r.s.confirmRunning(ctx, r.sd, r.name, len(r.bootDisks) > 0)
 		}})
 		if apply.HasRuntime(&r.f.VM) {
 			steps = append(steps, step{Name: StepLive, Do: r.liveStep})
@@ -510,9 +516,12 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
+	var final *qemuargs.Options
 	opts := append(r.plan.ArgvOptions(), func(o *qemuargs.Options) {
 		o.EventLog = r.app.EventLog
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
+		o.DisksByFD, o.StateDir = true, r.p.Dir
+		final = o
 	})
 	if r.restore != "" {
 		opts = append(opts, func(o *qemuargs.Options) { o.Incoming = true })
@@ -527,6 +536,9 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	r.argv, err = r.s.argv(boot, r.app.Accel, cpuChoice{r.app.CPUModel, r.app.CPUMasks}, opts...)
 	if err != nil {
 		return err
+	}
+	if r.bootDisks, err = qemuargs.BootDisks(&boot.VM, *final); err != nil {
+		return fmt.Errorf("%s: %w", boot.Path, err)
 	}
 	if n := argvBytes(r.argv); n > maxArgv {
 		// systemd carries it in one D-Bus message and asserts on huge
@@ -609,6 +621,24 @@ func (r *startRun) startUnit(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// plugDisks gives the paused QEMU the disks argv left out, as
+// descriptors (internal/diskfds); the unit step's undo stops it if this
+// fails.
+func (r *startRun) plugDisks(ctx context.Context) error {
+	if len(r.bootDisks) == 0 {
+		return nil
+	}
+	unit := r.plan.Unit
+	ended := func(ctx context.Context) (bool, error) { return r.sd.Ended(ctx, unit) }
+	words := func() string { return r.s.lastWords(context.WithoutCancel(ctx), unit) }
+	c, err := diskfds.Dial(ctx, r.sock.QMP, ended, words, qmp.WithoutSymlink(), qmp.WithLogger(r.s.opts.Logger))
+	if err != nil {
+		return vmErr(r.name, err)
+	}
+	defer c.Close()
+	return diskfds.Boot(ctx, c, &r.plan.Boot.File(r.f).VM, r.bootDisks, r.s.places().OpenDisk)
 }
 
 func (r *startRun) removeUnit(ctx context.Context) {

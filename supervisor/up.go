@@ -262,7 +262,10 @@ const (
 
 // confirmRunning waits until QEMU answers QMP and reports "running". If the
 // unit fails first, the error carries QEMU's last words from the journal.
-func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name string) error {
+//
+// resume: QEMU waits paused (-S) for the guest to run, its disks plugged
+// by the disks step: "cont" it.
+func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name string, resume bool) error {
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	p := s.paths(name)
@@ -286,6 +289,11 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 			c, release, err := s.qmpSession(ctx, name)
 			if err == nil {
 				qs, err := c.QueryStatus(ctx)
+				if err == nil && resume && qs.Status == qmp.RunPrelaunch {
+					if err = c.Cont(ctx); err == nil {
+						qs, err = c.QueryStatus(ctx)
+					}
+				}
 				release()
 				if err == nil && qs.Running {
 					return nil

@@ -77,9 +77,9 @@ const (
 	StepVirtioFS = companion.StepVirtioFS // the shares' virtiofsd
 	StepUnit     = "unit"
 	StepDisks    = diskfds.Step // the disks QEMU gets as descriptors, while paused
-	StepConfirm  = "confirm"  // fresh: QEMU answers QMP and runs
-	StepIncoming = "incoming" // destination: QEMU listens for the stream
-	StepRestore  = "restore"  // from a memory snapshot: QEMU reads the state, the guest resumes
+	StepConfirm  = "confirm"    // fresh: QEMU answers QMP and runs
+	StepIncoming = "incoming"   // destination: QEMU listens for the stream
+	StepRestore  = "restore"    // from a memory snapshot: QEMU reads the state, the guest resumes
 )
 
 // StartSteps lists the steps a start of f runs in mode: what AfterStep sees,
@@ -130,7 +130,7 @@ type startRun struct {
 	// bootDisks are the disks left off argv, plugged by the disks step.
 	bootDisks []qemuargs.BootDisk
 	res       UpResult
-	in   incomingArgs
+	in        incomingArgs
 	// locked: the caller holds the VM's lock (restart, recovery).
 	locked bool
 	// restore: a fresh start resumes the guest from this memory state

@@ -115,7 +115,10 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	return f.Join(errs...)
 }
 
-// Argv returns the exact QEMU command line vmsup would run for f.
+// Argv returns the QEMU command line of the machine vmsup would start for
+// f, every disk named by path: what a raw QEMU run of the same machine
+// takes. vmsup itself starts QEMU paused without the disks
+// DisksByDescriptor lists and plugs those as descriptors (internal/diskfds).
 func (s *Supervisor) Argv(f *spec.File) ([]string, error) {
 	accel, _, cpu, err := s.resolveHost(f)
 	if err != nil {
@@ -165,6 +168,18 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		return nil, fmt.Errorf("%s: %w", f.Path, err)
 	}
 	return argv, nil
+}
+
+// DisksByDescriptor names the disks of f that a start gives QEMU as
+// descriptors over QMP rather than on its command line.
+func (s *Supervisor) DisksByDescriptor(f *spec.File) []string {
+	var out []string
+	for _, d := range f.VM.Disks {
+		if qemuargs.PassedByFD(d, s.paths(f.VM.Name).Dir) {
+			out = append(out, d.Name)
+		}
+	}
+	return out
 }
 
 // upParallel bounds how many VMs one Up starts at once: systemd's start

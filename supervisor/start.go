@@ -367,6 +367,16 @@ func (r *startRun) check(ctx context.Context) error {
 	case st.Exists && st.ActiveState == "failed":
 		r.res.Note = joinNote(r.res.Note, "previous run crashed: "+st.ExitReason())
 		return r.sd.ResetFailed(ctx, r.plan.Unit)
+	case st.Exists && st.ActiveState == "active" && r.s.runStateAt(ctx, r.p.QMP) == qmp.RunPrelaunch:
+		// A start died between its unit and confirm steps (we hold the
+		// lock: no start is under way): its QEMU never ran the guest and
+		// may lack disks. Stop it and start afresh.
+		if err := r.s.stopPrelaunch(ctx, r.sd, r.name, r.plan.Unit); err != nil {
+			return err
+		}
+		r.res.Note = joinNote(r.res.Note, "a start that died before the guest ran was stopped")
+		r.plan.Unit = vmstate.UnitName(r.name)
+		return nil
 	case st.Exists && st.ActiveState != "inactive":
 		if st.ActiveState != "active" {
 			return fmt.Errorf("unit %s is %s; try again when it settles", r.plan.Unit, st.ActiveState)
@@ -619,6 +629,21 @@ func (r *startRun) startUnit(ctx context.Context) error {
 		err = fmt.Errorf("%w: %s", err, r.s.lastWords(ctx, u.Name))
 		r.removeUnit(context.WithoutCancel(ctx))
 		return err
+	}
+	return nil
+}
+
+// stopPrelaunch stops a QEMU whose start died before the guest ran, and
+// releases what its host steps made.
+func (s *Supervisor) stopPrelaunch(ctx context.Context, sd *units.Manager, name, unit string) error {
+	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
+	defer cancel()
+	sd.KillAndWait(uctx, unit)
+	if st, err := sd.LoadedStatus(uctx, unit); err == nil && st.Exists && st.ActiveState == "failed" {
+		_ = sd.ResetFailed(uctx, unit)
+	}
+	if err := s.hostTeardown(ctx, name); err != nil {
+		return vmErr(name, fmt.Errorf("release the host resources of a start that died: %w", err))
 	}
 	return nil
 }

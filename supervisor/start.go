@@ -660,7 +660,7 @@ func (r *startRun) plugDisks(ctx context.Context) error {
 	words := func() string { return r.s.lastWords(context.WithoutCancel(ctx), unit) }
 	c, err := diskfds.Dial(ctx, r.sock.QMP, ended, words, qmp.WithoutSymlink(), qmp.WithLogger(r.s.opts.Logger))
 	if err != nil {
-		return vmErr(r.name, err)
+		return err
 	}
 	defer c.Close()
 	return diskfds.Boot(ctx, c, &r.plan.Boot.File(r.f).VM, r.bootDisks, r.s.places().OpenDisk)

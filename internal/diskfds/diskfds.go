@@ -47,16 +47,16 @@ const unplugTimeout = 5 * time.Second
 // Boot plugs the disks the command line left out into the paused QEMU on
 // c, in order, and resets a firmware boot so that their boot indexes
 // apply (firmware reads the boot order at reset). vm is the VM as it
-// boots. Errors name the VM, the disk and the file.
+// boots. Errors name the disk and the file (the start step names the VM).
 func Boot(ctx context.Context, c *qmp.Conn, vm *spec.VM, disks []qemuargs.BootDisk, open Opener) error {
 	for _, bd := range disks {
 		if err := Plug(ctx, c, bd.Disk, bd.Parts, open); err != nil {
-			return fmt.Errorf("vm %q: %w", vm.Name, err)
+			return err
 		}
 	}
 	if len(disks) > 0 && vm.Boot.Kernel == "" {
 		if err := c.SystemReset(ctx); err != nil {
-			return fmt.Errorf("vm %q: system_reset after plugging the disks: %w", vm.Name, err)
+			return fmt.Errorf("system_reset after plugging the disks: %w", err)
 		}
 	}
 	return nil

@@ -200,3 +200,33 @@ func FreeRootPorts(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string
 // FDOpaque is the note on the fd set of disk's block device, by which it is
 // found again (query-fdsets).
 func FDOpaque(disk string) string { return "vmsup disk " + disk }
+
+// FDBaseOpaque is the note on the fd set of level i (1: the image's base)
+// of a disk's chain passed as descriptors (internal/diskfds).
+func FDBaseOpaque(disk string, i int) string { return fmt.Sprintf("%s base %d", FDOpaque(disk), i) }
+
+// RemoveChain removes what a disk plugged as descriptors keeps beyond its
+// top nodes once those are gone: its bases' nodes (qemuargs.ChainNodeName)
+// and fd sets, and the top's fd set. Idempotent: it removes what QEMU has.
+func RemoveChain(ctx context.Context, c *qmp.Conn, disk string) error {
+	pr, err := Query(ctx, c)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := 1; pr.Nodes[qemuargs.ChainNodeName(disk, i)] || pr.Nodes[qemuargs.ChainFileNodeName(disk, i)]; i++ {
+		for _, n := range []string{qemuargs.ChainNodeName(disk, i), qemuargs.ChainFileNodeName(disk, i)} {
+			if pr.Nodes[n] {
+				if err := blockdevDel(ctx, c, n); err != nil {
+					errs = append(errs, fmt.Errorf("blockdev-del %s: %w", n, err))
+				}
+			}
+		}
+	}
+	for opaque, id := range pr.FDSets {
+		if opaque == FDOpaque(disk) || strings.HasPrefix(opaque, FDOpaque(disk)+" base ") {
+			errs = append(errs, c.RemoveFD(ctx, id, nil))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -210,7 +210,7 @@ func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level) (i
 	}
 	opaque := devices.FDOpaque(disk)
 	if i > 0 {
-		opaque = fmt.Sprintf("%s base %d", opaque, i)
+		opaque = devices.FDBaseOpaque(disk, i)
 	}
 	info, err := c.AddFD(ctx, nil, opaque, l.file)
 	if err != nil {

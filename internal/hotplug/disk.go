@@ -335,20 +335,13 @@ func (d *disk) Unplug(ctx context.Context, c *qmp.Conn) error {
 	if err := devices.UnplugDisk(ctx, c, parts, d.e.h.UnplugTimeout()); err != nil {
 		return err
 	}
-	if d.fdset == nil && sd.Type == spec.DiskBlock {
-		// Plugged by apply: its fd set is known to QEMU by its note.
-		pr, err := devices.Query(ctx, c)
-		if err != nil {
-			return err
-		}
-		if id, ok := pr.FDSets[devices.FDOpaque(sd.Name)]; ok {
-			d.fdset = &id
-		}
-	}
 	if d.fdset != nil {
 		return c.RemoveFD(ctx, *d.fdset, nil)
 	}
-	return nil
+	// Plugged by apply (a block device) or booted as descriptors
+	// (internal/diskfds): its fd sets are known to QEMU by their notes,
+	// with its bases' nodes.
+	return devices.RemoveChain(ctx, c, sd.Name)
 }
 
 // RemoveParts removes what QEMU has of a disk that is not in the guest:

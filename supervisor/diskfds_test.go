@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -106,68 +107,77 @@ file = %q
 	waitState(t, ctx, sup, "fds", supervisor.StateShutOff, time.Minute)
 	noACLs(t, "after kill", images)
 
-	t.Run("killed-after-disks", func(t *testing.T) {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, f.Path, supervisor.StepDisks)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("helper did not die after %s: %v\n%s", supervisor.StepDisks, err, out)
-		}
-		if st, err := sup.Status(ctx, "fds"); err != nil || st.State != supervisor.StateStarting {
-			t.Errorf("status of a QEMU left paused before its guest ran: %+v %v (want starting)", st, err)
-		}
-		noACLs(t, "after an up killed after the disks step", images)
-		res, err := sup.Up(ctx, f)
-		if err != nil {
-			t.Fatalf("up after a start killed after the disks step: %v", err)
-		}
-		t.Logf("next up: %s (%s)", res[0].Action, res[0].Note)
-		st := waitState(t, ctx, sup, "fds", supervisor.StateRunning, time.Minute)
-		if n := len(qemuPIDs(t, "fds")); n != 1 {
-			t.Fatalf("%d QEMU processes after up", n)
-		}
-		g := bootGuest(t, ctx, st)
-		if got := g.read(g.devOf("root"), len(written)); got != written {
-			t.Errorf("root reads %q after the settled start, want %q", got, written)
-		}
-		if _, err := sup.Down(ctx, "fds"); err != nil {
-			t.Fatal(err)
-		}
-		noACLs(t, "after the settled start's down", images)
-	})
+	t.Run("killed-after-disks", func(t *testing.T) { killedAfterDisks(t, ctx, sup, root, f, images, written) })
+	t.Run("swap-to-symlink", func(t *testing.T) { swapToSymlink(t, ctx, root, f, raw, images) })
+}
 
-	t.Run("swap-to-symlink", func(t *testing.T) {
-		secret := filepath.Join(t.TempDir(), "secret")
-		if err := os.WriteFile(secret, []byte("VMSUP-SECRET-DATA"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		moved := raw + ".moved"
-		// Between validate (and the storage step's checks) and the disks
-		// step, the raw disk's name becomes a symlink to the secret.
-		swapSup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU,
-			HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir, Self: vmsupBin, AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs,
-			AfterStep: func(_, step string) {
-				if step == supervisor.StepUnit {
-					if err := os.Rename(raw, moved); err == nil {
-						os.Symlink(secret, raw)
-					}
+// killedAfterDisks: an up killed right after the disks step leaves a
+// QEMU that never ran the guest; status says starting, no image has an
+// ACL entry, and the next up stops it and starts the VM afresh.
+func killedAfterDisks(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, root string, f *spec.File, images []string, written string) {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, f.Path, supervisor.StepDisks)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("helper did not die after %s: %v\n%s", supervisor.StepDisks, err, out)
+	}
+	if st, err := sup.Status(ctx, "fds"); err != nil || st.State != supervisor.StateStarting {
+		t.Errorf("status of a QEMU left paused before its guest ran: %+v %v (want starting)", st, err)
+	}
+	noACLs(t, "after an up killed after the disks step", images)
+	res, err := sup.Up(ctx, f)
+	if err != nil {
+		t.Fatalf("up after a start killed after the disks step: %v", err)
+	}
+	t.Logf("next up: %s (%s)", res[0].Action, res[0].Note)
+	st := waitState(t, ctx, sup, "fds", supervisor.StateRunning, time.Minute)
+	if n := len(qemuPIDs(t, "fds")); n != 1 {
+		t.Fatalf("%d QEMU processes after up", n)
+	}
+	g := bootGuest(t, ctx, st)
+	if got := g.read(g.devOf("root"), len(written)); got != written {
+		t.Errorf("root reads %q after the settled start, want %q", got, written)
+	}
+	if _, err := sup.Down(ctx, "fds"); err != nil {
+		t.Fatal(err)
+	}
+	noACLs(t, "after the settled start's down", images)
+}
+
+// swapToSymlink: the raw disk's name becomes a symlink to a root-only file
+// between the storage checks and the disks step; the start is refused
+// naming the disk, and QEMU gets nothing.
+func swapToSymlink(t *testing.T, ctx context.Context, root string, f *spec.File, raw string, images []string) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("VMSUP-SECRET-DATA"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	moved := raw + ".moved"
+	// Between validate (and the storage step's checks) and the disks
+	// step, the raw disk's name becomes a symlink to the secret.
+	swapSup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: env.Systemd.BusAddress, QEMU: env.QEMU,
+		HostCaps: env.Caps, JournalDir: env.Systemd.JournalDir, Self: vmsupBin, AllowPaths: env.AllowPaths, BlockDirs: env.BlockDirs,
+		AfterStep: func(_, step string) {
+			if step == supervisor.StepUnit {
+				if err := os.Rename(raw, moved); err == nil {
+					os.Symlink(secret, raw)
 				}
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer swapSup.Close()
-		defer func() { os.Remove(raw); os.Rename(moved, raw) }()
-		_, err = swapSup.Up(ctx, f)
-		if err == nil || !strings.Contains(err.Error(), "raw") || !strings.Contains(err.Error(), "symlink") {
-			t.Fatalf("up with the raw disk swapped for a symlink: %v (want a refusal naming the disk and the symlink)", err)
-		}
-		t.Logf("refused: %v", err)
-		if n := len(qemuPIDs(t, "fds")); n != 0 {
-			t.Errorf("%d QEMU processes left after the refused start", n)
-		}
-		noACLs(t, "after the refused start", append(images, secret))
-	})
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer swapSup.Close()
+	defer func() { os.Remove(raw); os.Rename(moved, raw) }()
+	_, err = swapSup.Up(ctx, f)
+	if err == nil || !strings.Contains(err.Error(), "raw") || !strings.Contains(err.Error(), "symlink") {
+		t.Fatalf("up with the raw disk swapped for a symlink: %v (want a refusal naming the disk and the symlink)", err)
+	}
+	t.Logf("refused: %v", err)
+	if n := len(qemuPIDs(t, "fds")); n != 0 {
+		t.Errorf("%d QEMU processes left after the refused start", n)
+	}
+	noACLs(t, "after the refused start", append(images, secret))
 }
 
 // checkNoHostPaths: QEMU's command line and its block nodes name no disk

@@ -663,7 +663,8 @@ func (r *startRun) plugDisks(ctx context.Context) error {
 		return err
 	}
 	defer c.Close()
-	return diskfds.Boot(ctx, c, &r.plan.Boot.File(r.f).VM, r.bootDisks, r.s.places().OpenDisk)
+	return diskfds.Boot(ctx, c, &r.plan.Boot.File(r.f).VM, r.bootDisks, r.s.places().OpenDisk,
+		r.mode == StartFresh && r.restore == "")
 }
 
 func (r *startRun) removeUnit(ctx context.Context) {

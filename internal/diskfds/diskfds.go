@@ -45,16 +45,18 @@ type Opener func(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
 const unplugTimeout = 5 * time.Second
 
 // Boot plugs the disks the command line left out into the paused QEMU on
-// c, in order, and resets a firmware boot so that their boot indexes
-// apply (firmware reads the boot order at reset). vm is the VM as it
-// boots. Errors name the disk and the file (the start step names the VM).
-func Boot(ctx context.Context, c *qmp.Conn, vm *spec.VM, disks []qemuargs.BootDisk, open Opener) error {
+// c, in order, and with fresh (a guest that boots, not one whose state
+// comes in: a migration, a memory snapshot) resets a firmware boot so
+// that their boot indexes apply (firmware reads the boot order at reset).
+// vm is the VM as it boots. Errors name the disk and the file (the start
+// step names the VM).
+func Boot(ctx context.Context, c *qmp.Conn, vm *spec.VM, disks []qemuargs.BootDisk, open Opener, fresh bool) error {
 	for _, bd := range disks {
 		if err := Plug(ctx, c, bd.Disk, bd.Parts, open); err != nil {
 			return err
 		}
 	}
-	if len(disks) > 0 && vm.Boot.Kernel == "" {
+	if fresh && len(disks) > 0 && vm.Boot.Kernel == "" {
 		if err := c.SystemReset(ctx); err != nil {
 			return fmt.Errorf("system_reset after plugging the disks: %w", err)
 		}

@@ -100,6 +100,15 @@ type Options struct {
 	// every disk by path (vmsup argv, a raw QEMU baseline).
 	DisksByFD bool
 	StateDir  string
+	// DisksByPath names disks kept on the command line by path even with
+	// DisksByFD (a disk on a snapshot's overlay: the snapshot operations
+	// reopen its bases as QEMU opened them from the header).
+	DisksByPath []string
+}
+
+// byFD reports whether Build leaves d off the command line.
+func (o Options) byFD(d spec.Disk) bool {
+	return o.DisksByFD && PassedByFD(d, o.StateDir) && !slices.Contains(o.DisksByPath, d.Name)
 }
 
 // maxSocketPath is the longest unix socket path (sun_path is 108 bytes with
@@ -182,7 +191,7 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	switch {
 	case o.Incoming:
 		parts = append(parts, flags{"-S", "-incoming", "defer"})
-	case o.DisksByFD && slices.ContainsFunc(vm.Disks, func(d spec.Disk) bool { return PassedByFD(d, o.StateDir) }):
+	case slices.ContainsFunc(vm.Disks, o.byFD):
 		parts = append(parts, flags{"-S"}) // until the disks are plugged
 	}
 	return parts, nil
@@ -320,7 +329,7 @@ func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 		if err != nil {
 			return nil, err
 		}
-		if o.DisksByFD && PassedByFD(d, o.StateDir) {
+		if o.byFD(d) {
 			continue // checked, plugged later over QMP (BootDisks)
 		}
 		parts = append(parts, dp.renderers()...)

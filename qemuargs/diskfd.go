@@ -61,7 +61,7 @@ func BootDisks(vm *spec.VM, o Options) ([]BootDisk, error) {
 	}
 	var out []BootDisk
 	for i, d := range vm.Disks {
-		if !PassedByFD(d, o.StateDir) {
+		if !o.byFD(d) {
 			continue
 		}
 		p, err := bootDisk(vm, o, l, i)

@@ -184,9 +184,16 @@ func swapToSymlink(t *testing.T, ctx context.Context, root string, f *spec.File,
 // path outside the VM's state directory (only /dev/fdset/N).
 func checkNoHostPaths(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, st supervisor.Status) {
 	t.Helper()
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.MainPID))
+	pids := qemuPIDs(t, st.Name) // the host's PIDs (MainPID is systemd's, in the sandbox)
+	if len(pids) != 1 {
+		t.Fatalf("%d QEMU processes", len(pids))
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pids[0]))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(string(cmdline), "qemu-system") {
+		t.Fatalf("process %d is not QEMU: %q", pids[0], cmdline)
 	}
 	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 	for i, a := range argv {

@@ -530,7 +530,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	opts := append(r.plan.ArgvOptions(), func(o *qemuargs.Options) {
 		o.EventLog = r.app.EventLog
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
-		o.DisksByFD, o.StateDir = true, r.p.Dir
+		o.DisksByFD, o.StateDir, o.DisksByPath = true, r.p.Dir, r.plan.Boot.OnOverlays(&r.f.VM)
 		final = o
 	})
 	if r.restore != "" {

@@ -66,6 +66,10 @@ type Manager struct {
 	// for a disk with no image file to open. Its grants are made through
 	// those descriptors. nil: disks are granted by name.
 	OpenDisk func(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
+	// DisksByPath names the disks QEMU opens by path although
+	// qemuargs.PassedByFD (startplan.Boot.OnOverlays): granted and bound
+	// as QEMU needs them.
+	DisksByPath []string
 	// DiskPlace is the place a disk file lies in (hostpaths.Places.DiskPlace):
 	// a hot-plugged disk's files are opened beneath it and granted by object.
 	DiskPlace storage.Placer
@@ -672,7 +676,7 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 		sb.BindPaths = append(sb.BindPaths, "-"+use)
 	}
 	for _, d := range f.VM.Disks {
-		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") && !bound(d.File) && !qemuargs.PassedByFD(d, p.Dir) {
+		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") && !bound(d.File) && !(qemuargs.PassedByFD(d, p.Dir) && !slices.Contains(m.DisksByPath, d.Name)) {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, "-"+d.File)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -40,7 +41,7 @@ func (m *Manager) diskNeeds(ctx context.Context, f *spec.File, stateDir string) 
 	var ns []need
 	for i, d := range f.VM.Disks {
 		field := fmt.Sprintf("%s: disk[%d] %q", f.Path, i, d.Name)
-		byFD := qemuargs.PassedByFD(d, stateDir)
+		byFD := qemuargs.PassedByFD(d, stateDir) && !slices.Contains(m.DisksByPath, d.Name)
 		if m.OpenDisk != nil {
 			o, err := m.OpenDisk(ctx, d)
 			if err != nil {

@@ -201,9 +201,25 @@ func FreeRootPorts(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string
 // found again (query-fdsets).
 func FDOpaque(disk string) string { return "vmsup disk " + disk }
 
-// FDBaseOpaque is the note on the fd set of level i (1: the image's base)
-// of a disk's chain passed as descriptors (internal/diskfds).
-func FDBaseOpaque(disk string, i int) string { return fmt.Sprintf("%s base %d", FDOpaque(disk), i) }
+// FDChainOpaque is the note on the fd set of level i (0: the image, 1:
+// its base) of a disk's chain passed as descriptors (internal/diskfds),
+// naming the file: the block nodes on it show only /dev/fdset/N, and the
+// disk operations find a node by its image's name (NamedNodes).
+func FDChainOpaque(disk string, i int, path string) string {
+	if i == 0 {
+		return fmt.Sprintf("%s file %s", FDOpaque(disk), path)
+	}
+	return fmt.Sprintf("%s base %d file %s", FDOpaque(disk), i, path)
+}
+
+// fdFile is the file an fd set's note names (FDChainOpaque).
+func fdFile(opaque string) (string, bool) {
+	if !strings.HasPrefix(opaque, "vmsup disk ") {
+		return "", false
+	}
+	_, path, ok := strings.Cut(opaque, " file ")
+	return path, ok && path != ""
+}
 
 // RemoveChain removes what a disk plugged as descriptors keeps beyond its
 // top nodes once those are gone: its bases' nodes (qemuargs.ChainNodeName)
@@ -224,7 +240,7 @@ func RemoveChain(ctx context.Context, c *qmp.Conn, disk string) error {
 		}
 	}
 	for opaque, id := range pr.FDSets {
-		if opaque == FDOpaque(disk) || strings.HasPrefix(opaque, FDOpaque(disk)+" base ") {
+		if opaque == FDOpaque(disk) || strings.HasPrefix(opaque, FDOpaque(disk)+" base ") || strings.HasPrefix(opaque, FDOpaque(disk)+" file ") {
 			errs = append(errs, c.RemoveFD(ctx, id, nil))
 		}
 	}

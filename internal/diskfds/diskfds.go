@@ -203,17 +203,14 @@ func openDevice(d spec.Disk) (*os.File, error) {
 }
 
 // passLevel passes one level into a new fd set: its descriptor, and for a
-// writable level also a read-only one of the same open file, because
-// QEMU reopens a node read-only (a backing child, auto-read-only) through
-// the set by access mode.
+// writable level one of the other access mode on the same object, because
+// QEMU reopens a node through the set by access mode: read-only (a
+// backing child, auto-read-only) or read-write (a commit's base).
 func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level) (int64, error) {
 	if err := clearNonblock(l.file); err != nil {
 		return 0, err
 	}
-	opaque := devices.FDOpaque(disk)
-	if i > 0 {
-		opaque = devices.FDBaseOpaque(disk, i)
-	}
+	opaque := devices.FDChainOpaque(disk, i, l.path)
 	info, err := c.AddFD(ctx, nil, opaque, l.file)
 	if err != nil {
 		return 0, err
@@ -221,10 +218,10 @@ func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level) (i
 	if !l.write {
 		return info.FDSetID, nil
 	}
-	ro, err := reopenReadOnly(l.file)
+	other, err := reopenOther(l.file)
 	if err == nil {
-		_, err = c.AddFD(ctx, &info.FDSetID, opaque, ro)
-		ro.Close()
+		_, err = c.AddFD(ctx, &info.FDSetID, opaque, other)
+		other.Close()
 	}
 	if err != nil {
 		_ = c.RemoveFD(context.WithoutCancel(ctx), info.FDSetID, nil)
@@ -233,19 +230,28 @@ func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level) (i
 	return info.FDSetID, nil
 }
 
-// reopenReadOnly opens the object f holds again, read-only: through its
+// reopenOther opens the object f holds again with the other access mode
+// (read-only for a read-write f, else read-write): through its
 // descriptor's /proc entry, which leads to that object and no name.
-func reopenReadOnly(f *os.File) (*os.File, error) {
-	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+func reopenOther(f *os.File) (*os.File, error) {
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
 	if err != nil {
-		return nil, fmt.Errorf("reopen %s read-only: %w", f.Name(), err)
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	mode := unix.O_RDWR
+	if fl&unix.O_ACCMODE == unix.O_RDWR {
+		mode = unix.O_RDONLY
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), mode|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reopen %s: %w", f.Name(), err)
 	}
 	r := os.NewFile(uintptr(fd), f.Name())
 	a, aerr := storage.Stat(f)
 	b, berr := storage.Stat(r)
 	if aerr != nil || berr != nil || a.Dev != b.Dev || a.Ino != b.Ino {
 		r.Close()
-		return nil, fmt.Errorf("reopen %s read-only: another object", f.Name())
+		return nil, fmt.Errorf("reopen %s: another object", f.Name())
 	}
 	return r, nil
 }

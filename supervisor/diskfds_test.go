@@ -109,6 +109,50 @@ file = %q
 
 	t.Run("killed-after-disks", func(t *testing.T) { killedAfterDisks(t, ctx, sup, root, f, images, written) })
 	t.Run("swap-to-symlink", func(t *testing.T) { swapToSymlink(t, ctx, root, f, raw, images) })
+	t.Run("hotplug", func(t *testing.T) { hotplugByDescriptor(t, ctx, sup, f, base) })
+}
+
+// hotplugByDescriptor: disk attach passes a qcow2 disk on a base as
+// descriptors too (no grant, no node on a host path), and detach removes
+// every node and fd set of its chain.
+func hotplugByDescriptor(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, f *spec.File, base string) {
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Down(ctx, "fds")
+	st := waitState(t, ctx, sup, "fds", supervisor.StateRunning, time.Minute)
+	g := bootGuest(t, ctx, st)
+	hot := filepath.Join(sup.Root(), "images", "hot.qcow2")
+	qemuImgT(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", hot)
+	d, err := spec.CheckDisk("test", spec.Disk{Name: "hot", File: hot, Serial: "hot"}, "fds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.AttachDisk(ctx, "fds", *d); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.run(fmt.Sprintf("dd if=%s bs=4096 skip=512 count=1 2>/dev/null | head -c 4", g.devOf("hot"))); got != "ZZZZ" {
+		t.Errorf("hot-plugged overlay does not show its base's data: %q", got)
+	}
+	checkNoHostPaths(t, ctx, sup, st)
+	noACLs(t, "attached", []string{hot, base})
+	if err := sup.DetachDisk(ctx, "fds", "hot"); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := sup.QMP(ctx, "fds", []byte(`{"execute":"query-fdsets"}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(reply), "disk hot") {
+		t.Errorf("fd sets of the detached disk remain: %s", reply)
+	}
+	nodes, err := sup.QMP(ctx, "fds", []byte(`{"execute":"query-named-block-nodes"}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(nodes), "hot\"") {
+		t.Errorf("nodes of the detached disk remain: %s", nodes)
+	}
 }
 
 // killedAfterDisks: an up killed right after the disks step leaves a
@@ -226,7 +270,7 @@ func checkNoHostPaths(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 		}
 		n++
 	}
-	if n < 8 { // overlay, base, raw, ISO: a file and a format node each
+	if n < 8 { // at least overlay, base, raw, ISO: a file and a format node each
 		t.Errorf("%d block nodes on descriptors, want 8:\n%s", n, reply)
 	}
 }

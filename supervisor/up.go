@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/startplan"
 	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -173,9 +176,13 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 // DisksByDescriptor names the disks of f that a start gives QEMU as
 // descriptors over QMP rather than on its command line.
 func (s *Supervisor) DisksByDescriptor(f *spec.File) []string {
+	p := s.paths(f.VM.Name)
+	boot := startplan.Boot{}
+	boot.Tree, _ = snapshot.Load(p.Snapshots()) // a disk on an overlay stays by path
+	onOverlays := boot.OnOverlays(&f.VM)
 	var out []string
 	for _, d := range f.VM.Disks {
-		if qemuargs.PassedByFD(d, s.paths(f.VM.Name).Dir) {
+		if qemuargs.PassedByFD(d, p.Dir) && !slices.Contains(onOverlays, d.Name) {
 			out = append(out, d.Name)
 		}
 	}

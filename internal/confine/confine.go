@@ -37,7 +37,6 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/units"
@@ -676,7 +675,7 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 		sb.BindPaths = append(sb.BindPaths, "-"+use)
 	}
 	for _, d := range f.VM.Disks {
-		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") && !bound(d.File) && !(qemuargs.PassedByFD(d, p.Dir) && !slices.Contains(m.DisksByPath, d.Name)) {
+		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") && !bound(d.File) && !m.byFD(d, p.Dir) {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, "-"+d.File)
 		}
 	}

@@ -41,7 +41,7 @@ func (m *Manager) diskNeeds(ctx context.Context, f *spec.File, stateDir string) 
 	var ns []need
 	for i, d := range f.VM.Disks {
 		field := fmt.Sprintf("%s: disk[%d] %q", f.Path, i, d.Name)
-		byFD := qemuargs.PassedByFD(d, stateDir) && !slices.Contains(m.DisksByPath, d.Name)
+		byFD := m.byFD(d, stateDir)
 		if m.OpenDisk != nil {
 			o, err := m.OpenDisk(ctx, d)
 			if err != nil {
@@ -65,6 +65,11 @@ func (m *Manager) diskNeeds(ctx context.Context, f *spec.File, stateDir string) 
 		}
 	}
 	return ns, nil
+}
+
+// byFD reports whether QEMU gets d as descriptors (internal/diskfds).
+func (m *Manager) byFD(d spec.Disk, stateDir string) bool {
+	return qemuargs.PassedByFD(d, stateDir) && !slices.Contains(m.DisksByPath, d.Name)
 }
 
 // closeNeeds closes the descriptors needs were opened on.

@@ -157,7 +157,8 @@ func hotplugByDescriptor(t *testing.T, ctx context.Context, sup *supervisor.Supe
 
 // killedAfterDisks: an up killed right after the disks step leaves a
 // QEMU that never ran the guest; status says starting, no image has an
-// ACL entry, and the next up stops it and starts the VM afresh.
+// ACL entry, and the next up stops it and starts the VM afresh; down
+// stops one at once.
 func killedAfterDisks(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, root string, f *spec.File, images []string, written string) {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, f.Path, supervisor.StepDisks)
 	out, err := cmd.CombinedOutput()
@@ -186,6 +187,19 @@ func killedAfterDisks(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 		t.Fatal(err)
 	}
 	noACLs(t, "after the settled start's down", images)
+	// Down settles one too, at once (its guest never ran: no powerdown).
+	cmd = exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, f.Path, supervisor.StepDisks)
+	if out, err := cmd.CombinedOutput(); !errors.As(err, &ee) {
+		t.Fatalf("helper did not die after %s: %v\n%s", supervisor.StepDisks, err, out)
+	}
+	down, err := sup.Down(ctx, "fds")
+	if err != nil || down.Step != supervisor.StoppedQuit {
+		t.Fatalf("down of a QEMU whose start died before its guest ran: %+v %v (want quit)", down, err)
+	}
+	if n := len(qemuPIDs(t, "fds")); n != 0 {
+		t.Fatalf("%d QEMU processes after down", n)
+	}
+	noACLs(t, "after down of a start killed after the disks step", images)
 }
 
 // swapToSymlink: the raw disk's name becomes a symlink to a root-only file

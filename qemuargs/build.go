@@ -92,6 +92,23 @@ type Options struct {
 	// there is never a moment with two running copies. The console log is
 	// opened in append mode so the history already there is kept.
 	Incoming bool
+
+	// DisksByFD leaves the disks PassedByFD (their files outside
+	// StateDir, the VM's state directory) off the command line and starts
+	// QEMU paused (-S): the caller plugs them over QMP as descriptors
+	// (BootDisks, ChainParts) and then lets the guest run. False renders
+	// every disk by path (vmsup argv, a raw QEMU baseline).
+	DisksByFD bool
+	StateDir  string
+	// DisksByPath names disks kept on the command line by path even with
+	// DisksByFD (a disk on a snapshot's overlay: the snapshot operations
+	// reopen its bases as QEMU opened them from the header).
+	DisksByPath []string
+}
+
+// byFD reports whether Build leaves d off the command line.
+func (o Options) byFD(d spec.Disk) bool {
+	return o.DisksByFD && PassedByFD(d, o.StateDir) && !slices.Contains(o.DisksByPath, d.Name)
 }
 
 // maxSocketPath is the longest unix socket path (sun_path is 108 bytes with
@@ -171,8 +188,11 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 		return nil, err
 	}
 	parts = append(parts, tpm...)
-	if o.Incoming {
+	switch {
+	case o.Incoming:
 		parts = append(parts, flags{"-S", "-incoming", "defer"})
+	case slices.ContainsFunc(vm.Disks, o.byFD):
+		parts = append(parts, flags{"-S"}) // until the disks are plugged
 	}
 	return parts, nil
 }
@@ -305,13 +325,13 @@ func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 		parts = append(parts, nd, dev)
 	}
 	for i, d := range vm.Disks {
-		h := o.Disks[d.Name]
-		h.UUID = vmUUID(vm, o)
-		dp, err := Disk(d, h, l.disks[i].bus)
+		dp, err := bootDisk(vm, o, l, i)
 		if err != nil {
-			return nil, inField(err, fmt.Sprintf("disk[%d]", i))
+			return nil, err
 		}
-		dp.Devices[0].Addr = l.disks[i].addr
+		if o.byFD(d) {
+			continue // checked, plugged later over QMP (BootDisks)
+		}
 		parts = append(parts, dp.renderers()...)
 	}
 	if vm.Vsock.On() {

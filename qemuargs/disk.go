@@ -2,6 +2,7 @@ package qemuargs
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -17,14 +18,17 @@ import (
 // deleted in reverse. A qcow2 node opens its backing chain itself, read-only,
 // from the image header.
 type Blockdev struct {
-	Driver   string         `json:"driver"`
-	NodeName string         `json:"node-name"`
-	Filename string         `json:"filename,omitempty"` // file, host_device: the image or device path
-	File     string         `json:"file,omitempty"`     // format drivers: node-name of the protocol node
-	AIO      string         `json:"aio,omitempty"`      // file, host_device: "threads", "native", "io_uring"
-	Cache    *BlockdevCache `json:"cache,omitempty"`
-	Discard  string         `json:"discard,omitempty"` // "unmap" passes guest discards down
-	ReadOnly bool           `json:"read-only"`
+	Driver   string `json:"driver"`
+	NodeName string `json:"node-name"`
+	Filename string `json:"filename,omitempty"` // file, host_device: the image or device path
+	File     string `json:"file,omitempty"`     // format drivers: node-name of the protocol node
+	// Backing (qcow2): the backing node's name as a JSON string, or null
+	// for none; unset, QEMU opens the base the image header names.
+	Backing  json.RawMessage `json:"backing,omitempty"`
+	AIO      string          `json:"aio,omitempty"` // file, host_device: "threads", "native", "io_uring"
+	Cache    *BlockdevCache  `json:"cache,omitempty"`
+	Discard  string          `json:"discard,omitempty"` // "unmap" passes guest discards down
+	ReadOnly bool            `json:"read-only"`
 
 	// iscsi (BlockdevOptionsIscsi)
 	Transport      string `json:"transport,omitempty"` // "tcp" or "iser"

@@ -173,6 +173,10 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 			o.VhostNet = v == "true"
 			continue
 		}
+		if k == "DisksByFD" {
+			o.DisksByFD, o.StateDir = v == "true", strings.TrimSuffix(run, "/")
+			continue
+		}
 		if k == "CPUFeaturesOff" {
 			o.CPUFeaturesOff = strings.Split(v, ",")
 			continue

@@ -201,8 +201,11 @@ func (s *Supervisor) gracefulStop(ctx context.Context, name string, o DownOption
 		return "", err
 	}
 	defer release()
-	if qs, err := c.QueryStatus(ctx); err == nil && qs.Status == qmp.RunGuestPanicked {
-		o.Force = true // a panicked guest cannot act on a powerdown: waiting would only cost stop_timeout
+	if qs, err := c.QueryStatus(ctx); err == nil && (qs.Status == qmp.RunGuestPanicked || qs.Status == qmp.RunPrelaunch) {
+		// A panicked guest cannot act on a powerdown, and one whose start
+		// died before it ran (prelaunch: we hold the lock) never will:
+		// waiting would only cost stop_timeout.
+		o.Force = true
 	}
 	if !o.Force {
 		step, asked := StoppedACPI, "its guest was asked to power off"

@@ -115,6 +115,10 @@ func (h hotplugHost) CheckDiskPaths(ctx context.Context, d spec.Disk) error {
 	return h.s.checkDiskPaths(ctx, d)
 }
 
+func (h hotplugHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
+	return h.s.places().OpenDisk(ctx, d)
+}
+
 func (h hotplugHost) TapOwner(ctx context.Context, vm string) (vmnet.Owner, error) {
 	return h.s.tapOwner(ctx, vm)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/vmsup/vmsup/internal/companion"
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/consolelog"
+	"github.com/vmsup/vmsup/internal/diskfds"
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
@@ -24,6 +25,7 @@ import (
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -74,9 +76,10 @@ const (
 	StepTPM      = companion.StepTPM      // the VM's swtpm
 	StepVirtioFS = companion.StepVirtioFS // the shares' virtiofsd
 	StepUnit     = "unit"
-	StepConfirm  = "confirm"  // fresh: QEMU answers QMP and runs
-	StepIncoming = "incoming" // destination: QEMU listens for the stream
-	StepRestore  = "restore"  // from a memory snapshot: QEMU reads the state, the guest resumes
+	StepDisks    = diskfds.Step // the disks QEMU gets as descriptors, while paused
+	StepConfirm  = "confirm"    // fresh: QEMU answers QMP and runs
+	StepIncoming = "incoming"   // destination: QEMU listens for the stream
+	StepRestore  = "restore"    // from a memory snapshot: QEMU reads the state, the guest resumes
 )
 
 // StartSteps lists the steps a start of f runs in mode: what AfterStep sees,
@@ -124,8 +127,10 @@ type startRun struct {
 	// unit this QEMU runs as.
 	plan startplan.Plan
 	argv []string
-	res  UpResult
-	in   incomingArgs
+	// bootDisks are the disks left off argv, plugged by the disks step.
+	bootDisks []qemuargs.BootDisk
+	res       UpResult
+	in        incomingArgs
 	// locked: the caller holds the VM's lock (restart, recovery).
 	locked bool
 	// restore: a fresh start resumes the guest from this memory state
@@ -178,13 +183,14 @@ func (r *startRun) steps() []step {
 		step{Name: StepArgv, Do: r.makeArgv},
 		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord})
 	steps = append(steps, r.s.companions().Steps(r.f, &r.plan)...)
-	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit})
+	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit},
+		step{Name: StepDisks, Do: r.plugDisks})
 	if r.mode == StartFresh && r.restore != "" {
 		return append(steps, step{Name: StepRestore, Do: r.restoreState})
 	}
 	if r.mode == StartFresh {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
-			return r.s.confirmRunning(ctx, r.sd, r.name)
+			return r.s.confirmRunning(ctx, r.sd, r.name, len(r.bootDisks) > 0)
 		}})
 		if apply.HasRuntime(&r.f.VM) {
 			steps = append(steps, step{Name: StepLive, Do: r.liveStep})
@@ -361,6 +367,16 @@ func (r *startRun) check(ctx context.Context) error {
 	case st.Exists && st.ActiveState == "failed":
 		r.res.Note = joinNote(r.res.Note, "previous run crashed: "+st.ExitReason())
 		return r.sd.ResetFailed(ctx, r.plan.Unit)
+	case st.Exists && st.ActiveState == "active" && r.s.runStateAt(ctx, r.p.QMP) == qmp.RunPrelaunch:
+		// A start died between its unit and confirm steps (we hold the
+		// lock: no start is under way): its QEMU never ran the guest and
+		// may lack disks. Stop it and start afresh.
+		if err := r.s.stopPrelaunch(ctx, r.sd, r.name, r.plan.Unit); err != nil {
+			return err
+		}
+		r.res.Note = joinNote(r.res.Note, "a start that died before the guest ran was stopped")
+		r.plan.Unit = vmstate.UnitName(r.name)
+		return nil
 	case st.Exists && st.ActiveState != "inactive":
 		if st.ActiveState != "active" {
 			return fmt.Errorf("unit %s is %s; try again when it settles", r.plan.Unit, st.ActiveState)
@@ -510,9 +526,12 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
+	var final *qemuargs.Options
 	opts := append(r.plan.ArgvOptions(), func(o *qemuargs.Options) {
 		o.EventLog = r.app.EventLog
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
+		o.DisksByFD, o.StateDir, o.DisksByPath = true, r.p.Dir, r.plan.Boot.OnOverlays(&r.f.VM)
+		final = o
 	})
 	if r.restore != "" {
 		opts = append(opts, func(o *qemuargs.Options) { o.Incoming = true })
@@ -527,6 +546,9 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	r.argv, err = r.s.argv(boot, r.app.Accel, cpuChoice{r.app.CPUModel, r.app.CPUMasks}, opts...)
 	if err != nil {
 		return err
+	}
+	if r.bootDisks, err = qemuargs.BootDisks(&boot.VM, *final); err != nil {
+		return fmt.Errorf("%s: %w", boot.Path, err)
 	}
 	if n := argvBytes(r.argv); n > maxArgv {
 		// systemd carries it in one D-Bus message and asserts on huge
@@ -609,6 +631,40 @@ func (r *startRun) startUnit(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// stopPrelaunch stops a QEMU whose start died before the guest ran, and
+// releases what its host steps made.
+func (s *Supervisor) stopPrelaunch(ctx context.Context, sd *units.Manager, name, unit string) error {
+	uctx, cancel := context.WithTimeout(ctx, undoTimeout)
+	defer cancel()
+	sd.KillAndWait(uctx, unit)
+	if st, err := sd.LoadedStatus(uctx, unit); err == nil && st.Exists && st.ActiveState == "failed" {
+		_ = sd.ResetFailed(uctx, unit)
+	}
+	if err := s.hostTeardown(ctx, name); err != nil {
+		return vmErr(name, fmt.Errorf("release the host resources of a start that died: %w", err))
+	}
+	return nil
+}
+
+// plugDisks gives the paused QEMU the disks argv left out, as
+// descriptors (internal/diskfds); the unit step's undo stops it if this
+// fails.
+func (r *startRun) plugDisks(ctx context.Context) error {
+	if len(r.bootDisks) == 0 {
+		return nil
+	}
+	unit := r.plan.Unit
+	ended := func(ctx context.Context) (bool, error) { return r.sd.Ended(ctx, unit) }
+	words := func() string { return r.s.lastWords(context.WithoutCancel(ctx), unit) }
+	c, err := diskfds.Dial(ctx, r.sock.QMP, ended, words, qmp.WithoutSymlink(), qmp.WithLogger(r.s.opts.Logger))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return diskfds.Boot(ctx, c, &r.plan.Boot.File(r.f).VM, r.bootDisks, r.s.places().OpenDisk,
+		r.mode == StartFresh && r.restore == "")
 }
 
 func (r *startRun) removeUnit(ctx context.Context) {

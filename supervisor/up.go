@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/startplan"
 	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -115,7 +118,10 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	return f.Join(errs...)
 }
 
-// Argv returns the exact QEMU command line vmsup would run for f.
+// Argv returns the QEMU command line of the machine vmsup would start for
+// f, every disk named by path: what a raw QEMU run of the same machine
+// takes. vmsup itself starts QEMU paused without the disks
+// DisksByDescriptor lists and plugs those as descriptors (internal/diskfds).
 func (s *Supervisor) Argv(f *spec.File) ([]string, error) {
 	accel, _, cpu, err := s.resolveHost(f)
 	if err != nil {
@@ -165,6 +171,22 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		return nil, fmt.Errorf("%s: %w", f.Path, err)
 	}
 	return argv, nil
+}
+
+// DisksByDescriptor names the disks of f that a start gives QEMU as
+// descriptors over QMP rather than on its command line.
+func (s *Supervisor) DisksByDescriptor(f *spec.File) []string {
+	p := s.paths(f.VM.Name)
+	boot := startplan.Boot{}
+	boot.Tree, _ = snapshot.Load(p.Snapshots()) // a disk on an overlay stays by path
+	onOverlays := boot.OnOverlays(&f.VM)
+	var out []string
+	for _, d := range f.VM.Disks {
+		if qemuargs.PassedByFD(d, p.Dir) && !slices.Contains(onOverlays, d.Name) {
+			out = append(out, d.Name)
+		}
+	}
+	return out
 }
 
 // upParallel bounds how many VMs one Up starts at once: systemd's start
@@ -262,7 +284,10 @@ const (
 
 // confirmRunning waits until QEMU answers QMP and reports "running". If the
 // unit fails first, the error carries QEMU's last words from the journal.
-func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name string) error {
+//
+// resume: QEMU waits paused (-S) for the guest to run, its disks plugged
+// by the disks step: "cont" it.
+func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name string, resume bool) error {
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	p := s.paths(name)
@@ -286,6 +311,11 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 			c, release, err := s.qmpSession(ctx, name)
 			if err == nil {
 				qs, err := c.QueryStatus(ctx)
+				if err == nil && resume && qs.Status == qmp.RunPrelaunch {
+					if err = c.Cont(ctx); err == nil {
+						qs, err = c.QueryStatus(ctx)
+					}
+				}
 				release()
 				if err == nil && qs.Running {
 					return nil

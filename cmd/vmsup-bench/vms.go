@@ -108,8 +108,10 @@ type rawPlan struct {
 	dir, console string
 }
 
-// rawArgv returns the argv vmsup would run for the VM in path, with its
-// sockets under rawSup's root, and makes that state directory.
+// rawArgv returns the argv of the machine vmsup would run for the VM in
+// path, with its sockets under rawSup's root, and makes that state
+// directory. Its disks are named by path (Supervisor.Argv): raw QEMU
+// boots the same machine without vmsup passing them as descriptors.
 func rawArgv(rawSup *supervisor.Supervisor, path string) (rawPlan, error) {
 	f, err := spec.Load(path)
 	if err != nil {

@@ -65,6 +65,10 @@ type Manager struct {
 	// for a disk with no image file to open. Its grants are made through
 	// those descriptors. nil: disks are granted by name.
 	OpenDisk func(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
+	// DisksByPath names the disks QEMU opens by path although
+	// qemuargs.PassedByFD (startplan.Boot.OnOverlays): granted and bound
+	// as QEMU needs them.
+	DisksByPath []string
 	// DiskPlace is the place a disk file lies in (hostpaths.Places.DiskPlace):
 	// a hot-plugged disk's files are opened beneath it and granted by object.
 	DiskPlace storage.Placer
@@ -160,6 +164,7 @@ type need struct {
 	path, mode, field string
 	disk              bool // subject to the image-directory rule
 	noProfile         bool // not QEMU's: left out of the AppArmor profile
+	byFD              bool // QEMU gets it as a descriptor: no grant, no bind
 	// file is the checked object to grant through (nil: by name); place
 	// the directory it was opened beneath.
 	file  *os.File
@@ -265,7 +270,7 @@ func (m *Manager) Confine(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 // vmNeeds lists every host path the VM's QEMU and stop hook use.
 func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, accel spec.Accel) ([]need, error) {
 	vm := &f.VM
-	ns, err := m.diskNeeds(ctx, f)
+	ns, err := m.diskNeeds(ctx, f, p.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -492,6 +497,9 @@ func (m *Manager) grantNeeds(name string, c *Record, ns []need) error {
 		plan = append(plan, g)
 	}
 	for _, n := range ns {
+		if n.byFD {
+			continue
+		}
 		path := filepath.Clean(n.path)
 		want := modeBits(n.mode)
 		if strings.HasSuffix(n.path, "/") {
@@ -667,7 +675,7 @@ func (m *Manager) Sandbox(f *spec.File, p vmstate.Paths, c *Record) *units.Sandb
 		sb.BindPaths = append(sb.BindPaths, "-"+use)
 	}
 	for _, d := range f.VM.Disks {
-		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") && !bound(d.File) {
+		if !d.ReadOnly && d.File != "" && (d.Type == spec.DiskFile || d.Type == "") && !bound(d.File) && !m.byFD(d, p.Dir) {
 			sb.ReadWritePaths = append(sb.ReadWritePaths, "-"+d.File)
 		}
 	}

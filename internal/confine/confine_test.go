@@ -98,9 +98,13 @@ func TestPerVMUsers(t *testing.T) {
 		if _, err := user.Lookup(u); err != nil { // created by this test: remove it after
 			t.Cleanup(func() { exec.Command("userdel", u).Run() })
 		}
-		disk := filepath.Join(imgs, name+".raw")
+		// A SATA disk QEMU opens by name (granted), a virtio one it gets
+		// as a descriptor (internal/diskfds: granted nothing).
+		disk, byFD := filepath.Join(imgs, name+".raw"), filepath.Join(imgs, name+"-fd.raw")
 		os.WriteFile(disk, nil, 0o600)
-		f, err := spec.Parse("/t/"+name+".toml", []byte(fmt.Sprintf("name = %q\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = %q\n[[disk]]\nname = \"d\"\nfile = %q\n", name, kernel, disk)))
+		os.WriteFile(byFD, nil, 0o600)
+		f, err := spec.Parse("/t/"+name+".toml", []byte(fmt.Sprintf("name = %q\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = %q\n"+
+			"[[disk]]\nname = \"d\"\nfile = %q\nbus = \"sata\"\n[[disk]]\nname = \"e\"\nfile = %q\n", name, kernel, disk, byFD)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +123,7 @@ func TestPerVMUsers(t *testing.T) {
 		who  *Record
 		disk string
 		want bool
-	}{{a, "pa.raw", true}, {a, "pb.raw", false}, {b, "pb.raw", true}, {b, "pa.raw", false}} {
+	}{{a, "pa.raw", true}, {a, "pb.raw", false}, {b, "pb.raw", true}, {b, "pa.raw", false}, {a, "pa-fd.raw", false}, {b, "pb-fd.raw", false}} {
 		ok, err := posixacl.HasAccess(filepath.Join(imgs, c.disk), c.who.UID, c.who.GID, nil, 6)
 		if err != nil || ok != c.want {
 			t.Errorf("%s on %s: access %v (%v), want %v", c.who.User, c.disk, ok, err, c.want)

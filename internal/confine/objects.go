@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 )
@@ -32,11 +34,14 @@ type grantObject struct {
 // diskNeeds are the files QEMU opens for f's disks: opened and checked
 // through OpenDisk where it can (the needs carry their descriptors; the
 // caller closes them, closeNeeds), else by name (block devices, an RBD
-// disk's ceph_conf).
-func (m *Manager) diskNeeds(ctx context.Context, f *spec.File) ([]need, error) {
+// disk's ceph_conf). A disk QEMU gets as descriptors (qemuargs.PassedByFD
+// of stateDir: internal/diskfds) is listed for the profile only (AppArmor
+// checks a received descriptor against it) and granted nothing.
+func (m *Manager) diskNeeds(ctx context.Context, f *spec.File, stateDir string) ([]need, error) {
 	var ns []need
 	for i, d := range f.VM.Disks {
 		field := fmt.Sprintf("%s: disk[%d] %q", f.Path, i, d.Name)
+		byFD := m.byFD(d, stateDir)
 		if m.OpenDisk != nil {
 			o, err := m.OpenDisk(ctx, d)
 			if err != nil {
@@ -45,7 +50,7 @@ func (m *Manager) diskNeeds(ctx context.Context, f *spec.File) ([]need, error) {
 			}
 			if o != nil {
 				for _, l := range o.Levels {
-					ns = append(ns, need{path: l.Path, mode: l.Mode, field: field, disk: true, file: l.File, place: l.Place})
+					ns = append(ns, need{path: l.Path, mode: l.Mode, field: field, disk: true, file: l.File, place: l.Place, byFD: byFD})
 				}
 				continue
 			}
@@ -56,10 +61,15 @@ func (m *Manager) diskNeeds(ctx context.Context, f *spec.File) ([]need, error) {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		for _, r := range files {
-			ns = append(ns, need{path: r.Path, mode: r.Mode, field: field, disk: true})
+			ns = append(ns, need{path: r.Path, mode: r.Mode, field: field, disk: true, byFD: byFD})
 		}
 	}
 	return ns, nil
+}
+
+// byFD reports whether QEMU gets d as descriptors (internal/diskfds).
+func (m *Manager) byFD(d spec.Disk, stateDir string) bool {
+	return qemuargs.PassedByFD(d, stateDir) && !slices.Contains(m.DisksByPath, d.Name)
 }
 
 // closeNeeds closes the descriptors needs were opened on.

@@ -24,7 +24,7 @@ import (
 // its protocol node, nor a filter a block job put above it (commit_top,
 // mirror_top, copy-before-write), which report the same file.
 func FindNode(ctx context.Context, c *qmp.Conn, path string) (qmp.BlockNode, error) {
-	nodes, err := c.QueryNamedBlockNodes(ctx)
+	nodes, err := NamedNodes(ctx, c)
 	if err != nil {
 		return qmp.BlockNode{}, err
 	}
@@ -34,6 +34,58 @@ func FindNode(ctx context.Context, c *qmp.Conn, path string) (qmp.BlockNode, err
 		}
 	}
 	return qmp.BlockNode{}, fmt.Errorf("QEMU has no node on %s", path)
+}
+
+// NamedNodes is query-named-block-nodes with the files of nodes on a
+// disk's descriptors (/dev/fdset/N, internal/diskfds) named as their fd
+// set's note names them, so that a node is found by its image's name
+// however QEMU was given it.
+func NamedNodes(ctx context.Context, c *qmp.Conn) ([]qmp.BlockNode, error) {
+	nodes, err := c.QueryNamedBlockNodes(ctx)
+	if err != nil || !slices.ContainsFunc(nodes, func(n qmp.BlockNode) bool { return strings.HasPrefix(n.Image.Filename, "/dev/fdset/") }) {
+		return nodes, err
+	}
+	sets, err := c.QueryFDSets(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query-fdsets: %w", err)
+	}
+	files := map[string]string{}
+	for _, s := range sets {
+		for _, f := range s.FDs {
+			if path, ok := fdFile(f.Opaque); ok {
+				files[fmt.Sprintf("/dev/fdset/%d", s.FDSetID)] = path
+			}
+		}
+	}
+	byName := map[string]string{}
+	for _, n := range nodes {
+		byName[n.NodeName] = n.Image.Filename
+	}
+	for i, n := range nodes {
+		file := n.Image.Filename
+		if strings.HasPrefix(file, "json:") {
+			// A format node with an explicit backing node is named by
+			// its options: its file is its protocol node's.
+			file = byName[chainProtocolNode(n.NodeName)]
+		}
+		if p, ok := files[file]; ok {
+			nodes[i].Image.Filename, nodes[i].File = p, p
+		}
+	}
+	return nodes, nil
+}
+
+// chainProtocolNode is the protocol node vmsup put under a format node of
+// a disk's chain (qemuargs.ChainParts): "file-X" under "fmt-X", "bNNfX"
+// under "bNN-X"; "" for others.
+func chainProtocolNode(format string) string {
+	if p := ProtocolNode(format); p != "" {
+		return p
+	}
+	if len(format) > 4 && format[0] == 'b' && format[3] == '-' {
+		return format[:3] + "f" + format[4:]
+	}
+	return ""
 }
 
 // FormatDriver reports whether a block driver reads an image format (the
@@ -53,7 +105,7 @@ func RootOf(ctx context.Context, c *qmp.Conn, node string) (root, above string, 
 	if err != nil {
 		return "", "", err
 	}
-	nodes, err := c.QueryNamedBlockNodes(ctx)
+	nodes, err := NamedNodes(ctx, c)
 	if err != nil {
 		return "", "", err
 	}

@@ -200,3 +200,49 @@ func FreeRootPorts(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string
 // FDOpaque is the note on the fd set of disk's block device, by which it is
 // found again (query-fdsets).
 func FDOpaque(disk string) string { return "vmsup disk " + disk }
+
+// FDChainOpaque is the note on the fd set of level i (0: the image, 1:
+// its base) of a disk's chain passed as descriptors (internal/diskfds),
+// naming the file: the block nodes on it show only /dev/fdset/N, and the
+// disk operations find a node by its image's name (NamedNodes).
+func FDChainOpaque(disk string, i int, path string) string {
+	if i == 0 {
+		return fmt.Sprintf("%s file %s", FDOpaque(disk), path)
+	}
+	return fmt.Sprintf("%s base %d file %s", FDOpaque(disk), i, path)
+}
+
+// fdFile is the file an fd set's note names (FDChainOpaque).
+func fdFile(opaque string) (string, bool) {
+	if !strings.HasPrefix(opaque, "vmsup disk ") {
+		return "", false
+	}
+	_, path, ok := strings.Cut(opaque, " file ")
+	return path, ok && path != ""
+}
+
+// RemoveChain removes what a disk plugged as descriptors keeps beyond its
+// top nodes once those are gone: its bases' nodes (qemuargs.ChainNodeName)
+// and fd sets, and the top's fd set. Idempotent: it removes what QEMU has.
+func RemoveChain(ctx context.Context, c *qmp.Conn, disk string) error {
+	pr, err := Query(ctx, c)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := 1; pr.Nodes[qemuargs.ChainNodeName(disk, i)] || pr.Nodes[qemuargs.ChainFileNodeName(disk, i)]; i++ {
+		for _, n := range []string{qemuargs.ChainNodeName(disk, i), qemuargs.ChainFileNodeName(disk, i)} {
+			if pr.Nodes[n] {
+				if err := blockdevDel(ctx, c, n); err != nil {
+					errs = append(errs, fmt.Errorf("blockdev-del %s: %w", n, err))
+				}
+			}
+		}
+	}
+	for opaque, id := range pr.FDSets {
+		if opaque == FDOpaque(disk) || strings.HasPrefix(opaque, FDOpaque(disk)+" base ") || strings.HasPrefix(opaque, FDOpaque(disk)+" file ") {
+			errs = append(errs, c.RemoveFD(ctx, id, nil))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/diskfds"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -241,6 +242,10 @@ type disk struct {
 	image string
 	fdset *int64 // a block device's fd set in QEMU
 	rules []units.PathRule
+	// chain: a file disk's parts on its descriptors (internal/diskfds),
+	// set by its add-fd step; sets are its fd sets.
+	chain *qemuargs.DiskParts
+	sets  []int64
 }
 
 var _ Plug = (*disk)(nil)
@@ -280,6 +285,22 @@ func (d *disk) HostSteps(op *operation.Op) []steps.Step {
 		d.image = d.prep.Image
 		return err
 	}, Undo: func(context.Context) { d.prep.Undo() }}}
+	if sd.Type != spec.DiskBlock && qemuargs.PassedByFD(sd, d.dir()) {
+		// As at boot: QEMU gets the image and its chain as descriptors,
+		// and its user needs no grant on them.
+		return append(list, steps.Step{Name: string(d.Step(stepAddFD)), Do: func(ctx context.Context) error {
+			parts, err := qemuargs.Disk(sd, qemuargs.DiskHost{Image: d.image, UUID: d.uuid}, d.in.Bus)
+			if err != nil {
+				return err
+			}
+			chain, sets, err := diskfds.Pass(ctx, d.c, sd, parts, d.e.h.OpenDisk)
+			if err != nil {
+				return err
+			}
+			d.chain, d.sets = &chain, sets
+			return nil
+		}, Undo: func(ctx context.Context) { diskfds.RemoveSets(ctx, d.c, d.sets) }})
+	}
 	if sd.Type == spec.DiskBlock {
 		list = append(list, steps.Step{Name: string(d.Step(stepAddFD)), Do: func(ctx context.Context) error {
 			id, err := devices.PassBlockDevice(ctx, d.c, sd)
@@ -313,6 +334,9 @@ func (d *disk) HostSteps(op *operation.Op) []steps.Step {
 // Parts are the disk's objects, block nodes and devices, as qemuargs.Disk
 // renders them at boot.
 func (d *disk) Parts() ([]steps.Step, error) {
+	if d.chain != nil {
+		return devices.PlugDisk(d.c, d.in.Disk.Name, *d.chain, d.e.h.UnplugTimeout()), nil
+	}
 	parts, err := qemuargs.Disk(d.in.Disk, qemuargs.DiskHost{Image: d.image, SecretFile: d.prep.SecretFile, UUID: d.uuid}, d.in.Bus)
 	if err != nil {
 		return nil, err
@@ -335,20 +359,13 @@ func (d *disk) Unplug(ctx context.Context, c *qmp.Conn) error {
 	if err := devices.UnplugDisk(ctx, c, parts, d.e.h.UnplugTimeout()); err != nil {
 		return err
 	}
-	if d.fdset == nil && sd.Type == spec.DiskBlock {
-		// Plugged by apply: its fd set is known to QEMU by its note.
-		pr, err := devices.Query(ctx, c)
-		if err != nil {
-			return err
-		}
-		if id, ok := pr.FDSets[devices.FDOpaque(sd.Name)]; ok {
-			d.fdset = &id
-		}
-	}
 	if d.fdset != nil {
 		return c.RemoveFD(ctx, *d.fdset, nil)
 	}
-	return nil
+	// Plugged by apply (a block device) or booted as descriptors
+	// (internal/diskfds): its fd sets are known to QEMU by their notes,
+	// with its bases' nodes.
+	return devices.RemoveChain(ctx, c, sd.Name)
 }
 
 // RemoveParts removes what QEMU has of a disk that is not in the guest:
@@ -374,6 +391,8 @@ func (d *disk) RemoveParts(ctx context.Context, c *qmp.Conn, pr devices.Present)
 	if id, ok := pr.FDSets[devices.FDOpaque(in.Disk.Name)]; ok {
 		errs = append(errs, c.RemoveFD(ctx, id, nil))
 	}
+	// Plugged as descriptors: its bases' nodes and its chain's fd sets.
+	errs = append(errs, devices.RemoveChain(ctx, c, in.Disk.Name))
 	return errors.Join(errs...)
 }
 

@@ -41,6 +41,10 @@ type Host interface {
 	// places (a key and its path; a disk given alone).
 	CheckPath(key, path string) error
 	CheckDiskPaths(ctx context.Context, d spec.Disk) error
+	// OpenDisk opens a file disk's image and chain beneath the host's
+	// places and checks them (hostpaths.Places.OpenDisk), for QEMU to get
+	// as descriptors (internal/diskfds).
+	OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
 	// Reachable says whether a running VM can open new files at paths
 	// (its unit's mount namespace was fixed at start): nil, or why not.
 	Reachable(paths ...string) error

@@ -139,6 +139,20 @@ func (b Boot) Disks(vm *spec.VM) []vmstate.Disk {
 	return vmstate.OpenedDisks(vm.Disks, app, b.Tree)
 }
 
+// OnOverlays names the disks of vm a start opens on a snapshot's overlay:
+// they reach QEMU by path (qemuargs.Options.DisksByPath), not as
+// descriptors, because the snapshot operations have QEMU reopen their
+// bases as it opened them from the overlay's header.
+func (b Boot) OnOverlays(vm *spec.VM) []string {
+	var out []string
+	for _, od := range b.Disks(vm) {
+		if od.Type == spec.DiskFile && od.Active.Path != "" && od.Active.Path != od.File {
+			out = append(out, od.Name)
+		}
+	}
+	return out
+}
+
 // File returns f as QEMU boots it: each disk opened where Disks says (f
 // itself when nothing applies).
 func (b Boot) File(f *spec.File) *spec.File {

@@ -107,6 +107,10 @@ func QEMUState(qs qmp.StatusInfo) (State, string) {
 	switch {
 	case qs.Running:
 		return StateRunning, ""
+	case qs.Status == qmp.RunPrelaunch:
+		// Paused by -S until its start plugs the disks and lets it run
+		// (a start that died there is stopped by the next up).
+		return StateStarting, ""
 	case qs.Status == qmp.RunPaused || qs.Status == qmp.RunSuspended:
 		return StatePaused, ""
 	case qs.Status == qmp.RunGuestPanicked:

@@ -52,7 +52,7 @@ func NamedNodes(ctx context.Context, c *qmp.Conn) ([]qmp.BlockNode, error) {
 	files := map[string]string{}
 	for _, s := range sets {
 		for _, f := range s.FDs {
-			if path, ok := fdFile(f.Opaque); ok {
+			if path, ok := FDSetFile(f.Opaque); ok {
 				files[fmt.Sprintf("/dev/fdset/%d", s.FDSetID)] = path
 			}
 		}

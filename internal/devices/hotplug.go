@@ -212,8 +212,9 @@ func FDChainOpaque(disk string, i int, path string) string {
 	return fmt.Sprintf("%s base %d file %s", FDOpaque(disk), i, path)
 }
 
-// fdFile is the file an fd set's note names (FDChainOpaque).
-func fdFile(opaque string) (string, bool) {
+// FDSetFile is the file an fd set's note names (FDChainOpaque): how a
+// node on /dev/fdset/N is told by the image behind it.
+func FDSetFile(opaque string) (string, bool) {
 	if !strings.HasPrefix(opaque, "vmsup disk ") {
 		return "", false
 	}

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -19,9 +22,10 @@ import (
 // what is granted (and later what QEMU is given), never a second open of
 // the name.
 
-// ErrForeignOwner is an image owned by neither root nor the owner of the
-// place it lies in.
-var ErrForeignOwner = errors.New("is owned by neither root nor its directory's owner")
+// ErrForeignOwner is an image owned by a VM's QEMU user: a file a confined
+// (and perhaps compromised) QEMU could have written, never one vmsup or an
+// operator made.
+var ErrForeignOwner = errors.New("is owned by a VM's QEMU user")
 
 // ErrChainLoop is a backing chain that comes back to one of its images or
 // is deeper than the bound.
@@ -207,20 +211,20 @@ func checkLevel(f *os.File, path, place, format string, base bool, lim OpenLimit
 	return lvl, nil
 }
 
-// checkOwner: root's images, or those of whoever owns the place (a user's
-// own --allow-path directory), and no one else's.
+// checkOwner refuses an image owned by a VM's QEMU user (vmsupq-*, or the
+// shared vmsup-qemu): vmsup creates images as root, so such a file was
+// written by a QEMU. Any other owner is the host's: root, an operator, or
+// libvirt's libvirt-qemu for an image carried over from libvirt (whose DAC
+// gives images to it). place is unused beyond the message.
 func checkOwner(o Object, place, path string) error {
 	if o.UID == 0 {
 		return nil
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(place, &st); err != nil {
-		return &os.PathError{Op: "stat", Path: place, Err: err}
-	}
-	if st.Uid == o.UID {
+	u, err := user.LookupId(strconv.FormatUint(uint64(o.UID), 10))
+	if err != nil || !(strings.HasPrefix(u.Username, "vmsupq-") || u.Username == "vmsup-qemu") {
 		return nil
 	}
-	return fmt.Errorf("%s %w (uid %d; %s is uid %d's): refused", path, ErrForeignOwner, o.UID, place, st.Uid)
+	return fmt.Errorf("%s %w (%s): refused, a file a confined QEMU could have written (in %s)", path, ErrForeignOwner, u.Username, place)
 }
 
 func (l OpenLimits) orDefaults() OpenLimits {

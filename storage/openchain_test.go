@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,5 +116,39 @@ func TestOpenDiskRefuses(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a connection in flight would be counted by now
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the nbd listener accepted %d connections", n)
+	}
+}
+
+// TestOpenDiskOwner: an image owned by a VM's QEMU user (a file a confined
+// QEMU could have written) is refused; one of another owner, such as
+// libvirt's libvirt-qemu after libvirt's DAC gave it the image (the bench
+// met exactly that), opens.
+func TestOpenDiskOwner(t *testing.T) {
+	qemuUser, err := user.Lookup("vmsup-qemu")
+	if err != nil {
+		t.Skipf("no vmsup-qemu user here (scripts/install-deps.sh makes it): %v", err)
+	}
+	dir := t.TempDir()
+	placer := func(string, bool) (string, error) { return dir, nil }
+	for _, c := range []struct {
+		name string
+		uid  string
+		want error
+	}{{"qemus.raw", qemuUser.Uid, ErrForeignOwner}, {"others.raw", "64055", nil}, {"roots.raw", "0", nil}} {
+		p := filepath.Join(dir, c.name)
+		if err := os.WriteFile(p, make([]byte, 4096), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		uid, _ := strconv.Atoi(c.uid)
+		if err := os.Chown(p, uid, 0); err != nil {
+			t.Fatal(err)
+		}
+		o, err := OpenDisk(spec.Disk{Name: "d", Type: spec.DiskFile, File: p, Format: "raw"}, placer, OpenLimits{})
+		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("%s (uid %s): %v, want %v", c.name, c.uid, err, c.want)
+		}
+		if err == nil {
+			o.Close()
+		}
 	}
 }

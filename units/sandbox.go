@@ -119,6 +119,11 @@ func (s *Sandbox) check(unit string) error {
 			}
 		}
 	}
+	for _, h := range s.HidePaths {
+		if strings.HasPrefix(h, "-") { // a tmpfs over a path has no optional form
+			return fmt.Errorf("unit %s: hide path %q cannot be optional", unit, h)
+		}
+	}
 	return nil
 }
 

@@ -65,8 +65,13 @@ func NamedNodes(ctx context.Context, c *qmp.Conn) ([]qmp.BlockNode, error) {
 		file := n.Image.Filename
 		if strings.HasPrefix(file, "json:") {
 			// A format node with an explicit backing node is named by
-			// its options: its file is its protocol node's.
-			file = byName[chainProtocolNode(n.NodeName)]
+			// its options: its file is its protocol node's (a
+			// descriptor, or the path of a snapshot's overlay on a
+			// descriptor base, which a merge must find by that path).
+			if pf := byName[chainProtocolNode(n.NodeName)]; pf != "" {
+				file = pf
+				nodes[i].Image.Filename, nodes[i].File = pf, pf
+			}
 		}
 		if p, ok := files[file]; ok {
 			nodes[i].Image.Filename, nodes[i].File = p, p

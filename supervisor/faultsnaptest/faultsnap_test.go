@@ -278,6 +278,31 @@ func (d *snapVM) remove(t *testing.T, ctx context.Context, tag string) {
 		t.Fatalf("remove snapshot %s: %v", tag, err)
 	}
 	delete(d.tokens, tag)
+	d.noDeletedOverlay(t, ctx)
+}
+
+// noDeletedOverlay fails if the running QEMU has a node on an overlay file
+// that is gone: a removal that took a merge for done (the overlay of a
+// disk on descriptors went unfound once) deletes the file the guest still
+// writes, and its writes are lost at the next start.
+func (d *snapVM) noDeletedOverlay(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if st, err := d.sup.Status(ctx, d.vm); err != nil || st.State != supervisor.StateRunning {
+		return
+	}
+	var nodes []struct {
+		NodeName string `json:"node-name"`
+		File     string `json:"file"`
+	}
+	d.qmp(t, ctx, "query-named-block-nodes", &nodes)
+	for _, n := range nodes {
+		if !strings.HasPrefix(n.NodeName, "ovf-") {
+			continue
+		}
+		if _, err := os.Stat(n.File); err != nil {
+			t.Fatalf("after a snapshot's removal QEMU still has node %s on %s: %v", n.NodeName, n.File, err)
+		}
+	}
 }
 
 func (d *snapVM) has(t *testing.T, tag string) bool {

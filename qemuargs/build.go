@@ -100,15 +100,11 @@ type Options struct {
 	// every disk by path (vmsup argv, a raw QEMU baseline).
 	DisksByFD bool
 	StateDir  string
-	// DisksByPath names disks kept on the command line by path even with
-	// DisksByFD (a disk on a snapshot's overlay: the snapshot operations
-	// reopen its bases as QEMU opened them from the header).
-	DisksByPath []string
 }
 
 // byFD reports whether Build leaves d off the command line.
 func (o Options) byFD(d spec.Disk) bool {
-	return o.DisksByFD && PassedByFD(d, o.StateDir) && !slices.Contains(o.DisksByPath, d.Name)
+	return o.DisksByFD && PassedByFD(d, o.StateDir)
 }
 
 // maxSocketPath is the longest unix socket path (sun_path is 108 bytes with

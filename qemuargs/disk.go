@@ -29,6 +29,9 @@ type Blockdev struct {
 	Cache    *BlockdevCache  `json:"cache,omitempty"`
 	Discard  string          `json:"discard,omitempty"` // "unmap" passes guest discards down
 	ReadOnly bool            `json:"read-only"`
+	// AutoReadOnly (file): opened read-only until a parent writes, then
+	// reopened read-write (a commit into a base on a descriptor).
+	AutoReadOnly bool `json:"auto-read-only,omitempty"`
 
 	// iscsi (BlockdevOptionsIscsi)
 	Transport      string `json:"transport,omitempty"` // "tcp" or "iser"

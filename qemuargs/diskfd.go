@@ -96,9 +96,13 @@ type ChainLevel struct {
 
 // ChainParts returns p (a disk's parts from Disk or BootDisks) with its
 // image chain made explicit: the top level's nodes keep their names and
-// open levels[0].Filename; every base is a read-only file node and format
-// node of its own, and each qcow2 node names its backing node (the next
-// level's, or null at the bottom), so QEMU opens nothing a header names.
+// open levels[0].Filename; every base is a read-only format node on a
+// file node of its own, and each qcow2 node names its backing node (the
+// next level's, or null at the bottom), so QEMU opens nothing a header
+// names. A base's file node is auto-read-only, not read-only: a snapshot's
+// removal commits into a base, and QEMU can then reopen it read-write
+// through its fd set (which holds a read-write descriptor only for the
+// levels a commit may write: internal/diskfds).
 // Blockdevs are in creation order: the bottom level first.
 func ChainParts(d spec.Disk, p DiskParts, levels []ChainLevel) (DiskParts, error) {
 	if len(p.Blockdevs) != 2 || len(levels) == 0 {
@@ -112,7 +116,7 @@ func ChainParts(d spec.Disk, p DiskParts, levels []ChainLevel) (DiskParts, error
 		file, format := proto, top
 		if i > 0 {
 			file = Blockdev{Driver: "file", NodeName: ChainFileNodeName(d.Name, i), AIO: proto.AIO,
-				Cache: proto.Cache, ReadOnly: true}
+				Cache: proto.Cache, AutoReadOnly: true}
 			format = Blockdev{NodeName: ChainNodeName(d.Name, i), File: file.NodeName, Cache: top.Cache, ReadOnly: true}
 		}
 		file.Filename = lv.Filename

@@ -35,10 +35,14 @@ type Backup struct {
 // active commit becomes "ready" and ends with JobComplete, which pivots the
 // device to the base.
 type Commit struct {
-	JobID        string `json:"job-id,omitempty"`
-	Device       string `json:"device"`
-	TopNode      string `json:"top-node,omitempty"`
-	BaseNode     string `json:"base-node,omitempty"`
+	JobID    string `json:"job-id,omitempty"`
+	Device   string `json:"device"`
+	TopNode  string `json:"top-node,omitempty"`
+	BaseNode string `json:"base-node,omitempty"`
+	// BackingFile is written into the header of the image above TopNode
+	// (not for an active commit): QEMU would write BaseNode's filename,
+	// a /dev/fdset/N for a base on a descriptor.
+	BackingFile  string `json:"backing-file,omitempty"`
 	Speed        int64  `json:"speed,omitempty"`
 	AutoFinalize *bool  `json:"auto-finalize,omitempty"`
 	AutoDismiss  *bool  `json:"auto-dismiss,omitempty"`

@@ -530,7 +530,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	opts := append(r.plan.ArgvOptions(), func(o *qemuargs.Options) {
 		o.EventLog = r.app.EventLog
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
-		o.DisksByFD, o.StateDir, o.DisksByPath = true, r.p.Dir, r.plan.Boot.OnOverlays(&r.f.VM)
+		o.DisksByFD, o.StateDir = true, r.p.Dir
 		final = o
 	})
 	if r.restore != "" {
@@ -664,7 +664,7 @@ func (r *startRun) plugDisks(ctx context.Context) error {
 	}
 	defer c.Close()
 	return diskfds.Boot(ctx, c, &r.plan.Boot.File(r.f).VM, r.bootDisks, r.s.places().OpenDisk,
-		r.mode == StartFresh && r.restore == "")
+		r.plan.Boot.OwnImages(&r.f.VM), r.mode == StartFresh && r.restore == "")
 }
 
 func (r *startRun) removeUnit(ctx context.Context) {

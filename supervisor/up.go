@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +15,6 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
-	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/startplan"
 	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -177,12 +174,9 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 // descriptors over QMP rather than on its command line.
 func (s *Supervisor) DisksByDescriptor(f *spec.File) []string {
 	p := s.paths(f.VM.Name)
-	boot := startplan.Boot{}
-	boot.Tree, _ = snapshot.Load(p.Snapshots()) // a disk on an overlay stays by path
-	onOverlays := boot.OnOverlays(&f.VM)
 	var out []string
 	for _, d := range f.VM.Disks {
-		if qemuargs.PassedByFD(d, p.Dir) && !slices.Contains(onOverlays, d.Name) {
+		if qemuargs.PassedByFD(d, p.Dir) {
 			out = append(out, d.Name)
 		}
 	}

@@ -65,10 +65,6 @@ type Manager struct {
 	// for a disk with no image file to open. Its grants are made through
 	// those descriptors. nil: disks are granted by name.
 	OpenDisk func(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
-	// DisksByPath names the disks QEMU opens by path although
-	// qemuargs.PassedByFD (startplan.Boot.OnOverlays): granted and bound
-	// as QEMU needs them.
-	DisksByPath []string
 	// DiskPlace is the place a disk file lies in (hostpaths.Places.DiskPlace):
 	// a hot-plugged disk's files are opened beneath it and granted by object.
 	DiskPlace storage.Placer

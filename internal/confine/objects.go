@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -69,7 +68,7 @@ func (m *Manager) diskNeeds(ctx context.Context, f *spec.File, stateDir string) 
 
 // byFD reports whether QEMU gets d as descriptors (internal/diskfds).
 func (m *Manager) byFD(d spec.Disk, stateDir string) bool {
-	return qemuargs.PassedByFD(d, stateDir) && !slices.Contains(m.DisksByPath, d.Name)
+	return qemuargs.PassedByFD(d, stateDir)
 }
 
 // closeNeeds closes the descriptors needs were opened on.

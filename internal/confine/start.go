@@ -30,7 +30,6 @@ var (
 func (s Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 	return []steps.Step{{Name: Step, Do: func(ctx context.Context) error {
 		m := s.Manager()
-		m.DisksByPath = plan.Boot.OnOverlays(&f.VM)
 		boot := plan.Boot.File(f)
 		c, err := m.Confine(ctx, boot, plan.Paths, plan.Accel)
 		if err != nil {
@@ -47,7 +46,6 @@ func (s Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 func (s Start) Reuse(f *spec.File, plan *startplan.Plan) error {
 	plan.AddUnit(func(u *units.Unit) {
 		m := s.Manager()
-		m.DisksByPath = plan.Boot.OnOverlays(&f.VM)
 		if c, err := m.Read(f.VM.Name); err == nil && c != nil {
 			u.Sandbox = m.Sandbox(f, plan.Paths, c)
 		}

@@ -3,6 +3,7 @@ package devices
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -76,8 +77,56 @@ func NamedNodes(ctx context.Context, c *qmp.Conn) ([]qmp.BlockNode, error) {
 		if p, ok := files[file]; ok {
 			nodes[i].Image.Filename, nodes[i].File = p, p
 		}
+		// The backing of a node on an explicit chain is named as QEMU
+		// names that node (/dev/fdset/N, or json: with its file's set):
+		// RootOf walks a chain by it.
+		b := n.BackingFile
+		if f := jsonFile(b); f != "" {
+			b = f
+		}
+		if p, ok := files[b]; ok {
+			nodes[i].BackingFile = p
+		}
 	}
 	return nodes, nil
+}
+
+// OnDescriptor reports whether QEMU reads format node node's image through
+// an fd set (vmsup passed it), not a file it opened by name.
+func OnDescriptor(ctx context.Context, c *qmp.Conn, node string) (bool, error) {
+	nodes, err := c.QueryNamedBlockNodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	files := map[string]string{}
+	for _, n := range nodes {
+		files[n.NodeName] = n.Image.Filename
+	}
+	f := files[node]
+	if p := files[chainProtocolNode(node)]; p != "" {
+		f = p
+	} else if j := jsonFile(f); j != "" {
+		f = j
+	}
+	return strings.HasPrefix(f, "/dev/fdset/"), nil
+}
+
+// jsonFile is the protocol file a json: filename of a format node names
+// ("" for another filename).
+func jsonFile(name string) string {
+	js, ok := strings.CutPrefix(name, "json:")
+	if !ok {
+		return ""
+	}
+	var o struct {
+		File struct {
+			Filename string `json:"filename"`
+		} `json:"file"`
+	}
+	if json.Unmarshal([]byte(js), &o) != nil {
+		return ""
+	}
+	return o.File.Filename
 }
 
 // chainProtocolNode is the protocol node vmsup put under a format node of
@@ -172,9 +221,26 @@ func CloseNode(ctx context.Context, c *qmp.Conn, node string) {
 		return
 	}
 	_ = c.BlockdevDel(ctx, node)
-	if p := ProtocolNode(node); p != "" {
+	if p := chainProtocolNode(node); p != "" {
 		_ = c.BlockdevDel(ctx, p)
 	}
+}
+
+// RemoveFileSets takes back the fd sets whose notes name image file path
+// (FDSetFile), once no node uses it (a merged overlay's): a set QEMU kept
+// would hold the deleted file's space.
+func RemoveFileSets(ctx context.Context, c *qmp.Conn, path string) error {
+	sets, err := c.QueryFDSets(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, s := range sets {
+		if slices.ContainsFunc(s.FDs, func(f qmp.FDSetFD) bool { p, ok := FDSetFile(f.Opaque); return ok && p == path }) {
+			errs = append(errs, c.RemoveFD(ctx, s.FDSetID, nil))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // DelParts deletes nodes (given protocol first: deleted top first) and
@@ -243,6 +309,13 @@ func RunningParts(dir string, d spec.Disk, top string) (qemuargs.DiskParts, erro
 		return p, err
 	case qemuargs.MoveNodeName(d.Name, d):
 		return qemuargs.MoveTarget(d, MoveHost(dir, d))
+	}
+	for i := 1; i <= maxChain; i++ {
+		if top == qemuargs.ChainNodeName(d.Name, i) {
+			// A base of its boot chain, which a snapshot's removal
+			// merged the disk down into (RemoveChain closes the rest).
+			return qemuargs.DiskParts{Blockdevs: []qemuargs.Blockdev{{NodeName: qemuargs.ChainFileNodeName(d.Name, i)}, {NodeName: top}}}, nil
+		}
 	}
 	if QEMUOwned(top) {
 		// An image QEMU opened itself from an overlay's header, which a

@@ -20,6 +20,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -48,11 +50,12 @@ const unplugTimeout = 5 * time.Second
 // c, in order, and with fresh (a guest that boots, not one whose state
 // comes in: a migration, a memory snapshot) resets a firmware boot so
 // that their boot indexes apply (firmware reads the boot order at reset).
-// vm is the VM as it boots. Errors name the disk and the file (the start
-// step names the VM).
-func Boot(ctx context.Context, c *qmp.Conn, vm *spec.VM, disks []qemuargs.BootDisk, open Opener, fresh bool) error {
+// vm is the VM as it boots; own names, for a disk on a snapshot's
+// overlay, the disk's own image (Pass). Errors name the disk and the file
+// (the start step names the VM).
+func Boot(ctx context.Context, c *qmp.Conn, vm *spec.VM, disks []qemuargs.BootDisk, open Opener, own map[string]string, fresh bool) error {
 	for _, bd := range disks {
-		if err := Plug(ctx, c, bd.Disk, bd.Parts, open); err != nil {
+		if err := Plug(ctx, c, bd.Disk, own[bd.Disk.Name], bd.Parts, open); err != nil {
 			return err
 		}
 	}
@@ -69,8 +72,8 @@ func Boot(ctx context.Context, c *qmp.Conn, vm *spec.VM, disks []qemuargs.BootDi
 // the descriptors: objects, nodes bottom level first, devices. vmsup's
 // own descriptors are closed once QEMU holds copies. A failure removes
 // what it added.
-func Plug(ctx context.Context, c *qmp.Conn, d spec.Disk, p qemuargs.DiskParts, open Opener) (err error) {
-	pp, sets, err := Pass(ctx, c, d, p, open)
+func Plug(ctx context.Context, c *qmp.Conn, d spec.Disk, own string, p qemuargs.DiskParts, open Opener) (err error) {
+	pp, sets, err := Pass(ctx, c, d, own, p, open)
 	if err != nil {
 		return err
 	}
@@ -97,13 +100,18 @@ func Plug(ctx context.Context, c *qmp.Conn, d spec.Disk, p qemuargs.DiskParts, o
 
 // Pass opens d's files and passes them to QEMU, one fd set per chain
 // level, and returns p with its nodes on those sets (ChainParts) and the
-// sets added (for RemoveSets).
-func Pass(ctx context.Context, c *qmp.Conn, d spec.Disk, p qemuargs.DiskParts, open Opener) (qemuargs.DiskParts, []int64, error) {
+// sets added (for RemoveSets). own is the disk's own image when d.File is
+// a snapshot's overlay on it ("" otherwise): the levels from the top down
+// to it are the snapshots' images, which a removal commits into, so their
+// sets get a read-write descriptor too; the bases below it (a template
+// other VMs may share) only a read-only one.
+func Pass(ctx context.Context, c *qmp.Conn, d spec.Disk, own string, p qemuargs.DiskParts, open Opener) (qemuargs.DiskParts, []int64, error) {
 	levels, err := openLevels(ctx, d, open)
 	if err != nil {
 		return p, nil, fmt.Errorf("disk %q: %w", d.Name, err)
 	}
 	defer closeLevels(levels)
+	writableDownTo(levels, d, own)
 	var sets []int64
 	var chain []qemuargs.ChainLevel
 	for i, l := range levels {
@@ -136,7 +144,26 @@ type level struct {
 	file   *os.File
 	path   string
 	format string
-	write  bool
+	write  bool // its set holds both access modes
+}
+
+// writableDownTo marks a writable file disk's levels from the top down to
+// its own image own (none below: nothing writes a base under it).
+func writableDownTo(ls []level, d spec.Disk, own string) {
+	if own == "" || d.ReadOnly || d.Type != spec.DiskFile {
+		return
+	}
+	k := slices.IndexFunc(ls, func(l level) bool { return filepath.Clean(l.path) == filepath.Clean(own) })
+	for i := 0; i <= k; i++ {
+		ls[i].write = true
+	}
+}
+
+// PassFile passes f, the image file path that disk's device is to run on
+// (a snapshot's overlay), into a new fd set with both access modes, named
+// as its chain's top (devices.FDSetFile finds it by path).
+func PassFile(ctx context.Context, c *qmp.Conn, disk, path string, f *os.File) (int64, error) {
+	return passLevel(ctx, c, disk, 0, level{file: f, path: path, write: true})
 }
 
 func closeLevels(ls []level) {

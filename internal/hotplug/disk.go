@@ -293,7 +293,7 @@ func (d *disk) HostSteps(op *operation.Op) []steps.Step {
 			if err != nil {
 				return err
 			}
-			chain, sets, err := diskfds.Pass(ctx, d.c, sd, parts, d.e.h.OpenDisk)
+			chain, sets, err := diskfds.Pass(ctx, d.c, sd, "", parts, d.e.h.OpenDisk)
 			if err != nil {
 				return err
 			}

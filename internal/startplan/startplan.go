@@ -139,15 +139,14 @@ func (b Boot) Disks(vm *spec.VM) []vmstate.Disk {
 	return vmstate.OpenedDisks(vm.Disks, app, b.Tree)
 }
 
-// OnOverlays names the disks of vm a start opens on a snapshot's overlay:
-// they reach QEMU by path (qemuargs.Options.DisksByPath), not as
-// descriptors, because the snapshot operations have QEMU reopen their
-// bases as it opened them from the overlay's header.
-func (b Boot) OnOverlays(vm *spec.VM) []string {
-	var out []string
+// OwnImages maps each disk of vm a start opens on a snapshot's overlay to
+// its own image: the snapshots' images between them are what a removal
+// commits into (diskfds.Pass gives QEMU them read-write too).
+func (b Boot) OwnImages(vm *spec.VM) map[string]string {
+	out := map[string]string{}
 	for _, od := range b.Disks(vm) {
 		if od.Type == spec.DiskFile && od.Active.Path != "" && od.Active.Path != od.File {
-			out = append(out, od.Name)
+			out[od.Name] = od.File
 		}
 	}
 	return out

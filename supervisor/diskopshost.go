@@ -142,10 +142,13 @@ type diskHost struct{ s *Supervisor }
 
 var _ diskops.Host = diskHost{}
 
-func (h diskHost) State() vmstate.Store                        { return h.s.state }
-func (h diskHost) View(name string) (*vmstate.View, error)     { return h.s.view(name) }
-func (h diskHost) NotFound(name string) error                  { return h.s.notFound(name) }
-func (h diskHost) ImageDirs() []string                         { return h.s.opts.ImageDirs }
+func (h diskHost) State() vmstate.Store                    { return h.s.state }
+func (h diskHost) View(name string) (*vmstate.View, error) { return h.s.view(name) }
+func (h diskHost) NotFound(name string) error              { return h.s.notFound(name) }
+func (h diskHost) ImageDirs() []string                     { return h.s.opts.ImageDirs }
+func (h diskHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
+	return h.s.places().OpenDisk(ctx, d)
+}
 func (h diskHost) InImageDirs(path string) (bool, error)       { return h.s.confiner().InImageDirs(path) }
 func (h diskHost) Reachable(paths ...string) error             { return h.s.reachable(paths...) }
 func (h diskHost) Tools() storage.Tools                        { return h.s.tools() }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -224,14 +225,17 @@ func FDSetFile(opaque string) (string, bool) {
 
 // RemoveChain removes what a disk plugged as descriptors keeps beyond its
 // top nodes once those are gone: its bases' nodes (qemuargs.ChainNodeName)
-// and fd sets, and the top's fd set. Idempotent: it removes what QEMU has.
-func RemoveChain(ctx context.Context, c *qmp.Conn, disk string) error {
+// and fd sets, and the top's fd set, but for the sets of the files in keep
+// (a move's target, named as the disk's). Idempotent: it removes what
+// QEMU has.
+func RemoveChain(ctx context.Context, c *qmp.Conn, disk string, keep ...string) error {
 	pr, err := Query(ctx, c)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for i := 1; pr.Nodes[qemuargs.ChainNodeName(disk, i)] || pr.Nodes[qemuargs.ChainFileNodeName(disk, i)]; i++ {
+	// Every level: a merge may have closed some above others.
+	for i := 1; i <= maxChain; i++ {
 		for _, n := range []string{qemuargs.ChainNodeName(disk, i), qemuargs.ChainFileNodeName(disk, i)} {
 			if pr.Nodes[n] {
 				if err := blockdevDel(ctx, c, n); err != nil {
@@ -241,9 +245,15 @@ func RemoveChain(ctx context.Context, c *qmp.Conn, disk string) error {
 		}
 	}
 	for opaque, id := range pr.FDSets {
+		if p, ok := FDSetFile(opaque); ok && slices.Contains(keep, p) {
+			continue
+		}
 		if opaque == FDOpaque(disk) || strings.HasPrefix(opaque, FDOpaque(disk)+" base ") || strings.HasPrefix(opaque, FDOpaque(disk)+" file ") {
 			errs = append(errs, c.RemoveFD(ctx, id, nil))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// maxChain bounds the levels of a disk's chain (storage.OpenLimits).
+const maxChain = 64

@@ -16,6 +16,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/storage"
 )
 
 // The live half of a backup: the target files passed to QEMU as fd sets
@@ -48,11 +49,18 @@ func (b *backupRun) addNodes(ctx context.Context) error {
 }
 
 func (b *backupRun) addNode(ctx context.Context, path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
+	// Beneath the point's directory (no symlink), and checked: the file
+	// vmsup just made, never another a name swap put there.
+	f, err := storage.OpenBeneath(b.in.Dir, path, os.O_RDWR)
 	if err != nil {
 		return err
 	}
 	defer f.Close() // QEMU has its own copy
+	if o, err := storage.CheckDiskObject(f); err != nil {
+		return err
+	} else if o.Kind != storage.ObjectRegular {
+		return errors.New("not a regular file")
+	}
 	fd, err := b.c.AddFD(ctx, nil, backupFDOpaque(path), f)
 	if err != nil {
 		return fmt.Errorf("add-fd: %w", err)

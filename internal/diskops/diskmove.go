@@ -321,6 +321,9 @@ func cancelMoveJob(ctx context.Context, c *qmp.Conn, id string, wait bool) error
 
 // moveRules are the grants a target needs: its files, and its key.
 func moveRules(ctx context.Context, p vmstate.Paths, t spec.Disk) ([]units.PathRule, error) {
+	if t.Type == spec.DiskFile {
+		return nil, nil // QEMU gets it as a descriptor (moveTargetFD)
+	}
 	rules, err := confine.DiskRules(ctx, t)
 	if sec := devices.MoveSecretFile(p.Dir, t); sec != "" {
 		rules = append(rules, units.PathRule{Path: sec, Mode: "r"})

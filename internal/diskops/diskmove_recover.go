@@ -160,6 +160,11 @@ func (s *Service) recoverDiskMove(ctx context.Context, name string, op *operatio
 		if err := devices.DelParts(ctx, c, in.Nodes, in.Objects); err != nil {
 			return "", err
 		}
+		if in.Target.Type == spec.DiskFile {
+			if err := devices.RemoveFileSets(ctx, c, in.Target.File); err != nil {
+				return "", err
+			}
+		}
 		if err := s.h.ReleasePaths(ctx, name, in.Rules...); err != nil {
 			return "", err
 		}

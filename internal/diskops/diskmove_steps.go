@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/diskfds"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -116,6 +117,11 @@ func (m *diskMove) addNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if m.in.Target.Type == spec.DiskFile {
+		if p.Blockdevs[0].Filename, err = m.targetFD(ctx); err != nil {
+			return err
+		}
+	}
 	for _, o := range p.Objects {
 		if err := m.c.ObjectAdd(ctx, o); err != nil {
 			m.delNodes(ctx)
@@ -131,9 +137,30 @@ func (m *diskMove) addNodes(ctx context.Context) error {
 	return nil
 }
 
+// targetFD opens a file target beneath its place and passes it to QEMU
+// (its own fd set, both access modes, named as the disk's image): QEMU
+// opens no target by name and is granted none. It returns the file QEMU
+// opens.
+func (m *diskMove) targetFD(ctx context.Context) (string, error) {
+	t := m.in.Target
+	o, err := m.s.h.OpenDisk(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	defer o.Close()
+	set, err := diskfds.PassFile(ctx, m.c, m.in.Disk, t.File, o.Levels[0].File)
+	if err != nil {
+		return "", fmt.Errorf("pass %s to QEMU: %w", t.File, err)
+	}
+	return fmt.Sprintf("/dev/fdset/%d", set), nil
+}
+
 func (m *diskMove) delNodes(ctx context.Context) {
 	if !m.pivoted {
 		_ = devices.DelParts(ctx, m.c, m.in.Nodes, m.in.Objects)
+		if m.in.Target.Type == spec.DiskFile {
+			_ = devices.RemoveFileSets(ctx, m.c, m.in.Target.File)
+		}
 	}
 }
 
@@ -246,6 +273,8 @@ func (m *diskMove) closeSource(ctx context.Context) error {
 
 func (s *Service) closeMoveSource(ctx context.Context, name string, c *qmp.Conn, in *moveIntent) error {
 	err := devices.DelParts(ctx, c, in.SourceNodes, in.SourceObjects)
+	// The source's bases and fd sets, if it was passed as descriptors.
+	err = errors.Join(err, devices.RemoveChain(ctx, c, in.Disk, in.Target.File))
 	rules, _ := confine.DiskRules(ctx, in.Source)
 	paths := rulePaths(rules)
 	if _, sec := storage.HostFiles(s.paths(name).Dir, in.Source); sec != "" && !in.Target.NeedsSecret() {

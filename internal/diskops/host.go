@@ -37,6 +37,10 @@ type Host interface {
 	// takes them back.
 	ConfinePaths(ctx context.Context, name string, rules ...units.PathRule) error
 	ReleasePaths(ctx context.Context, name string, paths ...string) error
+	// OpenDisk opens a file disk's image and chain beneath the place it
+	// lies in and checks them (hostpaths.Places.OpenDisk): a snapshot's
+	// overlay reaches QEMU as a descriptor (internal/diskfds).
+	OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
 	// ImageDirs are the image directories; InImageDirs says whether path
 	// lies in one (the only places a running VM can open new files).
 	ImageDirs() []string

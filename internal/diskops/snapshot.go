@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/diskfds"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/steps"
@@ -267,7 +268,6 @@ func (t *snapTake) steps() []step {
 	list := []step{{Name: "overlays", Do: t.createOverlays, Undo: t.removeOverlays}}
 	if t.c != nil {
 		list = append(list,
-			step{Name: "confine", Do: t.confine, Undo: t.release},
 			step{Name: "nodes", Do: t.addNodes, Undo: t.delNodes},
 			step{Name: string(stepSnapSwitch), Do: t.switchDisks})
 	} else if len(t.in.RBD) > 0 {
@@ -317,6 +317,8 @@ func (t *snapTake) removeOverlays(context.Context) {
 	}
 }
 
+// overlayRules are the grants a snapshot of an earlier vmsup made (its
+// overlays were opened by name): a recovery of its journal takes them back.
 func overlayRules(layers []snapshot.Layer) []units.PathRule {
 	rules := make([]units.PathRule, len(layers))
 	for i, l := range layers {
@@ -325,29 +327,39 @@ func overlayRules(layers []snapshot.Layer) []units.PathRule {
 	return rules
 }
 
-func (t *snapTake) confine(ctx context.Context) error {
-	return t.s.h.ConfinePaths(ctx, t.name, overlayRules(t.in.Layers)...)
-}
-
-func (t *snapTake) release(ctx context.Context) {
-	if t.switched {
-		return
-	}
-	_ = t.s.h.ReleasePaths(ctx, t.name, rulePaths(overlayRules(t.in.Layers))...)
-}
-
+// addNodes adds each overlay's nodes on a descriptor of it (its own fd
+// set, both access modes: QEMU writes it, and a later snapshot or commit
+// reopens it): QEMU opens no overlay by name, and is granted none.
 func (t *snapTake) addNodes(ctx context.Context) error {
 	for i, l := range t.in.Layers {
-		proto, format := qemuargs.Overlay(t.in.Disks[i], l.Overlay.Path)
-		if err := t.c.BlockdevAdd(ctx, proto); err != nil {
-			return fmt.Errorf("disk %q: overlay: %w", l.Disk, err)
-		}
-		if err := t.c.BlockdevAdd(ctx, format); err != nil {
-			_ = t.c.BlockdevDel(ctx, proto.NodeName)
+		if err := t.addOverlay(ctx, t.in.Disks[i], l); err != nil {
 			return fmt.Errorf("disk %q: overlay: %w", l.Disk, err)
 		}
 	}
 	return nil
+}
+
+func (t *snapTake) addOverlay(ctx context.Context, d spec.Disk, l snapshot.Layer) error {
+	o, err := t.s.h.OpenDisk(ctx, spec.Disk{Name: l.Disk, Type: spec.DiskFile, File: l.Overlay.Path, Format: spec.FormatQcow2})
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	set, err := diskfds.PassFile(ctx, t.c, l.Disk, l.Overlay.Path, o.Levels[0].File)
+	if err != nil {
+		return err
+	}
+	proto, format := qemuargs.Overlay(d, l.Overlay.Path)
+	proto.Filename = fmt.Sprintf("/dev/fdset/%d", set)
+	if err = t.c.BlockdevAdd(ctx, proto); err == nil {
+		if err = t.c.BlockdevAdd(ctx, format); err != nil {
+			_ = t.c.BlockdevDel(ctx, proto.NodeName)
+		}
+	}
+	if err != nil {
+		_ = t.c.RemoveFD(context.WithoutCancel(ctx), set, nil)
+	}
+	return err
 }
 
 func (t *snapTake) delNodes(ctx context.Context) {
@@ -357,9 +369,13 @@ func (t *snapTake) delNodes(ctx context.Context) {
 }
 
 func delOverlayNodes(ctx context.Context, c *qmp.Conn, layers []snapshot.Layer) {
+	if c == nil {
+		return // QEMU is gone, and its nodes and descriptors with it
+	}
 	for _, l := range layers {
 		_ = c.BlockdevDel(ctx, qemuargs.OverlayNodeName(l.Overlay.Path))
 		_ = c.BlockdevDel(ctx, qemuargs.OverlayFileNodeName(l.Overlay.Path))
+		_ = devices.RemoveFileSets(ctx, c, l.Overlay.Path)
 	}
 }
 

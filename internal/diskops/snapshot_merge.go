@@ -136,7 +136,7 @@ func (s *Service) mergeLive(ctx context.Context, name string, c *qmp.Conn, op *o
 	case mergeFinishPivot, mergeFinishJob:
 		return "", s.finishCommitJob(ctx, name, c, op, m, seen.node, a == mergeFinishPivot, progress)
 	case mergeCloseStale:
-		devices.CloseNode(ctx, c, seen.node)
+		closeMerged(ctx, c, seen.node, m.From.Path)
 		return "", nil
 	case mergeCommitLive:
 		return s.commitLive(ctx, name, c, m, progress, op)
@@ -158,7 +158,7 @@ func (s *Service) finishCommitJob(ctx context.Context, name string, c *qmp.Conn,
 		return err
 	}
 	if top != "" {
-		devices.CloseNode(ctx, c, top)
+		closeMerged(ctx, c, top, m.From.Path)
 	}
 	return nil
 }
@@ -237,11 +237,6 @@ func (s *Service) commitCompleted(name, id string, since time.Time) (bool, error
 // returns the image above From that QEMU re-based ("" for an active
 // commit, which pivots the disk onto Into, journaled in op first).
 func (s *Service) commitLive(ctx context.Context, name string, c *qmp.Conn, m snapshot.Merge, progress func(string, int64, int64), op *operation.Op) (string, error) {
-	// QEMU opened Into read-only (a backing image) and was granted it so:
-	// the commit writes it.
-	if err := s.h.ConfinePaths(ctx, name, units.PathRule{Path: m.Into.Path, Mode: "rwk"}); err != nil {
-		return "", err
-	}
 	top, err := devices.FindNode(ctx, c, m.From.Path)
 	if err != nil {
 		return "", err
@@ -250,14 +245,20 @@ func (s *Service) commitLive(ctx context.Context, name string, c *qmp.Conn, m sn
 	if err != nil {
 		return "", err
 	}
+	if err := s.confineInto(ctx, name, c, base.NodeName, m.Into.Path); err != nil {
+		return "", err
+	}
 	device, above, err := devices.RootOf(ctx, c, top.NodeName)
 	if err != nil {
 		return "", err
 	}
 	id := commitJobID(m.Disk)
 	no := false
-	if err := c.BlockCommit(ctx, qmp.Commit{JobID: id, Device: device, TopNode: top.NodeName, BaseNode: base.NodeName,
-		AutoDismiss: &no}); err != nil {
+	cm := qmp.Commit{JobID: id, Device: device, TopNode: top.NodeName, BaseNode: base.NodeName, AutoDismiss: &no}
+	if above != "" {
+		cm.BackingFile = m.Into.Path // not the base's /dev/fdset/N
+	}
+	if err := c.BlockCommit(ctx, cm); err != nil {
 		return "", err
 	}
 	prog := func(j qmp.Job) {
@@ -268,6 +269,23 @@ func (s *Service) commitLive(ctx context.Context, name string, c *qmp.Conn, m sn
 	if err := s.completeCommit(ctx, name, c, op, m.Disk, above == "", prog); err != nil {
 		return "", err
 	}
-	devices.CloseNode(ctx, c, top.NodeName)
+	closeMerged(ctx, c, top.NodeName, m.From.Path)
 	return above, nil
+}
+
+// confineInto grants QEMU Into read-write where it opened it by name (a
+// SATA disk's chain, from the header): the commit writes it. Into on a
+// descriptor needs nothing: its fd set holds a read-write one
+// (internal/diskfds).
+func (s *Service) confineInto(ctx context.Context, name string, c *qmp.Conn, node, path string) error {
+	if fd, err := devices.OnDescriptor(ctx, c, node); err != nil || fd {
+		return err
+	}
+	return s.h.ConfinePaths(ctx, name, units.PathRule{Path: path, Mode: "rwk"})
+}
+
+// closeMerged closes merged image path's node and takes back its fd set.
+func closeMerged(ctx context.Context, c *qmp.Conn, node, path string) {
+	devices.CloseNode(ctx, c, node)
+	_ = devices.RemoveFileSets(ctx, c, path)
 }

@@ -20,8 +20,8 @@ import (
 // The steps each kind of snapshot journals, in order (the record step
 // ends it: the tree has it from there).
 var (
-	snapLiveSteps   = []operation.Step{"overlays", "confine", "nodes", stepFreezing, stepFrozen, stepSnapSwitch}
-	snapMemorySteps = []operation.Step{"overlays", "confine", "nodes", stepPaused, stepSaved, stepSnapSwitch}
+	snapLiveSteps   = []operation.Step{"overlays", "nodes", stepFreezing, stepFrozen, stepSnapSwitch}
+	snapMemorySteps = []operation.Step{"overlays", "nodes", stepPaused, stepSaved, stepSnapSwitch}
 	snapOffSteps    = []operation.Step{"overlays", stepSnapRBD}
 )
 
@@ -89,10 +89,10 @@ func TestDecideSnapshot(t *testing.T) {
 		row{"off, RBD only", snapOffSteps[:1], false, true, qemuMade, snapRBDUnmade},
 		row{"off, RBD only", snapOffSteps, false, true, qemuMade, snapRecordOff},
 		// Running, RBD only: the switch step made their snapshots.
-		row{"live, RBD only", snapLiveSteps[:3], false, true, qemuOld, snapDrop},
-		row{"live, RBD only", snapLiveSteps[:5], false, true, qemuOld, snapDrop},
+		row{"live, RBD only", snapLiveSteps[:2], false, true, qemuOld, snapDrop},
+		row{"live, RBD only", snapLiveSteps[:4], false, true, qemuOld, snapDrop},
 		row{"live, RBD only", snapLiveSteps, false, true, qemuOld, snapKeep},
-		row{"live, RBD only", snapLiveSteps[:5], false, true, qemuMade, snapRBDUnmade},
+		row{"live, RBD only", snapLiveSteps[:4], false, true, qemuMade, snapRBDUnmade},
 		row{"live, RBD only", snapLiveSteps, false, true, qemuMade, snapRecordOff},
 		row{"live, RBD only", snapLiveSteps, false, true, qemuBusy, snapAskAgain},
 	)

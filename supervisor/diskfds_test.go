@@ -17,6 +17,7 @@ import (
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // TestStorageByDescriptor boots a guest with a qcow2 overlay on a base, a
@@ -79,7 +80,7 @@ file = %q
 		t.Fatal(err)
 	}
 	checkNoHostPaths(t, ctx, sup, st)
-	noACLs(t, "running", images)
+	supervisortest.NoACLs(t, "running", images)
 
 	g := bootGuest(t, ctx, st)
 	if got := g.run(fmt.Sprintf("dd if=%s bs=4096 skip=512 count=1 2>/dev/null | head -c 4", g.devOf("root"))); got != "ZZZZ" {
@@ -97,7 +98,7 @@ file = %q
 	if _, err := sup.Down(ctx, "fds"); err != nil {
 		t.Fatal(err)
 	}
-	noACLs(t, "after down", images)
+	supervisortest.NoACLs(t, "after down", images)
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ file = %q
 		t.Fatal(err)
 	}
 	waitState(t, ctx, sup, "fds", supervisor.StateShutOff, time.Minute)
-	noACLs(t, "after kill", images)
+	supervisortest.NoACLs(t, "after kill", images)
 
 	t.Run("killed-after-disks", func(t *testing.T) { killedAfterDisks(t, ctx, sup, root, f, images, written) })
 	t.Run("swap-to-symlink", func(t *testing.T) { swapToSymlink(t, ctx, root, f, raw, images) })
@@ -135,7 +136,7 @@ func hotplugByDescriptor(t *testing.T, ctx context.Context, sup *supervisor.Supe
 		t.Errorf("hot-plugged overlay does not show its base's data: %q", got)
 	}
 	checkNoHostPaths(t, ctx, sup, st)
-	noACLs(t, "attached", []string{hot, base})
+	supervisortest.NoACLs(t, "attached", []string{hot, base})
 	if err := sup.DetachDisk(ctx, "fds", "hot"); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func killedAfterDisks(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 	if st, err := sup.Status(ctx, "fds"); err != nil || st.State != supervisor.StateStarting {
 		t.Errorf("status of a QEMU left paused before its guest ran: %+v %v (want starting)", st, err)
 	}
-	noACLs(t, "after an up killed after the disks step", images)
+	supervisortest.NoACLs(t, "after an up killed after the disks step", images)
 	res, err := sup.Up(ctx, f)
 	if err != nil {
 		t.Fatalf("up after a start killed after the disks step: %v", err)
@@ -186,7 +187,7 @@ func killedAfterDisks(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 	if _, err := sup.Down(ctx, "fds"); err != nil {
 		t.Fatal(err)
 	}
-	noACLs(t, "after the settled start's down", images)
+	supervisortest.NoACLs(t, "after the settled start's down", images)
 	// Down settles one too, at once (its guest never ran: no powerdown).
 	cmd = exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, f.Path, supervisor.StepDisks)
 	if out, err := cmd.CombinedOutput(); !errors.As(err, &ee) {
@@ -199,7 +200,7 @@ func killedAfterDisks(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 	if n := len(qemuPIDs(t, "fds")); n != 0 {
 		t.Fatalf("%d QEMU processes after down", n)
 	}
-	noACLs(t, "after down of a start killed after the disks step", images)
+	supervisortest.NoACLs(t, "after down of a start killed after the disks step", images)
 }
 
 // swapToSymlink: the raw disk's name becomes a symlink to a root-only file
@@ -235,7 +236,7 @@ func swapToSymlink(t *testing.T, ctx context.Context, root string, f *spec.File,
 	if n := len(qemuPIDs(t, "fds")); n != 0 {
 		t.Errorf("%d QEMU processes left after the refused start", n)
 	}
-	noACLs(t, "after the refused start", append(images, secret))
+	supervisortest.NoACLs(t, "after the refused start", append(images, secret))
 }
 
 // checkNoHostPaths: QEMU's command line and its block nodes name no disk
@@ -286,21 +287,5 @@ func checkNoHostPaths(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 	}
 	if n < 8 { // at least overlay, base, raw, ISO: a file and a format node each
 		t.Errorf("%d block nodes on descriptors, want 8:\n%s", n, reply)
-	}
-}
-
-// noACLs fails for any named user entry in the ACLs of paths (the test's
-// files have none of their own).
-func noACLs(t *testing.T, when string, paths []string) {
-	t.Helper()
-	named := regexp.MustCompile(`(?m)^user:[^:]+:`)
-	for _, p := range paths {
-		out, err := exec.Command("getfacl", "-cpn", p).CombinedOutput()
-		if err != nil {
-			t.Fatalf("getfacl %s: %v %s", p, err, out)
-		}
-		if m := named.FindAllString(string(out), -1); len(m) > 0 {
-			t.Errorf("%s: %s has ACL entries %q:\n%s", when, p, m, out)
-		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -90,9 +89,9 @@ cmdline = "console=ttyS0 no_timer_check"
 	if len(files) < 3 {
 		t.Fatalf("images %v: want the disk's own, the moved one and a backup", files)
 	}
-	noNamedACLs(t, "running", files)
+	supervisortest.NoACLs(t, "running", files)
 	supervisortest.StopByUnit(t, ctx, env.Systemd, "ovd")
-	noNamedACLs(t, "stopped", files)
+	supervisortest.NoACLs(t, "stopped", files)
 }
 
 // onlyDescriptors fails unless QEMU's argv names nothing under the test's
@@ -148,21 +147,6 @@ func onlyDescriptors(t *testing.T, ctx context.Context, sup *supervisor.Supervis
 					t.Errorf("%s: block node %s opens %s (%s)", when, n.NodeName, nm, name)
 				}
 			}
-		}
-	}
-}
-
-// noNamedACLs fails for any named user entry in the ACLs of paths.
-func noNamedACLs(t *testing.T, when string, paths []string) {
-	t.Helper()
-	named := regexp.MustCompile(`(?m)^user:[^:]+:`)
-	for _, p := range paths {
-		out, err := exec.Command("getfacl", "-cpn", p).CombinedOutput()
-		if err != nil {
-			t.Fatalf("getfacl %s: %v %s", p, err, out)
-		}
-		if m := named.FindAllString(string(out), -1); len(m) > 0 {
-			t.Errorf("%s: %s has ACL entries %q", when, p, m)
 		}
 	}
 }

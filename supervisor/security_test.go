@@ -482,8 +482,16 @@ func TestIsolationDefault(t *testing.T) {
 			"-S", fmt.Sprint(a.UID), "-G", ua.Gid, "sh", "-c", cmd).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
-	if out, err := asA("head -c 4 " + img("isoa") + " | od -c | head -1"); err != nil || !strings.Contains(out, "Q   F   I") {
-		t.Fatalf("A cannot read its own image (the probe is broken): %v %s", err, out)
+	// The probe runs as A's user, and A's QEMU holds its image by the
+	// descriptor vmsup handed it: by name even A's own image is closed.
+	if out, err := asA("id -u"); err != nil || out != fmt.Sprint(a.UID) {
+		t.Fatalf("the probe does not run as A's user %d (the probe is broken): %v %s", a.UID, err, out)
+	}
+	if !holdsOpen(pid["isoa"], img("isoa")) {
+		t.Errorf("A's QEMU (pid %d) does not hold its image %s open", pid["isoa"], img("isoa"))
+	}
+	if out, err := asA("head -c 4 " + img("isoa")); err == nil {
+		t.Errorf("A read its own image by name (it should have only its descriptor): %q", out)
 	}
 	if out, err := asA("head -c 4 " + img("isob")); err == nil {
 		t.Errorf("A read B's image: %q", out)
@@ -502,4 +510,15 @@ func TestIsolationDefault(t *testing.T) {
 		os.Remove("/dev/shm/vmsup-isolation-probe")
 		t.Error("a file QEMU made in /dev/shm reached the host's")
 	}
+}
+
+// holdsOpen says whether process pid has path open (its fd links, read as root).
+func holdsOpen(pid int, path string) bool {
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && l == path {
+			return true
+		}
+	}
+	return false
 }

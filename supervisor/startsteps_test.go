@@ -38,9 +38,9 @@ cni_config = "/etc/cni/net.d/y.conflist"
 	}
 	host := `images storage net-check netns nic "pod" nic "pod2" confine`
 	for mode, want := range map[supervisor.StartMode]string{
-		supervisor.StartFresh:         `validate lock check state-dir ` + host + ` argv record console-log unit confirm`,
-		supervisor.StartIncoming:      `validate lock check state-dir ` + host + ` argv record console-log unit incoming`,
-		supervisor.StartIncomingLocal: `validate check state-dir reuse argv record console-log unit incoming`,
+		supervisor.StartFresh:         `validate lock check state-dir ` + host + ` argv record console-log unit disks confirm`,
+		supervisor.StartIncoming:      `validate lock check state-dir ` + host + ` argv record console-log unit disks incoming`,
+		supervisor.StartIncomingLocal: `validate check state-dir reuse argv record console-log unit disks incoming`,
 	} {
 		got := strings.Join(sup.StartSteps(f, mode), " ")
 		t.Logf("%s: %s", mode, got)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -177,6 +178,7 @@ func queryBlockImages(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatal(err)
 	}
+	sets := fdSetFiles(t, ctx, sup, name)
 	images := map[string]string{}
 	for _, b := range r.Return {
 		_, rest, ok := strings.Cut(b.QDev, "disk-")
@@ -184,9 +186,59 @@ func queryBlockImages(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 			continue
 		}
 		disk, _, _ := strings.Cut(rest, "/")
-		images[disk] = b.Inserted.Image.Filename
+		images[disk] = imageFile(b.Inserted.Image.Filename, sets)
 	}
 	return images
+}
+
+// fdSetFiles maps /dev/fdset/N to the file its descriptor's note names
+// (QEMU's own query-fdsets, for images vmsup handed over).
+func fdSetFiles(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, name string) map[string]string {
+	t.Helper()
+	out, err := sup.QMP(ctx, name, []byte(`{"execute":"query-fdsets"}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Return []struct {
+			ID  int `json:"fdset-id"`
+			FDs []struct {
+				Opaque string `json:"opaque"`
+			} `json:"fds"`
+		} `json:"return"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, s := range r.Return {
+		for _, f := range s.FDs {
+			if p, ok := devices.FDSetFile(f.Opaque); ok {
+				files[fmt.Sprintf("/dev/fdset/%d", s.ID)] = p
+			}
+		}
+	}
+	return files
+}
+
+// imageFile is the file an image's filename in query-block names: a
+// json: name (an overlay whose backing is a descriptor) by its own file,
+// a descriptor by its set's file.
+func imageFile(name string, sets map[string]string) string {
+	if j, ok := strings.CutPrefix(name, "json:"); ok {
+		var o struct {
+			File struct {
+				Filename string `json:"filename"`
+			} `json:"file"`
+		}
+		if json.Unmarshal([]byte(j), &o) == nil && o.File.Filename != "" {
+			name = o.File.Filename
+		}
+	}
+	if p, ok := sets[name]; ok {
+		return p
+	}
+	return name
 }
 
 // queryPCIDevices lists the qdev ids of QEMU's disk and NIC devices, on

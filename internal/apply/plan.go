@@ -88,7 +88,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	release()
 	if ferr == nil {
 		facts.SpareSlots = len(free)
-		if running.Machine == "pc" {
+		if !running.Q35() {
 			facts.SpareSlots = 32 // pci.0 takes hotplugs itself; QEMU says when it is full
 		}
 	}

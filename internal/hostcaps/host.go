@@ -77,13 +77,13 @@ func (h Host) Accel(f *spec.File) (spec.Accel, string, error) {
 // Resolved is what a VM runs with on this host.
 type Resolved struct {
 	Accel spec.Accel
-	Why   string   // why the accelerator is not what the user might expect, and the masks
-	Model string   // the -cpu model
+	Why   string // why the accelerator is not what the user might expect, and the masks
+	Model string // the -cpu model
 	// Machine is the versioned type this QEMU runs for the spec's machine
 	// (its alias resolved); a VM keeps the one of its first start
 	// (internal/identity.PinMachine).
 	Machine string
-	Masks []string // features turned off for this host's KVM
+	Masks   []string // features turned off for this host's KVM
 }
 
 // Resolve turns the spec's machine, accelerator and CPU model into what this

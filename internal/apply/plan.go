@@ -93,6 +93,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 		}
 	}
 	identity.KeepUUID(running, &f.VM, app.UUID)
+	identity.KeepMachine(running, &f.VM, app.Machine)
 	res.Changes = plan.Diff(running, &f.VM, facts)
 	if res.Pending, err = a.h.State().ReadPending(name); err != nil {
 		return res, err

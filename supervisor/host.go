@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -75,6 +76,10 @@ func (s *Supervisor) resolveHost(f *spec.File) (spec.Accel, string, cpuChoice, e
 		return "", "", cpuChoice{}, fmt.Errorf("%s: %w", f.Path, err)
 	}
 	r, err := c.Resolve(f)
+	if err == nil {
+		video := f.VM.Display.Video
+		err = c.CheckDevice(f, "display.video", video, qemuargs.VideoDriver(video))
+	}
 	return r.Accel, r.Why, cpuChoice{r.Model, r.Masks}, err
 }
 

@@ -96,9 +96,6 @@ func (c *Caps) Resolve(f *spec.File) (Resolved, error) {
 	if err != nil {
 		return Resolved{}, f.Errorf("machine", "%v", err)
 	}
-	if err := c.checkDevices(f); err != nil {
-		return Resolved{}, err
-	}
 	accel, why, err := c.Accel(f.VM.Accel)
 	if err != nil {
 		return Resolved{}, f.Errorf("accel", "%v", err)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -70,13 +69,13 @@ func (c *Caps) HasDevice(name string) bool {
 	return len(c.QEMU.Devices) == 0 || slices.Contains(c.QEMU.Devices, name)
 }
 
-// checkDevices refuses the devices of the spec that this QEMU's build
-// lacks, before QEMU does at start ("'qxl-vga' is not a valid device
-// model name"): Debian's QEMU 10 ships qxl in another package.
-func (c *Caps) checkDevices(f *spec.File) error {
-	if drv := qemuargs.VideoDriver(f.VM.Display.Video); drv != "" && !c.HasDevice(drv) {
-		return f.Errorf("display.video", "%q needs QEMU's %s device, which QEMU %s here does not offer (-device help); "+
-			"\"std\" or \"virtio\" would do", f.VM.Display.Video, drv, c.QEMU.Version)
+// CheckDevice refuses a device of f's field (driver: QEMU's name for it,
+// from qemuargs) that this QEMU's build lacks, before QEMU does at start
+// ("'qxl-vga' is not a valid device model name"): Debian's QEMU 10 ships
+// qxl in another package.
+func (c *Caps) CheckDevice(f *spec.File, field, value, driver string) error {
+	if driver != "" && !c.HasDevice(driver) {
+		return f.Errorf(field, "%q needs QEMU's %s device, which QEMU %s here does not offer (-device help)", value, driver, c.QEMU.Version)
 	}
 	return nil
 }

@@ -39,22 +39,24 @@ func TestMachineType(t *testing.T) {
 	}
 }
 
-// TestResolveRefusesMissingDevice: a video device this QEMU lacks (qxl,
-// packaged apart in Debian's QEMU 10) is refused with one line naming the
-// field, and the resolved machine is the versioned type.
-func TestResolveRefusesMissingDevice(t *testing.T) {
+// TestCheckDevice: a video device this QEMU lacks (qxl, packaged apart in
+// Debian's QEMU 10) is refused with one line naming the field; Resolve
+// gives the versioned machine type.
+func TestCheckDevice(t *testing.T) {
 	c := qemu72()
 	c.KVM.Kind = KVMNone
 	f, err := spec.Parse("/v/x.toml", []byte("name = \"x\"\nmemory = \"256M\"\naccel = \"tcg\"\nboot.kernel = \"/k\"\n[display]\nvideo = \"qxl\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Resolve(f)
+	err = c.CheckDevice(f, "display.video", "qxl", "qxl-vga")
 	want := `display.video: "qxl" needs QEMU's qxl-vga device, which QEMU 7.2.19 here does not offer`
 	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("qxl: %v", err)
 	}
-	f.VM.Display.Video = spec.VideoStd
+	if err := c.CheckDevice(f, "display.video", "std", "VGA"); err != nil {
+		t.Fatal(err)
+	}
 	r, err := c.Resolve(f)
 	if err != nil || r.Machine != "pc-q35-7.2" {
 		t.Fatalf("std: %+v %v", r, err)

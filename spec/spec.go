@@ -248,7 +248,7 @@ type NIC struct {
 	Multiqueue bool   `toml:"multiqueue"`
 	Vhost      string `toml:"vhost"` // tap NICs: "auto" (default: on where /dev/vhost-net exists), "on", "off"
 	// RxQueueSize and TxQueueSize size virtio-net's queues (a power of 2,
-	// 256..1024; 0: QEMU's 256); SndBuf bounds the tap's send buffer
+	// 256..1024, TX at most 256 with vmsup's backends; 0: QEMU's 256); SndBuf bounds the tap's send buffer
 	// (tap NICs; 0: the kernel's). tuning.go has their checks.
 	RxQueueSize int  `toml:"rx_queue_size"`
 	TxQueueSize int  `toml:"tx_queue_size"`

@@ -76,9 +76,8 @@ func (s *Supervisor) resolveHost(f *spec.File) (spec.Accel, string, cpuChoice, e
 		return "", "", cpuChoice{}, fmt.Errorf("%s: %w", f.Path, err)
 	}
 	r, err := c.Resolve(f)
-	if err == nil {
-		video := f.VM.Display.Video
-		err = c.CheckDevice(f, "display.video", video, qemuargs.VideoDriver(video))
+	if d := f.VM.Display; err == nil && d.HasVideo() {
+		err = c.CheckDevice(f, "display.video", d.Video, qemuargs.VideoDriver(d.Video))
 	}
 	return r.Accel, r.Why, cpuChoice{r.Model, r.Masks}, err
 }

@@ -62,8 +62,8 @@ func (s *Supervisor) recordedMachine(name string) string {
 	return ""
 }
 
-// pinMachine resolves want (f's machine, or a source's) against this QEMU (the host probe; a
-// supervisor given Host facts only takes the file's as it is).
+// pinMachine resolves want (f's machine, or a source's) against this QEMU
+// (the host probe; a supervisor given Host facts only takes it as it is).
 func (s *Supervisor) pinMachine(f *spec.File, want, recorded string) (string, error) {
 	resolve := func(m string) (string, error) { return m, nil }
 	if s.opts.Host == nil || s.opts.HostCaps != nil {

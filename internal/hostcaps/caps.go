@@ -38,10 +38,15 @@ type Key struct {
 
 // QEMU is what the binary says of itself.
 type QEMU struct {
-	Binary   string     `json:"binary"`
-	Version  string     `json:"version"` // "7.2.19"
-	Package  string     `json:"package,omitempty"`
-	Machines []string   `json:"machines"` // names and aliases
+	Binary   string   `json:"binary"`
+	Version  string   `json:"version"` // "7.2.19"
+	Package  string   `json:"package,omitempty"`
+	Machines []string `json:"machines"` // names and aliases
+	// Aliases maps each alias to the versioned machine type it stands for
+	// in this QEMU ("q35" -> "pc-q35-7.2").
+	Aliases map[string]string `json:"machine_aliases,omitempty"`
+	// Devices are the device types QEMU offers (-device help), sorted.
+	Devices  []string   `json:"devices,omitempty"`
 	Default  string     `json:"default_machine,omitempty"`
 	Models   []CPUModel `json:"cpu_models"` // as TCG sees them
 	Commands []string   `json:"commands"`   // QMP commands in its schema, sorted
@@ -225,11 +230,6 @@ func (c *Caps) modelHint(accel spec.Accel, model string) string {
 		return ""
 	}
 	return "; these would: " + strings.Join(ok, ", ")
-}
-
-// HasMachine reports whether QEMU has the machine type (or alias).
-func (c *Caps) HasMachine(name string) bool {
-	return len(c.QEMU.Machines) == 0 || slices.Contains(c.QEMU.Machines, name)
 }
 
 // Check returns an error naming the first QMP command vmsup needs that this

@@ -184,16 +184,21 @@ func probeQEMU(ctx context.Context, binary string) (QEMU, error) {
 		if err := r.mon.Execute(ctx, "query-machines", nil, &ms); err != nil {
 			return q, fmt.Errorf("query-machines: %w", err)
 		}
+		q.Aliases = map[string]string{}
 		for _, m := range ms {
 			q.Machines = append(q.Machines, m.Name)
 			if m.Alias != "" {
 				q.Machines = append(q.Machines, m.Alias)
+				q.Aliases[m.Alias] = m.Name
 			}
 			if m.IsDefault {
 				q.Default = m.Name
 			}
 		}
 		sort.Strings(q.Machines)
+	}
+	if q.Devices, err = probeDevices(ctx, r.mon); err != nil {
+		return q, err
 	}
 	if has("query-cpu-definitions") {
 		var defs []struct {
@@ -209,6 +214,25 @@ func probeQEMU(ctx context.Context, binary string) (QEMU, error) {
 		sort.Slice(q.Models, func(i, j int) bool { return q.Models[i].Name < q.Models[j].Name })
 	}
 	return q, nil
+}
+
+// probeDevices lists the device types QEMU offers (what -device help
+// lists, modules included: qxl-vga is in a module some packages leave
+// out), sorted.
+func probeDevices(ctx context.Context, mon *qmp.Conn) ([]string, error) {
+	var types []struct {
+		Name string `json:"name"`
+	}
+	args := map[string]any{"implements": "device", "abstract": false}
+	if err := mon.Execute(ctx, "qom-list-types", args, &types); err != nil {
+		return nil, fmt.Errorf("qom-list-types: %w", err)
+	}
+	var out []string
+	for _, t := range types {
+		out = append(out, t.Name)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // tryKVM starts a q35 VM (no guest, -S) under KVM with -cpu model and the

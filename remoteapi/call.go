@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -143,6 +144,9 @@ func (c *call) allow(need Role, vms ...string) error {
 	for _, vm := range vms {
 		if err := spec.ValidName(vm); err != nil {
 			return newError(KindUsage, fmt.Sprintf("vm %q: %v", vm, err))
+		}
+		if err := vmstate.NotVM(vm); err != nil {
+			return newError(KindNotFound, err.Error()) // vmsup's own unit: never a VM's
 		}
 	}
 	var refusal *Error

@@ -101,7 +101,13 @@ func (c *call) fail(err error) {
 	e := ErrorOf(err)
 	if !c.audited {
 		c.audited = true
-		if aerr := c.s.audit(c.r.Context(), c.entry(Refused, e.Message)); aerr != nil {
+		// Refused before allow named its VMs (a backup's dir, a bad
+		// body): the path's VM still says what the call was about.
+		var vms []string
+		if n := c.name(); n != "" {
+			vms = []string{n}
+		}
+		if aerr := c.s.audit(c.r.Context(), c.entry(Refused, e.Message, vms...)); aerr != nil {
 			c.s.Logger.Error("audit", "err", aerr)
 		}
 	}

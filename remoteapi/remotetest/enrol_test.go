@@ -43,6 +43,9 @@ func TestRemoteEnrol(t *testing.T) {
 	addr := freeAddr(t)
 	url := "https://" + addr
 
+	if r := local("--root", "/x", "--image-dir", "/x/images", "api", "units"); r.code != 0 || !strings.Contains(r.stdout, " --root=/x ") || !strings.Contains(r.stdout, " --image-dir=/x/images ") {
+		t.Errorf("api units does not carry --root and --image-dir: %+v", r)
+	}
 	start := time.Now()
 	if r := local("--root", root, "-v", "api", "install", "--listen", addr, "--socket", "", "--url", url); r.code != 0 {
 		t.Fatalf("api install: %+v", r)

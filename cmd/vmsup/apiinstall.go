@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/apienrol"
 	"github.com/vmsup/vmsup/remoteapi"
+	"github.com/vmsup/vmsup/remoteapi/enrol"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -47,12 +47,12 @@ func apiInstallCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			pki, err := apienrol.EnsurePKI(filepath.Join(g.apiDir(), "pki"), names)
+			pki, err := enrol.EnsurePKI(filepath.Join(g.apiDir(), "pki"), names)
 			if err != nil {
 				return fmt.Errorf("api install: %w", err)
 			}
 			o.Config = g.apiConfig(o.Config)
-			made, err := apienrol.EnsureConfig(o.Config, pki)
+			made, err := enrol.EnsureConfig(o.Config, pki)
 			if err != nil {
 				return fmt.Errorf("api install: %s: %w", o.Config, err)
 			}
@@ -70,7 +70,7 @@ func apiInstallCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer sd.Close()
-			if err := apienrol.InstallUnits(cmd.Context(), sd, g.unitDir, o); err != nil {
+			if err := enrol.InstallUnits(cmd.Context(), sd, g.unitDir, o); err != nil {
 				return fmt.Errorf("api install: %w", err)
 			}
 			w := cmd.OutOrStdout()
@@ -172,7 +172,7 @@ func apiCertCmd(g *globals) *cobra.Command {
 			if err := checkGrantFlags(role, vms); err != nil {
 				return usageError{err}
 			}
-			pki, err := apienrol.OpenPKI(filepath.Join(g.apiDir(), "pki"))
+			pki, err := enrol.OpenPKI(filepath.Join(g.apiDir(), "pki"))
 			if err != nil {
 				return err
 			}
@@ -185,7 +185,7 @@ func apiCertCmd(g *globals) *cobra.Command {
 			}
 			cfg := g.apiConfig(config)
 			grant := remoteapi.Grant{Identity: "cn:" + name, Role: remoteapi.Role(role), VMs: vms}
-			added, err := apienrol.AddGrant(cfg, grant)
+			added, err := enrol.AddGrant(cfg, grant)
 			if err != nil {
 				return err
 			}
@@ -193,7 +193,7 @@ func apiCertCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b := &apienrol.Bundle{Name: name, URL: apiURL, CA: string(pki.CAPEM()), Cert: string(cert), Key: string(key)}
+			b := &enrol.Bundle{Name: name, URL: apiURL, CA: string(pki.CAPEM()), Cert: string(cert), Key: string(key)}
 			note := "granted"
 			if !added {
 				note = "already granted"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/apienrol"
+	"github.com/vmsup/vmsup/remoteapi/enrol"
 )
 
 func remoteCmd() *cobra.Command {
@@ -35,17 +35,17 @@ func remoteAddCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := apienrol.ParseBundle(data)
+			b, err := enrol.ParseBundle(data)
 			if err != nil {
 				return fmt.Errorf("%s: %w", bundle, err)
 			}
 			if len(args) == 2 {
 				b.URL = args[1]
-				if _, err := apienrol.ParseBundle(b.Marshal()); err != nil {
+				if _, err := enrol.ParseBundle(b.Marshal()); err != nil {
 					return usageError{fmt.Errorf("remote add %s: %w", args[0], err)}
 				}
 			}
-			rs, err := apienrol.DefaultRemotes()
+			rs, err := enrol.DefaultRemotes()
 			if err != nil {
 				return err
 			}
@@ -81,7 +81,7 @@ func remoteLsCmd() *cobra.Command {
 		Short: "List the remotes added",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rs, err := apienrol.DefaultRemotes()
+			rs, err := enrol.DefaultRemotes()
 			if err != nil {
 				return err
 			}
@@ -103,7 +103,7 @@ func remoteRmCmd() *cobra.Command {
 		Short: "Forget a remote (its certificate and key with it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rs, err := apienrol.DefaultRemotes()
+			rs, err := enrol.DefaultRemotes()
 			if err != nil {
 				return err
 			}
@@ -118,7 +118,7 @@ func (r *remoteFlags) resolve() error {
 	if r.url == "" || strings.Contains(r.url, "://") {
 		return nil
 	}
-	rs, err := apienrol.DefaultRemotes()
+	rs, err := enrol.DefaultRemotes()
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,8 @@
-// Package apienrol sets the remote API up without hand-made certificates:
+// Package enrol sets the remote API up without hand-made certificates:
 // a CA and the server's certificate kept under the state root (made on
 // first use), client certificates issued with a grant and handed over as
 // one bundle, and, on the client, the remotes a bundle was added as.
-package apienrol
+package enrol
 
 import (
 	"crypto/ecdsa"

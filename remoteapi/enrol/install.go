@@ -1,4 +1,4 @@
-package apienrol
+package enrol
 
 import (
 	"context"

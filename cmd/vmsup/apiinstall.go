@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/remoteapi/enrol"
+	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -166,8 +167,8 @@ func apiCertCmd(g *globals) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if strings.ContainsAny(name, " \t\n,=/+") || name == "" {
-				return usageError{fmt.Errorf("api cert %q: want a plain name (letters, digits, '-', '_', '.')", name)}
+			if err := spec.ValidName(name); err != nil {
+				return usageError{fmt.Errorf("api cert: client %w", err)}
 			}
 			if err := checkGrantFlags(role, vms); err != nil {
 				return usageError{err}

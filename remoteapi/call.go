@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -100,7 +101,13 @@ func (c *call) fail(err error) {
 	e := ErrorOf(err)
 	if !c.audited {
 		c.audited = true
-		if aerr := c.s.audit(c.r.Context(), c.entry(Refused, e.Message)); aerr != nil {
+		// Refused before allow named its VMs (a backup's dir, a bad
+		// body): the path's VM still says what the call was about.
+		var vms []string
+		if n := c.name(); n != "" {
+			vms = []string{n}
+		}
+		if aerr := c.s.audit(c.r.Context(), c.entry(Refused, e.Message, vms...)); aerr != nil {
 			c.s.Logger.Error("audit", "err", aerr)
 		}
 	}
@@ -143,6 +150,9 @@ func (c *call) allow(need Role, vms ...string) error {
 	for _, vm := range vms {
 		if err := spec.ValidName(vm); err != nil {
 			return newError(KindUsage, fmt.Sprintf("vm %q: %v", vm, err))
+		}
+		if err := vmstate.NotVM(vm); err != nil {
+			return newError(KindNotFound, err.Error()) // vmsup's own unit: never a VM's
 		}
 	}
 	var refusal *Error

@@ -62,7 +62,14 @@ func TestRemoteBackupAndMigrate(t *testing.T) {
 		_, err := a.Backup(ctx, "quick", supervisor.BackupOptions{Dir: dir})
 		wantAPIError(t, "backup --to "+dir, err, remoteapi.KindUsage, "outside this server's backup directories", "backup_dirs = "+first+", "+second)
 	}
-	wantAudited(t, h, `"identity":"cn:a"`, "POST /v1/vms/{name}/backup", "/tmp/elsewhere: outside")
+	// Refused before its role was checked, it is still audited with its VM.
+	wantAudited(t, h, `"identity":"cn:a"`, "POST /v1/vms/{name}/backup", `"vms":["quick"]`, "/tmp/elsewhere: outside")
+	// vmsup's own units are no VM's: refused as unknown, the operation never asked.
+	if _, err := a.Status(ctx, "api"); err == nil || !strings.Contains(err.Error(), "remote API server") {
+		t.Errorf("status api: %v; want refused as vmsup's own unit", err)
+	}
+	_, err := a.DownWith(ctx, "api", supervisor.DownOptions{Kill: true})
+	wantAPIError(t, "kill api", err, remoteapi.KindNotFound, `vm "api": no such VM: name "api" is reserved`)
 
 	var seen int
 	res, err := o.Migrate(ctx, "quick", supervisor.MigrateOptions{Local: true, Postcopy: true, Progress: func(supervisor.MigrationProgress) { seen++ }})

@@ -3,12 +3,19 @@ package remoteapi
 import (
 	"fmt"
 	"strings"
+
+	"github.com/vmsup/vmsup/units"
 )
 
 // UnitOptions say what the API's systemd units run and where they listen.
 type UnitOptions struct {
 	Self   string // the vmsup binary
 	Config string // the server's configuration file
+	// Args are vmsup's global flags the server runs with (--root, --qemu,
+	// the places VM files may name...), as the command that wrote the
+	// units had them: without them the server would manage the defaults
+	// (/var/lib/vmsup), not what that command did.
+	Args []string
 	// Listen is the TCP address for mutual TLS ("0.0.0.0:8443"; "" for
 	// none); Socket the unix socket's path ("" for none).
 	Listen, Socket string
@@ -29,7 +36,7 @@ const (
 // next connection starts it again. (Accept=yes would start one vmsup per
 // connection: 200 idle connections would be 200 processes, and the limits
 // per client, which count across connections, could not be kept.)
-func Units(o UnitOptions) (socket, service string) {
+func Units(o UnitOptions) (socket, service string, err error) {
 	var listen []string
 	if o.Listen != "" {
 		listen = append(listen, "ListenStream="+o.Listen)
@@ -49,6 +56,11 @@ Backlog=1024
 [Install]
 WantedBy=sockets.target
 `, strings.Join(listen, "\n"))
+	argv := append(append([]string{o.Self}, o.Args...), "api", "serve", "--config", o.Config)
+	exec, err := units.ExecLine(argv)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: ExecStart: %w", ServiceUnit, err)
+	}
 	var env []string
 	for _, e := range o.Environment {
 		env = append(env, fmt.Sprintf("Environment=%q", e))
@@ -59,8 +71,8 @@ Requires=%s
 After=%s
 
 [Service]
-ExecStart=%s api serve --config %s
+ExecStart=%s
 %s
-`, SocketUnit, SocketUnit, o.Self, o.Config, strings.Join(env, "\n"))
-	return socket, service
+`, SocketUnit, SocketUnit, exec, strings.Join(env, "\n"))
+	return socket, service, nil
 }

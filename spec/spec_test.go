@@ -80,7 +80,8 @@ func TestBadInput(t *testing.T) {
 		{"unit suffix name", "name = 'x.service'\nmemory = '1G'\n[boot]\nkernel='k'\n", `name: name "x.service" ends in ".service", a systemd unit type: its unit would be vmsup-x.service.service`},
 		{"socket suffix name", "name = 'db.Socket'\nmemory = '1G'\n[boot]\nkernel='k'\n", `ends in ".socket", a systemd unit type`},
 		{"trailing dot name", "name = 'web.'\nmemory = '1G'\n[boot]\nkernel='k'\n", `name: name "web." ends in "."`},
-		{"vmsup's own unit", "name = 'metrics'\nmemory = '1G'\n[boot]\nkernel='k'\n", `name "metrics" is taken by vmsup's own units (vmsup-metrics.socket)`},
+		{"vmsup's own unit", "name = 'metrics'\nmemory = '1G'\n[boot]\nkernel='k'\n", `web.toml:1:1: name: name "metrics" is reserved: it is the name of vmsup's own unit vmsup-metrics.socket`},
+		{"the API's unit", "name = 'api'\nmemory = '1G'\n[boot]\nkernel='k'\n", `web.toml:1:1: name: name "api" is reserved: it is the name of vmsup's own unit vmsup-api.service, the remote API server, not of a VM`},
 		{"zero cpus", "name='web'\nmemory='1G'\ncpus=-1\n[boot]\nkernel='k'\n", "web.toml:3:1: cpus: -1 is out of range"},
 		{"max_cpus below cpus", "name='web'\nmemory='1G'\ncpus=4\nmax_cpus=2\n[boot]\nkernel='k'\n", "web.toml:4:1: max_cpus:"},
 		{"max_memory below memory", "name='web'\nmemory='1G'\nmax_memory='512M'\n[boot]\nkernel='k'\n", "web.toml:3:1: max_memory:"},
@@ -145,15 +146,20 @@ func TestParseCPUList(t *testing.T) {
 // a unit type or ".", and vmsup's own units' names, are refused for new
 // VMs, while ValidName (commands on a VM that exists) still takes them.
 func TestValidVMName(t *testing.T) {
-	for _, ok := range []string{"web", "web-1", "a_b.c", "my.services", "x.servicex", "metrics2", strings.Repeat("x", 64)} {
+	for _, ok := range []string{"web", "web-1", "a_b.c", "my.services", "x.servicex", "metrics2", "apis", "fs-data", "logs", strings.Repeat("x", 64)} {
 		if err := ValidVMName(ok); err != nil {
 			t.Errorf("ValidVMName(%q): %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"x.service", "x.socket", "x.target", "x.timer", "x.mount", "x.automount", "x.swap", "x.path",
-		"x.slice", "x.scope", "x.device", "X.SERVICE", "web.", "metrics", "metrics-collect", "a/b", ""} {
+		"x.slice", "x.scope", "x.device", "X.SERVICE", "web.", "a/b", "", "API", "fleet-guard-ab12-3"} {
 		if err := ValidVMName(bad); err == nil {
 			t.Errorf("ValidVMName(%q) accepted", bad)
+		}
+	}
+	for _, own := range ReservedNames() {
+		if err := ValidVMName(own); err == nil {
+			t.Errorf("ValidVMName(%q) accepted vmsup's own unit's name", own)
 		}
 	}
 	if err := ValidName("x.service"); err != nil {

@@ -36,7 +36,7 @@ const unitTypes = "service socket device mount automount swap target path timer 
 // (vmsup-NAME.service) is one systemd's rules allow (255 bytes, letters,
 // digits and ":-_.\", "@" only for instances) that reads as a VM's: not
 // ending in "." or in a unit type's suffix, and none of vmsup's own units
-// (vmsup-metrics.socket, vmsup-metrics-collect.socket). Commands on a VM
+// (Reserved: vmsup-api.service, vmsup-metrics.socket...). Commands on a VM
 // that exists take any ValidName, so one named by an older vmsup can still
 // be stopped and removed.
 func ValidVMName(s string) error {
@@ -52,8 +52,8 @@ func ValidVMName(s string) error {
 	switch {
 	case strings.HasSuffix(s, "."):
 		return fmt.Errorf("name %q ends in \".\": its unit would be vmsup-%s.service", s, s)
-	case lower == "metrics" || lower == "metrics-collect":
-		return fmt.Errorf("name %q is taken by vmsup's own units (vmsup-%s.socket)", s, lower)
+	case Reserved(s) != nil:
+		return Reserved(s)
 	case len("vmsup-"+s+".service") > 255:
 		return fmt.Errorf("name %q makes a unit name longer than systemd's 255 bytes", s)
 	}

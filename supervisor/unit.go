@@ -24,7 +24,7 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 	stop := []string{s.opts.Self, "stop-hook", "--root", s.opts.Root, vm.Name}
 	u := units.Unit{
 		Name:        vmstate.UnitName(vm.Name),
-		Description: "vmsup VM " + vm.Name,
+		Description: vmstate.UnitDescription(vm.Name),
 		Slice:       s.opts.Slice,
 		Argv:        argv,
 		ExecStop:    [][]string{stop},

@@ -39,13 +39,9 @@ func (b BootUnit) Render() ([]byte, error) {
 	if len(b.ExecStart) == 0 || b.WantedBy == "" {
 		return nil, fmt.Errorf("boot unit %s: needs a command and a target", b.Name)
 	}
-	var cmd []string
-	for _, a := range b.ExecStart {
-		q, err := execArg(a)
-		if err != nil {
-			return nil, fmt.Errorf("boot unit %s: %w", b.Name, err)
-		}
-		cmd = append(cmd, q)
+	cmd, err := ExecLine(b.ExecStart)
+	if err != nil {
+		return nil, fmt.Errorf("boot unit %s: %w", b.Name, err)
 	}
 	var w bytes.Buffer
 	w.WriteString("# Written by vmsup (vmsup enable/disable); edits are overwritten.\n[Unit]\n")
@@ -57,7 +53,7 @@ func (b BootUnit) Render() ([]byte, error) {
 		fmt.Fprintf(&w, "After=%s\n", strings.Join(after, " "))
 	}
 	w.WriteString("\n[Service]\nType=oneshot\nRemainAfterExit=yes\n")
-	fmt.Fprintf(&w, "ExecStart=%s\n", strings.Join(cmd, " "))
+	fmt.Fprintf(&w, "ExecStart=%s\n", cmd)
 	if b.Timeout > 0 {
 		fmt.Fprintf(&w, "TimeoutStartSec=%dms\n", b.Timeout.Milliseconds())
 	}
@@ -80,6 +76,20 @@ func execArg(a string) (string, error) {
 	a = strings.ReplaceAll(a, `\`, `\\`)
 	a = strings.ReplaceAll(a, `"`, `\"`)
 	return `"` + a + `"`, nil
+}
+
+// ExecLine is argv as one ExecStart= value, each word quoted for systemd
+// (execArg): what a persistent unit vmsup writes runs exactly argv.
+func ExecLine(argv []string) (string, error) {
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		q, err := execArg(a)
+		if err != nil {
+			return "", err
+		}
+		words[i] = q
+	}
+	return strings.Join(words, " "), nil
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

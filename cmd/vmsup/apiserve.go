@@ -7,6 +7,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
@@ -17,7 +18,7 @@ func apiCmd(g *globals) *cobra.Command {
 		Use:   "api",
 		Short: "The remote API: served by a socket-activated vmsup that exits when idle (docs/remote-api.md)",
 	}
-	c.AddCommand(apiServeCmd(g), apiUnitsCmd(g))
+	c.AddCommand(apiServeCmd(g), apiUnitsCmd(g), apiInstallCmd(g), apiCertCmd(g))
 	return c
 }
 
@@ -55,7 +56,7 @@ func apiUnitsCmd(g *globals) *cobra.Command {
 	var o remoteapi.UnitOptions
 	c := &cobra.Command{
 		Use:   "units",
-		Short: "Print the API's systemd units (vmsup-api.socket, vmsup-api.service) to install",
+		Short: "Print the API's systemd units (vmsup-api.socket, vmsup-api.service), with this command's global flags (api install writes them)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if g.json {
@@ -68,7 +69,11 @@ func apiUnitsCmd(g *globals) *cobra.Command {
 				}
 				o.Self = exe
 			}
-			sock, svc := remoteapi.Units(o)
+			o.Args = g.serverArgs(cmd)
+			sock, svc, err := remoteapi.Units(o)
+			if err != nil {
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "# %s\n%s\n# %s\n%s", remoteapi.SocketUnit, sock, remoteapi.ServiceUnit, svc)
 			return nil
 		},
@@ -78,4 +83,37 @@ func apiUnitsCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.Config, "config", "/etc/vmsup/remote.toml", "the server's configuration file")
 	c.Flags().StringVar(&o.Self, "self", "", "the vmsup binary the service runs (default: this one)")
 	return c
+}
+
+// clientOnly are the global flags that say how this command runs or talks
+// to a remote host, not how the host's VMs are managed: a server's units
+// do not carry them.
+var clientOnly = map[string]bool{"remote": true, "ca": true, "cert": true, "key": true, "json": true, "wait": true, "help": true}
+
+// serverArgs are the global flags, with the values this command has (from
+// its flags or the environment), that a unit running vmsup for this host
+// passes on: the server then manages the VMs this command would (its
+// --root, QEMU, bus, places), whatever the unit's environment is.
+func (g *globals) serverArgs(cmd *cobra.Command) []string {
+	var args []string
+	cmd.Root().PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if clientOnly[f.Name] {
+			return
+		}
+		switch v := f.Value.(type) {
+		case pflag.SliceValue:
+			for _, e := range v.GetSlice() {
+				args = append(args, "--"+f.Name+"="+e)
+			}
+		default:
+			if f.Value.Type() == "bool" {
+				if f.Value.String() == "true" {
+					args = append(args, "--"+f.Name)
+				}
+			} else if f.Value.String() != "" {
+				args = append(args, "--"+f.Name+"="+f.Value.String())
+			}
+		}
+	})
+	return args
 }

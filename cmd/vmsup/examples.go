@@ -42,7 +42,8 @@ var examples = map[string]string{
 	"fleet": "  export VMSUP_ETCD_ENDPOINTS=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379\n" +
 		"  vmsup fleet apply web.toml db.toml   # stored in etcd; the scheduler places them\n  vmsup fleet ls\n  vmsup fleet hosts\n" +
 		"  vmsup fleet drain host-b             # live-migrates its VMs away\n  vmsup fleet uncordon host-b\n  vmsup fleet rm web",
-	"api":       "  vmsup api units --listen 0.0.0.0:8443   # install them, then: systemctl enable --now vmsup-api.socket\n  vmsup --remote https://host:8443 --ca ca.pem --cert me.pem --key me-key.pem status web",
+	"api":       "  vmsup api install --url https://vmhost:8443          # units, CA and server certificate\n  vmsup api cert ci --role operator --vms 'web*' > ci.bundle\n  vmsup remote add vmhost --bundle ci.bundle           # on the client; then: vmsup --remote vmhost ls",
+	"remote":    "  vmsup remote add vmhost --bundle ci.bundle\n  vmsup remote ls\n  vmsup --remote vmhost status web\n  vmsup remote rm vmhost",
 	"api serve": "  vmsup api serve --config /etc/vmsup/remote.toml   # what vmsup-api.service runs",
 	"api units": "  vmsup api units --listen 0.0.0.0:8443 --socket /run/vmsup/api.sock",
 	"agent":     "  vmsup agent --host host-a --labels zone=a --migration-address 10.0.0.11 --migration-port 7788   # as a systemd service",

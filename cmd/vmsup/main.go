@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/hostpaths"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -180,7 +181,7 @@ func newRoot() (*cobra.Command, *globals) {
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g), rebootApplyCmd(g), planCmd(g), applyCmd(g), eventsCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
 		execCmd(g), cpCmd(g), exportCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(),
-		fleetCmd(g), agentCmd(g), imageCmd(g), apiCmd(g), networkCmd(g),
+		fleetCmd(g), agentCmd(g), imageCmd(g), apiCmd(g), remoteCmd(), networkCmd(g),
 	)
 	addRemoteFlags(root, g)
 	usageArgs(root)
@@ -309,7 +310,9 @@ func vmName(arg string) (string, error) {
 	if err := spec.ValidName(arg); err != nil {
 		return "", fmt.Errorf("vm %q: %w", arg, err)
 	}
-	return arg, nil
+	// vmsup's own units are no VM's: refused here, before any host (local
+	// or remote) is asked.
+	return arg, vmstate.NotVM(arg)
 }
 
 // usageTemplate is cobra's, with the global flags listed only in the root

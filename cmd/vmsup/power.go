@@ -19,8 +19,8 @@ func fileOrApplied(sup remoteapi.Ops, arg string) (*spec.File, error) {
 	if isFileArg(arg) {
 		return spec.Load(arg)
 	}
-	if err := spec.ValidName(arg); err != nil {
-		return nil, fmt.Errorf("vm %q: %w", arg, err)
+	if _, err := vmName(arg); err != nil {
+		return nil, err
 	}
 	return sup.AppliedSpec(arg)
 }

@@ -23,7 +23,7 @@ type remoteFlags struct {
 
 func addRemoteFlags(root *cobra.Command, g *globals) {
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.rem.url, "remote", os.Getenv("VMSUP_REMOTE"), "run the command on a remote host's API: https://HOST:PORT (mutual TLS) or unix:///PATH (env VMSUP_REMOTE)")
+	pf.StringVar(&g.rem.url, "remote", os.Getenv("VMSUP_REMOTE"), "run the command on a remote host's API: https://HOST:PORT (mutual TLS), unix:///PATH, or a name vmsup remote add stored (env VMSUP_REMOTE)")
 	pf.StringVar(&g.rem.ca, "ca", os.Getenv("VMSUP_REMOTE_CA"), "with --remote https: the CA of the server's certificate (PEM; env VMSUP_REMOTE_CA)")
 	pf.StringVar(&g.rem.cert, "cert", os.Getenv("VMSUP_REMOTE_CERT"), "with --remote https: this client's certificate (PEM; env VMSUP_REMOTE_CERT)")
 	pf.StringVar(&g.rem.key, "key", os.Getenv("VMSUP_REMOTE_KEY"), "with --remote https: this client's key (PEM; env VMSUP_REMOTE_KEY)")
@@ -39,6 +39,9 @@ func (g *globals) notRemote() error {
 func (g *globals) ops(fn func(remoteapi.Ops) error) error {
 	if g.rem.url == "" {
 		return g.with(func(sup *supervisor.Supervisor) error { return fn(sup) })
+	}
+	if err := g.rem.resolve(); err != nil {
+		return usageError{err}
 	}
 	c, err := client.New(client.Options{URL: g.rem.url, CA: g.rem.ca, Cert: g.rem.cert, Key: g.rem.key})
 	if err != nil {

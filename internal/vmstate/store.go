@@ -308,6 +308,10 @@ func (s Store) Known() ([]string, error) {
 // UnitName is the systemd unit of the VM called vm.
 func UnitName(vm string) string { return "vmsup-" + vm + ".service" }
 
+// UnitDescription is the Description= of the VM's unit: what tells a unit
+// vmsup made for a VM from its other units (vmsup-api.service...).
+func UnitDescription(vm string) string { return "vmsup VM " + vm }
+
 // SettleUnit is the unit of the guardian that settles an operation whose
 // command died (supervisor: guard). "@" keeps it out of the VM list.
 func SettleUnit(vm string) string { return "vmsup-" + vm + "@settle.service" }
@@ -360,6 +364,9 @@ func (e *BusyError) Error() string {
 // beside the VM's directory so that removing the directory never races
 // with it; its content names the holder.
 func (s Store) Lock(ctx context.Context, name, op string, wait bool) (*FileLock, error) {
+	if err := NotVM(name); err != nil {
+		return nil, err // every command that acts on a VM locks it first
+	}
 	dir := filepath.Join(s.Root, "vms")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vm %q: %w", name, err)

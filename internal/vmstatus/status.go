@@ -94,6 +94,9 @@ func (r *Reader) Status(ctx context.Context, name string, detail bool) (Status, 
 	if err := spec.ValidName(name); err != nil {
 		return Status{}, vmerr.Wrap(name, err)
 	}
+	if err := vmstate.NotVM(name); err != nil {
+		return Status{}, err
+	}
 	sd, err := r.h.Systemd(ctx)
 	if err != nil {
 		return Status{}, err
@@ -236,8 +239,10 @@ func (r *Reader) List(ctx context.Context) ([]Status, error) {
 		set[n] = true
 	}
 	for _, u := range us {
+		// A unit is a VM's when vmsup made it for one (its description
+		// says so), not by its name: vmsup-api.service is not a VM.
 		n := strings.TrimSuffix(strings.TrimPrefix(u.Name, "vmsup-"), ".service")
-		if spec.ValidName(n) == nil {
+		if spec.ValidName(n) == nil && u.Description == vmstate.UnitDescription(n) {
 			set[n] = true
 		}
 	}

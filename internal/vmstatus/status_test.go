@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -298,13 +299,20 @@ func TestStatusRecovery(t *testing.T) {
 	}
 }
 
-// TestList: the VMs with a state directory and those with a unit only,
-// sorted; a running one's agent is asked, and shown only when it answers.
+// TestList: the VMs with a state directory and those with a VM's unit
+// only, sorted; a running one's agent is asked, and shown only when it
+// answers. vmsup's other units (vmsup-api.service) are not VMs, and a
+// reserved name is refused without reading its unit.
 func TestList(t *testing.T) {
 	h := newStandIn(t, "web", "db")
 	h.units["vmsup-web.service"] = active(time.Now().Add(-time.Hour))
 	h.units["vmsup-web@migrated.service"] = active(time.Now()) // not a name of its own
-	h.units["vmsup-orphan.service"] = units.Status{Exists: true, ActiveState: "failed", SubState: "failed"}
+	h.units["vmsup-orphan.service"] = units.Status{Exists: true, ActiveState: "failed", SubState: "failed", Description: "vmsup VM orphan"}
+	h.units["vmsup-api.service"] = active(time.Now())
+	h.units["vmsup-other.service"] = units.Status{Exists: true, ActiveState: "failed", Description: "someone else's"}
+	if _, err := New(h, Options{}).Status(context.Background(), "api", false); !errors.Is(err, vmstate.ErrNotFound) || !strings.Contains(err.Error(), "remote API server") {
+		t.Errorf("status api: %v; want not found, naming the API server", err)
+	}
 	h.qemu["web"] = &monitor{status: qmp.StatusInfo{Status: "running", Running: true}}
 	for _, c := range []struct {
 		ping  guestagent.AgentStatus

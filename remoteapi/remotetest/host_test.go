@@ -153,8 +153,11 @@ vms = ["*"]
 	}
 	envs := append([]string{"VMSUP_ROOT=" + h.root, "VMSUP_UNIT_DIR=" + filepath.Join(h.root, "etc-systemd"),
 		"VMSUP_BOOT_TARGET=" + testenv.BootTarget, "VMSUP_RUN_DIR=" + filepath.Join(h.root, "run")}, env.CLIEnv()...)
-	sock, svc := remoteapi.Units(remoteapi.UnitOptions{Self: vmsupBin, Config: config, Listen: net.JoinHostPort(h.addr, "8443"),
+	sock, svc, err := remoteapi.Units(remoteapi.UnitOptions{Self: vmsupBin, Config: config, Listen: net.JoinHostPort(h.addr, "8443"),
 		Socket: "/run/vmsup-api.sock", Environment: envs})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, text := range map[string]string{remoteapi.SocketUnit: sock, remoteapi.ServiceUnit: svc} {
 		if err := os.WriteFile(filepath.Join(h.sd.UnitDir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)

@@ -81,8 +81,15 @@ func rfbGreeting(t *testing.T, what string, c net.Conn) {
 // startRemote starts the remote CLI as who with its stdin a pipe.
 func (h *host) startRemote(t *testing.T, ctx context.Context, who string, args ...string) (*exec.Cmd, io.WriteCloser, outFile) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, vmsupBin, append(h.remoteArgs(who), args...)...)
-	cmd.Env = append(os.Environ(), "VMSUP_ROOT=/nonexistent", "VMSUP_SYSTEMD_BUS=unix:path=/nonexistent")
+	return startCLI(t, ctx, nil, append(h.remoteArgs(who), args...)...)
+}
+
+// startCLI starts the CLI, with no host environment and extra, its stdin a
+// pipe.
+func startCLI(t *testing.T, ctx context.Context, extra []string, args ...string) (*exec.Cmd, io.WriteCloser, outFile) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, vmsupBin, args...)
+	cmd.Env = append(append(os.Environ(), "VMSUP_ROOT=/nonexistent", "VMSUP_SYSTEMD_BUS=unix:path=/nonexistent"), extra...)
 	f, err := os.CreateTemp(t.TempDir(), "session-")
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +143,12 @@ func (h *host) remoteVNC(t *testing.T, ctx context.Context, vm string) {
 // command and its output comes back.
 func (h *host) remoteConsole(t *testing.T, ctx context.Context, vm string) {
 	cmd, in, out := h.startRemote(t, ctx, "operator", "console", vm)
+	consoleAnswers(t, ctx, cmd, in, out)
+}
+
+// consoleAnswers: the guest's shell behind a console CLI (cmd) runs a
+// command and its output comes back; the CLI ends with its stdin.
+func consoleAnswers(t *testing.T, ctx context.Context, cmd *exec.Cmd, in io.WriteCloser, out outFile) {
 	start := time.Now()
 	for !strings.Contains(out.String(), "remote-42") {
 		if ctx.Err() != nil {

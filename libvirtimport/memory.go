@@ -181,6 +181,9 @@ func (c *converter) hugepages(hp *libvirtxml.DomainMemoryHugepages) {
 		c.note("memoryBacking/hugepages", "no page size: vmsup uses 2M pages (the x86 default)")
 	}
 	c.out.Hugepages = size
+	if size != "" && c.dom.CPU != nil && c.dom.CPU.Numa != nil && len(c.dom.CPU.Numa.Cell) > 0 {
+		c.note("memoryBacking/hugepages", "libvirt preallocates the NUMA nodes' huge pages (prealloc=on: every page touched at start); vmsup reserves them at start and the guest touches them as it runs")
+	}
 }
 
 // hasVirtioFS reports whether a filesystem device is virtiofs.

@@ -61,7 +61,7 @@ func TestUnreadListed(t *testing.T) {
 		`devices/disk[0]/geometry: vmsup import does not read this element`,      // libvirt's
 		`devices/interface[0]/driver/@rss: "on"`,                                 // libvirt's
 		`devices/interface[0]/coalesce: vmsup import does not read this element`, // libvirt's
-		`devices/interface[0]/rom/@tftp: "x": vmsup import does not read`,         // made up
+		`devices/interface[0]/rom/@tftp: "x": vmsup import does not read`,        // made up
 		`cpu/numa/cell/@discard: "yes"`,                                          // libvirt's
 		`devices/interface[1]/source/@portgroup: "web"`,                          // libvirt's
 		`devices/console[0]: a virtio console`,                                   // read, not carried: a line

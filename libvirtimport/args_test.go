@@ -21,6 +21,26 @@ func TestImportedArgs(t *testing.T) {
 	if len(xmls) < 8 {
 		t.Fatalf("want the parity-*.xml files of issue 33 in %s, have %d", goldenDir, len(xmls))
 	}
+	checkArgs(t, xmls, goldenOptions)
+}
+
+// issue51Dir holds domain XMLs in the shapes of libvirt's test data
+// whose settings import carried differently without a line (issue 51):
+// a VM file (*.toml) and an argv (*.args) golden each.
+const issue51Dir = "../testdata/import/issue51"
+
+// TestIssue51Goldens: each is carried the way libvirt means it, or with
+// one line naming what changed (the goldens' headers).
+func TestIssue51Goldens(t *testing.T) {
+	checkGoldens(t, issue51Dir, 10, Options{})
+	xmls, _ := filepath.Glob(filepath.Join(issue51Dir, "*.xml"))
+	checkArgs(t, xmls, hostOptions)
+}
+
+// checkArgs imports each of xmls and compares its VM file's argv (with
+// opts' fixed host options) with the .args beside it (-update rewrites
+// them).
+func checkArgs(t *testing.T, xmls []string, opts func(*spec.VM) qemuargs.Options) {
 	for _, x := range xmls {
 		name := strings.TrimSuffix(filepath.Base(x), ".xml")
 		t.Run(name, func(t *testing.T) {
@@ -36,7 +56,7 @@ func TestImportedArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			argv, err := qemuargs.Build(&f.VM, goldenOptions(&f.VM))
+			argv, err := qemuargs.Build(&f.VM, opts(&f.VM))
 			if err != nil {
 				t.Fatal(err)
 			}

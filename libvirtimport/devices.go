@@ -87,7 +87,7 @@ func (c *converter) watchdogs(ws []libvirtxml.DomainWatchdog) {
 			"pause": "pause", "none": "none", "dump": "pause", "inject-nmi": "inject-nmi"}[w.Action]
 		if c.out.Watchdog == "" || w.Action == "dump" {
 			c.out.Watchdog = "reset"
-			c.drop(fmt.Sprintf("devices/watchdog[%d]/@action", i), "%q: reset it is", w.Action)
+			c.drop(fmt.Sprintf("devices/watchdog[%d]/@action", i), "%q: vmsup does not dump the guest's memory; its watchdog resets the guest", w.Action)
 		}
 	}
 }

@@ -52,10 +52,6 @@ func (c *converter) nic(i int, in *libvirtxml.DomainInterface) (fileNIC, bool) {
 		tapSettings(in, &n)
 	}
 	c.nicTuning(el, in, &n)
-	if dr := in.Driver; dr != nil && dr.TXMode == "timer" {
-		// iothread is QEMU's tx=bh, its default; timer batches sends.
-		c.drop(el+"/driver/@txmode", "\"timer\" (tx=timer): vmsup's virtio-net sends as QEMU's default does (tx=bh, libvirt's iothread)")
-	}
 	c.addresses(el, in, &n)
 	c.filterRef(el, in.FilterRef, &n)
 	if in.Link != nil && in.Link.State == "down" {

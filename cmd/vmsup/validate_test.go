@@ -130,3 +130,17 @@ func TestCLIValidateSEV(t *testing.T) {
 		t.Errorf("%+v\nwant exit 1 and %s", r, want)
 	}
 }
+
+// TestCLIValidatePhysBits: libvirt's memory-hotplug-dimm asks for 1 TiB
+// of max_memory, which QEMU refuses on a qemu64 vCPU ("phys-bits too low
+// (40)"): validate refuses it first, in one line naming the file, the
+// field, the top address and the phys-bits.
+func TestCLIValidatePhysBits(t *testing.T) {
+	dir := t.TempDir()
+	p := write(t, dir, "big.toml", "name='big'\nmemory='214M'\nmax_memory='1T'\ncpu_model='qemu64'\n[boot]\nkernel='"+env.Guest.Kernel+"'\n")
+	r := vmsup(t, t.TempDir(), "", "validate", p)
+	want := "vmsup: " + p + ":3:1: max_memory: 1T puts the guest's highest address at 0x208ffffffff, past the 40 physical address bits (phys-bits) of -cpu qemu64 under "
+	if r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("%+v\nwant exit 1 and one line %s...", r, want)
+	}
+}

@@ -77,15 +77,16 @@ func checkArgs(t *testing.T, xmls []string, opts func(*spec.VM) qemuargs.Options
 	}
 }
 
-// goldenOptions are fixed host facts: TCG (KVM for SEV), sockets and
-// firmware at fixed paths.
+// goldenOptions are fixed host facts: TCG (KVM for SEV and for Hyper-V
+// enlightenments, which QEMU has only under KVM), sockets and firmware
+// at fixed paths.
 func goldenOptions(vm *spec.VM) qemuargs.Options {
 	run := "/run/vmsup/" + vm.Name + "/"
 	o := qemuargs.Options{Binary: "/usr/bin/qemu-system-x86_64", Accel: spec.AccelTCG,
 		QMPSocket: run + "qmp.sock", EventSocket: run + "qmp-events.sock", ConsoleSocket: run + "console.sock",
 		AgentSocket: run + "guest-agent.sock", TPMSocket: run + "tpm.sock", VNCSocket: run + "vnc.sock", Hugetlbfs: "/dev/hugepages",
 		FirmwareCode: "/usr/share/OVMF/OVMF_CODE_4M.fd", FirmwareVars: run + "OVMF_VARS.fd"}
-	if vm.SEV != nil {
+	if hv, _ := vm.CPU.HypervList(); vm.SEV != nil || len(hv) > 0 {
 		o.Accel = spec.AccelKVM
 	}
 	if vm.Boot.SecureBoot {

@@ -24,7 +24,8 @@ type guestMachine struct {
 	Sockets, Cores, Threads int
 	ACPI                    bool
 	USB                     bool
-	NICROMs                 int // NICs with an option ROM
+	NICROMs                 int  // NICs with an option ROM
+	Prealloc                bool // every page of guest memory touched at start
 }
 
 // aspect is one part of guestMachine with the elements whose lines name
@@ -44,6 +45,7 @@ func (m guestMachine) aspects(a guestMachine) []aspect {
 		{"ACPI", []string{"features/acpi"}, m.ACPI, a.ACPI},
 		{"USB", []string{"devices/controller (usb)"}, m.USB, a.USB},
 		{"NIC ROMs", []string{"devices/interface/rom"}, m.NICROMs, a.NICROMs},
+		{"memory prealloc", []string{preallocElement, "memoryBacking/allocation"}, m.Prealloc, a.Prealloc},
 	}
 }
 
@@ -122,6 +124,11 @@ func libvirtMachine(d *libvirtxml.Domain) guestMachine {
 		}
 	}
 	m.ACPI = d.Features != nil && d.Features.ACPI != nil
+	if mb := d.MemoryBacking; mb != nil {
+		// libvirt preallocates huge pages, and all memory when asked.
+		alloc := mb.MemoryAllocation
+		m.Prealloc = mb.MemoryHugePages != nil || alloc != nil && alloc.Mode == "immediate"
+	}
 	m.USB = true
 	if dv := d.Devices; dv != nil {
 		for _, c := range dv.Controllers {
@@ -160,6 +167,10 @@ func argvMachine(t *testing.T, argv []string) guestMachine {
 			m.ACPI = !strings.Contains(v, "acpi=off")
 		case "-no-acpi":
 			m.ACPI = false
+		case "-mem-prealloc":
+			m.Prealloc = true
+		case "-object":
+			m.Prealloc = m.Prealloc || strings.Contains(v, `"prealloc":true`)
 		case "-device":
 			var dev struct {
 				Driver  string  `json:"driver"`

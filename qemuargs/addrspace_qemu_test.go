@@ -17,7 +17,8 @@ import (
 
 // TestPhysBitsInQEMU starts this host's QEMU (stopped, -S) with vmsup's
 // own argv at the largest max_memory MaxMemoryFor allows, which must
-// start, and at 1 GiB more and at libvirt's 1 TiB, which QEMU must refuse
+// start, and at 1 GiB more, 1 TiB and 1 PiB (libvirt's memory-hotplug-dimm),
+// which QEMU must refuse
 // with "phys-bits too low (N)" for the same N and the same top address
 // PhysBitsError names: validate's figures are QEMU's, on q35 and pc, with
 // RAM below and across 4 GiB, for AMD models (qemu64, max under TCG:
@@ -55,7 +56,7 @@ func TestPhysBitsInQEMU(t *testing.T) {
 			fit := MaxMemoryFor(vm, bits, amd)
 			sizes := []uint64{fit, fit + uint64(spec.GiB)}
 			if bits == DefaultPhysBits {
-				sizes = append(sizes, 1<<40) // libvirt's memory-hotplug-dimm
+				sizes = append(sizes, 1<<40, 1<<50)
 			}
 			for _, size := range sizes {
 				vm.MaxMemory = spec.Size(size)

@@ -8,8 +8,8 @@ import (
 )
 
 // TestPhysBits: the top of the guest's address space as QEMU 7.2 lays it
-// out, against the vCPU's phys-bits. libvirt's memory-hotplug-dimm asks
-// for 1 TiB of max_memory, which QEMU refuses under phys-bits 40
+// out, against the vCPU's phys-bits. 1 TiB of max_memory (issue 51's
+// reading of libvirt's memory-hotplug-dimm) QEMU refuses under phys-bits 40
 // ("phys-bits too low (40)"); the largest max_memory that fits passes.
 func TestPhysBits(t *testing.T) {
 	vm := &spec.VM{Machine: "q35", Memory: 214 * spec.MiB, MaxMemory: spec.Size(1) << 40}

@@ -134,10 +134,11 @@ func TestCLIValidateSEV(t *testing.T) {
 	}
 }
 
-// TestCLIValidatePhysBits: libvirt's memory-hotplug-dimm asks for 1 TiB
-// of max_memory, which QEMU refuses on a qemu64 vCPU ("phys-bits too low
-// (40)"): validate refuses it first, in one line naming the file, the
-// field, the top address and the phys-bits. Under KVM the default CPU's
+// TestCLIValidatePhysBits: 1 TiB of max_memory (issue 51's figure;
+// libvirt's memory-hotplug-dimm asks for 1 PiB, and so does its import),
+// which QEMU refuses on a qemu64 vCPU ("phys-bits too low (40)"):
+// validate refuses it first, in one line naming the file, the field, the
+// top address and the phys-bits. Under KVM the default CPU's
 // phys-bits are the host's (qemuargs' TestPhysBitsInQEMU checks both
 // against QEMU's own refusal).
 func TestCLIValidatePhysBits(t *testing.T) {
@@ -147,6 +148,16 @@ func TestCLIValidatePhysBits(t *testing.T) {
 	want := "vmsup: " + p + ":3:1: max_memory: 1T puts the guest's highest address at 0x208ffffffff, past the 40 physical address bits (phys-bits) of -cpu qemu64 under "
 	if r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
 		t.Errorf("%+v\nwant exit 1 and one line %s...", r, want)
+	}
+	// vmsup import's VM file of that domain (its disk is elsewhere too).
+	p, err := filepath.Abs("../../testdata/import/issue51/memory-hotplug-1t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = vmsup(t, t.TempDir(), "", "validate", p)
+	want = "vmsup: " + p + ":10:1: max_memory: 1024T puts the guest's highest address at 0x40108ffffffff, past the 40 physical address bits (phys-bits) of -cpu qemu64 under "
+	if r.code != 1 || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("imported: %+v\nwant exit 1 and first %s...", r, want)
 	}
 
 	if ok, why := env.Caps.KVM.Starts(); !ok {

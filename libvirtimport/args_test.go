@@ -21,6 +21,26 @@ func TestImportedArgs(t *testing.T) {
 	if len(xmls) < 8 {
 		t.Fatalf("want the parity-*.xml files of issue 33 in %s, have %d", goldenDir, len(xmls))
 	}
+	checkArgs(t, xmls, goldenOptions)
+}
+
+// issue51Dir holds domain XMLs in the shapes of libvirt's test data
+// whose settings import carried differently without a line (issue 51):
+// a VM file (*.toml) and an argv (*.args) golden each.
+const issue51Dir = "../testdata/import/issue51"
+
+// TestIssue51Goldens: each is carried the way libvirt means it, or with
+// one line naming what changed (the goldens' headers).
+func TestIssue51Goldens(t *testing.T) {
+	checkGoldens(t, issue51Dir, 10, Options{})
+	xmls, _ := filepath.Glob(filepath.Join(issue51Dir, "*.xml"))
+	checkArgs(t, xmls, hostOptions)
+}
+
+// checkArgs imports each of xmls and compares its VM file's argv (with
+// opts' fixed host options) with the .args beside it (-update rewrites
+// them).
+func checkArgs(t *testing.T, xmls []string, opts func(*spec.VM) qemuargs.Options) {
 	for _, x := range xmls {
 		name := strings.TrimSuffix(filepath.Base(x), ".xml")
 		t.Run(name, func(t *testing.T) {
@@ -36,7 +56,7 @@ func TestImportedArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			argv, err := qemuargs.Build(&f.VM, goldenOptions(&f.VM))
+			argv, err := qemuargs.Build(&f.VM, opts(&f.VM))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,15 +77,16 @@ func TestImportedArgs(t *testing.T) {
 	}
 }
 
-// goldenOptions are fixed host facts: TCG (KVM for SEV), sockets and
-// firmware at fixed paths.
+// goldenOptions are fixed host facts: TCG (KVM for SEV and for Hyper-V
+// enlightenments, which QEMU has only under KVM), sockets and firmware
+// at fixed paths.
 func goldenOptions(vm *spec.VM) qemuargs.Options {
 	run := "/run/vmsup/" + vm.Name + "/"
 	o := qemuargs.Options{Binary: "/usr/bin/qemu-system-x86_64", Accel: spec.AccelTCG,
 		QMPSocket: run + "qmp.sock", EventSocket: run + "qmp-events.sock", ConsoleSocket: run + "console.sock",
 		AgentSocket: run + "guest-agent.sock", TPMSocket: run + "tpm.sock", VNCSocket: run + "vnc.sock", Hugetlbfs: "/dev/hugepages",
 		FirmwareCode: "/usr/share/OVMF/OVMF_CODE_4M.fd", FirmwareVars: run + "OVMF_VARS.fd"}
-	if vm.SEV != nil {
+	if hv, _ := vm.CPU.HypervList(); vm.SEV != nil || len(hv) > 0 {
 		o.Accel = spec.AccelKVM
 	}
 	if vm.Boot.SecureBoot {

@@ -249,6 +249,7 @@ func (c *converter) domain() error {
 		c.drop("pm", "guest suspend settings: QEMU's defaults apply")
 	}
 	c.clock(d.Clock)
+	c.hypervNeeds()
 	if len(d.SecLabel) > 0 {
 		c.drop("seclabel", "vmsup confines each VM itself (its own user, an AppArmor profile, seccomp: [security])")
 	}
@@ -329,25 +330,17 @@ func (c *converter) cpus() {
 		c.out.CPUs = 0 // the default
 	}
 	cpu := d.CPU
+	if cpu == nil || cpu.Mode == "" && cpu.Model == nil {
+		c.out.CPUModel = LibvirtCPUModel
+	}
 	if cpu == nil {
+		c.socketsDefault()
 		return
 	}
-	switch cpu.Mode {
-	case "host-passthrough", "maximum", "":
-		// vmsup's default model: host under KVM, max under TCG.
-	case "host-model":
-		c.drop("cpu/@mode", "host-model: vmsup passes the host CPU through under KVM (host) and uses max under TCG")
-	case "custom":
-		if cpu.Model != nil && spec.ValidCPUModel(cpu.Model.Value) == nil {
-			c.out.CPUModel = cpu.Model.Value
-		} else if cpu.Model != nil {
-			c.drop("cpu/model", "%q is not a QEMU CPU model name: vmsup's default model it is", cpu.Model.Value)
-		}
-	}
-	if len(cpu.Features) > 0 {
-		c.drop("cpu/feature", "%d CPU feature settings: vmsup runs the model as QEMU defines it", len(cpu.Features))
-	}
-	if t := cpu.Topology; t != nil {
+	c.cpuModel(cpu)
+	if t := cpu.Topology; t == nil {
+		c.socketsDefault()
+	} else {
 		dies := max(t.Dies, 1)
 		slots := uint(t.Sockets * dies * t.Cores * t.Threads)
 		switch {

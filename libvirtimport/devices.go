@@ -24,6 +24,7 @@ func (c *converter) devices() error {
 	c.hostdevs(dv.Hostdevs)
 	c.guestDevs(dv)
 	c.unsupported(dv)
+	c.platformDefaults()
 	return c.fitLayout()
 }
 
@@ -79,14 +80,14 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 func (c *converter) watchdogs(ws []libvirtxml.DomainWatchdog) {
 	for i, w := range ws {
 		if w.Model != "i6300esb" || c.out.Watchdog != "" {
-			c.drop(fmt.Sprintf("devices/watchdog[%d]", i), "model %q: vmsup's watchdog is one i6300esb", w.Model)
+			c.drop(fmt.Sprintf("devices/watchdog[%d]", i), "model %q, action %q: not carried over, the guest has no such watchdog (vmsup's is one i6300esb: set watchdog = ACTION)", w.Model, cmpOr(w.Action, "reset"))
 			continue
 		}
 		c.out.Watchdog = map[string]string{"": "reset", "reset": "reset", "shutdown": "shutdown", "poweroff": "poweroff",
 			"pause": "pause", "none": "none", "dump": "pause", "inject-nmi": "inject-nmi"}[w.Action]
 		if c.out.Watchdog == "" || w.Action == "dump" {
 			c.out.Watchdog = "reset"
-			c.drop(fmt.Sprintf("devices/watchdog[%d]/@action", i), "%q: reset it is", w.Action)
+			c.drop(fmt.Sprintf("devices/watchdog[%d]/@action", i), "%q: vmsup does not dump the guest's memory; its watchdog resets the guest", w.Action)
 		}
 	}
 }

@@ -53,10 +53,27 @@ func (c *converter) share(el string, fs *libvirtxml.DomainFilesystem, tags map[s
 		if fs.Binary != nil {
 			c.drop(el+"/binary", "virtiofsd's options: vmsup runs its own virtiofsd with its own (its sandbox, no xattr, the default cache)")
 		}
-	} else if fs.AccessMode != "" && fs.AccessMode != "passthrough" {
-		c.drop(el+"/@accessmode", "%q: vmsup's 9p shares keep files as QEMU's user makes them (security_model none)", fs.AccessMode)
+		if fs.Driver.Queue != 0 && fs.Driver.Queue != spec.VirtioFSQueueSize {
+			c.drop(el+"/driver/@queue", "%d: vmsup's virtiofs queue holds %d requests", fs.Driver.Queue, spec.VirtioFSQueueSize)
+		}
+	} else {
+		c.ninep(el, fs)
 	}
 	c.out.Shares = append(c.out.Shares, sh)
+}
+
+// ninep lists how a 9p share differs: libvirt's access mode (passthrough
+// when absent: files with the guest's owners, QEMU as root) and its
+// driver (path; handle is gone from QEMU 7.2) are vmsup's
+// security_model=none on the local driver.
+func (c *converter) ninep(el string, fs *libvirtxml.DomainFilesystem) {
+	mode := cmpOr(fs.AccessMode, "passthrough")
+	if mode != "squash" {
+		c.drop(el+"/@accessmode", "%q: vmsup's 9p shares keep files as QEMU's user makes them (security_model=none, owners not kept)", mode)
+	}
+	if d := fs.Driver; d != nil && d.Type != "" && d.Type != "path" {
+		c.drop(el+"/driver/@type", "%q: vmsup's 9p shares use QEMU's local driver (libvirt's path)", d.Type)
+	}
 }
 
 // shareTag makes target a vmsup tag, unique among taken.

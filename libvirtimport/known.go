@@ -133,6 +133,7 @@ devices/interface/driver @name @queues @txmode @rx_queue_size @tx_queue_size
 devices/interface/tune
 devices/interface/tune/sndbuf
 devices/interface/link @state
+devices/interface/rom @bar @enabled @file
 devices/interface/virtualport @type
 devices/interface/ip @address @family @prefix @peer
 devices/interface/filterref @filter
@@ -160,7 +161,7 @@ devices/hostdev/rom @bar @file @enabled
 devices/tpm @model
 devices/tpm/backend @type @version
 devices/filesystem @type @accessmode
-devices/filesystem/driver @type
+devices/filesystem/driver @type @queue
 devices/filesystem/source @dir
 devices/filesystem/target @dir
 devices/filesystem/readonly

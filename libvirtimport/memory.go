@@ -149,6 +149,9 @@ func (c *converter) memoryBacking() {
 	}
 }
 
+// preallocElement names the line on libvirt's preallocated huge pages.
+const preallocElement = "memoryBacking/hugepages (prealloc)"
+
 // hugepages maps the page size; pages of other sizes for some nodes are
 // not in vmsup (one size backs all the memory).
 func (c *converter) hugepages(hp *libvirtxml.DomainMemoryHugepages) {
@@ -181,6 +184,11 @@ func (c *converter) hugepages(hp *libvirtxml.DomainMemoryHugepages) {
 		c.note("memoryBacking/hugepages", "no page size: vmsup uses 2M pages (the x86 default)")
 	}
 	c.out.Hugepages = size
+	if size != "" {
+		// libvirt's backends of huge pages have prealloc on, with NUMA
+		// cells or without (its hugepages-default and -numa-default).
+		c.note(preallocElement, "libvirt preallocates the guest's huge pages (prealloc=on: every page touched at start); vmsup reserves them at start and the guest touches them as it runs")
+	}
 }
 
 // hasVirtioFS reports whether a filesystem device is virtiofs.

@@ -28,7 +28,7 @@ func TestUnreadListed(t *testing.T) {
   <driver name='vhost' queues='2' rx_queue_size='512' tx_queue_size='256' rss='on'/>
   <coalesce><rx><frames max='7'/></rx></coalesce>
   <tune><sndbuf>1600</sndbuf></tune>
-  <rom bar='off'/>
+  <rom bar='off' tftp='x'/>
  </interface>
  <interface type='network'><source network='default' portgroup='web'/><model type='virtio'/></interface>
  <console type='pty'><target type='virtio' port='0'/></console>
@@ -61,7 +61,7 @@ func TestUnreadListed(t *testing.T) {
 		`devices/disk[0]/geometry: vmsup import does not read this element`,      // libvirt's
 		`devices/interface[0]/driver/@rss: "on"`,                                 // libvirt's
 		`devices/interface[0]/coalesce: vmsup import does not read this element`, // libvirt's
-		`devices/interface[0]/rom: vmsup import does not read this element`,      // libvirt's
+		`devices/interface[0]/rom/@tftp: "x": vmsup import does not read`,        // made up
 		`cpu/numa/cell/@discard: "yes"`,                                          // libvirt's
 		`devices/interface[1]/source/@portgroup: "web"`,                          // libvirt's
 		`devices/console[0]: a virtio console`,                                   // read, not carried: a line

@@ -26,10 +26,6 @@ func ShareDeviceID(i int) string { return fmt.Sprintf("share%d-dev", i) }
 // ShareChardevID is the vhost-user chardev of the i-th share (virtiofs).
 func ShareChardevID(i int) string { return fmt.Sprintf("share%d-chr", i) }
 
-// virtioFSQueueSize is the request queue's size (libvirt's and
-// virtiofsd's documented choice; QEMU's default 128 limits throughput).
-const virtioFSQueueSize = 1024
-
 // tpmParts: QEMU is the client of swtpm's control socket (swtpm listens
 // before QEMU starts; with --terminate it ends when QEMU lets go).
 func tpmParts(vm *spec.VM, o Options) ([]renderer, error) {
@@ -105,7 +101,7 @@ func shareDevices(vm *spec.VM) []Device {
 			continue
 		}
 		out = append(out, Device{Driver: "vhost-user-fs-pci", ID: ShareDeviceID(i), Chardev: ShareChardevID(i),
-			Tag: s.Tag, QueueSize: virtioFSQueueSize})
+			Tag: s.Tag, QueueSize: spec.VirtioFSQueueSize})
 	}
 	return out
 }

@@ -195,7 +195,8 @@ type MemoryPlace struct {
 // preallocated: a private hugetlbfs mapping reserves all its pages when
 // QEMU maps it, so a host short of free pages fails the start at once,
 // never the guest later (SIGBUS), and prealloc would only add the time to
-// touch every page. libvirt, too, preallocates only when asked.
+// touch every page. (libvirt preallocates huge pages; vmsup import names
+// that difference.)
 func MemoryBackend(id string, size int64, at MemoryPlace) Object {
 	share := at.Shared
 	switch {

@@ -28,6 +28,21 @@ type qemuProc struct {
 // startQEMU runs argv with extra arguments appended ("-S" to stop before the
 // guest runs) and returns it with a negotiated QMP connection on qmpSocket.
 func startQEMU(ctx context.Context, t *testing.T, argv []string, qmpSocket string, extra ...string) (*qemuProc, *rawQMP) {
+	p := launchQEMU(t, argv, extra...)
+	q, err := dialQMP(ctx, qmpSocket, p.exited)
+	if err != nil {
+		p.fail("%v", err)
+	}
+	t.Cleanup(func() { q.Close() })
+	if err := q.run("qmp_capabilities", nil, nil); err != nil {
+		p.fail("%v", err)
+	}
+	return p, q
+}
+
+// launchQEMU starts argv with extra arguments appended; the test's
+// cleanup kills it if it still runs.
+func launchQEMU(t *testing.T, argv []string, extra ...string) *qemuProc {
 	p := &qemuProc{t: t, argv: argv, exited: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], append(argv[1:len(argv):len(argv)], extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
@@ -41,15 +56,7 @@ func startQEMU(ctx context.Context, t *testing.T, argv []string, qmpSocket strin
 	}
 	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(p.kill)
-	q, err := dialQMP(ctx, qmpSocket, p.exited)
-	if err != nil {
-		p.fail("%v", err)
-	}
-	t.Cleanup(func() { q.Close() })
-	if err := q.run("qmp_capabilities", nil, nil); err != nil {
-		p.fail("%v", err)
-	}
-	return p, q
+	return p
 }
 
 func (p *qemuProc) kill() {

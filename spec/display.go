@@ -89,6 +89,9 @@ var hypervNeeds = map[string][]string{
 	"ipi":             {"vpindex"},
 }
 
+// HypervNeeds are the enlightenments h needs.
+func HypervNeeds(h string) []string { return slices.Clone(hypervNeeds[h]) }
+
 // HypervSpinlocks is the spinlock retry count hv-spinlocks gets (libvirt's
 // and Proxmox's 0x1fff).
 const HypervSpinlocks = 0x1fff

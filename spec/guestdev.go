@@ -37,6 +37,10 @@ const (
 	ShareVirtioFS = "virtiofs"
 )
 
+// VirtioFSQueueSize is a virtiofs share's request queue size (libvirt's
+// and virtiofsd's documented choice; QEMU's default 128 limits throughput).
+const VirtioFSQueueSize = 1024
+
 // MaxShares bounds [[share]]: 9p shares are functions of the platform
 // slot, which has 8 (see qemuargs).
 const MaxShares = 4

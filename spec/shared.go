@@ -1,8 +1,11 @@
 package spec
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // ImageUse is one host image a disk opens: its image file or block
@@ -57,7 +60,10 @@ func networkUse(i int, d Disk) ImageUse {
 	if d.Snapshot != "" {
 		p += "@" + d.Snapshot
 	}
-	return ImageUse{Disk: i, Key: "image", Path: p, ID: p, Write: !d.ReadOnly}
+	// One name in two clusters is two images: the ID names the cluster
+	// by its monitors, else its ceph.conf.
+	cluster := slices.Sorted(slices.Values(d.Monitors))
+	return ImageUse{Disk: i, Key: "image", Path: p, ID: p + " on " + cmp.Or(strings.Join(cluster, ","), d.CephConf), Write: !d.ReadOnly}
 }
 
 // SharedImages refuses every use of an image that another disk of disks

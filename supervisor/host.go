@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -85,4 +86,19 @@ func (s *Supervisor) resolveHost(f *spec.File) (spec.Accel, string, cpuChoice, e
 // checkHost checks what the spec refers to on this host (hostcaps.CheckSpec).
 func checkHost(f *spec.File, h Host, qemu string) error {
 	return hostcaps.CheckSpec(f, h.MemTotal, qemu)
+}
+
+// checkPhysBits refuses a max_memory the guest's vCPU cannot address:
+// QEMU would stop at start with "phys-bits too low".
+func checkPhysBits(f *spec.File, accel spec.Accel, cpu cpuChoice, h Host) error {
+	model := cmp.Or(f.VM.CPUModel, cpu.Model, "max")
+	if f.VM.CPUModel == "" && cpu.Model == "" && accel == spec.AccelKVM {
+		model = "host" // as qemuargs renders it
+	}
+	bits := qemuargs.GuestPhysBits(accel, model, h.PhysBits)
+	amd := qemuargs.AMDModel(accel, model, h.AMD)
+	if why := qemuargs.PhysBitsError(&f.VM, bits, amd, fmt.Sprintf("-cpu %s under %s", model, accel)); why != "" {
+		return f.Errorf("max_memory", "%s", why)
+	}
+	return nil
 }

@@ -93,8 +93,11 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	refused, err := s.checkPaths(ctx, f)
 	check(err)
 	check(hostpaths.WithoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
-	accel, _, _, err := s.resolveHost(f)
+	accel, _, cpu, err := s.resolveHost(f)
 	check(err)
+	if err == nil {
+		check(checkPhysBits(f, accel, cpu, s.hostFacts()))
+	}
 	check(s.images().Check(f))
 	check(s.disks().Check(ctx, f, named, refused))
 	check(hostpaths.WithoutFields(s.validateNICs(ctx, f), refused))

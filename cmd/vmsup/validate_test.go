@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/qemuargs"
+	"github.com/vmsup/vmsup/spec"
 )
 
 // TestCLIValidateOneRun: one validate run names every problem of a file:
@@ -128,5 +131,52 @@ func TestCLIValidateSEV(t *testing.T) {
 	r := vmsup(t, t.TempDir(), "", "validate", p)
 	if want := p + ":5:2: sev: this host cannot run SEV guests: " + why; r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("%+v\nwant exit 1 and %s", r, want)
+	}
+}
+
+// TestCLIValidatePhysBits: 1 TiB of max_memory (issue 51's figure;
+// libvirt's memory-hotplug-dimm asks for 1 PiB, and so does its import),
+// which QEMU refuses on a qemu64 vCPU ("phys-bits too low (40)"):
+// validate refuses it first, in one line naming the file, the field, the
+// top address and the phys-bits. Under KVM the default CPU's
+// phys-bits are the host's (qemuargs' TestPhysBitsInQEMU checks both
+// against QEMU's own refusal).
+func TestCLIValidatePhysBits(t *testing.T) {
+	dir := t.TempDir()
+	p := write(t, dir, "big.toml", "name='big'\nmemory='214M'\nmax_memory='1T'\ncpu_model='qemu64'\n[boot]\nkernel='"+env.Guest.Kernel+"'\n")
+	r := vmsup(t, t.TempDir(), "", "validate", p)
+	want := "vmsup: " + p + ":3:1: max_memory: 1T puts the guest's highest address at 0x208ffffffff, past the 40 physical address bits (phys-bits) of -cpu qemu64 under "
+	if r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("%+v\nwant exit 1 and one line %s...", r, want)
+	}
+	// vmsup import's VM file of that domain (its disk is elsewhere too).
+	p, err := filepath.Abs("../../testdata/import/issue51/memory-hotplug-1t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = vmsup(t, t.TempDir(), "", "validate", p)
+	want = "vmsup: " + p + ":10:1: max_memory: 1024T puts the guest's highest address at 0x40108ffffffff, past the 40 physical address bits (phys-bits) of -cpu qemu64 under "
+	if r.code != 1 || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("imported: %+v\nwant exit 1 and first %s...", r, want)
+	}
+
+	if ok, why := env.Caps.KVM.Starts(); !ok {
+		t.Skipf("the host's phys-bits apply under KVM, and here %s", why)
+	}
+	model, _, err := env.Caps.CPU(spec.AccelKVM, "")
+	if err != nil {
+		t.Skipf("under this host's KVM: %v", err)
+	}
+	bits := qemuargs.GuestPhysBits(spec.AccelKVM, model, hostcaps.PhysBits())
+	if model == "host" && bits == qemuargs.DefaultPhysBits {
+		t.Skip("/proc/cpuinfo gives no address sizes: validate assumes QEMU's 40")
+	}
+	limit := spec.Size(1) << bits // 2^bits of hotplug memory is always past it
+	p = write(t, dir, "host.toml", "name='host'\nmemory='214M'\nmax_memory='"+limit.String()+"'\naccel='kvm'\n[boot]\nkernel='"+env.Guest.Kernel+"'\n")
+	r = vmsup(t, t.TempDir(), "", "validate", p)
+	want = fmt.Sprintf("vmsup: %s:3:1: max_memory: %s puts the guest's highest address at 0x", p, limit)
+	mid := fmt.Sprintf(", past the %d physical address bits (phys-bits) of -cpu %s under kvm: QEMU would refuse it (at most ", bits, model)
+	if r.code != 1 || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, mid) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("%+v\nwant exit 1 and one line %s...%s...", r, want, mid)
 	}
 }

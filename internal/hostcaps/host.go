@@ -22,12 +22,16 @@ type Host struct {
 	// AppArmorUnusable is "" when the kernel enforces AppArmor and
 	// apparmor_parser is there, else why not.
 	AppArmorUnusable string
+	// PhysBits is the host CPU's physical address width (0: unknown):
+	// the guest's under KVM with -cpu host or max (qemuargs.GuestPhysBits).
+	PhysBits int
+	AMD      bool // the host CPU is AMD's (its address space's HyperTransport hole)
 }
 
 // ProbeHost reads the host facts from /proc, /sys and /dev, without asking
 // QEMU (Probe does).
 func ProbeHost() Host {
-	h := Host{MemTotal: MemTotal(), AppArmorUnusable: AppArmorReason()}
+	h := Host{MemTotal: MemTotal(), AppArmorUnusable: AppArmorReason(), PhysBits: PhysBits(), AMD: hostAMD()}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	switch {
 	case err != nil:
@@ -47,7 +51,7 @@ func ProbeHost() Host {
 
 // Host summarizes the record.
 func (c *Caps) Host() Host {
-	h := Host{MemTotal: MemTotal(), AppArmorUnusable: c.Facts.AppArmor.Reason}
+	h := Host{MemTotal: MemTotal(), AppArmorUnusable: c.Facts.AppArmor.Reason, PhysBits: PhysBits(), AMD: hostAMD()}
 	h.KVMOpenable, h.KVMUnusable = c.KVM.Starts()
 	if h.KVMOpenable && c.KVM.Kind != KVMFull {
 		h.KVMUnusable = c.KVM.Reason

@@ -41,3 +41,14 @@ func TestResolveAccel(t *testing.T) {
 		}
 	}
 }
+
+// TestParsePhysBits reads the host CPU's physical address width from
+// /proc/cpuinfo's text.
+func TestParsePhysBits(t *testing.T) {
+	if got := parsePhysBits("model name\t: x\naddress sizes\t: 39 bits physical, 48 bits virtual\n"); got != 39 {
+		t.Errorf("got %d, want 39", got)
+	}
+	if got := parsePhysBits("flags\t: fpu\n"); got != 0 {
+		t.Errorf("no address sizes: got %d, want 0", got)
+	}
+}

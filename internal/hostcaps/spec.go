@@ -33,6 +33,35 @@ func MemTotal() int64 {
 	return 0
 }
 
+// PhysBits is the host CPU's physical address width, as /proc/cpuinfo's
+// "address sizes" says (0 if it does not).
+func PhysBits() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return parsePhysBits(string(b))
+}
+
+// hostAMD reports whether /proc/cpuinfo's vendor_id is AuthenticAMD.
+func hostAMD() bool {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Contains(string(b), "AuthenticAMD")
+}
+
+// parsePhysBits reads "address sizes	: 39 bits physical, 48 bits virtual".
+func parsePhysBits(cpuinfo string) int {
+	for _, l := range strings.Split(cpuinfo, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if ok && strings.TrimSpace(k) == "address sizes" {
+			n, _, _ := strings.Cut(strings.TrimSpace(v), " ")
+			bits, _ := strconv.Atoi(n)
+			return bits
+		}
+	}
+	return 0
+}
+
 // CheckSpec checks what the spec refers to on this host: QEMU, files that
 // exist and are readable, memory that fits in memTotal bytes (0: unknown),
 // firmware packages. Errors name the field, one per problem (f.Join).

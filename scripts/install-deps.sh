@@ -12,7 +12,8 @@ PKGS=(qemu-system-x86 qemu-utils qemu-block-extra ovmf qemu-system-data busybox-
 	nftables dnsmasq-base dnsmasq-utils # managed networks: nft for tests, dnsmasq per network, dhcp_release
 	novnc chromium # vmsup console --web serves Debian's noVNC; the display test looks at it in headless Chromium
 	prometheus # the metrics test scrapes vmsup with a real Prometheus (and promtool checks the format)
-	docker-registry) # the image store's tests pull containerDisks from a real OCI registry on loopback
+	docker-registry # the image store's tests pull containerDisks from a real OCI registry on loopback
+	podman) # ...pushed there by the containerDisk recipe of docs/images-and-profiles.md
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -34,6 +35,10 @@ if ((${#missing[@]})); then
 			systemctl disable "$svc.service" >/dev/null 2>&1 || true
 		fi
 	done
+	# podman's package enables its API socket and services; the recipe's test runs podman as a plain command.
+	if [[ " ${missing[*]} " == *" podman "* ]] && command -v systemctl >/dev/null; then
+		systemctl disable podman.socket podman.service podman-restart.service podman-auto-update.service podman-auto-update.timer >/dev/null 2>&1 || true
+	fi
 fi
 # QEMU runs as this unprivileged system user (vmsup also creates it when missing).
 if ! getent passwd vmsup-qemu >/dev/null; then

@@ -109,7 +109,7 @@ func agentCmd(g *globals) *cobra.Command {
 	f.IntVar(&port, "migration-port", 0, "listen on --migration-address:PORT for other agents' migrations (mutual TLS with the etcd certificates); 0: use --migration-transport")
 	f.BoolVar(&failover, "failover", true, "when elected scheduler, restart a lost host's VMs elsewhere (those with only RBD disks), after fencing it on Ceph")
 	f.DurationVar(&ttl, "ttl", 10*time.Second, "the host's lease: other hosts take its VMs over (after fencing) when it lapses")
-	f.DurationVar(&margin, "self-fence-margin", 3*time.Second, "an agent that has not renewed its lease for TTL minus this kills its VMs (unless no scheduler can act: README)")
+	f.DurationVar(&margin, "self-fence-margin", 3*time.Second, "an agent that has not renewed its lease for TTL minus this kills its VMs (unless no scheduler can act: docs/fleet.md)")
 	f.BoolVar(&guarded, "guard", true, "arm a systemd timer, moved at each renewal, that kills this host's fleet VMs 1.25s after the fence point if the agent did not (frozen, crashed, stopped)")
 	f.DurationVar(&stallAfter, "io-stall-after", iohealth.DefaultBound, "a VM whose disk requests stay in flight this long with none ending is reported degraded")
 	f.DurationVar(&failoverStalled, "failover-stalled", 0, "when elected scheduler, restart elsewhere (after fencing its host on Ceph) a VM reported degraded by stalled disk I/O for this long; 0: only report it")

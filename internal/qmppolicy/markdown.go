@@ -46,7 +46,15 @@ func Markdown() string {
 
 ` + "`vmsup qmp NAME JSON`" + ` passes a command to the VM's QEMU without ` + "`--unsafe`" + ` only if it is on this list:
 QEMU's read-only queries and the commands vmsup's own operations send, with their arguments checked. Everything
-else is refused in one line that names the command and why, and passes with ` + "`--unsafe`" + `. The checks:
+else is refused in one line that names the command and why, and passes with ` + "`--unsafe`" + `.
+
+The model: QEMU is given objects, never names of host files. A name checked now can lead to another object when
+QEMU resolves it later (a hard link, a symlink swapped in after the check, a qcow2 header's backing or data file,
+a ` + "`json:`" + ` filename in any spelling), so vmsup opens the file itself, checks the descriptor, and QEMU gets
+` + "`/dev/fdset/N`" + `. By name QEMU can reach only its own state directory; every image of the VM reached it as
+a descriptor at start, with no ACL entry and no bind path. A raw command may not widen that: a filename outside the
+state directory is refused however it is spelled, and one inside is opened by vmsup and passed as a descriptor.
+The checks:
 
 - **Paths.** A host path QEMU would open must be in the VM's state directory (` + "`ROOT/vms/NAME`" + `). A relative
   path is resolved against QEMU's real working directory (` + "`/proc/PID/cwd`" + `; vmsup starts QEMU in its state

@@ -66,6 +66,11 @@ func (s *Service) UpFromSnapshot(ctx context.Context, src, tag, newName string) 
 		return fail(err)
 	}
 	defer op.End() // done or undone here; a kill leaves it to recovery
+	// A command on the clone's name settles it too (its status would
+	// otherwise find nothing of its own and leave a paused QEMU).
+	if err := op.Concerns(newName); err != nil {
+		return fail(err)
+	}
 	res.Dropped = droppedForwards(vm)
 	started, err = s.makeClone(ctx, src, op, in, cvm, snap.Memory, res.From)
 	if err != nil {

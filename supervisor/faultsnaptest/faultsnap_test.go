@@ -127,6 +127,7 @@ func TestFaultsSnapshots(t *testing.T) {
 			}
 			d.noClone(t, ctx)
 		}})
+	t.Run("clone-settled-by-its-name", func(t *testing.T) { d.cloneSettledByName(t, ctx, a) })
 	t.Logf("FAULTS snapshots (step kills + random kills): %s", strings.Join(counts, ", "))
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/vmsup/vmsup/internal/keptdisks"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -37,6 +38,18 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 		}
 	}
 	return left, s.remove(ctx, name)
+}
+
+// RemoveDisks is RemoveVM that also says which disk images stay and, with
+// deleteDisks, deletes the ones vmsup made for the VM (keptdisks).
+func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks bool) (keptdisks.Result, error) {
+	v, _ := s.view(name)
+	keep, del := keptdisks.Plan(v, s.paths(name), deleteDisks)
+	if _, err := s.RemoveVM(ctx, name); err != nil {
+		return keptdisks.Result{}, err
+	}
+	deleted, err := keptdisks.Delete(del)
+	return keptdisks.Result{Kept: keep, Deleted: deleted}, vmErr(name, err)
 }
 
 func (s *Supervisor) remove(ctx context.Context, name string) error {

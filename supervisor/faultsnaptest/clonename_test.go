@@ -51,6 +51,14 @@ func (d *snapVM) cloneSettledByName(t *testing.T, ctx context.Context, on *fault
 		d.checkClone(t, ctx, "c")
 		d.noClone(t, ctx)
 	}
+	// A whole clone, then rm --delete-disks (noClone): its overlays go, and
+	// it clones again under its name.
+	for range 2 {
+		if _, err := d.sup.UpFromSnapshot(ctx, d.vm, "c", name); err != nil {
+			t.Fatalf("clone after rm --delete-disks: %v", err)
+		}
+		d.noClone(t, ctx)
+	}
 }
 
 func listed(list []supervisor.Status, name string) bool {

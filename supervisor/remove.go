@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/vmsup/vmsup/internal/keptdisks"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -41,15 +41,15 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 }
 
 // RemoveDisks is RemoveVM that also says which disk images stay and, with
-// deleteDisks, deletes the ones vmsup made for the VM (keptdisks).
-func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks bool) (keptdisks.Result, error) {
+// deleteDisks, deletes the ones vmsup made for the VM (vmdisks.PlanRemove).
+func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks bool) (vmdisks.Kept, error) {
 	v, _ := s.view(name)
-	keep, del := keptdisks.Plan(v, s.paths(name), deleteDisks)
+	keep, del := vmdisks.PlanRemove(v, s.paths(name), deleteDisks)
 	if _, err := s.RemoveVM(ctx, name); err != nil {
-		return keptdisks.Result{}, err
+		return vmdisks.Kept{}, err
 	}
-	deleted, err := keptdisks.Delete(del)
-	return keptdisks.Result{Kept: keep, Deleted: deleted}, vmErr(name, err)
+	deleted, err := vmdisks.DeleteImages(del)
+	return vmdisks.Kept{Kept: keep, Deleted: deleted}, vmErr(name, err)
 }
 
 func (s *Supervisor) remove(ctx context.Context, name string) error {

@@ -1,4 +1,4 @@
-package keptdisks
+package vmdisks
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // TestPlan: rm keeps every disk image by default and names them; with
 // --delete-disks it deletes only those vmsup made (never a user's file,
 // nor a shared or read-only one, even if vmsup made it).
-func TestPlan(t *testing.T) {
+func TestPlanRemove(t *testing.T) {
 	dir := t.TempDir()
 	p := vmstate.Store{Root: dir}.Paths("vm")
 	file := func(n string) string {
@@ -32,15 +32,15 @@ func TestPlan(t *testing.T) {
 	}
 	v := &vmstate.View{Disks: []vmstate.Disk{disk(made, false), disk(user, false), disk(shared, true),
 		disk(filepath.Join(dir, "gone.qcow2"), false)}}
-	keep, del := Plan(v, p, false)
+	keep, del := PlanRemove(v, p, false)
 	if !slices.Equal(keep, []string{made, user, shared}) || del != nil {
 		t.Fatalf("without --delete-disks: keep %q, delete %q", keep, del)
 	}
-	keep, del = Plan(v, p, true)
+	keep, del = PlanRemove(v, p, true)
 	if !slices.Equal(keep, []string{user, shared}) || !slices.Equal(del, []string{made}) {
 		t.Fatalf("with --delete-disks: keep %q, delete %q", keep, del)
 	}
-	if done, err := Delete(del); err != nil || !slices.Equal(done, del) {
+	if done, err := DeleteImages(del); err != nil || !slices.Equal(done, del) {
 		t.Fatalf("delete: %q, %v", done, err)
 	}
 	if _, err := os.Stat(user); err != nil {

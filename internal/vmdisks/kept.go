@@ -1,7 +1,8 @@
-// Package keptdisks says which disk images a VM that vmsup rm forgets
-// leaves on the host, and deletes, when asked (rm --delete-disks), the
-// ones vmsup made for it: never a user's file, a shared or read-only one.
-package keptdisks
+package vmdisks
+
+// Which disk images a VM that vmsup rm forgets leaves on the host, and,
+// when asked (rm --delete-disks), deleting the ones vmsup made for it:
+// never a user's file, a shared or read-only one.
 
 import (
 	"errors"
@@ -13,17 +14,17 @@ import (
 	"github.com/vmsup/vmsup/spec"
 )
 
-// Result is what rm did with a VM's disk images.
-type Result struct {
+// Kept is what rm did with a VM's disk images.
+type Kept struct {
 	Kept    []string `json:"kept,omitempty"`
 	Deleted []string `json:"deleted,omitempty"`
 }
 
-// Plan sorts the existing images of v's file disks (with its snapshots'
+// PlanRemove sorts the existing images of v's file disks (with its snapshots'
 // overlays) into those to keep and those to delete: with del, the ones
 // vmsup made (its records' list, or its snapshots'), not shared or
 // read-only.
-func Plan(v *vmstate.View, p vmstate.Paths, del bool) (keep, remove []string) {
+func PlanRemove(v *vmstate.View, p vmstate.Paths, del bool) (keep, remove []string) {
 	if v == nil {
 		return nil, nil
 	}
@@ -50,8 +51,8 @@ func Plan(v *vmstate.View, p vmstate.Paths, del bool) (keep, remove []string) {
 	return keep, remove
 }
 
-// Delete removes files, returning those it removed.
-func Delete(files []string) ([]string, error) {
+// DeleteImages removes files, returning those it removed.
+func DeleteImages(files []string) ([]string, error) {
 	var done []string
 	var errs []error
 	for _, f := range files {

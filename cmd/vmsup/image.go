@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -14,9 +15,14 @@ import (
 	"github.com/vmsup/vmsup/spec"
 )
 
-// imageStore is the image store of the state root the flags name.
+// imageStore is the image store of the state root the flags name; its
+// users are looked for in the image directories too (a removed VM's disk).
 func (g *globals) imageStore() imagestore.Store {
-	return imagestore.Store{Dir: imagestore.Dir(g.root)}
+	dirs := g.imageDirs
+	if len(dirs) == 0 {
+		dirs = []string{filepath.Join(g.root, "images")}
+	}
+	return imagestore.Store{Dir: imagestore.Dir(g.root), ScanDirs: dirs}
 }
 
 // imageUsers finds the VMs of the state root that use stored images.

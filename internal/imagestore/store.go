@@ -49,6 +49,9 @@ type Store struct {
 	// (bytes; 0: DefaultMaxVirtualSize): a small download may claim a
 	// huge disk, and a VM's overlay on it grows up to that size on the host.
 	MaxVirtualSize int64
+	// ScanDirs are the image directories whose qcow2 files Users reads
+	// for overlays on stored images (a removed VM's kept disk).
+	ScanDirs []string
 }
 
 // DefaultMaxVirtualSize is the store's bound without MaxVirtualSize.

@@ -273,6 +273,12 @@ func securityGroup(t *testing.T, ctx context.Context, sup *supervisor.Supervisor
 	t.Logf("status: %s", grepLine(out, "nic:"))
 
 	f2 := vmFile(t, filepath.Join(dir), "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8081))
+	// plan shows the groups as the file writes them (issue 47: a Go struct).
+	out, err = cli(ctx, sup, "plan", f2.Path)
+	if err != nil || !strings.Contains(out, `-> [{name = "web", rule = [{direction = "in", protocol = "tcp", ports = "8081"}, {direction = "in", protocol = "icmp"}]}]`) {
+		t.Fatalf("vmsup plan: %v\n%s", err, out)
+	}
+	t.Logf("plan: %s", grepLine(out, "live"))
 	t0 := time.Now()
 	res, err := sup.Apply(ctx, f2, supervisor.ApplyOptions{})
 	if err != nil {

@@ -164,6 +164,18 @@ func show(v reflect.Value) string {
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	}
+	if _, ok := v.Interface().(fmt.Stringer); !ok && v.Kind() == reflect.Struct {
+		// A table (a security group): inline, as TOML writes it.
+		var parts []string
+		for i := 0; i < v.NumField(); i++ {
+			key := strings.Split(v.Type().Field(i).Tag.Get("toml"), ",")[0]
+			if key == "" || key == "-" || v.Field(i).IsZero() {
+				continue
+			}
+			parts = append(parts, key+" = "+show(v.Field(i)))
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
 	return fmt.Sprint(v.Interface())
 }
 

@@ -305,7 +305,7 @@ func diskLabel(dk spec.Disk) string {
 func (d *differ) disk(r, w spec.Disk) {
 	field := fmt.Sprintf("disk[%s]", w.Name)
 	if r.IOLimits != w.IOLimits {
-		d.add(Change{Field: field + ".io-limits", From: limits(r.IOLimits), To: limits(w.IOLimits), Class: Live, Kind: DiskLimits,
+		d.add(Change{Field: field + ".io-limits", From: IOLimits(r.IOLimits), To: IOLimits(w.IOLimits), Class: Live, Kind: DiskLimits,
 			Name: w.Name, Op: "block_set_io_throttle"})
 	}
 	r.IOLimits, w.IOLimits = spec.IOLimits{}, spec.IOLimits{}
@@ -353,7 +353,9 @@ func (d *differ) disk(r, w spec.Disk) {
 	d.rest(field, "QEMU fixes it when it opens the disk", reflect.ValueOf(r), reflect.ValueOf(w))
 }
 
-func limits(l spec.IOLimits) string {
+// IOLimits renders a disk's I/O limits as plan and status show them:
+// "iops=500,bps=1048576", or "unlimited".
+func IOLimits(l spec.IOLimits) string {
 	if !l.Limited() {
 		return "unlimited"
 	}

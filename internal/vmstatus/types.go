@@ -186,6 +186,9 @@ type DiskInfo struct {
 	// Image is the image QEMU writes for a file disk: a snapshot's
 	// overlay on Source when the VM runs on one, else Source itself.
 	Image string `json:"image,omitempty"`
+	// IOLimits are the disk's I/O limits as the VM runs with them
+	// ("iops=500,bps=1048576"; plan.IOLimits), "" when unlimited.
+	IOLimits string `json:"io_limits,omitempty"`
 }
 
 // NICInfo is one of the VM's NICs: the spec's side (MAC, forwards) and,

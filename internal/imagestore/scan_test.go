@@ -42,8 +42,8 @@ func TestRemoveRefusedForKeptOverlay(t *testing.T) {
 		t.Fatalf("rm of an image a kept overlay stands on: %v, want it refused naming %s", err, over)
 	}
 	t.Logf("refused: %v", err)
-	if removed, err := s.Prune(ctx, users); err != nil || len(removed) != 0 {
-		t.Errorf("prune: %v %v", removed, err)
+	if pr, err := s.Prune(ctx, users); err != nil || len(pr.Removed) != 0 {
+		t.Errorf("prune: %+v %v", pr, err)
 	}
 	os.Remove(over)
 	if _, err := s.Remove(ctx, "k", users); err != nil {

@@ -21,6 +21,7 @@ type Ops interface {
 	PlanWith(ctx context.Context, f *spec.File, o supervisor.PlanOptions) (supervisor.PlanResult, error)
 	Apply(ctx context.Context, f *spec.File, o supervisor.ApplyOptions) (supervisor.ApplyResult, error)
 	Restart(ctx context.Context, f *spec.File) (supervisor.UpResult, error)
+	RestartWith(ctx context.Context, f *spec.File, o supervisor.RestartOptions) (supervisor.UpResult, error)
 	AppliedSpec(name string) (*spec.File, error)
 	DownWith(ctx context.Context, name string, o supervisor.DownOptions) (supervisor.DownResult, error)
 	Kill(ctx context.Context, name string) (supervisor.DownResult, error)

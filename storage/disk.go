@@ -167,6 +167,7 @@ func (t Tools) checkNew(ctx context.Context, d spec.Disk) error {
 type Prepared struct {
 	Image      string // the seed ISO Prepare built ("" for other types)
 	SecretFile string // the disk's secret in the state dir ("" if none)
+	NewImage   string // the disk's file, when Prepare created it
 	created    []string
 }
 
@@ -203,6 +204,7 @@ func (t Tools) Prepare(ctx context.Context, d spec.Disk, stateDir string) (Prepa
 				return fail(err, "create %s: %v", d.File, err)
 			}
 			p.created = append(p.created, d.File)
+			p.NewImage = d.File
 		}
 	case spec.DiskSeed:
 		files, err := seedFiles(d)

@@ -192,27 +192,16 @@ func (t Tools) Chain(ctx context.Context, path, format string) ([]ImageInfo, err
 // an overlay a backing file (of backingFormat) that stays read-only. size 0
 // with a backing file takes the base's size. It fails if path exists.
 func (t Tools) Create(ctx context.Context, path, format string, size int64, backing, backingFormat string) error {
-	// Made here first, owner only and never over an existing file: qemu-img
-	// would create it world-readable. Per-VM ACL grants give QEMU access.
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_CLOEXEC, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("create %s: %w", path, os.ErrExist)
-	}
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	f.Close()
-	args := []string{"create", "-q", "-f", format}
-	if backing != "" {
-		args = append(args, "-b", backing, "-F", backingFormat)
-	}
-	args = append(args, path)
-	if size > 0 {
-		args = append(args, fmt.Sprint(size))
-	}
-	if _, err := t.run(ctx, false, args...); err != nil {
-		os.Remove(path)
+	return createAtomic(path, func(part string) error {
+		args := []string{"create", "-q", "-f", format}
+		if backing != "" {
+			args = append(args, "-b", backing, "-F", backingFormat)
+		}
+		args = append(args, part)
+		if size > 0 {
+			args = append(args, fmt.Sprint(size))
+		}
+		_, err := t.run(ctx, false, args...)
 		return err
-	}
-	return nil
+	})
 }

@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 )
 
 // External snapshots: a qcow2 overlay on the image a disk runs on, and the
@@ -19,16 +17,12 @@ import (
 // without opening backing (-u): a running QEMU holds its write lock, and
 // the size is known. The file is made owner-only and never over another.
 func (t Tools) CreateOverlay(ctx context.Context, path, backing, backingFormat string, size int64) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	f.Close()
-	if _, err := t.run(ctx, false, "create", "-q", "-f", "qcow2", "-u", "-b", backing, "-F", backingFormat, path, fmt.Sprint(size)); err != nil {
-		os.Remove(path)
-		return fmt.Errorf("create overlay %s: %w", path, err)
-	}
-	return nil
+	return createAtomic(path, func(part string) error {
+		if _, err := t.run(ctx, false, "create", "-q", "-f", "qcow2", "-u", "-b", backing, "-F", backingFormat, part, fmt.Sprint(size)); err != nil {
+			return fmt.Errorf("create overlay %s: %w", path, err)
+		}
+		return nil
+	})
 }
 
 // Commit writes the overlay image's data into its backing file (qemu-img

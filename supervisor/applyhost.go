@@ -112,8 +112,8 @@ func (h applyHost) DetachNIC(ctx context.Context, vm, nic string) error {
 	return h.s.hotplug().DetachNIC(ctx, vm, nic, true)
 }
 
-func (h applyHost) Restart(ctx context.Context, f *spec.File) (bool, error) {
-	r, err := h.s.Restart(ctx, f)
+func (h applyHost) Restart(ctx context.Context, f *spec.File, waiting GateWaiting) (bool, error) {
+	r, err := h.s.RestartWith(ctx, f, RestartOptions{Waiting: waiting})
 	return r.Action == Restarted, err
 }
 

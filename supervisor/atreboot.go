@@ -73,7 +73,7 @@ func (s *Supervisor) RebootApply(ctx context.Context, name string) (string, erro
 	}
 	defer op.End()
 	op.Step(restartDown)
-	if _, err := s.startGated(ctx, sd, f, old, op, false); err != nil {
+	if _, err := s.startGated(ctx, sd, f, old, op, false, nil); err != nil {
 		return "", vmErr(name, err)
 	}
 	return joinNote(note, "started from "+f.Path), nil

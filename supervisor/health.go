@@ -26,8 +26,9 @@ const healthPoll = 500 * time.Millisecond
 const maxConsoleScan = 16 << 20
 
 // healthGate waits for the new guest to pass h. agentBefore: the guest
-// agent answered before the restart.
-func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name string, h spec.Health, agentBefore bool) error {
+// agent answered before the restart. waiting, when set, is told what the
+// gate still waits for each time it looks.
+func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name string, h spec.Health, agentBefore bool, waiting GateWaiting) error {
 	checkAgent := agentBefore
 	if h.Agent != nil {
 		checkAgent = *h.Agent
@@ -42,6 +43,7 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 	}
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	start := time.Now()
 	for {
 		if !consoleOK {
 			consoleOK = s.consoleHas(name, h.Console)
@@ -55,6 +57,9 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 		if consoleOK && agentOK {
 			return nil
 		}
+		if waiting != nil {
+			waiting(time.Since(start), timeout, gateWaitsFor(h, consoleOK, agentOK))
+		}
 		if st, err := sd.Status(ctx, s.state.UnitOf(name)); err == nil && st.Gone() {
 			return fmt.Errorf("health gate: QEMU exited (%s)", orDefault(st.ExitReason(), st.ActiveState))
 		}
@@ -63,17 +68,31 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			var failed []string
-			if !agentOK {
-				failed = append(failed, "the guest agent did not answer")
-			}
-			if !consoleOK {
-				failed = append(failed, fmt.Sprintf("the console did not print %q", h.Console))
-			}
-			return fmt.Errorf("health gate failed: within %s %s", timeout, strings.Join(failed, " and "))
+			return fmt.Errorf("health gate failed: within %s %s", timeout, gateFailed(h, consoleOK, agentOK))
 		case <-time.After(healthPoll):
 		}
 	}
+}
+
+// gateWaitsFor says what the gate still waits for; gateFailed, what did
+// not happen in time.
+func gateWaitsFor(h spec.Health, consoleOK, agentOK bool) string {
+	return gateWords(h, consoleOK, agentOK, "the guest agent to answer", "the console to print %q")
+}
+
+func gateFailed(h spec.Health, consoleOK, agentOK bool) string {
+	return gateWords(h, consoleOK, agentOK, "the guest agent did not answer", "the console did not print %q")
+}
+
+func gateWords(h spec.Health, consoleOK, agentOK bool, agent, console string) string {
+	var out []string
+	if !agentOK {
+		out = append(out, agent)
+	}
+	if !consoleOK {
+		out = append(out, fmt.Sprintf(console, h.Console))
+	}
+	return strings.Join(out, " and ")
 }
 
 // consoleHas reports whether the console log of this QEMU's run holds

@@ -32,7 +32,7 @@ func (s *Supervisor) net() *vmnet.Manager {
 
 // Networks are the host's managed networks (vmsup network; internal/netmanage).
 func (s *Supervisor) Networks() *netmanage.Manager {
-	return &netmanage.Manager{Dir: filepath.Join(s.state.Root, "networks"), Systemd: s.systemd, Logger: s.opts.Logger}
+	return &netmanage.Manager{Dir: filepath.Join(s.state.Root, "networks"), Systemd: s.systemd, Logger: s.opts.Logger, AfterStep: s.opts.AfterStep}
 }
 
 // vhostNet says whether taps use vhost-net (argv and unit agree on it).

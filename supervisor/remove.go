@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -37,6 +38,18 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 		}
 	}
 	return left, s.remove(ctx, name)
+}
+
+// RemoveDisks is RemoveVM that also says which disk images stay and, with
+// deleteDisks, deletes the ones vmsup made for the VM (vmdisks.PlanRemove).
+func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks bool) (vmdisks.Kept, error) {
+	v, _ := s.view(name)
+	keep, del := vmdisks.PlanRemove(v, s.paths(name), deleteDisks)
+	if _, err := s.RemoveVM(ctx, name); err != nil {
+		return vmdisks.Kept{}, err
+	}
+	deleted, err := vmdisks.DeleteImages(del)
+	return vmdisks.Kept{Kept: keep, Deleted: deleted}, vmErr(name, err)
 }
 
 func (s *Supervisor) remove(ctx context.Context, name string) error {

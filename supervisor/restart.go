@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vmsup/vmsup/internal/apply"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -18,13 +19,29 @@ const opRestart operation.Kind = "restart"
 // the changed spec.
 const Restarted UpAction = "restarted"
 
-// Restart applies a changed file to a running VM the only way QEMU allows
+// RestartOptions tune RestartWith.
+type RestartOptions struct {
+	// Waiting, when set, is told what the health gate waits for while it
+	// waits (each time it looks).
+	Waiting GateWaiting
+}
+
+// GateWaiting is told how long a restart's health gate waited, its bound
+// and what for.
+type GateWaiting = apply.GateWaiting
+
+// Restart is RestartWith without options.
+func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error) {
+	return s.RestartWith(ctx, f, RestartOptions{})
+}
+
+// RestartWith applies a changed file to a running VM the only way QEMU allows
 // for most settings: a graceful down, then up with the new spec, gated by
 // the VM's [health] (healthGate). A VM that is not running is simply
 // brought up. If the new spec fails to start or to pass the gate, the spec
 // that ran before is started again, so a bad edit never leaves the VM down;
 // the error says so.
-func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error) {
+func (s *Supervisor) RestartWith(ctx context.Context, f *spec.File, o RestartOptions) (UpResult, error) {
 	name := f.VM.Name
 	if err := s.ValidateContext(ctx, f); err != nil {
 		return UpResult{VM: name}, err
@@ -61,18 +78,18 @@ func (s *Supervisor) Restart(ctx context.Context, f *spec.File) (UpResult, error
 		return UpResult{VM: name}, vmErrIn(name, "restart", err)
 	}
 	op.Step(restartDown)
-	return s.startGated(ctx, lu.sd, f, old, op, agentBefore)
+	return s.startGated(ctx, lu.sd, f, old, op, agentBefore, o.Waiting)
 }
 
 // startGated starts f's VM (down, under its lock, journaled by op) and
 // holds it to its health gate; on failure old comes back. The journal's
 // intent becomes old before the rollback, so that a rollback cut off is
 // finished with old, never with the spec that failed.
-func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *spec.File, op *operation.Op, agentBefore bool) (UpResult, error) {
+func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *spec.File, op *operation.Op, agentBefore bool, waiting GateWaiting) (UpResult, error) {
 	name := f.VM.Name
 	r, err := s.startLocked(ctx, f, op)
 	if err == nil {
-		if err = s.healthGate(ctx, sd, name, f.VM.Health, agentBefore); err == nil {
+		if err = s.healthGate(ctx, sd, name, f.VM.Health, agentBefore, waiting); err == nil {
 			r.Action = Restarted
 			return r, nil
 		}

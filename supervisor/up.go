@@ -404,6 +404,7 @@ func runsFile(app *vmstate.Applied, vm *spec.VM) bool {
 	if err != nil {
 		return false
 	}
+	running = vmstate.AsMoved(running, app.Moved, vm)
 	identity.KeepUUID(running, vm, app.UUID)
 	return bytes.Equal(vmstate.Canonical(running), vmstate.Canonical(vm))
 }

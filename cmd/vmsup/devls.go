@@ -12,16 +12,16 @@ import (
 )
 
 func diskLsCmd(g *globals) *cobra.Command {
-	return devLsCmd(g, "List a VM's disks (boot-time and hot-plugged)", "  vmsup disk ls web",
+	return devLsCmd(g, "List a VM's disks (boot-time and hot-plugged) with their I/O limits", "  vmsup disk ls web",
 		func(st supervisor.Status) any { return nonNil(st.Disks) },
 		func(w io.Writer, st supervisor.Status) {
-			fmt.Fprintln(w, "DISK\tTYPE\tFORMAT\tMODE\tHOTPLUG\tSOURCE")
+			fmt.Fprintln(w, "DISK\tTYPE\tFORMAT\tMODE\tLIMITS\tHOTPLUG\tSOURCE")
 			for _, d := range st.Disks {
 				src := d.Source
 				if d.Image != "" && d.Image != d.Source {
 					src += " (runs on " + d.Image + ")" // a snapshot's overlay
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Type, dash(d.Format), mode(d.ReadOnly), yes(d.Hotplugged), src)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Type, dash(d.Format), mode(d.ReadOnly), dash(d.IOLimits), yes(d.Hotplugged), src)
 			}
 		})
 }

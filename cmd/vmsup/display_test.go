@@ -350,21 +350,29 @@ func noListeners(t *testing.T, name, when string) {
 	}
 }
 
-// TestWindowsExampleValidates: examples/windows.toml, beside stand-ins
-// for its ISOs, passes vmsup validate on this host (OVMF's Secure Boot
-// build, swtpm, the files it names).
+// TestWindowsExampleValidates: examples/windows.toml, its ISOs (stand-ins)
+// where its comment says (vmsup's image directory, here the test root's),
+// passes vmsup validate on this host (OVMF's Secure Boot build, swtpm, the
+// files it names).
 func TestWindowsExampleValidates(t *testing.T) {
 	testenv.SkipUnlessRoot(t)
 	data, err := os.ReadFile("../../examples/windows.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	file := write(t, dir, "windows.toml", string(data))
-	for _, iso := range []string{"Win11_English_x64.iso", "virtio-win.iso"} {
-		write(t, dir, iso, strings.Repeat("\x00", 2048))
+	root := t.TempDir()
+	images := filepath.Join(root, "images")
+	if err := os.MkdirAll(images, 0o711); err != nil {
+		t.Fatal(err)
 	}
-	if r := vmsup(t, t.TempDir(), "", "validate", file); r.code != 0 || !strings.Contains(r.stdout, `ok (vm "win11")`) {
+	if !strings.Contains(string(data), "/var/lib/vmsup/images/") {
+		t.Fatal("examples/windows.toml names no file in vmsup's image directory")
+	}
+	file := write(t, t.TempDir(), "windows.toml", strings.ReplaceAll(string(data), "/var/lib/vmsup/images/", images+"/"))
+	for _, iso := range []string{"Win11_English_x64.iso", "virtio-win.iso"} {
+		write(t, images, iso, strings.Repeat("\x00", 2048))
+	}
+	if r := vmsup(t, root, "", "validate", file); r.code != 0 || !strings.Contains(r.stdout, `ok (vm "win11")`) {
 		t.Fatalf("vmsup validate examples/windows.toml: %+v", r)
 	}
 }

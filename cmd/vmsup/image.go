@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -14,9 +15,14 @@ import (
 	"github.com/vmsup/vmsup/spec"
 )
 
-// imageStore is the image store of the state root the flags name.
+// imageStore is the image store of the state root the flags name; its
+// users are looked for in the image directories too (a removed VM's disk).
 func (g *globals) imageStore() imagestore.Store {
-	return imagestore.Store{Dir: imagestore.Dir(g.root)}
+	dirs := g.imageDirs
+	if len(dirs) == 0 {
+		dirs = []string{filepath.Join(g.root, "images")}
+	}
+	return imagestore.Store{Dir: imagestore.Dir(g.root), ScanDirs: dirs}
 }
 
 // imageUsers finds the VMs of the state root that use stored images.
@@ -170,12 +176,39 @@ func imagePruneCmd(g *globals) *cobra.Command {
 		Example: "  vmsup image prune",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			removed, err := g.imageStore().Prune(cmd.Context(), g.imageUsers())
+			pr, err := g.imageStore().Prune(cmd.Context(), g.imageUsers())
 			g.out.acting = true // --json: [] when nothing went
-			for _, r := range removed {
-				g.out.action(actionJSON{Name: r, Action: "removed"}, "removed "+r)
+			for _, im := range pr.Removed {
+				g.out.action(actionJSON{Name: im.Digest, Action: "removed"},
+					fmt.Sprintf("removed %s (%s, %s)", im.Digest, im.Source, humanBytes(float64(im.Size))))
+			}
+			for _, p := range pr.Partials {
+				g.out.action(actionJSON{Name: p, Action: "removed"}, "removed "+p+" (no pull was working on it)")
+			}
+			if !g.json {
+				printPruneKept(cmd.OutOrStdout(), pr)
 			}
 			return err
 		},
 	}
+}
+
+// printPruneKept ends prune's text: the images it kept and why, and the
+// space it freed (or that it removed nothing).
+func printPruneKept(w io.Writer, pr imagestore.Pruned) {
+	for _, k := range pr.Kept {
+		var why []string
+		if len(k.Aliases) > 0 {
+			why = append(why, "alias "+strings.Join(k.Aliases, ", "))
+		}
+		if len(k.UsedBy) > 0 {
+			why = append(why, "used by "+strings.Join(k.UsedBy, ", "))
+		}
+		fmt.Fprintf(w, "kept %s (%s)\n", k.Digest, strings.Join(why, "; "))
+	}
+	if len(pr.Removed)+len(pr.Partials) == 0 {
+		fmt.Fprintf(w, "nothing to remove: %d image(s) kept (named by an alias or used by a VM)\n", len(pr.Kept))
+		return
+	}
+	fmt.Fprintf(w, "freed %s; %d image(s) kept\n", humanBytes(float64(pr.Freed())), len(pr.Kept))
 }

@@ -22,7 +22,8 @@ func logsCmd(g *globals) *cobra.Command {
 		Long: "Show a VM's console log and its units' journal, merged. Journal lines carry their time;\n" +
 			"console lines the time they were written (kept beside the log, to within 0.1 s) and follow\n" +
 			"the start of the QEMU that wrote them (with -f, new lines are shown as they come, with the\n" +
-			"time they were seen).",
+			"time they were seen). Console lines are shown without the guest's terminal control sequences\n" +
+			"(colours, cursor moves, titles); the console log file (vmsup status) keeps them as written.",
 		Example: "  vmsup logs web\n" +
 			"  vmsup logs -f --since 10m web",
 		Args: cobra.ExactArgs(1),

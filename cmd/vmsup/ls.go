@@ -72,18 +72,9 @@ func pid(p uint32) string {
 	return fmt.Sprint(p)
 }
 
-// ipv4s are the guest's IPv4 addresses (from its agent), or "-".
-func ipv4s(s supervisor.Status) string {
-	var out []string
-	if s.GuestAgent != nil {
-		for _, a := range s.GuestAgent.Addresses {
-			if !strings.Contains(a.Address, ":") {
-				out = append(out, a.Address+" ("+a.Interface+")")
-			}
-		}
-	}
-	return dash(strings.Join(out, ", "))
-}
+// ipv4s are the guest's IPv4 addresses (its agent's, then those the host
+// gave its NICs: Status.IPv4), or "-".
+func ipv4s(s supervisor.Status) string { return dash(strings.Join(s.IPv4(), ", ")) }
 
 // ports are the user NICs' host forwards, as "127.0.0.1:2222->22/tcp".
 func ports(s supervisor.Status) string {

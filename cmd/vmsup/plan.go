@@ -122,6 +122,7 @@ second apply of the same file does nothing.`,
 				var results []applyResultJSON
 				var errs []error
 				for _, f := range fs {
+					o.Waiting = gatePrinter(cmd.ErrOrStderr(), f.VM.Name)
 					r, err := sup.Apply(cmd.Context(), f, o)
 					rj := applyResultJSON{Name: f.VM.Name, File: f.Path, Action: applyAction(r, err), Applied: changesJSON(r.Applied),
 						Pending: changesJSON(r.Pending), Note: r.Note, Error: toErrorJSON(err)}

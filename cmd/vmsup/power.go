@@ -39,7 +39,7 @@ func restartCmd(g *globals) *cobra.Command {
 					if err != nil {
 						return actionJSON{}, "", err
 					}
-					r, err := sup.Restart(cmd.Context(), f)
+					r, err := sup.RestartWith(cmd.Context(), f, supervisor.RestartOptions{Waiting: gatePrinter(cmd.ErrOrStderr(), f.VM.Name)})
 					act := actionJSON{Name: f.VM.Name, File: fileOf(a), Action: string(r.Action), State: stateJSON(r.State), Note: r.Note}
 					return act, fmt.Sprintf("%s: %s (accel %s)", r.VM, r.Action, r.Accel), err
 				})
@@ -178,6 +178,19 @@ func fileOf(arg string) string {
 		return arg
 	}
 	return ""
+}
+
+// gatePrinter tells the user what a restart's health gate waits for: after
+// a second, then every 5 s.
+func gatePrinter(w io.Writer, name string) supervisor.GateWaiting {
+	next := time.Second
+	return func(waited, timeout time.Duration, what string) {
+		if waited < next {
+			return
+		}
+		next = (waited/(5*time.Second) + 1) * 5 * time.Second
+		fmt.Fprintf(w, "%s: health gate: waiting for %s (%ds of %s)…\n", name, what, int(waited/time.Second), timeout)
+	}
 }
 
 // waitingPrinter tells the user what down is waiting for: after a second,

@@ -85,13 +85,7 @@ func statusCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(out, "file:     %s\n", line)
 				}
-				for _, p := range s.Pending {
-					when := "restart"
-					if s.PendingAtReboot {
-						when = "next reboot"
-					}
-					fmt.Fprintf(out, "pending:  (%s) %s\n", when, p)
-				}
+				printPending(out, s)
 				for _, m := range s.MovedDisks {
 					fmt.Fprintf(out, "moved:    %s (vmsup disk move; the file still names the old image: update it)\n", m)
 				}
@@ -113,6 +107,22 @@ func statusCmd(g *globals) *cobra.Command {
 	return c
 }
 
+// printPending adds the changes an apply left, each a plan line with its
+// own class, under one line saying what they wait for.
+func printPending(out io.Writer, s supervisor.Status) {
+	if len(s.Pending) == 0 {
+		return
+	}
+	when := "a restart (vmsup apply --restart)"
+	if s.PendingAtReboot {
+		when = "the guest's next reboot"
+	}
+	fmt.Fprintf(out, "pending:  %d change(s) an apply left for %s:\n", len(s.Pending), when)
+	for _, p := range s.Pending {
+		fmt.Fprintf(out, "          %s\n", p)
+	}
+}
+
 // printDisks adds the VM's disks, and how their I/O goes, to status output.
 func printDisks(out io.Writer, disks []supervisor.DiskInfo, diskIO string) {
 	if diskIO != "" {
@@ -128,6 +138,9 @@ func printDisks(out io.Writer, disks []supervisor.DiskInfo, diskIO string) {
 		}
 		if d.Hotplugged {
 			fmt.Fprint(out, " hot-plugged")
+		}
+		if d.IOLimits != "" {
+			fmt.Fprintf(out, " limits %s", d.IOLimits)
 		}
 		fmt.Fprintln(out)
 	}

@@ -100,7 +100,8 @@ func printUp(g *globals, cmd *cobra.Command, sup remoteapi.Ops, fs []*spec.File,
 		if r.Action == supervisor.Changed && restart && r.State == supervisor.StateRunning {
 			i := slices.IndexFunc(fs, func(f *spec.File) bool { return f.VM.Name == r.VM })
 			var rerr error
-			if r, rerr = sup.Restart(cmd.Context(), fs[i]); rerr != nil {
+			o := supervisor.RestartOptions{Waiting: gatePrinter(cmd.ErrOrStderr(), r.VM)}
+			if r, rerr = sup.RestartWith(cmd.Context(), fs[i], o); rerr != nil {
 				return rerr
 			}
 		}

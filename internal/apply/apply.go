@@ -31,6 +31,9 @@ type Options struct {
 	// Adopt makes f the file the VM belongs to although it was started
 	// from another (without it, an OwnerError).
 	Adopt bool
+	// Waiting, when set, is told what a restart's health gate waits for
+	// while it waits (in process only: the API's caller is not told).
+	Waiting GateWaiting `json:"-"`
 }
 
 // Result is what Apply did to one VM.
@@ -127,7 +130,7 @@ func (a *Applier) leave(ctx context.Context, f *spec.File, rest []plan.Change, o
 	res.Pending = rest
 	switch deferralOf(rest, o) {
 	case deferRestart:
-		restarted, err := a.h.Restart(ctx, f)
+		restarted, err := a.h.Restart(ctx, f, o.Waiting)
 		res.Restarted = err == nil && restarted
 		if err != nil {
 			return res, err

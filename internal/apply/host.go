@@ -14,6 +14,11 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
+// GateWaiting is told, while a restart's health gate waits for the new
+// guest, how long it has waited, its bound and what it waits for ("the
+// guest agent to answer").
+type GateWaiting func(waited, timeout time.Duration, what string)
+
 // Host is what plan, apply and resize need of the supervisor.
 type Host interface {
 	// State is the state root: paths, records, pending changes.
@@ -47,8 +52,9 @@ type Host interface {
 	AttachNIC(ctx context.Context, vm string, n spec.NIC) error
 	DetachNIC(ctx context.Context, vm, nic string) error
 	// Restart restarts the VM with f, health-gated (the previous spec
-	// comes back on failure); restarted says a new QEMU runs f.
-	Restart(ctx context.Context, f *spec.File) (restarted bool, err error)
+	// comes back on failure); restarted says a new QEMU runs f. waiting,
+	// when set, is told what the gate waits for while it waits.
+	Restart(ctx context.Context, f *spec.File, waiting GateWaiting) (restarted bool, err error)
 
 	// AppliedSpec is the spec the VM last started with; Enable marks f
 	// for autostart, Disable drops the VM's mark.

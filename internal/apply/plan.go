@@ -92,6 +92,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 			facts.SpareSlots = 32 // pci.0 takes hotplugs itself; QEMU says when it is full
 		}
 	}
+	running = vmstate.AsMoved(running, app.Moved, &f.VM)
 	identity.KeepUUID(running, &f.VM, app.UUID)
 	identity.KeepMachine(running, &f.VM, app.Machine)
 	res.Changes = plan.Diff(running, &f.VM, facts)

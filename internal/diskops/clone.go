@@ -66,6 +66,11 @@ func (s *Service) UpFromSnapshot(ctx context.Context, src, tag, newName string) 
 		return fail(err)
 	}
 	defer op.End() // done or undone here; a kill leaves it to recovery
+	// A command on the clone's name settles it too (its status would
+	// otherwise find nothing of its own and leave a paused QEMU).
+	if err := op.Concerns(newName); err != nil {
+		return fail(err)
+	}
 	res.Dropped = droppedForwards(vm)
 	started, err = s.makeClone(ctx, src, op, in, cvm, snap.Memory, res.From)
 	if err != nil {
@@ -107,7 +112,20 @@ func (s *Service) makeClone(ctx context.Context, src string, op *operation.Op, i
 	if err != nil {
 		return Started{}, steps.Cause(err)
 	}
+	s.noteMade(in)
 	return started, nil
+}
+
+// noteMade notes the clone's overlays as images vmsup made for it (rm
+// --delete-disks deletes them).
+func (s *Service) noteMade(in cloneIntent) {
+	var paths []string
+	for _, l := range in.Layers {
+		paths = append(paths, l.Overlay.Path)
+	}
+	if err := s.paths(in.Clone).NoteMade(paths...); err != nil {
+		s.h.Logger().Warn("clone: note its overlays", "vm", in.Clone, "err", err)
+	}
 }
 
 // cloneFile checks the clone's VM as a file would be and writes it as the

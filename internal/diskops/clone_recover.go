@@ -69,6 +69,7 @@ func (s *Service) recoverClone(ctx context.Context, src string, op *operation.Op
 		if err := s.noteCloneOnce(src, in.Tag, in.Clone); err != nil {
 			return "", err
 		}
+		s.noteMade(in)
 	} else if err := s.undoClone(ctx, src, in); err != nil {
 		return "", err
 	}

@@ -382,8 +382,8 @@ func TestRemoveRefusedInUse(t *testing.T) {
 	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), `VM "web" (disk "root")`) {
 		t.Errorf("rm of an image in use: %v", err)
 	}
-	if removed, err := s.Prune(ctx, users); err != nil || len(removed) != 0 {
-		t.Errorf("prune: %v %v", removed, err)
+	if pr, err := s.Prune(ctx, users); err != nil || len(pr.Removed)+len(pr.Partials) != 0 || len(pr.Kept) != 1 || len(pr.Kept[0].UsedBy) != 1 {
+		t.Errorf("prune: %+v %v", pr, err)
 	}
 	none := func(context.Context) (map[string][]string, error) { return nil, nil }
 	if _, err := s.Remove(ctx, im.Digest, none); err != nil {

@@ -35,6 +35,7 @@ func (st Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 				created, err := st.Store.Overlay(ctx, d)
 				if created {
 					made = append(made, d.File)
+					return plan.Paths.NoteMade(d.File) // (rm --delete-disks may delete it)
 				}
 				return err
 			})

@@ -49,6 +49,9 @@ type Store struct {
 	// (bytes; 0: DefaultMaxVirtualSize): a small download may claim a
 	// huge disk, and a VM's overlay on it grows up to that size on the host.
 	MaxVirtualSize int64
+	// ScanDirs are the image directories whose qcow2 files Users reads
+	// for overlays on stored images (a removed VM's kept disk).
+	ScanDirs []string
 }
 
 // DefaultMaxVirtualSize is the store's bound without MaxVirtualSize.
@@ -300,33 +303,59 @@ func (s Store) Remove(ctx context.Context, ref string, users UsersFunc) (removed
 	return []string{im.Digest}, nil
 }
 
+// Pruned is what Prune did: the images it removed, the partial downloads
+// it removed ("partial KEY.part"), and the images it kept, with why.
+type Pruned struct {
+	Removed  []Image
+	Partials []string
+	Kept     []KeptImage
+}
+
+// KeptImage is an image prune left: the aliases naming it and the VMs
+// using it (either is enough to keep it).
+type KeptImage struct {
+	Image
+	UsedBy []string
+}
+
+// Freed is the space the removed images took.
+func (p Pruned) Freed() int64 {
+	var n int64
+	for _, im := range p.Removed {
+		n += im.Size
+	}
+	return n
+}
+
 // Prune removes the images no alias names and no VM uses, and the partial
 // downloads no pull is working on.
-func (s Store) Prune(ctx context.Context, users UsersFunc) (removed []string, err error) {
+func (s Store) Prune(ctx context.Context, users UsersFunc) (Pruned, error) {
+	var out Pruned
 	l, err := s.lock(ctx)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	defer l.Unlock()
 	u, err := users(ctx)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	ims, err := s.List()
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	for _, im := range ims {
 		if len(im.Aliases) > 0 || len(u[im.Path]) > 0 {
+			out.Kept = append(out.Kept, KeptImage{Image: im, UsedBy: u[im.Path]})
 			continue
 		}
 		if err := errors.Join(os.Remove(im.Path), os.Remove(s.metaPath(im.Digest))); err != nil {
-			return removed, err
+			return out, err
 		}
-		removed = append(removed, im.Digest)
+		out.Removed = append(out.Removed, im)
 	}
-	removed = append(removed, s.prunePartials(ctx)...)
-	return removed, nil
+	out.Partials = s.prunePartials(ctx)
+	return out, nil
 }
 
 // prunePartials removes partial downloads whose lock no pull holds.

@@ -18,7 +18,8 @@ const usersTimeout = 2 * time.Minute
 // stored image (by path), the VMs whose disks open it, through the disk's
 // overlay, its snapshots' overlays (every image of the VM's snapshot
 // tree), or, before the overlay was made, the image its `image` key
-// names: `VM "web" (disk "root")`.
+// names: `VM "web" (disk "root")`; and the qcow2 files of ScanDirs that
+// no VM opens, by their backing chains: `image file PATH` (scanUsers).
 func (s Store) Users(st vmstate.Store) UsersFunc {
 	return func(ctx context.Context) (map[string][]string, error) {
 		ctx, cancel := context.WithTimeout(ctx, usersTimeout)
@@ -28,7 +29,13 @@ func (s Store) Users(st vmstate.Store) UsersFunc {
 			return nil, err
 		}
 		out := map[string][]string{}
+		byID := s.idPaths()
+		opened := map[string]bool{}
 		add := func(path, who string) {
+			opened[path] = true
+			if p, ok := byID[storage.ImageID(path)]; ok {
+				path = p // the stored image under another name (a symlink, a relative backing name)
+			}
 			if !slices.Contains(out[path], who) {
 				out[path] = append(out[path], who)
 			}
@@ -50,8 +57,19 @@ func (s Store) Users(st vmstate.Store) UsersFunc {
 				}
 			}
 		}
+		s.scanUsers(ctx, opened, add)
 		return out, nil
 	}
+}
+
+// idPaths maps the stored images' storage.ImageID to their paths.
+func (s Store) idPaths() map[string]string {
+	ims, _ := s.List()
+	m := map[string]string{}
+	for _, im := range ims {
+		m[storage.ImageID(im.Path)] = im.Path
+	}
+	return m
 }
 
 // diskImages are the files a disk of v opens or will open.

@@ -115,6 +115,11 @@ func TestManagedNetwork(t *testing.T) {
 		}
 		a.run(t, ctx, "ping -c 1 -W 5 "+labGW)
 	})
+	t.Run("ls", func(t *testing.T) {
+		lsShowsAddresses(t, ctx, sup, map[*guest]string{a: "/24 (eth0)", b: "/24 (eth0)"})
+		a.run(t, ctx, "kill $(pidof qemu-ga)") // vma's agent answers no more
+		lsShowsAddresses(t, ctx, sup, map[*guest]string{a: " (nic lan)", b: "/24 (eth0)"})
+	})
 	t.Run("nat", func(t *testing.T) {
 		a.run(t, ctx, "ping -c 1 -W 5 "+outsideIP)
 		if out := a.run(t, ctx, fmt.Sprintf("echo hi | nc -w 5 %s %d", outsideIP, outsidePort)); !strings.Contains(out, "outside") {
@@ -156,6 +161,29 @@ func TestManagedNetwork(t *testing.T) {
 		nothingLeft(t, ctx, sup, a)
 	})
 	t.Run("rm", func(t *testing.T) { removeNetwork(t, ctx, sup) })
+}
+
+// lsShowsAddresses: vmsup ls shows each guest's address on the network
+// followed by how, from its agent ("/24 (eth0)") or, when the agent does
+// not answer, from the host's lease (" (nic lan)"; issue 47: the column
+// was empty).
+func lsShowsAddresses(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, want map[*guest]string) {
+	out, err := cli(ctx, sup, "ls")
+	if err != nil {
+		t.Fatalf("ls: %v\n%s", err, out)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows[f[0]] = l
+		}
+	}
+	for g, how := range want {
+		if !strings.Contains(rows[g.name], " "+g.ip+how) {
+			t.Fatalf("ls does not show %s's address as %q:\n%s", g.name, g.ip+how, out)
+		}
+	}
+	t.Logf("ls:\n%s", out)
 }
 
 // createNetwork defines the lab network through the CLI (after a
@@ -245,6 +273,12 @@ func securityGroup(t *testing.T, ctx context.Context, sup *supervisor.Supervisor
 	t.Logf("status: %s", grepLine(out, "nic:"))
 
 	f2 := vmFile(t, filepath.Join(dir), "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8081))
+	// plan shows the groups as the file writes them (issue 47: a Go struct).
+	out, err = cli(ctx, sup, "plan", f2.Path)
+	if err != nil || !strings.Contains(out, `-> [{name = "web", rule = [{direction = "in", protocol = "tcp", ports = "8081"}, {direction = "in", protocol = "icmp"}]}]`) {
+		t.Fatalf("vmsup plan: %v\n%s", err, out)
+	}
+	t.Logf("plan: %s", grepLine(out, "live"))
 	t0 := time.Now()
 	res, err := sup.Apply(ctx, f2, supervisor.ApplyOptions{})
 	if err != nil {

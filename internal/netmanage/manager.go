@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +27,9 @@ type Manager struct {
 	// Dnsmasq is the dnsmasq binary; "" = /usr/sbin/dnsmasq.
 	Dnsmasq string
 	Logger  *slog.Logger
+	// AfterStep, when set, sees each journaled step of a network's
+	// operation (as supervisor.Options.AfterStep: faults, traces).
+	AfterStep func(network, step string)
 }
 
 // ErrNotFound: no network of that name is defined.
@@ -57,21 +59,37 @@ func (m *Manager) logger() *slog.Logger {
 	return m.Logger
 }
 
-// lock takes the network's lock (definition, attachments, addresses).
-func (m *Manager) lock(ctx context.Context, name string) (func(), error) {
+// lock takes the network's lock (definition, attachments, addresses), then
+// settles what a killed command left on the network (settle): note says
+// what that was.
+func (m *Manager) lock(ctx context.Context, name string) (unlock func(), note string, err error) {
+	lk, err := m.takeLock(ctx, name, true)
+	if err != nil || lk == nil {
+		return nil, "", err
+	}
+	if note, err = m.settle(ctx, name); err != nil {
+		lk.Unlock()
+		return nil, "", err
+	}
+	return func() { lk.Unlock() }, note, nil
+}
+
+// takeLock takes the network's lock, waiting up to 30 s when wait is set
+// (nil without an error when another holds it and wait is not).
+func (m *Manager) takeLock(ctx context.Context, name string, wait bool) (*vmstate.FileLock, error) {
 	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
 		return nil, err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	lk, ok, err := vmstate.LockFile(lctx, m.lockFile(name), true)
+	lk, ok, err := vmstate.LockFile(lctx, m.lockFile(name), wait)
 	if err != nil {
 		return nil, fmt.Errorf("network %q: lock: %w", name, err)
 	}
-	if !ok {
+	if !ok && wait {
 		return nil, fmt.Errorf("network %q: lock not free within 30s", name)
 	}
-	return func() { lk.Unlock() }, nil
+	return lk, nil
 }
 
 // Get reads the definition of the network called name.
@@ -102,7 +120,7 @@ func (m *Manager) Names() ([]string, error) {
 // and brings it up. A name, bridge or subnet another network has is
 // refused, as is a bridge that exists already.
 func (m *Manager) Create(ctx context.Context, n *Network, raw []byte) error {
-	unlock, err := m.lock(ctx, n.Name)
+	unlock, _, err := m.lock(ctx, n.Name)
 	if err != nil {
 		return err
 	}
@@ -148,6 +166,16 @@ func (m *Manager) Create(ctx context.Context, n *Network, raw []byte) error {
 // Ensure brings the network up if any of it is missing (after a host
 // reboot, or dnsmasq ended): the bridge, its address, NAT, dnsmasq.
 func (m *Manager) Ensure(ctx context.Context, name string) (*Network, error) {
+	unlock, _, err := m.lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return m.ensure(ctx, name)
+}
+
+// ensure is Ensure under the network's lock.
+func (m *Manager) ensure(ctx context.Context, name string) (*Network, error) {
 	n, err := m.Get(name)
 	if err != nil {
 		return nil, err
@@ -174,38 +202,6 @@ func (m *Manager) up(ctx context.Context, n *Network) error {
 // down removes what the network made: dnsmasq, NAT, the bridge.
 func (m *Manager) down(ctx context.Context, n *Network) error {
 	return errors.Join(m.stopDnsmasq(ctx, n.Name), removeNAT(n.Name), deleteBridge(n.Bridge))
-}
-
-// Remove tears the network down and forgets it; refused (an *InUseError)
-// while a VM has a NIC on it.
-func (m *Manager) Remove(ctx context.Context, name string) error {
-	unlock, err := m.lock(ctx, name)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	n, err := m.Get(name)
-	if err != nil {
-		return err
-	}
-	atts, err := m.attachments(name)
-	if err != nil {
-		return err
-	}
-	if len(atts) > 0 {
-		var vms []string
-		for _, a := range atts {
-			if !slices.Contains(vms, a.VM) {
-				vms = append(vms, a.VM)
-			}
-		}
-		slices.Sort(vms)
-		return &InUseError{Network: name, VMs: vms}
-	}
-	if err := m.down(ctx, n); err != nil {
-		return fmt.Errorf("network %q: %w", name, err)
-	}
-	return os.RemoveAll(m.dir(name))
 }
 
 // Info is one network as ls shows it.
@@ -240,7 +236,11 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	out := []Info{}
 	for _, name := range names {
 		info := Info{Name: name}
+		m.settleIfFree(ctx, name)
 		n, err := m.Get(name)
+		if errors.Is(err, ErrNotFound) {
+			continue // a killed rm, finished now
+		}
 		if err != nil {
 			info.Error = err.Error()
 			out = append(out, info)

@@ -115,12 +115,12 @@ func checkStatic(nw *Network, n spec.NIC, vm string, atts []Attachment) error {
 // static lease and name files. A stale attachment of the same tap (a
 // crashed run's) is replaced.
 func (m *Manager) Attach(ctx context.Context, vm string, n spec.NIC) (*Attachment, error) {
-	unlock, err := m.lock(ctx, n.Network)
+	unlock, _, err := m.lock(ctx, n.Network)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	nw, err := m.Ensure(ctx, n.Network)
+	nw, err := m.ensure(ctx, n.Network)
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,8 @@ type Op struct {
 	vm string
 	j  *vmstate.Op
 	by string // the command settling it (Settle), "" for its own
+	// links are the VMs this operation makes (Concerns), unlinked at End.
+	links []string
 }
 
 // SettledBy is the command settling the operation ("" while its own
@@ -138,7 +140,22 @@ func (o *Op) Done() []Step {
 func (o *Op) SetIntent(intent any) error { return o.j.SetIntent(intent) }
 
 // End removes the journal: the operation is over, done or undone.
-func (o *Op) End() error { return o.j.End() }
+func (o *Op) End() error {
+	for _, n := range o.links {
+		o.k.o.Store.UnlinkOp(n, o.vm)
+	}
+	return o.j.End()
+}
+
+// Concerns notes that the operation makes VM vm too (a clone, journaled on
+// its template): until it ends, the next command on vm settles it as well.
+func (o *Op) Concerns(vm string) error {
+	if err := o.k.o.Store.LinkOp(vm, o.vm); err != nil {
+		return fmt.Errorf("vm %q: %w", vm, err)
+	}
+	o.links = append(o.links, vm)
+	return nil
+}
 
 // IntentOf decodes the operation's intent.
 func IntentOf[T any](o *Op) (T, error) {
@@ -256,9 +273,17 @@ func (o *Op) Close() { o.j.Close() }
 // done ("" when there was nothing); an operation that could not be settled
 // stays journaled for the next command, and the error says why.
 func (k *Kernel) Settle(ctx context.Context, vm, by string) (string, error) {
-	o, err := k.Pending(vm)
-	if err != nil || o == nil {
+	// (The caller holds vm's lock: the linked recovery borrows it.)
+	linked, err := k.settleLinked(Holding(ctx, vm), vm, by)
+	if err != nil {
 		return "", err
+	}
+	o, err := k.Pending(vm)
+	if err != nil {
+		return "", err
+	}
+	if o == nil {
+		return linked, nil
 	}
 	defer o.Close()
 	o.by = by
@@ -285,6 +310,9 @@ func (k *Kernel) Settle(ctx context.Context, vm, by string) (string, error) {
 // means the operation's command is gone.
 func (k *Kernel) SettleIfFree(ctx context.Context, vm string) (string, error) {
 	o, err := k.Pending(vm)
+	if err == nil && o == nil && k.o.Store.OpLink(vm) != "" {
+		return k.settleLinked(ctx, vm, "status")
+	}
 	if err != nil || o == nil {
 		return "", err
 	}
@@ -295,4 +323,32 @@ func (k *Kernel) SettleIfFree(ctx context.Context, vm string) (string, error) {
 	}
 	defer fl.Unlock()
 	return k.Settle(ctx, vm, "status")
+}
+
+// settleLinked settles the operation of another VM that makes vm (Op.Concerns),
+// when no command holds that VM (its command is gone), and drops the link
+// once that VM has no operation pending.
+func (k *Kernel) settleLinked(ctx context.Context, vm, by string) (string, error) {
+	on := k.o.Store.OpLink(vm)
+	if on == "" || on == vm {
+		return "", nil
+	}
+	fl, err := k.o.Store.TryLock(ctx, on, "recover")
+	if err != nil || fl == nil {
+		return "", err // that operation is still going (or it is this command's own)
+	}
+	defer fl.Unlock()
+	note, err := k.Settle(ctx, on, by)
+	if err != nil {
+		return "", err
+	}
+	if p, _ := k.Pending(on); p != nil {
+		p.Close()
+		return note, nil
+	}
+	k.o.Store.UnlinkOp(vm, on)
+	if note != "" {
+		note = fmt.Sprintf("(on %s) %s", on, note)
+	}
+	return note, nil
 }

@@ -164,6 +164,18 @@ func show(v reflect.Value) string {
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	}
+	if _, ok := v.Interface().(fmt.Stringer); !ok && v.Kind() == reflect.Struct {
+		// A table (a security group): inline, as TOML writes it.
+		var parts []string
+		for i := 0; i < v.NumField(); i++ {
+			key := strings.Split(v.Type().Field(i).Tag.Get("toml"), ",")[0]
+			if key == "" || key == "-" || v.Field(i).IsZero() {
+				continue
+			}
+			parts = append(parts, key+" = "+show(v.Field(i)))
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
 	return fmt.Sprint(v.Interface())
 }
 
@@ -293,7 +305,7 @@ func diskLabel(dk spec.Disk) string {
 func (d *differ) disk(r, w spec.Disk) {
 	field := fmt.Sprintf("disk[%s]", w.Name)
 	if r.IOLimits != w.IOLimits {
-		d.add(Change{Field: field + ".io-limits", From: limits(r.IOLimits), To: limits(w.IOLimits), Class: Live, Kind: DiskLimits,
+		d.add(Change{Field: field + ".io-limits", From: IOLimits(r.IOLimits), To: IOLimits(w.IOLimits), Class: Live, Kind: DiskLimits,
 			Name: w.Name, Op: "block_set_io_throttle"})
 	}
 	r.IOLimits, w.IOLimits = spec.IOLimits{}, spec.IOLimits{}
@@ -341,7 +353,9 @@ func (d *differ) disk(r, w spec.Disk) {
 	d.rest(field, "QEMU fixes it when it opens the disk", reflect.ValueOf(r), reflect.ValueOf(w))
 }
 
-func limits(l spec.IOLimits) string {
+// IOLimits renders a disk's I/O limits as plan and status show them:
+// "iops=500,bps=1048576", or "unlimited".
+func IOLimits(l spec.IOLimits) string {
 	if !l.Limited() {
 		return "unlimited"
 	}

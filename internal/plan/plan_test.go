@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -138,5 +139,19 @@ func TestDiffNotLive(t *testing.T) {
 	if len(got) != 2 || got[1].Name != "far" || got[1].Class != Restart || got[1].Why != "outside the image directories" ||
 		got[0].Name != "near" || got[0].Class != Live {
 		t.Errorf("a disk the running VM cannot open:\n%s", lines(got))
+	}
+}
+
+// A security group's change shows the groups as the file writes them
+// (TOML inline tables, keys the file leaves out left out), not as Go
+// structs (issue 47).
+func TestDiffSecurityGroupShown(t *testing.T) {
+	group := "[[security_group]]\nname = \"web\"\n[[security_group.rule]]\ndirection = \"in\"\nprotocol = \"tcp\"\nports = \"%s\"\n"
+	run := parse(t, base+fmt.Sprintf(group, "80"))
+	got := Diff(run, parse(t, base+fmt.Sprintf(group, "8080")), Facts{BootMemory: run.Memory})
+	want := `live       security_group: [{name = "web", rule = [{direction = "in", protocol = "tcp", ports = "80"}]}] -> ` +
+		`[{name = "web", rule = [{direction = "in", protocol = "tcp", ports = "8080"}]}] (nftables`
+	if len(got) != 1 || !strings.HasPrefix(got[0].String(), want) {
+		t.Errorf("a security group's port changed:\n%s\nwant %s...", lines(got), want)
 	}
 }

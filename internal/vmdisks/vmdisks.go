@@ -239,6 +239,11 @@ func (m Manager) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 					return err
 				}
 				prepared = append(prepared, pr)
+				if pr.NewImage != "" { // (rm --delete-disks may delete it)
+					if err := plan.Paths.NoteMade(pr.NewImage); err != nil {
+						return err
+					}
+				}
 				// The objects again, as they are now (validate's were
 				// closed, a name may lead elsewhere since) and a new
 				// image with its chain; confinement grants the ones it

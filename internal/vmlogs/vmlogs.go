@@ -1,7 +1,8 @@
 // Package vmlogs gives a VM's log (vmsup logs): its units' journal
 // (QEMU's own messages and systemd's about it) and its console log (what
 // the guest wrote on its serial console), merged in one stream, read back
-// and followed. It only reads: the console log is written by the VM's
+// and followed, console lines without the guest's terminal control
+// sequences (Plain). It only reads: the console log is written by the VM's
 // console logger (internal/consolelog), the journal by systemd.
 package vmlogs
 
@@ -163,7 +164,7 @@ func readConsoleBack(c consolelog.Config, since time.Time) ([]Line, consolelog.P
 			end = len(data) - off // a line the guest has not ended yet
 		}
 		line := Line{Time: consolelog.TimeAt(t.Times, int64(off+end)), Source: "console",
-			Text: strings.ReplaceAll(data[off:off+end], "\r", "")}
+			Text: Plain(data[off : off+end])}
 		lines = append(lines, line)
 		off += end + 1
 	}
@@ -176,11 +177,11 @@ func readConsoleBack(c consolelog.Config, since time.Time) ([]Line, consolelog.P
 func tailConsole(ctx context.Context, c consolelog.Config, from consolelog.Position, emit func(Line)) {
 	var partial string
 	_ = consolelog.Follow(ctx, c, from, func(b []byte) {
-		lines := strings.Split(partial+strings.ReplaceAll(string(b), "\r", ""), "\n")
+		lines := strings.Split(partial+string(b), "\n")
 		partial = lines[len(lines)-1]
 		now := time.Now()
 		for _, l := range lines[:len(lines)-1] {
-			emit(Line{Time: now, Source: "console", Text: l})
+			emit(Line{Time: now, Source: "console", Text: Plain(l)})
 		}
 	})
 }

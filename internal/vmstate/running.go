@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -99,4 +100,41 @@ func (s Store) ClearPending(name string) error {
 		return err
 	}
 	return nil
+}
+
+// AsMoved is running (the spec as recorded at the VM's start) with the
+// disks `vmsup disk move` put on a new image as they run now, for a file
+// that no longer names the image a disk was moved from: edited to name
+// the new one (as the move's note asks), compared with the old image it
+// showed a restart; naming a third, the change is from where the disk
+// runs. A file that still names the old image runs as it is (the next up
+// boots from the new one), so that disk stays. The keys that only make an
+// image (its backing, a stored image's overlay) are the file's: they did
+// nothing on the moved, existing image and are not where it runs; its
+// size is the old image's, which the copy has.
+func AsMoved(running *spec.VM, moved map[string]MovedDisk, file *spec.VM) *spec.VM {
+	if len(moved) == 0 {
+		return running
+	}
+	out := *running
+	out.Disks = slices.Clone(running.Disks)
+	for i, d := range out.Disks {
+		mv, ok := moved[d.Name]
+		if !ok || mv.From != DiskSource(d) {
+			continue
+		}
+		j := slices.IndexFunc(file.Disks, func(w spec.Disk) bool { return w.Name == d.Name })
+		if j < 0 || DiskSource(file.Disks[j]) == mv.From {
+			continue
+		}
+		now := mv.Disk
+		if now.Type == spec.DiskFile {
+			now.Backing, now.Image = file.Disks[j].Backing, file.Disks[j].Image
+			if now.Size == 0 {
+				now.Size = d.Size
+			}
+		}
+		out.Disks[i] = now
+	}
+	return &out
 }

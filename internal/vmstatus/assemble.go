@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/ovmfvars"
+	"github.com/vmsup/vmsup/internal/plan"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -54,8 +55,12 @@ func (r *Reader) devices(ctx context.Context, name string, v *vmstate.View) ([]D
 	}
 	disks := []DiskInfo{}
 	for _, d := range v.Disks {
-		disks = append(disks, DiskInfo{Name: d.Name, Type: d.Type, Source: vmstate.DiskSource(d.Disk), Format: d.Format,
-			ReadOnly: d.ReadOnly || d.IsCDROM(), Hotplugged: d.Attached, Image: d.Active.Path})
+		di := DiskInfo{Name: d.Name, Type: d.Type, Source: vmstate.DiskSource(d.Disk), Format: d.Format,
+			ReadOnly: d.ReadOnly || d.IsCDROM(), Hotplugged: d.Attached, Image: d.Active.Path}
+		if d.Limited() {
+			di.IOLimits = plan.IOLimits(d.IOLimits)
+		}
+		disks = append(disks, di)
 	}
 	host := map[string]vmnet.NICStatus{}
 	for _, h := range r.h.NICs(ctx, name) {

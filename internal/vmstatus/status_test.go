@@ -356,3 +356,29 @@ func TestQEMUState(t *testing.T) {
 		}
 	}
 }
+
+// IPv4: the agent's addresses, then the host's for the NICs (a managed
+// network's lease, a CNI result) the agent did not report; none but the
+// host's when the agent did not answer; IPv6 left out.
+func TestIPv4(t *testing.T) {
+	agent := &guestagent.AgentStatus{Responding: true, Addresses: []guestagent.GuestAddress{
+		{Interface: "eth0", Address: "10.77.0.50/24"}, {Interface: "eth0", Address: "fd00::5/64"}}}
+	nics := []NICInfo{
+		{NICStatus: vmnet.NICStatus{Name: "lan", Addrs: []string{"10.77.0.50"}}},
+		{NICStatus: vmnet.NICStatus{Name: "pod", Addrs: []string{"10.22.0.7/16", "fd01::7/64"}}},
+		{NICStatus: vmnet.NICStatus{Name: "user"}},
+	}
+	for _, tc := range []struct {
+		name string
+		st   Status
+		want []string
+	}{
+		{"agent and host", Status{GuestAgent: agent, NICs: nics}, []string{"10.77.0.50/24 (eth0)", "10.22.0.7/16 (nic pod)"}},
+		{"no agent", Status{NICs: nics}, []string{"10.77.0.50 (nic lan)", "10.22.0.7/16 (nic pod)"}},
+		{"nothing known", Status{NICs: nics[2:]}, nil},
+	} {
+		if diff := cmp.Diff(tc.want, tc.st.IPv4()); diff != "" {
+			t.Errorf("%s: IPv4 (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package vmstatus
 
 import (
+	"net/netip"
 	"strings"
 	"time"
 
@@ -119,6 +120,39 @@ type Status struct {
 	PendingAtReboot bool     `json:"pending_at_reboot,omitempty"`
 }
 
+// IPv4 are the guest's IPv4 addresses as "ADDRESS (WHERE)", each as its
+// source writes it (with its prefix length or without): those its
+// agent reports (WHERE its interface), then those the host gave its NICs
+// that the agent did not report (a managed network's lease, a CNI
+// result; WHERE the NIC), so a guest whose agent did not answer (none,
+// not up yet, slow) still shows the address the host knows.
+func (s Status) IPv4() []string {
+	var out []string
+	seen := map[netip.Addr]bool{}
+	add := func(addr, where string) {
+		a, err := netip.ParseAddr(addr)
+		if p, perr := netip.ParsePrefix(addr); perr == nil {
+			a, err = p.Addr(), nil
+		}
+		if err != nil || !a.Is4() || seen[a] {
+			return
+		}
+		seen[a] = true
+		out = append(out, addr+" ("+where+")")
+	}
+	if s.GuestAgent != nil {
+		for _, a := range s.GuestAgent.Addresses {
+			add(a.Address, a.Interface)
+		}
+	}
+	for _, n := range s.NICs {
+		for _, a := range n.Addrs {
+			add(a, "nic "+n.Name)
+		}
+	}
+	return out
+}
+
 // Sync states.
 const (
 	SyncInSync   = "in sync"
@@ -152,6 +186,9 @@ type DiskInfo struct {
 	// Image is the image QEMU writes for a file disk: a snapshot's
 	// overlay on Source when the VM runs on one, else Source itself.
 	Image string `json:"image,omitempty"`
+	// IOLimits are the disk's I/O limits as the VM runs with them
+	// ("iops=500,bps=1048576"; plan.IOLimits), "" when unlimited.
+	IOLimits string `json:"io_limits,omitempty"`
 }
 
 // NICInfo is one of the VM's NICs: the spec's side (MAC, forwards) and,

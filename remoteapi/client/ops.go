@@ -88,6 +88,11 @@ func (c *Client) Restart(ctx context.Context, f *spec.File) (supervisor.UpResult
 	return out, c.call(ctx, http.MethodPost, vm(f.VM.Name, "restart"), nil, req, &out)
 }
 
+// RestartWith is Restart (o.Waiting is not called: the server waits).
+func (c *Client) RestartWith(ctx context.Context, f *spec.File, _ supervisor.RestartOptions) (supervisor.UpResult, error) {
+	return c.Restart(ctx, f)
+}
+
 // DownWith is POST /v1/vms/{name}/down (o.Waiting is not called: the
 // server waits).
 func (c *Client) DownWith(ctx context.Context, name string, o supervisor.DownOptions) (supervisor.DownResult, error) {

@@ -127,6 +127,7 @@ func TestFaultsSnapshots(t *testing.T) {
 			}
 			d.noClone(t, ctx)
 		}})
+	t.Run("clone-settled-by-its-name", func(t *testing.T) { d.cloneSettledByName(t, ctx, a) })
 	t.Logf("FAULTS snapshots (step kills + random kills): %s", strings.Join(counts, ", "))
 }
 
@@ -461,14 +462,14 @@ func (d *snapVM) noClone(t *testing.T, ctx context.Context) {
 	name := d.vm + "-cl"
 	if _, err := d.sup.Status(ctx, name); err == nil {
 		d.sup.Kill(ctx, name)
-		if err := d.sup.Remove(ctx, name); err != nil {
-			t.Fatalf("rm the clone: %v", err)
+		// --delete-disks: the clone's overlays are vmsup's, made for it
+		// (a clone again under its name would find them: "file exists").
+		if _, err := d.sup.RemoveDisks(ctx, name, true); err != nil {
+			t.Fatalf("rm --delete-disks the clone: %v", err)
 		}
 	}
-	// rm leaves a VM's images; the next clone of that name makes its own.
-	left, _ := filepath.Glob(filepath.Join(d.side.Root, "images", name+"-*"))
-	for _, f := range left {
-		os.Remove(f)
+	if left, _ := filepath.Glob(filepath.Join(d.side.Root, "images", name+"-*")); len(left) > 0 {
+		t.Fatalf("rm --delete-disks left the clone's images: %q", left)
 	}
 }
 

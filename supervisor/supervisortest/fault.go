@@ -33,7 +33,7 @@ type FaultJob struct {
 	KillAfter string // SIGKILL itself right after this step ("": never)
 	Trace     string // append each step's name to this file
 
-	File      string     `json:",omitempty"` // restart
+	File      string     `json:",omitempty"` // restart, up
 	Disk      *spec.Disk `json:",omitempty"` // disk attach, detach
 	NIC       *spec.NIC  `json:",omitempty"` // nic attach, detach
 	Memory    spec.Size  `json:",omitempty"` // set
@@ -109,6 +109,11 @@ func FaultHelper(arg string) int {
 		var f *spec.File
 		if f, err = spec.Load(j.File); err == nil {
 			_, err = sup.Restart(ctx, f)
+		}
+	case "up":
+		var f *spec.File
+		if f, err = spec.Load(j.File); err == nil {
+			_, err = sup.Up(ctx, f)
 		}
 	case "apply":
 		var f *spec.File

@@ -48,6 +48,9 @@ type FaultOp struct {
 	// Guarded: the command has a guardian (a migration), which alone must
 	// settle what a kill left (SettleGuarded).
 	Guarded bool
+	// KillSteps, when set, are the only steps killed after (a start has
+	// many steps; its other ones are covered by the suites of its parts).
+	KillSteps []string
 	// BothWays: each step kill is made once from each side (again, which
 	// moves the guest to the other side, brings it where the kill starts).
 	BothWays bool
@@ -81,6 +84,9 @@ func RunFaults(t *testing.T, ctx context.Context, op FaultOp) FaultCounts {
 	b, _ := os.ReadFile(trace)
 	steps := strings.Split(strings.TrimSpace(string(b)), "\n")
 	steps = slices.Compact(steps)
+	if op.KillSteps != nil {
+		steps = slices.DeleteFunc(steps, func(s string) bool { return !slices.Contains(op.KillSteps, s) })
+	}
 	n.Steps = len(steps)
 	t.Logf("%s: steps %q", op.Name, steps)
 	starts := []*Side{nil} // wherever the guest runs

@@ -21,11 +21,25 @@ import (
 // PKI, the URL clients are given and (by default) the configuration.
 func (g *globals) apiDir() string { return filepath.Join(g.root, "remote") }
 
+// legacyAPIConfig is where the server's configuration lay before api
+// install: a host set up by hand keeps it there.
+const legacyAPIConfig = "/etc/vmsup/remote.toml"
+
+// apiConfig is the server's configuration file: the flag's, else the one
+// api install makes under the root, else (only where that is missing and
+// the old one exists) the hand-made one, so that install, cert, units and
+// serve all read one file.
 func (g *globals) apiConfig(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	return filepath.Join(g.apiDir(), "remote.toml")
+	p := filepath.Join(g.apiDir(), "remote.toml")
+	if _, err := os.Stat(p); os.IsNotExist(err) {
+		if _, err := os.Stat(legacyAPIConfig); err == nil {
+			return legacyAPIConfig
+		}
+	}
+	return p
 }
 
 func (g *globals) apiURLFile() string { return filepath.Join(g.apiDir(), "pki", "url") }

@@ -29,7 +29,7 @@ func apiServeCmd(g *globals) *cobra.Command {
 		Short: "Serve the API on the sockets systemd passes (vmsup-api.socket), until idle",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := remoteapi.LoadConfig(config)
+			cfg, err := remoteapi.LoadConfig(g.apiConfig(config))
 			if err != nil {
 				return err
 			}
@@ -48,7 +48,7 @@ func apiServeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().StringVar(&config, "config", envOr("VMSUP_API_CONFIG", "/etc/vmsup/remote.toml"), "the server's configuration: certificates, grants, limits (env VMSUP_API_CONFIG)")
+	c.Flags().StringVar(&config, "config", os.Getenv("VMSUP_API_CONFIG"), "the server's configuration: certificates, grants, limits (env VMSUP_API_CONFIG; default ROOT/remote/remote.toml, as api install makes it, else "+legacyAPIConfig+")")
 	return c
 }
 
@@ -70,6 +70,7 @@ func apiUnitsCmd(g *globals) *cobra.Command {
 				o.Self = exe
 			}
 			o.Args = g.serverArgs(cmd)
+			o.Config = g.apiConfig(o.Config)
 			sock, svc, err := remoteapi.Units(o)
 			if err != nil {
 				return err
@@ -80,7 +81,7 @@ func apiUnitsCmd(g *globals) *cobra.Command {
 	}
 	c.Flags().StringVar(&o.Listen, "listen", "0.0.0.0:8443", "TCP address for mutual TLS (\"\" for none)")
 	c.Flags().StringVar(&o.Socket, "socket", "/run/vmsup/api.sock", "unix socket for local callers (\"\" for none)")
-	c.Flags().StringVar(&o.Config, "config", "/etc/vmsup/remote.toml", "the server's configuration file")
+	c.Flags().StringVar(&o.Config, "config", "", "the server's configuration file (default ROOT/remote/remote.toml, else "+legacyAPIConfig+")")
 	c.Flags().StringVar(&o.Self, "self", "", "the vmsup binary the service runs (default: this one)")
 	return c
 }

@@ -44,7 +44,7 @@ var examples = map[string]string{
 		"  vmsup fleet drain host-b             # live-migrates its VMs away\n  vmsup fleet uncordon host-b\n  vmsup fleet rm web",
 	"api":       "  vmsup api install --url https://vmhost:8443          # units, CA and server certificate\n  vmsup api cert ci --role operator --vms 'web*' > ci.bundle\n  vmsup remote add vmhost --bundle ci.bundle           # on the client; then: vmsup --remote vmhost ls",
 	"remote":    "  vmsup remote add vmhost --bundle ci.bundle\n  vmsup remote ls\n  vmsup --remote vmhost status web\n  vmsup remote rm vmhost",
-	"api serve": "  vmsup api serve --config /etc/vmsup/remote.toml   # what vmsup-api.service runs",
+	"api serve": "  vmsup api serve   # what vmsup-api.service runs (its configuration: ROOT/remote/remote.toml)",
 	"api units": "  vmsup api units --listen 0.0.0.0:8443 --socket /run/vmsup/api.sock",
 	"agent":     "  vmsup agent --host host-a --labels zone=a --migration-address 10.0.0.11 --migration-port 7788   # as a systemd service",
 }

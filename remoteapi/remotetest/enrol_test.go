@@ -46,6 +46,13 @@ func TestRemoteEnrol(t *testing.T) {
 	if r := local("--root", "/x", "--image-dir", "/x/images", "api", "units"); r.code != 0 || !strings.Contains(r.stdout, " --root=/x ") || !strings.Contains(r.stdout, " --image-dir=/x/images ") {
 		t.Errorf("api units does not carry --root and --image-dir: %+v", r)
 	}
+	// ...and reads the configuration api install makes (/x has none, and
+	// neither has this host /etc/vmsup/remote.toml, or the test says so).
+	if _, err := os.Stat("/etc/vmsup/remote.toml"); err == nil {
+		t.Log("this host has /etc/vmsup/remote.toml: api units' default is not checked")
+	} else if r := local("--root", "/x", "api", "units"); !strings.Contains(r.stdout, " api serve --config /x/remote/remote.toml") {
+		t.Errorf("api units does not name ROOT/remote/remote.toml, the file api install and api cert use: %+v", r)
+	}
 	start := time.Now()
 	if r := local("--root", root, "-v", "api", "install", "--listen", addr, "--socket", "", "--url", url); r.code != 0 {
 		t.Fatalf("api install: %+v", r)

@@ -89,6 +89,7 @@ func (h applyHost) Reachable(paths ...string) error               { return h.s.r
 func (h applyHost) AppliedSpec(vm string) (*spec.File, error)     { return h.s.AppliedSpec(vm) }
 func (h applyHost) Disable(ctx context.Context, vm string) error  { return h.s.Disable(ctx, vm) }
 func (h applyHost) UnplugTimeout() time.Duration                  { return h.s.opts.UnplugTimeout }
+func (h applyHost) TapRefusal(vm string) string                   { return h.s.hotplug().TapRefusal(vm) }
 func (h applyHost) Lifecycle(vm, event string, data any)          { h.s.lifecycle(vm, event, data) }
 
 func (h applyHost) QMPSession(ctx context.Context, vm string) (*qmp.Conn, func(), error) {

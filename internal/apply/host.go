@@ -65,6 +65,9 @@ type Host interface {
 	// SetUnitLimits changes the running unit's cgroup limits (nil fields
 	// stay as they are).
 	SetUnitLimits(ctx context.Context, vm string, l units.Limits) error
+	// TapRefusal says why the running VM cannot take a NIC on a host tap,
+	// "" when it can (the NIC attach's own check).
+	TapRefusal(vm string) string
 	// UnplugTimeout bounds the wait for the guest to release a DIMM.
 	UnplugTimeout() time.Duration
 	// Lifecycle records a vmsup event of the VM.

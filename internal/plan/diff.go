@@ -249,8 +249,14 @@ func (d *differ) devices(run, want *spec.VM) {
 				Why: "a NIC of that name was attached by hand (vmsup nic attach) and differs; detach it first"})
 			continue
 		}
-		d.add(d.plug(Change{Field: fmt.Sprintf("nic[%s]", w.Name), To: w.Type, Kind: NICAdd, Name: w.Name,
-			Op: "netdev_add, device_add", Guest: "bring the new NIC up"}))
+		c := Change{Field: fmt.Sprintf("nic[%s]", w.Name), To: w.Type, Kind: NICAdd, Name: w.Name,
+			Op: "netdev_add, device_add", Guest: "bring the new NIC up"}
+		if why := d.facts.TapsNotLive; why != "" && w.UsesTap() {
+			c.Class, c.Kind, c.Op, c.Guest, c.Why = Restart, NotLiveKind, "", "", why
+			d.add(c)
+			continue
+		}
+		d.add(d.plug(c))
 	}
 }
 
@@ -305,7 +311,10 @@ func (d *differ) disk(r, w spec.Disk) {
 	}
 	if r.Size != w.Size && sameFile && r.Type == spec.DiskFile {
 		c := Change{Field: field + ".size", From: r.Size.String(), To: w.Size.String(), Name: w.Name}
+		why, snapshotted := d.facts.Snapshotted[w.Name]
 		switch {
+		case w.Size > r.Size && snapshotted:
+			c.Class, c.Why = Impossible, why
 		case w.Size > r.Size:
 			c.Class, c.Kind, c.Op, c.Guest = Live, DiskGrow, "block_resize", "grow its partition and filesystem"
 		case w.Size == 0:

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -27,7 +28,9 @@ const maxConsoleScan = 16 << 20
 
 // healthGate waits for the new guest to pass h. agentBefore: the guest
 // agent answered before the restart.
-func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name string, h spec.Health, agentBefore bool) error {
+// accel: what the new QEMU runs under, which sizes an unset timeout
+// (hostcaps.HealthTimeout).
+func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name string, h spec.Health, accel spec.Accel, agentBefore bool) error {
 	checkAgent := agentBefore
 	if h.Agent != nil {
 		checkAgent = *h.Agent
@@ -36,10 +39,7 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 	if consoleOK && agentOK {
 		return nil
 	}
-	timeout := h.Timeout.D()
-	if timeout <= 0 {
-		timeout = spec.DefaultHealthTimeout
-	}
+	timeout := hostcaps.HealthTimeout(h.Timeout.D(), accel, hostcaps.LoadFactor())
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {

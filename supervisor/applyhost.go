@@ -56,9 +56,10 @@ func (s *Supervisor) Apply(ctx context.Context, f *spec.File, o ApplyOptions) (A
 // Resize changes a running VM's vCPUs, memory and cgroup limits live
 // (vmsup set). A vCPU count above max_cpus or memory above max_memory is
 // refused, as is removing vCPUs and removing memory other than whole DIMMs
-// added before. The guest must online new vCPUs and memory (Linux: udev
-// rules or memhp_default_state=online_movable). The change lasts as long as
-// the running QEMU: the next up starts from the VM's file.
+// added before. New vCPUs and memory are onlined in the guest through its
+// agent where it runs (ResizeResult.Note says what it did, or what the
+// guest must do). The change lasts as long as the running QEMU: the next up
+// starts from the VM's file.
 func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (ResizeResult, error) {
 	return s.applier().Resize(ctx, name, o)
 }
@@ -94,6 +95,9 @@ func (h applyHost) Lifecycle(vm, event string, data any)          { h.s.lifecycl
 
 func (h applyHost) QMPSession(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
 	return h.s.qmpSession(ctx, vm)
+}
+func (h applyHost) AgentSession(ctx context.Context, vm string) (*qmp.Agent, func(), error) {
+	return h.s.agentSession(ctx, vm)
 }
 
 // The hot-plugs of the VM's file (fromFile: recorded in the record's spec,

@@ -25,6 +25,9 @@ type Host interface {
 	// QMPSession connects to the VM's command monitor, one client at a
 	// time; release lets it go.
 	QMPSession(ctx context.Context, vm string) (c *qmp.Conn, release func(), err error)
+	// AgentSession connects to the VM's guest agent, one client at a
+	// time; release lets it go.
+	AgentSession(ctx context.Context, vm string) (a *qmp.Agent, release func(), err error)
 
 	// Validate checks f as up would; CheckOwner refuses f when its VM
 	// belongs to another file (unless adopt); Adopt records f as the

@@ -173,7 +173,7 @@ func (d *differ) resources(run, want *spec.VM) {
 		c := Change{Field: "cpus", From: fmt.Sprint(r), To: fmt.Sprint(w), Class: Restart}
 		switch {
 		case w > r && w <= run.MaxCPUs:
-			c.Class, c.Kind, c.Op, c.Guest = Live, CPUs, "device_add of vCPUs", "online the new vCPUs"
+			c.Class, c.Kind, c.Op, c.Guest = Live, CPUs, "device_add of vCPUs", "online the new vCPUs (the guest agent does, where it answers)"
 		case w > r:
 			c.Why = fmt.Sprintf("above the max_cpus (%d) QEMU started with", run.MaxCPUs)
 		default:
@@ -187,7 +187,7 @@ func (d *differ) resources(run, want *spec.VM) {
 		case (w-r)%DIMMStep != 0:
 			c.Why = "memory is hot-plugged in steps of 128M (Linux onlines it in 128 MiB blocks)"
 		case w > r && w <= run.MaxMemory:
-			c.Class, c.Kind, c.Op, c.Guest = Live, Memory, "device_add of a pc-dimm", "online the new memory"
+			c.Class, c.Kind, c.Op, c.Guest = Live, Memory, "device_add of a pc-dimm", "online the new memory (the guest agent does, where it answers)"
 		case w > r:
 			c.Why = fmt.Sprintf("above the max_memory (%s) QEMU started with", run.MaxMemory)
 		case w >= d.facts.BootMemory:

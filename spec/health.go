@@ -29,8 +29,6 @@ const (
 	MaxHealthMarker         = 256
 )
 
-func (h *Health) applyDefaults() {}
-
 func (f *File) validateHealth() error {
 	h := f.VM.Health
 	if h.Timeout < 0 || h.Timeout.D() > MaxHealthTimeout {

@@ -232,7 +232,7 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts = append(parts, m, accel{o.Accel}, cpu{model, hv, o.CPUFeaturesOff},
+	parts = append(parts, m, accel{o.Accel, vm.MaxCPUs > vm.CPUs}, cpu{model, hv, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
 		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs, Topology: vm.Topology})
 	if m.MemoryBackend != "" {

@@ -69,7 +69,19 @@ func (m machine) Args() ([]string, error) {
 // shared memory, charged to the unit, and a guest that runs much code (or
 // reboots a few times) grew past the unit's MemoryMax (guest memory + 256M
 // overhead) and was OOM-killed (seen in TestFaultsHotplug).
-type accel struct{ Name spec.Accel }
+//
+// Hotplug (max_cpus > cpus) runs TCG single-threaded: multi-threaded TCG
+// gives each vCPU thread its own region of the buffer, handed out in turn
+// until a flush (tcg/region.c); a vCPU hot-plugged when the running ones
+// have taken them all hits g_assert in tcg_region_initial_alloc__locked
+// and QEMU aborts (seen 1 in 3 on a Debian guest). No tb-size avoids it:
+// the regions are at most 8 per max vCPU whatever the size. With
+// thread=single all vCPUs share one thread and its one region, so a new
+// vCPU takes none; the cost is that the guest's vCPUs share one host core.
+type accel struct {
+	Name    spec.Accel
+	Hotplug bool // vCPUs can be hot-plugged (max_cpus > cpus)
+}
 
 // TCGCodeBufferMiB is TCG's translation buffer (tb-size), within the
 // unit's default memory overhead.
@@ -77,7 +89,11 @@ const TCGCodeBufferMiB = 128
 
 func (a accel) Args() ([]string, error) {
 	if a.Name == spec.AccelTCG {
-		return []string{"-accel", fmt.Sprintf("tcg,split-wx=on,tb-size=%d", TCGCodeBufferMiB)}, nil
+		v := fmt.Sprintf("tcg,split-wx=on,tb-size=%d", TCGCodeBufferMiB)
+		if a.Hotplug {
+			v += ",thread=single"
+		}
+		return []string{"-accel", v}, nil
 	}
 	return []string{"-accel", string(a.Name)}, nil
 }

@@ -219,6 +219,7 @@ type MemoryDevice struct {
 	Type string `json:"type"` // "dimm", "nvdimm", "virtio-mem", ...
 	Data struct {
 		ID      string `json:"id,omitempty"`
+		Addr    int64  `json:"addr"` // where the guest sees it (a DIMM's)
 		Size    int64  `json:"size"`
 		Memdev  string `json:"memdev"`
 		Hotplug bool   `json:"hotplugged"`

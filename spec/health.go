@@ -12,22 +12,22 @@ type Health struct {
 	// Console: this text must appear on the serial console (a line the
 	// guest prints once its services are up).
 	Console string `toml:"console"`
-	// Timeout bounds the wait for all checks; default "120s".
+	// Timeout bounds the wait for all checks (the guest's boot). Unset,
+	// it is sized when the restart runs: DefaultHealthTimeout under KVM,
+	// DefaultTCGHealthTimeout under TCG, stretched by the host's load
+	// (hostcaps.HealthTimeout).
 	Timeout Duration `toml:"timeout"`
 }
 
 // Health defaults and bounds.
 const (
 	DefaultHealthTimeout = 120 * time.Second
-	MaxHealthTimeout     = time.Hour
-	MaxHealthMarker      = 256
+	// DefaultTCGHealthTimeout: a distribution's boot under TCG takes
+	// minutes (a Debian guest's took more than 2).
+	DefaultTCGHealthTimeout = 10 * time.Minute
+	MaxHealthTimeout        = time.Hour
+	MaxHealthMarker         = 256
 )
-
-func (h *Health) applyDefaults() {
-	if h.Timeout == 0 {
-		h.Timeout = Duration(DefaultHealthTimeout)
-	}
-}
 
 func (f *File) validateHealth() error {
 	h := f.VM.Health

@@ -26,8 +26,13 @@ func TestLiveKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.VM.Health.Timeout.D() != DefaultHealthTimeout {
-		t.Errorf("health timeout default: %s", g.VM.Health.Timeout.D())
+	// Unset, the timeout stays zero: the restart sizes it to the host
+	// (hostcaps.HealthTimeout), and a record written back parses the same.
+	if g.VM.Health.Timeout != 0 {
+		t.Errorf("health timeout unset: %s", g.VM.Health.Timeout.D())
+	}
+	if h, err := New("web", g.VM); err != nil || h.VM.Health.Timeout != 0 {
+		t.Errorf("health timeout unset, written back: %v, %v", err, h)
 	}
 }
 

@@ -424,7 +424,6 @@ func (vm *VM) applyDefaults() {
 		vm.Limits.TasksMax = DefaultTasksMax
 	}
 	vm.Security.applyDefaults()
-	vm.Health.applyDefaults()
 	vm.applyFailureDefaults()
 	vm.applyTopologyDefaults()
 	vm.UUID = strings.ToLower(vm.UUID) // one spelling, so a case change is no change

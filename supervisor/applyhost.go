@@ -56,9 +56,10 @@ func (s *Supervisor) Apply(ctx context.Context, f *spec.File, o ApplyOptions) (A
 // Resize changes a running VM's vCPUs, memory and cgroup limits live
 // (vmsup set). A vCPU count above max_cpus or memory above max_memory is
 // refused, as is removing vCPUs and removing memory other than whole DIMMs
-// added before. The guest must online new vCPUs and memory (Linux: udev
-// rules or memhp_default_state=online_movable). The change lasts as long as
-// the running QEMU: the next up starts from the VM's file.
+// added before. New vCPUs and memory are onlined in the guest through its
+// agent where it runs (ResizeResult.Note says what it did, or what the
+// guest must do). The change lasts as long as the running QEMU: the next up
+// starts from the VM's file.
 func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (ResizeResult, error) {
 	return s.applier().Resize(ctx, name, o)
 }
@@ -89,10 +90,14 @@ func (h applyHost) Reachable(paths ...string) error               { return h.s.r
 func (h applyHost) AppliedSpec(vm string) (*spec.File, error)     { return h.s.AppliedSpec(vm) }
 func (h applyHost) Disable(ctx context.Context, vm string) error  { return h.s.Disable(ctx, vm) }
 func (h applyHost) UnplugTimeout() time.Duration                  { return h.s.opts.UnplugTimeout }
+func (h applyHost) TapRefusal(vm string) string                   { return h.s.hotplug().TapRefusal(vm) }
 func (h applyHost) Lifecycle(vm, event string, data any)          { h.s.lifecycle(vm, event, data) }
 
 func (h applyHost) QMPSession(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
 	return h.s.qmpSession(ctx, vm)
+}
+func (h applyHost) AgentSession(ctx context.Context, vm string) (*qmp.Agent, func(), error) {
+	return h.s.agentSession(ctx, vm)
 }
 
 // The hot-plugs of the VM's file (fromFile: recorded in the record's spec,

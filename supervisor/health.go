@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -26,9 +27,10 @@ const healthPoll = 500 * time.Millisecond
 const maxConsoleScan = 16 << 20
 
 // healthGate waits for the new guest to pass h. agentBefore: the guest
-// agent answered before the restart. waiting, when set, is told what the
-// gate still waits for each time it looks.
-func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name string, h spec.Health, agentBefore bool, waiting GateWaiting) error {
+// agent answered before the restart. accel: what the new QEMU runs under,
+// which sizes an unset timeout (hostcaps.HealthTimeout). waiting, when
+// set, is told what the gate still waits for each time it looks.
+func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name string, h spec.Health, accel spec.Accel, agentBefore bool, waiting GateWaiting) error {
 	checkAgent := agentBefore
 	if h.Agent != nil {
 		checkAgent = *h.Agent
@@ -37,10 +39,7 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 	if consoleOK && agentOK {
 		return nil
 	}
-	timeout := h.Timeout.D()
-	if timeout <= 0 {
-		timeout = spec.DefaultHealthTimeout
-	}
+	timeout := hostcaps.HealthTimeout(h.Timeout.D(), accel, hostcaps.LoadFactor())
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()

@@ -89,7 +89,7 @@ func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *
 	name := f.VM.Name
 	r, err := s.startLocked(ctx, f, op)
 	if err == nil {
-		if err = s.healthGate(ctx, sd, name, f.VM.Health, agentBefore, waiting); err == nil {
+		if err = s.healthGate(ctx, sd, name, f.VM.Health, r.Accel, agentBefore, waiting); err == nil {
 			r.Action = Restarted
 			return r, nil
 		}

@@ -48,7 +48,8 @@ func (r *startRun) restoreState(ctx context.Context) error {
 // monitor waits for the new QEMU's monitor to answer (it may take a
 // moment after the unit started), as long as its unit runs.
 func (r *startRun) monitor(ctx context.Context) (*qmp.Conn, func(), error) {
-	wctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	timeout := confirmTimeout(r.app.Accel)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		if _, err := os.Stat(r.p.QMP); err == nil {
@@ -62,7 +63,7 @@ func (r *startRun) monitor(ctx context.Context) (*qmp.Conn, func(), error) {
 		}
 		select {
 		case <-wctx.Done():
-			return nil, nil, fmt.Errorf("QEMU did not answer on QMP within %s", confirmTimeout)
+			return nil, nil, fmt.Errorf("QEMU did not answer on QMP within %s", timeout)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

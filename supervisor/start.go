@@ -191,7 +191,7 @@ func (r *startRun) steps() []step {
 	}
 	if r.mode == StartFresh {
 		steps = append(steps, step{Name: StepConfirm, Do: func(ctx context.Context) error {
-			return r.s.confirmRunning(ctx, r.sd, r.name, len(r.bootDisks) > 0)
+			return r.s.confirmRunning(ctx, r.sd, r.name, r.app.Accel, len(r.bootDisks) > 0)
 		}})
 		if apply.HasRuntime(&r.f.VM) {
 			steps = append(steps, step{Name: StepLive, Do: r.liveStep})

@@ -68,7 +68,7 @@ func (s *Supervisor) List(ctx context.Context) ([]Status, error) { return s.stat
 func (s *Supervisor) Names() ([]string, error) { return s.state.Known() }
 
 func (s *Supervisor) statusReader() *vmstatus.Reader {
-	return vmstatus.New(statusHost{s}, vmstatus.Options{StartGrace: confirmTimeout})
+	return vmstatus.New(statusHost{s}, vmstatus.Options{StartGrace: confirmTimeout(spec.AccelTCG)})
 }
 
 // statusHost is status's Host.

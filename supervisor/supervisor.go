@@ -11,10 +11,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
+	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -205,11 +207,18 @@ func (s *Supervisor) systemd(ctx context.Context) (*units.Manager, error) {
 const (
 	qmpConnectTimeout = 3 * time.Second
 	qmpLockTimeout    = 10 * time.Second
-	confirmTimeout    = 10 * time.Second
 	undoTimeout       = 20 * time.Second
 	quitTimeout       = 5 * time.Second
 	killTimeout       = 10 * time.Second
 )
+
+// confirmTimeout bounds the wait for a new QEMU under accel to answer QMP
+// and run: sized to the host, longer under TCG and under load
+// (hostcaps.ConfirmTimeout; a fixed 10 s failed the first up on a slow
+// host).
+func confirmTimeout(accel spec.Accel) time.Duration {
+	return hostcaps.ConfirmTimeout(accel, hostcaps.LoadFactor())
+}
 
 // ErrNotRunning means the VM is known but has no running QEMU to talk to.
 // A name vmsup does not know at all is ErrNotFound instead.

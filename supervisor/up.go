@@ -288,8 +288,9 @@ const (
 //
 // resume: QEMU waits paused (-S) for the guest to run, its disks plugged
 // by the disks step: "cont" it.
-func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name string, resume bool) error {
-	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name string, accel spec.Accel, resume bool) error {
+	timeout := confirmTimeout(accel)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	p := s.paths(name)
 	unit := s.state.UnitOf(name)
@@ -328,7 +329,7 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("QEMU did not answer on QMP within %s: %s", confirmTimeout, s.lastWords(context.Background(), unit))
+			return fmt.Errorf("QEMU did not answer on QMP within %s: %s", timeout, s.lastWords(context.Background(), unit))
 		case <-time.After(confirmPoll):
 		}
 	}
@@ -337,9 +338,10 @@ func (s *Supervisor) confirmRunning(ctx context.Context, sd *units.Manager, name
 // reportExisting fills res for a VM that up found existing (its unit
 // active): the state QEMU reports and what to do about it. It never changes
 // the VM. A QEMU that has not answered yet (a previous up died before
-// confirming it) is waited for, up to confirmTimeout.
+// confirming it) is waited for, up to confirmTimeout of its accelerator.
 func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name, unit string, res *UpResult) error {
-	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	timeout := confirmTimeout(res.Accel)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		c, release, err := s.qmpSession(ctx, name)
@@ -359,7 +361,7 @@ func (s *Supervisor) reportExisting(ctx context.Context, sd *units.Manager, name
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("unit %s is active but QEMU does not answer on QMP within %s (%v); left as it is: see vmsup status %s",
-				unit, confirmTimeout, err, name)
+				unit, timeout, err, name)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

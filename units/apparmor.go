@@ -129,11 +129,18 @@ func (p *Profile) Render() ([]byte, error) {
 	b.WriteString("  @{PROC}/@{pid}/task/*/comm rw,\n") // -name debug-threads=on names vCPU threads
 	b.WriteString("  @{PROC}/sys/vm/overcommit_memory r,\n")
 	b.WriteString("  @{PROC}/@{pid}/{status,stat,maps,auxv,cgroup,mountinfo} r,\n")
-	b.WriteString("  /sys/devices/system/cpu/** r,\n  /sys/devices/system/node/** r,\n")
+	// libnuma lists the NUMA nodes and the nvdimm bus at every start: the
+	// directories themselves, which "/**" does not match.
+	b.WriteString("  /sys/devices/system/cpu/** r,\n  /sys/devices/system/node/{,**} r,\n  /sys/bus/nd/devices/{,**} r,\n")
 	b.WriteString("  /dev/urandom r,\n  /dev/null rw,\n\n")
 	b.WriteString("  unix (create, bind, listen, accept, connect, send, receive, getattr, setopt, getopt, shutdown),\n")
 	if p.Network {
 		b.WriteString("  network inet stream,\n  network inet dgram,\n  network inet6 stream,\n  network inet6 dgram,\n")
+		// A user-mode NIC's DNS (slirp) forwards to the host's name
+		// servers: resolv.conf, wherever its symlink leads (as
+		// abstractions/nameservice has it).
+		b.WriteString("  /etc/resolv.conf r,\n  @{run}/{resolvconf,NetworkManager,systemd/resolve,connman,netconfig}/resolv.conf r,\n")
+		b.WriteString("  @{run}/systemd/resolve/stub-resolv.conf r,\n")
 	}
 	b.WriteString("\n  # The VM's own files.\n")
 	for _, r := range rules {

@@ -136,6 +136,9 @@ func printBackup(w io.Writer, r supervisor.BackupResult) {
 	if !r.Live {
 		how = "VM off"
 	}
+	if r.Live && r.Quiesced != "" {
+		how += ", " + r.Quiesced
+	}
 	fmt.Fprintf(w, "%s: point %d in %s (%s, %s)\n", r.VM, r.Point, r.Dir, how, r.Duration.Round(time.Millisecond))
 	for _, d := range r.Disks {
 		fmt.Fprintf(w, "  %-12s %-11s %s copied (virtual size %s) -> %s\n", d.Disk, d.Mode, humanBytes(float64(d.Copied)),

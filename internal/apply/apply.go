@@ -88,12 +88,15 @@ func (a *Applier) Apply(ctx context.Context, f *spec.File, o Options) (Result, e
 		}
 	}
 	live := plan.Only(pr.Changes, plan.Live)
+	var notes []string
 	for i, c := range live {
-		if err := a.applyLive(ctx, f, c); err != nil {
+		note, err := a.applyLive(ctx, f, c)
+		if err != nil {
 			return res, vmErr(name, applyStopped(res.Applied, live[i:], err))
 		}
-		res.Applied = append(res.Applied, c)
+		res.Applied, notes = append(res.Applied, c), append(notes, note)
 	}
+	res.Note = joinNotes(notes...)
 	if len(res.Applied) > 0 {
 		a.h.Lifecycle(name, EventApplied, map[string]any{"file": absPath(f.Path), "applied": fieldsOf(res.Applied)})
 	}
@@ -141,12 +144,12 @@ func (a *Applier) leave(ctx context.Context, f *spec.File, rest []plan.Change, o
 			return res, err
 		}
 		res.AtReboot = true
-		res.Note = fmt.Sprintf("%d change(s) apply when the guest next reboots itself (or by vmsup reboot --mode agent %s)", len(rest), f.VM.Name)
+		res.Note = joinNotes(res.Note, fmt.Sprintf("%d change(s) apply when the guest next reboots itself (or by vmsup reboot --mode agent %s)", len(rest), f.VM.Name))
 	default:
 		if err := a.writePending(f, rest, false); err != nil {
 			return res, err
 		}
-		res.Note = fmt.Sprintf("%d change(s) need a restart: vmsup apply --restart %s (now, health-gated) or --at-next-reboot", len(rest), f.Path)
+		res.Note = joinNotes(res.Note, fmt.Sprintf("%d change(s) need a restart: vmsup apply --restart %s (now, health-gated) or --at-next-reboot", len(rest), f.Path))
 	}
 	return res, nil
 }
@@ -163,10 +166,10 @@ func applyStopped(done, left []plan.Change, err error) error {
 		left[0].Field, err, fields(done), fields(left))
 }
 
-// applyLive makes one live change, through the operation that owns it.
-func (a *Applier) applyLive(ctx context.Context, f *spec.File, c plan.Change) error {
+// applyLive makes one live change, through the operation that owns it; the
+// note says what it did in the guest (vCPUs and memory onlined).
+func (a *Applier) applyLive(ctx context.Context, f *spec.File, c plan.Change) (note string, err error) {
 	name, vm := f.VM.Name, &f.VM
-	var err error
 	switch c.Kind {
 	case plan.DiskAdd:
 		err = a.h.AttachDisk(ctx, name, *findDisk(vm, c.Name))
@@ -177,13 +180,13 @@ func (a *Applier) applyLive(ctx context.Context, f *spec.File, c plan.Change) er
 	case plan.NICRemove:
 		err = a.h.DetachNIC(ctx, name, c.Name)
 	case plan.CPUs:
-		_, err = a.Resize(ctx, name, ResizeOptions{CPUs: vm.CPUs})
+		_, note, err = a.resize(ctx, name, ResizeOptions{CPUs: vm.CPUs})
 	case plan.Memory:
-		_, err = a.Resize(ctx, name, ResizeOptions{Memory: vm.Memory})
+		_, note, err = a.resize(ctx, name, ResizeOptions{Memory: vm.Memory})
 	default:
 		err = a.setLive(ctx, f, c)
 	}
-	return err
+	return note, err
 }
 
 // recordInSync records f as what the VM runs, once every change is in:

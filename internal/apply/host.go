@@ -30,6 +30,9 @@ type Host interface {
 	// QMPSession connects to the VM's command monitor, one client at a
 	// time; release lets it go.
 	QMPSession(ctx context.Context, vm string) (c *qmp.Conn, release func(), err error)
+	// AgentSession connects to the VM's guest agent, one client at a
+	// time; release lets it go.
+	AgentSession(ctx context.Context, vm string) (a *qmp.Agent, release func(), err error)
 
 	// Validate checks f as up would; CheckOwner refuses f when its VM
 	// belongs to another file (unless adopt); Adopt records f as the
@@ -71,6 +74,9 @@ type Host interface {
 	// SetUnitLimits changes the running unit's cgroup limits (nil fields
 	// stay as they are).
 	SetUnitLimits(ctx context.Context, vm string, l units.Limits) error
+	// TapRefusal says why the running VM cannot take a NIC on a host tap,
+	// "" when it can (the NIC attach's own check).
+	TapRefusal(vm string) string
 	// UnplugTimeout bounds the wait for the guest to release a DIMM.
 	UnplugTimeout() time.Duration
 	// Lifecycle records a vmsup event of the VM.

@@ -9,6 +9,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/plan"
+	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -67,7 +68,8 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	}
 	res.Running = true
 	app, running := v.Applied, v.Spec
-	facts := plan.Facts{BootMemory: v.Booted.Memory, NotLive: a.notLive(f, v)}
+	facts := plan.Facts{BootMemory: v.Booted.Memory, NotLive: a.notLive(f, v), TapsNotLive: a.h.TapRefusal(name),
+		Snapshotted: a.snapshotted(name, f.VM.Disks)}
 	for _, d := range v.Disks {
 		if d.Attached {
 			facts.KeptDisks = append(facts.KeptDisks, d.Name)
@@ -104,6 +106,23 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 		res.InSync = true
 	}
 	return res, nil
+}
+
+// snapshotted are the VM's disks in snapshots, each with why it cannot
+// grow: plan classes their growth by it and the resize refuses by it.
+func (a *Applier) snapshotted(vm string, disks []spec.Disk) map[string]string {
+	path := a.paths(vm).Snapshots()
+	tree, err := snapshot.Load(path)
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, d := range disks {
+		if tree.HasDisk(d.Name) {
+			out[d.Name] = fmt.Sprintf("the disk is in snapshots (%s): its file is a snapshot's frozen image; grow it after removing them", path)
+		}
+	}
+	return out
 }
 
 // notLive finds the disks new in f that the running VM could not open

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/vmsup/vmsup/internal/devices"
+	"github.com/vmsup/vmsup/internal/guestagent"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -53,15 +56,26 @@ const (
 // vCPU count above max_cpus or memory above max_memory is refused, as is
 // removing vCPUs (QEMU 7.2 does not complete vCPU unplug under TCG, and a
 // later DIMM add crashed it: measured) and removing memory other than whole
-// DIMMs added before. The guest must online new vCPUs and memory (Linux:
-// udev rules or memhp_default_state=online_movable; online_movable is also
-// what lets it release a DIMM again).
+// DIMMs added before. What it adds is onlined in the guest through its
+// agent where it answers (guestagent.Online), since a guest without a rule
+// for it (Debian has none) leaves it offline; the note says what the agent
+// did, or what the guest must do. A DIMM the guest onlines as movable
+// (memhp_default_state=online_movable, or online_policy=auto-movable for
+// the agent's) is what it can release again.
 func (a *Applier) Resize(ctx context.Context, name string, o ResizeOptions) (ResizeResult, error) {
-	res := ResizeResult{VM: name}
-	fail := func(err error) (ResizeResult, error) { return res, fmt.Errorf("vm %q: set: %w", name, err) }
+	res, online, err := a.resize(ctx, name, o)
+	res.Note = joinNotes(online, res.Note)
+	return res, err
+}
+
+// resize is Resize, with the note of what was onlined in the guest apart
+// ("" when nothing was added).
+func (a *Applier) resize(ctx context.Context, name string, o ResizeOptions) (res ResizeResult, online string, err error) {
+	res = ResizeResult{VM: name}
+	fail := func(err error) (ResizeResult, string, error) { return res, "", fmt.Errorf("vm %q: set: %w", name, err) }
 	lk, err := a.lock(ctx, name, "set")
 	if err != nil {
-		return res, err
+		return res, "", err
 	}
 	defer lk.Unlock()
 	v, err := a.h.View(name)
@@ -72,6 +86,10 @@ func (a *Applier) Resize(ctx context.Context, name string, o ResizeOptions) (Res
 		return fail(err)
 	}
 	app, vm := v.Applied, v.Booted
+	cpus0, mem0 := vm.CPUs, vm.Memory
+	if r := app.Resized; r != nil {
+		cpus0, mem0 = r.CPUs, r.Memory
+	}
 	res.MaxCPUs, res.MaxMemory = vm.MaxCPUs, vm.MaxMemory
 	if o.CPUQuota != nil || o.CPUWeight != nil {
 		if err := a.h.SetUnitLimits(ctx, name, units.Limits{CPUQuota: o.CPUQuota, CPUWeight: o.CPUWeight}); err != nil {
@@ -106,10 +124,19 @@ func (a *Applier) Resize(ctx context.Context, name string, o ResizeOptions) (Res
 	if err := errors.Join(cpuErr, memErr); err != nil {
 		return fail(err)
 	}
+	if res.CPUs > cpus0 || res.Memory > mem0 {
+		session := func(ctx context.Context) (*qmp.Agent, func(), error) { return a.h.AgentSession(ctx, name) }
+		online = guestagent.Online(ctx, c, session, res.CPUs).Note
+	}
 	if app.Resized != nil {
 		res.Note = fmt.Sprintf("live only: the next up starts with the file's cpus = %d, memory = %q", vm.CPUs, vm.Memory)
 	}
-	return res, nil
+	return res, online, nil
+}
+
+// joinNotes joins the notes that say something.
+func joinNotes(notes ...string) string {
+	return strings.Join(slices.DeleteFunc(notes, func(s string) bool { return s == "" }), "; ")
 }
 
 // recordResize records the vCPUs and memory the running QEMU has (a DIMM

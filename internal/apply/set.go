@@ -11,7 +11,6 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/plan"
-	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -180,12 +179,17 @@ func (a *Applier) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, wan
 		}
 		rd.IOLimits = wd.IOLimits
 	case plan.DiskGrow:
-		if tree, err := snapshot.Load(a.paths(name).Snapshots()); err == nil && tree.HasDisk(c.Name) {
-			// Its file is a snapshot's frozen image now, under an overlay.
-			return fmt.Errorf("disk %q is in snapshots (%s): grow it after removing them", c.Name, a.paths(name).Snapshots())
+		if why, ok := a.snapshotted(name, []spec.Disk{*wd})[c.Name]; ok {
+			return fmt.Errorf("disk %q: %s", c.Name, why)
 		}
-		if err := qc.BlockResize(ctx, qemuargs.DiskNodeName(c.Name), int64(wd.Size)); err != nil {
-			return fmt.Errorf("block_resize: %w", err)
+		// The node on top of the device, not the one it booted with: a
+		// merge (block-commit) or a move leaves another node there.
+		node, err := devices.DeviceNode(ctx, qc, c.Name)
+		if err != nil {
+			return err
+		}
+		if err := qc.BlockResize(ctx, node, int64(wd.Size)); err != nil {
+			return fmt.Errorf("block_resize %s: %w", node, err)
 		}
 		rd.Size = wd.Size
 	case plan.DiskMedium:

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/vmerr"
@@ -52,6 +53,7 @@ type Options struct {
 	BootTarget string   // the target that pulls it in
 	RunDir     string   // per-boot state: which VMs autostart already started
 	Command    []string // the vmsup command line (with its options) the boot unit runs "autostart" with
+	kvm        kvmHost  // where autostart waits for KVM (tests give a fake one)
 }
 
 // Marks are a state root's autostart marks and the boot unit.
@@ -198,7 +200,10 @@ func (m *Marks) bootUnit() units.BootUnit {
 		ExecStart:   append(append([]string(nil), m.o.Command...), "autostart"),
 		Wants:       []string{"network-online.target"},
 		// Whatever VMs' disks and NICs may need, if this host has it.
-		After:    []string{"local-fs.target", "remote-fs.target", "dbus.service", "openvswitch-switch.service", "iscsid.service", "ceph.target"},
+		// systemd-modules-load: a kvm module named in modules-load.d is
+		// loaded (Autostart also waits for /dev/kvm, kvm.go).
+		After: []string{"local-fs.target", "remote-fs.target", "dbus.service", "systemd-modules-load.service",
+			"openvswitch-switch.service", "iscsid.service", "ceph.target"},
 		Timeout:  bootUnitTimeout,
 		WantedBy: m.o.BootTarget,
 	}
@@ -219,6 +224,10 @@ func (m *Marks) Autostart(ctx context.Context) ([]Result, error) {
 	sort.Strings(names)
 	var out []Result
 	var errs []error
+	kvmNote := ""
+	if len(names) > 0 {
+		kvmNote = m.o.kvm.waitKVM(ctx)
+	}
 	for _, n := range names {
 		r := Result{VM: n, File: enabled[n]}
 		if _, err := os.Stat(m.bootedMark(n)); err == nil {
@@ -234,6 +243,9 @@ func (m *Marks) Autostart(ctx context.Context) ([]Result, error) {
 			continue
 		}
 		r.Action, r.Note = action, note
+		if kvmNote != "" {
+			r.Note = strings.TrimPrefix(r.Note+"; "+kvmNote, "; ")
+		}
 		if err := os.MkdirAll(filepath.Dir(m.bootedMark(n)), 0o755); err == nil {
 			_ = os.WriteFile(m.bootedMark(n), nil, 0o644)
 		}

@@ -42,10 +42,13 @@ type Manifest struct {
 
 // Point is one backup: every disk at the same moment.
 type Point struct {
-	N     int         `json:"n"`
-	Time  time.Time   `json:"time"`
-	Live  bool        `json:"live"` // taken from a running VM
-	Disks []DiskPoint `json:"disks"`
+	N    int       `json:"n"`
+	Time time.Time `json:"time"`
+	Live bool      `json:"live"` // taken from a running VM
+	// Quiesced says how the guest's filesystems were made consistent at
+	// the point ("fsfreeze (N filesystems)") or why it is crash-consistent.
+	Quiesced string      `json:"quiesced,omitempty"`
+	Disks    []DiskPoint `json:"disks"`
 }
 
 // DiskPoint is one disk's file of a point.

@@ -53,10 +53,14 @@ type BackupProgress struct {
 
 // BackupResult reports a backup point taken.
 type BackupResult struct {
-	VM       string             `json:"name"`
-	Dir      string             `json:"dir"`
-	Point    int                `json:"point"`
-	Live     bool               `json:"live"`
+	VM    string `json:"name"`
+	Dir   string `json:"dir"`
+	Point int    `json:"point"`
+	Live  bool   `json:"live"`
+	// Quiesced says how the guest's filesystems were made consistent at
+	// the point: "fsfreeze (N filesystems)" through the guest agent, or
+	// why the copy is crash-consistent only ("VM off" for a VM that is off).
+	Quiesced string             `json:"quiesced"`
 	Disks    []backup.DiskPoint `json:"disks"`
 	Duration time.Duration      `json:"duration_ns"`
 }
@@ -114,11 +118,12 @@ func (s *Service) Backup(ctx context.Context, name string, o BackupOptions) (Bac
 		return fail(err)
 	}
 	start := time.Now()
-	if err := s.k.Run(ctx, name, opBackup, b.in, b.steps()); err != nil {
+	if err := b.run(ctx); err != nil {
 		// undone by the steps' undos; a journal that could not be begun did nothing
 		return fail(b.explain(steps.Cause(err)))
 	}
 	res.Point, res.Live, res.Disks, res.Duration = b.in.Point, b.in.Live, b.points, time.Since(start)
+	res.Quiesced = b.quiesced
 	s.h.Lifecycle(name, "backup", map[string]any{"dir": dir, "point": res.Point})
 	return res, nil
 }
@@ -196,6 +201,22 @@ type backupRun struct {
 	in     backupIntent
 	c      *qmp.Conn // nil: the VM is off
 	points []backup.DiskPoint
+	op     *operation.Op
+	// quiesced is how the point was made consistent (quiesce's How).
+	quiesced string
+}
+
+// run runs the point's steps as one journaled operation (the quiesce
+// journals its freeze in it, for recovery to thaw).
+func (b *backupRun) run(ctx context.Context) error {
+	op, err := b.s.k.Begin(ctx, b.name, opBackup, b.in)
+	if err != nil {
+		return err
+	}
+	defer op.End()
+	b.op, b.quiesced = op, "VM off"
+	_, err = steps.Run(ctx, b.name, b.steps(), op.After())
+	return err
 }
 
 // plan reads each disk's state (QEMU's, or qemu-img's for a VM that is
@@ -311,7 +332,7 @@ func (b *backupRun) sums(ctx context.Context) error {
 
 // record writes the point into the manifest: from here on it exists.
 func (b *backupRun) record(context.Context) error {
-	b.m.Points = append(b.m.Points, backup.Point{N: b.in.Point, Time: time.Now().UTC(), Live: b.in.Live, Disks: b.points})
+	b.m.Points = append(b.m.Points, backup.Point{N: b.in.Point, Time: time.Now().UTC(), Live: b.in.Live, Quiesced: b.quiesced, Disks: b.points})
 	return b.m.Save(b.in.Dir)
 }
 

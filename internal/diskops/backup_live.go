@@ -136,10 +136,16 @@ func (b *backupRun) start(ctx context.Context) error {
 		}
 		actions = append(actions, qmp.BackupAction(job))
 	}
-	if err := b.c.Transaction(ctx, actions, false); err != nil {
-		return fmt.Errorf("transaction: %w", err)
+	// The point is the transaction's moment: the guest's filesystems are
+	// frozen around it (as for a snapshot), and thawed whatever happened.
+	q := b.s.quiesce(ctx, b.c, b.name, b.op)
+	b.quiesced = q.How
+	err := b.c.Transaction(ctx, actions, false)
+	terr := q.Thaw()
+	if err != nil {
+		return errors.Join(fmt.Errorf("transaction: %w", err), terr)
 	}
-	return nil
+	return terr
 }
 
 // abort cancels the point's jobs and removes its new bitmaps.

@@ -71,6 +71,11 @@ func (s *Service) recoverBackup(ctx context.Context, name string, op *operation.
 	a := decideBackup(recorded, qemu)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	var gerr error
+	if c != nil && op.Has(stepFreezing) {
+		// Killed around the point's start: the guest may be frozen.
+		gerr = s.thawGuest(cctx, name, c)
+	}
 	switch a {
 	case backupAskAgain:
 		return "", err
@@ -87,5 +92,5 @@ func (s *Service) recoverBackup(ctx context.Context, name string, op *operation.
 	case backupUndoOff:
 		removeBackupFiles(in)
 	}
-	return a.note(in), nil
+	return a.note(in), gerr
 }

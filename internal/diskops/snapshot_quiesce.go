@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -31,39 +32,60 @@ const (
 // freeze freezes the guest's filesystems if its agent answers and returns
 // the thaw (an error if the guest may still be frozen).
 func (t *snapTake) freeze(ctx context.Context) (thaw func() error) {
-	noop := func() error { return nil }
-	t.in.Snap.Quiesced = "crash-consistent (no guest agent)"
+	q := t.s.quiesce(ctx, t.c, t.name, t.op)
+	t.in.Snap.Quiesced, t.frozeAt = q.How, q.At
+	return q.Thaw
+}
+
+// quiesced is what quiesce did: How says it ("fsfreeze (N filesystems)"
+// or why the copy is crash-consistent), At is when the guest was asked to
+// freeze (zero when it was not), Thaw always runs after (a no-op when
+// nothing froze) and errs if the guest may still be frozen.
+type quiesced struct {
+	How    string
+	At     time.Time
+	Frozen bool
+	Thaw   func() error
+}
+
+// quiesce freezes the guest's filesystems through its agent, bounded, for
+// a point in time taken of its disks (a snapshot, a backup's start): a
+// guest without an answering agent gets a crash-consistent point. The
+// freezing step is journaled first (op), so a command killed while the
+// guest is frozen leaves its thaw to recovery (thawGuest).
+func (s *Service) quiesce(ctx context.Context, c *qmp.Conn, name string, op *operation.Op) quiesced {
+	q := quiesced{How: "crash-consistent (no guest agent)", Thaw: func() error { return nil }}
 	actx, cancel := context.WithTimeout(ctx, 2*agentTimeout)
 	defer cancel()
-	if !t.c.FrontendOpen(actx, qemuargs.AgentChardevID) {
-		return noop
+	if !c.FrontendOpen(actx, qemuargs.AgentChardevID) {
+		return q
 	}
-	a, done, err := t.s.h.AgentSession(actx, t.name)
+	a, done, err := s.h.AgentSession(actx, name)
 	if err != nil {
-		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
-		return noop
+		q.How = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
+		return q
 	}
 	if err := a.Ping(actx); err != nil {
-		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
+		q.How = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
 		done()
-		return noop
+		return q
 	}
-	// Journaled first: a kill while frozen leaves it to recovery to thaw.
-	t.op.Step(stepFreezing)
+	op.Step(stepFreezing)
 	fctx, fcancel := context.WithTimeout(ctx, freezeTimeout)
-	t.frozeAt = time.Now() // the guest sees the snapshot from here to the thaw
+	q.At = time.Now() // the guest sees the point from here to the thaw
 	n, err := a.FSFreeze(fctx)
 	fcancel()
 	if err != nil {
-		t.in.Snap.Quiesced = fmt.Sprintf("crash-consistent (fsfreeze failed: %v)", err)
+		q.How = fmt.Sprintf("crash-consistent (fsfreeze failed: %v)", err)
 	} else {
-		t.in.Snap.Quiesced = fmt.Sprintf("fsfreeze (%d filesystems)", n)
-		t.op.Step(stepFrozen)
+		q.How, q.Frozen = fmt.Sprintf("fsfreeze (%d filesystems)", n), true
+		op.Step(stepFrozen)
 	}
-	return func() error {
+	q.Thaw = func() error {
 		defer done()
 		return thawAgent(ctx, a)
 	}
+	return q
 }
 
 // thawAgent thaws the guest's filesystems, trying a few times within a

@@ -86,6 +86,10 @@ type CPUMode struct {
 	// why it did not start without them.
 	Error string        `json:"error,omitempty"`
 	Cost  time.Duration `json:"cost_ns"`
+	// TimedOut: a try was cut short by the probe's timeouts (a loaded or
+	// still-booting host), so "does not start" is not an answer: such a
+	// record is never cached.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // Fact is one yes/no fact with what was found or why not.
@@ -106,6 +110,11 @@ type Facts struct {
 	Hugepages   Fact            `json:"hugepages"`
 	IOMMU       Fact            `json:"iommu"`
 	Helpers     map[string]Fact `json:"helpers"`
+}
+
+// timedOut: a mode's try was cut short (CPUMode.TimedOut).
+func (k KVM) timedOut() bool {
+	return slices.ContainsFunc(k.Modes, func(m CPUMode) bool { return m.TimedOut && !m.Starts })
 }
 
 // StartModes lists the CPU modes that start under KVM.

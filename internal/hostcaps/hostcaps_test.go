@@ -2,6 +2,7 @@ package hostcaps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -211,6 +212,28 @@ func TestProbeCache(t *testing.T) {
 		t.Errorf("devices: %d, virtio-net-pci missing or no-such-device there", len(again.QEMU.Devices))
 	}
 	t.Logf("q35 = %s, pc = %s, %d devices", again.QEMU.Aliases["q35"], again.QEMU.Aliases["pc"], len(again.QEMU.Devices))
+}
+
+// TestProbeTimeoutNotCached: a KVM probe cut short by the timeout (at
+// boot, before /dev/kvm was ready) is no answer: the record says so, KVM
+// is not chosen, and nothing is cached, so the next command probes again
+// (issue 48: "KVM does not start" stayed cached until --refresh).
+func TestProbeTimeoutNotCached(t *testing.T) {
+	needQEMU(t)
+	root, dev := fakeHost(t, "kvm_amd")
+	cache := filepath.Join(t.TempDir(), "host.json")
+	o := Options{QEMU: standinQEMU(t, "hang"), Root: root, kvmDevice: dev, CacheFile: cache, Timeout: 8 * time.Second}
+	c, err := Probe(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kvm %s %q; modes %+v", c.KVM.Kind, c.KVM.Reason, c.KVM.Modes)
+	if ok, _ := c.KVM.Starts(); ok || !c.KVM.timedOut() || !strings.Contains(c.KVM.Reason, "timed out") {
+		t.Errorf("a timed-out KVM probe: %+v", c.KVM)
+	}
+	if _, err := os.Stat(cache); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a timed-out probe was cached: %v", err)
+	}
 }
 
 // TestCPUChoices: model choices and their errors, on a record.

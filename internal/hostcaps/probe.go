@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +95,13 @@ func Probe(ctx context.Context, o Options) (*Caps, error) {
 	}
 	c.Facts = probeFacts(root, c.QEMU.IOURing)
 	c.ProbeCost = time.Since(t0)
+	if c.KVM.timedOut() || ctx.Err() != nil {
+		// Not an answer (the autostart at boot probed before /dev/kvm was
+		// ready, and "KVM does not start" stayed cached until --refresh):
+		// used for this command only, probed again by the next.
+		c.KVM.Reason = strings.TrimPrefix(c.KVM.Reason+"; the KVM probe timed out (not cached: the next command probes again)", "; ")
+		return c, nil
+	}
 	if o.CacheFile != "" {
 		if err := writeCache(o.CacheFile, c); err != nil {
 			return c, fmt.Errorf("cache host capabilities: %w", err)

@@ -65,6 +65,9 @@ func startQEMU(ctx context.Context, binary string, args ...string) (*qemuRun, er
 		qmp.WithCommandTimeout(5*time.Second))
 	if err != nil {
 		r.kill()
+		if timedOut(err) { // killed by us: QEMU's last words are the kill's
+			return nil, fmt.Errorf("QEMU did not answer in time (%w)", err)
+		}
 		return nil, fmt.Errorf("%s", r.lastWords(err))
 	}
 	r.mon = mon
@@ -257,6 +260,11 @@ func tryKVM(ctx context.Context, binary, model string, masks []string) error {
 	return nil
 }
 
+// timedOut: err is a timeout of the probe's, not QEMU's answer.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
 // candidateMasks are the feature sets tried, in order, when a mode does not
 // start under KVM as it is: MSRs that some KVMs (PVM on AMD: "failed to set
 // MSR 0x10a") refuse to let the guest see.
@@ -306,6 +314,7 @@ func probeMode(ctx context.Context, binary, model string, features func() map[st
 		if m.Error == "" {
 			m.Error = err.Error()
 		}
+		m.TimedOut = m.TimedOut || timedOut(err) || ctx.Err() != nil
 		return false
 	}
 	if try(nil) || known != nil && try(known) {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The stand-in QEMU: this test binary, run with VMSUP_STANDIN_QEMU=MODE, in
@@ -25,6 +26,7 @@ import (
 //	abort    -cpu host and max abort whatever is masked
 //	nokvm    KVM cannot be initialised at all
 //	missing:CMD  like full, and the QMP schema lacks command CMD
+//	hang     KVM never answers (a host whose /dev/kvm is not ready yet)
 const standinEnv = "VMSUP_STANDIN_QEMU"
 
 func TestMain(m *testing.M) {
@@ -59,6 +61,9 @@ func standin(mode string, args []string) int {
 	if kvm {
 		passthrough := model == "host" || model == "max"
 		switch {
+		case mode == "hang":
+			time.Sleep(time.Hour) // until the probe kills it
+			return 1
 		case mode == "nokvm":
 			fmt.Fprintln(os.Stderr, "Could not access KVM kernel module: No such file or directory")
 			fmt.Fprintln(os.Stderr, "qemu-system-x86_64: -accel kvm: failed to initialize kvm: No such file or directory")

@@ -138,9 +138,8 @@ func (r *nicAttach) newNIC(ctx context.Context, v *vmstate.View, n spec.NIC) (sp
 	if err := spec.CheckNICs(append(all, n)); err != nil {
 		return n, vmErr(name, err)
 	}
-	if c, err := r.e.h.Confinement(name); err == nil && n.UsesTap() && !slices.Contains(c.Uses, "/dev/net/tun") {
-		// Its sandbox was made at start without the host's network.
-		return n, fail("type", errors.New("the VM was started without a tap NIC, so its QEMU cannot reach the host's taps (no /dev/net/tun, no host network in its sandbox): give it a NIC in its file and restart it"))
+	if why := r.e.TapRefusal(name); why != "" && n.UsesTap() {
+		return n, fail("type", errors.New(why+": give it a NIC in its file and restart it"))
 	}
 	if err := r.e.h.Net().CheckNIC(ctx, n, r.e.h.Net().Vhost()); err != nil {
 		var fe *vmnet.FieldError
@@ -150,6 +149,17 @@ func (r *nicAttach) newNIC(ctx context.Context, v *vmstate.View, n spec.NIC) (sp
 		return n, fail("type", err)
 	}
 	return n, nil
+}
+
+// TapRefusal says why the running VM cannot take a NIC on a host tap
+// (bridge, ovs, cni, network), "" when it can: its sandbox was made at
+// start without the host's network. The attach and apply's plan both ask
+// it, so plan never calls live what the attach refuses.
+func (e *Engine) TapRefusal(vm string) string {
+	if c, err := e.h.Confinement(vm); err == nil && !slices.Contains(c.Uses, "/dev/net/tun") {
+		return "the VM was started without a tap NIC, so its QEMU cannot reach the host's taps (no /dev/net/tun, no host network in its sandbox)"
+	}
+	return ""
 }
 
 // DetachNIC unplugs a hot-plugged NIC: device_del, wait for the guest to

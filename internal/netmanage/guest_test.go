@@ -136,6 +136,7 @@ func TestManagedNetwork(t *testing.T) {
 	})
 	t.Run("security-group", func(t *testing.T) { securityGroup(t, ctx, sup, dir, a, b) })
 	t.Run("anti-spoofing", func(t *testing.T) { antiSpoofing(t, ctx, sup, a, b) })
+	t.Run("nic-attach", func(t *testing.T) { hotNIC(t, ctx, sup, b) })
 	t.Run("rm-refused", func(t *testing.T) {
 		out, err := cli(ctx, sup, "network", "rm", labNet)
 		if err == nil || !strings.Contains(out, `network "lab" is used by VM vma, VM vmb`) {

@@ -185,7 +185,7 @@ func (d *differ) resources(run, want *spec.VM) {
 		c := Change{Field: "cpus", From: fmt.Sprint(r), To: fmt.Sprint(w), Class: Restart}
 		switch {
 		case w > r && w <= run.MaxCPUs:
-			c.Class, c.Kind, c.Op, c.Guest = Live, CPUs, "device_add of vCPUs", "online the new vCPUs"
+			c.Class, c.Kind, c.Op, c.Guest = Live, CPUs, "device_add of vCPUs", "online the new vCPUs (the guest agent does, where it answers)"
 		case w > r:
 			c.Why = fmt.Sprintf("above the max_cpus (%d) QEMU started with", run.MaxCPUs)
 		default:
@@ -199,7 +199,7 @@ func (d *differ) resources(run, want *spec.VM) {
 		case (w-r)%DIMMStep != 0:
 			c.Why = "memory is hot-plugged in steps of 128M (Linux onlines it in 128 MiB blocks)"
 		case w > r && w <= run.MaxMemory:
-			c.Class, c.Kind, c.Op, c.Guest = Live, Memory, "device_add of a pc-dimm", "online the new memory"
+			c.Class, c.Kind, c.Op, c.Guest = Live, Memory, "device_add of a pc-dimm", "online the new memory (the guest agent does, where it answers)"
 		case w > r:
 			c.Why = fmt.Sprintf("above the max_memory (%s) QEMU started with", run.MaxMemory)
 		case w >= d.facts.BootMemory:
@@ -261,8 +261,14 @@ func (d *differ) devices(run, want *spec.VM) {
 				Why: "a NIC of that name was attached by hand (vmsup nic attach) and differs; detach it first"})
 			continue
 		}
-		d.add(d.plug(Change{Field: fmt.Sprintf("nic[%s]", w.Name), To: w.Type, Kind: NICAdd, Name: w.Name,
-			Op: "netdev_add, device_add", Guest: "bring the new NIC up"}))
+		c := Change{Field: fmt.Sprintf("nic[%s]", w.Name), To: w.Type, Kind: NICAdd, Name: w.Name,
+			Op: "netdev_add, device_add", Guest: "bring the new NIC up"}
+		if why := d.facts.TapsNotLive; why != "" && w.UsesTap() {
+			c.Class, c.Kind, c.Op, c.Guest, c.Why = Restart, NotLiveKind, "", "", why
+			d.add(c)
+			continue
+		}
+		d.add(d.plug(c))
 	}
 }
 
@@ -317,7 +323,10 @@ func (d *differ) disk(r, w spec.Disk) {
 	}
 	if r.Size != w.Size && sameFile && r.Type == spec.DiskFile {
 		c := Change{Field: field + ".size", From: r.Size.String(), To: w.Size.String(), Name: w.Name}
+		why, snapshotted := d.facts.Snapshotted[w.Name]
 		switch {
+		case w.Size > r.Size && snapshotted:
+			c.Class, c.Why = Impossible, why
 		case w.Size > r.Size:
 			c.Class, c.Kind, c.Op, c.Guest = Live, DiskGrow, "block_resize", "grow its partition and filesystem"
 		case w.Size == 0:

@@ -118,6 +118,12 @@ type Facts struct {
 	// (by name: why), found by the same checks a hot-plug makes: their
 	// addition needs a restart.
 	NotLive map[string]string
+	// TapsNotLive says why the running VM cannot take a NIC on a host tap
+	// ("" when it can): such a NIC's addition needs a restart.
+	TapsNotLive string
+	// Snapshotted are the disks in snapshots (by name: why they cannot
+	// grow): their file is a snapshot's frozen image.
+	Snapshotted map[string]string
 }
 
 // Diff lists what differs between running and desired, in a stable order:

@@ -155,3 +155,23 @@ func TestDiffSecurityGroupShown(t *testing.T) {
 		t.Errorf("a security group's port changed:\n%s\nwant %s...", lines(got), want)
 	}
 }
+
+// TestDiffWhatApplyRefuses: plan classes by the facts apply's own checks
+// give (issue 48: plan said live, apply refused): a disk in snapshots
+// does not grow (impossible: apply refuses the file before changing
+// anything), and a NIC on a host tap added to a VM started without one
+// needs a restart; a user NIC still goes live.
+func TestDiffWhatApplyRefuses(t *testing.T) {
+	run := parse(t, base)
+	grow := parse(t, edit(`file = "/img/root.qcow2"`, "file = \"/img/root.qcow2\"\nsize = \"1G\""))
+	got := Diff(run, grow, Facts{BootMemory: run.Memory, Snapshotted: map[string]string{"root": "the disk is in snapshots"}})
+	if len(got) != 1 || got[0].Class != Impossible || got[0].Why != "the disk is in snapshots" {
+		t.Errorf("growing a disk in snapshots:\n%s", lines(got))
+	}
+	nics := parse(t, base+"[[nic]]\nname = \"vpc\"\ntype = \"network\"\nnetwork = \"n1\"\n[[nic]]\nname = \"u2\"\n")
+	got = Diff(run, nics, Facts{SpareSlots: 4, BootMemory: run.Memory, TapsNotLive: "started without a tap NIC"})
+	if len(got) != 2 || got[1].Name != "vpc" || got[1].Class != Restart || got[1].Why != "started without a tap NIC" ||
+		got[0].Name != "u2" || got[0].Class != Live {
+		t.Errorf("a network NIC on a VM without taps:\n%s", lines(got))
+	}
+}

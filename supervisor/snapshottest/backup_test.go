@@ -192,7 +192,16 @@ func TestBackups(t *testing.T) {
 	sh := supervisortest.Shell(t, ctx, st)
 	guestWrite(t, ctx, sh, "AAAA", 0)
 	guestWrite(t, ctx, sh, "ZZZZ", 16) // more data for the full copy
-	take(false, backup.Full)
+	waitAgent(t, ctx, sup, name)
+	agent := filepath.Join(sup.Root(), "vms", name, "qga.sock")
+	// The point is taken with the guest's filesystems frozen by its agent
+	// (issue 48: backups were crash-consistent only), thawed after.
+	if p1 := take(false, backup.Full); !strings.HasPrefix(p1.Quiesced, "fsfreeze") {
+		t.Errorf("point 1 was not quiesced: %q", p1.Quiesced)
+	}
+	if fs := freezeStatus(t, ctx, agent); fs != "thawed" {
+		t.Fatalf("after point 1 the guest is %s", fs)
+	}
 
 	guestWrite(t, ctx, sh, "BBBB", 2)
 	// The guest keeps writing during the copy (elsewhere), not paused.
@@ -283,6 +292,9 @@ func TestBackups(t *testing.T) {
 	}
 	if l := leftovers(t, ctx, sup, name); l != "" {
 		t.Fatalf("the failed backup left %s", l)
+	}
+	if fs := freezeStatus(t, ctx, agent); fs != "thawed" {
+		t.Fatalf("after the failed backup the guest is %s", fs)
 	}
 	if st, err := sup.Status(ctx, name); err != nil || st.State != supervisor.StateRunning {
 		t.Fatalf("the guest is %s (%v)", st.State, err)

@@ -24,7 +24,8 @@ profile vmsup-odd flags=(attach_disconnected) {
   @{PROC}/sys/vm/overcommit_memory r,
   @{PROC}/@{pid}/{status,stat,maps,auxv,cgroup,mountinfo} r,
   /sys/devices/system/cpu/** r,
-  /sys/devices/system/node/** r,
+  /sys/devices/system/node/{,**} r,
+  /sys/bus/nd/devices/{,**} r,
   /dev/urandom r,
   /dev/null rw,
 

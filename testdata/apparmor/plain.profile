@@ -24,7 +24,8 @@ profile vmsup-plain flags=(attach_disconnected) {
   @{PROC}/sys/vm/overcommit_memory r,
   @{PROC}/@{pid}/{status,stat,maps,auxv,cgroup,mountinfo} r,
   /sys/devices/system/cpu/** r,
-  /sys/devices/system/node/** r,
+  /sys/devices/system/node/{,**} r,
+  /sys/bus/nd/devices/{,**} r,
   /dev/urandom r,
   /dev/null rw,
 
@@ -33,6 +34,9 @@ profile vmsup-plain flags=(attach_disconnected) {
   network inet dgram,
   network inet6 stream,
   network inet6 dgram,
+  /etc/resolv.conf r,
+  @{run}/{resolvconf,NetworkManager,systemd/resolve,connman,netconfig}/resolv.conf r,
+  @{run}/systemd/resolve/stub-resolv.conf r,
 
   # The VM's own files.
   "/var/lib/vmsup/images/vmlinux" r,

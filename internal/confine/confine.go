@@ -4,10 +4,11 @@
 //   - QEMU runs as an unprivileged user (Options.QEMUUser, default
 //     vmsup-qemu, created if missing) in a systemd sandbox (units.Sandbox).
 //   - That user gets exactly the files the VM needs: it owns the VM's state
-//     directory; every other file (disk images and their backing chains,
-//     kernel, initrd, /dev/kvm) and the directories above them get one
-//     POSIX ACL entry for it, only where it lacks access, recorded and taken
-//     back on down. Owners and modes of the user's files never change. (fd
+//     directory, where the kernel and initrd are copied from their checked
+//     descriptors (bootfiles.go); every other file (disk images QEMU opens
+//     by name, firmware code, /dev/kvm) and the directories above them get
+//     one POSIX ACL entry for it, only where it lacks access, recorded and
+//     taken back on down. Owners and modes of the user's files never change. (fd
 //     passing, as Incus does, would need QEMU started by vmsup itself or
 //     systemd 253's OpenFile=; this host has systemd 252.)
 //   - A per-VM AppArmor profile lists the same files where the kernel has
@@ -68,6 +69,9 @@ type Manager struct {
 	// DiskPlace is the place a disk file lies in (hostpaths.Places.DiskPlace):
 	// a hot-plugged disk's files are opened beneath it and granted by object.
 	DiskPlace storage.Placer
+	// OpenFile opens a boot file beneath its place and checks the object
+	// (hostpaths.Places.OpenFile): what the boot files are copied from.
+	OpenFile func(field, path string) (*os.File, error)
 }
 
 // SharedQEMUUser is the one system user all VMs' QEMUs run as when asked
@@ -270,11 +274,8 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range []struct{ field, path string }{{"boot.kernel", vm.Boot.Kernel}, {"boot.initrd", vm.Boot.Initrd}} {
-		if b.path != "" {
-			ns = append(ns, need{path: b.path, mode: "r", field: f.Path + ": " + b.field})
-		}
-	}
+	// The kernel and initrd are QEMU's copies in the state directory
+	// (bootfiles.go): no need of their own.
 	if fw := hostcaps.BootCode(vm.Boot); fw != "" {
 		ns = append(ns, need{path: fw, mode: "r", field: f.Path + ": boot.firmware"})
 	}

@@ -63,7 +63,6 @@ func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
 		s.net().Teardown(ctx, name, false),
 		s.hostDevs().Teardown(name, p.HostDevs()),
 		s.confiner().Teardown(ctx, name),
-		confine.RemoveBootFiles(p),
 		vmdisks.Teardown(p.Dir),
 		identity.RemoveCredentials(p.Dir),
 		hugepages.Host{}.RemoveVMDirs(name),

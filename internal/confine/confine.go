@@ -4,13 +4,14 @@
 //   - QEMU runs as an unprivileged user (Options.QEMUUser, default
 //     vmsup-qemu, created if missing) in a systemd sandbox (units.Sandbox).
 //   - That user gets exactly the files the VM needs: it owns the VM's state
-//     directory, where the kernel and initrd are copied from their checked
-//     descriptors (bootfiles.go); every other file (disk images QEMU opens
-//     by name, firmware code, /dev/kvm) and the directories above them get
-//     one POSIX ACL entry for it, only where it lacks access, recorded and
-//     taken back on down. Owners and modes of the user's files never change. (fd
-//     passing, as Incus does, would need QEMU started by vmsup itself or
-//     systemd 253's OpenFile=; this host has systemd 252.)
+//     directory (but the copies of the kernel and initrd vmsup makes there
+//     from their checked descriptors, which stay root's: bootfiles.go);
+//     every other file QEMU opens by name (disk images on a SATA bus,
+//     firmware code, /dev/kvm) and the directories above them get one
+//     POSIX ACL entry for it, only where it lacks access, recorded and
+//     taken back on down. Owners and modes of the user's files never
+//     change. (fd passing, as Incus does, would need QEMU started by vmsup
+//     itself or systemd 253's OpenFile=; this host has systemd 252.)
 //   - A per-VM AppArmor profile lists the same files where the kernel has
 //     AppArmor.
 //
@@ -433,7 +434,10 @@ func (m *Manager) giveStateDir(c *Record, p vmstate.Paths) error {
 	// Everything in it, whatever the other concerns put there (a seed ISO,
 	// disk secrets one level down): WalkDir does not follow symlinks.
 	var paths []string
-	err := filepath.WalkDir(p.Dir, func(path string, _ fs.DirEntry, err error) error {
+	err := filepath.WalkDir(p.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && path == filepath.Join(p.Dir, bootDir) {
+			return fs.SkipDir // the boot files' copies stay root's (bootfiles.go)
+		}
 		if err == nil {
 			paths = append(paths, path)
 		}

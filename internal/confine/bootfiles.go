@@ -185,6 +185,11 @@ func (m *Manager) copyVars(dir *os.File, name string, b spec.Boot, max int64) (b
 		return false, err
 	}
 	tmpl := hostcaps.VarsTemplate(b)
+	if b.VarsTemplate == "" { // the distribution's, vmsup's own choice: by what its name leads to
+		if real, err := filepath.EvalSymlinks(tmpl); err == nil {
+			tmpl = real
+		}
+	}
 	src, err := m.OpenFile("boot.vars_template", tmpl)
 	if err != nil {
 		return false, fmt.Errorf("UEFI variable store: boot.vars_template: %w", err)

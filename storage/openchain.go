@@ -134,17 +134,24 @@ func OpenDisk(d spec.Disk, placer Placer, lim OpenLimits) (*OpenedDisk, error) {
 // levelErr words a level's refusal: a base's names the image above it all,
 // an open's drops Go's "open" prefix (the path leads).
 func levelErr(top string, base bool, err error) error {
+	err = openErr(err, "disk images")
+	if base {
+		return fmt.Errorf("%s's base image %w", top, err)
+	}
+	return err
+}
+
+// openErr words an open's refusal of a file of a kind (what: "disk
+// images"): Go's "open" prefix dropped (the path leads).
+func openErr(err error, what string) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) && pe.Op == "open" {
 		err = &pathErr{pe}
 		// Worded for the common case, a symlink at the name (the name
 		// is only looked at again to say so).
 		if fi, lerr := os.Lstat(pe.Path); errors.Is(err, ErrNotBeneath) && lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
-			err = fmt.Errorf("%s is a symlink: refused, disk images are opened by their own name (name the file it leads to): %w", pe.Path, ErrNotBeneath)
+			err = fmt.Errorf("%s is a symlink: refused, %s are opened by their own name (name the file it leads to): %w", pe.Path, what, ErrNotBeneath)
 		}
-	}
-	if base {
-		return fmt.Errorf("%s's base image %w", top, err)
 	}
 	return err
 }

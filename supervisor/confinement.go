@@ -35,7 +35,7 @@ type Confinement = confine.Status
 func (s *Supervisor) confiner() *confine.Manager {
 	return &confine.Manager{Root: s.opts.Root, QEMUUser: s.opts.QEMUUser, QEMU: s.opts.QEMU, Self: s.opts.Self,
 		ImageDirs: append(slices.Clip(s.opts.ImageDirs), imagestore.Dir(s.opts.Root)), AppArmorUnusable: s.hostFacts().AppArmorUnusable, VFIO: s.vfio(), Logger: s.opts.Logger,
-		Hugetlbfs: hugepages.Host{}.DirOf, OpenDisk: s.openDisk, DiskPlace: s.places().DiskPlace}
+		Hugetlbfs: hugepages.Host{}.DirOf, OpenDisk: s.openDisk, DiskPlace: s.places().DiskPlace, OpenFile: s.places().OpenFile}
 }
 
 // openDisk opens d's image and chain beneath this host's places and checks

@@ -15,7 +15,6 @@ import (
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/diskfds"
-	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
@@ -439,14 +438,9 @@ func (r *startRun) stateDir(ctx context.Context) error {
 	if err := r.makeEventLog(); err != nil {
 		return err
 	}
-	switch {
-	case r.mode == StartFresh && f.VM.Boot.Firmware == spec.FirmwareUEFI:
-		if _, err := os.Stat(p.UEFIVars); errors.Is(err, os.ErrNotExist) {
-			if err := vmstate.CopyNew(hostcaps.VarsTemplate(f.VM.Boot), p.UEFIVars); err != nil {
-				return fmt.Errorf("UEFI variable store: %w", err)
-			}
-		}
-	case r.mode == StartIncoming:
+	// A fresh start's UEFI variable store is made from its template by the
+	// boot-files step (internal/confine), from the checked descriptor.
+	if r.mode == StartIncoming {
 		if f.VM.Boot.Firmware == spec.FirmwareUEFI {
 			// The flash contents also travel in the stream (pflash is
 			// RAM-backed); the file is what later writes go to.

@@ -36,7 +36,7 @@ cni_config = "/etc/cni/net.d/y.conflist"
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := `images storage net-check netns nic "pod" nic "pod2" confine`
+	host := `images storage net-check netns nic "pod" nic "pod2" boot-files confine`
 	for mode, want := range map[supervisor.StartMode]string{
 		supervisor.StartFresh:         `validate lock check state-dir ` + host + ` argv record console-log unit disks confirm`,
 		supervisor.StartIncoming:      `validate lock check state-dir ` + host + ` argv record console-log unit disks incoming`,

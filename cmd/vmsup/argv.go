@@ -21,7 +21,10 @@ with every disk named by path (what a raw QEMU run of the same machine takes).
 vmsup starts QEMU paused (-S) without its file, ISO and block device disks
 outside the VM's state directory, opens their images and backing chains
 itself and passes them as descriptors over QMP (/dev/fdset/N) before the
-guest runs; those disks are listed on stderr (in JSON: disks_by_descriptor).`,
+guest runs; those disks are listed on stderr (in JSON: disks_by_descriptor).
+The kernel and initrd are printed by path too: vmsup opens and checks them
+at each start and QEMU boots its copies in the VM's state directory
+(DIR/boot/kernel, DIR/boot/initrd), as said on stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withFiles(args, func(sup *supervisor.Supervisor, fs []*spec.File) error {
@@ -42,6 +45,9 @@ guest runs; those disks are listed on stderr (in JSON: disks_by_descriptor).`,
 					if len(byFD) > 0 {
 						fmt.Fprintf(os.Stderr, "vmsup: disks %s reach QEMU as descriptors over QMP (/dev/fdset/N) while it waits paused (-S), not by these paths\n",
 							strings.Join(byFD, ", "))
+					}
+					if fs[0].VM.Boot.Kernel != "" {
+						fmt.Fprintln(os.Stderr, "vmsup: QEMU boots copies of the kernel and initrd in the VM's state directory (boot/), made from their checked files at each start, not these paths")
 					}
 				})
 			})

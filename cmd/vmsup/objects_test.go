@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/imagestore"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // hostSecret is a root-only file on the image directory's file system
@@ -266,4 +269,91 @@ func TestCLIDiskSwapRace(t *testing.T) {
 			t.Errorf("%s has ACL entries after kill: %v", p, named)
 		}
 	}
+}
+
+// copyTo copies src to dst (0644): a file of the test's own, one link.
+func copyTo(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCLIBootFileObjects (issue 45): a kernel or initrd that is a hard
+// link to a root-only file is refused by validate and up, one line naming
+// the key, and the secret is granted nothing; a VM boots from vmsup's
+// copies in its state directory (QEMU's command line names them and no
+// original), its kernel and initrd get no ACL entry and can be deleted
+// while it runs, and `systemctl stop` still powers it off by ACPI with
+// its stop hooks run (no 226/NAMESPACE).
+func TestCLIBootFileObjects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	root, dir := t.TempDir(), t.TempDir()
+	secret := hostSecret(t)
+	images := filepath.Join(root, "images")
+	if err := os.MkdirAll(images, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	kernel, initrd, hard := filepath.Join(images, "vmlinux"), filepath.Join(images, "initrd"), filepath.Join(images, "hard")
+	copyTo(t, env.Guest.Kernel, kernel)
+	copyTo(t, env.Guest.Initrd, initrd)
+	if err := os.Link(secret, hard); err != nil {
+		t.Fatal(err)
+	}
+	bootTOML := func(name, k, i string) string {
+		return strings.NewReplacer(fmt.Sprintf("kernel = %q", env.Guest.Kernel), fmt.Sprintf("kernel = %q", k),
+			fmt.Sprintf("initrd = %q", env.Guest.Initrd), fmt.Sprintf("initrd = %q", i)).Replace(guestTOML(name, ""))
+	}
+	for _, c := range []struct{ name, field, kernel, initrd string }{
+		{"bk", "boot.kernel", hard, initrd}, {"bi", "boot.initrd", kernel, hard}} {
+		vm := write(t, dir, c.name+".toml", bootTOML(c.name, c.kernel, c.initrd))
+		for _, verb := range []string{"validate", "up"} {
+			r := vmsup(t, root, "", verb, vm)
+			line := strings.TrimSuffix(r.stderr, "\n")
+			if want := c.field + ": " + hard + " has more than one hard link (2)"; r.code == 0 || strings.Contains(line, "\n") || !strings.Contains(line, want) {
+				t.Errorf("%s %s: exit %d, stderr %q; want one line with %q", verb, c.field, r.code, r.stderr, want)
+			} else {
+				t.Logf("%s %s: %s", verb, c.field, line)
+			}
+			if verb == "up" && r.code == 0 {
+				vmsup(t, root, "", "kill", c.name)
+			}
+		}
+	}
+	supervisortest.NoACLs(t, "after the refusals", []string{secret})
+
+	vm := write(t, dir, "boot.toml", bootTOML("boot", kernel, initrd))
+	if r := vmsup(t, root, "", "up", vm); r.code != 0 {
+		t.Fatalf("up: %+v", r)
+	}
+	defer vmsup(t, root, "", "kill", "boot")
+	waitFor(t, filepath.Join(root, "vms", "boot", "console.log"), "VMSUP-SHELL-READY", time.Minute)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", qemuPIDOf(t, root, "boot")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := strings.Split(string(b), "\x00")
+	copies := filepath.Join(root, "vms", "boot", "boot")
+	for opt, want := range map[string]string{"-kernel": filepath.Join(copies, "kernel"), "-initrd": filepath.Join(copies, "initrd")} {
+		if i := slices.Index(argv, opt); i < 0 || i+1 >= len(argv) || argv[i+1] != want {
+			t.Errorf("QEMU's %s is not %s: %q", opt, want, argv)
+		}
+	}
+	for _, a := range argv {
+		if strings.Contains(a, kernel) || strings.Contains(a, initrd) {
+			t.Errorf("QEMU's command line names an original: %q", a)
+		}
+	}
+	supervisortest.NoACLs(t, "while the VM runs", []string{kernel, initrd, images})
+	for _, p := range []string{kernel, initrd} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	supervisortest.StopByUnit(t, ctx, env.Systemd, "boot")
 }

@@ -9,6 +9,9 @@
 // target's directory is always on the target's filesystem, and a writer
 // killed half-way leaves its ".NAME*" temporary beside the file it wrote,
 // where the next write's directory listing shows it, not in /tmp.
+//
+// CopyAt copies an opened file's content the same way, beneath a directory
+// descriptor, cloned or copied in the kernel where it can.
 package atomicfile
 
 import (

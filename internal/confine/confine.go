@@ -4,12 +4,14 @@
 //   - QEMU runs as an unprivileged user (Options.QEMUUser, default
 //     vmsup-qemu, created if missing) in a systemd sandbox (units.Sandbox).
 //   - That user gets exactly the files the VM needs: it owns the VM's state
-//     directory; every other file (disk images and their backing chains,
-//     kernel, initrd, /dev/kvm) and the directories above them get one
-//     POSIX ACL entry for it, only where it lacks access, recorded and taken
-//     back on down. Owners and modes of the user's files never change. (fd
-//     passing, as Incus does, would need QEMU started by vmsup itself or
-//     systemd 253's OpenFile=; this host has systemd 252.)
+//     directory (but the copies of the kernel and initrd vmsup makes there
+//     from their checked descriptors, which stay root's: bootfiles.go);
+//     every other file QEMU opens by name (disk images on a SATA bus,
+//     firmware code, /dev/kvm) and the directories above them get one
+//     POSIX ACL entry for it, only where it lacks access, recorded and
+//     taken back on down. Owners and modes of the user's files never
+//     change. (fd passing, as Incus does, would need QEMU started by vmsup
+//     itself or systemd 253's OpenFile=; this host has systemd 252.)
 //   - A per-VM AppArmor profile lists the same files where the kernel has
 //     AppArmor.
 //
@@ -68,6 +70,9 @@ type Manager struct {
 	// DiskPlace is the place a disk file lies in (hostpaths.Places.DiskPlace):
 	// a hot-plugged disk's files are opened beneath it and granted by object.
 	DiskPlace storage.Placer
+	// OpenFile opens a boot file beneath its place and checks the object
+	// (hostpaths.Places.OpenFile): what the boot files are copied from.
+	OpenFile func(field, path string) (*os.File, error)
 }
 
 // SharedQEMUUser is the one system user all VMs' QEMUs run as when asked
@@ -270,11 +275,8 @@ func (m *Manager) vmNeeds(ctx context.Context, f *spec.File, p vmstate.Paths, ac
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range []struct{ field, path string }{{"boot.kernel", vm.Boot.Kernel}, {"boot.initrd", vm.Boot.Initrd}} {
-		if b.path != "" {
-			ns = append(ns, need{path: b.path, mode: "r", field: f.Path + ": " + b.field})
-		}
-	}
+	// The kernel and initrd are QEMU's copies in the state directory
+	// (bootfiles.go): no need of their own.
 	if fw := hostcaps.BootCode(vm.Boot); fw != "" {
 		ns = append(ns, need{path: fw, mode: "r", field: f.Path + ": boot.firmware"})
 	}
@@ -432,7 +434,10 @@ func (m *Manager) giveStateDir(c *Record, p vmstate.Paths) error {
 	// Everything in it, whatever the other concerns put there (a seed ISO,
 	// disk secrets one level down): WalkDir does not follow symlinks.
 	var paths []string
-	err := filepath.WalkDir(p.Dir, func(path string, _ fs.DirEntry, err error) error {
+	err := filepath.WalkDir(p.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && path == filepath.Join(p.Dir, bootDir) {
+			return fs.SkipDir // the boot files' copies stay root's (bootfiles.go)
+		}
 		if err == nil {
 			paths = append(paths, path)
 		}

@@ -18,9 +18,11 @@ import (
 	"github.com/vmsup/vmsup/spec"
 )
 
-// TestSharedBaseGrant: two VMs share a base image below a private directory.
-// The first grants access; when it goes down the second keeps it (the grant
-// is handed over), and when the second goes down nothing is left.
+// TestSharedBaseGrant: two VMs share a read-only image below a private
+// directory that QEMU opens by name (a SATA disk). The first grants access;
+// when it goes down the second keeps it (the grant is handed over), and
+// when the second goes down nothing is left. Their kernel is copied into
+// each state directory (bootfiles.go): it is granted nothing.
 func TestSharedBaseGrant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -29,14 +31,16 @@ func TestSharedBaseGrant(t *testing.T) {
 	if err := os.Mkdir(imgs, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	kernel := filepath.Join(imgs, "vmlinux")
+	kernel, base := filepath.Join(imgs, "vmlinux"), filepath.Join(imgs, "base.raw")
 	os.WriteFile(kernel, []byte("k"), 0o600)
+	os.WriteFile(base, nil, 0o600)
 	needRoot(t)
 	s := &Manager{Root: root, Self: "/bin/true", QEMUUser: SharedQEMUUser, AppArmorUnusable: "test"}
 	st := vmstate.Store{Root: root}
 	cs := map[string]*Record{}
 	for _, name := range []string{"a", "b"} {
-		f, err := spec.Parse("/t/"+name+".toml", []byte("name = \""+name+"\"\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = \""+kernel+"\"\n"))
+		f, err := spec.Parse("/t/"+name+".toml", []byte(fmt.Sprintf("name = %q\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = %q\n"+
+			"[[disk]]\nname = \"base\"\nfile = %q\nbus = \"sata\"\nread_only = true\n", name, kernel, base)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,15 +55,20 @@ func TestSharedBaseGrant(t *testing.T) {
 		t.Fatal("first VM granted nothing")
 	}
 	for _, g := range cs["b"].Grants {
-		if g.Path == kernel || g.Path == imgs {
+		if g.Path == base || g.Path == imgs {
 			t.Fatalf("second VM granted %s again", g.Path)
+		}
+	}
+	for _, g := range append(cs["a"].Grants, cs["b"].Grants...) {
+		if g.Path == kernel {
+			t.Fatalf("the kernel was granted: %+v", g)
 		}
 	}
 	if err := s.Teardown(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := posixacl.HasAccess(kernel, uid, gid, nil, 4); !ok {
-		t.Fatal("b lost access to the shared kernel when a went down")
+	if ok, _ := posixacl.HasAccess(base, uid, gid, nil, 4); !ok {
+		t.Fatal("b lost access to the shared image when a went down")
 	}
 	if ok, _ := posixacl.HasAccess(imgs, uid, gid, nil, 1); !ok {
 		t.Fatal("b lost search on the shared directory when a went down")
@@ -67,7 +76,7 @@ func TestSharedBaseGrant(t *testing.T) {
 	if err := s.Teardown(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{kernel, imgs, root} {
+	for _, p := range []string{kernel, base, imgs, root} {
 		if _, err := unix.Getxattr(p, "system.posix_acl_access", make([]byte, 64)); err == nil {
 			t.Errorf("%s keeps an ACL after both VMs went down", p)
 		}
@@ -84,8 +93,9 @@ func TestPerVMUsers(t *testing.T) {
 	if err := os.Mkdir(imgs, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	kernel := filepath.Join(imgs, "vmlinux")
+	kernel, base := filepath.Join(imgs, "vmlinux"), filepath.Join(imgs, "base.raw")
 	os.WriteFile(kernel, []byte("k"), 0o600)
+	os.WriteFile(base, nil, 0o600)
 	needRoot(t)
 	s := &Manager{Root: root, Self: "/bin/true", QEMUUser: PerVMUser, AppArmorUnusable: "test"}
 	st := vmstate.Store{Root: root}
@@ -104,7 +114,8 @@ func TestPerVMUsers(t *testing.T) {
 		os.WriteFile(disk, nil, 0o600)
 		os.WriteFile(byFD, nil, 0o600)
 		f, err := spec.Parse("/t/"+name+".toml", []byte(fmt.Sprintf("name = %q\nmemory = \"64M\"\naccel = \"tcg\"\n[boot]\nkernel = %q\n"+
-			"[[disk]]\nname = \"d\"\nfile = %q\nbus = \"sata\"\n[[disk]]\nname = \"e\"\nfile = %q\n", name, kernel, disk, byFD)))
+			"[[disk]]\nname = \"d\"\nfile = %q\nbus = \"sata\"\n[[disk]]\nname = \"e\"\nfile = %q\n"+
+			"[[disk]]\nname = \"base\"\nfile = %q\nbus = \"sata\"\nread_only = true\n", name, kernel, disk, byFD, base)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,8 +143,8 @@ func TestPerVMUsers(t *testing.T) {
 	if err := s.Teardown(ctx, "pa"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := posixacl.HasAccess(kernel, b.UID, b.GID, nil, 4); !ok {
-		t.Error("pb lost its own grant on the shared kernel when pa went down")
+	if ok, _ := posixacl.HasAccess(base, b.UID, b.GID, nil, 4); !ok {
+		t.Error("pb lost its own grant on the shared image when pa went down")
 	}
 }
 

@@ -24,11 +24,12 @@ var (
 	_ startplan.Reuser      = Start{}
 )
 
-// Steps prepares the VM's confinement (QEMU's user, file access, AppArmor)
-// for what QEMU will really open (the boot disks, carried and moved ones
-// too) and gives the unit its sandbox.
+// Steps copies the boot files QEMU boots from into the state directory
+// (BootStep), prepares the VM's confinement (QEMU's user, file access,
+// AppArmor) for what QEMU will really open (the boot disks, carried and
+// moved ones too) and gives the unit its sandbox.
 func (s Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
-	return []steps.Step{{Name: Step, Do: func(ctx context.Context) error {
+	return []steps.Step{s.bootStep(f, plan), {Name: Step, Do: func(ctx context.Context) error {
 		m := s.Manager()
 		boot := plan.Boot.File(f)
 		c, err := m.Confine(ctx, boot, plan.Paths, plan.Accel)
@@ -42,8 +43,14 @@ func (s Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 }
 
 // Reuse: a local migration's new QEMU runs as the running one's user, in
-// the sandbox its confinement record gives.
+// the sandbox its confinement record gives, and boots from the running
+// one's copies of the boot files (made now where there are none).
 func (s Start) Reuse(f *spec.File, plan *startplan.Plan) error {
+	b, err := s.Manager().CopyBootFiles(f, plan.Paths, false, true)
+	if err != nil {
+		return err
+	}
+	plan.Boot.Kernel, plan.Boot.Initrd = b.Kernel, b.Initrd
 	plan.AddUnit(func(u *units.Unit) {
 		m := s.Manager()
 		if c, err := m.Read(f.VM.Name); err == nil && c != nil {

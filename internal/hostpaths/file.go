@@ -30,6 +30,15 @@ func (p *Places) CheckFile(ctx context.Context, f *spec.File) (refused []string,
 			refused = append(refused, fl.Name)
 		}
 	}
+	for _, fl := range Fields(&f.VM) {
+		if !strings.HasPrefix(fl.Name, "boot.") || f.Broken(fl.Name) || slices.Contains(refused, fl.Name) {
+			continue
+		}
+		if err := checkBootFile(p, fl); err != nil {
+			errs = append(errs, f.Errorf(fl.Name, "%v", err))
+			refused = append(refused, fl.Name)
+		}
+	}
 	for i, d := range f.VM.Disks {
 		disk := fmt.Sprintf("disk[%d]", i)
 		if f.Broken(disk) || slices.ContainsFunc(refused, func(r string) bool { return strings.HasPrefix(r, disk+".") }) {
@@ -69,6 +78,20 @@ func checkChain(ctx context.Context, p *Places, d spec.Disk) error {
 	}
 	o.Close()
 	return err
+}
+
+// checkBootFile opens a boot file as a start copies it (OpenFile) and
+// closes it: a check of the object. A missing file is the host check's
+// to report (hostcaps: "no such file").
+func checkBootFile(p *Places, fl Field) error {
+	f, err := p.OpenFile(fl.Name, fl.Path)
+	if errors.Is(err, fs.ErrNotExist) && !statExists(fl.Path) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // ErrNoObject is OpenDisk's answer for a disk with no image file of its own
@@ -122,27 +145,62 @@ func statExists(path string) bool {
 // reaches its place through a symlink.
 func (p *Places) DiskPlace(path string, base bool) (string, error) {
 	dirs := append(append([]string{}, p.ImageDirs...), p.AllowPaths...)
+	field := "file"
 	if base {
-		dirs = append(dirs, p.Store)
+		dirs, field = append(dirs, p.Store), "backing"
 	}
+	return p.placeIn(dirs, field, path)
+}
+
+// placeIn is the first of dirs path (absolute, clean) lies in as written,
+// for field: an allowed single file is opened beneath its own directory
+// (the name is that file's and no other). Outside them: Check's error, or
+// that path reaches its place through a symlink.
+func (p *Places) placeIn(dirs []string, field, path string) (string, error) {
 	for _, d := range dirs {
 		if d == "" {
 			continue
 		}
 		for _, dd := range []string{filepath.Clean(d), resolvedOr(d)} {
-			if within(dd, path) && dd != path {
+			switch {
+			case dd == path && slices.Contains(p.AllowPaths, d):
+				if fi, err := os.Lstat(dd); err == nil && fi.Mode().IsRegular() {
+					return filepath.Dir(dd), nil
+				}
+			case within(dd, path) && dd != path:
 				return dd, nil
 			}
 		}
-	}
-	field := "file"
-	if base {
-		field = "backing"
 	}
 	if err := p.Check(field, path); err != nil {
 		return "", err
 	}
 	return "", fmt.Errorf("%s is in its place only through a symlink (%w): name the file itself", path, storage.ErrNotBeneath)
+}
+
+// OpenFile opens a boot file a VM file names (field "boot.kernel",
+// "boot.initrd" or "boot.vars_template": its places are Check's for the
+// field, the image store among them) beneath the place it lies in as
+// written, read-only, and checks the object (storage.OpenFile: a regular
+// file with one link, no QEMU user's). The caller copies it from the
+// descriptor for QEMU, and closes it.
+func (p *Places) OpenFile(field, path string) (*os.File, error) {
+	abs, err := absolute(path)
+	if err != nil {
+		return nil, err
+	}
+	abs = filepath.Clean(abs)
+	dirs := append(append([]string{}, p.ImageDirs...), p.AllowPaths...)
+	dirs = append(dirs, p.Store)
+	if kindOf(field) == kindFirmware {
+		dirs = append(dirs, FirmwareDir)
+	}
+	place, err := p.placeIn(dirs, field, abs)
+	if err != nil {
+		return nil, err
+	}
+	f, _, err := storage.OpenFile(place, abs)
+	return f, err
 }
 
 func resolvedOr(dir string) string {

@@ -223,3 +223,64 @@ func TestStoreOnlyAsBase(t *testing.T) {
 		t.Error("a stored image as a configuration file: allowed")
 	}
 }
+
+// TestCheckFileBootObjects: CheckFile opens each boot file beneath its
+// place as a start copies it (OpenFile) and refuses the object, one line
+// at its key: a kernel that is a hard link to a root-only file, an initrd
+// reached through a symlink inside the image directory; a missing one is
+// left to the host check. A single allowed file opens beneath its own
+// directory, a variable template from the distribution's firmware too.
+func TestCheckFileBootObjects(t *testing.T) {
+	d, p, _ := tree(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(secret, []byte("root only"), 0o600))
+	must(os.Link(secret, filepath.Join(d, "images/hard")))
+	must(os.Symlink("sub/initrd", filepath.Join(d, "images/initrd")))
+	must(os.WriteFile(filepath.Join(d, "images/sub/initrd"), nil, 0o644))
+	must(os.WriteFile(filepath.Join(d, "single"), nil, 0o644))
+	p.AllowPaths = append(p.AllowPaths, filepath.Join(d, "single"))
+	file := func(kernel, initrd string) *spec.File {
+		f, err := spec.Parse(filepath.Join(d, "vm.toml"), []byte(`name = "b"
+memory = "256M"
+[boot]
+kernel = "`+kernel+`"
+initrd = "`+initrd+`"
+`))
+		must(err)
+		return f
+	}
+	refused, err := p.CheckFile(t.Context(), file(filepath.Join(d, "images/hard"), filepath.Join(d, "images/initrd")))
+	if diff := cmp.Diff([]string{"boot.kernel", "boot.initrd"}, refused); diff != "" {
+		t.Errorf("refused (-want +got):\n%s", diff)
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	for _, want := range []string{"boot.kernel: " + filepath.Join(d, "images/hard") + " has more than one hard link (2)",
+		"boot.initrd: " + filepath.Join(d, "images/initrd") + " is a symlink: refused"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("CheckFile: %q\nwant a line with %q", msg, want)
+		}
+	}
+	if n := strings.Count(msg, "\n"); n != 1 {
+		t.Errorf("CheckFile: %d lines, want 2:\n%s", n+1, msg)
+	}
+	if _, err := p.CheckFile(t.Context(), file(filepath.Join(d, "single"), filepath.Join(d, "images/missing"))); err != nil {
+		t.Errorf("a single allowed kernel and a missing initrd: %v", err)
+	}
+	if _, err := os.Stat(FirmwareDir + "/OVMF_VARS_4M.fd"); err == nil {
+		f, err := p.OpenFile("boot.vars_template", FirmwareDir+"/OVMF_VARS_4M.fd")
+		if err != nil {
+			t.Errorf("the distribution's variable template: %v", err)
+		} else {
+			f.Close()
+		}
+	}
+}

@@ -121,11 +121,16 @@ func Reuse(f *spec.File, plan *Plan, cs ...Contributor) error {
 
 // Boot is what a start opens beyond its file's disks as written: the disks
 // `vmsup disk move` put elsewhere, the disks hot-plugged during an earlier
-// run that it boots with (carried), and the snapshot overlays disks are on.
+// run that it boots with (carried), and the snapshot overlays disks are on;
+// and the copies of its kernel and initrd QEMU boots from.
 type Boot struct {
 	Carried []spec.Disk
 	Moved   map[string]vmstate.MovedDisk
 	Tree    *snapshot.Tree // nil for a VM coming from another host
+	// Kernel and Initrd are the copies of the file's boot.kernel and
+	// boot.initrd in the VM's state directory (the boot-files step,
+	// internal/confine); "" until that step, or without one.
+	Kernel, Initrd string
 }
 
 // Disks are the disks a start of vm opens (vmstate.OpenedDisks, the rule
@@ -152,13 +157,23 @@ func (b Boot) OwnImages(vm *spec.VM) map[string]string {
 	return out
 }
 
-// File returns f as QEMU boots it: each disk opened where Disks says (f
-// itself when nothing applies).
+// File returns f as QEMU boots it: each disk opened where Disks says, the
+// kernel and initrd from their copies (f itself when nothing applies).
 func (b Boot) File(f *spec.File) *spec.File {
-	if len(b.Carried) == 0 && (b.Tree == nil || b.Tree.Empty()) && len(b.Moved) == 0 {
+	disks := len(b.Carried) > 0 || (b.Tree != nil && !b.Tree.Empty()) || len(b.Moved) > 0
+	if !disks && b.Kernel == "" && b.Initrd == "" {
 		return f
 	}
 	g := *f
+	if b.Kernel != "" {
+		g.VM.Boot.Kernel = b.Kernel
+	}
+	if b.Initrd != "" {
+		g.VM.Boot.Initrd = b.Initrd
+	}
+	if !disks {
+		return &g
+	}
 	g.VM.Disks = nil
 	for _, d := range b.Disks(&f.VM) {
 		g.VM.Disks = append(g.VM.Disks, d.Opened())

@@ -69,7 +69,8 @@ func TestContributors(t *testing.T) {
 
 // TestBootFile: a start boots the file's disks moved where a move put them
 // (while the file still names the source they were moved from), then the
-// carried ones; with nothing of either, the file itself.
+// carried ones, and its kernel and initrd from their copies; with nothing
+// of these, the file itself.
 func TestBootFile(t *testing.T) {
 	f := &spec.File{VM: spec.VM{Name: "vm", Disks: []spec.Disk{
 		{Name: "root", Type: spec.DiskFile, File: "/img/root.qcow2", Format: spec.FormatQcow2},
@@ -93,5 +94,17 @@ func TestBootFile(t *testing.T) {
 	}
 	if len(f.VM.Disks) != 2 || f.VM.Disks[1].File != "/img/data.raw" {
 		t.Errorf("the file changed: %+v", f.VM.Disks)
+	}
+	f.VM.Boot = spec.Boot{Kernel: "/img/vmlinux", Initrd: "/img/initrd", Cmdline: "console=ttyS0"}
+	for _, b := range []Boot{{Kernel: "/vms/vm/boot/kernel", Initrd: "/vms/vm/boot/initrd"},
+		{Kernel: "/vms/vm/boot/kernel", Initrd: "/vms/vm/boot/initrd", Moved: moved}} {
+		g := b.File(f)
+		if want := (spec.Boot{Kernel: "/vms/vm/boot/kernel", Initrd: "/vms/vm/boot/initrd", Cmdline: "console=ttyS0"}); g.VM.Boot != want ||
+			len(g.VM.Disks) != 2 {
+			t.Errorf("booting from the copies: %+v, %d disks", g.VM.Boot, len(g.VM.Disks))
+		}
+	}
+	if f.VM.Boot.Kernel != "/img/vmlinux" || f.VM.Boot.Initrd != "/img/initrd" {
+		t.Errorf("the file changed: %+v", f.VM.Boot)
 	}
 }

@@ -1,29 +1,9 @@
 package vmstate
 
 import (
-	"io"
 	"os"
 	"syscall"
 )
-
-// CopyNew copies src to a new file dst (0600); dst must not exist.
-func CopyNew(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(dst)
-		return err
-	}
-	return out.Close()
-}
 
 // Restore puts a record back as it was: old, or no file when old is nil.
 func Restore(path string, old []byte) {

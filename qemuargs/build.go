@@ -109,6 +109,11 @@ type Options struct {
 	// DisksByFD (a disk on a snapshot's overlay: the snapshot operations
 	// reopen its bases as QEMU opened them from the header).
 	DisksByPath []string
+
+	// Taps holds, by NIC name, a tap other than the NIC's own to open: a
+	// local migration's new QEMU gets a second tap on the same bridge, as
+	// the running QEMU holds the first.
+	Taps map[string]string
 }
 
 // byFD reports whether Build leaves d off the command line.
@@ -321,6 +326,9 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) ([
 func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 	var parts []renderer
 	for i, n := range vm.NICs {
+		if t := o.Taps[n.Name]; t != "" {
+			n.Tap = t
+		}
 		nd, err := NICNetdev(n, o.VhostNet)
 		if err != nil {
 			return nil, nicInField(err, i, n.Name)

@@ -89,11 +89,8 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 		in.RBD = append(in.RBD, disks.rbd[i])
 	}
 	if snap.Memory != "" {
-		if !sameDevices(snap.Devices, app) {
-			return fail(errors.New("the VM's devices changed since the snapshot, so its memory state does not fit them"))
-		}
-		if _, err := os.Stat(snap.Memory); err != nil {
-			return fail(fmt.Errorf("its memory state: %w", err))
+		if err := s.checkMemoryRevert(name, snap, app); err != nil {
+			return fail(err)
 		}
 		in.Start = true
 	}
@@ -172,6 +169,38 @@ func (s *Service) finishRevert(ctx context.Context, name string, op *operation.O
 		return fmt.Errorf("start: %w", err)
 	}
 	res.Started, res.Restored = true, in.Memory != ""
+	return nil
+}
+
+// checkMemoryRevert refuses, before anything is touched, a revert to
+// snap's memory state that the VM could not resume from: one saved with
+// another machine type than the VM's pinned one (from the snapshot's
+// record, or the state's own header for a snapshot older than the
+// record), or with other devices, or gone.
+func (s *Service) checkMemoryRevert(name string, snap *snapshot.Snapshot, app *vmstate.Applied) error {
+	saved := snap.Machine
+	if saved == "" {
+		saved, _ = StateMachine(snap.Memory) // unreadable: QEMU says why at the start
+	}
+	if saved != "" {
+		f, err := s.h.AppliedFile(name)
+		if err != nil {
+			return err
+		}
+		now, err := s.h.PinnedMachine(f)
+		if err != nil {
+			return err
+		}
+		if spec.MachineVersioned(now) && now != saved {
+			return fmt.Errorf("its memory state was saved with machine type %s and the VM is pinned to %s now: QEMU resumes a memory state only on the machine type it was saved with; nothing was changed", saved, now)
+		}
+	}
+	if !sameDevices(snap.Devices, app) {
+		return errors.New("the VM's devices changed since the snapshot, so its memory state does not fit them")
+	}
+	if _, err := os.Stat(snap.Memory); err != nil {
+		return fmt.Errorf("its memory state: %w", err)
+	}
 	return nil
 }
 

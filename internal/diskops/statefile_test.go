@@ -3,6 +3,8 @@ package diskops
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -38,5 +40,18 @@ func TestReadStateMachine(t *testing.T) {
 		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: %q, %v; want %q, %q", c.name, got, err, c.want, c.err)
 		}
+	}
+}
+
+// TestRevertGaveUp: a revert that gives up says so in one line: which
+// start failed and why (the start step's cause), where the VM and the
+// snapshot are, and what boots it.
+func TestRevertGaveUp(t *testing.T) {
+	cause := errors.New("read the memory state: migration failed: load of migration failed")
+	e := &revertGaveUp{tag: "m1", memory: true, err: fmt.Errorf("wrapped: %w", cause)}
+	want := `revert to "m1": the VM did not resume from the snapshot's memory state (wrapped: read the memory state: migration failed: load of migration failed); ` +
+		`it is off on the snapshot's disks, the snapshot is kept: vmsup up boots it from them`
+	if e.Error() != want || !errors.Is(e, cause) || strings.Contains(e.Error(), "\n") {
+		t.Errorf("%q\nwant %q", e.Error(), want)
 	}
 }

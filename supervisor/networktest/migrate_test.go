@@ -2,14 +2,21 @@ package networktest
 
 import (
 	"context"
+	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmnet"
+	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // TestMigrateLocalTaps: a guest with a Linux bridge NIC and an OVS NIC
@@ -115,4 +122,68 @@ func pingDuring(ctx context.Context, addr string) (lost func() int, sent *int) {
 		count = int(n.Load())
 		return int(missed.Load())
 	}, &count
+}
+
+// TestMigrateLocalTapsKilled: migrate --local of a guest on a Linux
+// bridge, its command killed after each of its steps (the source's, the
+// new QEMU's start and hand-over, all in one process). The next local
+// migration settles the kill and succeeds; then exactly one tap of the
+// NIC is left, recorded as its tap with no next one, on the bridge, and
+// the host pings the guest.
+func TestMigrateLocalTapsKilled(t *testing.T) {
+	ctx := ctxT(t, 25*time.Minute)
+	sup := newSup(t)
+	f := guestFile(t, "mvkill", "vmsup.ip=10.88.0.31/24", `
+[[nic]]
+name = "lan"
+type = "bridge"
+bridge = "`+linuxBridge+`"
+`)
+	own := f.VM.NICs[0].Tap
+	names := []string{own, vmnet.NextTap(own, own)}
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), "mvkill") })
+	shell(t, ctx, sup, "mvkill").Close()
+	hostPing(t, ctx, "10.88.0.31")
+	job := supervisortest.FaultJob{Root: sup.Root(), Bus: env.Systemd.BusAddress, JournalDir: env.Systemd.JournalDir,
+		QEMU: env.QEMU, Self: vmsupBin, HostCache: env.CapsCache, Op: "migrate-local", VM: "mvkill",
+		Trace: filepath.Join(t.TempDir(), "trace")}
+	if killed, out, _ := supervisortest.RunJob(t, ctx, job, 0); killed || out != "" {
+		t.Fatalf("migrate --local: killed %v: %s", killed, out)
+	}
+	trace, _ := os.ReadFile(job.Trace)
+	var steps []string
+	for _, s := range strings.Split(strings.TrimSpace(string(trace)), "\n") {
+		if !slices.Contains(steps, s) {
+			steps = append(steps, s)
+		}
+	}
+	job.Trace = ""
+	for _, step := range steps {
+		job.KillAfter = step
+		if killed, out, _ := supervisortest.RunJob(t, ctx, job, 0); !killed {
+			t.Fatalf("%s: not killed: %s", step, out)
+		}
+		// The next migration, once the kill's guardian let the VM go.
+		var busy *supervisor.BusyError
+		for _, err := sup.Migrate(ctx, "mvkill", supervisor.MigrateOptions{Local: true}); err != nil; _, err = sup.Migrate(ctx, "mvkill", supervisor.MigrateOptions{Local: true}) {
+			if !errors.As(err, &busy) || ctx.Err() != nil {
+				t.Fatalf("killed after %s: the next migration: %v", step, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		rec, err := vmnet.ReadRecord(vmstate.Store{Root: sup.Root()}.Paths("mvkill"))
+		if err != nil || len(rec.NICs) != 1 {
+			t.Fatalf("killed after %s: network record %+v %v", step, rec, err)
+		}
+		n := rec.NICs[0]
+		there := slices.DeleteFunc(slices.Clone(names), func(s string) bool { return !netsetup.LinkExists(s) })
+		if br, _ := netsetup.LinkMaster(n.Tap); n.Next != "" || !slices.Equal(there, []string{n.Tap}) || br != linuxBridge {
+			t.Fatalf("killed after %s: record %+v, taps there %v, on %q", step, n, there, br)
+		}
+		hostPing(t, ctx, "10.88.0.31")
+	}
+	t.Logf("killed after each of %d steps: %s", len(steps), strings.Join(steps, ", "))
 }

@@ -105,6 +105,11 @@ type Options struct {
 	// every disk by path (vmsup argv, a raw QEMU baseline).
 	DisksByFD bool
 	StateDir  string
+
+	// Taps holds, by NIC name, a tap other than the NIC's own to open: a
+	// local migration's new QEMU gets a second tap on the same bridge, as
+	// the running QEMU holds the first.
+	Taps map[string]string
 }
 
 // byFD reports whether Build leaves d off the command line.
@@ -317,6 +322,9 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) ([
 func deviceParts(vm *spec.VM, o Options, l pciLayout) ([]renderer, error) {
 	var parts []renderer
 	for i, n := range vm.NICs {
+		if t := o.Taps[n.Name]; t != "" {
+			n.Tap = t
+		}
 		nd, err := NICNetdev(n, o.VhostNet)
 		if err != nil {
 			return nil, nicInField(err, i, n.Name)

@@ -183,6 +183,29 @@ func TestBuildOptionsIgnored(t *testing.T) {
 	}
 }
 
+// TestBuildTaps: Options.Taps gives a NIC another tap to open (a local
+// migration's new QEMU) and leaves the others on their own.
+func TestBuildTaps(t *testing.T) {
+	vm := validVM(t, "[[disk]]\nname = \"root\"\nfile = \"root.img\"\n"+
+		"[[nic]]\nname = \"a\"\ntype = \"bridge\"\nbridge = \"br0\"\ntap = \"tapa\"\n"+
+		"[[nic]]\nname = \"b\"\ntype = \"bridge\"\nbridge = \"br0\"\ntap = \"tapb\"\n")
+	o := testOptions
+	o.Taps = map[string]string{"a": "vmmnext"}
+	argv, err := Build(vm, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Join(argv, " ")
+	for _, want := range []string{`"ifname":"vmmnext"`, `"ifname":"tapb"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("argv lacks %s: %s", want, line)
+		}
+	}
+	if strings.Contains(line, `"ifname":"tapa"`) || vm.NICs[0].Tap != "tapa" {
+		t.Errorf("NIC a still opens its own tap, or its spec changed (%q): %s", vm.NICs[0].Tap, line)
+	}
+}
+
 func TestSpareRootPorts(t *testing.T) {
 	vm := validVM(t, "hotplug_slots = 3\n[[disk]]\nname = \"root\"\nfile = \"root.img\"\n[[nic]]\nname = \"n\"\n")
 	if got, want := SpareRootPorts(vm), []string{"rp3", "rp4", "rp5"}; !cmp.Equal(got, want) {

@@ -199,6 +199,10 @@ func (h diskHost) Stop(ctx context.Context, name string) error {
 	return err
 }
 
+func (h diskHost) PinnedMachine(f *spec.File) (string, error) {
+	return h.s.pinMachine(f, f.VM.Machine, h.s.recordedMachine(f.VM.Name))
+}
+
 func (h diskHost) StartRestored(ctx context.Context, f *spec.File, op *operation.Op, memory string) error {
 	_, err := h.s.startRestored(ctx, f, op, memory)
 	return err

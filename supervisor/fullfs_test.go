@@ -114,8 +114,7 @@ func TestFullStateFS(t *testing.T) {
 	a := supervisortest.NewSide(t, env, vmsupBin, "A", env.Systemd, root, filepath.Join(root, "etc-systemd"), nil)
 	const vm = "ffull"
 	h := supervisortest.NewHotVM(t, ctx, env, a.Sup, root, vm, "vmsfullbr0")
-	// A second guest without a tap NIC for migrate --local (a tap takes one
-	// QEMU at a time).
+	// A second guest, for migrate --local.
 	const vm2 = "ffmig"
 	f2 := counterGuest(t, t.TempDir(), vm2, "")
 	if _, err := a.Sup.Up(ctx, f2); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/vmsup/vmsup/internal/livemigrate"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/startplan"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -117,6 +118,9 @@ func (h migrateHost) RunStateAt(ctx context.Context, sock string) qmp.RunState {
 }
 func (h migrateHost) RemoveUnit(ctx context.Context, sd *units.Manager, unit string) {
 	h.s.removeUnit(ctx, sd, unit)
+}
+func (h migrateHost) EndMove(ctx context.Context, name string, moved bool) error {
+	return startplan.EndMove(ctx, name, moved, h.s.hostConcerns()...)
 }
 
 // StartIncoming is the start pipeline of a migration destination.

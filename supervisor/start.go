@@ -49,7 +49,8 @@ const (
 	StartIncoming = startplan.Incoming
 	// StartIncomingLocal: a migration destination on the source's host: the
 	// new QEMU runs under the VM's other unit name and reuses the host
-	// resources the running one has (taps, grants, namespace).
+	// resources the running one has (grants, namespace), with taps of its
+	// own on the same bridges (vmnet's move.go).
 	StartIncomingLocal = startplan.IncomingLocal
 )
 
@@ -176,6 +177,7 @@ func (r *startRun) steps() []step {
 		step{Name: StepStateDir, Do: r.stateDir, Undo: r.undoStateDir})
 	if r.mode == StartIncomingLocal {
 		steps = append(steps, step{Name: StepReuse, Do: r.reuse})
+		steps = append(steps, startplan.MoveSteps(r.f, &r.plan, r.s.hostConcerns()...)...)
 	} else {
 		steps = append(steps, startplan.Steps(r.f, &r.plan, r.s.hostConcerns()...)...)
 	}

@@ -63,6 +63,9 @@ type Host interface {
 	Stop(ctx context.Context, name string) error
 	AppliedFile(name string) (*spec.File, error)
 	StartRestored(ctx context.Context, f *spec.File, op *operation.Op, memory string) error
+	// PinnedMachine is the machine type a start of f runs now: the VM's
+	// pinned one (identity.PinMachine), which a memory state must match.
+	PinnedMachine(f *spec.File) (string, error)
 	// For a revert's recovery: the run state of the QEMU listening at sock
 	// ("" when it does not answer), and the kill of the VM's unit (as
 	// vmsup's, so its stop hook knows), its failed state cleared.

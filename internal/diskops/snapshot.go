@@ -118,7 +118,7 @@ func (s *Service) Snapshot(ctx context.Context, name, tag string, o SnapshotOpti
 	in := snapIntent{Tag: tag, Layers: layers, Live: !stopped, Disks: disks.specs, RBD: disks.rbd,
 		Snap: snapshot.Snapshot{Tag: tag, Created: time.Now().UTC()}}
 	if o.Memory {
-		in.Snap.Memory, in.Snap.Devices = s.paths(name).SnapshotState(tag), devicesOf(app)
+		in.Snap.Memory, in.Snap.Devices, in.Snap.Machine = s.paths(name).SnapshotState(tag), devicesOf(app), app.Machine
 	}
 	op, err := s.k.Begin(ctx, name, opSnapshot, in)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -89,11 +91,8 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 		in.RBD = append(in.RBD, disks.rbd[i])
 	}
 	if snap.Memory != "" {
-		if !sameDevices(snap.Devices, app) {
-			return fail(errors.New("the VM's devices changed since the snapshot, so its memory state does not fit them"))
-		}
-		if _, err := os.Stat(snap.Memory); err != nil {
-			return fail(fmt.Errorf("its memory state: %w", err))
+		if err := s.checkMemoryRevert(name, snap, app); err != nil {
+			return fail(err)
 		}
 		in.Start = true
 	}
@@ -121,6 +120,12 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 	}
 	// From here the VM is off: what is left is finished by recovery.
 	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {
+		var gu *revertGaveUp
+		if errors.As(err, &gu) {
+			op.End() // nothing is left for recovery to do
+			// Named here: the start's error inside names the VM already.
+			return res, &vmerr.Error{VM: name, Err: gu}
+		}
 		return fail(err)
 	}
 	op.End()
@@ -169,9 +174,63 @@ func (s *Service) finishRevert(ctx context.Context, name string, op *operation.O
 		return err
 	}
 	if err := s.h.StartRestored(ctx, f, op, in.Memory); err != nil {
-		return fmt.Errorf("start: %w", err)
+		// Tried again, it would fail again (a state QEMU cannot load): the
+		// revert gives up with the VM off on the snapshot's disks.
+		return &revertGaveUp{tag: in.Tag, memory: in.Memory != "", err: err}
 	}
 	res.Started, res.Restored = true, in.Memory != ""
+	return nil
+}
+
+// revertGaveUp is a revert whose start failed after its record: the VM is
+// off on the snapshot's disks, the snapshot is kept with its memory state,
+// and the revert is over (its journal ends: nothing is tried again).
+type revertGaveUp struct {
+	tag    string
+	memory bool
+	err    error
+}
+
+func (e *revertGaveUp) Error() string {
+	what := "did not start again"
+	if e.memory {
+		what = "did not resume from the snapshot's memory state"
+	}
+	return fmt.Sprintf("revert to %q: the VM %s (%v); it is off on the snapshot's disks, the snapshot is kept: vmsup up boots it from them",
+		e.tag, what, steps.Cause(e.err))
+}
+
+func (e *revertGaveUp) Unwrap() error { return e.err }
+
+// checkMemoryRevert refuses, before anything is touched, a revert to
+// snap's memory state that the VM could not resume from: one saved with
+// another machine type than the VM's pinned one (from the snapshot's
+// record, or the state's own header for a snapshot older than the
+// record), or with other devices, or gone.
+func (s *Service) checkMemoryRevert(name string, snap *snapshot.Snapshot, app *vmstate.Applied) error {
+	saved := snap.Machine
+	if saved == "" {
+		saved, _ = StateMachine(snap.Memory) // unreadable: QEMU says why at the start
+	}
+	if saved != "" {
+		f, err := s.h.AppliedFile(name)
+		if err != nil {
+			return err
+		}
+		now, err := s.h.PinnedMachine(f)
+		if err != nil {
+			return err
+		}
+		if spec.MachineVersioned(now) && now != saved {
+			return fmt.Errorf("its memory state was saved with machine type %s and the VM is pinned to %s now: QEMU resumes a memory state only on the machine type it was saved with; nothing was changed", saved, now)
+		}
+	}
+	if !sameDevices(snap.Devices, app) {
+		return errors.New("the VM's devices changed since the snapshot, so its memory state does not fit them")
+	}
+	if _, err := os.Stat(snap.Memory); err != nil {
+		return fmt.Errorf("its memory state: %w", err)
+	}
 	return nil
 }
 

@@ -20,20 +20,21 @@ type revertAction uint8
 const (
 	revertFinish    revertAction = iota + 1 // the VM is off: finished (and started, if meant to)
 	revertUntouched                         // the VM runs, never stopped: the new overlays go, nothing changed
-	revertRaced                             // the VM runs again, not on the reverted disks: refused
+	revertRaced                             // the VM runs again, not on the reverted disks: the revert is dropped
 	revertFinishUp                          // the revert's own start runs the guest: finished without a start
 	revertResume                            // its QEMU read the memory state but waits paused: resumed, finished
 	revertRestart                           // its QEMU never read the memory state: killed, finished with a start from it
 )
 
-// errRevertRaced: the VM was started by another command between the
-// revert's stop and its record.
-var errRevertRaced = errors.New("the VM was started again by something else before the revert was done; revert again")
-
 // note is what recovery says it did (the CLI shows it).
 func (a revertAction) note(tag string) string {
-	if a == revertUntouched {
+	switch a {
+	case revertUntouched:
 		return "the VM had not been stopped: nothing was changed"
+	case revertRaced:
+		// Started by another command between the revert's stop and its
+		// record: it runs on the disks as they were.
+		return fmt.Sprintf("the VM was started again by something else before the revert to %q was recorded: the revert was dropped (revert again)", tag)
 	}
 	return fmt.Sprintf("reverted to %q", tag)
 }
@@ -111,11 +112,9 @@ func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.
 		return "", err
 	}
 	switch a := decideRevert(seen); a {
-	case revertUntouched:
-		removeLayerFiles(in.Layers) // made while it ran, never used
+	case revertUntouched, revertRaced:
+		removeLayerFiles(in.Layers) // not in the tree: no QEMU uses them
 		return a.note(in.Tag), nil
-	case revertRaced:
-		return "", errRevertRaced
 	case revertFinishUp:
 		in.Start = false // started before the kill
 	case revertResume:
@@ -131,6 +130,12 @@ func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.
 	}
 	var res RevertResult
 	if err := s.finishRevert(ctx, name, op, &in, &res); err != nil {
+		var gu *revertGaveUp
+		if errors.As(err, &gu) {
+			// Given up, never tried again: the journal ends, and the
+			// command that settled it goes on with the VM off.
+			return gu.Error(), nil
+		}
 		return "", err
 	}
 	return revertFinish.note(in.Tag), nil

@@ -61,6 +61,10 @@ type Host interface {
 	RunStateAt(ctx context.Context, sock string) qmp.RunState
 	// RemoveUnit kills a unit nobody will use and clears its failed state.
 	RemoveUnit(ctx context.Context, sd *units.Manager, unit string)
+	// EndMove ends what a local migration made for the new QEMU beside
+	// the old one's (its taps: startplan.Mover): the new QEMU's become
+	// the VM's if it runs the guest (moved), else they go. Idempotent.
+	EndMove(ctx context.Context, name string, moved bool) error
 }
 
 // Start is a destination QEMU's start through the supervisor's start

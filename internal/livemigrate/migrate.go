@@ -15,6 +15,7 @@ import (
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -158,10 +159,11 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	}
 	if m.o.Local {
 		for _, n := range m.f.VM.NICs {
-			if n.UsesTap() {
-				// A tap takes one QEMU at a time: the new one could not open it
-				// while the old one runs.
-				return fmt.Errorf("migrate --local: nic %q is a tap (%s), which only one QEMU can hold at a time: migrate to another host, or restart the VM instead", n.Name, n.Type)
+			// A tap takes one QEMU at a time: the new QEMU gets a second
+			// one on the same bridge (vmnet.MoveSteps), which not every
+			// NIC type can have.
+			if err := vmnet.CanMove(n); err != nil {
+				return fmt.Errorf("migrate --local: %w", err)
 			}
 		}
 	}

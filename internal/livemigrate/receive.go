@@ -422,6 +422,11 @@ func (d *incomingVM) afterStep(step operation.Step) {
 // the VM's QEMU. On the same host it runs after the source QEMU is gone.
 func (d *incomingVM) commit() error {
 	sockDir, unit, app := d.st.Sockets().Dir, d.st.Unit(), d.st.Applied()
+	if d.local {
+		// The old QEMU is gone: its taps go, the new QEMU's become the
+		// VM's. Before the record: recovery does it again from there.
+		d.mg.endMove(d.name, true)
+	}
 	if err := handOver(sockDir, d.p.Dir, d.afterStep); err != nil {
 		return err
 	}

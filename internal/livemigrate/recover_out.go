@@ -131,6 +131,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 	}
 	switch a {
 	case localRecorded:
+		mg.endMove(name, true) // killed before the taps' hand-over finished
 		if inDir != "" {
 			os.RemoveAll(inDir) // killed between the record and this
 		}
@@ -156,6 +157,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 		return note, nil
 	case localKeepSource:
 		mg.h.RemoveUnit(ctx, sd, in.DestUnit)
+		mg.endMove(name, false)
 		if inDir != "" {
 			os.RemoveAll(inDir)
 		}
@@ -319,6 +321,7 @@ func (mg *Migrator) sourceState(ctx context.Context, name string) (qmp.RunState,
 // commitLocal gives the new QEMU the VM's socket names and records it.
 func (mg *Migrator) commitLocal(name string, app *vmstate.Applied, unit, inDir string) error {
 	p := mg.paths(name)
+	mg.endMove(name, true)
 	if err := handOver(inDir, p.Dir, nil); err != nil {
 		return err
 	}
@@ -335,6 +338,16 @@ func (mg *Migrator) commitLocal(name string, app *vmstate.Applied, unit, inDir s
 	}
 	os.RemoveAll(inDir)
 	return nil
+}
+
+// endMove ends a local migration's taps (Host.EndMove): a failure leaves
+// both recorded, which the VM's next stop removes, and a warning.
+func (mg *Migrator) endMove(name string, moved bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	if err := mg.h.EndMove(ctx, name, moved); err != nil {
+		mg.log.Warn("local migration: the taps' hand-over", "vm", name, "moved", moved, "err", err)
+	}
 }
 
 // dropMigrated removes what is left here of a VM that now runs elsewhere.

@@ -82,8 +82,10 @@ func (g *guest) run(t *testing.T, ctx context.Context, cmd string) string {
 // TestManagedNetwork boots two guests on a managed network (one with a
 // static lease and a security group) and, sharing them, shows DHCP, DNS
 // between them and NAT to another namespace; a spoofing guest dropped;
-// a security group and its live change; and that nothing is left of a
-// NIC after a killed QEMU and a down, nor of the network after rm.
+// a security group and its live change; a local migration there and back
+// (the NIC on a tap of the new QEMU's, with its address, names and
+// filter); and that nothing is left of a NIC after a killed QEMU and a
+// down, nor of the network after rm.
 func TestManagedNetwork(t *testing.T) {
 	ctx := supervisortest.Context(t, 8*time.Minute)
 	sup := supervisortest.New(t, env, "", vmsupBin)
@@ -137,6 +139,7 @@ func TestManagedNetwork(t *testing.T) {
 	t.Run("security-group", func(t *testing.T) { securityGroup(t, ctx, sup, dir, a, b) })
 	t.Run("anti-spoofing", func(t *testing.T) { antiSpoofing(t, ctx, sup, a, b) })
 	t.Run("nic-attach", func(t *testing.T) { hotNIC(t, ctx, sup, b) })
+	t.Run("migrate-local", func(t *testing.T) { migrateLocal(t, ctx, sup, a, b) })
 	t.Run("rm-refused", func(t *testing.T) {
 		out, err := cli(ctx, sup, "network", "rm", labNet)
 		if err == nil || !strings.Contains(out, `network "lab" is used by VM vma, VM vmb`) {
@@ -352,6 +355,70 @@ func antiSpoofing(t *testing.T, ctx context.Context, sup *supervisor.Supervisor,
 		t.Fatalf("status of vma: %+v %v", st.NICs, err)
 	}
 	t.Logf("vma's anti-spoofing dropped %d packets", st.NICs[0].Dropped.Spoofed)
+}
+
+// migrateLocal: vmb (a static lease and the security group as apply left
+// it: 8081 in, 8080 not) moves into a new QEMU on this host and back. Each
+// time its NIC is on the new QEMU's tap, with the address, the name, the
+// filter and the attachment, and the old tap and its filter are gone; the
+// guest answers the host and vma as before; no lease was released.
+func migrateLocal(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, a, b *guest) {
+	own := b.tap
+	dirs := filepath.Join(sup.Root(), "networks", labNet)
+	for round, unit := range []string{"vmsup-vmb@migrated.service", "vmsup-vmb.service"} {
+		old := b.tap
+		t0 := time.Now()
+		res, err := sup.Migrate(ctx, "vmb", supervisor.MigrateOptions{Local: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := sup.Status(ctx, "vmb")
+		if err != nil || res.Unit != unit || st.Unit != unit || len(st.NICs) != 1 {
+			t.Fatalf("round %d: migrate --local: %+v; status %+v %v", round, res, st, err)
+		}
+		n := st.NICs[0]
+		t.Logf("round %d: vmb on tap %s (was %s) in %s, downtime %s", round, n.Tap, old, time.Since(t0).Round(time.Millisecond), res.Downtime)
+		if n.Tap == old || (round == 1) != (n.Tap == own) || !n.TapUp || n.Bridge != "vmsn-"+labNet ||
+			len(n.Addrs) != 1 || n.Addrs[0] != staticIP || !n.AntiSpoofing || !slices.Equal(n.SecurityGroups, []string{"web"}) {
+			t.Fatalf("round %d: vmb's NIC after the move: %+v", round, n)
+		}
+		b.tap = n.Tap
+		if netsetup.LinkExists(old) {
+			t.Errorf("round %d: the old QEMU's tap %s is left", round, old)
+		}
+		tables := vmsupTables(t)
+		for _, tb := range nicfilter.TableNames(old) {
+			if slices.Contains(tables, tb) {
+				t.Errorf("round %d: the old tap's table %s is left", round, tb)
+			}
+		}
+		if !slices.Contains(tables, nicfilter.TableNames(b.tap)[0]) {
+			t.Errorf("round %d: the new tap has no anti-spoofing table: %v", round, tables)
+		}
+		for _, sub := range []string{"nics/%s.json", "dhcp-hosts/%s", "dns-hosts/%s"} {
+			if _, err := os.Stat(filepath.Join(dirs, fmt.Sprintf(sub, b.tap))); err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+			if _, err := os.Stat(filepath.Join(dirs, fmt.Sprintf(sub, old))); err == nil {
+				t.Errorf("round %d: %s left", round, fmt.Sprintf(sub, old))
+			}
+		}
+		// The guest's network answers: the host and vma reach it, its
+		// group still holds, its name resolves; it reaches the gateway.
+		b.sh.Close() // the old QEMU's console
+		b.sh = supervisortest.Shell(t, ctx, st)
+		b.run(t, ctx, "ping -c 1 -W 5 "+labGW)
+		a.run(t, ctx, "ping -c 1 -W 5 "+b.ip)
+		if !dial(b.ip+":8081") || dial(b.ip+":8080") {
+			t.Errorf("round %d: host -> vmb: 8081 open %v, 8080 open %v; want open, blocked", round, dial(b.ip+":8081"), dial(b.ip+":8080"))
+		}
+		if out := a.run(t, ctx, "nslookup vmb"); !strings.Contains(out, staticIP) {
+			t.Errorf("round %d: vma: nslookup vmb:\n%s", round, out)
+		}
+	}
+	if j, _ := env.Systemd.Journal(ctx, netmanage.DnsmasqUnit(labNet)); strings.Contains(j, "DHCPRELEASE(vmsn-lab) "+staticIP) {
+		t.Errorf("vmb's lease was released by a move; dnsmasq's journal:\n%s", j)
+	}
 }
 
 // hostMAC is the lab bridge's MAC.

@@ -216,3 +216,52 @@ func (m *Manager) Release(ctx context.Context, network, tap string) error {
 	m.reloadDnsmasq(ctx, network)
 	return errors.Join(errs...)
 }
+
+// MoveTap gives the NIC attached by tap from the attachment, lease and
+// name files of tap to (a local migration's new QEMU took the guest over
+// on its own tap): the address, lease and names stay as they are, and no
+// DHCPRELEASE is sent. The filter is not touched (the caller gave to its
+// own before the guest moved). Idempotent: once from has nothing left and
+// to has its attachment, there is nothing to do.
+func (m *Manager) MoveTap(ctx context.Context, network, from, to string) error {
+	unlock, _, err := m.lock(ctx, network)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	a, err := m.Lookup(network, from)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := m.Lookup(network, to); err != nil {
+			return fmt.Errorf("network %q: tap %s has no attachment, nor has %s: %w", network, from, to, err)
+		}
+		return nil // moved already
+	}
+	if err != nil {
+		return err
+	}
+	a.Tap = to
+	if err := writeJSON(m.attachFile(network, to), a); err != nil {
+		return err
+	}
+	for _, dir := range []string{m.dhcpDir(network), m.dnsDir(network)} {
+		b, err := os.ReadFile(filepath.Join(dir, from))
+		if errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(filepath.Join(dir, to)); err == nil {
+				continue // moved before a kill
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(filepath.Join(dir, to), b, 0o644); err != nil {
+			return err
+		}
+	}
+	for _, p := range []string{filepath.Join(m.dhcpDir(network), from), filepath.Join(m.dnsDir(network), from), m.attachFile(network, from)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	m.reloadDnsmasq(ctx, network) // it forgets a removed file's entries only then
+	return nil
+}

@@ -46,6 +46,9 @@ type Snapshot struct {
 	// Devices identifies the device set a memory state belongs to: a
 	// revert with memory needs the VM to boot with the same devices.
 	Devices string `json:"devices,omitempty"`
+	// Machine is the versioned machine type the memory state was saved
+	// with (the VM's pinned one): QEMU loads it into that type only.
+	Machine string `json:"machine,omitempty"`
 	// Quiesced says how the guest's filesystems were made consistent:
 	// "fsfreeze (N filesystems)", "paused (memory)", or why not.
 	Quiesced string `json:"quiesced,omitempty"`

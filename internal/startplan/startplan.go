@@ -12,6 +12,8 @@
 package startplan
 
 import (
+	"context"
+	"errors"
 	"slices"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
@@ -34,7 +36,8 @@ const (
 	Incoming
 	// IncomingLocal: a migration destination on the source's host: the new
 	// QEMU runs under the VM's other unit name and reuses the host
-	// resources the running one has (taps, grants, namespace).
+	// resources the running one has (grants, namespace); what two QEMUs
+	// cannot share (a tap) it gets its own of (Mover).
 	IncomingLocal
 )
 
@@ -56,6 +59,20 @@ type Contributor interface {
 // records), or refuses what two QEMUs of one VM cannot share.
 type Reuser interface {
 	Reuse(f *spec.File, plan *Plan) error
+}
+
+// Mover is a host concern's part of a local migration beyond Reuse: what
+// the new QEMU cannot share with the running one (a tap) is made for it by
+// MoveSteps, after the reuse step, each with its undo. Once the migration
+// is settled, CommitMove (the new QEMU runs the guest, the old one is
+// gone) makes it the VM's and removes the old QEMU's, or AbortMove (the
+// old QEMU keeps the guest) removes it. Both work from the concern's
+// records alone and are idempotent: a killed migration's recovery calls
+// them again.
+type Mover interface {
+	MoveSteps(f *spec.File, plan *Plan) []steps.Step
+	CommitMove(ctx context.Context, vm string) error
+	AbortMove(ctx context.Context, vm string) error
 }
 
 // Plan is one start as its concerns see it: the facts the pipeline
@@ -117,6 +134,34 @@ func Reuse(f *spec.File, plan *Plan, cs ...Contributor) error {
 		}
 	}
 	return nil
+}
+
+// MoveSteps lists the MoveSteps of those of cs that are Movers, in order.
+func MoveSteps(f *spec.File, plan *Plan, cs ...Contributor) []steps.Step {
+	var out []steps.Step
+	for _, c := range cs {
+		if m, ok := c.(Mover); ok {
+			out = append(out, m.MoveSteps(f, plan)...)
+		}
+	}
+	return out
+}
+
+// EndMove ends a local migration of vm for those of cs that are Movers:
+// CommitMove if the new QEMU runs the guest (moved), else AbortMove.
+func EndMove(ctx context.Context, vm string, moved bool, cs ...Contributor) error {
+	var errs []error
+	for _, c := range cs {
+		m, ok := c.(Mover)
+		switch {
+		case !ok:
+		case moved:
+			errs = append(errs, m.CommitMove(ctx, vm))
+		default:
+			errs = append(errs, m.AbortMove(ctx, vm))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Boot is what a start opens beyond its file's disks as written: the disks

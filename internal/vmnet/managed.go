@@ -13,12 +13,15 @@ import (
 	"github.com/vmsup/vmsup/spec"
 )
 
+// errNoNetworks: a Manager without managed networks was asked for one.
+var errNoNetworks = errors.New("managed networks are not available here")
+
 // managedUp makes a network NIC's host side: its address and names on
 // the managed network (netmanage), its filter, then its tap, attached to
 // the network's bridge only once the filter is in place.
 func (m *Manager) managedUp(ctx context.Context, vm string, n spec.NIC, tap netsetup.Tap, st *Record) error {
 	if m.Networks == nil {
-		return errors.New("managed networks are not available here")
+		return errNoNetworks
 	}
 	a, err := m.Networks.Attach(ctx, vm, n)
 	if err != nil {
@@ -41,13 +44,22 @@ func (m *Manager) managedUp(ctx context.Context, vm string, n spec.NIC, tap nets
 }
 
 // managedDown removes a network NIC's tap, then its filter, names and
-// address.
+// address; and the same of its next tap, if a local migration was under
+// way (its files, if a killed hand-over had moved them to it).
 func (m *Manager) managedDown(ctx context.Context, n NICRecord) error {
-	err := netsetup.DeleteTap(n.Tap)
-	if m.Networks == nil {
-		return errors.Join(err, nicfilter.Remove(n.Tap))
+	var errs []error
+	for _, tap := range []string{n.Next, n.Tap} {
+		if tap == "" {
+			continue
+		}
+		errs = append(errs, netsetup.DeleteTap(tap))
+		if m.Networks == nil {
+			errs = append(errs, nicfilter.Remove(tap))
+		} else {
+			errs = append(errs, m.Networks.Release(ctx, n.Network, tap))
+		}
 	}
-	return errors.Join(err, m.Networks.Release(ctx, n.Network, n.Tap))
+	return errors.Join(errs...)
 }
 
 // managedStatus fills a network NIC's status: its address, bridge, filter
@@ -75,7 +87,7 @@ func (m *Manager) managedStatus(n NICRecord, ns *NICStatus) {
 // have (attached by hand) keep their groups, with vm's definitions.
 func (m *Manager) SetFilters(ctx context.Context, name string, vm *spec.VM) error {
 	if m.Networks == nil {
-		return errors.New("managed networks are not available here")
+		return errNoNetworks
 	}
 	p := m.Store.Paths(name)
 	st, err := ReadRecord(p)

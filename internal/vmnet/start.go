@@ -83,8 +83,9 @@ func (s Start) Steps(f *spec.File, plan *startplan.Plan) []steps.Step {
 	return list
 }
 
-// Reuse: a local migration's new QEMU uses the running one's taps and
-// namespace, as its record has them.
+// Reuse: a local migration's new QEMU uses the running one's namespace,
+// as its record has it, and the stop-post hook; its taps are its own
+// (MoveSteps).
 func (s Start) Reuse(f *spec.File, plan *startplan.Plan) error {
 	plan.AddUnit(func(u *units.Unit) {
 		if st, err := ReadRecord(plan.Paths); err == nil && st.Netns != nil {

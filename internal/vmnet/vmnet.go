@@ -81,9 +81,12 @@ type Record struct {
 
 // NICRecord is one NIC's host side.
 type NICRecord struct {
-	Name   string                  `json:"name"`
-	Type   string                  `json:"type"`
-	Tap    string                  `json:"tap"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Tap  string `json:"tap"`
+	// Next is the tap a local migration's new QEMU opens, on the same
+	// bridge, until the hand-over makes it Tap (move.go).
+	Next   string                  `json:"next_tap,omitempty"`
 	Bridge string                  `json:"bridge,omitempty"`
 	OVSDB  string                  `json:"ovsdb,omitempty"`
 	CNI    *netsetup.CNIAttachment `json:"cni,omitempty"`
@@ -307,15 +310,11 @@ func (m *Manager) createTap(vm string, t netsetup.Tap) error {
 // ExecStopPost= hook, which sees namespaces at their unit paths.
 func (m *Manager) nicDown(ctx context.Context, st *Record, n NICRecord, inUnit bool) error {
 	switch n.Type {
-	case spec.NICBridge:
-		return netsetup.DeleteTap(n.Tap)
+	case spec.NICBridge, spec.NICOVS:
+		// Both taps of a local migration, if one was under way.
+		return errors.Join(m.tapDown(ctx, n, n.Next), m.tapDown(ctx, n, n.Tap))
 	case spec.NICNetwork:
 		return m.managedDown(ctx, n)
-	case spec.NICOVS:
-		if netsetup.LinkExists(n.Tap) && !netsetup.IsTap(n.Tap) {
-			return fmt.Errorf("tap %s: the link of that name is not a tap; left alone with its OVS port", n.Tap)
-		}
-		return errors.Join(m.ovs(n.OVSDB).DelPort(ctx, n.Tap), netsetup.DeleteTap(n.Tap))
 	case spec.NICCNI:
 		if n.CNI == nil || st.Netns == nil {
 			return nil

@@ -44,6 +44,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "-fault-helper" {
+		// A command killed mid-way (supervisortest.RunJob), in the test's
+		// namespace already.
+		os.Exit(supervisortest.FaultHelper(os.Args[2]))
+	}
 	if code, ok := testenv.InPrivateNetns(); ok {
 		os.Exit(code)
 	}

@@ -20,8 +20,9 @@ import (
 // crashHelper runs in a child process: a snapshot (ROOT BUS SELF VM TAG
 // MEMORY STEP), or a backup (the same with TAG the backup directory and
 // MEMORY "backup" or "backup-incremental"), or an NBD export (TAG the
-// socket, MEMORY "nbd"), killing itself with SIGKILL
-// right after the named step, as if vmsup died there.
+// socket, MEMORY "nbd"), or a forced revert to TAG (MEMORY "revert"),
+// killing itself with SIGKILL right after the named step, as if vmsup
+// died there.
 func crashHelper(args []string) int {
 	root, bus, self, name, tag, memory, killAfter := args[0], args[1], args[2], args[3], args[4], args[5], args[6]
 	sup, err := supervisor.New(supervisor.Options{Root: root, SystemdBus: bus, Self: self, AllowPaths: testenv.AllowPaths(), BlockDirs: testenv.BlockDirs(),
@@ -35,6 +36,8 @@ func crashHelper(args []string) int {
 		return 1
 	}
 	switch {
+	case memory == "revert":
+		_, err = sup.RevertSnapshot(context.Background(), name, tag, true)
 	case memory == "nbd": // TAG is the socket
 		err = sup.ExportNBD(context.Background(), name, supervisor.ExportOptions{Socket: tag})
 	case strings.HasPrefix(memory, "backup"):

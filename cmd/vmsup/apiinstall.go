@@ -180,6 +180,9 @@ func apiCertCmd(g *globals) *cobra.Command {
 			"  vmsup api cert dash --role read-only --vms '*' > dash.bundle",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.json {
+				return usageError{fmt.Errorf("api cert prints a bundle for vmsup remote add: it has no --json form")}
+			}
 			name := args[0]
 			if err := spec.ValidName(name); err != nil {
 				return usageError{fmt.Errorf("api cert: client %w", err)}

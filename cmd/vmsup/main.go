@@ -181,7 +181,7 @@ func newRoot() (*cobra.Command, *globals) {
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g), rebootApplyCmd(g), planCmd(g), applyCmd(g), eventsCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
 		execCmd(g), cpCmd(g), exportCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(),
-		fleetCmd(g), agentCmd(g), imageCmd(g), apiCmd(g), remoteCmd(), networkCmd(g),
+		fleetCmd(g), agentCmd(g), imageCmd(g), apiCmd(g), remoteCmd(g), networkCmd(g),
 	)
 	addRemoteFlags(root, g)
 	usageArgs(root)

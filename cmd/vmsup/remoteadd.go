@@ -11,16 +11,23 @@ import (
 	"github.com/vmsup/vmsup/remoteapi/enrol"
 )
 
-func remoteCmd() *cobra.Command {
+func remoteCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "remote",
 		Short: "The API servers this client calls by name: vmsup --remote NAME ... (docs/remote-api.md)",
 	}
-	c.AddCommand(remoteAddCmd(), remoteLsCmd(), remoteRmCmd())
+	c.AddCommand(remoteAddCmd(g), remoteLsCmd(g), remoteRmCmd(g))
 	return c
 }
 
-func remoteAddCmd() *cobra.Command {
+// remoteInfo is a remote as --json shows it (no key material).
+type remoteInfo struct {
+	Name     string `json:"name"`
+	URL      string `json:"url"`
+	Identity string `json:"identity,omitempty"`
+}
+
+func remoteAddCmd(g *globals) *cobra.Command {
 	var bundle string
 	c := &cobra.Command{
 		Use:     "add NAME [URL] --bundle FILE",
@@ -53,8 +60,9 @@ func remoteAddCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "remote %s: %s as cn:%s (vmsup --remote %s ...)\n", rem.Name, rem.URL, b.Name, rem.Name)
-			return nil
+			return g.out.object(remoteInfo{rem.Name, rem.URL, "cn:" + b.Name}, func(w io.Writer) {
+				fmt.Fprintf(w, "remote %s: %s as cn:%s (vmsup --remote %s ...)\n", rem.Name, rem.URL, b.Name, rem.Name)
+			})
 		},
 	}
 	c.Flags().StringVar(&bundle, "bundle", "", "the bundle vmsup api cert printed (- for stdin)")
@@ -75,7 +83,7 @@ func readBundle(cmd *cobra.Command, p string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(r, 1<<20))
 }
 
-func remoteLsCmd() *cobra.Command {
+func remoteLsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
 		Short: "List the remotes added",
@@ -89,15 +97,22 @@ func remoteLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			infos := []remoteInfo{}
 			for _, r := range list {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", r.Name, r.URL)
+				infos = append(infos, remoteInfo{Name: r.Name, URL: r.URL})
 			}
-			return nil
+			return g.out.object(struct {
+				Remotes []remoteInfo `json:"remotes"`
+			}{infos}, func(w io.Writer) {
+				for _, r := range infos {
+					fmt.Fprintf(w, "%s\t%s\n", r.Name, r.URL)
+				}
+			})
 		},
 	}
 }
 
-func remoteRmCmd() *cobra.Command {
+func remoteRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Forget a remote (its certificate and key with it)",
@@ -107,7 +122,10 @@ func remoteRmCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return rs.Remove(args[0])
+			if err := rs.Remove(args[0]); err != nil {
+				return err
+			}
+			return g.out.object(remoteInfo{Name: args[0]}, func(io.Writer) {})
 		},
 	}
 }

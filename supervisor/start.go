@@ -15,6 +15,7 @@ import (
 	"github.com/vmsup/vmsup/internal/confine"
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/diskfds"
+	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
@@ -338,6 +339,19 @@ func (r *startRun) incomingIntent() any {
 	return r.in.intent(r.plan.Unit, err == nil, nil, nil)
 }
 
+// settledStatus is the unit's status once no start or stop of it is under
+// way: a killed command's unit may still be activating (we hold the lock,
+// so no live command's is), and the next command settles what it left
+// rather than refusing it. The wait is bounded as a start's confirm is.
+func (r *startRun) settledStatus(ctx context.Context) (units.Status, error) {
+	wctx, cancel := context.WithTimeout(ctx, hostcaps.ConfirmTimeout(spec.AccelAuto, hostcaps.LoadFactor()))
+	defer cancel()
+	if st, err := r.sd.WaitSettled(wctx, r.plan.Unit); err != nil && ctx.Err() == nil {
+		return units.Status{}, fmt.Errorf("unit %s is still %s: %w", r.plan.Unit, st, err)
+	}
+	return r.sd.LoadedStatus(ctx, r.plan.Unit)
+}
+
 // check reads the unit's state: a fresh start leaves an existing VM as it
 // is (errStopHere) and clears a crashed one; a destination refuses a unit
 // that is active here.
@@ -349,7 +363,7 @@ func (r *startRun) check(ctx context.Context) error {
 			}
 		}
 	}
-	st, err := r.sd.LoadedStatus(ctx, r.plan.Unit)
+	st, err := r.settledStatus(ctx)
 	if err != nil {
 		return err
 	}

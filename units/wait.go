@@ -41,6 +41,23 @@ func (m *Manager) WaitStopped(ctx context.Context, unit string) error {
 	}
 }
 
+// WaitSettled waits, until ctx ends, for the unit to leave a transition
+// (activating, deactivating, reloading): a start or stop systemd is still
+// carrying out for a command that was killed. It returns the state then.
+func (m *Manager) WaitSettled(ctx context.Context, unit string) (string, error) {
+	for {
+		st, err := m.activeState(ctx, unit)
+		if err != nil || (st != "activating" && st != "deactivating" && st != "reloading") {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // Ended reports whether the unit's main process is over: the unit is
 // inactive, failed or unknown to systemd (Status.Gone). It reads the
 // unit's ActiveState alone, for a wait that asks often; Status then says

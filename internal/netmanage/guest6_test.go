@@ -4,13 +4,19 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/vmsup/vmsup/internal/netmanage"
+	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/supervisor"
+	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
 
 // labPrefix6 is the lab network's IPv6 /64: the ULA made from its name
@@ -140,4 +146,58 @@ func spoofDrops(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, v
 		t.Fatalf("status of %s: %+v %v", vm, st.NICs, err)
 	}
 	return st.NICs[0].Dropped.Spoofed
+}
+
+// TestManagedNetworkDHCPv6Routed: a network with its own prefix, IPv6 by
+// DHCPv6 only and routed rather than NAT66: its guest's one global
+// address is its DHCPv6 lease (the adverts carry the M flag and no
+// prefix for SLAAC), the address vmsup gave its NIC, resolvable by its
+// AAAA name; the outside host, routing the prefix to the uplink, sees
+// the guest's own address; there is no NAT66 table.
+func TestManagedNetworkDHCPv6Routed(t *testing.T) {
+	ctx := supervisortest.Context(t, 5*time.Minute)
+	sup := supervisortest.New(t, env, "", vmsupBin)
+	dir := t.TempDir()
+	const name, prefix = "lab6", "fd00:79::/64"
+	def := filepath.Join(dir, name+".toml")
+	os.WriteFile(def, []byte(fmt.Sprintf("name = %q\nipv4 = \"10.79.0.1/24\"\nipv6 = \"fd00:79::1/64\"\nipv6_mode = \"dhcpv6\"\nnat6 = false\n", name)), 0o644)
+	if out, err := cli(ctx, sup, "network", "create", def); err != nil || !strings.Contains(out, "fd00:79::1/64 (dhcpv6)") {
+		t.Fatalf("network create: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { cli(context.Background(), sup, "network", "rm", name) })
+	_, dst, _ := net.ParseCIDR(prefix)
+	route := &netlink.Route{Dst: dst, Gw: net.ParseIP(uplinkHost6)}
+	if err := netsetup.InNetns(outside, func() error { return netlink.RouteAdd(route) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netsetup.InNetns(outside, func() error { return netlink.RouteDel(route) }) })
+
+	f := vmFileOn(t, dir, "vmc", name, "vmsup.dhcp vmsup.dhcp6 vmsup.ipv6", "", "")
+	if _, err := sup.Up(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Down(context.Background(), "vmc") })
+	g := boot(t, ctx, sup, f)
+	mac, _ := net.ParseMAC(g.mac)
+	want := (&netmanage.Network{Name: name, IPv6: "fd00:79::1/64"}).GuestIPv6(mac).String()
+	if out := g.run(t, ctx, "ip -6 -o addr show dev eth0 scope global"); g.ip6 != want || strings.Count(out, "inet6") != 1 || !strings.Contains(out, want+"/128") {
+		t.Fatalf("vmc's global addresses, want only its DHCPv6 lease %s/128:\n%s", want, out)
+	}
+	if out := g.run(t, ctx, "nslookup -type=aaaa vmc"); !strings.Contains(out, "Address: "+want) {
+		t.Fatalf("nslookup -type=aaaa vmc:\n%s", out)
+	}
+	if out := g.run(t, ctx, fmt.Sprintf("echo hi | nc -w 5 %s %d", outsideIP6, outsidePort)); !strings.Contains(out, "outside") {
+		t.Fatalf("vmc: nc to the outside host over IPv6: %q", out)
+	}
+	select {
+	case from := <-seen:
+		if from != want {
+			t.Fatalf("the outside host saw %s, want vmc's own %s (routed)", from, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the outside host saw no connection")
+	}
+	if tl := vmsupTables(t); slices.Contains(tl, "ip6 vmsup-nat6-"+name) || !slices.Contains(tl, "ip vmsup-nat-"+name) {
+		t.Fatalf("tables %v: want IPv4 NAT and no NAT66 for %s", tl, name)
+	}
 }

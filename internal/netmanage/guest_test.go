@@ -26,9 +26,16 @@ import (
 
 const staticIP = "10.77.0.50" // vmb's nic.ip
 
-// vmFile is a test guest that asks for its address by DHCP, with one NIC
-// on the lab network and extra TOML after it.
+// vmFile is a test guest that asks for its address by DHCP (and waits
+// for SLAAC's), with one NIC on the lab network and extra TOML after it.
 func vmFile(t *testing.T, dir, name, nic, extra string) *spec.File {
+	t.Helper()
+	return vmFileOn(t, dir, name, labNet, "vmsup.dhcp vmsup.ipv6", nic, extra)
+}
+
+// vmFileOn is a test guest with the kernel command-line words given
+// (scripts/build-guest.sh) and one NIC on network.
+func vmFileOn(t *testing.T, dir, name, network, words, nic, extra string) *spec.File {
 	t.Helper()
 	body := fmt.Sprintf(`name = %q
 memory = "256M"
@@ -37,14 +44,14 @@ stop_timeout = "10s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 no_timer_check vmsup.dhcp vmsup.ipv6"
+cmdline = "console=ttyS0 no_timer_check %s"
 
 [[nic]]
 name = "lan"
 type = "network"
 network = %q
 %s
-%s`, name, env.Guest.Kernel, env.Guest.Initrd, labNet, nic, extra)
+%s`, name, env.Guest.Kernel, env.Guest.Initrd, words, network, nic, extra)
 	return supervisortest.LoadTOML(t, dir, name, body)
 }
 

@@ -127,7 +127,7 @@ func (c *converter) addresses(el string, in *libvirtxml.DomainInterface, n *file
 		case n.Type != spec.NICNetwork:
 			c.drop(ipEl, "vmsup gives a NIC an address only on a managed network (nic.ip, a static DHCP lease)")
 		case ip == nil || ip.To4() == nil || a.Family == "ipv6":
-			c.drop(ipEl, "managed networks are IPv4 only (yet): only an IPv4 address is carried")
+			c.drop(ipEl, "a managed network gives the NIC the IPv6 address SLAAC makes from its MAC (its DHCPv6 lease too): only an IPv4 address is carried")
 		case a.Peer != "":
 			c.drop(ipEl, "a peer address (%s): a managed network NIC has its address on the network's subnet", a.Peer)
 		case n.IP != "":
@@ -158,7 +158,7 @@ func (c *converter) filterRef(el string, f *libvirtxml.DomainInterfaceFilterRef,
 	}
 	if n.Type == spec.NICNetwork && (f == nil || f.Filter != cleanTraffic) {
 		c.note(el, "no clean-traffic filter in libvirt, but vmsup drops spoofed traffic on managed networks by default "+
-			"(the guest sends only from its MAC and its address, IPv4 and ARP only); allow_spoofing = true restores libvirt's behaviour")
+			"(the guest sends only from its MAC, its IPv4 address and its IPv6 link-local and SLAAC addresses); allow_spoofing = true restores libvirt's behaviour")
 	}
 }
 
@@ -172,7 +172,7 @@ func (c *converter) cleanTrafficParams(fel string, ps []libvirtxml.DomainInterfa
 		case p.Name != "IP":
 			c.drop(pel, "%s=%s: vmsup's anti-spoofing takes no parameters (it allows the NIC's MAC and its leased or declared address, and learns none)", p.Name, p.Value)
 		case ip == nil || ip.To4() == nil:
-			c.drop(pel, "IP=%s: managed networks are IPv4 only (yet); anti-spoofing passes IPv4 and ARP only", p.Value)
+			c.drop(pel, "IP=%s: on a managed network anti-spoofing passes the NIC's IPv6 link-local and SLAAC addresses (made from its MAC), no other", p.Value)
 		case n.IP != "" && n.IP != ip.String():
 			c.drop(pel, "IP=%s: one address per NIC on a managed network: nic.ip is %s", p.Value, n.IP)
 		default:

@@ -2,9 +2,11 @@
 # build-guest.sh [OUTDIR] builds the tiny test guest that vmsup's tests boot:
 #   OUTDIR/vmlinux            uncompressed Debian kernel (boots via PVH with -kernel)
 #   OUTDIR/vmlinuz            the same kernel as Debian ships it: an EFI binary (UEFI boots)
-#   OUTDIR/initramfs.cpio.gz  busybox + qemu-ga + virtio modules, /init described below
+#   OUTDIR/initramfs.cpio.gz  busybox + qemu-ga + virtio modules + vmsup-nettool, /init described below
 # OUTDIR defaults to ${VMSUP_GUEST_DIR:-/var/cache/vmsup/guest}. Downloaded .debs are kept in
-# OUTDIR/debs. A build whose stamp (sha256 of this script) matches is reused at once.
+# OUTDIR/debs. A build whose stamp (sha256 of this script and of vmsup-nettool's sources,
+# internal/testenv/nettool: a DHCPv6 client and hostile IPv6 frames, built with go) matches
+# is reused at once.
 # Concurrent runs serialize on OUTDIR/.lock; results are renamed into place, so an
 # interrupted build never leaves a half-written file behind.
 #
@@ -15,6 +17,9 @@
 #                          twice, so a line other console output cut into reads as no value)
 #   vmsup.ip=ADDR/PREFIX   static address on eth0 (vmsup.gw=ADDR adds a default route)
 #   vmsup.dhcp             udhcpc on eth0
+#   vmsup.dhcp6            a DHCPv6 client on eth0 (vmsup-nettool dhcp6; background)
+#   vmsup.ipv6             wait for a global IPv6 address on eth0 (SLAAC or DHCPv6; background),
+#                          print "VMSUP-NET6-READY eth0 <addr>"
 #   vmsup.online           keep onlining hot-plugged CPUs and memory blocks (background)
 #   vmsup.poweroff         power off right after the marker
 # Network words print "VMSUP-NET-READY eth0 <addr>" when configured. Finally it prints
@@ -23,7 +28,8 @@ set -euo pipefail
 
 OUT=${1:-${VMSUP_GUEST_DIR:-/var/cache/vmsup/guest}}
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
-STAMP=$(sha256sum "$SELF" | cut -d' ' -f1)
+NETTOOL=$(dirname "$SELF")/../internal/testenv/nettool
+STAMP=$(cat "$SELF" "$NETTOOL"/*.go | sha256sum | cut -d' ' -f1)
 
 fresh() {
 	[[ -f $OUT/vmlinux && -f $OUT/vmlinuz && -f $OUT/initramfs.cpio.gz && -f $OUT/stamp ]] &&
@@ -189,6 +195,12 @@ for e in "${ORDER[@]}"; do
 done
 printf '%s\n' "${ORDER[@]}" >"$ROOT/etc/modules.order"
 
+# vmsup-nettool: static, standard library only (so its sources are all the stamp needs).
+GO=$(command -v go || echo /usr/local/go/bin/go)
+[[ -x $GO ]] || die "go not found: it builds vmsup-nettool ($NETTOOL)"
+(cd "$NETTOOL" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags='-s -w' -o "$ROOT/usr/bin/vmsup-nettool" .) >&2 ||
+	die "building vmsup-nettool failed"
+
 # qemu-ga with the shared libraries it needs, at the paths ldd reports.
 cp "$QGA" "$ROOT/usr/sbin/qemu-ga"
 for lib in $(ldd "$QGA" | grep -o '/[^ ]*'); do
@@ -213,12 +225,12 @@ cat >"$ROOT/etc/udhcpc.script" <<'EOF'
 #!/bin/sh
 case "$1" in
 bound|renew)
-	ip addr flush dev "$interface"
+	ip -4 addr flush dev "$interface"
 	ip addr add "$ip/${mask:-24}" dev "$interface"
 	for r in $router; do ip route replace default via "$r" dev "$interface"; break; done
 	: >/etc/resolv.conf; for d in $dns; do echo "nameserver $d" >>/etc/resolv.conf; done
 	echo "VMSUP-NET-READY $interface $ip/${mask:-24}" >/dev/console ;;
-deconfig) ip addr flush dev "$interface"; ip link set "$interface" up ;;
+deconfig) ip -4 addr flush dev "$interface"; ip link set "$interface" up ;;
 esac
 EOF
 echo 'root:x:0:0:root:/root:/bin/sh' >"$ROOT/etc/passwd"
@@ -286,6 +298,14 @@ for w in $(cat /proc/cmdline); do
 		ip route replace default via "${w#vmsup.gw=}" ;;
 	vmsup.dhcp)
 		ip link set eth0 up && (udhcpc -i eth0 -s /etc/udhcpc.script -q -T 1 >/dev/null 2>&1 &) ;;
+	vmsup.dhcp6)
+		ip link set eth0 up && (vmsup-nettool dhcp6 eth0 >/run/dhcp6.log 2>&1 &) ;;
+	vmsup.ipv6)
+		ip link set eth0 up && (for i in $(seq 600); do
+			a=$(ip -6 -o addr show dev eth0 scope global | grep -v tentative | awk '{print $4; exit}')
+			[ -n "$a" ] && { echo "VMSUP-NET6-READY eth0 $a"; break; }
+			sleep 0.1
+		done &) ;;
 	vmsup.online)
 		(while :; do
 			for f in /sys/devices/system/cpu/cpu*/online /sys/devices/system/memory/memory*/online; do

@@ -24,9 +24,11 @@ type SecurityGroup struct {
 type SecurityRule struct {
 	Direction string `toml:"direction"` // "in" (to the guest) or "out" (from it)
 	Action    string `toml:"action"`    // "allow" (default) or "deny"
-	Protocol  string `toml:"protocol"`  // "tcp", "udp", "icmp" or "any" (default)
+	Protocol  string `toml:"protocol"`  // "tcp", "udp", "icmp" (ICMPv6 for IPv6) or "any" (default)
 	Ports     string `toml:"ports"`     // tcp/udp: the guest's port for in, the peer's for out: "80" or "8000-8100"; "" all
-	CIDR      string `toml:"cidr"`      // the peer's addresses; default any ("0.0.0.0/0")
+	// CIDR is the peer's addresses, an IPv4 or an IPv6 network: the rule
+	// is of that family. Default (or "any") any peer of either family.
+	CIDR string `toml:"cidr"`
 }
 
 // Security group policies and rule words.
@@ -73,15 +75,15 @@ func (r *SecurityRule) PortRange() (lo, hi uint16, err error) {
 	return uint16(l), uint16(h), nil
 }
 
-// Net is the rule's peer network (any when CIDR is empty).
+// Net is the rule's peer network: nil when the rule is for any peer of
+// either family (CIDR "" or "any"), else an IPv4 or IPv6 network.
 func (r *SecurityRule) Net() (*net.IPNet, error) {
-	c := r.CIDR
-	if c == "" {
-		c = "0.0.0.0/0"
+	if r.CIDR == "" || r.CIDR == "any" {
+		return nil, nil
 	}
-	_, n, err := net.ParseCIDR(c)
-	if err != nil || n.IP.To4() == nil {
-		return nil, fmt.Errorf("invalid cidr %q (want an IPv4 network like \"10.0.0.0/8\")", r.CIDR)
+	_, n, err := net.ParseCIDR(r.CIDR)
+	if err != nil {
+		return nil, fmt.Errorf("invalid cidr %q (want a network like \"10.0.0.0/8\" or \"fd00::/8\", or \"any\")", r.CIDR)
 	}
 	return n, nil
 }

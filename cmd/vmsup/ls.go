@@ -28,7 +28,7 @@ func lsCmd(g *globals) *cobra.Command {
 					return g.out.object(nonNil(sts), nil)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tSTATE\tFILE\tSYNC\tIPV4\tCPUS\tMEMORY\tUPTIME\tPORTS\tBOOT\tPID")
+				fmt.Fprintln(w, "NAME\tSTATE\tFILE\tSYNC\tIPV4\tIPV6\tCPUS\tMEMORY\tUPTIME\tPORTS\tBOOT\tPID")
 				for _, s := range sts {
 					state := string(s.State)
 					if s.Reason != "" {
@@ -42,8 +42,8 @@ func lsCmd(g *globals) *cobra.Command {
 					if s.Since != nil && (s.State == supervisor.StateRunning || s.State == supervisor.StatePaused) {
 						up = uptime(*s.Since)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, state, dash(shortPath(s.SpecFile)), dash(s.Sync), ipv4s(s),
-						s.CPUs, s.Memory, up, ports(s), boot, pid(s.MainPID))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, state, dash(shortPath(s.SpecFile)), dash(s.Sync), ipv4s(s),
+						dash(strings.Join(s.IPv6(), ", ")), s.CPUs, s.Memory, up, ports(s), boot, pid(s.MainPID))
 				}
 				return w.Flush()
 			})

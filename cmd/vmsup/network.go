@@ -36,8 +36,12 @@ func networkCreateCmd(g *globals) *cobra.Command {
 				if err := sup.Networks().Create(cmd.Context(), n, raw); err != nil {
 					return err
 				}
-				return g.out.object(map[string]string{"network": n.Name, "bridge": n.Bridge, "ipv4": n.IPv4}, func(w io.Writer) {
-					fmt.Fprintf(w, "network %s created: bridge %s, %s, dnsmasq %s\n", n.Name, n.Bridge, n.IPv4, netmanage.DnsmasqUnit(n.Name))
+				v6 := "no IPv6"
+				if n.IPv6On() {
+					v6 = fmt.Sprintf("%s (%s)", n.IPv6CIDR(), n.Mode6())
+				}
+				return g.out.object(map[string]string{"network": n.Name, "bridge": n.Bridge, "ipv4": n.IPv4, "ipv6": n.IPv6CIDR()}, func(w io.Writer) {
+					fmt.Fprintf(w, "network %s created: bridge %s, %s, %s, dnsmasq %s\n", n.Name, n.Bridge, n.IPv4, v6, netmanage.DnsmasqUnit(n.Name))
 				})
 			})
 		},
@@ -93,16 +97,24 @@ func networkLsCmd(g *globals) *cobra.Command {
 				}
 				return g.out.object(infos, func(w io.Writer) {
 					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NETWORK\tBRIDGE\tIPV4\tNAT\tBRIDGE-UP\tDNSMASQ\tNICS")
+					fmt.Fprintln(tw, "NETWORK\tBRIDGE\tIPV4\tNAT\tIPV6\tBRIDGE-UP\tDNSMASQ\tNICS")
 					for _, n := range infos {
 						var nics []string
 						for _, r := range n.NICs {
-							nics = append(nics, fmt.Sprintf("%s/%s=%s", r.VM, r.NIC, r.IP))
+							addr := r.IP
+							if r.IPv6 != "" {
+								addr += "," + r.IPv6
+							}
+							nics = append(nics, fmt.Sprintf("%s/%s=%s", r.VM, r.NIC, addr))
+						}
+						v6 := "-"
+						if n.IPv6 != "" {
+							v6 = fmt.Sprintf("%s %s nat6=%v", n.IPv6, n.IPv6Mode, n.NAT6)
 						}
 						if n.Error != "" {
 							nics = append(nics, "error: "+n.Error)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\n", n.Name, dash(n.Bridge), dash(n.IPv4), n.NAT, n.Up, dash(n.Dnsmasq), dash(strings.Join(nics, " ")))
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%v\t%s\t%s\n", n.Name, dash(n.Bridge), dash(n.IPv4), n.NAT, v6, n.Up, dash(n.Dnsmasq), dash(strings.Join(nics, " ")))
 					}
 					tw.Flush()
 				})

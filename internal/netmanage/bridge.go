@@ -15,7 +15,8 @@ import (
 )
 
 // ensureBridge makes the network's bridge with the host's address, up,
-// with its bridged IPv4 handed to the IP hooks (security groups' conntrack).
+// with its bridged IPv4 and IPv6 handed to the IP hooks (security groups'
+// conntrack), and its IPv6 address unless the network has none.
 func ensureBridge(n *Network) error {
 	l, err := netlink.LinkByName(n.Bridge)
 	if err != nil {
@@ -37,6 +38,11 @@ func ensureBridge(n *Network) error {
 	if err := netlink.AddrReplace(l, addr); err != nil {
 		return fmt.Errorf("bridge %s: address %s: %w", n.Bridge, n.IPv4, err)
 	}
+	if n.IPv6On() {
+		if err := ensureBridge6(n, l); err != nil {
+			return err
+		}
+	}
 	if err := setNFCallIPTables(l); err != nil {
 		return fmt.Errorf("bridge %s: nf_call_iptables: %w", n.Bridge, err)
 	}
@@ -46,8 +52,9 @@ func ensureBridge(n *Network) error {
 	return nil
 }
 
-// setNFCallIPTables sets the bridge's own nf_call_iptables (IFLA_BR_*),
-// whatever the host's net.bridge.bridge-nf-call-iptables says.
+// setNFCallIPTables sets the bridge's own nf_call_iptables and
+// nf_call_ip6tables (IFLA_BR_*), whatever the host's
+// net.bridge.bridge-nf-call-ip(6)tables say.
 func setNFCallIPTables(l netlink.Link) error {
 	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
 		return errors.New("the kernel has no br_netfilter (modprobe br_netfilter): security groups could not see bridged traffic")
@@ -60,6 +67,7 @@ func setNFCallIPTables(l netlink.Link) error {
 	info.AddRtAttr(nl.IFLA_INFO_KIND, nl.NonZeroTerminated("bridge"))
 	data := info.AddRtAttr(nl.IFLA_INFO_DATA, nil)
 	data.AddRtAttr(unix.IFLA_BR_NF_CALL_IPTABLES, []byte{1})
+	data.AddRtAttr(unix.IFLA_BR_NF_CALL_IP6TABLES, []byte{1})
 	req.AddData(info)
 	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
 	return err
@@ -130,21 +138,7 @@ func setNAT(n *Network) error {
 	return c.Flush()
 }
 
-// removeNAT deletes the network's nat table if it is there.
+// removeNAT deletes the network's nat tables (IPv4, IPv6) that are there.
 func removeNAT(name string) error {
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	ts, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
-	if err != nil {
-		return err
-	}
-	for _, t := range ts {
-		if t.Name == natTable(name) {
-			c.DelTable(t)
-			return c.Flush()
-		}
-	}
-	return nil
+	return errors.Join(removeTable(nftables.TableFamilyIPv4, natTable(name)), removeTable(nftables.TableFamilyIPv6, nat6Table(name)))
 }

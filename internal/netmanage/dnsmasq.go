@@ -18,7 +18,8 @@ func DnsmasqUnit(network string) string { return "vmsup-dnsmasq@" + network + ".
 
 // dnsmasqArgv runs dnsmasq in the foreground on the bridge only: DHCP for
 // the NICs in the network's dhcp-hosts directory (static leases only, no
-// lease file: vmsup keeps the addresses), DNS for the names in its
+// lease file: vmsup keeps the addresses), with IPv6 router adverts and
+// DHCPv6 as the network's mode says, DNS for the names in its
 // dns-hosts directory (the network's domain answered locally), the rest
 // forwarded to the host's resolvers. It stays root with only the network
 // capabilities its sandbox leaves it (it changes to no other user or group:
@@ -29,12 +30,25 @@ func (m *Manager) dnsmasqArgv(n *Network) []string {
 		bin = "/usr/sbin/dnsmasq"
 	}
 	sub := n.Subnet()
-	return []string{bin, "--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=", "--user=root", "--group=",
+	argv := []string{bin, "--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=", "--user=root", "--group=",
 		"--log-facility=-", "--interface=" + n.Bridge, "--bind-interfaces", "--except-interface=lo",
 		fmt.Sprintf("--dhcp-range=%s,static,%s,1h", sub.IP, net.IP(sub.Mask)),
 		"--dhcp-authoritative", "--leasefile-ro", "--dhcp-ignore-names", "--dhcp-option=option:router," + n.Gateway().String(),
 		"--dhcp-hostsdir=" + m.dhcpDir(n.Name), "--hostsdir=" + m.dnsDir(n.Name), "--no-hosts",
 		"--domain=" + n.DNSDomain(), "--local=/" + n.DNSDomain() + "/", "--domain-needed"}
+	if n.IPv6On() {
+		argv = append(argv, "--enable-ra", "--dhcp-range="+dhcpRange6(n))
+	}
+	return argv
+}
+
+// dhcpRange6 is the IPv6 dhcp-range of the network's mode: router
+// adverts only, with the prefix for SLAAC ("ra-only": the A flag); static
+// DHCPv6 leases, announced by the adverts' M flag, the prefix on-link but
+// not for SLAAC ("static"); or both ("static,slaac").
+func dhcpRange6(n *Network) string {
+	mode := map[string]string{ModeSLAAC: "ra-only", ModeDHCPv6: "static", ModeBoth: "static,slaac"}[n.Mode6()]
+	return fmt.Sprintf("%s,%s,64,1h", n.Prefix6().IP, mode)
 }
 
 // dnsmasqUnit is the network's dnsmasq as a sandboxed unit: root with

@@ -26,9 +26,16 @@ import (
 
 const staticIP = "10.77.0.50" // vmb's nic.ip
 
-// vmFile is a test guest that asks for its address by DHCP, with one NIC
-// on the lab network and extra TOML after it.
+// vmFile is a test guest that asks for its address by DHCP (and waits
+// for SLAAC's), with one NIC on the lab network and extra TOML after it.
 func vmFile(t *testing.T, dir, name, nic, extra string) *spec.File {
+	t.Helper()
+	return vmFileOn(t, dir, name, labNet, "vmsup.dhcp vmsup.ipv6", nic, extra)
+}
+
+// vmFileOn is a test guest with the kernel command-line words given
+// (scripts/build-guest.sh) and one NIC on network.
+func vmFileOn(t *testing.T, dir, name, network, words, nic, extra string) *spec.File {
 	t.Helper()
 	body := fmt.Sprintf(`name = %q
 memory = "256M"
@@ -37,21 +44,22 @@ stop_timeout = "10s"
 [boot]
 kernel = %q
 initrd = %q
-cmdline = "console=ttyS0 no_timer_check vmsup.dhcp"
+cmdline = "console=ttyS0 no_timer_check %s"
 
 [[nic]]
 name = "lan"
 type = "network"
 network = %q
 %s
-%s`, name, env.Guest.Kernel, env.Guest.Initrd, labNet, nic, extra)
+%s`, name, env.Guest.Kernel, env.Guest.Initrd, words, network, nic, extra)
 	return supervisortest.LoadTOML(t, dir, name, body)
 }
 
 // webGroup is vmb's security group: inbound denied but for ICMP and TCP
-// port.
-func webGroup(port int) string {
-	return fmt.Sprintf(`
+// port (both rules of both families: they name no network) and, with
+// port6, TCP port6 from the lab's IPv6 prefix (IPv6 only).
+func webGroup(port, port6 int) string {
+	g := fmt.Sprintf(`
 [[security_group]]
 name = "web"
 [[security_group.rule]]
@@ -62,11 +70,16 @@ ports = "%d"
 direction = "in"
 protocol = "icmp"
 `, port)
+	if port6 != 0 {
+		g += fmt.Sprintf("[[security_group.rule]]\ndirection = \"in\"\nprotocol = \"tcp\"\nports = \"%d\"\ncidr = %q\n", port6, labPrefix6())
+	}
+	return g
 }
 
 // guest is one booted VM with its shell.
 type guest struct {
 	name, tap, mac, ip string
+	ip6                string // its global IPv6 address (SLAAC)
 	sh                 *testenv.GuestShell
 }
 
@@ -79,11 +92,13 @@ func (g *guest) run(t *testing.T, ctx context.Context, cmd string) string {
 	return out
 }
 
-// TestManagedNetwork boots two guests on a managed network (one with a
-// static lease and a security group) and, sharing them, shows DHCP, DNS
-// between them and NAT to another namespace; a spoofing guest dropped;
-// a security group and its live change; a local migration there and back
-// (the NIC on a tap of the new QEMU's, with its address, names and
+// TestManagedNetwork boots two guests on a dual-stack managed network
+// (one with a static lease and a security group) and, sharing them, shows
+// DHCP, DNS between them and NAT to another namespace, and the same for
+// IPv6 (SLAAC and DHCPv6, AAAA names, NAT66); a spoofing guest dropped,
+// over IPv4 and IPv6; a security group of both families and its live
+// change; a NIC hot-plugged onto the network; a local migration there and
+// back (the NIC on a tap of the new QEMU's, with its address, names and
 // filter); and that nothing is left of a NIC after a killed QEMU and a
 // down, nor of the network after rm.
 func TestManagedNetwork(t *testing.T) {
@@ -93,7 +108,7 @@ func TestManagedNetwork(t *testing.T) {
 	createNetwork(t, ctx, sup, dir)
 
 	fa := vmFile(t, dir, "vma", "", "")
-	fb := vmFile(t, dir, "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8080))
+	fb := vmFile(t, dir, "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8080, 0))
 	t0 := time.Now()
 	for _, f := range []*spec.File{fa, fb} {
 		if _, err := sup.Up(ctx, f); err != nil {
@@ -136,7 +151,10 @@ func TestManagedNetwork(t *testing.T) {
 			t.Fatal("the outside host saw no connection")
 		}
 	})
+	t.Run("ipv6", func(t *testing.T) { ipv6Names(t, ctx, a, b) })
+	t.Run("nat66", func(t *testing.T) { nat66(t, ctx, a) })
 	t.Run("security-group", func(t *testing.T) { securityGroup(t, ctx, sup, dir, a, b) })
+	t.Run("anti-spoofing-ipv6", func(t *testing.T) { antiSpoofing6(t, ctx, sup, a, b) })
 	t.Run("anti-spoofing", func(t *testing.T) { antiSpoofing(t, ctx, sup, a, b) })
 	t.Run("nic-attach", func(t *testing.T) { hotNIC(t, ctx, sup, b) })
 	t.Run("migrate-local", func(t *testing.T) { migrateLocal(t, ctx, sup, a, b) })
@@ -167,9 +185,10 @@ func TestManagedNetwork(t *testing.T) {
 	t.Run("rm", func(t *testing.T) { removeNetwork(t, ctx, sup) })
 }
 
-// lsShowsAddresses: vmsup ls shows each guest's address on the network
-// followed by how, from its agent ("/24 (eth0)") or, when the agent does
-// not answer, from the host's lease (" (nic lan)"; issue 47: the column
+// lsShowsAddresses: vmsup ls shows each guest's addresses on the network,
+// IPv4 and IPv6, followed by how, from its agent ("/24 (eth0)", "/64
+// (eth0)") or, when the agent does not answer, from the host's lease and
+// the SLAAC address it gave the NIC (" (nic lan)"; issue 47: the column
 // was empty).
 func lsShowsAddresses(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, want map[*guest]string) {
 	out, err := cli(ctx, sup, "ls")
@@ -183,8 +202,9 @@ func lsShowsAddresses(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 		}
 	}
 	for g, how := range want {
-		if !strings.Contains(rows[g.name], " "+g.ip+how) {
-			t.Fatalf("ls does not show %s's address as %q:\n%s", g.name, g.ip+how, out)
+		how6 := strings.Replace(how, "/24", "/64", 1)
+		if !strings.Contains(rows[g.name], " "+g.ip+how) || !strings.Contains(rows[g.name], " "+g.ip6+how6) {
+			t.Fatalf("ls does not show %s's addresses as %q and %q:\n%s", g.name, g.ip+how, g.ip6+how6, out)
 		}
 	}
 	t.Logf("ls:\n%s", out)
@@ -199,7 +219,9 @@ func createNetwork(t *testing.T, ctx context.Context, sup *supervisor.Supervisor
 		t.Fatalf("a bad definition: %v\n%s", err, out)
 	}
 	def := filepath.Join(dir, "lab.toml")
-	os.WriteFile(def, []byte(fmt.Sprintf("name = %q\nipv4 = %q\nuplink = %q\n", labNet, labGW+"/24", uplink)), 0o644)
+	// IPv6 by default (the ULA made from the name), here by both SLAAC
+	// and DHCPv6.
+	os.WriteFile(def, []byte(fmt.Sprintf("name = %q\nipv4 = %q\nuplink = %q\nipv6_mode = \"both\"\n", labNet, labGW+"/24", uplink)), 0o644)
 	t0 := time.Now()
 	if out, err := cli(ctx, sup, "network", "create", def); err != nil {
 		j, _ := env.Systemd.Journal(ctx, netmanage.DnsmasqUnit(labNet))
@@ -207,7 +229,7 @@ func createNetwork(t *testing.T, ctx context.Context, sup *supervisor.Supervisor
 	}
 	t.Logf("network created (bridge, NAT, dnsmasq answering) in %s", time.Since(t0).Round(time.Millisecond))
 	out, err := cli(ctx, sup, "network", "ls")
-	if err != nil || !strings.Contains(out, "lab") || !strings.Contains(out, "active") {
+	if err != nil || !strings.Contains(out, "lab") || !strings.Contains(out, "active") || !strings.Contains(out, labGW6()+"/64 both nat6=true") {
 		t.Fatalf("network ls: %v\n%s", err, out)
 	}
 }
@@ -231,8 +253,15 @@ func boot(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, f *spec
 			g.ip, _, _ = strings.Cut(fields[i+1], "/")
 		}
 	}
-	if len(st.NICs) != 1 || len(st.NICs[0].Addrs) != 1 || st.NICs[0].Addrs[0] != g.ip {
-		t.Fatalf("%s: guest has %q; status says %+v", name, g.ip, st.NICs)
+	testenv.WaitLog(t, st.ConsoleLog, "VMSUP-NET6-READY eth0 ", time.Minute)
+	fields = strings.Fields(g.run(t, ctx, "ip -6 -o addr show dev eth0 scope global"))
+	for i, w := range fields {
+		if w == "inet6" && i+1 < len(fields) {
+			g.ip6, _, _ = strings.Cut(fields[i+1], "/")
+		}
+	}
+	if len(st.NICs) != 1 || len(st.NICs[0].Addrs) != 2 || st.NICs[0].Addrs[0] != g.ip || st.NICs[0].Addrs[1] != g.ip6 {
+		t.Fatalf("%s: guest has %q and %q; status says %+v", name, g.ip, g.ip6, st.NICs)
 	}
 	return g
 }
@@ -251,35 +280,47 @@ func dial(addr string) bool {
 }
 
 // securityGroup: vmb's group lets port 8080 in and not 8081, from the
-// host and from vma; apply swaps them live.
+// host and from vma, over IPv4 and IPv6 alike (its rules name no
+// network); apply swaps them live and adds an IPv6-only rule for 9090,
+// which IPv6 then reaches and IPv4 still does not.
 func securityGroup(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, dir string, a, b *guest) {
-	b.run(t, ctx, "(nc -ll -p 8080 -e echo ok8080 &); (nc -ll -p 8081 -e echo ok8081 &); sleep 0.5")
-	check := func(open, closed int) {
+	b.run(t, ctx, "(nc -ll -p 8080 -e echo ok8080 &); (nc -ll -p 8081 -e echo ok8081 &); (nc -ll -p 9090 -e echo ok9090 &); sleep 0.5")
+	check := func(port int, v6, want bool) {
 		t.Helper()
-		if !dial(fmt.Sprintf("%s:%d", b.ip, open)) {
-			t.Errorf("host -> vmb:%d blocked, want allowed", open)
+		ip := b.ip
+		if v6 {
+			ip = b.ip6
 		}
-		if dial(fmt.Sprintf("%s:%d", b.ip, closed)) {
-			t.Errorf("host -> vmb:%d allowed, want blocked", closed)
+		if got := dial(net.JoinHostPort(ip, fmt.Sprint(port))); got != want {
+			t.Errorf("host -> vmb [%s]:%d: answered %v, want %v", ip, port, got, want)
 		}
-		if out := a.run(t, ctx, fmt.Sprintf("nc -w 3 %s %d </dev/null; true", b.ip, open)); !strings.Contains(out, fmt.Sprint("ok", open)) {
-			t.Errorf("vma -> vmb:%d: %q, want its answer", open, out)
-		}
-		if out := a.run(t, ctx, fmt.Sprintf("nc -w 3 %s %d </dev/null; true", b.ip, closed)); strings.Contains(out, "ok") {
-			t.Errorf("vma -> vmb:%d answered %q, want blocked", closed, out)
+		out := a.run(t, ctx, fmt.Sprintf("nc -w 3 %s %d </dev/null; true", ip, port))
+		if got := strings.Contains(out, fmt.Sprint("ok", port)); got != want {
+			t.Errorf("vma -> vmb [%s]:%d: %q; answer wanted: %v", ip, port, out, want)
 		}
 	}
-	check(8080, 8081)
+	expect := func(open, closed int, open9090 bool) {
+		t.Helper()
+		for _, v6 := range []bool{false, true} {
+			check(open, v6, true)
+			check(closed, v6, false)
+		}
+		check(9090, false, false)
+		check(9090, true, open9090)
+	}
+	expect(8080, 8081, false)
 	out, err := cli(ctx, sup, "status", "vmb")
 	if err != nil || !strings.Contains(out, "network lab anti-spoofing true security-groups web dropped spoofed ") {
 		t.Fatalf("vmsup status vmb: %v\n%s", err, out)
 	}
 	t.Logf("status: %s", grepLine(out, "nic:"))
 
-	f2 := vmFile(t, filepath.Join(dir), "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8081))
+	f2 := vmFile(t, filepath.Join(dir), "vmb", `ip = "`+staticIP+`"`+"\nsecurity_groups = [\"web\"]", webGroup(8081, 9090))
 	// plan shows the groups as the file writes them (issue 47: a Go struct).
 	out, err = cli(ctx, sup, "plan", f2.Path)
-	if err != nil || !strings.Contains(out, `-> [{name = "web", rule = [{direction = "in", protocol = "tcp", ports = "8081"}, {direction = "in", protocol = "icmp"}]}]`) {
+	want := fmt.Sprintf(`-> [{name = "web", rule = [{direction = "in", protocol = "tcp", ports = "8081"}, {direction = "in", protocol = "icmp"}, `+
+		`{direction = "in", protocol = "tcp", ports = "9090", cidr = %q}]}]`, labPrefix6())
+	if err != nil || !strings.Contains(out, want) {
 		t.Fatalf("vmsup plan: %v\n%s", err, out)
 	}
 	t.Logf("plan: %s", grepLine(out, "live"))
@@ -292,7 +333,7 @@ func securityGroup(t *testing.T, ctx context.Context, sup *supervisor.Supervisor
 		t.Fatalf("apply: %+v", res)
 	}
 	t.Logf("apply changed the group live in %s", time.Since(t0).Round(time.Millisecond))
-	check(8081, 8080)
+	expect(8081, 8080, true)
 }
 
 // antiSpoofing: vma sends as another address, as another MAC, answers
@@ -346,7 +387,8 @@ func antiSpoofing(t *testing.T, ctx context.Context, sup *supervisor.Supervisor,
 	a.sh.Run(ctx, "killall udhcpd")
 	seen("a DHCP server", func(bb []byte) bool { return fromA(bb) && udpSrcPort(bb) == 67 })
 	if n := toB.count(true, func(bb []byte) bool { return udpSrcPort(bb) == 67 }); n == 0 {
-		t.Errorf("vmb got no DHCP reply at all (dnsmasq's should pass)")
+		j, _ := env.Systemd.Journal(ctx, netmanage.DnsmasqUnit(labNet))
+		t.Errorf("vmb got no DHCP reply at all (dnsmasq's should pass); dnsmasq's journal:\n%s", j)
 	}
 	a.run(t, ctx, "ping -c 1 -W 3 "+labGW) // vma is fine again
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/netsetup"
@@ -29,6 +30,10 @@ const (
 	uplinkHost  = "192.168.200.1"
 	outsideIP   = "192.168.200.2"
 	outsidePort = 7000
+	// The uplink's IPv6 network: the outside host has no route to the
+	// lab's prefix either, only NAT66 reaches it.
+	uplinkHost6 = "fd00:200::1"
+	outsideIP6  = "fd00:200::2"
 )
 
 var (
@@ -100,7 +105,7 @@ func outsideHost(ctx context.Context, dir string) error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return err
 	}
-	if err := addrUp(uplink, uplinkHost+"/24"); err != nil {
+	if err := addrUp(uplink, uplinkHost+"/24", uplinkHost6+"/64"); err != nil {
 		return err
 	}
 	peer, err := netlink.LinkByName("vmsup-out0")
@@ -116,43 +121,55 @@ func outsideHost(ctx context.Context, dir string) error {
 		return err
 	}
 	return netsetup.InNetns(outside, func() error {
-		if err := addrUp("vmsup-out0", outsideIP+"/24"); err != nil {
+		if err := addrUp("vmsup-out0", outsideIP+"/24", outsideIP6+"/64"); err != nil {
 			return err
 		}
-		l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", outsideIP, outsidePort))
-		if err != nil {
-			return err
-		}
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-				fmt.Fprintln(c, "outside")
-				c.Close()
-				select {
-				case seen <- host:
-				default:
-				}
+		for _, ip := range []string{outsideIP, outsideIP6} {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(outsidePort)))
+			if err != nil {
+				return err
 			}
-		}()
+			go answer(l)
+		}
 		return nil
 	})
 }
 
-func addrUp(link, cidr string) error {
+// answer says "outside" to each connection and reports who connected.
+func answer(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		fmt.Fprintln(c, "outside")
+		c.Close()
+		select {
+		case seen <- host:
+		default:
+		}
+	}
+}
+
+// addrUp gives link its addresses (IPv6 ones without duplicate address
+// detection, so they can be bound at once) and brings it up.
+func addrUp(link string, cidrs ...string) error {
 	l, err := netlink.LinkByName(link)
 	if err != nil {
 		return err
 	}
-	a, err := netlink.ParseAddr(cidr)
-	if err != nil {
-		return err
-	}
-	if err := netlink.AddrAdd(l, a); err != nil {
-		return fmt.Errorf("%s: %w", link, err)
+	for _, cidr := range cidrs {
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			return err
+		}
+		if a.IP.To4() == nil {
+			a.Flags = unix.IFA_F_NODAD
+		}
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return fmt.Errorf("%s: %w", link, err)
+		}
 	}
 	return netlink.LinkSetUp(l)
 }

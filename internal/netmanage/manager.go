@@ -143,6 +143,9 @@ func (m *Manager) Create(ctx context.Context, n *Network, raw []byte) error {
 		if o.Subnet().Contains(n.Subnet().IP) || n.Subnet().Contains(o.Subnet().IP) {
 			return fmt.Errorf("network %q: subnet %s overlaps network %q's %s", n.Name, n.Subnet(), other, o.Subnet())
 		}
+		if n.IPv6On() && o.IPv6On() && o.Prefix6().Contains(n.Prefix6().IP) {
+			return fmt.Errorf("network %q: IPv6 prefix %s is network %q's", n.Name, n.Prefix6(), other)
+		}
 	}
 	if netsetup.LinkExists(n.Bridge) {
 		return fmt.Errorf("network %q: a link called %s exists already; name another bridge", n.Name, n.Bridge)
@@ -193,6 +196,11 @@ func (m *Manager) up(ctx context.Context, n *Network) error {
 			return fmt.Errorf("network %q: NAT: %w", n.Name, err)
 		}
 	}
+	if n.IPv6On() {
+		if err := up6(n); err != nil {
+			return fmt.Errorf("network %q: IPv6: %w", n.Name, err)
+		}
+	}
 	if err := m.startDnsmasq(ctx, n); err != nil {
 		return fmt.Errorf("network %q: %w", n.Name, err)
 	}
@@ -206,16 +214,21 @@ func (m *Manager) down(ctx context.Context, n *Network) error {
 
 // Info is one network as ls shows it.
 type Info struct {
-	Name    string   `json:"name"`
-	Bridge  string   `json:"bridge"`
-	IPv4    string   `json:"ipv4"`
-	NAT     bool     `json:"nat"`
-	Uplink  string   `json:"uplink,omitempty"`
-	Domain  string   `json:"domain"`
-	Up      bool     `json:"bridge_up"` // the bridge exists
-	Dnsmasq string   `json:"dnsmasq"`   // the dnsmasq unit's state
-	NICs    []NICRef `json:"nics"`
-	Error   string   `json:"error,omitempty"`
+	Name   string `json:"name"`
+	Bridge string `json:"bridge"`
+	IPv4   string `json:"ipv4"`
+	NAT    bool   `json:"nat"`
+	// IPv6 is the host's IPv6 address with the /64 ("" without IPv6),
+	// IPv6Mode how guests get theirs, NAT6 whether it is masqueraded.
+	IPv6     string   `json:"ipv6,omitempty"`
+	IPv6Mode string   `json:"ipv6_mode,omitempty"`
+	NAT6     bool     `json:"nat6,omitempty"`
+	Uplink   string   `json:"uplink,omitempty"`
+	Domain   string   `json:"domain"`
+	Up       bool     `json:"bridge_up"` // the bridge exists
+	Dnsmasq  string   `json:"dnsmasq"`   // the dnsmasq unit's state
+	NICs     []NICRef `json:"nics"`
+	Error    string   `json:"error,omitempty"`
 }
 
 // NICRef is a NIC on the network.
@@ -225,6 +238,8 @@ type NICRef struct {
 	Tap string `json:"tap"`
 	MAC string `json:"mac"`
 	IP  string `json:"ip"`
+	// IPv6 is its global IPv6 address ("" without IPv6).
+	IPv6 string `json:"ipv6,omitempty"`
 }
 
 // List describes every defined network.
@@ -247,12 +262,15 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 			continue
 		}
 		info.Bridge, info.IPv4, info.NAT, info.Uplink, info.Domain = n.Bridge, n.IPv4, n.NATOn(), n.Uplink, n.DNSDomain()
+		if n.IPv6On() {
+			info.IPv6, info.IPv6Mode, info.NAT6 = n.IPv6CIDR(), n.Mode6(), n.NAT6On()
+		}
 		info.Up = netsetup.LinkExists(n.Bridge)
 		info.Dnsmasq = m.dnsmasqState(ctx, name)
 		atts, _ := m.attachments(name)
 		info.NICs = []NICRef{}
 		for _, a := range atts {
-			info.NICs = append(info.NICs, NICRef{VM: a.VM, NIC: a.NIC, Tap: a.Tap, MAC: a.MAC, IP: a.IP})
+			info.NICs = append(info.NICs, NICRef{VM: a.VM, NIC: a.NIC, Tap: a.Tap, MAC: a.MAC, IP: a.IP, IPv6: a.IPv6})
 		}
 		out = append(out, info)
 	}

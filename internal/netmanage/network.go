@@ -20,13 +20,22 @@ import (
 //	nat = true              # default true: masquerade to the uplink
 //	uplink = "eth0"         # NAT only out of it; default any other interface
 //	domain = "lab"          # the DNS domain of the VMs' names; default name
+//	ipv6 = "fd00:1:2::1/64" # the host's IPv6 address and /64; default a ULA
+//	                        # /64 made from the name (ULA); "none": IPv4 only
+//	ipv6_mode = "slaac"     # router adverts for SLAAC (default), "dhcpv6"
+//	                        # (stateful), or "both"
+//	nat6 = true             # default nat's value: NAT66 to the uplink;
+//	                        # false: routed (the prefix routed to the host)
 type Network struct {
-	Name   string `toml:"name"`
-	Bridge string `toml:"bridge"`
-	IPv4   string `toml:"ipv4"`
-	NAT    *bool  `toml:"nat"`
-	Uplink string `toml:"uplink"`
-	Domain string `toml:"domain"`
+	Name     string `toml:"name"`
+	Bridge   string `toml:"bridge"`
+	IPv4     string `toml:"ipv4"`
+	NAT      *bool  `toml:"nat"`
+	Uplink   string `toml:"uplink"`
+	Domain   string `toml:"domain"`
+	IPv6     string `toml:"ipv6"`
+	IPv6Mode string `toml:"ipv6_mode"`
+	NAT6     *bool  `toml:"nat6"`
 }
 
 // NATOn reports whether the network masquerades to the uplink.
@@ -72,7 +81,7 @@ func Parse(file string, data []byte) (*Network, error) {
 	if err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(&n); err != nil {
 		var sm *toml.StrictMissingError
 		if errors.As(err, &sm) && len(sm.Errors) > 0 {
-			return nil, &FieldError{file, fmt.Sprint(sm.Errors[0].Key()), errors.New("unknown key (want name, ipv4, bridge, nat, uplink, domain)")}
+			return nil, &FieldError{file, fmt.Sprint(sm.Errors[0].Key()), errors.New("unknown key (want name, ipv4, bridge, nat, uplink, domain, ipv6, ipv6_mode, nat6)")}
 		}
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
@@ -131,6 +140,9 @@ func (n *Network) check(file string) error {
 		if err := spec.ValidName(n.Domain); err != nil {
 			return fail("domain", "%v", err)
 		}
+	}
+	if field, err := n.check6(); err != nil {
+		return fail(field, "%v", err)
 	}
 	return nil
 }

@@ -20,14 +20,18 @@ import (
 // Attachment is one NIC on a managed network, kept in
 // networks/NAME/nics/TAP.json while the NIC exists.
 type Attachment struct {
-	Network  string `json:"network"`
-	Bridge   string `json:"bridge"`
-	VM       string `json:"vm"`
-	NIC      string `json:"nic"`
-	Tap      string `json:"tap"`
-	MAC      string `json:"mac"`
-	IP       string `json:"ip"`
-	Static   bool   `json:"static"` // the address is the NIC's nic.ip
+	Network string `json:"network"`
+	Bridge  string `json:"bridge"`
+	VM      string `json:"vm"`
+	NIC     string `json:"nic"`
+	Tap     string `json:"tap"`
+	MAC     string `json:"mac"`
+	IP      string `json:"ip"`
+	Static  bool   `json:"static"` // the address is the NIC's nic.ip
+	// IPv6 is the NIC's global IPv6 address, made from the network's
+	// prefix and the MAC (SLAAC's, and its DHCPv6 lease); "" when the
+	// network has no IPv6 (or had none when the NIC was attached).
+	IPv6     string `json:"ipv6,omitempty"`
 	Hostname string `json:"hostname"`
 }
 
@@ -148,6 +152,9 @@ func (m *Manager) Attach(ctx context.Context, vm string, n spec.NIC) (*Attachmen
 			a.Hostname = vm + "-" + n.Name // a second NIC of the VM on this network
 		}
 	}
+	if mac, err := net.ParseMAC(a.MAC); err == nil && nw.IPv6On() {
+		a.IPv6 = nw.GuestIPv6(mac).String()
+	}
 	if err := writeJSON(m.attachFile(nw.Name, n.Tap), a); err != nil {
 		return nil, err
 	}
@@ -155,6 +162,12 @@ func (m *Manager) Attach(ctx context.Context, vm string, n spec.NIC) (*Attachmen
 	// name goes with its file (a lease's would stay until it expires).
 	lease := fmt.Sprintf("%s,%s\n", a.MAC, a.IP)
 	name := fmt.Sprintf("%s %s %s.%s\n", a.IP, a.Hostname, a.Hostname, nw.DNSDomain())
+	if a.IPv6 != "" {
+		if nw.Mode6() != ModeSLAAC {
+			lease = fmt.Sprintf("%s,%s,[%s]\n", a.MAC, a.IP, a.IPv6)
+		}
+		name += fmt.Sprintf("%s %s %s.%s\n", a.IPv6, a.Hostname, a.Hostname, nw.DNSDomain())
+	}
 	if err := atomicfile.WriteFile(filepath.Join(m.dhcpDir(nw.Name), n.Tap), []byte(lease), 0o644); err != nil {
 		return nil, err
 	}
@@ -197,7 +210,8 @@ func Filter(a *Attachment, allowSpoofing bool, groups []spec.SecurityGroup) erro
 	if err != nil {
 		return fmt.Errorf("nic %q: mac: %w", a.NIC, err)
 	}
-	return nicfilter.Apply(nicfilter.Filter{Tap: a.Tap, MAC: mac, IP: net.ParseIP(a.IP), AntiSpoofing: !allowSpoofing, Groups: groups})
+	return nicfilter.Apply(nicfilter.Filter{Tap: a.Tap, MAC: mac, IP: net.ParseIP(a.IP), IPv6: net.ParseIP(a.IPv6),
+		AntiSpoofing: !allowSpoofing, Groups: groups})
 }
 
 // Release removes what Attach and Filter made for the tap, the

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ type sniffer struct {
 	fd     int
 	mu     sync.Mutex
 	frames []frame
+	stop   atomic.Bool
 	done   chan struct{}
 }
 
@@ -47,7 +49,7 @@ func sniff(t *testing.T, ifname string) *sniffer {
 	go func() {
 		defer close(s.done)
 		buf := make([]byte, 65536)
-		for {
+		for !s.stop.Load() {
 			n, from, err := unix.Recvfrom(fd, buf, 0)
 			if err == unix.EAGAIN || err == unix.EINTR {
 				continue
@@ -65,8 +67,12 @@ func sniff(t *testing.T, ifname string) *sniffer {
 	return s
 }
 
+// close stops the reader before it closes the socket: a reader still
+// reading a closed descriptor's number would read the next sniffer's
+// socket (the number is reused) and take its frames.
 func (s *sniffer) close() {
-	unix.Shutdown(s.fd, unix.SHUT_RDWR)
+	s.stop.Store(true)
+	<-s.done
 	unix.Close(s.fd)
 }
 
@@ -122,4 +128,37 @@ func udpSrcPort(b []byte) uint16 {
 		return 0
 	}
 	return binary.BigEndian.Uint16(b[14+ihl:])
+}
+
+// ipv6Src is an IPv6 frame's source address (nil for other frames).
+func ipv6Src(b []byte) net.IP {
+	if etherType(b) != unix.ETH_P_IPV6 || len(b) < 54 {
+		return nil
+	}
+	return b[22:38]
+}
+
+// icmp6Type is an ICMPv6 frame's type (0 for other frames; no extension
+// headers: the guests' frames here have none).
+func icmp6Type(b []byte) byte {
+	if ipv6Src(b) == nil || b[20] != unix.IPPROTO_ICMPV6 || len(b) < 55 {
+		return 0
+	}
+	return b[54]
+}
+
+// ndTarget is a neighbour solicit's or advert's target (nil for others).
+func ndTarget(b []byte) net.IP {
+	if t := icmp6Type(b); (t != 135 && t != 136) || len(b) < 78 {
+		return nil
+	}
+	return b[62:78]
+}
+
+// udp6SrcPort is a UDP-over-IPv6 frame's source port (0 for others).
+func udp6SrcPort(b []byte) uint16 {
+	if ipv6Src(b) == nil || b[20] != unix.IPPROTO_UDP || len(b) < 56 {
+		return 0
+	}
+	return binary.BigEndian.Uint16(b[54:])
 }

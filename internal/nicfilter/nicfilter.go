@@ -1,10 +1,11 @@
 // Package nicfilter owns the nftables tables that filter one tap NIC of a
 // managed network: anti-spoofing (a table of the bridge family: the guest
-// sends only from its MAC and its address, answers ARP only for its
-// address, runs no DHCP server, sends nothing but IPv4 and ARP) and its
-// security groups (a table of the inet family, where the bridge's
-// br_netfilter hands bridged IPv4 packets to conntrack, so replies to
-// allowed traffic pass). Each tap has its own two tables, named after it,
+// sends only from its MAC and its addresses, answers ARP and neighbour
+// discovery only for its addresses, runs no DHCP or DHCPv6 server, sends
+// no router adverts or redirects, sends nothing but IPv4, ARP and, on a
+// network with IPv6, IPv6) and its security groups (a table of the inet
+// family, where the bridge's br_netfilter hands bridged IPv4 and IPv6
+// packets to conntrack, so replies to allowed traffic pass). Each tap has its own two tables, named after it,
 // replaced in one nftables transaction when the filter changes and
 // deleted when the NIC goes, so a table never outlives its tap by more
 // than the clean-up that removes both.
@@ -31,9 +32,15 @@ type Filter struct {
 	Tap string
 	MAC net.HardwareAddr // the guest's MAC
 	IP  net.IP           // the guest's IPv4 address
+	// IPv6 is the guest's global IPv6 address (its SLAAC address, also
+	// its DHCPv6 lease); nil: the network has no IPv6 and the guest may
+	// send none. With it, the guest may send from it and from its
+	// link-local address (LinkLocal of its MAC).
+	IPv6 net.IP
 	// AntiSpoofing: the bridge table that drops what the guest sends as
-	// another MAC or address, ARP for other addresses, DHCP server
-	// replies and other protocols.
+	// another MAC or address, ARP and neighbour adverts for other
+	// addresses, DHCP and DHCPv6 server replies, router adverts and
+	// redirects, and other protocols.
 	AntiSpoofing bool
 	// Groups are the NIC's security groups; none: no inet table.
 	Groups []spec.SecurityGroup
@@ -55,6 +62,9 @@ func TableNames(tap string) []string {
 func Apply(f Filter) error {
 	if f.IP.To4() == nil || len(f.MAC) != 6 {
 		return fmt.Errorf("nic filter %s: need the guest's MAC and IPv4 address (have %q, %v)", f.Tap, f.MAC, f.IP)
+	}
+	if f.IPv6 != nil && (f.IPv6.To4() != nil || f.IPv6.To16() == nil) {
+		return fmt.Errorf("nic filter %s: %v is not an IPv6 address", f.Tap, f.IPv6)
 	}
 	c, err := nftables.New()
 	if err != nil {

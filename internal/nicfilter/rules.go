@@ -73,15 +73,21 @@ func ipv4() rb { return meta(expr.MetaKeyNFPROTO).eq([]byte{unix.NFPROTO_IPV4}) 
 // ipIs matches the IPv4 address at off against ip.
 func ipIs(off uint32, ip net.IP) rb { return load(expr.PayloadBaseNetworkHeader, off, 4).eq(ip.To4()) }
 
-// inNet matches the IPv4 address at off against a network (nothing for /0).
+// inNet matches the address at off (IPv4 or IPv6, as n) against a
+// network (nothing for /0).
 func inNet(off uint32, n *net.IPNet) rb {
-	ones, _ := n.Mask.Size()
+	ones, bits := n.Mask.Size()
 	if ones == 0 {
 		return nil
 	}
-	r := load(expr.PayloadBaseNetworkHeader, off, 4)
-	r = append(r, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte(n.Mask), Xor: make([]byte, 4)})
-	return r.eq(n.IP.To4())
+	size := uint32(bits / 8)
+	r := load(expr.PayloadBaseNetworkHeader, off, size)
+	r = append(r, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: size, Mask: []byte(n.Mask), Xor: make([]byte, size)})
+	ip := n.IP.To4()
+	if bits == 128 {
+		ip = n.IP.To16()
+	}
+	return r.eq(ip)
 }
 
 // addSpoofTable adds the bridge table: frames from the tap pass only as
@@ -102,7 +108,11 @@ func addSpoofTable(c *nftables.Conn, f Filter) {
 	add(guard, load(expr.PayloadBaseLLHeader, ethSrc, 6).neq(mac).then(countDrop()...))
 	add(guard, load(expr.PayloadBaseLLHeader, ethType, 2).eq(be16(unix.ETH_P_ARP)).then(jump(arp.Name)))
 	add(guard, load(expr.PayloadBaseLLHeader, ethType, 2).eq(be16(unix.ETH_P_IP)).then(jump(ip.Name)))
-	add(guard, rb(countDrop())) // IPv6, VLAN tags, anything else
+	if f.IPv6 != nil {
+		ip6 := addSpoof6(c, t, f)
+		add(guard, load(expr.PayloadBaseLLHeader, ethType, 2).eq(be16(unix.ETH_P_IPV6)).then(jump(ip6.Name)))
+	}
+	add(guard, rb(countDrop())) // IPv6 on an IPv4 network, VLAN tags, anything else
 
 	// ARP: Ethernet/IPv4 only, as the guest's MAC, for its address (or
 	// 0.0.0.0, an address probe).
@@ -143,6 +153,14 @@ func addGroupTable(c *nftables.Conn, f Filter) error {
 	add(fwd, ipv4().with(ipIs(ipSrc, f.IP)).then(jump(fromGuest.Name)))
 	add(out, ipv4().with(ipIs(ipDst, f.IP)).then(jump(toGuest.Name)))
 	add(in, ipv4().with(ipIs(ipSrc, f.IP)).then(jump(fromGuest.Name)))
+	if f.IPv6 != nil {
+		for _, ip := range []net.IP{f.IPv6, LinkLocal(f.MAC)} {
+			add(fwd, ipv6().with(ip6Is(ip6Dst, ip)).then(jump(toGuest.Name)))
+			add(fwd, ipv6().with(ip6Is(ip6Src, ip)).then(jump(fromGuest.Name)))
+			add(out, ipv6().with(ip6Is(ip6Dst, ip)).then(jump(toGuest.Name)))
+			add(in, ipv6().with(ip6Is(ip6Src, ip)).then(jump(fromGuest.Name)))
+		}
+	}
 
 	established := rb{&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
@@ -155,6 +173,16 @@ func addGroupTable(c *nftables.Conn, f Filter) error {
 	add(toGuest, established)
 	add(toGuest, dhcpReply)
 	add(fromGuest, established)
+	if f.IPv6 != nil {
+		// Neighbour discovery and router solicits/adverts both ways, and
+		// the network's DHCPv6 replies (anti-spoofing stops a guest's).
+		nd := l4(unix.IPPROTO_ICMPV6).with(load(expr.PayloadBaseTransportHeader, icmp6Type, 1))
+		nd = append(nd, &expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{icmp6RouterSolicit}, ToData: []byte{icmp6NeighAdvert}})
+		add(toGuest, nd.then(verdict(expr.VerdictAccept)))
+		add(fromGuest, nd.then(verdict(expr.VerdictAccept)))
+		add(toGuest, l4(unix.IPPROTO_UDP).with(load(expr.PayloadBaseTransportHeader, thSrcPort, 2).eq(be16(dhcp6Sv))).
+			with(load(expr.PayloadBaseTransportHeader, thDstPort, 2).eq(be16(dhcp6Client))).then(verdict(expr.VerdictAccept)))
+	}
 
 	inPolicy, outPolicy := spec.PolicyAllow, spec.PolicyAllow
 	for _, g := range f.Groups {
@@ -172,7 +200,7 @@ func addGroupTable(c *nftables.Conn, f Filter) error {
 				if r.Allows() != allow {
 					continue
 				}
-				m, err := ruleMatch(r)
+				ms, err := ruleMatches(r, f.IPv6 != nil)
 				if err != nil {
 					return err
 				}
@@ -184,7 +212,9 @@ func addGroupTable(c *nftables.Conn, f Filter) error {
 				if r.Direction == spec.DirOut {
 					ch = fromGuest
 				}
-				add(ch, m.then(v...))
+				for _, m := range ms {
+					add(ch, m.then(v...))
+				}
 			}
 		}
 	}
@@ -197,36 +227,58 @@ func addGroupTable(c *nftables.Conn, f Filter) error {
 	return nil
 }
 
-// ruleMatch is a rule's match: the peer's network, the protocol, the
+// ruleMatches are a rule's matches, one per address family it covers
+// (its network's, or both when it names none and the NIC has IPv6): the
+// peer's network, the protocol (ICMPv6 for "icmp" in IPv6), the
 // destination ports.
-func ruleMatch(r spec.SecurityRule) (rb, error) {
+func ruleMatches(r spec.SecurityRule, withIPv6 bool) ([]rb, error) {
 	n, err := r.Net()
 	if err != nil {
 		return nil, err
 	}
-	peer := uint32(ipSrc)
+	lo, hi, err := r.PortRange()
+	if err != nil {
+		return nil, err
+	}
+	var out []rb
+	for _, v6 := range []bool{false, true} {
+		if (n != nil && (n.IP.To4() == nil) != v6) || (n == nil && v6 && !withIPv6) {
+			continue
+		}
+		out = append(out, familyMatch(r, n, v6, lo, hi))
+	}
+	return out, nil
+}
+
+// familyMatch is a rule's match in one address family.
+func familyMatch(r spec.SecurityRule, n *net.IPNet, v6 bool, lo, hi uint16) rb {
+	peer, m, icmp := uint32(ipSrc), ipv4(), byte(unix.IPPROTO_ICMP)
 	if r.Direction == spec.DirOut {
 		peer = ipDst
 	}
-	m := ipv4().with(inNet(peer, n))
+	if v6 {
+		peer, m, icmp = ip6Src, ipv6(), unix.IPPROTO_ICMPV6
+		if r.Direction == spec.DirOut {
+			peer = ip6Dst
+		}
+	}
+	if n != nil {
+		m = m.with(inNet(peer, n))
+	}
 	switch r.Protocol {
 	case "tcp":
 		m = m.with(l4(unix.IPPROTO_TCP))
 	case "udp":
 		m = m.with(l4(unix.IPPROTO_UDP))
 	case "icmp":
-		m = m.with(l4(unix.IPPROTO_ICMP))
-	}
-	lo, hi, err := r.PortRange()
-	if err != nil {
-		return nil, err
+		m = m.with(l4(icmp))
 	}
 	if lo != 0 {
 		m = m.with(load(expr.PayloadBaseTransportHeader, thDstPort, 2))
 		if lo == hi {
-			return m.eq(be16(lo)), nil
+			return m.eq(be16(lo))
 		}
 		m = append(m, &expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: be16(lo), ToData: be16(hi)})
 	}
-	return m, nil
+	return m
 }

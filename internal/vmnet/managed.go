@@ -71,6 +71,9 @@ func (m *Manager) managedStatus(n NICRecord, ns *NICStatus) {
 	if m.Networks != nil {
 		if a, err := m.Networks.Lookup(n.Network, n.Tap); err == nil {
 			ns.Addrs = []string{a.IP}
+			if a.IPv6 != "" {
+				ns.Addrs = append(ns.Addrs, a.IPv6)
+			}
 		}
 		if nw, err := m.Networks.Get(n.Network); err == nil {
 			ns.Gateway = nw.Gateway().String()

@@ -382,3 +382,20 @@ func TestIPv4(t *testing.T) {
 		}
 	}
 }
+
+// IPv6: the global addresses (not link-local) of the agent and then of the
+// host's NICs, as IPv4 lists the IPv4 ones.
+func TestIPv6(t *testing.T) {
+	agent := &guestagent.AgentStatus{Responding: true, Addresses: []guestagent.GuestAddress{
+		{Interface: "eth0", Address: "10.77.0.50/24"}, {Interface: "eth0", Address: "fe80::5054:ff:fe00:1/64"},
+		{Interface: "eth0", Address: "fd00::5054:ff:fe00:1/64"}}}
+	nics := []NICInfo{{NICStatus: vmnet.NICStatus{Name: "lan", Addrs: []string{"10.77.0.50", "fd00::5054:ff:fe00:1"}}},
+		{NICStatus: vmnet.NICStatus{Name: "pod", Addrs: []string{"fd01::7/64"}}}}
+	got := Status{GuestAgent: agent, NICs: nics}.IPv6()
+	if diff := cmp.Diff([]string{"fd00::5054:ff:fe00:1/64 (eth0)", "fd01::7/64 (nic pod)"}, got); diff != "" {
+		t.Errorf("IPv6 (-want +got):\n%s", diff)
+	}
+	if got := (Status{NICs: nics[:1]}).IPv6(); len(got) != 1 || got[0] != "fd00::5054:ff:fe00:1 (nic lan)" {
+		t.Errorf("IPv6 without an agent: %q", got)
+	}
+}

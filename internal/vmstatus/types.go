@@ -126,7 +126,17 @@ type Status struct {
 // that the agent did not report (a managed network's lease, a CNI
 // result; WHERE the NIC), so a guest whose agent did not answer (none,
 // not up yet, slow) still shows the address the host knows.
-func (s Status) IPv4() []string {
+func (s Status) IPv4() []string { return s.addrs(netip.Addr.Is4) }
+
+// IPv6 are the guest's global IPv6 addresses (link-local ones left out)
+// as IPv4 lists the IPv4 ones: its agent's, then those the host gave its
+// NICs (a managed network's SLAAC address, a CNI result).
+func (s Status) IPv6() []string {
+	return s.addrs(func(a netip.Addr) bool { return a.Is6() && !a.Is4In6() && a.IsGlobalUnicast() })
+}
+
+// addrs are the guest's addresses of which keep holds, as IPv4 says.
+func (s Status) addrs(keep func(netip.Addr) bool) []string {
 	var out []string
 	seen := map[netip.Addr]bool{}
 	add := func(addr, where string) {
@@ -134,7 +144,7 @@ func (s Status) IPv4() []string {
 		if p, perr := netip.ParsePrefix(addr); perr == nil {
 			a, err = p.Addr(), nil
 		}
-		if err != nil || !a.Is4() || seen[a] {
+		if err != nil || !keep(a) || seen[a] {
 			return
 		}
 		seen[a] = true

@@ -191,10 +191,30 @@ func TestManagedNetwork(t *testing.T) {
 // the SLAAC address it gave the NIC (" (nic lan)"; issue 47: the column
 // was empty).
 func lsShowsAddresses(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, want map[*guest]string) {
-	out, err := cli(ctx, sup, "ls")
-	if err != nil {
-		t.Fatalf("ls: %v\n%s", err, out)
+	// ls asks each agent within a short bound: on a loaded host an agent
+	// may miss one, and ls then (rightly) shows the host's addresses.
+	w := testenv.StartGuestWait("ls showing each guest's addresses as wanted", 20*time.Second)
+	for {
+		out, err := cli(ctx, sup, "ls")
+		if err != nil {
+			t.Fatalf("ls: %v\n%s", err, out)
+		}
+		bad := lsMismatch(out, want)
+		if bad == "" {
+			w.Done()
+			t.Logf("ls:\n%s", out)
+			return
+		}
+		if w.Expired() {
+			t.Fatalf("%s (%s):\n%s", bad, w.Explain(), out)
+		}
+		time.Sleep(time.Second)
 	}
+}
+
+// lsMismatch says which guest's addresses ls's output does not show as
+// wanted ("" if all do).
+func lsMismatch(out string, want map[*guest]string) string {
 	rows := map[string]string{}
 	for _, l := range strings.Split(out, "\n") {
 		if f := strings.Fields(l); len(f) > 0 {
@@ -204,10 +224,10 @@ func lsShowsAddresses(t *testing.T, ctx context.Context, sup *supervisor.Supervi
 	for g, how := range want {
 		how6 := strings.Replace(how, "/24", "/64", 1)
 		if !strings.Contains(rows[g.name], " "+g.ip+how) || !strings.Contains(rows[g.name], " "+g.ip6+how6) {
-			t.Fatalf("ls does not show %s's addresses as %q and %q:\n%s", g.name, g.ip+how, g.ip6+how6, out)
+			return fmt.Sprintf("ls does not show %s's addresses as %q and %q", g.name, g.ip+how, g.ip6+how6)
 		}
 	}
-	t.Logf("ls:\n%s", out)
+	return ""
 }
 
 // createNetwork defines the lab network through the CLI (after a
@@ -421,7 +441,7 @@ func migrateLocal(t *testing.T, ctx context.Context, sup *supervisor.Supervisor,
 		n := st.NICs[0]
 		t.Logf("round %d: vmb on tap %s (was %s) in %s, downtime %s", round, n.Tap, old, time.Since(t0).Round(time.Millisecond), res.Downtime)
 		if n.Tap == old || (round == 1) != (n.Tap == own) || !n.TapUp || n.Bridge != "vmsn-"+labNet ||
-			len(n.Addrs) != 1 || n.Addrs[0] != staticIP || !n.AntiSpoofing || !slices.Equal(n.SecurityGroups, []string{"web"}) {
+			len(n.Addrs) == 0 || n.Addrs[0] != staticIP || !n.AntiSpoofing || !slices.Equal(n.SecurityGroups, []string{"web"}) {
 			t.Fatalf("round %d: vmb's NIC after the move: %+v", round, n)
 		}
 		b.tap = n.Tap

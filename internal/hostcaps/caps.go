@@ -48,6 +48,11 @@ type QEMU struct {
 	// Missing lists the QMP commands vmsup needs that this QEMU lacks.
 	Missing []string `json:"missing,omitempty"`
 	IOURing bool     `json:"io_uring"` // built with io_uring (aio = "io_uring")
+	// Devices are the device types it offers (qom-list-types, modules
+	// loaded: Debian's QEMU 10 has qxl only with qemu-system-modules-spice).
+	Devices []string `json:"devices,omitempty"`
+	// MigrationCaps are its migration capabilities (mapped-ram from 9.0).
+	MigrationCaps []string `json:"migration_caps,omitempty"`
 }
 
 // CPUModel is one entry of query-cpu-definitions.
@@ -225,6 +230,20 @@ func (c *Caps) modelHint(accel spec.Accel, model string) string {
 		return ""
 	}
 	return "; these would: " + strings.Join(ok, ", ")
+}
+
+// HasDevice reports whether QEMU offers the device type, and if not, why
+// (an older record, without the list, says yes).
+func (c *Caps) HasDevice(name string) (bool, string) {
+	if len(c.QEMU.Devices) == 0 || slices.Contains(c.QEMU.Devices, name) {
+		return true, ""
+	}
+	return false, fmt.Sprintf("QEMU %s has no device %q", c.QEMU.Version, name)
+}
+
+// HasMigrationCap reports whether QEMU has the migration capability.
+func (c *Caps) HasMigrationCap(name string) bool {
+	return slices.Contains(c.QEMU.MigrationCaps, name)
 }
 
 // HasMachine reports whether QEMU has the machine type (or alias).

@@ -16,7 +16,7 @@ import (
 
 // probeVersion changes whenever what a record holds, or how it is found,
 // changes: older cached records are then probed again.
-const probeVersion = 1
+const probeVersion = 2
 
 // fallbackModel is tried under KVM when neither host nor max start: a
 // baseline CPU every x86 KVM runs.
@@ -92,7 +92,7 @@ func Probe(ctx context.Context, o Options) (*Caps, error) {
 	if qerr != nil {
 		return nil, fmt.Errorf("probe %s: %w", key.QEMU, qerr)
 	}
-	c.Facts = probeFacts(root, c.QEMU.IOURing)
+	c.Facts = probeFacts(root, c.QEMU)
 	c.ProbeCost = time.Since(t0)
 	if o.CacheFile != "" {
 		if err := writeCache(o.CacheFile, c); err != nil {

@@ -14,18 +14,33 @@ import (
 	"github.com/vmsup/vmsup/qmp"
 )
 
-// startQEMU starts a small stopped VM (TCG, no guest) with its monitor on
-// a socket (descriptors pass only over a socket monitor), plus args.
+// startQEMU starts a small stopped q35 VM (TCG, no guest) in this host's
+// QEMU with its monitor on a socket (descriptors pass only over a socket
+// monitor), plus args.
 func startQEMU(t *testing.T, ctx context.Context, args ...string) (*qmp.Conn, *bytes.Buffer) {
 	t.Helper()
-	bin := testenv.QEMUBinary()
-	if _, err := os.Stat(bin); err != nil {
+	return startIn(t, ctx, qemuCmd{bin: testenv.QEMUBinary(), machine: "q35"}, args...)
+}
+
+// qemuCmd is a QEMU binary, its environment and the machine it starts.
+type qemuCmd struct {
+	bin     string
+	env     []string // added to this process's
+	machine string
+	args    []string // before the caller's
+}
+
+func startIn(t *testing.T, ctx context.Context, q qemuCmd, args ...string) (*qmp.Conn, *bytes.Buffer) {
+	t.Helper()
+	if _, err := os.Stat(q.bin); err != nil {
 		t.Skipf("no QEMU: %v", err)
 	}
 	sock := filepath.Join(t.TempDir(), "qmp.sock")
-	all := append([]string{"-nodefaults", "-no-user-config", "-display", "none", "-S", "-machine", "q35", "-accel", "tcg",
-		"-m", "64", "-qmp", "unix:" + sock + ",server=on,wait=off"}, args...)
-	cmd := exec.Command(bin, all...)
+	all := append([]string{"-nodefaults", "-no-user-config", "-display", "none", "-S", "-machine", q.machine, "-accel", "tcg",
+		"-m", "64", "-qmp", "unix:" + sock + ",server=on,wait=off"}, q.args...)
+	all = append(all, args...)
+	cmd := exec.Command(q.bin, all...)
+	cmd.Env = append(os.Environ(), q.env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -93,7 +93,7 @@ func Probe(ctx context.Context, o Options) (*Caps, error) {
 	if qerr != nil {
 		return nil, fmt.Errorf("probe %s: %w", key.QEMU, qerr)
 	}
-	c.Facts = probeFacts(root, c.QEMU.IOURing)
+	c.Facts = probeFacts(root, c.QEMU)
 	c.ProbeCost = time.Since(t0)
 	if c.KVM.timedOut() || ctx.Err() != nil {
 		// Not an answer (the autostart at boot probed before /dev/kvm was

@@ -110,6 +110,17 @@ func Probe(ctx context.Context, o Options) (*Caps, error) {
 	return c, nil
 }
 
+// Current reports whether c is still the record for the host o
+// describes: the QEMU binary (its path, size and mtime), the kernel and
+// /dev/kvm are those it was probed with. A vmsup that holds a record (the
+// API server, a long-lived Supervisor) asks it before each use, so that a
+// QEMU a package upgrade replaced under it is probed again.
+func (c *Caps) Current(o Options) bool {
+	o = o.withDefaults()
+	key, _, _, err := makeKey(o, fsys(o.Root))
+	return err == nil && key == c.Key
+}
+
 // probeKVM tries the CPU modes vmsup offers under KVM. When -cpu host does
 // not start as it is, a baseline model tells whether KVM itself works; only
 // then are feature masks tried (each try is a QEMU start).

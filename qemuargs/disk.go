@@ -160,6 +160,11 @@ var cacheModes = map[string]cacheMode{
 	"unsafe":       {BlockdevCache{Direct: false, NoFlush: true}, "on"},
 }
 
+// CacheDirect reports whether d's nodes open their files with O_DIRECT
+// (cache "none" or "directsync"): a descriptor passed for them must have
+// it too (diskfds).
+func CacheDirect(d spec.Disk) bool { return cacheModes[d.Cache].cache.Direct }
+
 // checkDisk validates what Disk relies on; field names are relative to
 // the disk ("cache").
 func checkDisk(d spec.Disk, h DiskHost) *Error {

@@ -356,6 +356,7 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 			t.Fatalf("argv with paths in %s differs from the golden one beyond the paths (-want +got):\n%s", tmp, diff)
 		}
 	}
+	skipMissingDevices(t, argv, env.caps)
 	return argv, o
 }
 

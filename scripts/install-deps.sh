@@ -45,6 +45,8 @@ if ! getent passwd vmsup-qemu >/dev/null; then
 	echo "install-deps: creating system user vmsup-qemu" >&2
 	useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vmsup-qemu
 fi
+# QEMU 10 from bookworm-backports in a private prefix: the suite runs again under it.
+"$(dirname "$0")/install-qemu10.sh"
 # Go: this project needs the Go toolchain named in go.mod (Debian 12's golang is too old).
 if ! command -v go >/dev/null 2>&1; then
 	if [[ -x /usr/local/go/bin/go ]]; then

@@ -26,13 +26,13 @@ type HostFact = hostcaps.Fact
 // QEMU (Supervisor.HostCaps does).
 func ProbeHost() Host { return hostcaps.ProbeHost() }
 
-// HostCaps returns the host probe's record: from Options.HostCaps, else
-// from the cache under Root/cache (kept while the QEMU binary, the kernel
-// and /dev/kvm stay the same), else by probing. refresh probes again.
+// HostCaps returns the host probe's record: its own while current (the QEMU
+// binary, kernel and /dev/kvm unchanged), else Options.HostCaps, else the
+// cache under Root/cache, else by probing. refresh probes again.
 func (s *Supervisor) HostCaps(ctx context.Context, refresh bool) (*HostCaps, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.caps != nil && !refresh {
+	if s.caps != nil && !refresh && s.caps.Current(hostcaps.Options{QEMU: s.opts.QEMU}) {
 		return s.caps, nil
 	}
 	if s.opts.HostCaps != nil && !refresh {

@@ -93,13 +93,10 @@ func TestMigrateCrossHost(t *testing.T) {
 	t.Run("destination-cannot-start", func(t *testing.T) {
 		bad := filepath.Join(dir, "qemu-broken")
 		os.WriteFile(bad, []byte("#!/bin/sh\necho 'qemu-system-x86_64: simulated start failure' >&2\nexit 1\n"), 0o755)
-		// Where QEMU runs confined (another user, private /tmp), the unit
-		// cannot even exec the script: systemd fails the start job.
-		want := "simulated start failure"
-		if out, _ := exec.Command(vmsupBin, "--help").CombinedOutput(); strings.Contains(string(out), "--qemu-user") {
-			want = "start job failed"
-		}
-		failCase(t, nil, supervisor.MigrateOptions{Transport: b.Transport(bad)}, want)
+		// The destination probes its QEMU (as itself) to resolve the
+		// source's machine type before any unit starts: the refusal is
+		// the probe's, with QEMU's last line.
+		failCase(t, nil, supervisor.MigrateOptions{Transport: b.Transport(bad)}, "probe "+bad+": start "+bad+": qemu-system-x86_64: simulated start failure")
 	})
 	t.Run("local-only-disk-refused", func(t *testing.T) {
 		// B gets its own empty file at the same path: it exists there but is

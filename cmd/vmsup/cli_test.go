@@ -294,6 +294,7 @@ func TestCLIHost(t *testing.T) {
 		}
 	}
 	t.Logf("vmsup host:\n%s", r.stdout)
+	checkHostVersion(t, r.stdout)
 	r = vmsup(t, root, "", "--host-cache", filepath.Join(root, "hc.json"), "host")
 	if r.code != 0 || !strings.Contains(r.stdout, "read from the cache in") {
 		t.Fatalf("second vmsup host: %+v", r)

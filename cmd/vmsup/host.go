@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmsup/vmsup/internal/memstate"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -45,10 +46,12 @@ func printHost(out io.Writer, c *supervisor.HostCaps, took time.Duration) {
 		return "no"
 	}
 	q := c.QEMU
-	fmt.Fprintf(out, "qemu:        %s %s (%d machine types, %d CPU models, %d QMP commands)\n", q.Binary, q.Version, len(q.Machines), len(q.Models), len(q.Commands))
+	fmt.Fprintf(out, "qemu:        %s %s (%d machine types, %d CPU models, %d device types, %d QMP commands)\n",
+		q.Binary, q.Version, len(q.Machines), len(q.Models), len(q.Devices), len(q.Commands))
 	if len(q.Missing) > 0 {
 		fmt.Fprintf(out, "             missing QMP commands vmsup needs: %s\n", strings.Join(q.Missing, ", "))
 	}
+	fmt.Fprintf(out, "mem state:   %s\n", memStateLine(q.MigrationCaps))
 	k := c.KVM
 	kvm := k.Kind
 	if k.Reason != "" {
@@ -109,6 +112,14 @@ func printHost(out io.Writer, c *supervisor.HostCaps, took time.Duration) {
 		src += fmt.Sprintf("; read from the cache in %s", c.LoadCost.Round(10*time.Microsecond))
 	}
 	fmt.Fprintf(out, "record:      %s (%s)\n", src, took.Round(time.Millisecond))
+}
+
+// memStateLine says how memory snapshots go to their file on this QEMU.
+func memStateLine(caps []string) string {
+	if memstate.WayOf(caps).MappedRAM {
+		return "file: with mapped-ram (RAM at fixed offsets in a sparse file)"
+	}
+	return "fd: (this QEMU has no mapped-ram)"
 }
 
 func factLine(f supervisor.HostFact) string {

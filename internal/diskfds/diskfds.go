@@ -112,10 +112,11 @@ func Pass(ctx context.Context, c *qmp.Conn, d spec.Disk, own string, p qemuargs.
 	}
 	defer closeLevels(levels)
 	writableDownTo(levels, d, own)
+	direct := len(p.Blockdevs) > 0 && p.Blockdevs[0].Cache != nil && p.Blockdevs[0].Cache.Direct
 	var sets []int64
 	var chain []qemuargs.ChainLevel
 	for i, l := range levels {
-		set, err := passLevel(ctx, c, d.Name, i, l)
+		set, err := passLevel(ctx, c, d.Name, i, l, direct)
 		if err != nil {
 			RemoveSets(context.WithoutCancel(ctx), c, sets)
 			return p, nil, fmt.Errorf("disk %q: pass %s to QEMU: %w", d.Name, l.path, err)
@@ -161,9 +162,10 @@ func writableDownTo(ls []level, d spec.Disk, own string) {
 
 // PassFile passes f, the image file path that disk's device is to run on
 // (a snapshot's overlay), into a new fd set with both access modes, named
-// as its chain's top (devices.FDSetFile finds it by path).
-func PassFile(ctx context.Context, c *qmp.Conn, disk, path string, f *os.File) (int64, error) {
-	return passLevel(ctx, c, disk, 0, level{file: f, path: path, write: true})
+// as its chain's top (devices.FDSetFile finds it by path); direct: the
+// disk's nodes open with O_DIRECT (qemuargs.CacheDirect).
+func PassFile(ctx context.Context, c *qmp.Conn, disk, path string, f *os.File, direct bool) (int64, error) {
+	return passLevel(ctx, c, disk, 0, level{file: f, path: path, write: true}, direct)
 }
 
 func closeLevels(ls []level) {
@@ -232,9 +234,13 @@ func openDevice(d spec.Disk) (*os.File, error) {
 // passLevel passes one level into a new fd set: its descriptor, and for a
 // writable level one of the other access mode on the same object, because
 // QEMU reopens a node through the set by access mode: read-only (a
-// backing child, auto-read-only) or read-write (a commit's base).
-func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level) (int64, error) {
-	if err := clearNonblock(l.file); err != nil {
+// backing child, auto-read-only) or read-write (a commit's base). With
+// direct (the disk's nodes have cache.direct: cache "none" or
+// "directsync") each has O_DIRECT: QEMU opens the set with it, and from
+// QEMU 9.1 takes only a descriptor whose O_DIRECT matches ("Failed to find
+// file descriptor with matching flags"; 7.2 set it on the one it took).
+func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level, direct bool) (int64, error) {
+	if err := setFlags(l.file, direct); err != nil {
 		return 0, err
 	}
 	opaque := devices.FDChainOpaque(disk, i, l.path)
@@ -258,8 +264,9 @@ func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level) (i
 }
 
 // reopenOther opens the object f holds again with the other access mode
-// (read-only for a read-write f, else read-write): through its
-// descriptor's /proc entry, which leads to that object and no name.
+// (read-only for a read-write f, else read-write) and f's O_DIRECT:
+// through its descriptor's /proc entry, which leads to that object and no
+// name.
 func reopenOther(f *os.File) (*os.File, error) {
 	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
 	if err != nil {
@@ -269,6 +276,7 @@ func reopenOther(f *os.File) (*os.File, error) {
 	if fl&unix.O_ACCMODE == unix.O_RDWR {
 		mode = unix.O_RDONLY
 	}
+	mode |= fl & unix.O_DIRECT
 	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), mode|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reopen %s: %w", f.Name(), err)
@@ -283,14 +291,22 @@ func reopenOther(f *os.File) (*os.File, error) {
 	return r, nil
 }
 
-// clearNonblock: the checks opened with O_NONBLOCK (a FIFO must not hang
-// vmsup); QEMU's own opens never ask for it.
-func clearNonblock(f *os.File) error {
+// setFlags clears O_NONBLOCK (the checks opened with it: a FIFO must not
+// hang vmsup; QEMU's own opens never ask for it) and sets O_DIRECT as
+// direct says.
+func setFlags(f *os.File, direct bool) error {
 	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
 	if err == nil {
-		_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+		fl &^= unix.O_NONBLOCK | unix.O_DIRECT
+		if direct {
+			fl |= unix.O_DIRECT
+		}
+		_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl)
 	}
-	if err != nil {
+	switch {
+	case err != nil && direct:
+		return fmt.Errorf("%s: open with O_DIRECT (cache \"none\" or \"directsync\"): %w", f.Name(), err)
+	case err != nil:
 		return fmt.Errorf("%s: clear O_NONBLOCK: %w", f.Name(), err)
 	}
 	return nil

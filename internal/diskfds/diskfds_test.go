@@ -49,3 +49,35 @@ func TestReopenOther(t *testing.T) {
 		os.Rename(path+".old", path)
 	}
 }
+
+// TestDirectFlags: a level of a disk with cache.direct goes to QEMU with
+// O_DIRECT on both its descriptors (QEMU 10 takes from an fd set only a
+// descriptor whose O_DIRECT matches its open's), one without it without,
+// and neither keeps the checks' O_NONBLOCK.
+func TestDirectFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(path, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, direct := range []bool{true, false} {
+		f, err := os.OpenFile(path, os.O_RDWR|unix.O_NONBLOCK|unix.O_DIRECT, 0)
+		if err != nil {
+			t.Skipf("this file system has no O_DIRECT: %v", err)
+		}
+		if err := setFlags(f, direct); err != nil {
+			t.Fatal(err)
+		}
+		o, err := reopenOther(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range []*os.File{f, o} {
+			fl, _ := unix.FcntlInt(x.Fd(), unix.F_GETFL, 0)
+			if fl&unix.O_DIRECT != 0 != direct || fl&unix.O_NONBLOCK != 0 {
+				t.Errorf("direct %v: descriptor flags %#x (access mode %d)", direct, fl, fl&unix.O_ACCMODE)
+			}
+		}
+		f.Close()
+		o.Close()
+	}
+}

@@ -148,7 +148,7 @@ func (m *diskMove) targetFD(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer o.Close()
-	set, err := diskfds.PassFile(ctx, m.c, m.in.Disk, t.File, o.Levels[0].File)
+	set, err := diskfds.PassFile(ctx, m.c, m.in.Disk, t.File, o.Levels[0].File, qemuargs.CacheDirect(t))
 	if err != nil {
 		return "", fmt.Errorf("pass %s to QEMU: %w", t.File, err)
 	}

@@ -345,7 +345,7 @@ func (t *snapTake) addOverlay(ctx context.Context, d spec.Disk, l snapshot.Layer
 		return err
 	}
 	defer o.Close()
-	set, err := diskfds.PassFile(ctx, t.c, l.Disk, l.Overlay.Path, o.Levels[0].File)
+	set, err := diskfds.PassFile(ctx, t.c, l.Disk, l.Overlay.Path, o.Levels[0].File, qemuargs.CacheDirect(d))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/memstate"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -25,8 +26,6 @@ const (
 	freezeTimeout = 10 * time.Second
 	// thawTimeout bounds each thaw attempt.
 	thawTimeout = 5 * time.Second
-	// stateFD is the name the memory state file's descriptor has in QEMU.
-	stateFD = "vmsup-state"
 )
 
 // freeze freezes the guest's filesystems if its agent answers and returns
@@ -204,17 +203,11 @@ func (t *snapTake) saveMemory(ctx context.Context) error {
 		return err
 	}
 	defer f.Close()
-	if err := t.c.GetFD(ctx, stateFD, f); err != nil {
-		return err
-	}
 	unlimited := int64(1 << 40)
 	if err := t.c.MigrateSetParameters(ctx, qmp.MigrationParameters{MaxBandwidth: &unlimited}); err != nil {
 		return err
 	}
-	if err := t.c.Migrate(ctx, "fd:"+stateFD); err != nil {
-		return err
-	}
-	if err := waitMigration(ctx, t.c, t.opts.Progress); err != nil {
+	if err := memstate.Save(ctx, t.c, f, t.opts.Progress); err != nil {
 		return err
 	}
 	return f.Sync()
@@ -224,39 +217,8 @@ func (t *snapTake) saveMemory(ctx context.Context) error {
 // with -incoming defer: the file goes to QEMU as a descriptor (the
 // confined QEMU has no path to it). The guest stays paused after it.
 func LoadState(ctx context.Context, c *qmp.Conn, f *os.File) error {
-	if err := c.GetFD(ctx, stateFD, f); err != nil {
-		return err
-	}
-	if err := c.MigrateIncoming(ctx, "fd:"+stateFD); err != nil {
-		return fmt.Errorf("read the memory state: %w", err)
-	}
-	if err := waitMigration(ctx, c, nil); err != nil {
+	if err := memstate.Load(ctx, c, f); err != nil {
 		return fmt.Errorf("read the memory state: %w", err)
 	}
 	return nil
-}
-
-// waitMigration polls a migration into or out of a file until it ends.
-func waitMigration(ctx context.Context, c *qmp.Conn, progress func(done, total int64)) error {
-	for {
-		mi, err := c.QueryMigrate(ctx)
-		if err != nil {
-			return err
-		}
-		if progress != nil && mi.RAM != nil {
-			progress(mi.RAM.Transferred, mi.RAM.Total)
-		}
-		switch mi.Status {
-		case qmp.MigrationCompleted:
-			return nil
-		case qmp.MigrationFailed, qmp.MigrationCancelled:
-			return fmt.Errorf("migration %s: %s", mi.Status, mi.ErrorDesc)
-		}
-		select {
-		case <-ctx.Done():
-			_ = c.MigrateCancel(context.WithoutCancel(ctx))
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/memstate"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -247,7 +248,8 @@ func (s *Service) settleGuest(ctx context.Context, name string, c *qmp.Conn, in 
 	rerr := g.runErr
 	if p.cancelSave {
 		_ = c.MigrateCancel(ctx)
-		_ = waitMigration(ctx, c, nil)
+		_ = memstate.Wait(ctx, c, nil)
+		memstate.Reset(ctx, c) // a dead save's mapped-ram and fd set
 	}
 	if p.resume {
 		if err := c.Cont(ctx); err != nil {

@@ -44,15 +44,18 @@ type QEMU struct {
 	Machines []string `json:"machines"` // names and aliases
 	// Aliases maps each alias to the versioned machine type it stands for
 	// in this QEMU ("q35" -> "pc-q35-7.2").
-	Aliases map[string]string `json:"machine_aliases,omitempty"`
-	// Devices are the device types QEMU offers (-device help), sorted.
-	Devices  []string   `json:"devices,omitempty"`
-	Default  string     `json:"default_machine,omitempty"`
-	Models   []CPUModel `json:"cpu_models"` // as TCG sees them
-	Commands []string   `json:"commands"`   // QMP commands in its schema, sorted
+	Aliases  map[string]string `json:"machine_aliases,omitempty"`
+	Default  string            `json:"default_machine,omitempty"`
+	Models   []CPUModel        `json:"cpu_models"` // as TCG sees them
+	Commands []string          `json:"commands"`   // QMP commands in its schema, sorted
 	// Missing lists the QMP commands vmsup needs that this QEMU lacks.
 	Missing []string `json:"missing,omitempty"`
 	IOURing bool     `json:"io_uring"` // built with io_uring (aio = "io_uring")
+	// Devices are the device types it offers (qom-list-types, modules
+	// loaded: Debian's QEMU 10 has qxl only with qemu-system-modules-spice).
+	Devices []string `json:"devices,omitempty"`
+	// MigrationCaps are its migration capabilities (mapped-ram from 9.0).
+	MigrationCaps []string `json:"migration_caps,omitempty"`
 }
 
 // CPUModel is one entry of query-cpu-definitions.
@@ -239,6 +242,11 @@ func (c *Caps) modelHint(accel spec.Accel, model string) string {
 		return ""
 	}
 	return "; these would: " + strings.Join(ok, ", ")
+}
+
+// HasMigrationCap reports whether QEMU has the migration capability.
+func (c *Caps) HasMigrationCap(name string) bool {
+	return slices.Contains(c.QEMU.MigrationCaps, name)
 }
 
 // Check returns an error naming the first QMP command vmsup needs that this

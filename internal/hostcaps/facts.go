@@ -58,6 +58,48 @@ func kvmDevice(dev string) (desc string, opens bool, why string) {
 	return desc + " opens", true, ""
 }
 
+// userfaultfdFact says whether the unprivileged QEMU of version can use
+// userfaultfd (postcopy migration): through the syscall when the sysctl
+// allows it, or, from QEMU 8.1, through /dev/userfaultfd when its user may
+// open the device.
+func userfaultfdFact(root fsys, version string) Fact {
+	v, err := root.read("/proc/sys/vm/unprivileged_userfaultfd")
+	switch {
+	case err != nil:
+		return Fact{Reason: "this kernel has no userfaultfd (no /proc/sys/vm/unprivileged_userfaultfd)"}
+	case v == "1":
+		return Fact{OK: true, Detail: "vm.unprivileged_userfaultfd = 1"}
+	}
+	why := "vm.unprivileged_userfaultfd = " + v + ": the unprivileged QEMU cannot use userfaultfd (postcopy migration); "
+	if !versionAtLeast(version, 8, 1) {
+		return Fact{Reason: why + "QEMU " + version + " does not use /dev/userfaultfd (8.1 and newer do)"}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(root.path("/dev/userfaultfd"), &st); err != nil {
+		return Fact{Reason: why + "QEMU " + version + " would use /dev/userfaultfd, which this host lacks"}
+	}
+	if st.Mode&0o006 == 0o006 {
+		return Fact{OK: true, Detail: fmt.Sprintf("QEMU %s opens /dev/userfaultfd (mode %04o)", version, st.Mode&0o7777)}
+	}
+	return Fact{Reason: why + fmt.Sprintf("QEMU %s would use /dev/userfaultfd, but it is mode %04o, owner %d: its user cannot open it",
+		version, st.Mode&0o7777, st.Uid)}
+}
+
+// versionAtLeast reports whether a QEMU version ("10.0.2") is major.minor or
+// newer; an unreadable one is not.
+func versionAtLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
 // kvmModule names the loaded KVM vendor module.
 func kvmModule(root fsys) string {
 	for _, m := range []string{"kvm_pvm", "kvm_intel", "kvm_amd"} {
@@ -117,20 +159,13 @@ func helperBinaries() map[string][]string {
 	}
 }
 
-func probeFacts(root fsys, qemuIOURing bool) Facts {
+func probeFacts(root fsys, q QEMU) Facts {
 	f := Facts{Helpers: map[string]Fact{}}
 	f.VhostNet = devFact(root, "/dev/vhost-net", "the vhost_net module is not loaded or this kernel lacks it: virtio-net runs in QEMU")
 	f.VhostVsock = devFact(root, "/dev/vhost-vsock", "the vhost_vsock module is not loaded or this kernel lacks it: no vsock devices")
-	switch v, err := root.read("/proc/sys/vm/unprivileged_userfaultfd"); {
-	case err != nil:
-		f.Userfaultfd = Fact{Reason: "this kernel has no userfaultfd (no /proc/sys/vm/unprivileged_userfaultfd)"}
-	case v == "1":
-		f.Userfaultfd = Fact{OK: true, Detail: "vm.unprivileged_userfaultfd = 1"}
-	default:
-		f.Userfaultfd = Fact{Reason: "vm.unprivileged_userfaultfd = " + v + ": the unprivileged QEMU cannot use userfaultfd (postcopy migration); QEMU 7.2 does not use /dev/userfaultfd"}
-	}
+	f.Userfaultfd = userfaultfdFact(root, q.Version)
 	switch v, err := root.read("/proc/sys/kernel/io_uring_disabled"); {
-	case !qemuIOURing:
+	case !q.IOURing:
 		f.IOURing = Fact{Reason: "QEMU was built without io_uring"}
 	case err == nil && v != "0":
 		f.IOURing = Fact{Reason: "kernel.io_uring_disabled = " + v}

@@ -173,7 +173,8 @@ func TestProbeStandins(t *testing.T) {
 }
 
 // TestProbeCache: a second probe reads the record; a changed QEMU binary
-// (its mtime) makes a new one.
+// (its mtime) makes a new one, and a record held before is no longer
+// Current.
 func TestProbeCache(t *testing.T) {
 	needQEMU(t)
 	dir := t.TempDir()
@@ -192,8 +193,14 @@ func TestProbeCache(t *testing.T) {
 		t.Fatalf("warm: cached %v %v", warm.Cached, err)
 	}
 	t.Logf("probe: cold %s, cached %s", cold.ProbeCost, warm.LoadCost)
+	if !warm.Current(o) {
+		t.Fatalf("the record is not current for the binary it was probed from: %+v", warm.Key)
+	}
 	later := time.Now().Add(time.Minute)
 	os.Chtimes(bin, later, later)
+	if warm.Current(o) {
+		t.Fatal("the record is still current after the binary changed")
+	}
 	again, err := Probe(context.Background(), o)
 	if err != nil || again.Cached {
 		t.Fatalf("after the binary changed: cached %v %v", again.Cached, err)

@@ -93,7 +93,7 @@ func Probe(ctx context.Context, o Options) (*Caps, error) {
 	if qerr != nil {
 		return nil, fmt.Errorf("probe %s: %w", key.QEMU, qerr)
 	}
-	c.Facts = probeFacts(root, c.QEMU.IOURing)
+	c.Facts = probeFacts(root, c.QEMU)
 	c.ProbeCost = time.Since(t0)
 	if c.KVM.timedOut() || ctx.Err() != nil {
 		// Not an answer (the autostart at boot probed before /dev/kvm was
@@ -108,6 +108,17 @@ func Probe(ctx context.Context, o Options) (*Caps, error) {
 		}
 	}
 	return c, nil
+}
+
+// Current reports whether c is still the record for the host o
+// describes: the QEMU binary (its path, size and mtime), the kernel and
+// /dev/kvm are those it was probed with. A vmsup that holds a record (the
+// API server, a long-lived Supervisor) asks it before each use, so that a
+// QEMU a package upgrade replaced under it is probed again.
+func (c *Caps) Current(o Options) bool {
+	o = o.withDefaults()
+	key, _, _, err := makeKey(o, fsys(o.Root))
+	return err == nil && key == c.Key
 }
 
 // probeKVM tries the CPU modes vmsup offers under KVM. When -cpu host does

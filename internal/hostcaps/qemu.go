@@ -177,6 +177,15 @@ func probeQEMU(ctx context.Context, binary string) (QEMU, error) {
 			q.Missing = append(q.Missing, c)
 		}
 	}
+	if err := probeLists(ctx, r.mon, &q); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+// probeLists asks for the machines, CPU models, device types and migration
+// capabilities, each where QEMU has the command.
+func probeLists(ctx context.Context, mon *qmp.Conn, q *QEMU) error {
 	has := func(c string) bool { _, ok := slices.BinarySearch(q.Commands, c); return ok }
 	if has("query-machines") {
 		var ms []struct {
@@ -184,8 +193,8 @@ func probeQEMU(ctx context.Context, binary string) (QEMU, error) {
 			Alias     string `json:"alias"`
 			IsDefault bool   `json:"is-default"`
 		}
-		if err := r.mon.Execute(ctx, "query-machines", nil, &ms); err != nil {
-			return q, fmt.Errorf("query-machines: %w", err)
+		if err := mon.Execute(ctx, "query-machines", nil, &ms); err != nil {
+			return fmt.Errorf("query-machines: %w", err)
 		}
 		q.Aliases = map[string]string{}
 		for _, m := range ms {
@@ -200,42 +209,45 @@ func probeQEMU(ctx context.Context, binary string) (QEMU, error) {
 		}
 		sort.Strings(q.Machines)
 	}
-	if q.Devices, err = probeDevices(ctx, r.mon); err != nil {
-		return q, err
-	}
 	if has("query-cpu-definitions") {
 		var defs []struct {
 			Name        string   `json:"name"`
 			Unavailable []string `json:"unavailable-features"`
 		}
-		if err := r.mon.Execute(ctx, "query-cpu-definitions", nil, &defs); err != nil {
-			return q, fmt.Errorf("query-cpu-definitions: %w", err)
+		if err := mon.Execute(ctx, "query-cpu-definitions", nil, &defs); err != nil {
+			return fmt.Errorf("query-cpu-definitions: %w", err)
 		}
 		for _, d := range defs {
 			q.Models = append(q.Models, CPUModel{Name: d.Name, Unavailable: d.Unavailable})
 		}
 		sort.Slice(q.Models, func(i, j int) bool { return q.Models[i].Name < q.Models[j].Name })
 	}
-	return q, nil
-}
-
-// probeDevices lists the device types QEMU offers (what -device help
-// lists, modules included: qxl-vga is in a module some packages leave
-// out), sorted.
-func probeDevices(ctx context.Context, mon *qmp.Conn) ([]string, error) {
-	var types []struct {
-		Name string `json:"name"`
+	if has("qom-list-types") {
+		var types []struct {
+			Name string `json:"name"`
+		}
+		args := map[string]any{"implements": "device", "abstract": false}
+		if err := mon.Execute(ctx, "qom-list-types", args, &types); err != nil {
+			return fmt.Errorf("qom-list-types: %w", err)
+		}
+		for _, t := range types {
+			q.Devices = append(q.Devices, t.Name)
+		}
+		sort.Strings(q.Devices)
 	}
-	args := map[string]any{"implements": "device", "abstract": false}
-	if err := mon.Execute(ctx, "qom-list-types", args, &types); err != nil {
-		return nil, fmt.Errorf("qom-list-types: %w", err)
+	if has("query-migrate-capabilities") {
+		var caps []struct {
+			Capability string `json:"capability"`
+		}
+		if err := mon.Execute(ctx, "query-migrate-capabilities", nil, &caps); err != nil {
+			return fmt.Errorf("query-migrate-capabilities: %w", err)
+		}
+		for _, c := range caps {
+			q.MigrationCaps = append(q.MigrationCaps, c.Capability)
+		}
+		sort.Strings(q.MigrationCaps)
 	}
-	var out []string
-	for _, t := range types {
-		out = append(out, t.Name)
-	}
-	sort.Strings(out)
-	return out, nil
+	return nil
 }
 
 // tryKVM starts a q35 VM (no guest, -S) under KVM with -cpu model and the

@@ -13,7 +13,10 @@
 //     single-node Ceph cluster (Ceph: one monitor and one memstore OSD on loopback,
 //     cephx, pool "rbd"), each started by StartTGT/StartCeph in a private directory
 //     and stopped by pid. A package starts them once and shares them (see
-//     supervisor's storage tests).
+//     supervisor's storage tests);
+//   - QEMU 10 beside the installed 7.2 (scripts/install-qemu10.sh's prefix), put
+//     in place in a running sandbox's, unit's or test's own mount namespace
+//     (PutQEMU10) as a package upgrade would.
 //
 // A test package typically starts both once in TestMain:
 //

@@ -17,6 +17,10 @@ import (
 // network namespace.
 const privateNetnsEnv = "VMSUP_TEST_PRIVATE_NETNS"
 
+// hostMountNSEnv names the mount namespace a test binary was started in,
+// for the re-executed one (InPrivateMountNetns): PutQEMU10 refuses it.
+const hostMountNSEnv = "VMSUP_TEST_HOST_MOUNTNS"
+
 // InPrivateNetns re-executes the running test binary in a new network
 // namespace of its own (with lo up) and returns its exit code, so that
 // every link, bridge, tap, OVS daemon and CNI plugin a network test makes
@@ -28,7 +32,17 @@ const privateNetnsEnv = "VMSUP_TEST_PRIVATE_NETNS"
 //
 // The systemd sandbox a test starts afterwards inherits the namespace, so
 // QEMU in a unit opens the taps the test made.
-func InPrivateNetns() (code int, ok bool) {
+func InPrivateNetns() (code int, ok bool) { return inPrivate(0) }
+
+// InPrivateMountNetns is InPrivateNetns with a mount namespace of its own
+// as well, all of it private: a mount the tests make in it (PutQEMU10 of
+// the test's own process) stays there, and is not seen by the host.
+func InPrivateMountNetns() (code int, ok bool) { return inPrivate(syscall.CLONE_NEWNS) }
+
+// inPrivate re-executes the test binary with a new network namespace and
+// the namespaces of unshare (CLONE_NEWNS: Go makes "/" recursively private
+// in it before the exec).
+func inPrivate(unshare uintptr) (code int, ok bool) {
 	if os.Getenv(privateNetnsEnv) != "" {
 		if lo, err := netlink.LinkByName("lo"); err == nil {
 			if err := netlink.LinkSetUp(lo); err != nil {
@@ -43,12 +57,15 @@ func InPrivateNetns() (code int, ok bool) {
 	cmd := exec.Command(os.Args[0], os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), privateNetnsEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	if ns, err := os.Readlink("/proc/self/ns/mnt"); err == nil && unshare&syscall.CLONE_NEWNS != 0 {
+		cmd.Env = append(cmd.Env, hostMountNSEnv+"="+ns)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Unshareflags: unshare, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Run(); err != nil {
 		if ee, isExit := err.(*exec.ExitError); isExit {
 			return ee.ExitCode(), true
 		}
-		fmt.Fprintln(os.Stderr, "testenv: re-exec in a private network namespace:", err)
+		fmt.Fprintln(os.Stderr, "testenv: re-exec in private namespaces:", err)
 		return 1, true
 	}
 	return 0, true

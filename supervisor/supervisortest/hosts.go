@@ -2,6 +2,7 @@ package supervisortest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -36,9 +37,13 @@ type Host struct {
 	QEMU  string
 	Sup   *supervisor.Supervisor
 	Dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Caps is the host probe's record every supervisor of the host uses:
+	// the Env's, or QEMU 10's after PutQEMU10.
+	Caps *supervisor.HostCaps
 
-	env  *testenv.Env // the host caps every supervisor of the host uses
-	self string       // the vmsup binary: units call it, Transport runs it
+	env   *testenv.Env // the host places
+	self  string       // the vmsup binary: units call it, Transport runs it
+	enter []string     // put before vmsup in Transport: into the host's mount namespace
 }
 
 // dialIn returns a dialer whose sockets are made in the network namespace
@@ -85,7 +90,7 @@ func (h *Host) Transport(qemu string, wrap ...string) []string {
 		"VMSUP_BOOT_TARGET=" + testenv.BootTarget, "VMSUP_RUN_DIR=" + filepath.Join(h.Root, "run"),
 		"VMSUP_ALLOW_PATHS=" + strings.Join(h.env.AllowPaths, ":"), "VMSUP_BLOCK_DIRS=" + strings.Join(h.env.BlockDirs, ":"),
 		"nsenter", "--net=" + h.Netns}
-	argv = append(argv, wrap...)
+	argv = append(append(argv, h.enter...), wrap...)
 	return append(argv, h.self, "migrate-receive")
 }
 
@@ -134,7 +139,7 @@ func TwoHosts(t *testing.T, e *testenv.Env, self string) (a, b *Host) {
 		})
 		h.Netns = fmt.Sprintf("/proc/%d/root/run/netns/%s", h.SD.PID1, h.NS)
 		h.Root = filepath.Join(dir, "root"+h.Name)
-		h.QEMU = e.QEMU
+		h.QEMU, h.Caps = e.QEMU, e.Caps
 		h.Dial = dialIn(h.Netns)
 		h.Sup = h.WithHook(t, nil)
 	}
@@ -193,7 +198,7 @@ func AfterPrepared(d time.Duration, fn func()) func(vm, step string) {
 // WithHook returns a supervisor for host h whose AfterStep is hook; it is
 // closed when the test ends.
 func (h *Host) WithHook(t *testing.T, hook func(vm, step string)) *supervisor.Supervisor {
-	s, err := supervisor.New(supervisor.Options{Root: h.Root, SystemdBus: h.SD.BusAddress, JournalDir: h.SD.JournalDir, HostCaps: h.env.Caps,
+	s, err := supervisor.New(supervisor.Options{Root: h.Root, SystemdBus: h.SD.BusAddress, JournalDir: h.SD.JournalDir, HostCaps: h.Caps,
 		Self: h.self, QEMU: h.QEMU, AfterStep: hook, UnitDir: h.UnitDir(), BootTarget: testenv.BootTarget,
 		RunDir: filepath.Join(h.Root, "run"), AllowPaths: h.env.AllowPaths, BlockDirs: h.env.BlockDirs})
 	if err != nil {
@@ -213,4 +218,36 @@ func KillUnit(t *testing.T, sd *testenv.Systemd, unit string) {
 	if len(pids) == 0 {
 		t.Errorf("no process in %s to kill", unit)
 	}
+}
+
+// PutQEMU10 makes h a host that runs QEMU 10: QEMU 10 put in place in its
+// sandbox's mount namespace (testenv.PutQEMU10, undone when the test
+// ends), its probe's record taken there (`vmsup host`) for its supervisors
+// (Sup is a new one), and its receiver (Transport) run there, so that a
+// migration to it starts QEMU 10 as it would on an upgraded host.
+func (h *Host) PutQEMU10(t *testing.T) {
+	t.Helper()
+	ctx := Context(t, 2*time.Minute)
+	undo, err := testenv.PutQEMU10(ctx, h.SD.PID1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := undo(context.Background()); err != nil {
+			t.Errorf("host %s: take QEMU 10 away again: %v", h.Name, err)
+		}
+	})
+	h.enter = []string{"nsenter", "-t", fmt.Sprint(h.SD.PID1), "-m", "-p", "--"}
+	cmd := exec.CommandContext(ctx, h.enter[0], append(h.enter[1:], h.self, "--json", "host")...)
+	cmd.Env = append(os.Environ(), "VMSUP_ROOT="+h.Root, "VMSUP_QEMU="+h.QEMU)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("host %s: vmsup host under QEMU 10: %v\n%s", h.Name, err, out)
+	}
+	var c supervisor.HostCaps
+	if err := json.Unmarshal(out, &c); err != nil || !strings.HasPrefix(c.QEMU.Version, "10.") {
+		t.Fatalf("host %s: the probe under QEMU 10 found QEMU %q (%v)", h.Name, c.QEMU.Version, err)
+	}
+	h.Caps = &c
+	h.Sup = h.WithHook(t, nil)
 }

@@ -434,6 +434,7 @@ func TestCommandTimeouts(t *testing.T) {
 	t.Parallel()
 	o := buildOptions([]Option{WithCommandTimeouts(map[string]time.Duration{"device_add": time.Minute})})
 	long := buildOptions([]Option{WithCommandTimeout(10 * time.Second)})
+	o.load = func() float64 { return 1 } // an idle host's bounds
 	tests := []struct {
 		o       options
 		command string

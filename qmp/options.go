@@ -68,6 +68,7 @@ type options struct {
 	eventBuffer    int
 	capabilities   []string
 	noSymlink      bool
+	load           func() float64 // the host's load factor (LoadFactor)
 }
 
 func buildOptions(opts []Option) options {
@@ -75,6 +76,7 @@ func buildOptions(opts []Option) options {
 		connectTimeout: DefaultConnectTimeout,
 		eventBuffer:    DefaultEventBuffer,
 		logger:         slog.New(slog.DiscardHandler),
+		load:           LoadFactor,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -93,7 +95,12 @@ func (o *options) timeoutFor(command string, fallback time.Duration) time.Durati
 		return o.connectTimeout
 	}
 	if o.commandTimeout > 0 {
-		fallback = o.commandTimeout
+		return max(o.commandTimeout, DefaultTimeout(command, o.commandTimeout))
+	}
+	// The built-in bound is for an idle host: a loaded one (a 2-core host
+	// running a dozen QEMUs) answered add-fd after more than 500 ms.
+	if o.load != nil {
+		fallback = time.Duration(float64(fallback) * o.load())
 	}
 	return max(fallback, DefaultTimeout(command, fallback))
 }

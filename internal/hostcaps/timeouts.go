@@ -1,12 +1,9 @@
 package hostcaps
 
 import (
-	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -23,31 +20,12 @@ const (
 	// tcgFactor is how much longer a start under TCG may take.
 	tcgFactor = 3
 	// maxLoadFactor caps the load's stretch.
-	maxLoadFactor = 4.0
+	maxLoadFactor = qmp.MaxLoadFactor
 )
 
-// LoadFactor is how much the host's load stretches a start: its one-minute
-// load average per online CPU, from 1 (idle, or no more runnable tasks
-// than CPUs) up to 4.
-func LoadFactor() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 1
-	}
-	return loadFactor(string(b), runtime.NumCPU())
-}
-
-func loadFactor(loadavg string, cpus int) float64 {
-	f := strings.Fields(loadavg)
-	if len(f) == 0 || cpus < 1 {
-		return 1
-	}
-	load, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return 1
-	}
-	return min(max(load/float64(cpus), 1), maxLoadFactor)
-}
+// LoadFactor is how much the host's load stretches a start
+// (qmp.LoadFactor: its one-minute load average per CPU, 1 to 4).
+func LoadFactor() float64 { return qmp.LoadFactor() }
 
 // ConfirmTimeout bounds the wait for a new QEMU to answer QMP and run,
 // under accel (auto counts as TCG: it may be) on a host loaded by load

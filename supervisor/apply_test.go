@@ -241,7 +241,9 @@ func TestApply(t *testing.T) {
 		if got := carrier(g, f3.VM.NICs[0].MAC); got != "1" {
 			t.Errorf("lan carrier %q after link = up", got)
 		}
-		if fast := dd(g); fast > slow/2 {
+		// At 2000 the 40 reads are not held back (a loaded host still
+		// slows the guest's own dd: the bound is loose on purpose).
+		if fast := dd(g); fast > slow*9/10 {
 			t.Errorf("40 reads at iops = 2000 took %s (at 10: %s)", fast, slow)
 		} else {
 			t.Logf("dd of 40 blocks: %s at iops = 10, %s at iops = 2000", slow, fast)

@@ -19,6 +19,9 @@ type Host = hostcaps.Host
 // found (see internal/hostcaps).
 type HostCaps = hostcaps.Caps
 
+// HostProbeOptions say which QEMU a host probe is of (HostCaps.Current).
+type HostProbeOptions = hostcaps.Options
+
 // HostFact is one yes/no fact of HostCaps, with what was found or why not.
 type HostFact = hostcaps.Fact
 

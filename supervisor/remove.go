@@ -40,9 +40,12 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 	return left, s.remove(ctx, name)
 }
 
+// KeptDisks says which disk images rm kept and which it deleted.
+type KeptDisks = vmdisks.Kept
+
 // RemoveDisks is RemoveVM that also says which disk images stay and, with
 // deleteDisks, deletes the ones vmsup made for the VM (vmdisks.PlanRemove).
-func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks bool) (vmdisks.Kept, error) {
+func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks bool) (KeptDisks, error) {
 	v, _ := s.view(name)
 	keep, del := vmdisks.PlanRemove(v, s.paths(name), deleteDisks)
 	if _, err := s.RemoveVM(ctx, name); err != nil {

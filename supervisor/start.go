@@ -352,6 +352,28 @@ func (r *startRun) settledStatus(ctx context.Context) (units.Status, error) {
 	return r.sd.LoadedStatus(ctx, r.plan.Unit)
 }
 
+// qemuRunState is the run state of the unit's QEMU, waiting (bounded as a
+// start's confirm) for it to open its monitor: a unit a killed start had
+// just made may not have yet, and taken for a running VM it stayed paused
+// at -S for good ("" when it never answers or its unit ends).
+func (r *startRun) qemuRunState(ctx context.Context) qmp.RunState {
+	wctx, cancel := context.WithTimeout(ctx, confirmTimeout(spec.AccelAuto))
+	defer cancel()
+	for {
+		if rs := r.s.runStateAt(wctx, r.p.QMP); rs != "" {
+			return rs
+		}
+		if ended, err := r.sd.Ended(wctx, r.plan.Unit); err != nil || ended {
+			return ""
+		}
+		select {
+		case <-wctx.Done():
+			return ""
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // check reads the unit's state: a fresh start leaves an existing VM as it
 // is (errStopHere) and clears a crashed one; a destination refuses a unit
 // that is active here.
@@ -383,7 +405,7 @@ func (r *startRun) check(ctx context.Context) error {
 	case st.Exists && st.ActiveState == "failed":
 		r.res.Note = joinNote(r.res.Note, "previous run crashed: "+st.ExitReason())
 		return r.sd.ResetFailed(ctx, r.plan.Unit)
-	case st.Exists && st.ActiveState == "active" && r.s.runStateAt(ctx, r.p.QMP) == qmp.RunPrelaunch:
+	case st.Exists && st.ActiveState == "active" && r.qemuRunState(ctx) == qmp.RunPrelaunch:
 		// A start died between its unit and confirm steps (we hold the
 		// lock: no start is under way): its QEMU never ran the guest and
 		// may lack disks. Stop it and start afresh.

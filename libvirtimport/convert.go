@@ -364,25 +364,43 @@ func (c *converter) cpus() {
 	}
 }
 
+// machine keeps libvirt's versioned machine type (pc-q35-6.2): the guest
+// keeps the hardware it had, and a newer QEMU runs it as that type. What
+// vmsup does not lay out, or a distribution's own type (pc-q35-rhel9.2.0),
+// becomes its family's alias.
+func (c *converter) machine(m string) {
+	switch {
+	case m == "" || m == spec.MachineQ35:
+	case spec.MachineFamily(m) == spec.MachineQ35:
+		c.out.Machine = m
+	case spec.MachineFamily(m) == spec.MachinePC:
+		c.out.Machine = m
+	case strings.Contains(m, "q35"):
+		c.note("os/type/@machine", "%q is not a versioned type vmsup takes (pc-q35-X.Y): q35, this QEMU's newest, it is", m)
+	case strings.HasPrefix(m, "pc-"):
+		c.out.Machine = spec.MachinePC
+		c.note("os/type/@machine", "%q is not a versioned type vmsup takes (pc-i440fx-X.Y): pc, this QEMU's newest, it is", m)
+	default:
+		c.drop("os/type/@machine", "%q: vmsup runs q35 or pc; q35 it is", m)
+	}
+}
+
+// onPC: the VM's machine is of the pc (i440fx) family.
+func (c *converter) onPC() bool { return spec.MachineFamily(c.out.Machine) == spec.MachinePC }
+
 func (c *converter) os() {
 	o := c.dom.OS
 	if o == nil {
 		return
 	}
 	if o.Type != nil {
-		switch m := o.Type.Machine; {
-		case strings.Contains(m, "q35"):
-		case m == "pc" || strings.HasPrefix(m, "pc-i440fx") || strings.HasPrefix(m, "pc-"):
-			c.out.Machine = "pc"
-		case m != "":
-			c.drop("os/type/@machine", "%q: vmsup runs q35 or pc; q35 it is", m)
-		}
+		c.machine(o.Type.Machine)
 	}
 	b := &fileBoot{Kernel: o.Kernel, Initrd: o.Initrd, Cmdline: o.Cmdline}
 	if o.Firmware == "efi" || (o.Loader != nil && o.Loader.Type == "pflash") {
 		b.Firmware = spec.FirmwareUEFI
 		if o.Loader != nil && o.Loader.Secure == "yes" || firmwareWants(o.FirmwareInfo, "secure-boot") {
-			b.SecureBoot = c.out.Machine != "pc" // SMM: q35 only
+			b.SecureBoot = !c.onPC() // SMM: q35 only
 			if !b.SecureBoot {
 				c.drop("os/loader/@secure", "Secure Boot needs q35 (SMM) in vmsup: plain OVMF it is")
 			}

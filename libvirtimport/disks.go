@@ -281,9 +281,9 @@ func (m *diskMapper) device() bool {
 		}
 	case "sata", "ide":
 		o.Bus = spec.BusSATA
-		if bus == "ide" || m.c.out.Machine == "pc" {
+		if bus == "ide" || m.c.onPC() {
 			o.Bus = spec.BusSCSI
-			if m.c.out.Machine != "pc" {
+			if !m.c.onPC() {
 				o.Bus = spec.BusSATA
 			}
 			m.note("target/@bus", "%q on machine %s: the guest sees it on %s", bus, orQ35(m.c.out.Machine), o.Bus)

@@ -116,7 +116,7 @@ func TestCarried(t *testing.T) {
 	if vm.IOThreads != 2 || d.IOThreadID != 2 || d.Queues != 4 || d.EventIdx == nil || *d.EventIdx {
 		t.Errorf("iothreads %d, disk %+v", vm.IOThreads, d)
 	}
-	if n.RxQueueSize != 512 || n.TxQueueSize != 1024 || n.SndBuf != 1600 {
+	if n.RxQueueSize != 512 || n.TxQueueSize != 256 || n.SndBuf != 1600 {
 		t.Errorf("nic %+v", n)
 	}
 	if vm.RNGRate.Bytes != 1234 || vm.RNGRate.EffectivePeriod().D().Milliseconds() != 2000 {

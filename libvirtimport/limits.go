@@ -15,7 +15,7 @@ import (
 func (c *converter) fitLayout() error {
 	room := qemuargs.MaxRootPorts - spec.DefaultHotplugSlots
 	where := fmt.Sprintf("q35 has %d root ports, %d of them kept for hotplug", qemuargs.MaxRootPorts, spec.DefaultHotplugSlots)
-	if c.out.Machine == "pc" {
+	if c.onPC() {
 		room, where = qemuargs.MaxPCSlots, fmt.Sprintf("pc has %d PCI slots", qemuargs.MaxPCSlots)
 	}
 	disks := 0

@@ -85,8 +85,11 @@ func (m *diskMapper) diskTuning(dr *libvirtxml.DomainDiskDriver) {
 func (c *converter) nicTuning(el string, in *libvirtxml.DomainInterface, n *fileNIC) {
 	if dr := in.Driver; dr != nil {
 		n.RxQueueSize, n.TxQueueSize = dr.RXQueueSize, dr.TXQueueSize
-		if dr.TXQueueSize > 256 {
-			c.note(el+"/driver/@tx_queue_size", "%d: QEMU takes at most 256 with a tap backend (as under libvirt)", dr.TXQueueSize)
+		if dr.TXQueueSize > spec.MaxNICTxQueueSize {
+			// QEMU 7.2 used 256 under libvirt too; QEMU 10 refuses to start.
+			n.TxQueueSize = spec.MaxNICTxQueueSize
+			c.note(el+"/driver/@tx_queue_size", "%d: QEMU takes at most %d with a tap backend (7.2 used %d under libvirt too): %d it is",
+				dr.TXQueueSize, spec.MaxNICTxQueueSize, spec.MaxNICTxQueueSize, spec.MaxNICTxQueueSize)
 		}
 		if dr.TXMode == "timer" {
 			c.drop(el+"/driver/@txmode", "\"timer\": vmsup's virtio-net transmits from a bottom half (QEMU's default, libvirt's \"iothread\")")

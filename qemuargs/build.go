@@ -58,6 +58,11 @@ type Options struct {
 	// model to start (the caller's probe finds them).
 	CPUFeaturesOff []string
 
+	// Machine is the machine type the VM runs: its versioned type, pinned
+	// at its first start (internal/identity), of the spec's family; ""
+	// means the spec's own (an alias QEMU resolves to its newest type).
+	Machine string
+
 	// UUID is the VM's UUID when the spec gives none (the caller records
 	// the one it generated), GenID its vmgenid generation id (required with
 	// vmgenid); "" UUID: QEMU's all-zero default, no -uuid.
@@ -208,7 +213,7 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	if vm.Security.HasSeccomp() {
 		parts = append(parts, sandbox{})
 	}
-	m := machine{Type: vm.Machine}
+	m := machine{Type: cmp.Or(o.Machine, vm.Machine)}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {
 		for _, b := range ovmfBlockdevs(o.FirmwareCode, o.FirmwareVars) {
 			parts = append(parts, b)
@@ -404,6 +409,9 @@ func checkOptions(vm *spec.VM, o Options) error {
 		if err := spec.ValidCPUModel(f); err != nil {
 			return errorf("Options.CPUFeaturesOff", "invalid CPU feature %q", f)
 		}
+	}
+	if o.Machine != "" && spec.MachineFamily(o.Machine) != spec.MachineFamily(vm.Machine) {
+		return errorf("Options.Machine", "%q is not a machine type of the spec's family (%q)", o.Machine, vm.Machine)
 	}
 	switch o.Accel {
 	case spec.AccelKVM, spec.AccelTCG:

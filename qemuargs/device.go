@@ -135,8 +135,8 @@ func layout(vm *spec.VM) (pciLayout, error) {
 	n := pd.n
 	field, counts := pd.field, pd.counts()
 	place := func(i int, p placement) { pd.place(&l, i, p) }
-	switch vm.Machine {
-	case "q35":
+	switch spec.MachineFamily(vm.Machine) {
+	case spec.MachineQ35:
 		if vm.Slots() < 0 {
 			return l, errorf("hotplug_slots", "%d is negative", vm.Slots())
 		}
@@ -163,7 +163,7 @@ func layout(vm *spec.VM) (pciLayout, error) {
 			}
 		}
 		l.agent = placement{PCIeRootBus, pciAddr(q35AgentSlot, 0)}
-	case "pc":
+	case spec.MachinePC:
 		if vm.Slots() != 0 {
 			return l, errorf("hotplug_slots", "root ports exist only on q35; machine pc hotplugs onto %s", PCIRootBus)
 		}
@@ -179,10 +179,10 @@ func layout(vm *spec.VM) (pciLayout, error) {
 		}
 		l.agent = placement{PCIRootBus, pciAddr(pcAgentSlot, 0)}
 	default:
-		return l, errorf("machine", "unknown machine %q (want \"q35\" or \"pc\")", vm.Machine)
+		return l, errorf("machine", "unknown machine %q (want \"q35\", \"pc\", or pc-q35-X.Y / pc-i440fx-X.Y)", vm.Machine)
 	}
 	for i, d := range vm.Disks {
-		if d.Bus == spec.BusSATA && vm.Machine != "q35" {
+		if d.Bus == spec.BusSATA && !vm.Q35() {
 			return l, errorf(fmt.Sprintf("disk[%d].bus", i), "\"sata\" needs machine \"q35\" (its AHCI controller)")
 		}
 		if d.Bus == spec.BusSATA && l.disks[i].bus == "" {

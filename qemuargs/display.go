@@ -65,7 +65,7 @@ func displayDevices(vm *spec.VM) ([]Device, error) {
 		fns = append(fns, Device{Driver: "qemu-xhci", ID: USBDeviceID})
 	}
 	bus, slot := PCIeRootBus, q35DisplaySlot
-	if vm.Machine == "pc" {
+	if !vm.Q35() {
 		bus, slot = PCIRootBus, pcDisplaySlot
 	}
 	var out []Device

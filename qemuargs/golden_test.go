@@ -157,7 +157,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		"Binary": &o.Binary, "QMPSocket": &o.QMPSocket, "EventSocket": &o.EventSocket,
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
-		"TPMSocket": &o.TPMSocket, "VNCSocket": &o.VNCSocket,
+		"TPMSocket": &o.TPMSocket, "VNCSocket": &o.VNCSocket, "Machine": &o.Machine,
 		"Hugetlbfs": &o.Hugetlbfs,
 	}
 	for k, v := range c.override {

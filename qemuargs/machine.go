@@ -30,7 +30,7 @@ func (n guestName) Args() ([]string, error) {
 
 // machine is -machine with the UEFI flash nodes when there are any.
 type machine struct {
-	Type             string // "q35" or "pc"
+	Type             string // "q35", "pc", or a versioned type of either
 	PFlash0, PFlash1 string // node names; empty without UEFI
 	// MemoryBackend is the id of the -m memory's backend object; empty:
 	// QEMU's own anonymous RAM.

@@ -151,7 +151,7 @@ func (f *File) validateSATA() error {
 		if d.Bus != BusSATA {
 			continue
 		}
-		if f.VM.Machine != "q35" {
+		if !f.VM.Q35() {
 			return f.Errorf(fmt.Sprintf("disk[%d].bus", i), "\"sata\" needs machine \"q35\" (its AHCI controller), not %q", f.VM.Machine)
 		}
 		if n++; n > MaxSATADisks {

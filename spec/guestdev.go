@@ -67,7 +67,7 @@ func (f *File) validateGuestDevs() error {
 		if b.Firmware != FirmwareUEFI {
 			return f.Errorf(field, "needs firmware \"uefi\"")
 		}
-		if b.SecureBoot && vm.Machine != "q35" {
+		if b.SecureBoot && !vm.Q35() {
 			return f.Errorf(field, "needs machine \"q35\" (Secure Boot's firmware needs SMM)")
 		}
 	}

@@ -22,7 +22,7 @@ func TestParseReportsTypeAndValueErrors(t *testing.T) {
 	want := []string{
 		`r.toml:2:1: memory: invalid size "true"`,
 		`r.toml:3:8: cpus: want a whole number, not a TOML string`,
-		`r.toml:4:1: machine: unknown machine "q99" (want "q35" or "pc")`,
+		`r.toml:4:1: machine: unknown machine "q99" (want "q35", "pc", or a versioned pc-q35-X.Y or pc-i440fx-X.Y)`,
 		`r.toml:5:1: stop_timeout: a bare number has no unit: write "30s" for seconds`,
 		`r.toml:6:1: colour: unknown key`,
 		`r.toml:12:1: disk[0].size: invalid size "5.5"`,

@@ -11,7 +11,7 @@ import (
 type VM struct {
 	Name        string `toml:"name"`        // required: [A-Za-z0-9][A-Za-z0-9_.-]*, at most 64 bytes
 	Description string `toml:"description"` // free text, shown by status
-	Machine     string `toml:"machine"`     // "q35" (default) or "pc"
+	Machine     string `toml:"machine"`     // "q35" (default), "pc", or a versioned type of either (machine.go)
 	Accel       Accel  `toml:"accel"`       // "auto" (default), "kvm" or "tcg"
 	CPUModel    string `toml:"cpu_model"`   // default "host" under KVM, "max" under TCG
 	// CPU are the CPU's features beyond its model: Hyper-V
@@ -248,7 +248,7 @@ type NIC struct {
 	Multiqueue bool   `toml:"multiqueue"`
 	Vhost      string `toml:"vhost"` // tap NICs: "auto" (default: on where /dev/vhost-net exists), "on", "off"
 	// RxQueueSize and TxQueueSize size virtio-net's queues (a power of 2,
-	// 256..1024; 0: QEMU's 256); SndBuf bounds the tap's send buffer
+	// 256..1024, TX at most 256 with vmsup's backends; 0: QEMU's 256); SndBuf bounds the tap's send buffer
 	// (tap NICs; 0: the kernel's). tuning.go has their checks.
 	RxQueueSize int  `toml:"rx_queue_size"`
 	TxQueueSize int  `toml:"tx_queue_size"`
@@ -383,7 +383,7 @@ func (vm *VM) applyDefaults() {
 	}
 	if vm.HotplugSlots == nil {
 		n := DefaultHotplugSlots
-		if vm.Machine != "q35" {
+		if !vm.Q35() {
 			n = 0
 		}
 		vm.HotplugSlots = &n

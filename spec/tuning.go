@@ -18,6 +18,11 @@ const (
 	MaxDiskQueueSize = 1024
 	MinNICQueueSize  = 256
 	MaxNICQueueSize  = 1024
+	// MaxNICTxQueueSize is what virtio-net takes for its TX queue with the
+	// backends vmsup gives it (tap, user-mode; 1024 is vhost-user's and
+	// vDPA's): QEMU 7.2 silently uses 256 instead of more, QEMU 10 refuses
+	// to start.
+	MaxNICTxQueueSize = 256
 	// MaxRNGPeriod is QEMU's period limit (milliseconds in a uint32).
 	MaxRNGPeriod = Duration(math.MaxUint32) * Duration(1e6)
 )
@@ -102,6 +107,10 @@ func (n *NIC) nicTuning() (string, error) {
 		if q.v != 0 && (!powerOf2(q.v) || q.v < MinNICQueueSize || q.v > MaxNICQueueSize) {
 			return q.key, fmt.Errorf("%d is not a power of 2 from %d to %d", q.v, MinNICQueueSize, MaxNICQueueSize)
 		}
+	}
+	if n.TxQueueSize > MaxNICTxQueueSize {
+		return "tx_queue_size", fmt.Errorf("%d: QEMU takes at most %d with a tap or user-mode backend (QEMU 7.2 silently uses %d, QEMU 10 refuses to start)",
+			n.TxQueueSize, MaxNICTxQueueSize, MaxNICTxQueueSize)
 	}
 	switch {
 	case n.SndBuf < 0:

@@ -121,15 +121,13 @@ func (f *File) validateName() error {
 
 func (f *File) validateMachine() error {
 	vm := &f.VM
-	switch vm.Machine {
-	case "q35", "pc":
-	default:
-		return f.Errorf("machine", "unknown machine %q (want \"q35\" or \"pc\")", vm.Machine)
+	if MachineFamily(vm.Machine) == "" {
+		return f.Errorf("machine", "unknown machine %q (want \"q35\", \"pc\", or a versioned pc-q35-X.Y or pc-i440fx-X.Y)", vm.Machine)
 	}
 	if s := vm.Slots(); s < 0 || s > 32 {
 		return f.Errorf("hotplug_slots", "%d is out of range 0..32", s)
 	}
-	if vm.Machine != "q35" && vm.Slots() != 0 {
+	if !vm.Q35() && vm.Slots() != 0 {
 		return f.Errorf("hotplug_slots", "root ports exist only on q35; machine %q hotplugs onto pci.0", vm.Machine)
 	}
 	return nil

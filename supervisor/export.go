@@ -25,6 +25,9 @@ func (s *Supervisor) Export(name string) ([]byte, error) {
 func exportTOML(v *vmstate.View) ([]byte, error) {
 	vm := *v.Spec
 	vm.Disks = nil
+	if a := v.Applied; a != nil && spec.MachineVersioned(a.Machine) {
+		vm.Machine = a.Machine // the pinned type: the file moves no VM to another
+	}
 	var notes []string
 	for _, d := range v.Disks {
 		switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -75,6 +76,9 @@ func (s *Supervisor) resolveHost(f *spec.File) (spec.Accel, string, cpuChoice, e
 		return "", "", cpuChoice{}, fmt.Errorf("%s: %w", f.Path, err)
 	}
 	r, err := c.Resolve(f)
+	if d := f.VM.Display; err == nil && d.HasVideo() {
+		err = c.CheckDevice(f, "display.video", d.Video, qemuargs.VideoDriver(d.Video))
+	}
 	return r.Accel, r.Why, cpuChoice{r.Model, r.Masks}, err
 }
 

@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/vmstate"
@@ -32,4 +34,48 @@ func (s *Supervisor) recordedIDs(vm *spec.VM) identity.IDs {
 		rec = identity.IDs{UUID: app.UUID, GenID: app.GenID}
 	}
 	return identity.Resolve(vm, rec)
+}
+
+// resolveMachine picks the machine type this start's QEMU runs: the
+// source's for a destination (the stream needs the same), else the one
+// pinned at the VM's first start (identity.PinMachine).
+func (r *startRun) resolveMachine() (err error) {
+	if r.mode != StartFresh && r.in.machine == "" {
+		r.app.Machine = "" // an older source: its alias, as it ran it
+		return nil
+	}
+	want, recorded := r.in.machine, ""
+	if r.mode == StartFresh {
+		var prev vmstate.Applied
+		_ = json.Unmarshal(r.prev.app, &prev)
+		want, recorded = r.f.VM.Machine, prev.Machine
+	}
+	r.app.Machine, err = r.s.pinMachine(r.f, want, recorded)
+	return err
+}
+
+// recordedMachine is the machine type pinned for VM name ("" if none).
+func (s *Supervisor) recordedMachine(name string) string {
+	if app, err := s.state.ReadApplied(name); err == nil {
+		return app.Machine
+	}
+	return ""
+}
+
+// pinMachine resolves want (f's machine, or a source's) against this QEMU
+// (the host probe; a supervisor given Host facts only takes it as it is).
+func (s *Supervisor) pinMachine(f *spec.File, want, recorded string) (string, error) {
+	resolve := func(m string) (string, error) { return m, nil }
+	if s.opts.Host == nil || s.opts.HostCaps != nil {
+		c, err := s.HostCaps(context.Background(), false)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", f.Path, err)
+		}
+		resolve = c.MachineType
+	}
+	m, err := identity.PinMachine(want, recorded, resolve)
+	if err != nil {
+		return "", f.Errorf("machine", "%v", err)
+	}
+	return m, nil
 }

@@ -126,7 +126,7 @@ func (h migrateHost) StartIncoming(f *spec.File, local bool, a livemigrate.Start
 		mode = StartIncomingLocal
 	}
 	return incomingStart{h.s.newStart(f, mode, incomingArgs{
-		accel: a.Accel, cpu: cpuChoice{a.CPUModel, a.CPUMasks}, ids: a.IDs, sourceFile: a.SourceFile, from: a.From,
+		accel: a.Accel, cpu: cpuChoice{a.CPUModel, a.CPUMasks}, machine: a.Machine, ids: a.IDs, sourceFile: a.SourceFile, from: a.From,
 		markers: a.Markers, uefiVars: a.UEFIVars, listen: a.Listen, journal: a.Journal, intent: a.Intent,
 	})}
 }

@@ -98,6 +98,7 @@ type incomingArgs struct {
 	accel      spec.Accel
 	cpu        cpuChoice
 	ids        identity.IDs // the source's UUID and generation id
+	machine    string       // the source's machine type
 	sourceFile string
 	from       string
 	markers    map[string]string // disk file -> the source's marker beside it
@@ -522,13 +523,16 @@ func (r *startRun) reuse(context.Context) error {
 
 func (r *startRun) makeArgv(context.Context) (err error) {
 	r.resolveIdentity()
+	if err := r.resolveMachine(); err != nil {
+		return err
+	}
 	boot := r.plan.Boot.File(r.f)
 	if r.mode == StartIncomingLocal {
 		boot = withoutForwards(boot) // their ports are the old QEMU's until it quits (forwards.go)
 	}
 	var final *qemuargs.Options
 	opts := append(r.plan.ArgvOptions(), func(o *qemuargs.Options) {
-		o.EventLog = r.app.EventLog
+		o.EventLog, o.Machine = r.app.EventLog, r.app.Machine
 		o.UUID, o.GenID = r.app.UUID, r.app.GenID
 		o.DisksByFD, o.StateDir, o.DisksByPath = true, r.p.Dir, r.plan.Boot.OnOverlays(&r.f.VM)
 		final = o

@@ -159,9 +159,13 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 	for _, e := range extra {
 		e(&o)
 	}
-	if o.UUID == "" { // not a start's: the IDs the VM would start with now
+	if o.UUID == "" { // not a start's: the IDs and machine the VM would start with now
 		ids := s.recordedIDs(&f.VM)
 		o.UUID, o.GenID = ids.UUID, ids.GenID
+		var err error
+		if o.Machine, err = s.pinMachine(f, f.VM.Machine, s.recordedMachine(f.VM.Name)); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.guestArgv(&f.VM, &o); err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Path, err)

@@ -318,7 +318,7 @@ func TestCLIValidateAll(t *testing.T) {
 	c := write(t, dir, "c.toml", "name='c'\nmemry='256M'\nkernel='/k'\n")
 	r := vmsup(t, t.TempDir(), "", "validate", a, b, c)
 	want := "vmsup: " + a + ":2:1: memory: 8M is below the minimum of 16M\n" +
-		"vmsup: " + a + ":3:1: machine: unknown machine \"pcx\" (want \"q35\" or \"pc\")\n" +
+		"vmsup: " + a + ":3:1: machine: unknown machine \"pcx\" (want \"q35\", \"pc\", or a versioned pc-q35-X.Y or pc-i440fx-X.Y)\n" +
 		"vmsup: " + c + ":2:1: memry: unknown key; did you mean \"memory\"?\n" +
 		"vmsup: " + c + ":3:1: kernel: unknown key here; \"kernel\" belongs in [boot]\n" +
 		"vmsup: 2 of 3 files have errors\n"

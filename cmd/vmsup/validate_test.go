@@ -20,7 +20,7 @@ func TestCLIValidateOneRun(t *testing.T) {
 		"[[nic]]\nname='lan'\ntype='bridge'\nbridge='nosuchbr0'\n")
 	r := vmsup(t, t.TempDir(), "", "validate", p)
 	want := "vmsup: " + p + ":3:6: cpus: want a whole number, not a TOML string\n" +
-		"vmsup: " + p + ":4:1: machine: unknown machine \"q99\" (want \"q35\" or \"pc\")\n" +
+		"vmsup: " + p + ":4:1: machine: unknown machine \"q99\" (want \"q35\", \"pc\", or a versioned pc-q35-X.Y or pc-i440fx-X.Y)\n" +
 		"vmsup: " + p + ":10:1: nic[0].bridge: nic \"lan\": no Linux bridge \"nosuchbr0\" on this host\n"
 	if r.code != 1 || r.stderr != want || r.stdout != "" {
 		t.Fatalf("validate: %+v\nwant exit 1, stderr:\n%s", r, want)

@@ -88,11 +88,12 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	release()
 	if ferr == nil {
 		facts.SpareSlots = len(free)
-		if running.Machine == "pc" {
+		if !running.Q35() {
 			facts.SpareSlots = 32 // pci.0 takes hotplugs itself; QEMU says when it is full
 		}
 	}
 	identity.KeepUUID(running, &f.VM, app.UUID)
+	identity.KeepMachine(running, &f.VM, app.Machine)
 	res.Changes = plan.Diff(running, &f.VM, facts)
 	if res.Pending, err = a.h.State().ReadPending(name); err != nil {
 		return res, err

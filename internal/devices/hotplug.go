@@ -167,7 +167,7 @@ func FreeRootPorts(ctx context.Context, c *qmp.Conn, vm *spec.VM, spare []string
 	if len(spare) == 0 {
 		spare = qemuargs.SpareRootPorts(vm)
 	}
-	if vm.Machine == "pc" {
+	if !vm.Q35() {
 		return []string{qemuargs.PCIRootBus}, nil
 	}
 	if len(spare) == 0 {

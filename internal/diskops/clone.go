@@ -160,6 +160,9 @@ func (s *Service) cloneSource(src, tag string) (*snapshot.Snapshot, *spec.VM, er
 		return nil, nil, fmt.Errorf("VM %q was started with another spec since snapshot %q: its recorded devices are not the ones the memory state has", src, tag)
 	}
 	vm := *v.Booted
+	if spec.MachineVersioned(v.Applied.Machine) {
+		vm.Machine = v.Applied.Machine // the memory state's machine type: the clone's file names it
+	}
 	vm.Disks = nil
 	for _, d := range v.Disks { // as QEMU opens them: moved, then attached (carried at boot)
 		vm.Disks = append(vm.Disks, d.Disk)

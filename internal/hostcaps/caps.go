@@ -38,13 +38,16 @@ type Key struct {
 
 // QEMU is what the binary says of itself.
 type QEMU struct {
-	Binary   string     `json:"binary"`
-	Version  string     `json:"version"` // "7.2.19"
-	Package  string     `json:"package,omitempty"`
-	Machines []string   `json:"machines"` // names and aliases
-	Default  string     `json:"default_machine,omitempty"`
-	Models   []CPUModel `json:"cpu_models"` // as TCG sees them
-	Commands []string   `json:"commands"`   // QMP commands in its schema, sorted
+	Binary   string   `json:"binary"`
+	Version  string   `json:"version"` // "7.2.19"
+	Package  string   `json:"package,omitempty"`
+	Machines []string `json:"machines"` // names and aliases
+	// Aliases maps each alias to the versioned machine type it stands for
+	// in this QEMU ("q35" -> "pc-q35-7.2").
+	Aliases  map[string]string `json:"machine_aliases,omitempty"`
+	Default  string            `json:"default_machine,omitempty"`
+	Models   []CPUModel        `json:"cpu_models"` // as TCG sees them
+	Commands []string          `json:"commands"`   // QMP commands in its schema, sorted
 	// Missing lists the QMP commands vmsup needs that this QEMU lacks.
 	Missing []string `json:"missing,omitempty"`
 	IOURing bool     `json:"io_uring"` // built with io_uring (aio = "io_uring")
@@ -232,23 +235,9 @@ func (c *Caps) modelHint(accel spec.Accel, model string) string {
 	return "; these would: " + strings.Join(ok, ", ")
 }
 
-// HasDevice reports whether QEMU offers the device type, and if not, why
-// (an older record, without the list, says yes).
-func (c *Caps) HasDevice(name string) (bool, string) {
-	if len(c.QEMU.Devices) == 0 || slices.Contains(c.QEMU.Devices, name) {
-		return true, ""
-	}
-	return false, fmt.Sprintf("QEMU %s has no device %q", c.QEMU.Version, name)
-}
-
 // HasMigrationCap reports whether QEMU has the migration capability.
 func (c *Caps) HasMigrationCap(name string) bool {
 	return slices.Contains(c.QEMU.MigrationCaps, name)
-}
-
-// HasMachine reports whether QEMU has the machine type (or alias).
-func (c *Caps) HasMachine(name string) bool {
-	return len(c.QEMU.Machines) == 0 || slices.Contains(c.QEMU.Machines, name)
 }
 
 // Check returns an error naming the first QMP command vmsup needs that this

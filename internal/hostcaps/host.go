@@ -77,9 +77,13 @@ func (h Host) Accel(f *spec.File) (spec.Accel, string, error) {
 // Resolved is what a VM runs with on this host.
 type Resolved struct {
 	Accel spec.Accel
-	Why   string   // why the accelerator is not what the user might expect, and the masks
-	Model string   // the -cpu model
-	Masks []string // features turned off for this host's KVM
+	Why   string // why the accelerator is not what the user might expect, and the masks
+	Model string // the -cpu model
+	// Machine is the versioned type this QEMU runs for the spec's machine
+	// (its alias resolved); a VM keeps the one of its first start
+	// (internal/identity.PinMachine).
+	Machine string
+	Masks   []string // features turned off for this host's KVM
 }
 
 // Resolve turns the spec's machine, accelerator and CPU model into what this
@@ -88,8 +92,9 @@ func (c *Caps) Resolve(f *spec.File) (Resolved, error) {
 	if err := c.Check(); err != nil {
 		return Resolved{}, fmt.Errorf("%s: %w", f.Path, err)
 	}
-	if !c.HasMachine(f.VM.Machine) {
-		return Resolved{}, f.Errorf("machine", "QEMU %s has no machine type %q (q35 and pc are what vmsup lays out)", c.QEMU.Version, f.VM.Machine)
+	machine, err := c.MachineType(f.VM.Machine)
+	if err != nil {
+		return Resolved{}, f.Errorf("machine", "%v", err)
 	}
 	accel, why, err := c.Accel(f.VM.Accel)
 	if err != nil {
@@ -106,5 +111,5 @@ func (c *Caps) Resolve(f *spec.File) (Resolved, error) {
 	if len(masks) > 0 {
 		why = strings.TrimPrefix(why+"; ", "; ") + fmt.Sprintf("-cpu %s with %s off (this KVM refuses it otherwise)", model, strings.Join(masks, ", "))
 	}
-	return Resolved{Accel: accel, Why: why, Model: model, Masks: masks}, nil
+	return Resolved{Accel: accel, Why: why, Model: model, Masks: masks, Machine: machine}, nil
 }

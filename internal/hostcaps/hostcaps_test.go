@@ -200,6 +200,17 @@ func TestProbeCache(t *testing.T) {
 	if again.QEMU.Version == "" || len(again.QEMU.Models) == 0 || len(again.QEMU.Machines) == 0 || len(again.QEMU.Missing) != 0 {
 		t.Fatalf("record: %+v", again.QEMU)
 	}
+	// The aliases vmsup lays out resolve to versioned types, and the
+	// device list is QEMU's (-device help).
+	for _, alias := range []string{"q35", "pc"} {
+		if v := again.QEMU.Aliases[alias]; !spec.MachineVersioned(v) || spec.MachineFamily(v) != alias {
+			t.Errorf("alias %s resolves to %q", alias, v)
+		}
+	}
+	if !again.HasDevice("virtio-net-pci") || again.HasDevice("no-such-device") {
+		t.Errorf("devices: %d, virtio-net-pci missing or no-such-device there", len(again.QEMU.Devices))
+	}
+	t.Logf("q35 = %s, pc = %s, %d devices", again.QEMU.Aliases["q35"], again.QEMU.Aliases["pc"], len(again.QEMU.Devices))
 }
 
 // TestCPUChoices: model choices and their errors, on a record.

@@ -193,10 +193,12 @@ func probeLists(ctx context.Context, mon *qmp.Conn, q *QEMU) error {
 		if err := mon.Execute(ctx, "query-machines", nil, &ms); err != nil {
 			return fmt.Errorf("query-machines: %w", err)
 		}
+		q.Aliases = map[string]string{}
 		for _, m := range ms {
 			q.Machines = append(q.Machines, m.Name)
 			if m.Alias != "" {
 				q.Machines = append(q.Machines, m.Alias)
+				q.Aliases[m.Alias] = m.Name
 			}
 			if m.IsDefault {
 				q.Default = m.Name

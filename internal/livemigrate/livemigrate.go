@@ -92,6 +92,7 @@ type StartArgs struct {
 	Accel      spec.Accel
 	CPUModel   string
 	CPUMasks   []string
+	Machine    string       // the source's versioned machine type ("" from older sources)
 	IDs        identity.IDs // the source's UUID and generation id
 	SourceFile string
 	From       string

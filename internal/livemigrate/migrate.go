@@ -278,7 +278,7 @@ func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
 	app := m.app
 	m.prep = migration.Msg{
 		Type: migration.MsgPrepare, Name: name, SourceFile: app.SourceFile, Spec: m.raw, Accel: app.Accel,
-		CPUModel: app.CPUModel, CPUMasks: app.CPUMasks, UUID: app.UUID, GenID: app.GenID,
+		CPUModel: app.CPUModel, CPUMasks: app.CPUMasks, Machine: app.Machine, UUID: app.UUID, GenID: app.GenID,
 		Listen: o.Address, Multifd: o.Multifd, Postcopy: o.Postcopy, Markers: m.prep.Markers,
 		From: host, Timeout: o.Timeout,
 	}

@@ -215,7 +215,7 @@ func (d *incomingVM) prepare(ctx context.Context, m migration.Msg) (string, erro
 	}
 	d.name, d.f, d.p = f.VM.Name, f, mg.paths(f.VM.Name)
 	d.st = mg.h.StartIncoming(f, d.local, StartArgs{
-		Accel: m.Accel, CPUModel: m.CPUModel, CPUMasks: m.CPUMasks, IDs: identity.IDs{UUID: m.UUID, GenID: m.GenID},
+		Accel: m.Accel, CPUModel: m.CPUModel, CPUMasks: m.CPUMasks, Machine: m.Machine, IDs: identity.IDs{UUID: m.UUID, GenID: m.GenID},
 		SourceFile: m.SourceFile, From: m.From,
 		Markers: m.Markers, UEFIVars: m.UEFIVars,
 		Listen:  func(ctx context.Context) error { return d.listen(ctx, m) },

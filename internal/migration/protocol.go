@@ -76,6 +76,9 @@ type Msg struct {
 	// the destination runs with too (absent from older sources).
 	CPUModel string   `json:"cpu_model,omitempty"`
 	CPUMasks []string `json:"cpu_masks,omitempty"`
+	// Machine: the versioned machine type the source runs, which the
+	// destination runs too (absent from older sources).
+	Machine string `json:"machine,omitempty"`
 	// UUID and GenID: the VM's identity, which the destination's QEMU
 	// must present unchanged (absent from older sources).
 	UUID     string `json:"uuid,omitempty"`

@@ -136,6 +136,9 @@ type Applied struct {
 	// the spec names none, and the features turned off for this host's KVM.
 	CPUModel string   `json:"cpu_model,omitempty"`
 	CPUMasks []string `json:"cpu_masks,omitempty"`
+	// Machine is the versioned machine type the VM runs, pinned at its
+	// first start and kept by every later one (identity.PinMachine).
+	Machine string `json:"machine,omitempty"`
 	// UUID and GenID are the VM's UUID (the file's, or generated at its
 	// first start) and vmgenid generation id, kept from start to start.
 	UUID      string    `json:"uuid,omitempty"`

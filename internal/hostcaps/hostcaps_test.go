@@ -134,6 +134,13 @@ func TestProbeStandins(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "kvm requested but no ") || !strings.Contains(err.Error(), "accel = \"tcg\"") {
 			t.Fatalf("explicit kvm: %v", err)
 		}
+		// The migration modes follow the version: cpr-transfer from 10.0.
+		ok, why := c.CPRTransfer()
+		major, _ := strconv.Atoi(strings.Split(c.QEMU.Version, ".")[0])
+		if ok != (major >= 10) || !ok && !strings.Contains(why, c.QEMU.Version) {
+			t.Fatalf("QEMU %s: cpr-transfer %v %q (modes %v)", c.QEMU.Version, ok, why, c.QEMU.MigrationModes)
+		}
+		t.Logf("QEMU %s: migration modes %v", c.QEMU.Version, c.QEMU.MigrationModes)
 	})
 	t.Run("kvm-fails", func(t *testing.T) {
 		t.Parallel()

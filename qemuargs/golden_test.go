@@ -158,7 +158,7 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
 		"TPMSocket": &o.TPMSocket, "VNCSocket": &o.VNCSocket, "Machine": &o.Machine,
-		"Hugetlbfs": &o.Hugetlbfs,
+		"Hugetlbfs": &o.Hugetlbfs, "CPRSocket": &o.CPRSocket, "RAMID": &o.RAMID,
 	}
 	for k, v := range c.override {
 		if k == "Accel" {
@@ -167,6 +167,10 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		}
 		if k == "Incoming" {
 			o.Incoming = v == "true"
+			continue
+		}
+		if k == "ShareRAM" {
+			o.ShareRAM = v == "true"
 			continue
 		}
 		if k == "VhostNet" {

@@ -61,6 +61,9 @@ type Host interface {
 	RunStateAt(ctx context.Context, sock string) qmp.RunState
 	// RemoveUnit kills a unit nobody will use and clears its failed state.
 	RemoveUnit(ctx context.Context, sd *units.Manager, unit string)
+	// CPRTransfer says whether this host's QEMU can take a running guest's
+	// RAM over in place (cpr-transfer), or why not.
+	CPRTransfer(ctx context.Context) (bool, string)
 }
 
 // Start is a destination QEMU's start through the supervisor's start
@@ -71,6 +74,9 @@ type Start interface {
 	Run(ctx context.Context) (undo func(context.Context), err error)
 	// Unit is the new QEMU's unit.
 	Unit() string
+	// PlugDisks is the pipeline's disks step, which a cpr-transfer
+	// destination runs only once its QEMU has the source's state.
+	PlugDisks(ctx context.Context) error
 	// Sockets are where the new QEMU's sockets are until it takes over.
 	Sockets() vmstate.Paths
 	// Applied is what the VM's record says once the guest runs here.
@@ -89,10 +95,15 @@ type Start interface {
 // StartArgs are what the source tells a migration destination, for its
 // start.
 type StartArgs struct {
-	Accel      spec.Accel
-	CPUModel   string
-	CPUMasks   []string
-	Machine    string       // the source's versioned machine type ("" from older sources)
+	Accel    spec.Accel
+	CPUModel string
+	CPUMasks []string
+	Machine  string // the source's versioned machine type ("" from older sources)
+	RAMID    string // the source's RAM block name ("" from older sources)
+	// CPR: a local destination that takes the guest's RAM in place
+	// (cpr-transfer, cpr.go): its QEMU waits on a cpr channel, and the
+	// disks step is left to PlugDisks.
+	CPR        bool
 	IDs        identity.IDs // the source's UUID and generation id
 	SourceFile string
 	From       string

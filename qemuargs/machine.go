@@ -234,10 +234,9 @@ func numaParts(vm *spec.VM, o Options) ([]renderer, error) {
 }
 
 // memoryPlace is where the VM's memory backends map its memory: shared
-// for virtiofsd, or for a new QEMU to take over (Options.ShareRAM; not a
-// hugetlbfs file, whose private mapping reserves its pages).
+// for virtiofsd, or for a new QEMU to take over (sharesRAM).
 func memoryPlace(vm *spec.VM, o Options) MemoryPlace {
-	at := MemoryPlace{Shared: vm.HasVirtioFS() || o.ShareRAM && vm.Hugepages == ""}
+	at := MemoryPlace{Shared: vm.HasVirtioFS() || sharesRAM(vm, o)}
 	if vm.Hugepages != "" {
 		at.Hugetlbfs = o.Hugetlbfs
 	}

@@ -33,7 +33,7 @@ type RAM struct {
 
 // RAMOf is how Build(vm, o) holds the guest's memory.
 func RAMOf(vm *spec.VM, o Options) RAM {
-	r := RAM{Shared: o.ShareRAM && vm.Hugepages == ""}
+	r := RAM{Shared: sharesRAM(vm, o)}
 	if len(vm.NUMA) > 0 {
 		return r
 	}
@@ -43,6 +43,14 @@ func RAMOf(vm *spec.VM, o Options) RAM {
 	}
 	r.ID = cmp.Or(o.RAMID, id)
 	return r
+}
+
+// sharesRAM: Options.ShareRAM takes effect, except for memory on
+// hugepages (a private hugetlbfs mapping reserves its pages when QEMU maps
+// it) or encrypted by SEV (its pages are the guest's, not another QEMU's to
+// map).
+func sharesRAM(vm *spec.VM, o Options) bool {
+	return o.ShareRAM && vm.Hugepages == "" && vm.SEV == nil
 }
 
 // mainRAMBackend is the -m memory's backend object, or "" when QEMU's own

@@ -61,6 +61,8 @@ func decideMode(o migration.Options, vm *spec.VM, ram *qemuargs.RAM, host func()
 		return true, ""
 	case vm.Hugepages != "":
 		return false, "its memory is on hugepages (a private hugetlbfs mapping a new QEMU cannot take over)"
+	case vm.SEV != nil:
+		return false, "its memory is encrypted (SEV)"
 	}
 	return false, "it was started without a shared memory backend (on a QEMU without cpr-transfer, or before vmsup gave guests one): " +
 		"the next start, or this migration's new QEMU, has one"

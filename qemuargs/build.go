@@ -109,7 +109,8 @@ type Options struct {
 	// the -m memory, or each NUMA node's, as memory-backend-memfd
 	// share=on, and the machine's other RAM with aux-ram-share=on, which
 	// QEMU 10 has and 7.2 lacks. Ignored with hugepages (a private
-	// hugetlbfs mapping reserves its pages when QEMU maps it) and SEV.
+	// hugetlbfs mapping reserves its pages when QEMU maps it), SEV, and
+	// with the spec's shared_memory = false.
 	ShareRAM bool
 	// RAMID names the -m memory's backend, its RAM block in a migration
 	// stream, which both sides must name alike: a destination gets its

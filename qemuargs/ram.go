@@ -45,12 +45,12 @@ func RAMOf(vm *spec.VM, o Options) RAM {
 	return r
 }
 
-// sharesRAM: Options.ShareRAM takes effect, except for memory on
-// hugepages (a private hugetlbfs mapping reserves its pages when QEMU maps
-// it) or encrypted by SEV (its pages are the guest's, not another QEMU's to
-// map).
+// sharesRAM: Options.ShareRAM takes effect unless the spec keeps the
+// memory private (shared_memory = false), or it is on hugepages (a private
+// hugetlbfs mapping reserves its pages when QEMU maps it) or encrypted by
+// SEV (its pages are the guest's, not another QEMU's to map).
 func sharesRAM(vm *spec.VM, o Options) bool {
-	return o.ShareRAM && vm.Hugepages == "" && vm.SEV == nil
+	return o.ShareRAM && vm.ShareableMemory()
 }
 
 // mainRAMBackend is the -m memory's backend object, or "" when QEMU's own

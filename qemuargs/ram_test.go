@@ -25,6 +25,7 @@ func TestRAMOf(t *testing.T) {
 		{"virtiofs shared", fs, Options{ShareRAM: true}, RAM{ID: MainMemdevID, Shared: true}},
 		{"numa", numa, Options{ShareRAM: true}, RAM{Shared: true}},
 		{"sev", &spec.VM{SEV: &spec.SEV{}}, Options{ShareRAM: true}, RAM{ID: DefaultRAMID}},
+		{"shared_memory = false", &spec.VM{SharedMemory: new(bool)}, Options{ShareRAM: true}, RAM{ID: DefaultRAMID}},
 		{"a source's name", plain, Options{RAMID: MainMemdevID}, RAM{ID: MainMemdevID}},
 	} {
 		if got := RAMOf(c.vm, c.o); got != c.want {

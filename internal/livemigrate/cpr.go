@@ -59,6 +59,8 @@ func decideMode(o migration.Options, vm *spec.VM, ram *qemuargs.RAM, host func()
 	switch {
 	case ram != nil && ram.Shared:
 		return true, ""
+	case vm.SharedMemory != nil && !*vm.SharedMemory:
+		return false, "its file keeps its memory private (shared_memory = false)"
 	case vm.Hugepages != "":
 		return false, "its memory is on hugepages (a private hugetlbfs mapping a new QEMU cannot take over)"
 	case vm.SEV != nil:

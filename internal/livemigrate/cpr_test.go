@@ -39,6 +39,7 @@ func TestDecideMode(t *testing.T) {
 		{"no record", local, plain, nil, q10, false, "started without a shared memory backend"},
 		{"hugepages", local, huge, private, q10, false, "hugepages"},
 		{"sev", local, &spec.VM{SEV: &spec.SEV{}}, private, q10, false, "SEV"},
+		{"private by its file", local, &spec.VM{SharedMemory: new(bool)}, private, q10, false, "shared_memory = false"},
 	} {
 		cpr, why := decideMode(c.o, c.vm, c.ram, c.host)
 		if cpr != c.cpr || (c.why == "") != (why == "") || !strings.Contains(why, c.why) || strings.Contains(why, "\n") {

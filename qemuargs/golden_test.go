@@ -165,16 +165,8 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 			o.Accel = spec.Accel(v)
 			continue
 		}
-		if k == "Incoming" {
-			o.Incoming = v == "true"
-			continue
-		}
-		if k == "ShareRAM" {
-			o.ShareRAM = v == "true"
-			continue
-		}
-		if k == "VhostNet" {
-			o.VhostNet = v == "true"
+		if b, ok := map[string]*bool{"Incoming": &o.Incoming, "ShareRAM": &o.ShareRAM, "VhostNet": &o.VhostNet}[k]; ok {
+			*b = v == "true"
 			continue
 		}
 		if k == "DisksByFD" {

@@ -97,6 +97,25 @@ type Options struct {
 	// there is never a moment with two running copies. The console log is
 	// opened in append mode so the history already there is kept.
 	Incoming bool
+	// CPRSocket, with Incoming, makes a cpr-transfer destination (QEMU
+	// 10): a second -incoming, the "cpr" channel, on this unix socket.
+	// QEMU reads the source's descriptors there (its guest RAM, shared:
+	// ShareRAM) before it creates the machine, and answers on its monitors
+	// only after that, once the source ran migrate.
+	CPRSocket string
+
+	// ShareRAM puts the guest's memory in shared memory that a new QEMU
+	// can take over in place (QEMU 10's cpr-transfer, local migration):
+	// the -m memory, or each NUMA node's, as memory-backend-memfd
+	// share=on, and the machine's other RAM with aux-ram-share=on, which
+	// QEMU 10 has and 7.2 lacks. Ignored with hugepages (a private
+	// hugetlbfs mapping reserves its pages when QEMU maps it), SEV, and
+	// with the spec's shared_memory = false.
+	ShareRAM bool
+	// RAMID names the -m memory's backend, its RAM block in a migration
+	// stream, which both sides must name alike: a destination gets its
+	// source's (RAMOf). "" is RAMOf's choice for the spec.
+	RAMID string
 
 	// DisksByFD leaves the disks PassedByFD (their files outside
 	// StateDir, the VM's state directory) off the command line and starts
@@ -195,6 +214,8 @@ func plan(vm *spec.VM, o Options) ([]renderer, error) {
 	}
 	parts = append(parts, tpm...)
 	switch {
+	case o.Incoming && o.CPRSocket != "":
+		parts = append(parts, flags{"-S", "-incoming", "defer"}, cprIncoming{o.CPRSocket})
 	case o.Incoming:
 		parts = append(parts, flags{"-S", "-incoming", "defer"})
 	case slices.ContainsFunc(vm.Disks, o.byFD):
@@ -230,9 +251,11 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 		m.Confidential = SEVObjectID
 		parts = append(parts, sevObject(*vm.SEV))
 	}
-	if at := memoryPlace(vm, o); at != (MemoryPlace{}) && len(vm.NUMA) == 0 {
-		m.MemoryBackend = MainMemdevID // the -m memory, on hugetlbfs or shared
+	ram, hasRAM := mainRAMBackend(vm, o)
+	if hasRAM {
+		m.MemoryBackend = ram.ID // the -m memory, on hugetlbfs or shared
 	}
+	m.AuxRAMShare = RAMOf(vm, o).Shared
 	hv, err := hypervProps(vm, o.Accel)
 	if err != nil {
 		return nil, err
@@ -240,8 +263,8 @@ func machineParts(vm *spec.VM, o Options) ([]renderer, error) {
 	parts = append(parts, m, accel{o.Accel, vm.MaxCPUs > vm.CPUs}, cpu{model, hv, o.CPUFeaturesOff},
 		memory{Size: vm.Memory, Max: vm.MaxMemory, Slots: MemorySlots},
 		smp{CPUs: vm.CPUs, Max: vm.MaxCPUs, Topology: vm.Topology})
-	if m.MemoryBackend != "" {
-		parts = append(parts, MemoryBackend(m.MemoryBackend, int64(vm.Memory), memoryPlace(vm, o)))
+	if hasRAM {
+		parts = append(parts, ram)
 	}
 	numa, err := numaParts(vm, o)
 	if err != nil {
@@ -459,6 +482,9 @@ func checkOptions(vm *spec.VM, o Options) error {
 		}
 	}
 	if err := checkVsock(vm, o); err != nil {
+		return err
+	}
+	if err := checkCPR(o, path); err != nil {
 		return err
 	}
 	if vm.Hugepages != "" {

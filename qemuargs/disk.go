@@ -74,6 +74,9 @@ type Object struct {
 	Format   string `json:"format,omitempty"`   // secret: "raw" or "base64"
 	MemPath  string `json:"mem-path,omitempty"` // memory-backend-file: the hugetlbfs directory
 	Share    *bool  `json:"share,omitempty"`    // memory-backend-file, -memfd: MAP_SHARED (always written)
+	// CanonicalRAMID is a memory backend's x-use-canonical-path-for-ramblock-id:
+	// false names its RAM block by its id, not its QOM path.
+	CanonicalRAMID *bool `json:"x-use-canonical-path-for-ramblock-id,omitempty"`
 	// sev-guest: the guest policy (always written: 0 is a policy) and the
 	// host's C-bit position and reduced physical address bits.
 	Policy          *uint32 `json:"policy,omitempty"`

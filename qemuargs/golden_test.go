@@ -158,19 +158,15 @@ func (c goldenCase) options(t *testing.T, vm *spec.VM) Options {
 		"ConsoleSocket": &o.ConsoleSocket, "AgentSocket": &o.AgentSocket, "ConsoleLog": &o.ConsoleLog, "EventLog": &o.EventLog,
 		"FirmwareCode": &o.FirmwareCode, "FirmwareVars": &o.FirmwareVars, "UUID": &o.UUID, "GenID": &o.GenID,
 		"TPMSocket": &o.TPMSocket, "VNCSocket": &o.VNCSocket, "Machine": &o.Machine,
-		"Hugetlbfs": &o.Hugetlbfs,
+		"Hugetlbfs": &o.Hugetlbfs, "CPRSocket": &o.CPRSocket, "RAMID": &o.RAMID,
 	}
 	for k, v := range c.override {
 		if k == "Accel" {
 			o.Accel = spec.Accel(v)
 			continue
 		}
-		if k == "Incoming" {
-			o.Incoming = v == "true"
-			continue
-		}
-		if k == "VhostNet" {
-			o.VhostNet = v == "true"
+		if b, ok := map[string]*bool{"Incoming": &o.Incoming, "ShareRAM": &o.ShareRAM, "VhostNet": &o.VhostNet}[k]; ok {
+			*b = v == "true"
 			continue
 		}
 		if k == "DisksByFD" {

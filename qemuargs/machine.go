@@ -42,6 +42,10 @@ type machine struct {
 	// variable store's flash writable only from it: Secure Boot's
 	// firmware keeps its keys there, out of the OS's reach.
 	SMM bool
+	// AuxRAMShare puts the machine's RAM that no backend object holds
+	// (firmware, option ROMs, video memory) in shared memory too (QEMU 10;
+	// cpr-transfer needs it).
+	AuxRAMShare bool
 }
 
 func (m machine) Args() ([]string, error) {
@@ -55,6 +59,9 @@ func (m machine) Args() ([]string, error) {
 			return nil, fmt.Errorf("machine %s: %w", kv[0], err)
 		}
 		v += "," + kv[0] + "=" + e
+	}
+	if m.AuxRAMShare {
+		v += ",aux-ram-share=on"
 	}
 	if m.SMM {
 		return []string{"-machine", v + ",smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on"}, nil
@@ -243,9 +250,10 @@ func numaParts(vm *spec.VM, o Options) ([]renderer, error) {
 	return out, nil
 }
 
-// memoryPlace is where the VM's memory backends map its memory.
+// memoryPlace is where the VM's memory backends map its memory: shared
+// for virtiofsd, or for a new QEMU to take over (sharesRAM).
 func memoryPlace(vm *spec.VM, o Options) MemoryPlace {
-	at := MemoryPlace{Shared: vm.HasVirtioFS()}
+	at := MemoryPlace{Shared: vm.HasVirtioFS() || sharesRAM(vm, o)}
 	if vm.Hugepages != "" {
 		at.Hugetlbfs = o.Hugetlbfs
 	}

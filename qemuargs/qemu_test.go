@@ -156,6 +156,7 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 	vm := &f.VM
 	o := c.options(t, vm)
 	run := "/run/vmsup/" + vm.Name + "/"
+	skipCPR(t, vm, o, env)
 
 	tmp, err := os.MkdirTemp("", "qemuargs,")
 	if err != nil {
@@ -358,6 +359,18 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 	}
 	skipMissingDevices(t, argv, env.caps)
 	return argv, o
+}
+
+// skipCPR skips a cpr-transfer destination (it opens its monitors only
+// once a source sent it its state) and shared memory where this QEMU lacks
+// what it needs (aux-ram-share comes with cpr-transfer).
+func skipCPR(t *testing.T, vm *spec.VM, o Options, env qemuEnv) {
+	if o.CPRSocket != "" {
+		t.Skip("a cpr-transfer destination opens its monitors only once a source sent it its state; the supervisor's migration tests start one")
+	}
+	if ok, why := env.caps.CPRTransfer(); RAMOf(vm, o).Shared && !ok {
+		t.Skipf("aux-ram-share (shared memory for cpr-transfer): %s", why)
+	}
 }
 
 // mapBack undoes the move into the temp dir: the escaped forms first, since

@@ -1,6 +1,10 @@
 package qmp
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"strings"
+)
 
 // Typed wrappers for live migration (QEMU 7.2, `man 7 qemu-qmp-ref`,
 // section "Migration").
@@ -29,6 +33,9 @@ type MigrationParameters struct {
 	MultifdChannels *int64 `json:"multifd-channels,omitempty"` // both sides
 	MaxPostcopyBW   *int64 `json:"max-postcopy-bandwidth,omitempty"`
 	CPUThrottleInit *int64 `json:"cpu-throttle-initial,omitempty"`
+	// Mode is the migration mode (QEMU 8.2): "normal", "cpr-reboot",
+	// "cpr-transfer" (10.0). QEMU keeps it for the next migration.
+	Mode *string `json:"mode,omitempty"`
 }
 
 // MigrateSetParameters sets migration parameters.
@@ -42,6 +49,31 @@ func (c *Conn) Migrate(ctx context.Context, uri string) error {
 	args := struct {
 		URI string `json:"uri"`
 	}{uri}
+	return c.Execute(ctx, "migrate", args, nil)
+}
+
+// MigrateCPR starts a cpr-transfer migration (mode "cpr-transfer" set
+// first): the source's QEMU sends its state and guest RAM's descriptors on
+// the unix socket cpr (the destination's cpr channel) before it returns,
+// then, once the destination closes that channel (it listens for the
+// stream), stops the guest and sends the devices' state to uri.
+func (c *Conn) MigrateCPR(ctx context.Context, uri, cpr string) error {
+	type addr struct {
+		Transport string `json:"transport"`
+		Type      string `json:"type"`
+		Path      string `json:"path"`
+	}
+	type channel struct {
+		Type string `json:"channel-type"`
+		Addr addr   `json:"addr"`
+	}
+	main, ok := strings.CutPrefix(uri, "unix:")
+	if !ok {
+		return fmt.Errorf("cpr-transfer streams over a unix socket, not %q", uri)
+	}
+	args := struct {
+		Channels []channel `json:"channels"`
+	}{[]channel{{"main", addr{"socket", "unix", main}}, {"cpr", addr{"socket", "unix", cpr}}}}
 	return c.Execute(ctx, "migrate", args, nil)
 }
 

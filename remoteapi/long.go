@@ -43,6 +43,7 @@ type MigrateRequest struct {
 	PostcopyAfter time.Duration `json:"postcopy_after"` // nanoseconds; 0: 10 s
 	Timeout       time.Duration `json:"timeout"`        // nanoseconds; 0: 10 min
 	StallTimeout  time.Duration `json:"stall_timeout"`  // nanoseconds; 0: 30 s
+	NoCPR         bool          `json:"no_cpr"`         // local: copy the RAM even where cpr-transfer could take it in place
 }
 
 // MigrateItem is an item of a migration's stream: progress reports, then
@@ -125,7 +126,7 @@ func (s *Server) migrate(c *call) (any, error) {
 		res, err := s.Ops.Migrate(c.ctx, c.name(), supervisor.MigrateOptions{To: req.To, Local: req.Local, Address: req.Address,
 			Bandwidth: req.Bandwidth, Downtime: req.Downtime, Multifd: req.Multifd, AutoConverge: req.AutoConverge,
 			Postcopy: req.Postcopy, PostcopyAfter: req.PostcopyAfter, Timeout: req.Timeout, StallTimeout: req.StallTimeout,
-			Progress: func(p supervisor.MigrationProgress) { progress(MigrateItem{Progress: &p}) }})
+			NoCPR: req.NoCPR, Progress: func(p supervisor.MigrationProgress) { progress(MigrateItem{Progress: &p}) }})
 		return MigrateItem{Result: &res}, err
 	})
 }

@@ -44,3 +44,25 @@ func (f *File) validateHugepages() error {
 	}
 	return nil
 }
+
+// ShareableMemory reports whether the guest's memory may be shared memory
+// (shared_memory unset or true, no hugepages, no SEV).
+func (vm *VM) ShareableMemory() bool {
+	return (vm.SharedMemory == nil || *vm.SharedMemory) && vm.Hugepages == "" && vm.SEV == nil
+}
+
+// validateSharedMemory: shared_memory = true asks for what hugepages
+// (a private hugetlbfs file) and SEV (encrypted pages) cannot be.
+func (f *File) validateSharedMemory() error {
+	vm := &f.VM
+	if vm.SharedMemory == nil || !*vm.SharedMemory {
+		return nil
+	}
+	switch {
+	case vm.Hugepages != "":
+		return f.Errorf("shared_memory", "memory on hugepages stays private (its pages are reserved when QEMU maps them): drop one of the two")
+	case vm.SEV != nil:
+		return f.Errorf("shared_memory", "memory encrypted by SEV stays private: drop one of the two")
+	}
+	return nil
+}

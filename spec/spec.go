@@ -31,6 +31,13 @@ type VM struct {
 	// DIMMs) by hugetlbfs pages of this size: "2M" or "1G"; unset: ordinary
 	// memory (hugepages.go).
 	Hugepages string `toml:"hugepages"`
+	// SharedMemory: unset (or true), a QEMU with cpr-transfer (QEMU 10)
+	// maps the guest's memory as shared memory, which a new QEMU takes
+	// over in place at migrate --local; false keeps it private (KSM and
+	// transparent huge pages as usual; a local migration copies it).
+	// Memory on hugepages or encrypted by SEV is never shared
+	// (hugepages.go).
+	SharedMemory *bool `toml:"shared_memory"`
 	// IOThreads is a pool of I/O threads disks share by number
 	// (disk.iothread_id 1..iothreads); 0: none (tuning.go).
 	IOThreads int `toml:"iothreads"`

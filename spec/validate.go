@@ -89,7 +89,7 @@ func (f *File) validateList() []*Error {
 		f.validateName, f.validateMachine, f.validateCPUs, f.validateMemory, f.validateStop,
 		f.validateBoot, f.validateSecurity, f.validateLimits, f.validateHealth, f.validateFailure, f.validateIdentity,
 		f.validateSATA, f.validateTopology, f.validatePinning, f.validateNUMA, f.validateGuestDevs,
-		f.validateHugepages, f.validateVsock, f.validateHostDevs, f.validatePlacement, f.validateTuning, f.validateSEV,
+		f.validateHugepages, f.validateSharedMemory, f.validateVsock, f.validateHostDevs, f.validatePlacement, f.validateTuning, f.validateSEV,
 		f.validateSecurityGroups, f.validateDisplay, f.validateCPUFeatures,
 	} {
 		add(check())

@@ -32,6 +32,13 @@ type MigrationProgress = migration.Progress
 // MigrateResult reports a completed migration.
 type MigrateResult = migration.Result
 
+// Migration modes (MigrateResult.Mode): the guest's RAM copied, or taken
+// over in place by a new QEMU on the same host.
+const (
+	MigrationModeNormal      = migration.ModeNormal
+	MigrationModeCPRTransfer = migration.ModeCPRTransfer
+)
+
 // ErrMigrationCancelled is a migration cancelled by the user (Ctrl-C, or
 // CancelMigration from another process).
 var ErrMigrationCancelled = migration.ErrCancelled
@@ -123,6 +130,21 @@ func (h migrateHost) EndMove(ctx context.Context, name string, moved bool) error
 	return startplan.EndMove(ctx, name, moved, h.s.hostConcerns()...)
 }
 
+func (h migrateHost) CPRTransfer(ctx context.Context) (bool, string) { return h.s.cprTransfer(ctx) }
+
+// cprTransfer says whether this host's QEMU can take a running guest's RAM
+// over in place (cpr-transfer, from the host probe), or why not.
+func (s *Supervisor) cprTransfer(ctx context.Context) (bool, string) {
+	if s.opts.Host != nil && s.opts.HostCaps == nil {
+		return false, "this vmsup was given host facts without a QEMU probe"
+	}
+	c, err := s.HostCaps(ctx, false)
+	if err != nil {
+		return false, err.Error()
+	}
+	return c.CPRTransfer()
+}
+
 // StartIncoming is the start pipeline of a migration destination.
 func (h migrateHost) StartIncoming(f *spec.File, local bool, a livemigrate.StartArgs) livemigrate.Start {
 	mode := StartIncoming
@@ -131,6 +153,7 @@ func (h migrateHost) StartIncoming(f *spec.File, local bool, a livemigrate.Start
 	}
 	return incomingStart{h.s.newStart(f, mode, incomingArgs{
 		accel: a.Accel, cpu: cpuChoice{a.CPUModel, a.CPUMasks}, machine: a.Machine, ids: a.IDs, sourceFile: a.SourceFile, from: a.From,
+		ramID: a.RAMID, cpr: a.CPR,
 		markers: a.Markers, uefiVars: a.UEFIVars, listen: a.Listen, journal: a.Journal, intent: a.Intent,
 	})}
 }
@@ -143,12 +166,13 @@ var _ livemigrate.Start = incomingStart{}
 func (i incomingStart) Run(ctx context.Context) (func(context.Context), error) {
 	return runSteps(ctx, i.r.name, i.r.steps(), i.r.s.opts.AfterStep)
 }
-func (i incomingStart) Unit() string               { return i.r.plan.Unit }
-func (i incomingStart) Sockets() vmstate.Paths     { return i.r.sock }
-func (i incomingStart) Applied() *vmstate.Applied  { return i.r.app }
-func (i incomingStart) ConsoleFIFO() string        { return companion.FIFO(i.r.p, i.r.plan.Unit) }
-func (i incomingStart) Op() *operation.Op          { return i.r.op }
-func (i incomingStart) Unlock(ctx context.Context) { i.r.unlock(ctx) }
+func (i incomingStart) Unit() string                        { return i.r.plan.Unit }
+func (i incomingStart) PlugDisks(ctx context.Context) error { return i.r.plugDisks(ctx) }
+func (i incomingStart) Sockets() vmstate.Paths              { return i.r.sock }
+func (i incomingStart) Applied() *vmstate.Applied           { return i.r.app }
+func (i incomingStart) ConsoleFIFO() string                 { return companion.FIFO(i.r.p, i.r.plan.Unit) }
+func (i incomingStart) Op() *operation.Op                   { return i.r.op }
+func (i incomingStart) Unlock(ctx context.Context)          { i.r.unlock(ctx) }
 func (i incomingStart) Release() {
 	if i.r.lk != nil {
 		i.r.lk.Unlock()

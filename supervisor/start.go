@@ -96,10 +96,15 @@ func (s *Supervisor) StartSteps(f *spec.File, mode StartMode) []string {
 
 // incomingArgs are what the source tells a migration destination.
 type incomingArgs struct {
-	accel      spec.Accel
-	cpu        cpuChoice
-	ids        identity.IDs // the source's UUID and generation id
-	machine    string       // the source's machine type
+	accel   spec.Accel
+	cpu     cpuChoice
+	ids     identity.IDs // the source's UUID and generation id
+	machine string       // the source's machine type
+	ramID   string       // the source's RAM block name ("" from older sources)
+	// cpr: a local destination taking the guest's RAM in place
+	// (cpr-transfer): its QEMU waits on a cpr channel, and its disks are
+	// plugged once the source sent its state (incomingStart.PlugDisks).
+	cpr        bool
 	sourceFile string
 	from       string
 	markers    map[string]string // disk file -> the source's marker beside it
@@ -187,7 +192,12 @@ func (r *startRun) steps() []step {
 		step{Name: StepRecord, Do: r.record, Undo: r.undoRecord})
 	steps = append(steps, r.s.companions().Steps(r.f, &r.plan)...)
 	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit},
-		step{Name: StepDisks, Do: r.plugDisks})
+		step{Name: StepDisks, Do: func(ctx context.Context) error {
+			if r.in.cpr {
+				return nil // its QEMU answers once the source sent its state
+			}
+			return r.plugDisks(ctx)
+		}})
 	if r.mode == StartFresh && r.restore != "" {
 		return append(steps, step{Name: StepRestore, Do: r.restoreState})
 	}
@@ -574,7 +584,10 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	}
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {
-			o.Incoming = true
+			o.Incoming, o.RAMID = true, r.in.ramID
+			if r.in.cpr {
+				o.CPRSocket = r.sock.CPR()
+			}
 			o.QMPSocket, o.EventSocket, o.ConsoleSocket, o.AgentSocket = r.sock.QMP, r.sock.Events, r.sock.Console, r.sock.Agent
 			o.VNCSocket = r.sock.VNC()
 		})
@@ -592,6 +605,8 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 		return fmt.Errorf("the QEMU command line would be %d bytes, more than %d", n, maxArgv)
 	}
 	r.app.Argv = r.argv
+	ram := qemuargs.RAMOf(&boot.VM, *final)
+	r.app.RAM = &ram
 	r.app.VsockCID, r.app.Hugetlbfs = r.plan.VsockCID, r.plan.Hugetlbfs
 	vmdisks.Record(r.app, &boot.VM, r.plan.Boot.Carried)
 	r.app.Moved = r.plan.Boot.Moved

@@ -150,6 +150,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		TPMSocket:      companion.TPMPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
 		ShareSockets:   companion.ShareSockets(p.Dir, &f.VM),
 	}
+	o.ShareRAM, _ = s.cprTransfer(context.Background()) // a later migrate --local takes its RAM in place
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
 		o.FirmwareCode, o.FirmwareVars = hostcaps.BootCode(f.VM.Boot), p.UEFIVars

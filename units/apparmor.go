@@ -132,7 +132,11 @@ func (p *Profile) Render() ([]byte, error) {
 	// libnuma lists the NUMA nodes and the nvdimm bus at every start: the
 	// directories themselves, which "/**" does not match.
 	b.WriteString("  /sys/devices/system/cpu/** r,\n  /sys/devices/system/node/{,**} r,\n  /sys/bus/nd/devices/{,**} r,\n")
-	b.WriteString("  /dev/urandom r,\n  /dev/null rw,\n\n")
+	b.WriteString("  /dev/urandom r,\n  /dev/null rw,\n")
+	// A local migration's new QEMU of the VM (cpr-transfer) receives the
+	// guest's RAM as the old one's memfd descriptors (SCM_RIGHTS), which
+	// AppArmor checks by their name on receipt.
+	b.WriteString("  /memfd:* rw,\n\n")
 	b.WriteString("  unix (create, bind, listen, accept, connect, send, receive, getattr, setopt, getopt, shutdown),\n")
 	if p.Network {
 		b.WriteString("  network inet stream,\n  network inet dgram,\n  network inet6 stream,\n  network inet6 dgram,\n")

@@ -45,6 +45,7 @@ type config struct {
 	scrape    []int
 	memVMs    int
 	qmpCalls  int
+	migReps   int
 	only      map[string]bool
 	compare   string
 }
@@ -61,8 +62,9 @@ func main() {
 	flag.IntVar(&c.scaleReps, "scale-reps", 3, "repetitions of each scale step")
 	flag.IntVar(&c.memVMs, "mem-vms", 10, "VMs running while memory is measured")
 	flag.IntVar(&c.qmpCalls, "qmp-calls", 200, "QMP calls per client per round")
+	flag.IntVar(&c.migReps, "mig-reps", 5, "local migrations of each kind per guest size (at least 3)")
 	flag.StringVar(&c.compare, "compare", "", "an earlier run's .json: its medians are shown beside this run's")
-	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape,snapshot,fleet); default all")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape,snapshot,fleet,migrate); default all")
 	var fleetChildDir, fleetOut string
 	flag.StringVar(&fleetChildDir, "fleet-child", "", "(internal) run the fleet section here, in this process's network namespace")
 	flag.StringVar(&fleetOut, "fleet-out", "", "(internal) where the fleet child writes its rows")
@@ -263,6 +265,7 @@ func (f *fixture) runSections(ctx context.Context, began time.Time) error {
 		{"scrape", f.scrape},
 		{"snapshot", f.snapshots},
 		{"fleet", f.fleetSection},
+		{"migrate", f.migrateLocal},
 	}
 	name := time.Now().UTC().Format("2006-01-02T1504Z")
 	for _, s := range sections {

@@ -31,7 +31,10 @@ paused, waiting for the stream; the source streams to HOST's address (--address)
 source's QEMU stops only once the destination runs the guest. On any failure before that,
 the destination is torn down and the VM keeps running here. Disks must be on storage both
 hosts see (a shared path, RBD, iSCSI): storage migration is not supported.
---local moves the VM into a fresh QEMU on this host (to pick up a new QEMU binary).
+--local moves the VM into a fresh QEMU on this host (to pick up a new QEMU binary); where
+that QEMU has cpr-transfer (QEMU 10) and the VM's RAM is shared memory (VMs started on such a
+QEMU), the new QEMU takes the RAM in place, so the pause does not grow with the guest's memory;
+otherwise the RAM is copied and one line says why.
 Ctrl-C, or "vmsup migrate --cancel NAME" from another shell, cancels.
 With --remote, the remote host migrates (--local needs role operator, --to HOST admin; no --transport).`,
 		Args: cobra.ExactArgs(1),
@@ -77,8 +80,7 @@ With --remote, the remote host migrates (--local needs role operator, --to HOST 
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "%s: migrated to %s in %s (QEMU total %s, downtime %s, %s transferred)\n",
-					name, res.To, res.Wall.Round(time.Millisecond), res.TotalTime, res.Downtime, humanBytes(float64(res.Transferred)))
+				printMigrated(out, name, res)
 				return nil
 			})
 		},
@@ -96,8 +98,28 @@ With --remote, the remote host migrates (--local needs role operator, --to HOST 
 	f.DurationVar(&o.PostcopyAfter, "postcopy-after", 0, "when to switch to postcopy (default 10s)")
 	f.DurationVar(&o.Timeout, "timeout", 0, "cancel when the stream has not completed by then (default 10m)")
 	f.DurationVar(&o.StallTimeout, "stall-timeout", 0, "cancel when nothing was transferred for this long (default 30s)")
+	f.BoolVar(&o.NoCPR, "no-cpr", false, "with --local, copy the guest's RAM even where the new QEMU could take it in place (cpr-transfer)")
 	f.BoolVar(&cancel, "cancel", false, "cancel the VM's migration in progress")
 	return c
+}
+
+// printMigrated prints a finished migration: one line of figures and, for
+// a local one that copied the guest's RAM, one line saying why.
+func printMigrated(out io.Writer, name string, res supervisor.MigrateResult) {
+	pause := ""
+	if res.Pause > 0 {
+		pause = ", guest paused " + res.Pause.Round(100*time.Microsecond).String()
+	}
+	if res.Mode == supervisor.MigrationModeCPRTransfer {
+		fmt.Fprintf(out, "%s: migrated to %s in %s (cpr-transfer: the new QEMU took the guest's RAM in place%s, QEMU downtime %s)\n",
+			name, res.To, res.Wall.Round(time.Millisecond), pause, res.Downtime)
+		return
+	}
+	fmt.Fprintf(out, "%s: migrated to %s in %s (QEMU total %s, downtime %s%s, %s transferred)\n",
+		name, res.To, res.Wall.Round(time.Millisecond), res.TotalTime, res.Downtime, pause, humanBytes(float64(res.Transferred)))
+	if res.ModeNote != "" {
+		fmt.Fprintf(out, "%s: RAM copied, not taken over in place (cpr-transfer): %s\n", name, res.ModeNote)
+	}
 }
 
 func isTerminal(w io.Writer) bool {

@@ -56,6 +56,9 @@ type QEMU struct {
 	Devices []string `json:"devices,omitempty"`
 	// MigrationCaps are its migration capabilities (mapped-ram from 9.0).
 	MigrationCaps []string `json:"migration_caps,omitempty"`
+	// MigrationModes are the values of its migration parameter "mode"
+	// (from 8.2: normal, cpr-reboot; cpr-transfer from 10.0).
+	MigrationModes []string `json:"migration_modes,omitempty"`
 }
 
 // CPUModel is one entry of query-cpu-definitions.
@@ -247,6 +250,16 @@ func (c *Caps) modelHint(accel spec.Accel, model string) string {
 // HasMigrationCap reports whether QEMU has the migration capability.
 func (c *Caps) HasMigrationCap(name string) bool {
 	return slices.Contains(c.QEMU.MigrationCaps, name)
+}
+
+// CPRTransfer says whether this QEMU can take over a running QEMU's
+// guest in place, its RAM shared (migration mode cpr-transfer, with the
+// machine option aux-ram-share: QEMU 10.0), or why not.
+func (c *Caps) CPRTransfer() (bool, string) {
+	if slices.Contains(c.QEMU.MigrationModes, "cpr-transfer") {
+		return true, ""
+	}
+	return false, fmt.Sprintf("QEMU %s has no cpr-transfer migration mode (QEMU 10.0 and newer have it)", c.QEMU.Version)
 }
 
 // Check returns an error naming the first QMP command vmsup needs that this

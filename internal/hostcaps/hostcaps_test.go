@@ -172,6 +172,24 @@ func TestProbeStandins(t *testing.T) {
 	})
 }
 
+// TestProbeMigrationModes: the real QEMU's migration modes follow its
+// version: cpr-transfer from 10.0, and a reason naming the version before.
+func TestProbeMigrationModes(t *testing.T) {
+	t.Parallel()
+	needQEMU(t)
+	root, _ := fakeHost(t, "kvm_amd")
+	c, err := Probe(context.Background(), Options{QEMU: realQEMU, Root: root, KVMDevice: filepath.Join(root, "no-kvm")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, why := c.CPRTransfer()
+	major, _ := strconv.Atoi(strings.Split(c.QEMU.Version, ".")[0])
+	if ok != (major >= 10) || !ok && !strings.Contains(why, c.QEMU.Version) {
+		t.Fatalf("QEMU %s: cpr-transfer %v %q (modes %v)", c.QEMU.Version, ok, why, c.QEMU.MigrationModes)
+	}
+	t.Logf("QEMU %s: migration modes %v", c.QEMU.Version, c.QEMU.MigrationModes)
+}
+
 // TestProbeCache: a second probe reads the record; a changed QEMU binary
 // (its mtime) makes a new one, and a record held before is no longer
 // Current.

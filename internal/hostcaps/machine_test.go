@@ -62,3 +62,15 @@ func TestCheckDevice(t *testing.T) {
 		t.Fatalf("std: %+v %v", r, err)
 	}
 }
+
+// TestCPRTransfer: QEMU 10's record offers cpr-transfer; 7.2's (no
+// migration modes at all) says why not, naming its version.
+func TestCPRTransfer(t *testing.T) {
+	if ok, why := qemu72().CPRTransfer(); ok || why != "QEMU 7.2.19 has no cpr-transfer migration mode (QEMU 10.0 and newer have it)" {
+		t.Errorf("7.2: %v %q", ok, why)
+	}
+	c := &Caps{QEMU: QEMU{Version: "10.0.2", MigrationModes: []string{"normal", "cpr-reboot", "cpr-transfer"}}}
+	if ok, why := c.CPRTransfer(); !ok || why != "" {
+		t.Errorf("10.0: %v %q", ok, why)
+	}
+}

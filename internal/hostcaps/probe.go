@@ -17,7 +17,7 @@ import (
 
 // probeVersion changes whenever what a record holds, or how it is found,
 // changes: older cached records are then probed again.
-const probeVersion = 2
+const probeVersion = 3
 
 // fallbackModel is tried under KVM when neither host nor max start: a
 // baseline CPU every x86 KVM runs.

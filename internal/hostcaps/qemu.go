@@ -169,6 +169,9 @@ func probeQEMU(ctx context.Context, binary string) (QEMU, error) {
 			q.Commands = append(q.Commands, e.Name)
 		case "enum":
 			q.IOURing = q.IOURing || slices.Contains(e.Values, "io_uring")
+			if slices.Contains(e.Values, "cpr-reboot") { // MigMode (type names are not in the schema)
+				q.MigrationModes = e.Values
+			}
 		}
 	}
 	sort.Strings(q.Commands)

@@ -65,6 +65,9 @@ type Host interface {
 	// the old one's (its taps: startplan.Mover): the new QEMU's become
 	// the VM's if it runs the guest (moved), else they go. Idempotent.
 	EndMove(ctx context.Context, name string, moved bool) error
+	// CPRTransfer says whether this host's QEMU can take a running guest's
+	// RAM over in place (cpr-transfer), or why not.
+	CPRTransfer(ctx context.Context) (bool, string)
 }
 
 // Start is a destination QEMU's start through the supervisor's start
@@ -75,6 +78,9 @@ type Start interface {
 	Run(ctx context.Context) (undo func(context.Context), err error)
 	// Unit is the new QEMU's unit.
 	Unit() string
+	// PlugDisks is the pipeline's disks step, which a cpr-transfer
+	// destination runs only once its QEMU has the source's state.
+	PlugDisks(ctx context.Context) error
 	// Sockets are where the new QEMU's sockets are until it takes over.
 	Sockets() vmstate.Paths
 	// Applied is what the VM's record says once the guest runs here.
@@ -93,10 +99,15 @@ type Start interface {
 // StartArgs are what the source tells a migration destination, for its
 // start.
 type StartArgs struct {
-	Accel      spec.Accel
-	CPUModel   string
-	CPUMasks   []string
-	Machine    string       // the source's versioned machine type ("" from older sources)
+	Accel    spec.Accel
+	CPUModel string
+	CPUMasks []string
+	Machine  string // the source's versioned machine type ("" from older sources)
+	RAMID    string // the source's RAM block name ("" from older sources)
+	// CPR: a local destination that takes the guest's RAM in place
+	// (cpr-transfer, cpr.go): its QEMU waits on a cpr channel, and the
+	// disks step is left to PlugDisks.
+	CPR        bool
 	IDs        identity.IDs // the source's UUID and generation id
 	SourceFile string
 	From       string

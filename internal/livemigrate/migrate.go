@@ -82,6 +82,9 @@ type outgoing struct {
 	res   migration.Result
 	op    *operation.Op // the journal: a killed migration is settled by the next command
 	in    migrateIntent
+	cpr   bool // the new QEMU takes the guest's RAM in place (cpr.go)
+	// stopped is when the source's guest stopped (its STOP event).
+	stopped time.Time
 	// finalized: the destination answered finalize (or may have): from
 	// then on no way out aborts it.
 	finalized bool
@@ -181,6 +184,11 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	} else if !qs.Running {
 		return fmt.Errorf("QEMU is %q, not running; resume it first", qs.Status)
 	}
+	m.cpr, m.res.ModeNote = decideMode(m.o, &m.f.VM, m.app.RAM, func() (bool, string) { return mg.h.CPRTransfer(ctx) })
+	m.res.Mode = migration.ModeNormal
+	if m.cpr {
+		m.res.Mode = migration.ModeCPRTransfer
+	}
 	return nil
 }
 
@@ -223,7 +231,7 @@ func migratable(v *vmstate.View, local bool) error {
 // (recoverMigrateOut). The markers are made here, recorded first.
 func (m *outgoing) journal(ctx context.Context) (err error) {
 	m.in = migrateIntent{Local: m.o.Local, To: m.o.To, Transport: m.o.Transport, Unit: m.lu.unit,
-		StopAndCopy: migration.TCGStopAndCopy && m.app.Accel == spec.AccelTCG, Autostart: !m.o.Local && m.mg.h.State().IsMarked(m.name)}
+		StopAndCopy: migration.TCGStopAndCopy && m.app.Accel == spec.AccelTCG && !m.cpr, Autostart: !m.o.Local && m.mg.h.State().IsMarked(m.name)}
 	if m.o.Local {
 		m.in.DestUnit = vmstate.AltUnit(m.name, m.lu.unit)
 	}
@@ -282,7 +290,10 @@ func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
 		Type: migration.MsgPrepare, Name: name, SourceFile: app.SourceFile, Spec: m.raw, Accel: app.Accel,
 		CPUModel: app.CPUModel, CPUMasks: app.CPUMasks, Machine: app.Machine, UUID: app.UUID, GenID: app.GenID,
 		Listen: o.Address, Multifd: o.Multifd, Postcopy: o.Postcopy, Markers: m.prep.Markers,
-		From: host, Timeout: o.Timeout,
+		From: host, Timeout: o.Timeout, CPR: m.cpr,
+	}
+	if app.RAM != nil {
+		m.prep.RAMID = app.RAM.ID
 	}
 	if o.Local {
 		m.prep.From = "local"
@@ -295,7 +306,10 @@ func (m *outgoing) prepare(ctx context.Context) (migration.Msg, error) {
 	if err != nil {
 		return r, m.fail("prepare", "source", err)
 	}
-	mg.log.Debug("destination ready", "vm", name, "uri", r.URI)
+	if m.cpr && r.CPRSocket == "" {
+		m.cpr, m.res.Mode, m.res.ModeNote = false, migration.ModeNormal, "the destination did not take the guest's RAM in place"
+	}
+	mg.log.Debug("destination ready", "vm", name, "uri", r.URI, "cpr", r.CPRSocket)
 	m.step(stepMigPrepared)
 	return r, nil
 }
@@ -354,13 +368,23 @@ func (m *outgoing) stream(ctx context.Context, r migration.Msg) error {
 		_, err := m.peer.Call(context.WithoutCancel(ctx), migration.Msg{Type: migration.MsgRun}, migration.MsgRunning, finalizeTimeout)
 		return err
 	}
-	info, postcopy, err := migration.Stream(ctx, m.mon, uri, m.o, stopped, m.start, onPostcopy, m.mg.log)
-	m.res.Postcopy = postcopy
+	run := migration.Run{Mon: m.mon, URI: uri, Mode: modeParam(m.cpr, m.app.RAM), Opts: m.o, StoppedMark: stopped,
+		Start: m.start, OnPostcopy: onPostcopy, Log: m.mg.log}
+	if m.cpr {
+		run.CPR = r.CPRSocket
+		run.Listen = func() error {
+			_, err := m.peer.Call(context.WithoutCancel(ctx), migration.Msg{Type: migration.MsgListen}, migration.MsgListening, prepareTimeout)
+			return err
+		}
+	}
+	out, err := migration.Stream(ctx, run)
+	info := out.Info
+	m.res.Postcopy, m.stopped = out.Postcopy, out.Stopped
 	if err != nil {
 		running := "source"
 		if m.mon.Err() != nil {
 			running = "none (the source's QEMU died; the destination was torn down)"
-		} else if postcopy {
+		} else if out.Postcopy {
 			running = "none (failed during postcopy)"
 		} else if rerr := migration.ResumeSource(m.mon); rerr != nil {
 			running = "none? (" + rerr.Error() + ")"
@@ -389,7 +413,8 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	// Journaled before it is sent: from here the destination may run the
 	// guest, and only it can say whether it does.
 	m.step(stepMigFinalizeSent)
-	if _, err := m.peer.Call(ctx, fin, migration.MsgFinalized, finalizeTimeout); err != nil {
+	r, err := m.peer.Call(ctx, fin, migration.MsgFinalized, finalizeTimeout)
+	if err != nil {
 		var re *migration.RemoteError
 		if errors.As(err, &re) {
 			// The destination said no and tears itself down: run here.
@@ -404,6 +429,9 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	}
 	m.finalized = true
 	m.res.Handover = time.Since(handoverStart)
+	if m.o.Local && !m.stopped.IsZero() && r.Resumed.After(m.stopped) {
+		m.res.Pause = r.Resumed.Sub(m.stopped) // both QEMUs' clocks are this host's
+	}
 	m.step(stepMigFinalized)
 	return nil
 }

@@ -89,7 +89,7 @@ func (mg *Migrator) receive(ctx context.Context, peer *migration.Peer, local boo
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
 		return err
 	}
-	if err := peer.Send(migration.Msg{Type: migration.MsgPrepared, URI: uri, Token: d.token, CertPin: d.certPin}); err != nil {
+	if err := peer.Send(migration.Msg{Type: migration.MsgPrepared, URI: uri, Token: d.token, CertPin: d.certPin, CPRSocket: d.cprSock}); err != nil {
 		return err
 	}
 	m, err, runErr := d.awaitFinalize(ctx, peer)
@@ -110,7 +110,7 @@ func (mg *Migrator) receive(ctx context.Context, peer *migration.Peer, local boo
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
 		return err
 	}
-	if err := peer.Send(migration.Msg{Type: migration.MsgFinalized}); err != nil {
+	if err := peer.Send(migration.Msg{Type: migration.MsgFinalized, Resumed: d.resumed}); err != nil {
 		return err
 	}
 	if !local {
@@ -121,17 +121,22 @@ func (mg *Migrator) receive(ctx context.Context, peer *migration.Peer, local boo
 
 // awaitFinalize waits for the source's finalize while the QEMUs stream
 // (the source bounds it with its timeout), running the guest here at once
-// if the source switches to postcopy; runErr is a failure to do that.
+// if the source switches to postcopy, or listening for the stream once a
+// cpr-transfer's source sent its state; runErr is a failure to do either.
 func (d *incomingVM) awaitFinalize(ctx context.Context, peer *migration.Peer) (m migration.Msg, err, runErr error) {
 	for {
-		if m, err = peer.Recv(ctx, d.wait); err != nil || m.Type != migration.MsgRun {
+		if m, err = peer.Recv(ctx, d.wait); err != nil || m.Type != migration.MsgRun && m.Type != migration.MsgListen {
 			return m, err, nil
 		}
-		if err := d.runPostcopy(ctx); err != nil {
+		do, reply := d.runPostcopy, migration.MsgRunning
+		if m.Type == migration.MsgListen {
+			do, reply = d.listenCPR, migration.MsgListening
+		}
+		if err := do(ctx); err != nil {
 			_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
 			return m, nil, err
 		}
-		if err := peer.Send(migration.Msg{Type: migration.MsgRunning}); err != nil {
+		if err := peer.Send(migration.Msg{Type: reply}); err != nil {
 			return m, nil, err
 		}
 	}
@@ -175,6 +180,8 @@ type incomingVM struct {
 	certPin   string        // the relay's TLS certificate, for the source to pin
 	wait      time.Duration // how long to wait for finalize
 	uri       string        // where the source's QEMU sends the stream
+	cprSock   string        // cpr-transfer: the new QEMU's cpr channel
+	resumed   time.Time     // when the guest resumed here (its RESUME event)
 }
 
 // intent is the destination's journal on another host (StartArgs.Intent).
@@ -216,6 +223,7 @@ func (d *incomingVM) prepare(ctx context.Context, m migration.Msg) (string, erro
 	d.name, d.f, d.p = f.VM.Name, f, mg.paths(f.VM.Name)
 	d.st = mg.h.StartIncoming(f, d.local, StartArgs{
 		Accel: m.Accel, CPUModel: m.CPUModel, CPUMasks: m.CPUMasks, Machine: m.Machine, IDs: identity.IDs{UUID: m.UUID, GenID: m.GenID},
+		RAMID: m.RAMID, CPR: m.CPR && d.local,
 		SourceFile: m.SourceFile, From: m.From,
 		Markers: m.Markers, UEFIVars: m.UEFIVars,
 		Listen:  func(ctx context.Context) error { return d.listen(ctx, m) },
@@ -234,6 +242,9 @@ func (d *incomingVM) prepare(ctx context.Context, m migration.Msg) (string, erro
 // relays TCP (with TLS and the token) to it, so QEMU itself needs no
 // network.
 func (d *incomingVM) listen(ctx context.Context, m migration.Msg) error {
+	if m.CPR && d.local {
+		return d.awaitCPRChannel(ctx) // it listens when asked (listenCPR)
+	}
 	if err := d.dialMonitor(ctx); err != nil {
 		return err
 	}
@@ -335,7 +346,8 @@ func (d *incomingVM) finalize(ctx context.Context, m migration.Msg) error {
 		}
 	}
 	if !d.postcopy {
-		if err := d.mon.Cont(ctx); err != nil {
+		var err error
+		if d.resumed, err = contTimed(ctx, d.mon); err != nil {
 			return fmt.Errorf("cont: %w", err)
 		}
 	}

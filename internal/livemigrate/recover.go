@@ -142,7 +142,9 @@ const destAnswerTimeout = 30 * time.Second
 
 // destState asks the destination QEMU of unit for its run state at the
 // socket sock names (asked again each time: a hand-over renames it); ""
-// when its unit ended, before or while this waited. A QEMU whose unit
+// when its unit ended, before or while this waited, or when it is a
+// cpr-transfer destination still waiting for its source's state (no
+// monitor yet: no guest). A QEMU whose unit
 // stays up and that does not answer within destAnswerTimeout is an error:
 // it may run the guest, and recovery never guesses (the guardian tries
 // again).
@@ -158,6 +160,9 @@ func destState(ctx context.Context, u unitStates, q qemuStates, unit string, soc
 		}
 		if state := q.RunStateAt(ctx, sock()); state != "" {
 			return state, nil
+		}
+		if waitingForCPR(sock()) {
+			return "", nil // no guest here: it waits for its source's state
 		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("the incoming QEMU (%s) does not answer its monitor", unit)

@@ -396,8 +396,10 @@ func (mg *Migrator) resumeHere(ctx context.Context, name string) error {
 		return err
 	}
 	defer release()
-	if info, err := c.QueryMigrate(ctx); err == nil && info.Status == qmp.MigrationActive {
-		_ = c.MigrateCancel(ctx) // its vmsup is gone: nobody would finalize it
+	if info, err := c.QueryMigrate(ctx); err == nil && (info.Status == qmp.MigrationActive || info.Status == qmp.MigrationSetup) {
+		// Its vmsup is gone: nobody would finalize it (a cpr-transfer's
+		// source waits in setup for a destination that will not listen).
+		_ = c.MigrateCancel(ctx)
 	}
 	return migration.ResumeSource(c)
 }

@@ -29,6 +29,9 @@ type Options struct {
 	// Multifd, when > 0, streams RAM over that many connections.
 	Multifd      int
 	AutoConverge bool
+	// NoCPR makes a local migration copy the guest's RAM even where the
+	// new QEMU could take it over in place (cpr-transfer).
+	NoCPR bool
 	// Postcopy switches to postcopy when precopy has not completed after
 	// PostcopyAfter (default 10 s): the destination runs the guest at once
 	// and fetches missing pages on demand. There is no rollback after the
@@ -72,7 +75,22 @@ type Result struct {
 	// guest: QEMU 7.2's TCG loses writes racing a live copy), so it was paused for about TotalTime, not
 	// only Downtime.
 	StopAndCopy bool `json:"stop_and_copy"`
+	// Mode is how the guest moved: ModeNormal (its RAM copied) or
+	// ModeCPRTransfer (one host: the new QEMU took the RAM in place).
+	Mode string `json:"mode"`
+	// ModeNote says why a local migration copied the RAM ("" otherwise).
+	ModeNote string `json:"mode_note,omitempty"`
+	// Pause is how long the guest did not run, one host: from the source
+	// QEMU's STOP event to the destination's RESUME (QEMU's clocks, the
+	// same host's); 0 when not known (across hosts).
+	Pause time.Duration `json:"pause_ns,omitempty"`
 }
+
+// Migration modes (Result.Mode).
+const (
+	ModeNormal      = "normal"
+	ModeCPRTransfer = "cpr-transfer"
+)
 
 // WithDefaults fills the zero fields with their defaults.
 func (o Options) WithDefaults() Options {

@@ -23,6 +23,9 @@ import (
 //	hello{version}            -> hello{version, host}
 //	prepare{spec, accel, ...} -> prepared{uri} | error   (QEMU -incoming, listening)
 //	  ... the source runs "migrate uri" and watches it ...
+//	listen                    -> listening | error        (cpr-transfer, local only: after the
+//	                                                        source's migrate, the destination's
+//	                                                        QEMU has its state and listens now)
 //	run                       -> running                  (postcopy only: the guest runs here from now on)
 //	finalize{console}         -> finalized | error        (destination running)
 //	commit                    -> committed                (local only: sockets handed over)
@@ -46,7 +49,9 @@ const (
 	MsgFinalized = "finalized"
 	MsgCommit    = "commit"
 	MsgCommitted = "committed"
-	MsgRun       = "run" // postcopy started: run the guest here now
+	MsgRun       = "run"    // postcopy started: run the guest here now
+	MsgListen    = "listen" // cpr-transfer: the source sent its state, listen for the stream
+	MsgListening = "listening"
 	MsgRunning   = "running"
 	MsgAbort     = "abort"
 	MsgQuery     = "query" // does the guest run here?
@@ -90,7 +95,14 @@ type Msg struct {
 	// destination seeing it proves the directory is shared.
 	Markers map[string]string `json:"markers,omitempty"`
 	Local   bool              `json:"local,omitempty"` // in-process, same host
-	From    string            `json:"from,omitempty"`
+	// RAMID is the name of the source's RAM block (qemuargs.RAM), which
+	// the destination's must match (absent from older sources).
+	RAMID string `json:"ram_id,omitempty"`
+	// CPR: a local destination takes the guest's RAM over in place
+	// (cpr-transfer): it starts with a cpr channel and listens for the
+	// stream only when asked (listen), after the source's migrate.
+	CPR  bool   `json:"cpr,omitempty"`
+	From string `json:"from,omitempty"`
 	// Timeout is the source's bound on the migration: the destination
 	// gives up waiting for finalize a little after it.
 	Timeout time.Duration `json:"timeout,omitempty"`
@@ -108,9 +120,16 @@ type Msg struct {
 	Token string `json:"token,omitempty"`
 	// CertPin is the SHA-256 of the relay's TLS certificate (migtls.go).
 	CertPin string `json:"cert_pin,omitempty"`
+	// CPRSocket: a cpr-transfer destination's cpr channel, where its QEMU
+	// waits for the source's state (local only).
+	CPRSocket string `json:"cpr_socket,omitempty"`
 
 	// finalize: the source's console log, continued by the destination.
 	Console []byte `json:"console,omitempty"`
+
+	// finalized: when the destination's guest resumed (its QEMU's
+	// RESUME event), zero if not seen.
+	Resumed time.Time `json:"resumed,omitempty"`
 
 	// state: the answer to a query.
 	State string `json:"state,omitempty"`

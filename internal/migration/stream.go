@@ -48,29 +48,73 @@ type Progress struct {
 	Iterations       int64               `json:"iterations"`
 }
 
-// Stream runs the migration on the source's QEMU until it completes, fails,
-// is cancelled, stalls or times out, and returns the final figures.
-// With stoppedMark set, the source's vCPUs are stopped before the stream
-// starts (a stop-and-copy), recorded first in that file.
-func Stream(ctx context.Context, mon *qmp.Conn, uri string, o Options, stoppedMark string, start time.Time, onPostcopy func() error, log *slog.Logger) (qmp.MigrationInfo, bool, error) {
-	if err := configure(ctx, mon, o); err != nil {
-		return qmp.MigrationInfo{}, false, err
-	}
-	sub, unsub := mon.Subscribe(context.WithoutCancel(ctx))
-	defer unsub()
-	if err := begin(ctx, mon, uri, stoppedMark); err != nil {
-		return qmp.MigrationInfo{}, false, err
-	}
-	w := &streamWatch{mon: mon, o: o, start: start, onPostcopy: onPostcopy, log: log, lastBytes: -1, lastMove: time.Now()}
-	if info, ended, err := w.run(ctx, sub); ended {
-		return info, w.postcopy, err
-	}
-	info, err := cancelAndWait(context.WithoutCancel(ctx), mon, w.cancelWhy)
-	return info, w.postcopy, err
+// Run is one migration as the source's vmsup drives it.
+type Run struct {
+	Mon *qmp.Conn // the source QEMU's event monitor
+	URI string    // where it streams (the main channel)
+	// CPR, when set, makes it a cpr-transfer (QEMU 10, one host): the
+	// source's QEMU hands the destination its state and guest RAM (shared
+	// memory) over this unix socket, the destination's cpr channel, and
+	// sends the rest on URI once the destination listens there.
+	CPR string
+	// Mode is the "mode" migration parameter to set, "" for none (QEMU
+	// before 8.2 has none): QEMU keeps it between migrations, so a source
+	// that can do cpr-transfer is set back to "normal" for a normal one.
+	Mode string
+	Opts Options
+	// StoppedMark, when set, stops the source's vCPUs before the stream
+	// (a stop-and-copy), recorded first in that file.
+	StoppedMark string
+	Start       time.Time
+	// OnPostcopy runs the guest on the destination once the source
+	// switched to postcopy.
+	OnPostcopy func() error
+	// Listen, for cpr-transfer, has the destination listen for the stream
+	// once the source's QEMU sent its state on the cpr channel (the
+	// destination's QEMU makes its machine from it, then answers QMP).
+	Listen func() error
+	Log    *slog.Logger
 }
 
-// configure sets the migration's capabilities and parameters from o.
-func configure(ctx context.Context, mon *qmp.Conn, o Options) error {
+// Streamed is what a stream that ended tells.
+type Streamed struct {
+	Info     qmp.MigrationInfo
+	Postcopy bool
+	// Stopped is when the source's guest stopped (its QEMU's STOP event),
+	// zero if not seen.
+	Stopped time.Time
+}
+
+// Stream runs the migration on the source's QEMU until it completes, fails,
+// is cancelled, stalls or times out, and returns the final figures.
+func Stream(ctx context.Context, r Run) (Streamed, error) {
+	if err := configure(ctx, r.Mon, r.Opts, r.Mode); err != nil {
+		return Streamed{}, err
+	}
+	sub, unsub := r.Mon.Subscribe(context.WithoutCancel(ctx))
+	defer unsub()
+	w := &streamWatch{mon: r.Mon, o: r.Opts, start: r.Start, onPostcopy: r.OnPostcopy, log: r.Log, lastBytes: -1, lastMove: time.Now()}
+	if err := begin(ctx, r); err != nil {
+		return Streamed{}, err
+	}
+	if r.CPR != "" {
+		if err := r.Listen(); err != nil {
+			// The destination's QEMU has the state but does not listen:
+			// cancelled here, the source's guest runs on.
+			_, err = cancelAndWait(context.WithoutCancel(ctx), r.Mon, fmt.Errorf("cpr-transfer: the destination: %w", err))
+			return Streamed{}, err
+		}
+	}
+	info, ended, err := w.run(ctx, sub)
+	if !ended {
+		info, err = cancelAndWait(context.WithoutCancel(ctx), r.Mon, w.cancelWhy)
+	}
+	return Streamed{Info: info, Postcopy: w.postcopy, Stopped: w.stopped}, err
+}
+
+// configure sets the migration's capabilities and parameters from o, and
+// the migration mode if one is given.
+func configure(ctx context.Context, mon *qmp.Conn, o Options, mode string) error {
 	bw := o.Bandwidth
 	if bw <= 0 {
 		bw = qemuDefaultBandwidth
@@ -83,6 +127,9 @@ func configure(ctx context.Context, mon *qmp.Conn, o Options) error {
 	if o.Multifd > 0 {
 		n := int64(o.Multifd)
 		params.MultifdChannels = &n
+	}
+	if mode != "" {
+		params.Mode = &mode
 	}
 	caps := []qmp.MigrationCapability{
 		{Capability: "events", State: true},
@@ -100,23 +147,31 @@ func configure(ctx context.Context, mon *qmp.Conn, o Options) error {
 }
 
 // begin stops the source's vCPUs for a stop-and-copy (recorded first in
-// stoppedMark), then starts the stream to uri.
-func begin(ctx context.Context, mon *qmp.Conn, uri, stoppedMark string) error {
-	if stoppedMark != "" {
+// the mark), then starts the stream: to URI, or for cpr-transfer with its
+// cpr channel too (QEMU stops the guest itself once the destination
+// listens: its RAM is not copied).
+func begin(ctx context.Context, r Run) error {
+	if r.StoppedMark != "" {
 		// Recorded before the stop: if this vmsup dies mid-stream, the
 		// next command on the VM resumes a source whose migration failed
 		// (recoverStoppedSource); QEMU itself resumes only a source that
 		// was running when the migration began.
-		if err := os.WriteFile(stoppedMark, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(r.StoppedMark, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
 			return fmt.Errorf("record the paused source: %w", err)
 		}
-		if err := mon.Stop(ctx); err != nil {
-			os.Remove(stoppedMark)
+		if err := r.Mon.Stop(ctx); err != nil {
+			os.Remove(r.StoppedMark)
 			return fmt.Errorf("stop the source's vCPUs: %w", err)
 		}
 	}
-	if err := mon.Migrate(ctx, uri); err != nil {
-		return fmt.Errorf("migrate %s: %w", uri, err)
+	if r.CPR != "" {
+		if err := r.Mon.MigrateCPR(ctx, r.URI, r.CPR); err != nil {
+			return fmt.Errorf("migrate %s (cpr-transfer, cpr channel %s): %w", r.URI, r.CPR, err)
+		}
+		return nil
+	}
+	if err := r.Mon.Migrate(ctx, r.URI); err != nil {
+		return fmt.Errorf("migrate %s: %w", r.URI, err)
 	}
 	return nil
 }
@@ -130,6 +185,7 @@ type streamWatch struct {
 	log        *slog.Logger
 
 	postcopy  bool
+	stopped   time.Time // the source's STOP event
 	lastBytes int64
 	lastMove  time.Time
 	cancelWhy error // set: the stream must be cancelled for this reason
@@ -156,6 +212,9 @@ func (w *streamWatch) run(ctx context.Context, sub <-chan goqmp.Event) (info qmp
 		case ev, ok := <-sub:
 			if !ok {
 				return qmp.MigrationInfo{}, true, fmt.Errorf("source QEMU went away: %w", w.mon.Err())
+			}
+			if ev.Event == "STOP" {
+				w.stopped = EventTime(ev)
 			}
 			status = migrationStatus(ev)
 		case <-tick.C:
@@ -252,6 +311,11 @@ func cancelAndWait(ctx context.Context, mon *qmp.Conn, why error) (qmp.Migration
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// EventTime is when QEMU emitted ev (its host clock).
+func EventTime(ev goqmp.Event) time.Time {
+	return time.Unix(ev.Timestamp.Seconds, ev.Timestamp.Microseconds*1000)
 }
 
 func migrationStatus(ev goqmp.Event) qmp.MigrationStatus {

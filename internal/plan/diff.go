@@ -65,6 +65,7 @@ var rules = map[string]rule{
 	"cpu.*":                  {class: Restart, why: "the CPU's features are fixed when QEMU starts", warn: "the guest sees another CPU"},
 	"rtc":                    {class: Restart, why: "QEMU sets the RTC's base when it starts"},
 	"hugepages":              {class: Restart, why: "QEMU maps the guest's memory when it starts"},
+	"shared_memory":          {class: Restart, why: "QEMU maps the guest's memory when it starts"},
 	"vsock.*":                {class: Restart, why: "the vsock device and its CID are set when QEMU starts"},
 	"hostdev":                {class: Restart, why: "host PCI devices are bound to vfio-pci and given to QEMU when it starts"},
 	"topology.*":             {class: Restart, why: "the vCPU topology is fixed when QEMU starts", warn: "the guest sees another CPU layout"},

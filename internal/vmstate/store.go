@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -89,6 +90,11 @@ func (p Paths) StoppedByMigration() string { return filepath.Join(p.Records, "st
 // VNC is the VM's VNC server's socket ([display]), in the state directory
 // QEMU's user owns; only root may reach it (the directory's mode).
 func (p Paths) VNC() string { return filepath.Join(p.Dir, "vnc.sock") }
+
+// CPR is where a cpr-transfer destination's QEMU takes the source's
+// guest RAM (its cpr channel): in its incoming directory, which only the
+// VM's QEMU user and root may reach.
+func (p Paths) CPR() string { return filepath.Join(p.Dir, "cpr.sock") }
 
 // Screendump is where QEMU writes a screenshot (QMP screendump) for vmsup
 // to read and remove: a file QEMU's user may create.
@@ -181,6 +187,12 @@ type Applied struct {
 	// Hugetlbfs is the hugetlbfs mount the guest's memory is on (spec
 	// hugepages); a hot-plugged DIMM goes there too.
 	Hugetlbfs string `json:"hugetlbfs,omitempty"`
+	// RAM is how the running QEMU holds the guest's memory
+	// (qemuargs.RAMOf): the name of its RAM block, which a migration
+	// destination takes from its source, and whether a new QEMU can take
+	// the memory over in place (shared, for cpr-transfer). nil: started
+	// before vmsup recorded it (the name follows its spec; not shared).
+	RAM *qemuargs.RAM `json:"ram,omitempty"`
 	// Generation counts the specs recorded for the VM: each start and each
 	// apply that changed the running VM adds one.
 	Generation int `json:"generation,omitempty"`

@@ -28,6 +28,7 @@ profile vmsup-hotplug flags=(attach_disconnected) {
   /sys/bus/nd/devices/{,**} r,
   /dev/urandom r,
   /dev/null rw,
+  /memfd:* rw,
 
   unix (create, bind, listen, accept, connect, send, receive, getattr, setopt, getopt, shutdown),
   network inet stream,

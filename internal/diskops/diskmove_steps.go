@@ -233,8 +233,9 @@ func recordMove(app *vmstate.Applied, in *moveIntent) (note string) {
 	return fmt.Sprintf("the VM's file still names %s for disk %q: the next up boots from %s while it does; update the file to name it", in.FileSource, in.Disk, to)
 }
 
-// closeSource closes the old image (its nodes and key) and takes back
-// QEMU's grants to it. The move is done whatever happens here: a failure
+// closeSource closes the old image (its nodes, key, and the bases' nodes
+// and fd sets of one passed as descriptors) and takes back QEMU's grants
+// to it. The move is done whatever happens here: a failure
 // is a note, and the old image is left as it is either way.
 func (m *diskMove) closeSource(ctx context.Context) error {
 	if err := m.s.closeMoveSource(ctx, m.name, m.c, m.in); err != nil {
@@ -246,6 +247,14 @@ func (m *diskMove) closeSource(ctx context.Context) error {
 
 func (s *Service) closeMoveSource(ctx context.Context, name string, c *qmp.Conn, in *moveIntent) error {
 	err := devices.DelParts(ctx, c, in.SourceNodes, in.SourceObjects)
+	// A source plugged as descriptors (diskfds) keeps its fd sets, and
+	// with them the image open and locked, until they are removed: QEMU
+	// 7.2 closed a set no node used once the monitor disconnected, 9.1
+	// and newer only at remove-fd. The target is opened by name: every
+	// set of the disk is the source's.
+	if err == nil {
+		err = devices.RemoveChain(ctx, c, in.Disk)
+	}
 	rules, _ := confine.DiskRules(ctx, in.Source)
 	paths := rulePaths(rules)
 	if _, sec := storage.HostFiles(s.paths(name).Dir, in.Source); sec != "" && !in.Target.NeedsSecret() {

@@ -56,7 +56,8 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 			return nil
 		}
 		if st, err := sd.Status(ctx, s.state.UnitOf(name)); err == nil && st.Gone() {
-			return fmt.Errorf("health gate: QEMU exited (%s)", orDefault(st.ExitReason(), st.ActiveState))
+			return fmt.Errorf("health gate: QEMU exited (%s): %s", orDefault(st.ExitReason(), st.ActiveState),
+				s.lastWords(ctx, s.state.UnitOf(name)))
 		}
 		select {
 		case <-gctx.Done():

@@ -60,7 +60,8 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 			waiting(time.Since(start), timeout, gateWaitsFor(h, consoleOK, agentOK))
 		}
 		if st, err := sd.Status(ctx, s.state.UnitOf(name)); err == nil && st.Gone() {
-			return fmt.Errorf("health gate: QEMU exited (%s)", orDefault(st.ExitReason(), st.ActiveState))
+			return fmt.Errorf("health gate: QEMU exited (%s): %s", orDefault(st.ExitReason(), st.ActiveState),
+				s.lastWords(ctx, s.state.UnitOf(name)))
 		}
 		select {
 		case <-gctx.Done():

@@ -260,8 +260,9 @@ func recordMove(app *vmstate.Applied, in *moveIntent) (note string) {
 	return fmt.Sprintf("the VM's file still names %s for disk %q: the next up boots from %s while it does; update the file to name it", in.FileSource, in.Disk, to)
 }
 
-// closeSource closes the old image (its nodes and key) and takes back
-// QEMU's grants to it. The move is done whatever happens here: a failure
+// closeSource closes the old image (its nodes, key, and the bases' nodes
+// and fd sets of one passed as descriptors) and takes back QEMU's grants
+// to it. The move is done whatever happens here: a failure
 // is a note, and the old image is left as it is either way.
 func (m *diskMove) closeSource(ctx context.Context) error {
 	if err := m.s.closeMoveSource(ctx, m.name, m.c, m.in); err != nil {

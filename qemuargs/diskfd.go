@@ -87,22 +87,28 @@ func bootDisk(vm *spec.VM, o Options, l pciLayout, i int) (DiskParts, error) {
 }
 
 // ChainLevel is one level of a disk's image chain as QEMU is given it:
-// the file it opens (/dev/fdset/N) and the level's format. Level 0 is the
-// disk's own image.
+// the file it opens (/dev/fdset/N), the level's format, and whether a
+// commit may write it (its fd set holds a read-write descriptor, and no
+// other). Level 0 is the disk's own image.
 type ChainLevel struct {
 	Filename string
 	Format   string // spec.FormatRaw or spec.FormatQcow2
+	Write    bool
 }
 
 // ChainParts returns p (a disk's parts from Disk or BootDisks) with its
 // image chain made explicit: the top level's nodes keep their names and
-// open levels[0].Filename; every base is a read-only format node on a
-// file node of its own, and each qcow2 node names its backing node (the
-// next level's, or null at the bottom), so QEMU opens nothing a header
-// names. A base's file node is auto-read-only, not read-only: a snapshot's
-// removal commits into a base, and QEMU can then reopen it read-write
-// through its fd set (which holds a read-write descriptor only for the
-// levels a commit may write: internal/diskfds).
+// open levels[0].Filename; every base is a format node on a file node of
+// its own, and each qcow2 node names its backing node (the next level's,
+// or null at the bottom), so QEMU opens nothing a header names. Base format
+// nodes are read-only (a read-write one would hold its file's write lock);
+// the file node of a base a snapshot's removal may commit into is opened
+// read-write from the start, so the commit's reopen of its format node
+// needs no other descriptor; the others read-only; none is auto-read-only. Each fd set then holds one
+// open file description, in one mode: QEMU's image locks are per open
+// file description, and one that auto-read-only switched away from kept
+// its locks while the set held it, so a later commit's read-write open
+// found the node's own old lock, and QEMU 7.2 aborted (TestSnapshots).
 // Blockdevs are in creation order: the bottom level first.
 func ChainParts(d spec.Disk, p DiskParts, levels []ChainLevel) (DiskParts, error) {
 	if len(p.Blockdevs) != 2 || len(levels) == 0 {
@@ -116,7 +122,7 @@ func ChainParts(d spec.Disk, p DiskParts, levels []ChainLevel) (DiskParts, error
 		file, format := proto, top
 		if i > 0 {
 			file = Blockdev{Driver: "file", NodeName: ChainFileNodeName(d.Name, i), AIO: proto.AIO,
-				Cache: proto.Cache, AutoReadOnly: true}
+				Cache: proto.Cache, ReadOnly: !lv.Write}
 			format = Blockdev{NodeName: ChainNodeName(d.Name, i), File: file.NodeName, Cache: top.Cache, ReadOnly: true}
 		}
 		file.Filename = lv.Filename

@@ -93,7 +93,7 @@ func TestChainParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ChainParts(d, p, []ChainLevel{{"/dev/fdset/1", "qcow2"}, {"/dev/fdset/2", "qcow2"}, {"/dev/fdset/3", "raw"}})
+	got, err := ChainParts(d, p, []ChainLevel{{"/dev/fdset/1", "qcow2", true}, {"/dev/fdset/2", "qcow2", true}, {"/dev/fdset/3", "raw", false}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +106,9 @@ func TestChainParts(t *testing.T) {
 		lines = append(lines, a[1])
 	}
 	want := []string{
-		`{"driver":"file","node-name":"b02froot","filename":"/dev/fdset/3","aio":"threads","cache":{"direct":true,"no-flush":false},"read-only":false,"auto-read-only":true}`,
+		`{"driver":"file","node-name":"b02froot","filename":"/dev/fdset/3","aio":"threads","cache":{"direct":true,"no-flush":false},"read-only":true}`,
 		`{"driver":"raw","node-name":"b02-root","file":"b02froot","cache":{"direct":true,"no-flush":false},"read-only":true}`,
-		`{"driver":"file","node-name":"b01froot","filename":"/dev/fdset/2","aio":"threads","cache":{"direct":true,"no-flush":false},"read-only":false,"auto-read-only":true}`,
+		`{"driver":"file","node-name":"b01froot","filename":"/dev/fdset/2","aio":"threads","cache":{"direct":true,"no-flush":false},"read-only":false}`,
 		`{"driver":"qcow2","node-name":"b01-root","file":"b01froot","backing":"b02-root","cache":{"direct":true,"no-flush":false},"read-only":true}`,
 		`{"driver":"file","node-name":"file-root","filename":"/dev/fdset/1","aio":"threads","cache":{"direct":true,"no-flush":false},"read-only":false}`,
 		`{"driver":"qcow2","node-name":"fmt-root","file":"file-root","backing":"b01-root","cache":{"direct":true,"no-flush":false},"read-only":false}`,

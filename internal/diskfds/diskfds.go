@@ -122,7 +122,7 @@ func Pass(ctx context.Context, c *qmp.Conn, d spec.Disk, own string, p qemuargs.
 			return p, nil, fmt.Errorf("disk %q: pass %s to QEMU: %w", d.Name, l.path, err)
 		}
 		sets = append(sets, set)
-		chain = append(chain, qemuargs.ChainLevel{Filename: fmt.Sprintf("/dev/fdset/%d", set), Format: l.format})
+		chain = append(chain, qemuargs.ChainLevel{Filename: fmt.Sprintf("/dev/fdset/%d", set), Format: l.format, Write: l.write})
 	}
 	pp, err := qemuargs.ChainParts(d, p, chain)
 	if err != nil {
@@ -231,33 +231,35 @@ func openDevice(d spec.Disk) (*os.File, error) {
 	return f, nil
 }
 
-// passLevel passes one level into a new fd set: its descriptor, and for a
-// writable level one of the other access mode on the same object, because
-// QEMU reopens a node through the set by access mode: read-only (a
-// backing child, auto-read-only) or read-write (a commit's base). With
-// direct (the disk's nodes have cache.direct: cache "none" or
-// "directsync") each has O_DIRECT: QEMU opens the set with it, and from
-// QEMU 9.1 takes only a descriptor whose O_DIRECT matches ("Failed to find
-// file descriptor with matching flags"; 7.2 set it on the one it took).
+// passLevel passes one level into a new fd set: one descriptor, read-write
+// for a writable level (a commit may write it), else read-only, because
+// QEMU takes from a set the descriptor of the access mode it opens with,
+// and its image locks belong to the open file description: a set holding
+// two kept the locks of the one QEMU had switched away from, and a later
+// commit's open found them (qemuargs.ChainParts). With direct (the disk's
+// nodes have cache.direct: cache "none" or "directsync") it has O_DIRECT:
+// QEMU opens the set with it, and from QEMU 9.1 takes only a descriptor
+// whose O_DIRECT matches ("Failed to find file descriptor with matching
+// flags"; 7.2 set it on the one it took).
 func passLevel(ctx context.Context, c *qmp.Conn, disk string, i int, l level, direct bool) (int64, error) {
 	if err := setFlags(l.file, direct); err != nil {
 		return 0, err
 	}
-	opaque := devices.FDChainOpaque(disk, i, l.path)
-	info, err := c.AddFD(ctx, nil, opaque, l.file)
+	f := l.file
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %w", f.Name(), err)
 	}
-	if !l.write {
-		return info.FDSetID, nil
+	if (fl&unix.O_ACCMODE == unix.O_RDWR) != l.write {
+		other, err := reopenOther(f)
+		if err != nil {
+			return 0, err
+		}
+		defer other.Close()
+		f = other
 	}
-	other, err := reopenOther(l.file)
-	if err == nil {
-		_, err = c.AddFD(ctx, &info.FDSetID, opaque, other)
-		other.Close()
-	}
+	info, err := c.AddFD(ctx, nil, devices.FDChainOpaque(disk, i, l.path), f)
 	if err != nil {
-		_ = c.RemoveFD(context.WithoutCancel(ctx), info.FDSetID, nil)
 		return 0, err
 	}
 	return info.FDSetID, nil

@@ -1,6 +1,8 @@
 package diskops
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -45,8 +47,7 @@ type revertSeen struct {
 	stopped  bool // journaled: the revert stopped the VM
 	reverted bool // the tree records the revert
 	memory   bool // it resumes the guest from a memory state
-	// run (a unit up, with memory): the QEMU's run state, "" when it
-	// does not answer.
+	// run (a unit up): the QEMU's run state, "" when it does not answer.
 	run qmp.RunState
 }
 
@@ -59,16 +60,22 @@ func decideRevert(s revertSeen) revertAction {
 		return revertUntouched
 	case !s.reverted:
 		return revertRaced
+	case !s.memory && s.run == qmp.RunPrelaunch:
+		// Paused at -S: the start died before it passed the disks and
+		// let the guest run.
+		return revertRestart
 	case !s.memory:
 		return revertFinishUp
 	}
 	switch s.run {
 	case qmp.RunRunning:
 		return revertFinishUp
-	case qmp.RunPaused, qmp.RunPostMigrate, qmp.RunPrelaunch:
+	case qmp.RunPaused, qmp.RunPostMigrate:
 		return revertResume
 	}
-	return revertRestart // inmigrate, or no answer: the guest never ran in this QEMU
+	// inmigrate, prelaunch (its disks may not be plugged yet), or no
+	// answer: the guest never ran in this QEMU.
+	return revertRestart
 }
 
 // seeRevert looks at the VM of revert in: its unit (u), and, while it is
@@ -87,8 +94,18 @@ func (s *Service) seeRevert(ctx context.Context, u unitStates, name string, in r
 		return seen, err
 	}
 	seen.reverted = reverted(tree, &in)
-	if seen.memory {
+	// A QEMU the killed command had just started may not answer yet: wait
+	// for it (bounded), or a start that died at -S would be taken for one
+	// that ran the guest.
+	wait := time.Duration(float64(30*time.Second) * qmp.LoadFactor())
+	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
 		seen.run = u.RunState(ctx, s.paths(name).QMP)
+		if seen.run != "" || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		if st, err := u.UnitStatus(ctx, name); err != nil || st.Gone() {
+			break
+		}
 	}
 	return seen, nil
 }

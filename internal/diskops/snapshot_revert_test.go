@@ -50,11 +50,12 @@ func TestDecideRevert(t *testing.T) {
 		add("unit up, not reverted", revertSeen{unitUp: true, stopped: true}, revertRaced)
 		add("unit up, not reverted, memory", revertSeen{unitUp: true, stopped: true, memory: true, run: qmp.RunPaused}, revertRaced)
 		add("unit up, reverted", revertSeen{unitUp: true, stopped: true, reverted: true, run: qmp.RunPaused}, revertFinishUp)
+		add("unit up, reverted, at -S", revertSeen{unitUp: true, stopped: true, reverted: true, run: qmp.RunPrelaunch}, revertRestart)
 		for run, want := range map[qmp.RunState]revertAction{
 			qmp.RunRunning:       revertFinishUp,
 			qmp.RunPaused:        revertResume,
 			qmp.RunPostMigrate:   revertResume,
-			qmp.RunPrelaunch:     revertResume,
+			qmp.RunPrelaunch:     revertRestart, // its disks may not be plugged yet
 			qmp.RunInMigrate:     revertRestart,
 			"":                   revertRestart, // no answer
 			qmp.RunShutdown:      revertRestart,

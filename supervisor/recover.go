@@ -33,13 +33,14 @@ func (s *Supervisor) recoverRestart(ctx context.Context, name string, op *operat
 	if err != nil {
 		return "", err
 	}
-	switch {
-	case op.Has(StepUnit) && !st.Gone():
-		return "the VM runs", nil
-	case by == "down" || by == "rm":
+	// Its new QEMU's unit is up: the start below leaves a QEMU that runs
+	// the guest as it is, and stops and starts again one the killed start
+	// left paused at -S without its disks.
+	started := op.Has(StepUnit) && !st.Gone()
+	if !started && (by == "down" || by == "rm") {
 		return "left for " + by, nil
 	}
-	if !op.Has(restartDown) && !st.Gone() {
+	if !started && !op.Has(restartDown) && !st.Gone() {
 		if _, err := s.down(ctx, name, &lockedUnit{sd: sd, unit: unit, st: st}, DownOptions{}); err != nil {
 			return "", err
 		}
@@ -53,8 +54,12 @@ func (s *Supervisor) recoverRestart(ctx context.Context, name string, op *operat
 	if err != nil {
 		return "", err
 	}
-	if _, err := s.startLocked(ctx, f, nil); err != nil {
+	r, err := s.startLocked(ctx, f, nil)
+	if err != nil {
 		return "", err
+	}
+	if started && r.Action != Started {
+		return "the VM runs", nil
 	}
 	return "the restart is finished: started from " + f.Path, nil
 }

@@ -100,8 +100,15 @@ func checkPhysBits(f *spec.File, accel spec.Accel, cpu cpuChoice, h Host) error 
 	}
 	bits := qemuargs.GuestPhysBits(accel, model, h.PhysBits)
 	amd := qemuargs.AMDModel(accel, model, h.AMD)
+	if h.MemTotal > 0 && int64(f.VM.Memory) > h.MemTotal {
+		return nil // more than the host's RAM: checkHost names that
+	}
+	field := "max_memory"
+	if f.VM.MaxMemory <= f.VM.Memory {
+		field = "memory" // no hotplug region: the RAM alone is too high
+	}
 	if why := qemuargs.PhysBitsError(&f.VM, bits, amd, fmt.Sprintf("-cpu %s under %s", model, accel)); why != "" {
-		return f.Errorf("max_memory", "%s", why)
+		return f.Errorf(field, "%s", why)
 	}
 	return nil
 }

@@ -119,6 +119,9 @@ type fakeHost struct {
 
 func (h *fakeHost) State() vmstate.Store { return h.w.store }
 
+// TapRefusal: the fake VM was started with its taps (none refused).
+func (h *fakeHost) TapRefusal(string) string { return "" }
+
 func (h *fakeHost) View(vm string) (*vmstate.View, error) {
 	v, err := h.w.store.View(vm)
 	if err == nil && !v.Running {

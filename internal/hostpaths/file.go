@@ -164,8 +164,12 @@ func (p *Places) placeIn(dirs []string, field, path string) (string, error) {
 		for _, dd := range []string{filepath.Clean(d), resolvedOr(d)} {
 			switch {
 			case dd == path && slices.Contains(p.AllowPaths, d):
-				if fi, err := os.Lstat(dd); err == nil && fi.Mode().IsRegular() {
+				fi, err := os.Lstat(dd)
+				if err == nil && fi.Mode().IsRegular() {
 					return filepath.Dir(dd), nil
+				}
+				if err == nil && fi.IsDir() {
+					return "", fmt.Errorf("%s is a directory", path)
 				}
 			case within(dd, path) && dd != path:
 				return dd, nil

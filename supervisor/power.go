@@ -114,13 +114,14 @@ func (s *Supervisor) acpiReboot(ctx context.Context, name string, timeout time.D
 
 // finishReboot waits up to timeout for the guest to power off (QEMU then
 // pauses in state "shutdown"), resets and resumes it, and gives QEMU back
-// its poweroff action. A guest that ignores the button keeps running.
+// its poweroff action. A guest that ignores the button keeps running; a
+// status query that times out is no reason to leave a guest powered off.
 func (s *Supervisor) finishReboot(ctx context.Context, c *qmp.Conn, events <-chan goqmp.Event, timeout time.Duration, after func(vm, step string), name string) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for down := false; !down; {
-		qs, err := c.QueryStatus(ctx)
-		if err != nil {
+		qs, err := c.QueryStatus(ctx) // one that times out is asked again: a guest shutting down under TCG can keep QEMU busy
+		if err != nil && (!errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
 			return err
 		}
 		if qs.Status == qmp.RunShutdown {

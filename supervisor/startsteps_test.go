@@ -40,7 +40,7 @@ cni_config = "/etc/cni/net.d/y.conflist"
 	for mode, want := range map[supervisor.StartMode]string{
 		supervisor.StartFresh:         `validate lock check state-dir ` + host + ` argv record console-log unit disks confirm`,
 		supervisor.StartIncoming:      `validate lock check state-dir ` + host + ` argv record console-log unit disks incoming`,
-		supervisor.StartIncomingLocal: `validate check state-dir reuse argv record console-log unit disks incoming`,
+		supervisor.StartIncomingLocal: `validate check state-dir reuse move taps argv record console-log unit disks incoming`,
 	} {
 		got := strings.Join(sup.StartSteps(f, mode), " ")
 		t.Logf("%s: %s", mode, got)

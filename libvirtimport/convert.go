@@ -53,6 +53,11 @@ type Options struct {
 	// clean-traffic as its anti-spoofing; any other stays on the libvirt
 	// network's bridge.
 	ManagedNetworks []string
+	// IOThreadVQMapping says this host's QEMU spreads a disk's queues over
+	// several I/O threads (9.0 and newer: hostcaps): a disk's <iothreads>
+	// mapping is carried as its iothread_map; without it the disk runs in
+	// its first thread and the mapping is listed as not carried.
+	IOThreadVQMapping bool
 }
 
 // Convert turns one libvirt domain XML into a vmsup VM file, with no host
@@ -74,7 +79,7 @@ func ConvertWith(domainXML []byte, source string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a libvirt domain XML: %w", source, err)
 	}
-	c := &converter{dom: &dom, check: o.CheckPath, disk: o.CheckDisk, noSEV: o.NoSEV, networks: map[string]bool{}}
+	c := &converter{dom: &dom, check: o.CheckPath, disk: o.CheckDisk, noSEV: o.NoSEV, vqMapping: o.IOThreadVQMapping, networks: map[string]bool{}}
 	for _, n := range o.ManagedNetworks {
 		c.networks[n] = true
 	}
@@ -176,6 +181,7 @@ type converter struct {
 	// iothreads maps the domain's I/O thread ids to vmsup's shared
 	// threads (1..n, in the domain's order).
 	iothreads map[uint]int
+	vqMapping bool // Options.IOThreadVQMapping
 }
 
 // drop lists element (and all below it) as not carried over.

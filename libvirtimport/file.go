@@ -1,5 +1,7 @@
 package libvirtimport
 
+import "github.com/vmsup/vmsup/spec"
+
 // The VM file Convert writes: the spec's keys, each left out when it has
 // its default, so the file says only what the domain asked for.
 
@@ -100,10 +102,11 @@ type fileDisk struct {
 	BootIndex uint   `toml:"boot_index,omitempty"`
 	IOThread  bool   `toml:"iothread,omitempty"`
 
-	IOThreadID int   `toml:"iothread_id,omitempty"`
-	Queues     uint  `toml:"queues,omitempty"`
-	QueueSize  uint  `toml:"queue_size,omitempty"`
-	EventIdx   *bool `toml:"event_idx,omitempty"`
+	IOThreadID  int                   `toml:"iothread_id,omitempty"`
+	IOThreadMap []spec.IOThreadQueues `toml:"iothread_map,omitempty"`
+	Queues      uint                  `toml:"queues,omitempty"`
+	QueueSize   uint                  `toml:"queue_size,omitempty"`
+	EventIdx    *bool                 `toml:"event_idx,omitempty"`
 
 	IOPS      uint64 `toml:"iops,omitempty"`
 	IOPSRead  uint64 `toml:"iops_read,omitempty"`

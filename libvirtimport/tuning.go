@@ -35,6 +35,32 @@ func (c *converter) ioThreads() {
 	c.out.IOThreads = len(c.iothreads)
 }
 
+// ioThreadMap carries a disk's queue mapping over the domain's I/O
+// threads as iothread_map where this host's QEMU has iothread-vq-mapping
+// and every thread is one of the domain's; else it lists it as dropped.
+func (m *diskMapper) ioThreadMap(threads []libvirtxml.DomainDiskIOThread) bool {
+	first := threads[0].ID
+	if !m.c.vqMapping {
+		m.dropAt("driver/iothreads", "queues mapped to %d I/O threads need QEMU 9 (iothread-vq-mapping): the disk runs in thread %d", len(threads), first)
+		return false
+	}
+	var out []spec.IOThreadQueues
+	for _, t := range threads {
+		n, ok := m.c.iothreads[t.ID]
+		if !ok {
+			m.dropAt("driver/iothreads", "thread %d is not one of the domain's I/O threads: the disk runs in thread %d", t.ID, first)
+			return false
+		}
+		e := spec.IOThreadQueues{Thread: n}
+		for _, q := range t.Queues {
+			e.Queues = append(e.Queues, int(q.ID))
+		}
+		out = append(out, e)
+	}
+	m.out.IOThreadMap = out
+	return true
+}
+
 // diskTuning maps a virtio disk's I/O thread (shared, by id), queues,
 // queue size and event index. A per-queue mapping needs QEMU 9's
 // iothread-vq-mapping: the disk runs in its first thread.
@@ -48,9 +74,12 @@ func (m *diskMapper) diskTuning(dr *libvirtxml.DomainDiskDriver) {
 	}
 	id := dr.IOThread
 	if t := dr.IOThreads; t != nil && len(t.IOThread) > 0 {
-		first := t.IOThread[0].ID
-		id = &first
-		m.dropAt("driver/iothreads", "queues mapped to %d I/O threads need QEMU 9 (iothread-vq-mapping): the disk runs in thread %d", len(t.IOThread), first)
+		if m.ioThreadMap(t.IOThread) {
+			id = nil
+		} else {
+			first := t.IOThread[0].ID
+			id = &first
+		}
 	}
 	if id != nil {
 		if n, ok := m.c.iothreads[*id]; ok {

@@ -544,6 +544,11 @@ func checkVM(vm *spec.VM, resolved spec.Accel) error {
 		if d.IOThreadID < 0 || d.IOThreadID > vm.IOThreads {
 			return errorf(fmt.Sprintf("disk[%d].iothread_id", i), "%d: the VM has %d shared I/O threads", d.IOThreadID, vm.IOThreads)
 		}
+		for _, e := range d.IOThreadMap {
+			if e.Thread < 1 || e.Thread > vm.IOThreads {
+				return errorf(fmt.Sprintf("disk[%d].iothread_map", i), "thread %d: the VM has %d shared I/O threads", e.Thread, vm.IOThreads)
+			}
+		}
 	}
 	return checkUnique(vm)
 }

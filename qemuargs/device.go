@@ -28,6 +28,9 @@ type Device struct {
 	WriteCache string `json:"write-cache,omitempty"` // "on" or "off"
 	ShareRW    *bool  `json:"share-rw,omitempty"`
 	IOThread   string `json:"iothread,omitempty"` // id of an iothread object
+	// IOThreadVQMapping spreads virtio-blk's queues over iothread objects
+	// (QEMU 9 and newer; hostcaps refuses it on older ones).
+	IOThreadVQMapping []VQMapping `json:"iothread-vq-mapping,omitempty"`
 	// virtio-blk-pci and virtio-scsi-pci tuning (spec tuning.go); zero
 	// or nil: QEMU's default.
 	NumQueues     int   `json:"num-queues,omitempty"` // virtio-blk-pci
@@ -336,4 +339,11 @@ func panicActions(vm *spec.VM) []string {
 		out = append(out, "watchdog="+vm.Watchdog)
 	}
 	return out
+}
+
+// VQMapping is one entry of virtio-blk's iothread-vq-mapping: an iothread
+// object's id and the virtqueues it serves (none: round-robin).
+type VQMapping struct {
+	IOThread string `json:"iothread"`
+	VQs      []int  `json:"vqs,omitempty"`
 }

@@ -334,6 +334,11 @@ func Disk(d spec.Disk, h DiskHost, bus string) (DiskParts, error) {
 		p.Objects = append(p.Objects, Object{QOMType: "iothread", ID: id})
 	case d.IOThreadID > 0:
 		p.Devices[0].IOThread = SharedIOThreadID(d.IOThreadID) // the VM's, made at boot
+	case len(d.IOThreadMap) > 0 && p.Devices[0].Driver == "virtio-blk-pci":
+		for _, e := range d.IOThreadMap {
+			p.Devices[0].IOThreadVQMapping = append(p.Devices[0].IOThreadVQMapping,
+				VQMapping{IOThread: SharedIOThreadID(e.Thread), VQs: e.Queues})
+		}
 	}
 	tuneVirtio(&p.Devices[0], d)
 	return p, nil

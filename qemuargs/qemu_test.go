@@ -193,6 +193,11 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		}
 		t.Skipf("hostdev %s needs a host PCI device bound to vfio-pci, and %s; internal/vfio's tests check the host side against a fake sysfs", vm.HostDevs[0].Address, why)
 	}
+	for _, d := range vm.Disks {
+		if len(d.IOThreadMap) > 0 && !env.caps.IOThreadVQMapping() {
+			t.Skipf("disk %q: iothread_map needs QEMU 9 (iothread-vq-mapping); QEMU here is %s (the QEMU 10 pass starts it)", d.Name, env.caps.QEMU.Version)
+		}
+	}
 	if vm.Vsock.On() && !env.caps.Facts.VhostVsock.OK {
 		// QEMU's vhost-vsock-pci opens it at start; TestGoldenArgs checks the argv.
 		t.Skipf("vsock: %s", env.caps.Facts.VhostVsock.Reason)

@@ -140,6 +140,7 @@ func diskKeys(d *Disk, fail diskFail) error {
 		{"network_config_file", d.NetworkConfigFile != "", []string{DiskSeed}},
 		{"iothread", d.IOThread, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
 		{"iothread_id", d.IOThreadID != 0, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
+		{"iothread_map", len(d.IOThreadMap) > 0, []string{DiskFile, DiskBlock, DiskISCSI, DiskRBD}},
 		{"initiator_name", d.InitiatorName != "", []string{DiskISCSI}},
 		{"header_digest", d.HeaderDigest != "", []string{DiskISCSI}},
 		{"transport", d.Transport != "", []string{DiskISCSI}},

@@ -71,6 +71,61 @@ func (f *File) validateTuning() error {
 		if d.IOThreadID > vm.IOThreads {
 			return f.Errorf(fmt.Sprintf("disk[%d].iothread_id", i), "%d: the VM has %d shared I/O threads (iothreads)", d.IOThreadID, vm.IOThreads)
 		}
+		if err := d.checkIOThreadMap(vm.IOThreads); err != nil {
+			return f.Errorf(fmt.Sprintf("disk[%d].iothread_map", i), "%v", err)
+		}
+	}
+	return nil
+}
+
+// IOThreadQueues is one entry of a disk's iothread_map: a shared I/O
+// thread (1..iothreads) and the virtio queues it serves; no queues in
+// every entry: QEMU deals them out round-robin.
+type IOThreadQueues struct {
+	Thread int   `toml:"thread"`
+	Queues []int `toml:"queues,omitempty"`
+}
+
+// checkIOThreadMap: the threads exist, each once; queues are given in
+// every entry or in none (QEMU refuses a mix), each queue once and below
+// the disk's queue count when it sets one.
+func (d *Disk) checkIOThreadMap(threads int) error {
+	if len(d.IOThreadMap) == 0 {
+		return nil
+	}
+	switch {
+	case d.IOThread || d.IOThreadID > 0:
+		return fmt.Errorf("give iothread_map or iothread/iothread_id, not both")
+	case d.Bus != "" && d.Bus != BusVirtio || d.IsCDROM():
+		return fmt.Errorf("applies to bus \"virtio\" (virtio-blk) only")
+	}
+	seenThread, seenQueue := map[int]bool{}, map[int]bool{}
+	withQueues := len(d.IOThreadMap[0].Queues) > 0
+	if withQueues && d.Queues == 0 {
+		return fmt.Errorf("a map that names queues needs the disk's queues (QEMU's default follows the vCPUs)")
+	}
+	for _, e := range d.IOThreadMap {
+		switch {
+		case e.Thread < 1 || e.Thread > threads:
+			return fmt.Errorf("thread %d: the VM has %d shared I/O threads (iothreads)", e.Thread, threads)
+		case seenThread[e.Thread]:
+			return fmt.Errorf("thread %d is listed twice", e.Thread)
+		case (len(e.Queues) > 0) != withQueues:
+			return fmt.Errorf("give queues for every thread or for none (QEMU then deals them out round-robin)")
+		}
+		seenThread[e.Thread] = true
+		for _, q := range e.Queues {
+			switch {
+			case q < 0 || q >= d.Queues:
+				return fmt.Errorf("queue %d: the disk has queues 0..%d", q, d.Queues-1)
+			case seenQueue[q]:
+				return fmt.Errorf("queue %d is mapped twice", q)
+			}
+			seenQueue[q] = true
+		}
+	}
+	if withQueues && len(seenQueue) != d.Queues {
+		return fmt.Errorf("%d of the disk's %d queues are mapped: map every queue", len(seenQueue), d.Queues)
 	}
 	return nil
 }

@@ -83,6 +83,9 @@ func (s *Supervisor) resolveHost(f *spec.File) (spec.Accel, string, cpuChoice, e
 	if d := f.VM.Display; err == nil && d.HasVideo() {
 		err = c.CheckDevice(f, "display.video", d.Video, qemuargs.VideoDriver(d.Video))
 	}
+	if err == nil {
+		err = c.CheckFeatures(f)
+	}
 	return r.Accel, r.Why, cpuChoice{r.Model, r.Masks}, err
 }
 

@@ -66,7 +66,14 @@ func importCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("managed networks: %w", err)
 			}
-			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath, CheckDisk: func(d spec.Disk) error { return sup.CheckDisk(cmd.Context(), d) }, NoSEV: hostcaps.SEVReason(), ManagedNetworks: networks})
+			// A disk's queue mapping over I/O threads needs QEMU 9 here.
+			vqMapping := false
+			if c, err := sup.HostCaps(cmd.Context(), false); err == nil {
+				vqMapping = c.IOThreadVQMapping()
+			}
+			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath,
+				CheckDisk: func(d spec.Disk) error { return sup.CheckDisk(cmd.Context(), d) }, NoSEV: hostcaps.SEVReason(),
+				ManagedNetworks: networks, IOThreadVQMapping: vqMapping})
 			if err != nil {
 				return err
 			}

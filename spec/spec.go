@@ -172,13 +172,13 @@ type Disk struct {
 	// IOThreadID runs it in the VM's shared I/O thread of this number
 	// (1..iothreads) instead; Queues, QueueSize and EventIdx tune the
 	// virtio device (tuning.go).
-	IOThreadID int   `toml:"iothread_id"`
+	IOThreadID int `toml:"iothread_id"`
 	// IOThreadMap spreads a virtio-blk disk's queues over the VM's shared
 	// I/O threads (QEMU 9's iothread-vq-mapping; tuning.go).
 	IOThreadMap []IOThreadQueues `toml:"iothread_map"`
-	Queues     int   `toml:"queues"`     // virtio queues (virtio-blk num-queues, the SCSI controller's num_queues); 0: QEMU's
-	QueueSize  int   `toml:"queue_size"` // virtio-blk: each queue's size, a power of 2, 4..1024; 0: QEMU's
-	EventIdx   *bool `toml:"event_idx"`  // virtio's event index feature; unset: QEMU's (on)
+	Queues      int              `toml:"queues"`     // virtio queues (virtio-blk num-queues, the SCSI controller's num_queues); 0: QEMU's
+	QueueSize   int              `toml:"queue_size"` // virtio-blk: each queue's size, a power of 2, 4..1024; 0: QEMU's
+	EventIdx    *bool            `toml:"event_idx"`  // virtio's event index feature; unset: QEMU's (on)
 	// Bus and Device are how the guest sees the disk (disk.go): bus
 	// "virtio" (default: virtio-blk, /dev/vdX), "scsi" (its own virtio-scsi
 	// controller, /dev/sdX) or "sata" (q35's AHCI); device "disk"

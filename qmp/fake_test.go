@@ -432,9 +432,9 @@ func TestFakeCloseAndCancel(t *testing.T) {
 
 func TestCommandTimeouts(t *testing.T) {
 	t.Parallel()
-	o := buildOptions([]Option{WithCommandTimeouts(map[string]time.Duration{"device_add": time.Minute})})
-	long := buildOptions([]Option{WithCommandTimeout(10 * time.Second)})
-	o.load = func() float64 { return 1 } // an idle host's bounds
+	idle := func(o *options) { o.load = func() float64 { return 1 } } // an idle host's bounds
+	o := buildOptions([]Option{idle, WithCommandTimeouts(map[string]time.Duration{"device_add": time.Minute})})
+	long := buildOptions([]Option{idle, WithCommandTimeout(10 * time.Second)})
 	tests := []struct {
 		o       options
 		command string

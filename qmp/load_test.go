@@ -24,4 +24,11 @@ func TestLoadFactor(t *testing.T) {
 	if got := (&options{commandTimeout: time.Second}).timeoutFor("add-fd", DefaultCommandTimeout); got != time.Second {
 		t.Errorf("a set command timeout is kept: %s", got)
 	}
+	at3 := func(o *options) { o.load = func() float64 { return 3 } }
+	if got := buildOptions([]Option{at3}).connectTimeout; got != 3*DefaultConnectTimeout {
+		t.Errorf("the greeting's bound at load factor 3: %s", got)
+	}
+	if got := buildOptions([]Option{at3, WithConnectTimeout(time.Second)}).connectTimeout; got != time.Second {
+		t.Errorf("a set connect timeout is kept: %s", got)
+	}
 }

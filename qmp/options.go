@@ -62,6 +62,7 @@ func DefaultTimeout(command string, fallback time.Duration) time.Duration {
 
 type options struct {
 	connectTimeout time.Duration
+	connectSet     bool // WithConnectTimeout: taken as given, not stretched
 	commandTimeout time.Duration // 0: client's default
 	timeouts       map[string]time.Duration
 	logger         *slog.Logger
@@ -80,6 +81,12 @@ func buildOptions(opts []Option) options {
 	}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if !o.connectSet && o.load != nil {
+		// The greeting comes from QEMU's main loop: at load 16 on 2 cores
+		// a TCG guest's QEMU just back from a memory revert took longer
+		// than the default to send it.
+		o.connectTimeout = time.Duration(float64(o.connectTimeout) * o.load())
 	}
 	return o
 }
@@ -120,7 +127,7 @@ func WithoutSymlink() Option {
 // WithConnectTimeout bounds dialing, the greeting and capability negotiation
 // (for the agent: the first guest-sync-delimited when ctx has no deadline).
 func WithConnectTimeout(d time.Duration) Option {
-	return func(o *options) { o.connectTimeout = d }
+	return func(o *options) { o.connectTimeout, o.connectSet = d, true }
 }
 
 // WithCommandTimeout sets the default per-command timeout (500 ms for QMP,

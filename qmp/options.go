@@ -62,7 +62,7 @@ func DefaultTimeout(command string, fallback time.Duration) time.Duration {
 
 type options struct {
 	connectTimeout time.Duration
-	connectSet     bool // WithConnectTimeout: taken as given, not stretched
+	connectSet     bool          // WithConnectTimeout: taken as given, not stretched
 	commandTimeout time.Duration // 0: client's default
 	timeouts       map[string]time.Duration
 	logger         *slog.Logger

@@ -57,6 +57,9 @@ type Agent struct {
 	// (`vmsup fleet migrate-connect ADDR`), for hosts that register one.
 	Connect func(receiver string) []string
 	Log     *slog.Logger
+	// Images, when set, is this host's image store: a VM placed here
+	// whose images it lacks gets them pulled by digest before its start.
+	Images ImageStore
 	// Decided, when set, gets each placement decision's duration.
 	Decided func(vm string, d time.Duration)
 

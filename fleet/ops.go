@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,6 +35,22 @@ const applyBatch = 64
 // The files were parsed and validated by the caller; a name twice is
 // refused before anything is written.
 func (s *Store) Apply(ctx context.Context, files ...*spec.File) ([]ApplyResult, error) {
+	return s.ApplyImages(ctx, nil, files...)
+}
+
+// ApplyImages is Apply recording each VM's images as images (the applying
+// host's store: ResolveImages) resolves them; nil records none.
+func (s *Store) ApplyImages(ctx context.Context, images func(*spec.File) ([]ImageRef, error), files ...*spec.File) ([]ApplyResult, error) {
+	refs := make([][]ImageRef, len(files))
+	for i, f := range files {
+		if images == nil {
+			break
+		}
+		var err error
+		if refs[i], err = images(f); err != nil {
+			return nil, err // nothing stored: one bad file stops them all
+		}
+	}
 	seen := map[string]string{}
 	for _, f := range files {
 		if prev, dup := seen[f.VM.Name]; dup {
@@ -43,7 +60,8 @@ func (s *Store) Apply(ctx context.Context, files ...*spec.File) ([]ApplyResult, 
 	}
 	var out []ApplyResult
 	for i := 0; i < len(files); i += applyBatch {
-		res, err := s.applyBatch(ctx, files[i:min(i+applyBatch, len(files))])
+		end := min(i+applyBatch, len(files))
+		res, err := s.applyBatch(ctx, files[i:end], refs[i:end])
 		if err != nil {
 			if i > 0 {
 				return nil, fmt.Errorf("%w (the first %d of %d VMs were stored)", err, i, len(files))
@@ -55,7 +73,7 @@ func (s *Store) Apply(ctx context.Context, files ...*spec.File) ([]ApplyResult, 
 	return out, nil
 }
 
-func (s *Store) applyBatch(ctx context.Context, files []*spec.File) ([]ApplyResult, error) {
+func (s *Store) applyBatch(ctx context.Context, files []*spec.File, refs [][]ImageRef) ([]ApplyResult, error) {
 	snap, err := s.Load(ctx, false)
 	if err != nil {
 		return nil, err
@@ -63,16 +81,16 @@ func (s *Store) applyBatch(ctx context.Context, files []*spec.File) ([]ApplyResu
 	revs := map[string]int64{}
 	var ops []clientv3.Op
 	var out []ApplyResult
-	for _, f := range files {
+	for i, f := range files {
 		name := f.VM.Name
 		cur, exists := snap.VMs[name]
 		r := ApplyResult{Name: name, Action: "unchanged", Generation: cur.Value.Generation}
 		k := s.key("vms", name)
 		revs[k] = cur.Rev
-		if !exists || cur.Value.TOML != string(f.Raw) || cur.Value.File != f.Path {
+		if !exists || cur.Value.TOML != string(f.Raw) || cur.Value.File != f.Path || !slices.Equal(cur.Value.Images, refs[i]) {
 			r.Generation++
 			r.Action = map[bool]string{true: "updated", false: "created"}[exists]
-			ops = append(ops, clientv3.OpPut(k, mustJSON(VMRecord{Name: name, File: f.Path, TOML: string(f.Raw), Generation: r.Generation})))
+			ops = append(ops, clientv3.OpPut(k, mustJSON(VMRecord{Name: name, File: f.Path, TOML: string(f.Raw), Generation: r.Generation, Images: refs[i]})))
 			if !exists {
 				ops = append(ops, clientv3.OpPut(s.key("status", name), mustJSON(Status{State: StatePending, Updated: time.Now().UTC()})))
 			}

@@ -96,6 +96,10 @@ func (a *Agent) ensure(ctx context.Context, snap *Snapshot, rec Entry[VMRecord])
 	case down && !a.retry.ready(name):
 		return nil // its status still says why it failed
 	case down:
+		if err := a.ensureImages(ctx, rec.Value); err != nil {
+			d := a.retry.failed(name)
+			return a.report(ctx, snap, name, Status{State: StateFailed, Reason: fmt.Sprintf("not started: %v (next try in %s)", err, d), Generation: applied})
+		}
 		// Its QEMU is covered by the guard before it exists.
 		if err := a.armGuard(ctx); err != nil {
 			a.retry.failed(name)

@@ -37,6 +37,10 @@ type VMRecord struct {
 	File       string `json:"file"` // the path it was applied from: messages, and relative paths in the TOML
 	TOML       string `json:"toml"`
 	Generation int64  `json:"generation"` // +1 at each apply that changes the TOML
+	// Images are the stored images its file disks stand on, as the
+	// applying host resolved them (ResolveImages): hosts that lack one
+	// pull it by digest before the VM's start.
+	Images []ImageRef `json:"images,omitempty"`
 }
 
 // Placement is the VM's owner. Epoch goes up each time the owner changes,

@@ -57,7 +57,7 @@ func agentCmd(g *globals) *cobra.Command {
 			return e.with(func(s *fleet.Store) error {
 				return g.with(func(sup *supervisor.Supervisor) error {
 					a := &fleet.Agent{Store: s, Sup: sup, Host: h, State: filepath.Join(g.root, "fleet"), TTL: ttl, SelfFenceMargin: margin,
-						StallAfter: stallAfter, FailoverStalled: failoverStalled, Log: log}
+						StallAfter: stallAfter, FailoverStalled: failoverStalled, Log: log, Images: g.imageStore()}
 					if failover {
 						if _, err := exec.LookPath("rbd"); err != nil {
 							return fmt.Errorf("--failover needs the Ceph tools (rbd, ceph) to fence lost hosts: %w (or --failover=false)", err)

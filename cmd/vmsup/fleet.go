@@ -97,7 +97,9 @@ func fleetApplyCmd(g *globals, e *etcdFlags) *cobra.Command {
 		Short: "Store the VMs' specs in the fleet (all or none); the scheduler places them and their hosts' agents run them",
 		Long: "Store the VMs' specs in the fleet (all or none); the scheduler places them and their hosts' agents run them.\n" +
 			"Each file's host paths must be in the places this host allows (--image-dir, --block-dir, --config-dir,\n" +
-			"--allow-path: configure the fleet's hosts alike); each agent checks them again against its own host's.",
+			"--allow-path: configure the fleet's hosts alike); each agent checks them again against its own host's.\n" +
+			"A disk's stored image (image = ALIAS) is recorded as this host's store has it (digest and source):\n" +
+			"a host that lacks it pulls it by digest before the VM's start there.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fs, err := loadFiles(nil, args) // files only: the fleet's VMs are in etcd
@@ -114,7 +116,10 @@ func fleetApplyCmd(g *globals, e *etcdFlags) *cobra.Command {
 				return err
 			}
 			return e.with(func(s *fleet.Store) error {
-				res, err := s.Apply(cmd.Context(), fs...)
+				// Each VM's images as this host's store has them: the
+				// fleet's hosts pull them by digest.
+				store := g.imageStore()
+				res, err := s.ApplyImages(cmd.Context(), func(f *spec.File) ([]fleet.ImageRef, error) { return fleet.ResolveImages(store, f) }, fs...)
 				if err != nil {
 					return err
 				}

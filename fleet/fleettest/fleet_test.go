@@ -79,6 +79,7 @@ func TestFleet(t *testing.T) {
 		return
 	}
 	t.Run("bad-input", func(t *testing.T) { badInput(t, f, dir) })
+	t.Run("image-pull", func(t *testing.T) { imagePull(t, f, dir) })
 	t.Run("agent-kill", func(t *testing.T) { agentKill(t, f) })
 	t.Run("drain", func(t *testing.T) { drain(t, f) })
 	if t.Failed() {

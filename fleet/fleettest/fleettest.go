@@ -218,8 +218,13 @@ func (h *Host) QEMUPID(vm string) int {
 // VMSUP runs the CLI against the fleet: stdout, and an error carrying
 // stderr if it fails.
 func (f *Fleet) VMSUP(args ...string) (string, error) {
+	return f.VMSUPEnv(f.Env, args...)
+}
+
+// VMSUPEnv is VMSUP with env (which should include f.Env) in place of f.Env.
+func (f *Fleet) VMSUPEnv(env []string, args ...string) (string, error) {
 	cmd := exec.Command(f.vmsupBin, args...)
-	cmd.Env = append(append(os.Environ(), f.env.CLIEnv()...), f.Env...)
+	cmd.Env = append(append(os.Environ(), f.env.CLIEnv()...), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

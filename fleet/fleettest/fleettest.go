@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +30,7 @@ type Options struct {
 	CPUs   int    // vCPUs each host offers; default 4
 	Memory string // memory each host offers; default "1G"
 	Ceph   bool   // a Ceph cluster on the LAN (shared disks, fencing)
-	Bridge string // the LAN's bridge; default "vmsfleetbr0"
+	Bridge string // the LAN's bridge; default one free, "vmsfl" and a number
 }
 
 // Fleet is a running fleet.
@@ -69,16 +70,14 @@ func Start(ctx context.Context, e *testenv.Env, vmsupBin, dir string, o Options)
 	if o.Memory == "" {
 		o.Memory = "1G"
 	}
-	if o.Bridge == "" {
-		o.Bridge = "vmsfleetbr0"
-	}
+
 	f := &Fleet{env: e, vmsupBin: vmsupBin}
 	defer func() {
 		if err != nil {
 			f.Close()
 		}
 	}()
-	if f.LAN, err = testenv.NewLAN(o.Bridge, fmt.Sprintf("10.98.%d.", os.Getpid()%250+1)); err != nil {
+	if f.LAN, err = newLAN(o.Bridge); err != nil {
 		return nil, err
 	}
 	f.closers = append(f.closers, func() { f.LAN.Close() })
@@ -301,4 +300,34 @@ initrd = %q
 cmdline = %q
 `, name, memory, extra, e.Guest.Kernel, e.Guest.Initrd, cmdline)
 	return path, os.WriteFile(path, []byte(body), 0o644)
+}
+
+// newLAN makes the fleet's LAN on a bridge and a 10.98.N.0/24 no other
+// run on this machine uses (a second run beside the first failed with
+// "bind: address already in use"): N starts from the pid and skips a
+// subnet any interface has an address in, or whose bridge exists.
+func newLAN(bridge string) (*testenv.LAN, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	used := map[int]bool{}
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && ip.IP[len(ip.IP)-4] == 10 && ip.IP[len(ip.IP)-3] == 98 {
+			used[int(ip.IP[len(ip.IP)-2])] = true
+		}
+	}
+	start := os.Getpid() % 250
+	for i := range 250 {
+		n := (start+i)%250 + 1
+		name := bridge
+		if name == "" {
+			name = fmt.Sprintf("vmsfl%d", n)
+		}
+		if _, err := net.InterfaceByName(name); used[n] || err == nil {
+			continue
+		}
+		return testenv.NewLAN(name, fmt.Sprintf("10.98.%d.", n))
+	}
+	return nil, errors.New("fleettest: no free 10.98.N.0/24 and bridge for the fleet's LAN")
 }

@@ -110,7 +110,10 @@ func dataImage(t *testing.T, ctx context.Context, sup *supervisor.Supervisor, vm
 // repeated once there is room again.
 func TestFullStateFS(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
-	root := loopFS(t, 96<<20)
+	// Room for the three VMs' boot copies (the test guest's 66 MB
+	// uncompressed kernel and its initrd, each VM's own in its state
+	// directory) before the fills below.
+	root := loopFS(t, 320<<20)
 	a := supervisortest.NewSide(t, env, vmsupBin, "A", env.Systemd, root, filepath.Join(root, "etc-systemd"), nil)
 	const vm = "ffull"
 	h := supervisortest.NewHotVM(t, ctx, env, a.Sup, root, vm, "vmsfullbr0")

@@ -52,6 +52,25 @@ func (s *Supervisor) registerRecoverers() {
 	s.diskops().Register()
 }
 
+// stopUnknown is the kernel's GiveUp, for a journal of a kind this vmsup
+// has no recoverer for (another version's): what it left (a paused or
+// frozen guest, half-moved disks) cannot be known, so the VM is stopped
+// (QMP quit: QEMU flushes its disks, then SIGKILL) and its host set-up torn
+// down from the records; no disk or record is removed.
+func (s *Supervisor) stopUnknown(ctx context.Context, name string) error {
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return err
+	}
+	unit := s.state.UnitOf(name)
+	st, err := sd.Status(ctx, unit)
+	if err != nil || st.Gone() {
+		return err
+	}
+	_, err = s.down(ctx, name, &lockedUnit{sd: sd, unit: unit, st: st}, DownOptions{Force: true})
+	return err
+}
+
 // guard starts the operation's guardian, for the operations that can leave
 // a guest frozen if their command dies (a migration): a transient unit
 // running "vmsup settle NAME", which waits for the VM's lock (held by this

@@ -168,7 +168,8 @@ func New(opts Options) (*Supervisor, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}, settleRetry: defaultSettleRetry()}
-	s.ops = operation.New(operation.Options{Store: s.state, Wait: opts.WaitForLock, After: opts.AfterStep, Logger: opts.Logger})
+	s.ops = operation.New(operation.Options{Store: s.state, Wait: opts.WaitForLock, After: opts.AfterStep, Logger: opts.Logger,
+		GiveUp: s.stopUnknown})
 	s.registerRecoverers()
 	return s, nil
 }

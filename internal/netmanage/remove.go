@@ -46,6 +46,10 @@ func (m *Manager) ops() *operation.Kernel {
 	return k
 }
 
+// Kinds are the kinds of the networks' operations that have a recoverer
+// (supervisor's TestEveryKindHasARecoverer checks every declared one).
+func (m *Manager) Kinds() []operation.Kind { return m.ops().Kinds() }
+
 // settle finishes what a killed command left on the network; the caller
 // holds its lock.
 func (m *Manager) settle(ctx context.Context, name string) (string, error) {

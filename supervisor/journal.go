@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/livemigrate"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -19,25 +20,12 @@ import (
 // kind (registerRecoverers). The kinds are declared beside their
 // operations.
 
-// beginOp journals an operation's intent before it acts. A pending one (its
-// command died) is recovered first; the caller holds the VM's lock.
-func (s *Supervisor) beginOp(ctx context.Context, name string, kind operation.Kind, intent any) (*operation.Op, error) {
-	return s.ops.Begin(ctx, name, kind, intent)
-}
-
-// beginGuardedOp is beginOp for an operation with a guardian (guard): the
-// guardian starts before the journal is written, so that no moment has a
-// journal and no guardian to settle it; stop ends the guardian (call it
-// after the journal ended).
+// beginGuardedOp is the kernel's Begin for an operation with a guardian
+// (guard): the guardian starts before the journal is written, so that no
+// moment has a journal and no guardian to settle it; stop ends the
+// guardian (call it after the journal ended).
 func (s *Supervisor) beginGuardedOp(ctx context.Context, name string, kind operation.Kind, intent any) (*operation.Op, func(), error) {
 	return s.ops.BeginGuarded(ctx, name, kind, intent, func() func() { return s.guard(ctx, name) })
-}
-
-// recoverUnlocked settles the VM's unfinished operation (the kernel's
-// Settle) for a command that does not take the VM's lock (status): it
-// recovers only when no other command holds the lock.
-func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, error) {
-	return s.ops.SettleIfFree(ctx, name)
 }
 
 // registerRecoverers registers each operation's recoverer with the kernel:
@@ -132,7 +120,7 @@ func (s *Supervisor) settleUnit(name string) units.Unit {
 // says what was done ("" when the command had ended cleanly).
 func (s *Supervisor) Settle(ctx context.Context, name string) (string, error) {
 	if err := spec.ValidName(name); err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	var giveUp time.Time // from the first failure: the lock may be held for hours before
 	wait := s.settleRetry.First
@@ -166,5 +154,3 @@ func (s *Supervisor) settleOnce(ctx context.Context, name string) (string, error
 	lk.Unlock()
 	return note, nil
 }
-
-func intentOf[T any](op *operation.Op) (T, error) { return operation.IntentOf[T](op) }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
@@ -159,7 +160,7 @@ func (o *Op) End() error {
 // its template): until it ends, the next command on vm settles it as well.
 func (o *Op) Concerns(vm string) error {
 	if err := o.k.o.Store.LinkOp(vm, o.vm); err != nil {
-		return fmt.Errorf("vm %q: %w", vm, err)
+		return vmerr.Wrap(vm, err)
 	}
 	o.links = append(o.links, vm)
 	return nil

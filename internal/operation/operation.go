@@ -350,6 +350,9 @@ func (k *Kernel) giveUp(ctx context.Context, o *Op) error {
 	}
 	k.o.Logger.Warn("gave up an interrupted operation of an unknown kind", "vm", o.vm, "op", string(o.Kind()),
 		"pid", o.PID(), "done", o.j.Done)
+	if k.o.GiveUp == nil {
+		return fmt.Errorf("%s %w in this vmsup: gave it up (nothing was undone)", what, ErrUnregistered)
+	}
 	return fmt.Errorf("%s %w in this vmsup: gave it up: the VM is off, its disks and records untouched; "+
 		"check the guest, then start it again", what, ErrUnregistered)
 }

@@ -175,6 +175,20 @@ func TestSettleGivesUpUnknownKind(t *testing.T) {
 	if note, err := k.Settle(ctx, "web", "status"); note != "" || err != nil {
 		t.Errorf("the next command: %q %v", note, err)
 	}
+
+	// A kernel with nothing to stop (the networks'): the journal ends, and
+	// the error does not claim a VM was stopped.
+	bare := New(Options{Store: k.o.Store})
+	bare.Register("gone-kind", func(context.Context, string, *Op) (string, error) { return "", nil })
+	o, _ = bare.Begin(ctx, "web", "gone-kind", nil)
+	o.Close()
+	bare = New(Options{Store: k.o.Store})
+	if _, err := bare.Settle(ctx, "web", "status"); !errors.Is(err, ErrUnregistered) || !strings.HasSuffix(err.Error(), "gave it up (nothing was undone)") {
+		t.Errorf("no GiveUp: %v", err)
+	}
+	if p, _ := bare.Pending("web"); p != nil {
+		t.Errorf("the journal stays without GiveUp: %+v", p)
+	}
 }
 
 func stepStrings(ss []Step) []string {

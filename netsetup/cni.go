@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
@@ -206,22 +205,4 @@ func redirect(from, to netlink.Link) error {
 		return fmt.Errorf("redirect %s -> %s: %w", from.Attrs().Name, to.Attrs().Name, err)
 	}
 	return nil
-}
-
-// InterfaceAddrs lists the IPv4 addresses of a link in the namespace at
-// netns (for tests and status).
-func InterfaceAddrs(netns, name string) ([]net.IPNet, error) {
-	var out []net.IPNet
-	err := InNetns(netns, func() error {
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return err
-		}
-		as, err := netlink.AddrList(l, netlink.FAMILY_V4)
-		for _, a := range as {
-			out = append(out, *a.IPNet)
-		}
-		return err
-	})
-	return out, err
 }

@@ -46,11 +46,6 @@ func BitmapRemoveAction(node, name string) TransactionAction {
 	return TransactionAction{"block-dirty-bitmap-remove", bitmapRef{node, name}}
 }
 
-// BitmapEnableAction makes a disabled bitmap record writes again.
-func BitmapEnableAction(node, name string) TransactionAction {
-	return TransactionAction{"block-dirty-bitmap-enable", bitmapRef{node, name}}
-}
-
 // BitmapDisableAction stops a bitmap recording writes, freezing what it
 // holds (a read-only NBD export refuses an enabled bitmap).
 func BitmapDisableAction(node, name string) TransactionAction {

@@ -19,6 +19,7 @@ go vet ./...
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt: not formatted: $unformatted" >&2; exit 1; fi
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+scripts/deadcode.sh
 # The packages that boot the most guests first: go test runs two packages
 # at a time here (2 cores) and starts them in the order given.
 go test -count=1 -timeout 60m ./supervisor/faulttest/ ./supervisor/faultsnaptest/ ./supervisor/ ./supervisor/snapshottest/ ./fleet/fleettest/ ./cmd/vmsup/ ./... "$@"

@@ -60,13 +60,6 @@ func (d *Disk) applyDefaults(vmName string) {
 	}
 }
 
-func (d *Disk) resolvePaths(abs func(string) string) {
-	for _, p := range []*string{&d.File, &d.Backing, &d.CephConf, &d.SecretFile,
-		&d.UserDataFile, &d.MetaDataFile, &d.NetworkConfigFile} {
-		*p = abs(*p)
-	}
-}
-
 // validateDisk checks one disk; prefix is "disk[N]." in a VM file and ""
 // in a disk file (ParseDisk).
 // diskFail reports a problem with one key of the disk being validated.

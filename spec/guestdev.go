@@ -23,9 +23,9 @@ const (
 
 // Share is a host folder the guest mounts by its tag.
 type Share struct {
-	Path     string `toml:"path"`      // required: a host directory; relative paths are relative to the TOML file
-	Tag      string `toml:"tag"`       // required: the guest's mount tag (mount -t 9p TAG /mnt)
-	ReadOnly bool   `toml:"read_only"` // the guest cannot change anything in it
+	Path     string `toml:"path" vmsup:"hostpath"` // required: a host directory; relative paths are relative to the TOML file
+	Tag      string `toml:"tag"`                   // required: the guest's mount tag (mount -t 9p TAG /mnt)
+	ReadOnly bool   `toml:"read_only"`             // the guest cannot change anything in it
 	// Driver is "9p" (default: virtio-9p, inside QEMU) or "virtiofs" (a
 	// virtiofsd in a companion unit; the guest mounts -t virtiofs TAG).
 	Driver string `toml:"driver"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -121,7 +122,7 @@ func loadLayers(abs, shown string, data []byte, chain []string) ([]layer, error)
 		out = append(out, sub...)
 	}
 	if len(chain) > 1 {
-		absPaths(tree, filepath.Dir(abs))
+		absPaths(reflect.TypeFor[VM](), tree, filepath.Dir(abs)) // its host path keys, as tagged
 	}
 	return append(out, layer{path: shown, tree: tree, pos: pos}), nil
 }
@@ -144,29 +145,6 @@ func includes(shown string, v any, pos map[string]keyPos) ([]string, error) {
 		return nil, &Error{File: shown, Pos: pos["include"].Position, Field: "include", Msg: "want a list of file names: include = [\"base.toml\"]"}
 	}
 	return out, nil
-}
-
-// absPaths makes a profile's relative paths absolute against its directory.
-func absPaths(tree map[string]any, dir string) {
-	fix := func(m map[string]any, keys ...string) {
-		for _, k := range keys {
-			if s, ok := m[k].(string); ok && s != "" && !filepath.IsAbs(s) {
-				m[k] = filepath.Join(dir, s)
-			}
-		}
-	}
-	if b, ok := tree["boot"].(map[string]any); ok {
-		fix(b, "kernel", "initrd", "vars_template")
-	}
-	for _, t := range tables(tree["disk"]) {
-		fix(t, "file", "backing", "ceph_conf", "secret_file", "user_data_file", "meta_data_file", "network_config_file")
-	}
-	for _, t := range tables(tree["nic"]) {
-		fix(t, "cni_config")
-	}
-	for _, t := range tables(tree["share"]) {
-		fix(t, "path")
-	}
 }
 
 // tables are the tables of an array of tables (nil for another value).

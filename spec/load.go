@@ -204,16 +204,10 @@ func (f *File) resolvePaths() {
 		}
 		return filepath.Join(dir, p)
 	}
-	f.VM.Boot.Kernel = abs(f.VM.Boot.Kernel)
-	f.VM.Boot.Initrd = abs(f.VM.Boot.Initrd)
-	f.VM.Boot.VarsTemplate = abs(f.VM.Boot.VarsTemplate)
-	for i := range f.VM.NICs {
-		f.VM.NICs[i].CNIConfig = abs(f.VM.NICs[i].CNIConfig)
+	for _, p := range f.VM.HostPaths() {
+		*p.Ptr = abs(*p.Ptr)
 	}
-	for i := range f.VM.Disks {
-		f.VM.Disks[i].resolvePaths(abs)
-	}
-	for i := range f.VM.Shares {
+	for i := range f.VM.Shares { // a share's root is compared as a directory
 		if p := f.VM.Shares[i].Path; p != "" {
 			f.VM.Shares[i].Path = filepath.Clean(abs(p))
 		}

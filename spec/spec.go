@@ -123,10 +123,10 @@ const (
 // Boot says how the guest starts: direct kernel boot when Kernel is set,
 // otherwise firmware boot from the disks.
 type Boot struct {
-	Firmware string `toml:"firmware"` // "bios" (default), "uefi" or "qboot"
-	Kernel   string `toml:"kernel"`   // path; relative paths are relative to the TOML file
-	Initrd   string `toml:"initrd"`   // path; needs kernel
-	Cmdline  string `toml:"cmdline"`  // kernel command line; needs kernel
+	Firmware string `toml:"firmware" vmsup:"notpath"` // "bios" (default), "uefi" or "qboot"
+	Kernel   string `toml:"kernel" vmsup:"hostpath"`  // path; relative paths are relative to the TOML file
+	Initrd   string `toml:"initrd" vmsup:"hostpath"`  // path; needs kernel
+	Cmdline  string `toml:"cmdline"`                  // kernel command line; needs kernel
 	// CmdlineMax raises the cmdline's limit (DefaultCmdlineMax) up to
 	// MaxCmdline, for the rare kernel that takes more.
 	CmdlineMax int `toml:"cmdline_max"`
@@ -139,7 +139,7 @@ type Boot struct {
 	// one with Microsoft's keys enrolled. VarsTemplate (a path) is how a
 	// user's own PK/KEK/db come in (a store made with virt-fw-vars).
 	SecureBoot   bool   `toml:"secure_boot"`
-	VarsTemplate string `toml:"vars_template"`
+	VarsTemplate string `toml:"vars_template" vmsup:"hostpath,firmware"`
 }
 
 // Disk formats.
@@ -152,13 +152,13 @@ const (
 // cloud-init seed vmsup builds, an iSCSI LUN or a Ceph RBD image. Which keys
 // apply depends on Type (see disk.go and testdata/example.toml).
 type Disk struct {
-	Name     string `toml:"name"`      // required, unique in the VM; the QEMU node and device id derive from it
-	Type     string `toml:"type"`      // "file" (default), "block", "iso", "seed", "iscsi", "rbd"
-	File     string `toml:"file"`      // file, block (device path), iso: required image path
-	Format   string `toml:"format"`    // "qcow2" or "raw"; default from the file extension for type file, else raw
-	Size     Size   `toml:"size"`      // file: create the image with this size if it does not exist
-	Backing  string `toml:"backing"`   // file, qcow2: base image; a missing file is created as an overlay on it
-	ReadOnly bool   `toml:"read_only"` // open the image read-only (always for iso and seed)
+	Name     string `toml:"name"`                       // required, unique in the VM; the QEMU node and device id derive from it
+	Type     string `toml:"type"`                       // "file" (default), "block", "iso", "seed", "iscsi", "rbd"
+	File     string `toml:"file" vmsup:"hostpath,disk"` // file, block (device path), iso: required image path
+	Format   string `toml:"format"`                     // "qcow2" or "raw"; default from the file extension for type file, else raw
+	Size     Size   `toml:"size"`                       // file: create the image with this size if it does not exist
+	Backing  string `toml:"backing" vmsup:"hostpath"`   // file, qcow2: base image; a missing file is created as an overlay on it
+	ReadOnly bool   `toml:"read_only"`                  // open the image read-only (always for iso and seed)
 	// Shared lets other VMs open this disk's image (as their disk or its
 	// base): an image belongs to the VM whose disk writes it, and vmsup
 	// refuses another VM's up on it unless the owner's disk says shared.
@@ -185,7 +185,7 @@ type Disk struct {
 	// (default), "cdrom" (default for iso and seed, on scsi) or "lun" (SCSI
 	// passthrough of an iSCSI LUN or a host SCSI device: scsi-block).
 	Bus    string `toml:"bus"`
-	Device string `toml:"device"`
+	Device string `toml:"device" vmsup:"notpath"` // "disk", "cdrom" or "lun": how the guest sees it
 	// IOLimits throttle the disk (QEMU's block_set_io_throttle); they can
 	// change while the VM runs (vmsup apply).
 	IOLimits
@@ -206,26 +206,26 @@ type Disk struct {
 	// stored image (an alias of `vmsup image ls`, or sha256:HEX) the
 	// disk's file is made a qcow2 overlay on at its first start
 	// (internal/imagestore).
-	Image     string   `toml:"image"`
-	Monitors  []string `toml:"monitors"`  // "HOST:PORT"; default: from ceph_conf
-	CephConf  string   `toml:"ceph_conf"` // ceph.conf path; default librados' own search
-	Snapshot  string   `toml:"snapshot"`  // open this snapshot of the image (read-only)
-	Namespace string   `toml:"namespace"` // the image's RADOS namespace in the pool
+	Image     string   `toml:"image" vmsup:"notpath"`
+	Monitors  []string `toml:"monitors"`                          // "HOST:PORT"; default: from ceph_conf
+	CephConf  string   `toml:"ceph_conf" vmsup:"hostpath,config"` // ceph.conf path; default librados' own search
+	Snapshot  string   `toml:"snapshot"`                          // open this snapshot of the image (read-only)
+	Namespace string   `toml:"namespace"`                         // the image's RADOS namespace in the pool
 	// AuthClientRequired overrides ceph.conf's auth_client_required:
 	// ["cephx"], ["none"] or both, in order of preference.
 	AuthClientRequired []string `toml:"auth_client_required"`
 
 	// iscsi and rbd
-	User       string `toml:"user"`        // iscsi: CHAP user; rbd: cephx id ("admin")
-	SecretFile string `toml:"secret_file"` // file holding the CHAP password or the cephx key; copied 0600 into the state dir
+	User       string `toml:"user"`                                // iscsi: CHAP user; rbd: cephx id ("admin")
+	SecretFile string `toml:"secret_file" vmsup:"hostpath,config"` // file holding the CHAP password or the cephx key; copied 0600 into the state dir
 
 	// seed: cloud-init NoCloud data, inline or from files (not both)
 	UserData          string `toml:"user_data"`
 	MetaData          string `toml:"meta_data"` // default "instance-id: NAME\nlocal-hostname: NAME\n"
-	NetworkConfig     string `toml:"network_config"`
-	UserDataFile      string `toml:"user_data_file"`
-	MetaDataFile      string `toml:"meta_data_file"`
-	NetworkConfigFile string `toml:"network_config_file"`
+	NetworkConfig     string `toml:"network_config" vmsup:"notpath"`
+	UserDataFile      string `toml:"user_data_file" vmsup:"hostpath"`
+	MetaDataFile      string `toml:"meta_data_file" vmsup:"hostpath"`
+	NetworkConfigFile string `toml:"network_config_file" vmsup:"hostpath"`
 }
 
 // NIC types.
@@ -248,10 +248,10 @@ type NIC struct {
 	MAC      string   `toml:"mac"`      // default derived from the VM name and NIC index
 	Forwards []string `toml:"forwards"` // user NICs: host forwards "tcp:127.0.0.1:2222-:22"
 
-	Bridge    string `toml:"bridge"`     // bridge: the Linux bridge; ovs: the OVS bridge (must exist)
-	CNIConfig string `toml:"cni_config"` // cni: path of a .conflist (or a single-plugin .conf)
-	Tap       string `toml:"tap"`        // bridge/ovs/cni: tap name; default derived from VM and NIC name
-	MTU       int    `toml:"mtu"`        // bridge/ovs/cni: tap and guest MTU; 0 = the bridge's (1500 for cni)
+	Bridge    string `toml:"bridge"`                             // bridge: the Linux bridge; ovs: the OVS bridge (must exist)
+	CNIConfig string `toml:"cni_config" vmsup:"hostpath,config"` // cni: path of a .conflist (or a single-plugin .conf)
+	Tap       string `toml:"tap"`                                // bridge/ovs/cni: tap name; default derived from VM and NIC name
+	MTU       int    `toml:"mtu"`                                // bridge/ovs/cni: tap and guest MTU; 0 = the bridge's (1500 for cni)
 	// Queues is the number of virtio-net queue pairs (tap NICs); default 1,
 	// or the VM's cpus when Multiqueue is set.
 	Queues     int    `toml:"queues"`

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
@@ -25,7 +26,7 @@ func TestApplyBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := holding(ctx, "web")
+	in := operation.Holding(ctx, "web")
 	inner, err := s.lock(in, "web", "disk-attach")
 	if err != nil {
 		t.Fatalf("an operation of the apply itself: %v", err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -33,7 +34,7 @@ func (s *Supervisor) afterGuestReboot(ctx context.Context, name string, shutdown
 		return false, nil
 	}
 	if err := s.startGuardian(ctx, name, "start "+name+" again after its guest rebooted"); err != nil {
-		return false, vmErr(name, fmt.Errorf("the guest rebooted, but its guardian did not start: %w (vmsup up starts it)", err))
+		return false, vmerr.Wrap(name, fmt.Errorf("the guest rebooted, but its guardian did not start: %w (vmsup up starts it)", err))
 	}
 	return true, nil
 }
@@ -45,7 +46,7 @@ const rebootWait = 5 * time.Minute
 // VM from its pending file (or, with none, the spec it ran), health-gated.
 func (s *Supervisor) RebootApply(ctx context.Context, name string) (string, error) {
 	if err := spec.ValidName(name); err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	sd, err := s.systemd(ctx)
 	if err != nil {
@@ -64,17 +65,17 @@ func (s *Supervisor) RebootApply(ctx context.Context, name string) (string, erro
 	}
 	old, err := s.appliedFile(name)
 	if err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	f, note := s.applier().RebootFile(ctx, name, old)
-	op, err := s.beginOp(ctx, name, opRestart, restartIntent{File: absPath(f.Path), Raw: f.Raw})
+	op, err := s.ops.Begin(ctx, name, opRestart, restartIntent{File: absPath(f.Path), Raw: f.Raw})
 	if err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	defer op.End()
 	op.Step(restartDown)
 	if _, err := s.startGated(ctx, sd, f, old, op, false, nil); err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	return joinNote(note, "started from "+f.Path), nil
 }

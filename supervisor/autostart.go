@@ -50,13 +50,9 @@ func (s *Supervisor) Autostart(ctx context.Context) ([]AutostartResult, error) {
 	return out, err
 }
 
-func (s *Supervisor) isEnabled(name string) bool { return s.autostart().IsEnabled(name) }
-
 func (s *Supervisor) enableDeclared(ctx context.Context, files []*spec.File) error {
 	return s.autostart().EnableDeclared(ctx, files)
 }
-
-func (s *Supervisor) syncBootUnit(ctx context.Context) error { return s.autostart().SyncBootUnit(ctx) }
 
 // autostart runs this vmsup, with the options that matter for starting VMs,
 // from the boot unit.

@@ -13,6 +13,8 @@ import (
 	"github.com/vmsup/vmsup/internal/display"
 	"github.com/vmsup/vmsup/internal/qmppolicy"
 	"github.com/vmsup/vmsup/internal/qmppolicy/qmpfds"
+	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/vmstats"
 	"github.com/vmsup/vmsup/spec"
 
 	"github.com/vmsup/vmsup/qmp"
@@ -50,14 +52,14 @@ func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) er
 		err = c.Stop(ctx)
 	}
 	if err != nil {
-		return vmErr(name, fmt.Errorf("%s: %w", op, err))
+		return vmerr.Wrap(name, fmt.Errorf("%s: %w", op, err))
 	}
 	qs, err := c.QueryStatus(ctx)
 	if err != nil {
-		return vmErr(name, fmt.Errorf("%s: confirm: %w", op, err))
+		return vmerr.Wrap(name, fmt.Errorf("%s: confirm: %w", op, err))
 	}
 	if qs.Running != run {
-		return vmErr(name, fmt.Errorf("%s: QEMU reports %q", op, qs.Status))
+		return vmerr.Wrap(name, fmt.Errorf("%s: QEMU reports %q", op, qs.Status))
 	}
 	return nil
 }
@@ -86,7 +88,7 @@ func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Con
 // a *qmppolicy.Refusal.
 func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsafe bool) ([]byte, error) {
 	if err := spec.ValidName(name); err != nil {
-		return nil, vmErr(name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
 		return nil, s.notFound(name) // nothing to send to, nothing to log
@@ -120,10 +122,10 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 		}
 	}
 	if err := s.qmpAudit(ctx, name, verdict, refusal, command); err != nil {
-		return nil, vmErr(name, fmt.Errorf("qmp: log: %w (the command was not sent)", err))
+		return nil, vmerr.Wrap(name, fmt.Errorf("qmp: log: %w (the command was not sent)", err))
 	}
 	if verdict == qmppolicy.Refused {
-		return nil, vmErr(name, fmt.Errorf("qmp: %w", refusal))
+		return nil, vmerr.Wrap(name, fmt.Errorf("qmp: %w", refusal))
 	}
 	if c == nil {
 		conn, release, err := s.qmpSession(ctx, name)
@@ -142,7 +144,7 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	// What was checked is what is sent: block options in their expanded form.
 	cmd, err := d.Encode()
 	if err != nil {
-		return nil, vmErr(name, fmt.Errorf("qmp: %s: encode: %w", d.Command.Execute, err))
+		return nil, vmerr.Wrap(name, fmt.Errorf("qmp: %s: encode: %w", d.Command.Execute, err))
 	}
 	return c.ExecuteRaw(ctx, cmd)
 }
@@ -158,7 +160,7 @@ func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, er
 		return nil, s.absent(name)
 	}
 	if err != nil {
-		return nil, vmErr(name, fmt.Errorf("console: %w", err))
+		return nil, vmerr.Wrap(name, fmt.Errorf("console: %w", err))
 	}
 	return c, nil
 }
@@ -168,16 +170,16 @@ func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, er
 func (s *Supervisor) displayVM(name string, vnc bool) (*spec.VM, error) {
 	v, err := s.view(name)
 	if errors.Is(err, ErrNotRunning) {
-		return nil, vmErr(name, ErrNotRunning)
+		return nil, vmerr.Wrap(name, ErrNotRunning)
 	}
 	if err != nil {
 		return nil, err
 	}
 	switch d := v.Booted.Display; {
 	case vnc && !d.HasVNC():
-		return nil, vmErr(name, errors.New("no VNC server ([display] with vnc = true)"))
+		return nil, vmerr.Wrap(name, errors.New("no VNC server ([display] with vnc = true)"))
 	case !vnc && !d.HasVideo():
-		return nil, vmErr(name, display.ErrNoDisplay)
+		return nil, vmerr.Wrap(name, display.ErrNoDisplay)
 	}
 	return v.Booted, nil
 }
@@ -194,7 +196,7 @@ func (s *Supervisor) Screenshot(ctx context.Context, name string) (*image.RGBA, 
 	defer release()
 	img, err := display.Screenshot(ctx, c, s.paths(name).Dir)
 	if err != nil {
-		return nil, vmErr(name, fmt.Errorf("screenshot: %w", err))
+		return nil, vmerr.Wrap(name, fmt.Errorf("screenshot: %w", err))
 	}
 	return img, nil
 }
@@ -207,7 +209,7 @@ func (s *Supervisor) DialVNC(ctx context.Context, name string) (net.Conn, error)
 	}
 	conn, err := qmp.DialSocket(ctx, s.paths(name).VNC())
 	if err != nil {
-		return nil, vmErr(name, fmt.Errorf("vnc: %w", err))
+		return nil, vmerr.Wrap(name, fmt.Errorf("vnc: %w", err))
 	}
 	return conn, nil
 }
@@ -227,7 +229,7 @@ func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Durati
 	defer release()
 	pw, err := display.Ticket(ctx, c, ttl)
 	if err != nil {
-		return "", vmErr(name, fmt.Errorf("vnc: %w", err))
+		return "", vmerr.Wrap(name, fmt.Errorf("vnc: %w", err))
 	}
 	return pw, nil
 }
@@ -236,13 +238,13 @@ func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Durati
 // (package qmpfds).
 func (s *Supervisor) openRawFiles(ctx context.Context, name string, c *qmp.Conn, d *qmppolicy.Decision) (*qmpfds.Files, error) {
 	p := s.paths(name)
-	pid := qemuPID(name, p.QMP)
+	pid := vmstats.QEMUPID(name, p.QMP)
 	if pid <= 0 {
-		return nil, vmErr(name, fmt.Errorf("qmp: QEMU's process, whose user opens the command's files: %w", ErrNotRunning))
+		return nil, vmerr.Wrap(name, fmt.Errorf("qmp: QEMU's process, whose user opens the command's files: %w", ErrNotRunning))
 	}
 	f, err := qmpfds.Open(ctx, c, p.Dir, pid, d)
 	if _, ok := isRefusal(err); err != nil && !ok {
-		return nil, vmErr(name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	return f, err
 }

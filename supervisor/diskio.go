@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/eventlog"
 	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -23,7 +24,7 @@ const (
 // reads.
 func (s *Supervisor) DiskIO(ctx context.Context, name string) (iohealth.Sample, error) {
 	if err := spec.ValidName(name); err != nil {
-		return iohealth.Sample{}, vmErr(name, err)
+		return iohealth.Sample{}, vmerr.Wrap(name, err)
 	}
 	c, release, err := s.qmpSession(ctx, name)
 	if err != nil {
@@ -32,7 +33,7 @@ func (s *Supervisor) DiskIO(ctx context.Context, name string) (iohealth.Sample, 
 	defer release()
 	smp, err := iohealth.Read(ctx, c)
 	if err != nil {
-		return smp, vmErr(name, err)
+		return smp, vmerr.Wrap(name, err)
 	}
 	return smp, nil
 }
@@ -41,12 +42,12 @@ func (s *Supervisor) DiskIO(ctx context.Context, name string) (iohealth.Sample, 
 // reason to the VM's history, which vmsup events shows.
 func (s *Supervisor) RecordEvent(name, event, reason string) error {
 	if err := spec.ValidName(name); err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	data, _ := json.Marshal(map[string]string{"reason": reason})
 	r := eventlog.Record{Time: time.Now().UTC(), VM: name, Source: eventlog.SourceVmsup, Event: event, Data: data}
 	if err := eventlog.Append(s.paths(name).EventHistory(), r); err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/diskops"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -190,7 +191,7 @@ func (h diskHost) UnitStatus(ctx context.Context, name string) (units.Status, er
 // Stop stops the VM at once, under the lock the disk operation's command
 // holds (borrowed here).
 func (h diskHost) Stop(ctx context.Context, name string) error {
-	lu, err := h.s.lockUnit(holding(ctx, name), name, "down")
+	lu, err := h.s.lockUnit(operation.Holding(ctx, name), name, "down")
 	if err != nil {
 		return err
 	}
@@ -229,7 +230,7 @@ func (h diskHost) KillUnit(ctx context.Context, name string) error {
 func (h diskHost) StartClone(ctx context.Context, f *spec.File, memory, from string, after func(vm, step string)) (diskops.Started, error) {
 	r := h.s.newStart(f, StartFresh, incomingArgs{})
 	r.restore = memory
-	_, err := runSteps(ctx, r.name, r.steps(), after)
+	_, err := steps.Run(ctx, r.name, r.steps(), after)
 	if r.lk != nil {
 		r.lk.Unlock() // the clone's own lock, taken by the start's lock step
 	}

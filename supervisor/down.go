@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -63,7 +64,7 @@ func (s *Supervisor) Down(ctx context.Context, name string) (DownResult, error) 
 func (s *Supervisor) DownWith(ctx context.Context, name string, o DownOptions) (DownResult, error) {
 	res := DownResult{VM: name}
 	if err := spec.ValidName(name); err != nil {
-		return res, vmErr(name, err)
+		return res, vmerr.Wrap(name, err)
 	}
 	lu, err := s.lockUnit(ctx, name, "down")
 	if err != nil {
@@ -108,13 +109,13 @@ func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit, o Do
 		_ = os.WriteFile(mark, nil, 0o600)
 		if err := sd.Kill(ctx, unit, syscall.SIGKILL); err != nil {
 			os.Remove(mark) // nothing was killed
-			return res, vmErr(name, fmt.Errorf("kill: %w", err))
+			return res, vmerr.Wrap(name, fmt.Errorf("kill: %w", err))
 		}
 	}
 	kctx, cancel := context.WithTimeout(ctx, killTimeout)
 	defer cancel()
 	if err := sd.WaitStopped(kctx, unit); err != nil {
-		return res, vmErr(name, fmt.Errorf("unit did not go away: %w", err))
+		return res, vmerr.Wrap(name, fmt.Errorf("unit did not go away: %w", err))
 	}
 	res.Duration = time.Since(start)
 	return res, s.afterStop(ctx, name)
@@ -124,10 +125,10 @@ func (s *Supervisor) down(ctx context.Context, name string, lu *lockedUnit, o Do
 // host steps set up.
 func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 	if err := s.paths(name).RemoveSockets(); err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	if err := s.hostTeardown(ctx, name); err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	s.companions().StopLeft(ctx, s.paths(name), name)
 	return nil
@@ -175,7 +176,7 @@ func (s *Supervisor) interruptedDown(ctx context.Context, name string, lu *locke
 	if st, serr := lu.sd.Status(sctx, lu.unit); serr == nil && st.Gone() {
 		state = "no longer running (it ended meanwhile)"
 	}
-	return vmErr(name, &interruptedError{msg: fmt.Sprintf("it is %s (%s; nothing was killed)", state, asked), cause: ctx.Err()})
+	return vmerr.Wrap(name, &interruptedError{msg: fmt.Sprintf("it is %s (%s; nothing was killed)", state, asked), cause: ctx.Err()})
 }
 
 // stopSettings are the VM's stop_timeout and shutdown method, from the spec
@@ -281,7 +282,7 @@ func (s *Supervisor) StopHook(ctx context.Context, name, unit string) (StopStep,
 	}
 	step, err := s.gracefulStop(ctx, name, DownOptions{})
 	if err != nil {
-		return step, vmErr(name, fmt.Errorf("stop hook: %w (systemd will signal QEMU)", err))
+		return step, vmerr.Wrap(name, fmt.Errorf("stop hook: %w (systemd will signal QEMU)", err))
 	}
 	return step, nil
 }

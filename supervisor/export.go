@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -17,7 +18,7 @@ import (
 func (s *Supervisor) Export(name string) ([]byte, error) {
 	v, err := s.view(name)
 	if v == nil {
-		return nil, vmErr(name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	return exportTOML(v)
 }
@@ -44,7 +45,7 @@ func exportTOML(v *vmstate.View) ([]byte, error) {
 	}
 	f, err := spec.New(vm.Name, vm)
 	if err != nil {
-		return nil, vmErr(vm.Name, fmt.Errorf("export: %w", err))
+		return nil, vmerr.Wrap(vm.Name, fmt.Errorf("export: %w", err))
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# VM %q as it runs, written by vmsup export.\n", vm.Name)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/eventlog"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -60,7 +61,7 @@ func (s *Supervisor) restartAfter(ctx context.Context, name string, app *vmstate
 	}
 	vm, err := app.VM()
 	if err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	cause := "the guest panicked"
 	if event == EventCrashed {
@@ -73,7 +74,7 @@ func (s *Supervisor) restartAfter(ctx context.Context, name string, app *vmstate
 	hist := s.paths(name).EventHistory()
 	recent, err := eventlog.History(hist, time.Now().Add(-window))
 	if err != nil {
-		return cause, vmErr(name, err)
+		return cause, vmerr.Wrap(name, err)
 	}
 	n := 0
 	for _, r := range recent {
@@ -89,7 +90,7 @@ func (s *Supervisor) restartAfter(ctx context.Context, name string, app *vmstate
 	data["count"] = n + 1
 	s.lifecycle(name, EventRestarting, data)
 	if err := s.startGuardian(ctx, name, "start "+name+" again after "+cause); err != nil {
-		return cause, vmErr(name, fmt.Errorf("%s, but its guardian did not start: %w (vmsup up starts it)", cause, err))
+		return cause, vmerr.Wrap(name, fmt.Errorf("%s, but its guardian did not start: %w (vmsup up starts it)", cause, err))
 	}
 	return fmt.Sprintf("%s: %s starts it again (restart %d of %d within %s)", cause, rebootUnit(name), n+1, vm.RestartLimit, window), nil
 }

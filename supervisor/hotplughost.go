@@ -10,6 +10,7 @@ import (
 	"github.com/vmsup/vmsup/internal/vfio"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vmstats"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -95,7 +96,7 @@ func (h hotplugHost) Reachable(paths ...string) error                { return h.
 func (h hotplugHost) Tools() storage.Tools                           { return h.s.tools() }
 func (h hotplugHost) Net() *vmnet.Manager                            { return h.s.net() }
 func (h hotplugHost) VFIO() vfio.Host                                { return h.s.vfio() }
-func (h hotplugHost) QEMUPID(vm string) int                          { return qemuPID(vm, h.s.paths(vm).QMP) }
+func (h hotplugHost) QEMUPID(vm string) int                          { return vmstats.QEMUPID(vm, h.s.paths(vm).QMP) }
 func (h hotplugHost) UnplugTimeout() time.Duration                   { return h.s.opts.UnplugTimeout }
 func (h hotplugHost) Logger() *slog.Logger                           { return h.s.opts.Logger }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/livemigrate"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -19,25 +20,12 @@ import (
 // kind (registerRecoverers). The kinds are declared beside their
 // operations.
 
-// beginOp journals an operation's intent before it acts. A pending one (its
-// command died) is recovered first; the caller holds the VM's lock.
-func (s *Supervisor) beginOp(ctx context.Context, name string, kind operation.Kind, intent any) (*operation.Op, error) {
-	return s.ops.Begin(ctx, name, kind, intent)
-}
-
-// beginGuardedOp is beginOp for an operation with a guardian (guard): the
-// guardian starts before the journal is written, so that no moment has a
-// journal and no guardian to settle it; stop ends the guardian (call it
-// after the journal ended).
+// beginGuardedOp is the kernel's Begin for an operation with a guardian
+// (guard): the guardian starts before the journal is written, so that no
+// moment has a journal and no guardian to settle it; stop ends the
+// guardian (call it after the journal ended).
 func (s *Supervisor) beginGuardedOp(ctx context.Context, name string, kind operation.Kind, intent any) (*operation.Op, func(), error) {
 	return s.ops.BeginGuarded(ctx, name, kind, intent, func() func() { return s.guard(ctx, name) })
-}
-
-// recoverUnlocked settles the VM's unfinished operation (the kernel's
-// Settle) for a command that does not take the VM's lock (status): it
-// recovers only when no other command holds the lock.
-func (s *Supervisor) recoverUnlocked(ctx context.Context, name string) (string, error) {
-	return s.ops.SettleIfFree(ctx, name)
 }
 
 // registerRecoverers registers each operation's recoverer with the kernel:
@@ -50,6 +38,25 @@ func (s *Supervisor) registerRecoverers() {
 	s.ops.Register(opReboot, s.recoverReboot)
 	livemigrate.Register(s.ops, migrateHost{s})
 	s.diskops().Register()
+}
+
+// stopUnknown is the kernel's GiveUp, for a journal of a kind this vmsup
+// has no recoverer for (another version's): what it left (a paused or
+// frozen guest, half-moved disks) cannot be known, so the VM is stopped
+// (QMP quit: QEMU flushes its disks, then SIGKILL) and its host set-up torn
+// down from the records; no disk or record is removed.
+func (s *Supervisor) stopUnknown(ctx context.Context, name string) error {
+	sd, err := s.systemd(ctx)
+	if err != nil {
+		return err
+	}
+	unit := s.state.UnitOf(name)
+	st, err := sd.Status(ctx, unit)
+	if err != nil || st.Gone() {
+		return err
+	}
+	_, err = s.down(ctx, name, &lockedUnit{sd: sd, unit: unit, st: st}, DownOptions{Force: true})
+	return err
 }
 
 // guard starts the operation's guardian, for the operations that can leave
@@ -113,7 +120,7 @@ func (s *Supervisor) settleUnit(name string) units.Unit {
 // says what was done ("" when the command had ended cleanly).
 func (s *Supervisor) Settle(ctx context.Context, name string) (string, error) {
 	if err := spec.ValidName(name); err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	var giveUp time.Time // from the first failure: the lock may be held for hours before
 	wait := s.settleRetry.First
@@ -147,5 +154,3 @@ func (s *Supervisor) settleOnce(ctx context.Context, name string) (string, error
 	lk.Unlock()
 	return note, nil
 }
-
-func intentOf[T any](op *operation.Op) (T, error) { return operation.IntentOf[T](op) }

@@ -12,6 +12,7 @@ import (
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/startplan"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -72,10 +73,6 @@ func (s *Supervisor) Receive(ctx context.Context, r io.Reader, w io.Writer) erro
 	return s.migrator().Receive(ctx, r, w)
 }
 
-// MigrateSteps are the steps of the source side of a migration, in order,
-// as AfterStep sees them.
-func MigrateSteps() []string { return livemigrate.MigrateSteps() }
-
 // HandOverSteps are the steps of a migration destination's hand-over (its
 // QEMU runs the guest: its sockets take the VM's names, then the record is
 // written), in order, as AfterStep sees them.
@@ -119,7 +116,9 @@ func (h migrateHost) AfterStop(ctx context.Context, name string) error {
 	return h.s.afterStop(ctx, name)
 }
 func (h migrateHost) Disable(ctx context.Context, name string) error { return h.s.Disable(ctx, name) }
-func (h migrateHost) SyncBootUnit(ctx context.Context) error         { return h.s.syncBootUnit(ctx) }
+func (h migrateHost) SyncBootUnit(ctx context.Context) error {
+	return h.s.autostart().SyncBootUnit(ctx)
+}
 func (h migrateHost) RunStateAt(ctx context.Context, sock string) qmp.RunState {
 	return h.s.runStateAt(ctx, sock)
 }
@@ -164,7 +163,7 @@ type incomingStart struct{ r *startRun }
 var _ livemigrate.Start = incomingStart{}
 
 func (i incomingStart) Run(ctx context.Context) (func(context.Context), error) {
-	return runSteps(ctx, i.r.name, i.r.steps(), i.r.s.opts.AfterStep)
+	return steps.Run(ctx, i.r.name, i.r.steps(), i.r.s.opts.AfterStep)
 }
 func (i incomingStart) Unit() string                        { return i.r.plan.Unit }
 func (i incomingStart) PlugDisks(ctx context.Context) error { return i.r.plugDisks(ctx) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/netmanage"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/spec"
@@ -35,9 +36,6 @@ func (s *Supervisor) Networks() *netmanage.Manager {
 	return &netmanage.Manager{Dir: filepath.Join(s.state.Root, "networks"), Systemd: s.systemd, Logger: s.opts.Logger, AfterStep: s.opts.AfterStep}
 }
 
-// vhostNet says whether taps use vhost-net (argv and unit agree on it).
-func (s *Supervisor) vhostNet() bool { return s.net().Vhost() }
-
 // tapOwner is the user the VM's QEMU runs as, who owns its taps.
 func (s *Supervisor) tapOwner(ctx context.Context, vm string) (vmnet.Owner, error) {
 	_, uid, gid, err := s.confiner().Identity(ctx, vm)
@@ -62,7 +60,7 @@ func (s *Supervisor) validateNICs(ctx context.Context, f *spec.File) error {
 // migration's other QEMU) shares the network with it.
 func (s *Supervisor) StopPost(ctx context.Context, name, unit string) error {
 	if err := spec.ValidName(name); err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	if !s.isCurrentUnit(name, unit) {
 		return nil
@@ -85,7 +83,7 @@ func (s *Supervisor) StopPost(ctx context.Context, name, unit string) error {
 	// crash included.
 	err = errors.Join(err, s.hostDevs().Teardown(name, s.paths(name).HostDevs()))
 	if err != nil {
-		return vmErr(name, fmt.Errorf("stop-post: %w", err))
+		return vmerr.Wrap(name, fmt.Errorf("stop-post: %w", err))
 	}
 	return nil
 }

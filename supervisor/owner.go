@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/vmdisks"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -52,7 +53,7 @@ func (s *Supervisor) checkOwner(f *spec.File, adopt bool) error {
 		return nil // not known here: the file makes it
 	}
 	if err != nil {
-		return vmErr(f.VM.Name, err)
+		return vmerr.Wrap(f.VM.Name, err)
 	}
 	if app.SourceFile == "" || sameFileName(app.SourceFile, absPath(f.Path)) {
 		return nil
@@ -74,17 +75,17 @@ func sameFileName(a, b string) bool {
 // the VM.
 func (s *Supervisor) FileOf(name string) (string, error) {
 	if err := spec.ValidName(name); err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	app, err := s.state.ReadApplied(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", s.notFound(name)
 	}
 	if err != nil {
-		return "", vmErr(name, err)
+		return "", vmerr.Wrap(name, err)
 	}
 	if app.SourceFile == "" {
-		return "", vmErr(name, errors.New("vmsup has no file for it (vmsup export writes one)"))
+		return "", vmerr.Wrap(name, errors.New("vmsup has no file for it (vmsup export writes one)"))
 	}
 	return app.SourceFile, nil
 }
@@ -99,19 +100,19 @@ func (s *Supervisor) adopt(ctx context.Context, f *spec.File) error {
 	defer lk.Unlock()
 	app, err := s.state.ReadApplied(name)
 	if err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	if app.SourceFile == absPath(f.Path) {
 		return nil
 	}
 	app.SourceFile = absPath(f.Path)
 	if err := s.state.RewriteApplied(app); err != nil {
-		return vmErr(name, fmt.Errorf("record %s as its file: %w", f.Path, err))
+		return vmerr.Wrap(name, fmt.Errorf("record %s as its file: %w", f.Path, err))
 	}
 	if marked, ok := s.state.Marked(); ok == nil && marked[name] != "" && marked[name] != s.paths(name).Spec {
 		// Enabled for boot from its old file: from its new one now.
 		if _, err := s.state.Mark(name, app.SourceFile); err != nil {
-			return vmErr(name, fmt.Errorf("autostart mark: %w", err))
+			return vmerr.Wrap(name, fmt.Errorf("autostart mark: %w", err))
 		}
 	}
 	return nil

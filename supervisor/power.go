@@ -9,6 +9,7 @@ import (
 	goqmp "github.com/digitalocean/go-qemu/qmp"
 
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/qmp"
 )
 
@@ -44,7 +45,7 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 	switch mode {
 	case RebootAuto, RebootAgent, RebootACPI:
 	default:
-		return res, vmErr(name, fmt.Errorf("reboot: unknown mode %q (want %q, %q or %q)", mode, RebootAuto, RebootAgent, RebootACPI))
+		return res, vmerr.Wrap(name, fmt.Errorf("reboot: unknown mode %q (want %q, %q or %q)", mode, RebootAuto, RebootAgent, RebootACPI))
 	}
 	lk, err := s.lock(ctx, name, "reboot")
 	if err != nil {
@@ -60,7 +61,7 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 		if err == nil {
 			err = fmt.Errorf("QEMU is %s: resume it first (or reset it)", qs.Status)
 		}
-		return res, vmErr(name, fmt.Errorf("reboot: %w", err))
+		return res, vmerr.Wrap(name, fmt.Errorf("reboot: %w", err))
 	}
 	if mode != RebootACPI && s.agentShutdown(ctx, name, c, "reboot") {
 		release()
@@ -69,19 +70,19 @@ func (s *Supervisor) Reboot(ctx context.Context, name string, mode RebootMode) (
 	}
 	release()
 	if mode == RebootAgent {
-		return res, vmErr(name, errors.New("reboot: the guest agent does not answer"))
+		return res, vmerr.Wrap(name, errors.New("reboot: the guest agent does not answer"))
 	}
 	res.Via = "acpi"
 	timeout, _ := s.stopSettings(name)
 	op, stop, err := s.beginGuardedOp(ctx, name, opReboot, nil)
 	if err != nil {
-		return res, vmErr(name, err)
+		return res, vmerr.Wrap(name, err)
 	}
 	defer stop()
 	if err := s.acpiReboot(ctx, name, timeout, op.After()); err != nil {
-		return res, vmErr(name, fmt.Errorf("reboot: %w", err))
+		return res, vmerr.Wrap(name, fmt.Errorf("reboot: %w", err))
 	}
-	return res, vmErr(name, op.End())
+	return res, vmerr.Wrap(name, op.End())
 }
 
 // Reboot steps (in the journal).
@@ -239,7 +240,7 @@ func (s *Supervisor) Reset(ctx context.Context, name string) error {
 	}
 	defer release()
 	if err := c.SystemReset(ctx); err != nil {
-		return vmErr(name, fmt.Errorf("reset: %w", err))
+		return vmerr.Wrap(name, fmt.Errorf("reset: %w", err))
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/vmsup/vmsup/internal/auditlog"
 	"github.com/vmsup/vmsup/internal/qmppolicy"
 	"github.com/vmsup/vmsup/internal/vmnet"
+	"github.com/vmsup/vmsup/internal/vmstats"
 )
 
 // The audit logs' sizes. Ordinary traffic goes to qmp.log only; refused
@@ -34,7 +35,7 @@ const (
 func (s *Supervisor) qmpEnv(name string) qmppolicy.Env {
 	p := s.paths(name)
 	env := qmppolicy.Env{StateDir: p.Dir}
-	if pid := qemuPID(name, p.QMP); pid > 0 {
+	if pid := vmstats.QEMUPID(name, p.QMP); pid > 0 {
 		if cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err == nil && filepath.IsAbs(cwd) && !strings.HasSuffix(cwd, " (deleted)") {
 			env.WorkDir = cwd
 		}

@@ -46,7 +46,7 @@ func (s *Supervisor) recoverRestart(ctx context.Context, name string, op *operat
 		}
 	}
 	f, err := s.appliedFile(name)
-	if in, ierr := intentOf[restartIntent](op); ierr == nil {
+	if in, ierr := operation.IntentOf[restartIntent](op); ierr == nil {
 		if nf, perr := spec.Parse(in.File, in.Raw); perr == nil && nf.VM.Name == name {
 			f, err = nf, nil
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/vmdisks"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -25,11 +26,11 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 // the VM's spec).
 func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, err error) {
 	if err := spec.ValidName(name); err != nil {
-		return nil, vmErr(name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil {
 		if clones := s.diskops().LiveClones(tree); len(clones) > 0 {
-			return nil, vmErr(name, fmt.Errorf("VMs %s were cloned from its snapshots and stand on its images: remove them first", strings.Join(clones, ", ")))
+			return nil, vmerr.Wrap(name, fmt.Errorf("VMs %s were cloned from its snapshots and stand on its images: remove them first", strings.Join(clones, ", ")))
 		}
 		for _, f := range tree.Files() {
 			if !strings.HasPrefix(f, s.paths(name).Records) {
@@ -52,7 +53,7 @@ func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks b
 		return vmdisks.Kept{}, err
 	}
 	deleted, err := vmdisks.DeleteImages(del)
-	return vmdisks.Kept{Kept: keep, Deleted: deleted}, vmErr(name, err)
+	return vmdisks.Kept{Kept: keep, Deleted: deleted}, vmerr.Wrap(name, err)
 }
 
 func (s *Supervisor) remove(ctx context.Context, name string) error {
@@ -65,13 +66,13 @@ func (s *Supervisor) remove(ctx context.Context, name string) error {
 	switch {
 	case st.ActiveState == "failed":
 		if err := sd.ResetFailed(ctx, unit); err != nil {
-			return vmErr(name, err)
+			return vmerr.Wrap(name, err)
 		}
 	case st.Exists && st.ActiveState != "inactive":
-		return vmErr(name, fmt.Errorf("it is %s (unit %s); vmsup down it first", st.ActiveState, unit))
+		return vmerr.Wrap(name, fmt.Errorf("it is %s (unit %s); vmsup down it first", st.ActiveState, unit))
 	}
 	p := s.paths(name)
-	known := s.isEnabled(name)
+	known := s.autostart().IsEnabled(name)
 	for _, d := range []string{p.Dir, p.Records} {
 		if _, err := os.Stat(d); err == nil {
 			known = true
@@ -84,17 +85,17 @@ func (s *Supervisor) remove(ctx context.Context, name string) error {
 	if err := s.afterStop(ctx, name); err != nil {
 		return err
 	}
-	if s.isEnabled(name) {
+	if s.autostart().IsEnabled(name) {
 		if err := s.Disable(ctx, name); err != nil {
 			return err
 		}
 	}
 	if err := errors.Join(p.RemoveAll(), s.state.RemoveVMFile(name)); err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	// Its vsock CID was kept from start to start: free for others now.
 	if err := s.vsocks().Release(ctx, name); err != nil {
-		return vmErr(name, fmt.Errorf("vsock: %w", err))
+		return vmerr.Wrap(name, fmt.Errorf("vsock: %w", err))
 	}
 	return nil
 }

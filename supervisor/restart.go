@@ -8,6 +8,8 @@ import (
 
 	"github.com/vmsup/vmsup/internal/apply"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -59,7 +61,7 @@ func (s *Supervisor) RestartWith(ctx context.Context, f *spec.File, o RestartOpt
 	}
 	old, err := s.appliedFile(name)
 	if err != nil {
-		return UpResult{VM: name}, vmErr(name, fmt.Errorf("restart: the spec it runs with: %w", err))
+		return UpResult{VM: name}, vmerr.Wrap(name, fmt.Errorf("restart: the spec it runs with: %w", err))
 	}
 	agentBefore := f.VM.HasGuestAgent() && s.agentAnswers(ctx, name)
 	// Down and up under one lock, journaled: a restart killed between them
@@ -69,13 +71,13 @@ func (s *Supervisor) RestartWith(ctx context.Context, f *spec.File, o RestartOpt
 		return UpResult{VM: name}, err
 	}
 	defer lu.unlock()
-	op, err := s.beginOp(ctx, name, opRestart, restartIntent{File: absPath(f.Path), Raw: f.Raw})
+	op, err := s.ops.Begin(ctx, name, opRestart, restartIntent{File: absPath(f.Path), Raw: f.Raw})
 	if err != nil {
-		return UpResult{VM: name}, vmErr(name, err)
+		return UpResult{VM: name}, vmerr.Wrap(name, err)
 	}
 	defer op.End()
 	if _, err := s.down(ctx, name, lu, DownOptions{}); err != nil {
-		return UpResult{VM: name}, vmErrIn(name, "restart", err)
+		return UpResult{VM: name}, vmerr.In(name, "restart", err)
 	}
 	op.Step(restartDown)
 	return s.startGated(ctx, lu.sd, f, old, op, agentBefore, o.Waiting)
@@ -101,12 +103,12 @@ func (s *Supervisor) startGated(ctx context.Context, sd *units.Manager, f, old *
 	unit := s.state.UnitOf(name)
 	if st, serr := sd.Status(bg, unit); serr == nil && !st.Gone() {
 		if _, derr := s.down(bg, name, &lockedUnit{sd: sd, unit: unit, st: st}, DownOptions{}); derr != nil {
-			return UpResult{VM: name}, fmt.Errorf("%w; taking the new QEMU down failed too: %s", err, unnamed(name, derr))
+			return UpResult{VM: name}, fmt.Errorf("%w; taking the new QEMU down failed too: %s", err, vmerr.Unnamed(name, derr))
 		}
 	}
 	op.Step(restartRollback)
 	if _, rerr := s.startLocked(bg, old, nil); rerr != nil {
-		return UpResult{VM: name}, fmt.Errorf("%w; starting the previous spec again failed too: %s (the VM is down)", err, unnamed(name, rerr))
+		return UpResult{VM: name}, fmt.Errorf("%w; starting the previous spec again failed too: %s (the VM is down)", err, vmerr.Unnamed(name, rerr))
 	}
 	return UpResult{VM: name, Action: Unchanged}, fmt.Errorf("%w; the VM runs again with its previous spec", err)
 }
@@ -133,7 +135,7 @@ func (s *Supervisor) startRestored(ctx context.Context, f *spec.File, op *operat
 	if op != nil {
 		after = op.After()
 	}
-	if _, err := runSteps(ctx, r.name, r.steps(), after); err != nil {
+	if _, err := steps.Run(ctx, r.name, r.steps(), after); err != nil {
 		return r.res, err
 	}
 	if r.res.Action == "" {
@@ -169,11 +171,11 @@ func (s *Supervisor) appliedFile(name string) (*spec.File, error) {
 // it, not the file as it is now).
 func (s *Supervisor) AppliedSpec(name string) (*spec.File, error) {
 	if err := spec.ValidName(name); err != nil {
-		return nil, vmErr(name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	f, err := s.appliedFile(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, s.notFound(name)
 	}
-	return f, vmErr(name, err)
+	return f, vmerr.Wrap(name, err)
 }

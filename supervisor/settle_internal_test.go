@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/livemigrate"
+	"github.com/vmsup/vmsup/internal/operation"
 )
 
 // syncBuffer is a log that a test reads while Settle writes it.
@@ -81,12 +82,13 @@ func TestSettleRetries(t *testing.T) {
 		t.Fatalf("pending op: %v %v", op, err)
 	}
 	op.End()
-	if _, err := s.state.BeginOp("vm1", "no-such-kind", nil); err != nil {
+	s.ops.Register("test-settles", func(context.Context, string, *operation.Op) (string, error) { return "settled", nil })
+	if _, err := s.state.BeginOp("vm1", "test-settles", nil); err != nil {
 		t.Fatal(err)
 	}
 	lk.Unlock()
 	r := <-done
-	if r.err != nil || !strings.Contains(r.note, "dropped an unreadable journal (no-such-kind)") {
+	if r.err != nil || !strings.Contains(r.note, "recovered an interrupted test-settles: settled") {
 		t.Fatalf("Settle: %q, %v", r.note, r.err)
 	}
 	if op, _ := s.state.PendingOp("vm1"); op != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/startplan"
 	"github.com/vmsup/vmsup/internal/vmdisks"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -313,7 +314,7 @@ func (r *startRun) takeLock(ctx context.Context) (err error) {
 		op = "migrate-receive"
 	}
 	var note string
-	if r.lk, note, err = r.s.lockRecover(ctx, r.name, op); err != nil {
+	if r.lk, note, err = r.s.ops.Lock(ctx, r.name, op); err != nil {
 		return err
 	}
 	if r.mode == StartIncoming {
@@ -694,7 +695,7 @@ func (s *Supervisor) stopPrelaunch(ctx context.Context, sd *units.Manager, name,
 		_ = sd.ResetFailed(uctx, unit)
 	}
 	if err := s.hostTeardown(ctx, name); err != nil {
-		return vmErr(name, fmt.Errorf("release the host resources of a start that died: %w", err))
+		return vmerr.Wrap(name, fmt.Errorf("release the host resources of a start that died: %w", err))
 	}
 	return nil
 }

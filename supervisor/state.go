@@ -29,15 +29,6 @@ func (s *Supervisor) lock(ctx context.Context, name, op string) (*operation.Lock
 	return lk, err
 }
 
-// lockRecover is lock, and says what recovery did ("" for nothing).
-func (s *Supervisor) lockRecover(ctx context.Context, name, op string) (*operation.Lock, string, error) {
-	return s.ops.Lock(ctx, name, op)
-}
-
-// holding returns ctx carrying the lock held on VM name: the operations
-// run under it borrow it.
-func holding(ctx context.Context, name string) context.Context { return operation.Holding(ctx, name) }
-
 // lockedUnit is the prologue of the commands that change whether a VM runs
 // (down, migrate, rm): the systemd connection, the VM's lock (held until
 // unlock) and its unit's state read under it.
@@ -54,7 +45,7 @@ func (s *Supervisor) lockUnit(ctx context.Context, name, op string) (*lockedUnit
 	if err != nil {
 		return nil, err
 	}
-	lk, note, err := s.lockRecover(ctx, name, op)
+	lk, note, err := s.ops.Lock(ctx, name, op)
 	if err != nil {
 		return nil, err
 	}

@@ -25,9 +25,6 @@ func (s *Supervisor) Stats(ctx context.Context, names ...string) ([]VMStats, []S
 	return vmstats.NewCollector(statsHost{s}).Stats(ctx, names...)
 }
 
-// qemuPID is the QEMU of VM name listening on qmpPath (0: none).
-func qemuPID(name, qmpPath string) int { return vmstats.QEMUPID(name, qmpPath) }
-
 // statsHost is the stats collector's Host.
 type statsHost struct{ s *Supervisor }
 

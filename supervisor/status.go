@@ -86,7 +86,7 @@ func (h statusHost) Systemd(ctx context.Context) (vmstatus.Systemd, error) {
 	return sd, nil
 }
 func (h statusHost) Settle(ctx context.Context, name string) (string, error) {
-	return h.s.recoverUnlocked(ctx, name)
+	return h.s.ops.SettleIfFree(ctx, name)
 }
 func (h statusHost) Monitor(ctx context.Context, name string) (vmstatus.Monitor, func(), error) {
 	c, release, err := h.s.qmpSession(ctx, name)
@@ -98,7 +98,7 @@ func (h statusHost) Monitor(ctx context.Context, name string) (vmstatus.Monitor,
 func (h statusHost) GuestPing(ctx context.Context, name string) (AgentStatus, error) {
 	return h.s.GuestPing(ctx, name)
 }
-func (h statusHost) Enabled(name string) bool { return h.s.isEnabled(name) }
+func (h statusHost) Enabled(name string) bool { return h.s.autostart().IsEnabled(name) }
 func (h statusHost) NICs(ctx context.Context, name string) []vmnet.NICStatus {
 	return h.s.nicStatuses(ctx, name)
 }

@@ -1,8 +1,6 @@
 package supervisor
 
 import (
-	"context"
-
 	"github.com/vmsup/vmsup/internal/steps"
 )
 
@@ -16,8 +14,3 @@ type StepError = steps.Error
 
 // errStopHere ends a sequence successfully after the step that returns it.
 var errStopHere = steps.ErrStopHere
-
-// runSteps runs a list of steps (see steps.Run).
-func runSteps(ctx context.Context, vm string, list []step, after func(vm, step string)) (func(context.Context), error) {
-	return steps.Run(ctx, vm, list, after)
-}

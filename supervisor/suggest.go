@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/vmsup/vmsup/internal/vmerr"
 )
 
 // notFound is the error for a VM name vmsup does not know: ErrNotFound,
 // with the known VMs whose names are a likely typo of it (vm "wbe": no
 // such VM (did you mean "web"?)).
-func (s *Supervisor) notFound(name string) error { return vmErr(name, s.unknownVM(name)) }
+func (s *Supervisor) notFound(name string) error { return vmerr.Wrap(name, s.unknownVM(name)) }
 
 // unknownVM is notFound without the VM's name, for an error that names it
 // further out.

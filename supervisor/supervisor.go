@@ -14,6 +14,7 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -168,7 +169,8 @@ func New(opts Options) (*Supervisor, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}, settleRetry: defaultSettleRetry()}
-	s.ops = operation.New(operation.Options{Store: s.state, Wait: opts.WaitForLock, After: opts.AfterStep, Logger: opts.Logger})
+	s.ops = operation.New(operation.Options{Store: s.state, Wait: opts.WaitForLock, After: opts.AfterStep, Logger: opts.Logger,
+		GiveUp: s.stopUnknown})
 	s.registerRecoverers()
 	return s, nil
 }
@@ -232,7 +234,7 @@ func (s *Supervisor) absent(name string) error {
 	if _, err := os.Stat(s.paths(name).Dir); errors.Is(err, os.ErrNotExist) {
 		return s.notFound(name)
 	}
-	return vmErr(name, ErrNotRunning)
+	return vmerr.Wrap(name, ErrNotRunning)
 }
 
 // qmpSession connects to the VM's command monitor. QEMU serves one client
@@ -248,10 +250,10 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 		return nil, nil, s.absent(name)
 	}
 	if err != nil {
-		return nil, nil, vmErr(name, fmt.Errorf("QMP lock: %w", err))
+		return nil, nil, vmerr.Wrap(name, fmt.Errorf("QMP lock: %w", err))
 	}
 	if !ok {
-		return nil, nil, vmErr(name, fmt.Errorf("QMP monitor busy for %s (another vmsup command is using it)", qmpLockTimeout))
+		return nil, nil, vmerr.Wrap(name, fmt.Errorf("QMP monitor busy for %s (another vmsup command is using it)", qmpLockTimeout))
 	}
 	dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
 	defer dcancel()
@@ -263,7 +265,7 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, nil, s.absent(name) // QEMU gone, its lock file left
 		}
-		return nil, nil, vmErr(name, fmt.Errorf("QMP: %w", err))
+		return nil, nil, vmerr.Wrap(name, fmt.Errorf("QMP: %w", err))
 	}
 	return c, func() { c.Close(); fl.Unlock() }, nil
 }

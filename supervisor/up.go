@@ -15,6 +15,7 @@ import (
 	"github.com/vmsup/vmsup/internal/hostcaps"
 	"github.com/vmsup/vmsup/internal/hostpaths"
 	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vmdisks"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -144,7 +145,7 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		VNCSocket:      p.VNC(),
 		ConsoleLog:     companion.FIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (internal/companion)
 		EventLog:       p.EventLog(),
-		VhostNet:       s.vhostNet(),
+		VhostNet:       s.net().Vhost(),
 		Disks:          vmdisks.HostFiles(p.Dir, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
 		TPMSocket:      companion.TPMPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
@@ -263,7 +264,7 @@ func (s *Supervisor) upOne(ctx context.Context, f *spec.File) (UpResult, error) 
 			r.lk.Unlock()
 		}
 	}()
-	if _, err := runSteps(ctx, r.name, r.steps(), s.opts.AfterStep); err != nil {
+	if _, err := steps.Run(ctx, r.name, r.steps(), s.opts.AfterStep); err != nil {
 		return r.res, err
 	}
 	if r.res.Action == "" {

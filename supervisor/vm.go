@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmevents"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -83,7 +84,7 @@ func (s *Supervisor) Sockets(name string) Sockets {
 // caller is a program with root's rights over the VM.
 func (s *Supervisor) Monitor(ctx context.Context, name string) (*qmp.Conn, func(), error) {
 	if err := spec.ValidName(name); err != nil {
-		return nil, nil, vmErr(name, err)
+		return nil, nil, vmerr.Wrap(name, err)
 	}
 	return s.qmpSession(ctx, name)
 }
@@ -121,11 +122,11 @@ func (s *Supervisor) WaitState(ctx context.Context, name string, want State) (St
 		case st.State == want || err != nil:
 			return st, nil
 		case st.State == StateCrashed:
-			return st, vmErr(name, fmt.Errorf("crashed (%s) while waiting for %s", st.Reason, want))
+			return st, vmerr.Wrap(name, fmt.Errorf("crashed (%s) while waiting for %s", st.Reason, want))
 		}
 		select {
 		case <-ctx.Done():
-			return st, vmErr(name, fmt.Errorf("still %s, not %s: %w", st.State, want, ctx.Err()))
+			return st, vmerr.Wrap(name, fmt.Errorf("still %s, not %s: %w", st.State, want, ctx.Err()))
 		case <-tick.C:
 		}
 	}

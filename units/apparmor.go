@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/vmsup/vmsup/internal/hostcaps"
 )
 
 // PathRule is one file a confined process may use and how, in AppArmor's
@@ -169,10 +167,6 @@ func (p *Profile) Render() ([]byte, error) {
 	b.WriteString("}\n")
 	return b.Bytes(), nil
 }
-
-// AppArmorState says whether the running kernel enforces AppArmor: "" when
-// it does, otherwise why not.
-func AppArmorState() string { return hostcaps.AppArmorReason() }
 
 // Parser runs apparmor_parser.
 type Parser struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vncproxy"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
@@ -119,7 +120,7 @@ func vncCmd(g *globals) *cobra.Command {
 				if pw != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "password: %s (valid for %s)\n", pw, wait)
 				}
-				return vmErrf(name, vncproxy.ServeOne(cmd.Context(), ln, wait, dialer(g, sup, name)))
+				return vmerr.Wrap(name, vncproxy.ServeOne(cmd.Context(), ln, wait, dialer(g, sup, name)))
 			})
 		},
 	}
@@ -145,7 +146,7 @@ func webConsole(cmd *cobra.Command, g *globals, sup remoteapi.Ops, name string, 
 	w := &vncproxy.Web{Token: tok, Wait: wait, Password: pw, Dial: dialer(g, sup, name)}
 	listen.warnPublic(cmd, ln.Addr(), name, "anyone with the URL's one-time token (128 random bits, valid once and for --timeout) gets")
 	fmt.Fprintln(cmd.OutOrStdout(), w.URL(ln.Addr().String()))
-	return vmErrf(name, w.Serve(cmd.Context(), ln))
+	return vmerr.Wrap(name, w.Serve(cmd.Context(), ln))
 }
 
 // consoleListen checks the VM serves VNC, makes its one-time password
@@ -168,12 +169,4 @@ func dialer(g *globals, sup remoteapi.Ops, name string) vncproxy.Dialer {
 		defer cancel()
 		return sup.DialVNC(dctx, name)
 	}
-}
-
-// vmErrf names the VM in a session's error.
-func vmErrf(name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("vm %q: %w", name, err)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/hostpaths"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
@@ -308,7 +309,7 @@ func vmName(arg string) (string, error) {
 		return f.VM.Name, nil
 	}
 	if err := spec.ValidName(arg); err != nil {
-		return "", fmt.Errorf("vm %q: %w", arg, err)
+		return "", vmerr.Wrap(arg, err)
 	}
 	// vmsup's own units are no VM's: refused here, before any host (local
 	// or remote) is asked.

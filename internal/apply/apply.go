@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/plan"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -73,14 +74,14 @@ func (a *Applier) Apply(ctx context.Context, f *spec.File, o Options) (Result, e
 		return res, err
 	}
 	if !pr.Running {
-		return res, vmErr(name, fmt.Errorf("apply %s: %s", f.Path, pr.Note))
+		return res, vmerr.Wrap(name, fmt.Errorf("apply %s: %s", f.Path, pr.Note))
 	}
 	if b := plan.Blocking(pr.Changes); len(b) > 0 {
 		lines := make([]string, len(b))
 		for i, c := range b {
 			lines[i] = fmt.Sprintf("%s: %s", c.Field, c.Why)
 		}
-		return res, vmErr(name, fmt.Errorf("%s cannot be applied, nothing was changed: %s", f.Path, strings.Join(lines, "; ")))
+		return res, vmerr.Wrap(name, fmt.Errorf("%s cannot be applied, nothing was changed: %s", f.Path, strings.Join(lines, "; ")))
 	}
 	if o.Adopt {
 		if err := a.h.Adopt(ctx, f); err != nil {
@@ -92,7 +93,7 @@ func (a *Applier) Apply(ctx context.Context, f *spec.File, o Options) (Result, e
 	for i, c := range live {
 		note, err := a.applyLive(ctx, f, c)
 		if err != nil {
-			return res, vmErr(name, applyStopped(res.Applied, live[i:], err))
+			return res, vmerr.Wrap(name, applyStopped(res.Applied, live[i:], err))
 		}
 		res.Applied, notes = append(res.Applied, c), append(notes, note)
 	}
@@ -202,7 +203,7 @@ func (a *Applier) recordInSync(ctx context.Context, f *spec.File) error {
 	st := a.h.State()
 	app, err := st.ReadApplied(name)
 	if err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	boot, err := app.VM()
 	if err != nil {
@@ -214,7 +215,7 @@ func (a *Applier) recordInSync(ctx context.Context, f *spec.File) error {
 	app.SourceFile = absPath(f.Path)
 	app.Generation++
 	if err := st.WriteApplied(app, f.Raw); err != nil {
-		return vmErr(name, fmt.Errorf("record: %w", err))
+		return vmerr.Wrap(name, fmt.Errorf("record: %w", err))
 	}
 	return st.ClearPending(name)
 }
@@ -226,7 +227,7 @@ func (a *Applier) writePending(f *spec.File, rest []plan.Change, atReboot bool) 
 		pd.Changes = append(pd.Changes, c.String())
 	}
 	if err := a.h.State().WritePending(f.VM.Name, pd); err != nil {
-		return vmErr(f.VM.Name, fmt.Errorf("record the pending changes: %w", err))
+		return vmerr.Wrap(f.VM.Name, fmt.Errorf("record the pending changes: %w", err))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/plan"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -27,10 +28,10 @@ func (a *Applier) armReboot(ctx context.Context, f *spec.File, rest []plan.Chang
 	name := f.VM.Name
 	app, err := a.h.State().ReadApplied(name)
 	if err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	if app.EventLog == "" {
-		return vmErr(name, errors.New("its QEMU keeps no event log (it was started by a migration or an older vmsup), "+
+		return vmerr.Wrap(name, errors.New("its QEMU keeps no event log (it was started by a migration or an older vmsup), "+
 			"so its reboot cannot be told from a poweroff: vmsup apply --restart applies the changes now"))
 	}
 	if err := a.writePending(f, rest, true); err != nil {
@@ -42,7 +43,7 @@ func (a *Applier) armReboot(ctx context.Context, f *spec.File, rest []plan.Chang
 	}
 	defer release()
 	if err := c.SetAction(ctx, qmp.Actions{Reboot: "shutdown"}); err != nil {
-		return vmErr(name, fmt.Errorf("set-action reboot=shutdown: %w", err))
+		return vmerr.Wrap(name, fmt.Errorf("set-action reboot=shutdown: %w", err))
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -116,9 +115,6 @@ func (a *Applier) lock(ctx context.Context, vm, by string) (*operation.Lock, err
 }
 
 func (a *Applier) paths(vm string) vmstate.Paths { return a.h.State().Paths(vm) }
-
-// vmErr gives err the VM's name, once (vmerr.Wrap).
-func vmErr(vm string, err error) error { return vmerr.Wrap(vm, err) }
 
 func absPath(p string) string {
 	if abs, err := filepath.Abs(p); err == nil {

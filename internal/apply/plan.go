@@ -10,6 +10,7 @@ import (
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/plan"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -64,7 +65,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 		res.Note = "not running: vmsup up " + f.Path + " starts it from its file"
 		return res, nil
 	case err != nil:
-		return res, vmErr(name, err)
+		return res, vmerr.Wrap(name, err)
 	}
 	res.Running = true
 	app, running := v.Applied, v.Spec

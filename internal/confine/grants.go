@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/atomicfile"
 	"github.com/vmsup/vmsup/internal/posixacl"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/units"
 )
@@ -94,11 +95,11 @@ func (m *Manager) changeConfinement(ctx context.Context, name string, change fun
 		return fmt.Errorf("vm %q: confinement: %w", name, err)
 	}
 	if err := change(c); err != nil {
-		return fmt.Errorf("vm %q: %w", name, err)
+		return vmerr.Wrap(name, err)
 	}
 	if c.AppArmor.Profile != "" {
 		if err := m.reloadProfile(ctx, name, c); err != nil {
-			return fmt.Errorf("vm %q: %w", name, err)
+			return vmerr.Wrap(name, err)
 		}
 	}
 	return m.writeConfinement(name, c)

@@ -14,6 +14,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -80,7 +81,7 @@ type backupIntent struct {
 func (s *Service) Backup(ctx context.Context, name string, o BackupOptions) (BackupResult, error) {
 	res := BackupResult{VM: name, Dir: o.Dir}
 	fail := func(err error) (BackupResult, error) {
-		return res, vmErr(name, fmt.Errorf("backup to %s: %w", res.Dir, err))
+		return res, vmerr.Wrap(name, fmt.Errorf("backup to %s: %w", res.Dir, err))
 	}
 	dir, err := backupDir(o.Dir)
 	if err != nil {

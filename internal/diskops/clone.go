@@ -10,6 +10,7 @@ import (
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -39,7 +40,7 @@ type Clone struct {
 func (s *Service) UpFromSnapshot(ctx context.Context, src, tag, newName string) (res Clone, started Started, err error) {
 	res = Clone{From: src + ":" + tag}
 	fail := func(err error) (Clone, Started, error) {
-		return res, started, vmErr(newName, fmt.Errorf("clone from %s:%s: %w", src, tag, err))
+		return res, started, vmerr.Wrap(newName, fmt.Errorf("clone from %s:%s: %w", src, tag, err))
 	}
 	if err := spec.ValidVMName(newName); err != nil {
 		return fail(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -92,7 +93,7 @@ type moveIntent struct {
 func (s *Service) MoveDisk(ctx context.Context, name, disk string, o MoveOptions) (MoveResult, error) {
 	res := MoveResult{VM: name, Disk: disk}
 	fail := func(err error) (MoveResult, error) {
-		return res, vmErr(name, fmt.Errorf("move disk %q: %w", disk, err))
+		return res, vmerr.Wrap(name, fmt.Errorf("move disk %q: %w", disk, err))
 	}
 	lk, err := s.lock(ctx, name, string(opDiskMove))
 	if err != nil {
@@ -265,7 +266,9 @@ func (s *Service) newMoveIntent(ctx context.Context, name string, c *qmp.Conn, s
 // is a file it looks for at each progress poll; it then cancels its job
 // (the device stays on the source) and takes the target out again.
 func (s *Service) CancelDiskMove(ctx context.Context, name, disk string) error {
-	fail := func(err error) error { return vmErr(name, fmt.Errorf("cancel the move of disk %q: %w", disk, err)) }
+	fail := func(err error) error {
+		return vmerr.Wrap(name, fmt.Errorf("cancel the move of disk %q: %w", disk, err))
+	}
 	op, err := s.k.Pending(name)
 	if err != nil {
 		return fail(err)

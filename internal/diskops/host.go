@@ -8,7 +8,6 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/steps"
-	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -148,6 +147,3 @@ func rulePaths(rules []units.PathRule) []string {
 	}
 	return paths
 }
-
-// vmErr gives err the VM's name, once (vmerr.Wrap).
-func vmErr(name string, err error) error { return vmerr.Wrap(name, err) }

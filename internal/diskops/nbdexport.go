@@ -15,6 +15,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -94,7 +95,7 @@ const nbdFD = "vmsup-nbd"
 // it serves (other commands on the VM wait or say it is busy); status
 // still answers.
 func (s *Service) ExportNBD(ctx context.Context, name string, o ExportOptions) error {
-	fail := func(err error) error { return vmErr(name, fmt.Errorf("nbd export: %w", err)) }
+	fail := func(err error) error { return vmerr.Wrap(name, fmt.Errorf("nbd export: %w", err)) }
 	if o.Socket == "" {
 		return fail(errors.New("no socket path"))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -81,7 +82,7 @@ type snapIntent struct {
 func (s *Service) Snapshot(ctx context.Context, name, tag string, o SnapshotOptions) (SnapshotResult, error) {
 	res := SnapshotResult{VM: name, Tag: tag}
 	fail := func(err error) (SnapshotResult, error) {
-		return res, vmErr(name, fmt.Errorf("snapshot %q: %w", tag, err))
+		return res, vmerr.Wrap(name, fmt.Errorf("snapshot %q: %w", tag, err))
 	}
 	lk, err := s.lock(ctx, name, string(opSnapshot))
 	if err != nil {
@@ -155,14 +156,14 @@ func (s *Service) Snapshot(ctx context.Context, name, tag string, o SnapshotOpti
 // SnapshotTree is VM name's snapshot tree (empty when it has none).
 func (s *Service) SnapshotTree(name string) (*snapshot.Tree, error) {
 	if err := spec.ValidName(name); err != nil {
-		return nil, vmErr(name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
 		return nil, s.h.NotFound(name)
 	}
 	t, err := snapshot.Load(s.paths(name).Snapshots())
 	if err != nil {
-		return nil, vmErr(name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	t.Name = name
 	return t, nil

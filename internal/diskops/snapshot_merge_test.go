@@ -118,6 +118,8 @@ func TestMergeOffline(t *testing.T) {
 				}
 			}
 			k := operation.New(operation.Options{Store: h.store})
+			s := New(k, h)
+			s.Register()
 			op, err := k.Begin(context.Background(), "web", opSnapshotRemove, snapRmIntent{Tag: "s1"})
 			if err != nil {
 				t.Fatal(err)
@@ -133,7 +135,6 @@ func TestMergeOffline(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s := New(k, h)
 			m := snapshot.Merge{Disk: "root", From: &snapshot.Image{Path: from}}
 			if err := s.mergeOffline(context.Background(), "web", op, m); err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -31,7 +32,7 @@ type snapRmIntent struct {
 // RemoveSnapshot removes snapshot tag of VM name, running or off.
 // progress, when set, sees each live merge go.
 func (s *Service) RemoveSnapshot(ctx context.Context, name, tag string, progress func(disk string, done, total int64)) error {
-	fail := func(err error) error { return vmErr(name, fmt.Errorf("remove snapshot %q: %w", tag, err)) }
+	fail := func(err error) error { return vmerr.Wrap(name, fmt.Errorf("remove snapshot %q: %w", tag, err)) }
 	lk, err := s.lock(ctx, name, string(opSnapshotRemove))
 	if err != nil {
 		return err

@@ -58,7 +58,7 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 	res := RevertResult{VM: name, Tag: tag}
 	start := time.Now()
 	fail := func(err error) (RevertResult, error) {
-		return res, vmErr(name, fmt.Errorf("revert to %q: %w", tag, err))
+		return res, vmerr.Wrap(name, fmt.Errorf("revert to %q: %w", tag, err))
 	}
 	lk, err := s.lock(ctx, name, string(opSnapshotRevert))
 	if err != nil {

@@ -85,13 +85,16 @@ const (
 	kindConfig               // configuration places
 )
 
+// kindOf is a key's kind by the place its spec field is tagged with
+// (spec.PathPlace); a key no spec field names (a command's own) is an
+// image place's.
 func kindOf(field string) kind {
-	switch field[strings.LastIndexAny(field, ".")+1:] {
-	case "file":
+	switch place, _ := spec.PathPlace(field); place {
+	case spec.PlaceDisk:
 		return kindDiskFile
-	case "vars_template":
+	case spec.PlaceFirmware:
 		return kindFirmware
-	case "ceph_conf", "secret_file", "cni_config":
+	case spec.PlaceConfig:
 		return kindConfig
 	}
 	return kindImage
@@ -329,42 +332,21 @@ type Field struct {
 	Name, Path string
 }
 
-// Fields are every host path vm names, in file order: boot files, disks'
-// files, NICs' CNI configs, shares. Firmware code is vmsup's own choice
-// (the distribution's), not the file's.
-func Fields(vm *spec.VM) []Field {
-	var out []Field
-	add := func(name, path string) {
-		if path != "" {
-			out = append(out, Field{name, path})
-		}
-	}
-	add("boot.kernel", vm.Boot.Kernel)
-	add("boot.initrd", vm.Boot.Initrd)
-	add("boot.vars_template", vm.Boot.VarsTemplate)
-	for i, d := range vm.Disks {
-		out = append(out, DiskFields(fmt.Sprintf("disk[%d]", i), d)...)
-	}
-	for i, n := range vm.NICs {
-		add(fmt.Sprintf("nic[%d].cni_config", i), n.CNIConfig)
-	}
-	for i, s := range vm.Shares {
-		add(fmt.Sprintf("share[%d].path", i), s.Path)
-	}
-	return out
-}
+// Fields are every host path vm names, in file order: each key its spec
+// field tags `vmsup:"hostpath"` (spec.VM.HostPaths) that is set. Firmware
+// code is vmsup's own choice (the distribution's), not the file's.
+func Fields(vm *spec.VM) []Field { return set(vm.HostPaths()) }
 
 // DiskFields are the host paths disk d names; prefix is its key
 // ("disk[0]", or "" for a disk given alone: "file", "backing").
-func DiskFields(prefix string, d spec.Disk) []Field {
+func DiskFields(prefix string, d spec.Disk) []Field { return set(d.HostPaths(prefix)) }
+
+// set are the keys of ps that are set.
+func set(ps []spec.HostPath) []Field {
 	var out []Field
-	if prefix != "" {
-		prefix += "."
-	}
-	for _, f := range []Field{{"file", d.File}, {"backing", d.Backing}, {"ceph_conf", d.CephConf}, {"secret_file", d.SecretFile},
-		{"user_data_file", d.UserDataFile}, {"meta_data_file", d.MetaDataFile}, {"network_config_file", d.NetworkConfigFile}} {
-		if f.Path != "" {
-			out = append(out, Field{prefix + f.Name, f.Path})
+	for _, p := range ps {
+		if *p.Ptr != "" {
+			out = append(out, Field{p.Key, *p.Ptr})
 		}
 	}
 	return out

@@ -2,7 +2,6 @@ package hotplug
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/steps"
 	"github.com/vmsup/vmsup/internal/vfio"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -313,37 +313,11 @@ func notRunning(v *vmstate.View, err error) error {
 	return nil
 }
 
-// vmError is an error about one VM: `vm "NAME": what went wrong`, the
-// shape of every error of the supervisor's API (VMName says the name is
-// given, so it is not given twice).
-type vmError struct {
-	vm  string
-	err error
-}
-
-func (e *vmError) Error() string  { return fmt.Sprintf("vm %q: %v", e.vm, e.err) }
-func (e *vmError) Unwrap() error  { return e.err }
-func (e *vmError) VMName() string { return e.vm }
-
-// vmErr gives err the VM's name, once: an error that already names the VM
-// is returned as it is.
-func vmErr(vm string, err error) error {
-	if err == nil || names(vm, err) {
-		return err
-	}
-	return &vmError{vm: vm, err: err}
-}
-
 // opErr is err within what (`attach disk "data"`) on VM vm; an error that
 // already names the VM (a failed step's, a busy VM's) is returned as it is.
 func opErr(vm, what string, err error) error {
-	if err == nil || names(vm, err) {
+	if err == nil || vmerr.Names(vm, err) {
 		return err
 	}
-	return &vmError{vm: vm, err: fmt.Errorf("%s: %w", what, err)}
-}
-
-func names(vm string, err error) bool {
-	var named interface{ VMName() string }
-	return errors.As(err, &named) && named.VMName() == vm
+	return vmerr.Wrap(vm, fmt.Errorf("%s: %w", what, err))
 }

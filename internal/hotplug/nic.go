@@ -11,6 +11,7 @@ import (
 	"github.com/vmsup/vmsup/internal/devices"
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -77,17 +78,17 @@ func (r *nicAttach) fail(err error) error { return opErr(r.vm, fmt.Sprintf("nic 
 
 func (r *nicAttach) check(ctx context.Context, v *vmstate.View, down error) (bool, error) {
 	if down != nil {
-		return false, vmErr(r.vm, down)
+		return false, vmerr.Wrap(r.vm, down)
 	}
 	if err := r.e.h.CheckPath("cni_config", r.n.CNIConfig); err != nil { // before anything reads it
-		return false, vmErr(r.vm, fmt.Errorf("attach nic %q: cni_config: %w", r.n.Name, err))
+		return false, vmerr.Wrap(r.vm, fmt.Errorf("attach nic %q: cni_config: %w", r.n.Name, err))
 	}
 	var err error
 	if r.n, err = r.newNIC(ctx, v, r.n); err != nil {
 		return false, err
 	}
 	if r.nd, err = qemuargs.NICNetdev(r.n, r.e.h.Net().Vhost()); err != nil {
-		return false, vmErr(r.vm, err)
+		return false, vmerr.Wrap(r.vm, err)
 	}
 	return false, nil
 }
@@ -119,7 +120,7 @@ func (r *nicAttach) newNIC(ctx context.Context, v *vmstate.View, n spec.NIC) (sp
 	}
 	n.ApplyDefaults(vm, len(all))
 	fail := func(field string, err error) error {
-		return vmErr(name, fmt.Errorf("nic %q: %s: %w", n.Name, field, err))
+		return vmerr.Wrap(name, fmt.Errorf("nic %q: %s: %w", n.Name, field, err))
 	}
 	if err := spec.ValidName(n.Name); err != nil {
 		return n, fail("name", err)
@@ -136,7 +137,7 @@ func (r *nicAttach) newNIC(ctx context.Context, v *vmstate.View, n spec.NIC) (sp
 		}
 	}
 	if err := spec.CheckNICs(append(all, n)); err != nil {
-		return n, vmErr(name, err)
+		return n, vmerr.Wrap(name, err)
 	}
 	if why := r.e.TapRefusal(name); why != "" && n.UsesTap() {
 		return n, fail("type", errors.New(why+": give it a NIC in its file and restart it"))
@@ -180,7 +181,7 @@ type nicDetach struct {
 func (r *nicDetach) kind() kind { return nicKind() }
 
 // fail: the detach's errors name the NIC where they arise (vmnet's too).
-func (r *nicDetach) fail(err error) error { return vmErr(r.vm, err) }
+func (r *nicDetach) fail(err error) error { return vmerr.Wrap(r.vm, err) }
 
 func (r *nicDetach) find(_ context.Context, v *vmstate.View, down error) (Device, error) {
 	if down != nil {

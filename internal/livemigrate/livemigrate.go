@@ -10,7 +10,6 @@ import (
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -171,9 +170,6 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // VMName says which VM the error is about.
 func (e *Error) VMName() string { return e.VM }
-
-// vmErr gives err the VM's name, once (vmerr.Wrap).
-func vmErr(name string, err error) error { return vmerr.Wrap(name, err) }
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/operation"
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -123,15 +124,15 @@ func TestIncomingDir(t *testing.T) {
 // TestVMErr: an error names its VM once.
 func TestVMErr(t *testing.T) {
 	base := errors.New("boom")
-	e := vmErr("web", base)
-	if got := vmErr("web", e).Error(); got != `vm "web": boom` {
+	e := vmerr.Wrap("web", base)
+	if got := vmerr.Wrap("web", e).Error(); got != `vm "web": boom` {
 		t.Errorf("named twice: %q", got)
 	}
 	me := &Error{VM: "web", Step: "prepare", Running: "source", Err: base}
-	if got := vmErr("web", me); got != error(me) {
+	if got := vmerr.Wrap("web", me); got != error(me) {
 		t.Errorf("a migration's error is wrapped again: %v", got)
 	}
-	if !errors.Is(vmErr("db", me), base) {
+	if !errors.Is(vmerr.Wrap("db", me), base) {
 		t.Error("the cause is lost")
 	}
 }

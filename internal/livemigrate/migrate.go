@@ -15,6 +15,7 @@ import (
 	"github.com/vmsup/vmsup/internal/consolelog"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmnet"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
@@ -31,10 +32,10 @@ const KindOut operation.Kind = "migrate"
 // QEMU on this host (o.Local).
 func (mg *Migrator) Migrate(ctx context.Context, name string, o migration.Options) (migration.Result, error) {
 	if err := spec.ValidName(name); err != nil {
-		return migration.Result{}, vmErr(name, err)
+		return migration.Result{}, vmerr.Wrap(name, err)
 	}
 	if !o.Local && o.To == "" {
-		return migration.Result{}, vmErr(name, errors.New("migrate: no destination (give a host or local)"))
+		return migration.Result{}, vmerr.Wrap(name, errors.New("migrate: no destination (give a host or local)"))
 	}
 	m := &outgoing{mg: mg, name: name, o: o.WithDefaults(), start: time.Now(), p: mg.paths(name)}
 	m.res.VM, m.res.To = name, m.o.To
@@ -43,10 +44,10 @@ func (mg *Migrator) Migrate(ctx context.Context, name string, o migration.Option
 	}
 	defer m.close()
 	if err := m.load(ctx); err != nil {
-		return m.res, vmErr(name, err)
+		return m.res, vmerr.Wrap(name, err)
 	}
 	if err := m.journal(ctx); err != nil {
-		return m.res, vmErr(name, err)
+		return m.res, vmerr.Wrap(name, err)
 	}
 	r, err := m.prepare(ctx)
 	if err != nil {
@@ -505,17 +506,17 @@ func (mg *Migrator) Cancel(ctx context.Context, name string) error {
 	defer release()
 	info, err := c.QueryMigrate(ctx)
 	if err != nil {
-		return vmErr(name, err)
+		return vmerr.Wrap(name, err)
 	}
 	switch info.Status {
 	case qmp.MigrationSetup, qmp.MigrationActive, qmp.MigrationPreSwitchover, qmp.MigrationDevice, qmp.MigrationWaitUnplug:
 	case qmp.MigrationPostcopyActive:
-		return vmErr(name, errors.New("the migration is in postcopy: the guest already runs on the destination, it cannot be cancelled"))
+		return vmerr.Wrap(name, errors.New("the migration is in postcopy: the guest already runs on the destination, it cannot be cancelled"))
 	default:
-		return vmErr(name, fmt.Errorf("no migration in progress (status %q)", cmp.Or(info.Status, qmp.MigrationNone)))
+		return vmerr.Wrap(name, fmt.Errorf("no migration in progress (status %q)", cmp.Or(info.Status, qmp.MigrationNone)))
 	}
 	if err := c.MigrateCancel(ctx); err != nil {
-		return vmErr(name, fmt.Errorf("migrate_cancel: %w", err))
+		return vmerr.Wrap(name, fmt.Errorf("migrate_cancel: %w", err))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/vmsup/vmsup/internal/identity"
 	"github.com/vmsup/vmsup/internal/migration"
 	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -85,7 +86,7 @@ func (mg *Migrator) receive(ctx context.Context, peer *migration.Peer, local boo
 	}()
 	uri, err := d.prepare(ctx, m)
 	if err != nil {
-		err = vmErr(m.Name, err)
+		err = vmerr.Wrap(m.Name, err)
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
 		return err
 	}
@@ -101,12 +102,12 @@ func (mg *Migrator) receive(ctx context.Context, peer *migration.Peer, local boo
 			// The newest guest state is here and nowhere else: keep it
 			// for the operator (QEMU's postcopy recovery), do not kill it.
 			d.finalized = true
-			return vmErr(d.name, fmt.Errorf("source went away during postcopy; the destination QEMU (%s) is left as it is", d.st.Unit()))
+			return vmerr.Wrap(d.name, fmt.Errorf("source went away during postcopy; the destination QEMU (%s) is left as it is", d.st.Unit()))
 		}
 		return errAborted
 	}
 	if err := d.finalize(ctx, m); err != nil {
-		err = vmErr(d.name, err)
+		err = vmerr.Wrap(d.name, err)
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})
 		return err
 	}
@@ -150,7 +151,7 @@ func (d *incomingVM) awaitCommit(ctx context.Context, peer *migration.Peer) erro
 		err = fmt.Errorf("got %q", m.Type)
 	}
 	if err != nil {
-		return vmErr(d.name, fmt.Errorf("source did not hand over (%v); the new QEMU runs as %s", err, d.st.Unit()))
+		return vmerr.Wrap(d.name, fmt.Errorf("source did not hand over (%v); the new QEMU runs as %s", err, d.st.Unit()))
 	}
 	if err := d.commit(); err != nil {
 		_ = peer.Send(migration.Msg{Type: migration.MsgError, Error: err.Error()})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/migration"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -53,7 +54,7 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migration.Peer, name 
 		return peer.Send(migration.Msg{Type: migration.MsgState, State: state})
 	}
 	if err := spec.ValidName(name); err != nil {
-		return reply("", vmErr(name, err))
+		return reply("", vmerr.Wrap(name, err))
 	}
 	lctx, cancel := context.WithTimeout(ctx, queryTimeout-15*time.Second)
 	defer cancel()
@@ -72,12 +73,12 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migration.Peer, name 
 	}
 	c, release, err := mg.h.QMPSession(ctx, name)
 	if err != nil {
-		return reply("", vmErr(name, err))
+		return reply("", vmerr.Wrap(name, err))
 	}
 	defer release()
 	qs, err := c.QueryStatus(ctx)
 	if err != nil {
-		return reply("", vmErr(name, err))
+		return reply("", vmerr.Wrap(name, err))
 	}
 	if qs.Status == qmp.RunInMigrate || qs.Status == qmp.RunPostMigrate {
 		return reply(migration.StateAbsent, nil)

@@ -46,6 +46,16 @@ func (m *Manager) ops() *operation.Kernel {
 	return k
 }
 
+// Kinds are the kinds of the networks' operations that have a recoverer
+// (supervisor's TestEveryKindHasARecoverer checks every declared one).
+func (m *Manager) Kinds() []string {
+	var out []string
+	for _, k := range m.ops().Kinds() {
+		out = append(out, string(k))
+	}
+	return out
+}
+
 // settle finishes what a killed command left on the network; the caller
 // holds its lock.
 func (m *Manager) settle(ctx context.Context, name string) (string, error) {

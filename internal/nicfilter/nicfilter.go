@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -206,10 +205,4 @@ func familyName(f nftables.TableFamily) string {
 		return "ip6"
 	}
 	return fmt.Sprint(uint8(f))
-}
-
-// IsVmsupTable reports whether a "FAMILY NAME" table is one of vmsup's.
-func IsVmsupTable(t string) bool {
-	_, name, _ := strings.Cut(t, " ")
-	return strings.HasPrefix(name, "vmsup-")
 }

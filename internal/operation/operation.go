@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/internal/vmstate"
 )
 
@@ -46,7 +47,15 @@ type Options struct {
 	After func(vm, step string)
 	// Logger logs what recovery did and journal writes that failed.
 	Logger *slog.Logger
+	// GiveUp makes vm safe when its journal names a kind no recoverer
+	// knows (an older or newer vmsup's): the VM off, its disks and records
+	// untouched. Nil: there is nothing to stop (the journal still ends).
+	GiveUp func(ctx context.Context, vm string) error
 }
+
+// ErrUnregistered is what Begin refuses: a kind with no recoverer would
+// leave a journal that nothing can settle after a kill.
+var ErrUnregistered = errors.New("has no recoverer registered")
 
 // Kernel runs the operations of the VMs of one state root.
 type Kernel struct {
@@ -151,7 +160,7 @@ func (o *Op) End() error {
 // its template): until it ends, the next command on vm settles it as well.
 func (o *Op) Concerns(vm string) error {
 	if err := o.k.o.Store.LinkOp(vm, o.vm); err != nil {
-		return fmt.Errorf("vm %q: %w", vm, err)
+		return vmerr.Wrap(vm, err)
 	}
 	o.links = append(o.links, vm)
 	return nil
@@ -211,9 +220,24 @@ func (k *Kernel) lock(ctx context.Context, vm, by string, wait bool) (*Lock, str
 	return &Lock{fl}, note, nil
 }
 
+// refuse fails closed: an operation whose kind has no recoverer is not
+// begun (a kill would leave a journal nothing can settle).
+func (k *Kernel) refuse(vm string, kind Kind) error {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if k.rec[kind] != nil {
+		return nil
+	}
+	return fmt.Errorf("vm %q: operation %q %w: refused before anything was done (a bug in vmsup)", vm, kind, ErrUnregistered)
+}
+
 // Begin journals an operation's intent before it acts; the caller holds
-// vm's lock. An operation a killed command left is settled first.
+// vm's lock. An operation a killed command left is settled first. A kind
+// with no recoverer registered is refused.
 func (k *Kernel) Begin(ctx context.Context, vm string, kind Kind, intent any) (*Op, error) {
+	if err := k.refuse(vm, kind); err != nil {
+		return nil, err
+	}
 	if _, err := k.Settle(ctx, vm, string(kind)); err != nil {
 		return nil, err
 	}
@@ -229,6 +253,9 @@ func (k *Kernel) Begin(ctx context.Context, vm string, kind Kind, intent any) (*
 // (no moment has a journal without a guardian to settle it), and returns
 // what ends it, which the caller calls once the journal ended.
 func (k *Kernel) BeginGuarded(ctx context.Context, vm string, kind Kind, intent any, guard func() (stop func())) (*Op, func(), error) {
+	if err := k.refuse(vm, kind); err != nil {
+		return nil, nil, err
+	}
 	if _, err := k.Settle(ctx, vm, string(kind)); err != nil {
 		return nil, nil, err
 	}
@@ -271,7 +298,8 @@ func (o *Op) Close() { o.j.Close() }
 // one, with its kind's recoverer; the caller holds vm's lock (so that
 // command is gone). by is the command settling it. The note says what was
 // done ("" when there was nothing); an operation that could not be settled
-// stays journaled for the next command, and the error says why.
+// stays journaled for the next command, and the error says why. One whose
+// kind no recoverer knows is given up (giveUp): an error either way.
 func (k *Kernel) Settle(ctx context.Context, vm, by string) (string, error) {
 	// (The caller holds vm's lock: the linked recovery borrows it.)
 	linked, err := k.settleLinked(Holding(ctx, vm), vm, by)
@@ -290,10 +318,11 @@ func (k *Kernel) Settle(ctx context.Context, vm, by string) (string, error) {
 	k.mu.RLock()
 	r := k.rec[o.Kind()]
 	k.mu.RUnlock()
-	var note string
 	if r == nil {
-		note = "dropped an unreadable journal (" + string(o.Kind()) + ")"
-	} else if note, err = r(ctx, vm, o); err != nil {
+		return "", k.giveUp(ctx, o)
+	}
+	note, err := r(ctx, vm, o)
+	if err != nil {
 		return "", fmt.Errorf("vm %q: an interrupted %s (pid %d, %s) could not be recovered: %w",
 			vm, o.Kind(), o.PID(), o.Started().Format("15:04:05"), err)
 	}
@@ -303,6 +332,29 @@ func (k *Kernel) Settle(ctx context.Context, vm, by string) (string, error) {
 	k.o.Logger.Warn("recovered an interrupted operation", "vm", vm, "op", string(o.Kind()), "pid", o.PID(),
 		"done", o.j.Done, "note", note, "by", by)
 	return fmt.Sprintf("recovered an interrupted %s: %s", o.Kind(), note), nil
+}
+
+// giveUp settles a journal whose kind no recoverer knows (a vmsup of
+// another version left it): nothing can say what it did, so the VM is
+// stopped (GiveUp) with its disks untouched and the journal ends; the
+// error says so. A VM that could not be stopped keeps its journal.
+func (k *Kernel) giveUp(ctx context.Context, o *Op) error {
+	what := fmt.Sprintf("vm %q: an interrupted %s (pid %d, %s)", o.vm, o.Kind(), o.PID(), o.Started().Format("15:04:05"))
+	if k.o.GiveUp != nil {
+		if err := k.o.GiveUp(ctx, o.vm); err != nil {
+			return fmt.Errorf("%s %w in this vmsup, and the VM could not be stopped (the journal stays): %w", what, ErrUnregistered, err)
+		}
+	}
+	if err := o.End(); err != nil {
+		return fmt.Errorf("%s %w in this vmsup: journal: %w", what, ErrUnregistered, err)
+	}
+	k.o.Logger.Warn("gave up an interrupted operation of an unknown kind", "vm", o.vm, "op", string(o.Kind()),
+		"pid", o.PID(), "done", o.j.Done)
+	if k.o.GiveUp == nil {
+		return fmt.Errorf("%s %w in this vmsup: gave it up (nothing was undone)", what, ErrUnregistered)
+	}
+	return fmt.Errorf("%s %w in this vmsup: gave it up: the VM is off, its disks and records untouched; "+
+		"check the guest, then start it again", what, ErrUnregistered)
 }
 
 // SettleIfFree is Settle for a command that does not take the VM's lock

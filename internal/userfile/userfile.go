@@ -6,7 +6,6 @@
 package userfile
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -71,19 +70,6 @@ func Open(path string) (*os.File, error) {
 	return f, nil
 }
 
-// CheckRegular says whether path is a regular file, without opening it
-// (lstat would not follow a link; stat does, as QEMU will).
-func CheckRegular(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return &NotRegularError{Path: path, Mode: fi.Mode()}
-	}
-	return nil
-}
-
 // NotRegularError is a path that is a FIFO, socket, device or directory
 // where a regular file is expected.
 type NotRegularError struct {
@@ -93,12 +79,6 @@ type NotRegularError struct {
 
 func (e *NotRegularError) Error() string {
 	return fmt.Sprintf("%s is %s, not a regular file", e.Path, Kind(e.Mode))
-}
-
-// IsNotRegular reports whether err is a NotRegularError.
-func IsNotRegular(err error) bool {
-	var e *NotRegularError
-	return errors.As(err, &e)
 }
 
 // Kind names a file mode's type for messages ("a FIFO").

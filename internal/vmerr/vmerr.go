@@ -22,14 +22,17 @@ func (e *Error) VMName() string { return e.VM }
 // Wrap gives err the VM's name, once: an error that already names the VM
 // (anything with a VMName method saying name) is returned as it is.
 func Wrap(name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var named interface{ VMName() string }
-	if errors.As(err, &named) && named.VMName() == name {
+	if err == nil || Names(name, err) {
 		return err
 	}
 	return &Error{VM: name, Err: err}
+}
+
+// Names reports whether err already names VM name (something in its chain
+// has a VMName method saying name).
+func Names(name string, err error) bool {
+	var named interface{ VMName() string }
+	return errors.As(err, &named) && named.VMName() == name
 }
 
 // In is err within operation op on the VM: `vm "NAME": op: ...`, where err

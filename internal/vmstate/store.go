@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -381,7 +382,7 @@ func (s Store) Lock(ctx context.Context, name, op string, wait bool) (*FileLock,
 	}
 	dir := filepath.Join(s.Root, "vms")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("vm %q: %w", name, err)
+		return nil, vmerr.Wrap(name, err)
 	}
 	path := filepath.Join(dir, "."+name+".lock")
 	l, ok, err := LockFile(ctx, path, wait)

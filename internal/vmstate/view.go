@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -96,7 +97,7 @@ func (s Store) viewOf(app *Applied) (*View, error) {
 		return nil, err
 	}
 	if v.Tree, err = snapshot.Load(p.Snapshots()); err != nil {
-		return nil, fmt.Errorf("vm %q: %w", app.Name, err)
+		return nil, vmerr.Wrap(app.Name, err)
 	}
 	if v.Pending, err = s.ReadPending(app.Name); err != nil {
 		return nil, err

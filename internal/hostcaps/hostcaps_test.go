@@ -37,7 +37,13 @@ func standinQEMU(t *testing.T, mode string) string {
 	}
 	path := filepath.Join(t.TempDir(), "qemu-"+strings.ReplaceAll(mode, ":", "-"))
 	script := "#!/bin/sh\n" + standinEnv + "='" + mode + "' exec '" + self + "' \"$@\"\n"
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+	// No fork while the script is open for writing: a parallel subtest's
+	// child would hold it open until its exec, and this one's exec of the
+	// script would fail "text file busy".
+	syscall.ForkLock.RLock()
+	err = os.WriteFile(path, []byte(script), 0o755)
+	syscall.ForkLock.RUnlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -319,5 +319,9 @@ func norm(out, from, to string) string {
 	for _, re := range volatile {
 		out = re.ReplaceAllString(out, "<v>")
 	}
-	return out
+	// A table's columns are as wide as their widest cell: an uptime of
+	// 59s in one call and 1m0s in the next widens its column by one.
+	return padding.ReplaceAllString(out, "  ")
 }
+
+var padding = regexp.MustCompile(`  +`)

@@ -35,21 +35,30 @@ func PinVCPUs(ctx context.Context, c *qmp.Conn, pid int, cpus []int) (int, error
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	// A thread may run several vCPUs (single-threaded TCG runs them all
+	// in one): it gets the CPUs of all of them, not the last one's.
+	sets := map[int]*unix.CPUSet{}
+	var order []int
 	for _, v := range vcpus {
 		if v.CPUIndex < 0 || int(v.CPUIndex) >= len(cpus) {
-			return n, fmt.Errorf("vCPU %d has no host CPU in pinning.vcpus (%d given)", v.CPUIndex, len(cpus))
+			return 0, fmt.Errorf("vCPU %d has no host CPU in pinning.vcpus (%d given)", v.CPUIndex, len(cpus))
 		}
 		tid, ok := tids[int(v.ThreadID)]
 		if !ok {
-			return n, fmt.Errorf("vCPU %d: thread %d is not a thread of QEMU (pid %d)", v.CPUIndex, v.ThreadID, pid)
+			return 0, fmt.Errorf("vCPU %d: thread %d is not a thread of QEMU (pid %d)", v.CPUIndex, v.ThreadID, pid)
 		}
-		if err := Pin(tid, cpus[v.CPUIndex]); err != nil {
-			return n, fmt.Errorf("vCPU %d (thread %d): %w", v.CPUIndex, tid, err)
+		if sets[tid] == nil {
+			sets[tid] = &unix.CPUSet{}
+			order = append(order, tid)
 		}
-		n++
+		sets[tid].Set(cpus[v.CPUIndex])
 	}
-	return n, nil
+	for n, tid := range order {
+		if err := unix.SchedSetaffinity(tid, sets[tid]); err != nil {
+			return n, fmt.Errorf("vCPU thread %d: sched_setaffinity: %w", tid, err)
+		}
+	}
+	return len(order), nil
 }
 
 // OurTIDs maps the thread ids QEMU (pid, in our namespace) knows its

@@ -103,8 +103,15 @@ func withQEMU10(ctx context.Context, pid int, mode string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-m", "-p", "--",
-		filepath.Join(root, "scripts/testing/with-qemu10"), mode)
+	// The script goes in on stdin: the sandbox has a /tmp of its own, where
+	// a clone under /tmp (CI's) is not to be found.
+	script, err := os.Open(filepath.Join(root, "scripts/testing/with-qemu10"))
+	if err != nil {
+		return err
+	}
+	defer script.Close()
+	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-m", "-p", "--", "/bin/bash", "-s", "--", mode)
+	cmd.Stdin = script
 	cmd.Env = append(os.Environ(), "VMSUP_QEMU10="+QEMU10Prefix())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("testenv: with-qemu10 %s in the mount namespace of process %d: %w: %s", mode, pid, err, strings.TrimSpace(string(out)))

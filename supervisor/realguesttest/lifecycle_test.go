@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/backup"
+	"github.com/vmsup/vmsup/internal/plan"
 	"github.com/vmsup/vmsup/internal/testenv"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -36,6 +37,7 @@ func testSnapshot(t *testing.T, ctx context.Context, g *realGuest) {
 	}
 	t.Logf("the guest's journal: %s", j)
 	g.sh(t, ctx, "echo thawed > /root/thawed && sync")
+	growRefusedInSnapshot(t, ctx, g)
 	if err := g.sup.RemoveSnapshot(ctx, vmName, "s1", nil); err != nil {
 		t.Fatalf("snapshot rm (live merge): %v", err)
 	}
@@ -47,6 +49,29 @@ func testSnapshot(t *testing.T, ctx context.Context, g *realGuest) {
 	if got := g.sh(t, ctx, "blockdev --getsize64 /dev/vda"); got != "3221225472" {
 		t.Errorf("the guest's /dev/vda has %s bytes after apply, want 3 GiB", got)
 	}
+}
+
+// growRefusedInSnapshot: while the data disk is in a snapshot, plan says
+// its growth cannot be done (naming the snapshots), and apply refuses it
+// the same way (plan said "live" where apply refused).
+func growRefusedInSnapshot(t *testing.T, ctx context.Context, g *realGuest) {
+	f := g.writeFile(t, "112M")
+	p, err := g.sup.Plan(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Changes {
+		t.Logf("plan in a snapshot: %+v", c)
+		if c.Class != plan.Impossible || !strings.Contains(c.Why, "snapshot") {
+			t.Errorf("plan of a disk grown in a snapshot: %+v, want impossible, naming the snapshots", c)
+		}
+	}
+	if _, err := g.sup.Apply(ctx, f, supervisor.ApplyOptions{}); err == nil || !strings.Contains(err.Error(), "snapshot") {
+		t.Errorf("apply of a disk grown in a snapshot: %v, want a refusal naming the snapshots", err)
+	} else {
+		t.Logf("apply in a snapshot: %v", err)
+	}
+	g.writeFile(t, grownSize) // the file as the VM is
 }
 
 // testBackup: a full and an incremental backup of the running guest; the

@@ -117,6 +117,20 @@ func testAgent(t *testing.T, ctx context.Context, g *realGuest) {
 	}
 }
 
+// ipv4 is the one IPv4 address among addrs ("" if none or several).
+func ipv4(addrs []string) string {
+	var v4 []string
+	for _, a := range addrs {
+		if ip := net.ParseIP(a); ip != nil && ip.To4() != nil {
+			v4 = append(v4, a)
+		}
+	}
+	if len(v4) != 1 {
+		return ""
+	}
+	return v4[0]
+}
+
 func exitCode(err error) int {
 	if ee, ok := err.(interface{ ExitCode() int }); ok {
 		return ee.ExitCode()
@@ -145,7 +159,7 @@ func testSSH(t *testing.T, ctx context.Context, g *realGuest) {
 			t.Fatalf("no IPv4 address in the guest: %s\n%s", w.Explain(), out)
 		}
 	}
-	if len(st.NICs[0].Addrs) != 1 || st.NICs[0].Addrs[0] != g.ip {
+	if ipv4(st.NICs[0].Addrs) != g.ip {
 		t.Errorf("guest has %s; status says %+v", g.ip, st.NICs[0])
 	}
 	if lease := g.sh(t, ctx, "cat /var/lib/dhcp/dhclient.*.leases 2>/dev/null || true"); !strings.Contains(lease, g.ip) {
@@ -155,10 +169,11 @@ func testSSH(t *testing.T, ctx context.Context, g *realGuest) {
 		var d net.Dialer
 		return d.DialContext(ctx, "udp", labGW+":53")
 	}}
-	if addrs, err := r.LookupHost(ctx, vmName+"."+labNet); err != nil || len(addrs) != 1 || addrs[0] != g.ip {
+	// The network is dual-stack: the name has the NIC's IPv6 address too.
+	if addrs, err := r.LookupHost(ctx, vmName+"."+labNet); err != nil || ipv4(addrs) != g.ip {
 		t.Errorf("DNS %s.%s: %v %v, want %s", vmName, labNet, addrs, err, g.ip)
 	}
-	if out := g.sh(t, ctx, "getent hosts "+vmName+"."+labNet+" || true"); !strings.Contains(out, g.ip) {
+	if out := g.sh(t, ctx, "getent ahostsv4 "+vmName+"."+labNet+" || true"); !strings.Contains(out, g.ip) {
 		t.Errorf("the guest resolves %s.%s to %q, want %s", vmName, labNet, out, g.ip)
 	}
 	t0 := time.Now()
@@ -269,10 +284,10 @@ func testNICHotplug(t *testing.T, ctx context.Context, g *realGuest) {
 		}
 	})
 	st, err := g.sup.Status(ctx, vmName)
-	if err != nil || len(st.NICs) != 2 || len(st.NICs[1].Addrs) != 1 {
+	if err != nil || len(st.NICs) != 2 || ipv4(st.NICs[1].Addrs) == "" {
 		t.Fatalf("status after the attach: %+v %v", st.NICs, err)
 	}
-	mac, addr := st.NICs[1].MAC, st.NICs[1].Addrs[0]
+	mac, addr := st.NICs[1].MAC, ipv4(st.NICs[1].Addrs)
 	// After udev has renamed it (the kernel's ethN first, then its
 	// predictable name): settle once the device is there, then look.
 	find := `for i in /sys/class/net/*; do [ "$(cat $i/address)" = "` + mac + `" ] && udevadm settle -t 10 && break; done; ` +

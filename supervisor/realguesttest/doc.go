@@ -6,7 +6,8 @@
 // cloud-init seed, the agent's exec and cp, DHCP, DNS and ssh on a managed
 // network, disk and NIC hot-plug seen by udev, a disk grown by apply, a
 // snapshot the agent's fsfreeze quiesces, backups restored and checked,
-// reboots by the agent and by ACPI, migrate --local, vCPU and memory
+// reboots by the agent and by ACPI, migrate --local (an ssh session
+// surviving it), vCPU and memory
 // hot-plug, down as a clean systemd power-off, and the restored backup
 // booted. The whole test binary runs in a network namespace of its own
 // (testenv.InPrivateNetns). It has no non-test code.

@@ -7,9 +7,8 @@
 // network, disk and NIC hot-plug seen by udev, a disk grown by apply, a
 // snapshot the agent's fsfreeze quiesces, backups restored and checked,
 // reboots by the agent and by ACPI, migrate --local (an ssh session
-// surviving it), vCPU and memory
-// hot-plug, down as a clean systemd power-off, and the restored backup
-// booted. The whole test binary runs in a network namespace of its own
+// surviving it), vCPU and memory hot-plug, down as a clean systemd
+// power-off, and the restored backup booted. The whole test binary runs in a network namespace of its own
 // (testenv.InPrivateNetns). It has no non-test code.
 //
 // Without the image (the script cannot build it here) every test skips

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // guardSlack is how long after the agent's last moment to decide (its
@@ -36,8 +36,8 @@ func (a *Agent) guardUnits() ([]string, error) {
 	}
 	var units []string
 	for _, vm := range append(vms, a.known.incomingVMs()...) {
-		u := vmstate.UnitName(vm)
-		units = append(units, u, vmstate.AltUnit(vm, u))
+		u := vmstore.UnitName(vm)
+		units = append(units, u, vmstore.AltUnit(vm, u))
 	}
 	slices.Sort(units)
 	return slices.Compact(units), nil

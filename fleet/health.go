@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/internal/observe/iohealth"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

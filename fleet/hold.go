@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/fleet/peer"
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 )
 
 // The rule that keeps VMs running when etcd is down for everyone, and

@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
+	"github.com/vmsup/vmsup/internal/dev/testenv/etcdtest"
 )
 
 // TestWatchdogQuorum runs an agent's lease and watchdog on a 3-member etcd

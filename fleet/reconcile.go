@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/internal/observe/iohealth"
 	"github.com/vmsup/vmsup/spec"
 )
 

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/internal/observe/iohealth"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

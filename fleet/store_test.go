@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
+	"github.com/vmsup/vmsup/internal/dev/testenv/etcdtest"
 	"github.com/vmsup/vmsup/spec"
 )
 

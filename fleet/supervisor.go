@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/internal/observe/iohealth"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )

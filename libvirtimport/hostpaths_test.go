@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/hostpaths"
+	hostpaths "github.com/vmsup/vmsup/internal/host/places"
 	"github.com/vmsup/vmsup/spec"
 )
 

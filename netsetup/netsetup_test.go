@@ -13,7 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/netsetup"
 )
 

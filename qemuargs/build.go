@@ -59,7 +59,7 @@ type Options struct {
 	CPUFeaturesOff []string
 
 	// Machine is the machine type the VM runs: its versioned type, pinned
-	// at its first start (internal/identity), of the spec's family; ""
+	// at its first start (internal/lifecycle/identity), of the spec's family; ""
 	// means the spec's own (an alias QEMU resolves to its newest type).
 	Machine string
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/hostcaps"
+	hostcaps "github.com/vmsup/vmsup/internal/host/caps"
 	"github.com/vmsup/vmsup/spec"
 )
 

@@ -14,10 +14,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/hugepages"
-	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/internal/vfio"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	hostcaps "github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/host/hugepages"
+	"github.com/vmsup/vmsup/internal/host/vfio"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -191,7 +191,7 @@ func materialize(t *testing.T, c goldenCase, env qemuEnv, forceTCG bool) ([]stri
 		if err := (vfio.Host{}).Available(); err != nil {
 			why = err.Error()
 		}
-		t.Skipf("hostdev %s needs a host PCI device bound to vfio-pci, and %s; internal/vfio's tests check the host side against a fake sysfs", vm.HostDevs[0].Address, why)
+		t.Skipf("hostdev %s needs a host PCI device bound to vfio-pci, and %s; internal/host/vfio's tests check the host side against a fake sysfs", vm.HostDevs[0].Address, why)
 	}
 	for _, d := range vm.Disks {
 		if len(d.IOThreadMap) > 0 && !env.caps.IOThreadVQMapping() {

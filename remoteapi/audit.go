@@ -11,7 +11,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/journal"
 
-	"github.com/vmsup/vmsup/internal/auditlog"
+	"github.com/vmsup/vmsup/internal/observe/auditlog"
 )
 
 // The audit of API calls, in the style of raw QMP's (supervisor qmpAudit):

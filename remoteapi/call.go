@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -151,7 +151,7 @@ func (c *call) allow(need Role, vms ...string) error {
 		if err := spec.ValidName(vm); err != nil {
 			return newError(KindUsage, fmt.Sprintf("vm %q: %v", vm, err))
 		}
-		if err := vmstate.NotVM(vm); err != nil {
+		if err := vmstore.NotVM(vm); err != nil {
 			return newError(KindNotFound, err.Error()) // vmsup's own unit: never a VM's
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 	"github.com/vmsup/vmsup/spec"
 )
 

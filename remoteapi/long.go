@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/hostpaths"
+	hostpaths "github.com/vmsup/vmsup/internal/host/places"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/vmsup/vmsup/internal/jsonschema"
+	"github.com/vmsup/vmsup/internal/util/jsonschema"
 )
 
 var update = flag.Bool("update", false, "rewrite openapi.json from the routes and Go types")

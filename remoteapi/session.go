@@ -11,12 +11,12 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/vmsup/vmsup/internal/vncproxy"
+	"github.com/vmsup/vmsup/internal/console/vncproxy"
 )
 
 // Sessions: the serial console and the VNC server of a VM, each a
 // websocket of raw bytes (binary messages) bridged to the VM's unix socket
-// by the graphical console's proxy (internal/vncproxy.Pipe). An open
+// by the graphical console's proxy (internal/console/vncproxy.Pipe). An open
 // session is a call in flight: it keeps the server up and holds one of its
 // client's calls until it ends, at stream_timeout at the latest.
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vncproxy/vncproxytest"
+	"github.com/vmsup/vmsup/internal/console/vncproxy/vncproxytest"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )

@@ -5,7 +5,7 @@
 #   OUTDIR/initramfs.cpio.gz  busybox + qemu-ga + virtio modules + vmsup-nettool, /init described below
 # OUTDIR defaults to ${VMSUP_GUEST_DIR:-/var/cache/vmsup/guest}. Downloaded .debs are kept in
 # OUTDIR/debs. A build whose stamp (sha256 of this script and of vmsup-nettool's sources,
-# internal/testenv/nettool: a DHCPv6 client and hostile IPv6 frames, built with go) matches
+# internal/dev/testenv/nettool: a DHCPv6 client and hostile IPv6 frames, built with go) matches
 # is reused at once.
 # Concurrent runs serialize on OUTDIR/.lock; results are renamed into place, so an
 # interrupted build never leaves a half-written file behind.
@@ -28,7 +28,7 @@ set -euo pipefail
 
 OUT=${1:-${VMSUP_GUEST_DIR:-/var/cache/vmsup/guest}}
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
-NETTOOL=$(dirname "$SELF")/../internal/testenv/nettool
+NETTOOL=$(dirname "$SELF")/../internal/dev/testenv/nettool
 STAMP=$(cat "$SELF" "$NETTOOL"/*.go | sha256sum | cut -d' ' -f1)
 
 fresh() {

@@ -11,7 +11,7 @@ scripts/install-deps.sh
 scripts/build-guest.sh
 mkdir -p bin
 go build -o bin/vmsup ./cmd/vmsup
-go build -o bin/vmsup-sandbox ./internal/devtools/sandbox
+go build -o bin/vmsup-sandbox ./internal/dev/sandbox
 
 work=$(mktemp -d /tmp/vmsup-demo.XXXXXX)
 export VMSUP_ROOT=$work/root

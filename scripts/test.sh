@@ -39,7 +39,7 @@ echo "test.sh: main pass took $(((SECONDS - t0) / 60))m$(((SECONDS - t0) % 60))s
 # (scripts/testing/qemu-abort-host), and (2) with /dev/kvm hidden. Each must
 # pass or skip with the host probe's reason.
 kvm_tests='TestKVM|TestGoldenArgsStartInQEMU|TestProbe|TestCPUChoices|TestCLIHost|TestCLIBadInput'
-kvm_pkgs=(./internal/hostcaps ./qemuargs ./supervisor ./cmd/vmsup)
+kvm_pkgs=(./internal/host/caps ./qemuargs ./supervisor ./cmd/vmsup)
 # The confined QEMU user must reach the stand-in: not under /root or /tmp.
 standin=/usr/local/libexec/vmsup-test/qemu-abort-host
 install -D -m 0755 scripts/testing/qemu-abort-host "$standin"
@@ -69,8 +69,8 @@ q10_pkgs=(
 	./cmd/vmsup/               # the CLI end to end; vmsup host names QEMU 10
 	./supervisor/devicetest/   # TPM, 9p, hugepages, Secure Boot, display
 	./qemuargs/                # every golden argv started in QEMU 10 (-S) and checked over QMP
-	./internal/hostcaps/       # the probe's record of QEMU 10
-	./internal/memstate/       # memory state through file: with mapped-ram
+	./internal/host/caps/       # the probe's record of QEMU 10
+	./internal/ops/memstate/       # memory state through file: with mapped-ram
 )
 if [[ -n ${VMSUP_SKIP_QEMU10-} ]]; then
 	echo "test.sh: QEMU 10 pass skipped (VMSUP_SKIP_QEMU10 is set)"

@@ -12,11 +12,11 @@ import (
 // the image places (PlaceDisk, PlaceFirmware, PlaceConfig); a string key
 // whose name or comment says path but that is not one is tagged
 // `vmsup:"notpath"`. This is the one list: Load makes these paths
-// absolute, internal/hostpaths checks them against the host's places, and
+// absolute, internal/host/places checks them against the host's places, and
 // TestHostPathTags fails on a path-like key tagged neither way.
 
 // Places a host path's key may name beyond the image places
-// (internal/hostpaths decides what each allows).
+// (internal/host/places decides what each allows).
 const (
 	PlaceImage    = ""         // image places (the default)
 	PlaceDisk     = "disk"     // image places, or a block device in a block directory

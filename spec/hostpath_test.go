@@ -20,7 +20,7 @@ var pathDoc = regexp.MustCompile(`(?i)\b(path|directory|file name|host file)\b`)
 
 // TestHostPathTags: every string key of a VM file (every table reachable
 // from VM) whose name or comment suggests a host path is tagged either
-// vmsup:"hostpath" (Load makes it absolute, internal/hostpaths checks it)
+// vmsup:"hostpath" (Load makes it absolute, internal/host/places checks it)
 // or vmsup:"notpath"; the tags are well-formed; a key means the same place
 // wherever it appears. So a new key naming a file cannot go unchecked.
 func TestHostPathTags(t *testing.T) {
@@ -44,7 +44,7 @@ func TestHostPathTags(t *testing.T) {
 		if place, ok := hostPathTag(f); ok {
 			n++
 			if p, seen := places[key]; seen && p != place {
-				t.Errorf("%s: key %q is place %q here and %q elsewhere (internal/hostpaths decides by the key)", where, key, place, p)
+				t.Errorf("%s: key %q is place %q here and %q elsewhere (internal/host/places decides by the key)", where, key, place, p)
 			}
 			places[key] = place
 		}

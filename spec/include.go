@@ -12,7 +12,7 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/vmsup/vmsup/internal/userfile"
+	"github.com/vmsup/vmsup/internal/host/userfile"
 )
 
 // Profiles: a VM file may start with include = ["base.toml", "web.toml"]

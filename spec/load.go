@@ -13,7 +13,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 
-	"github.com/vmsup/vmsup/internal/userfile"
+	"github.com/vmsup/vmsup/internal/host/userfile"
 )
 
 // File is a parsed VM description together with where it came from, so later

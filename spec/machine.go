@@ -5,7 +5,7 @@ import "regexp"
 // Machine families vmsup lays out. A VM's machine is one of these aliases,
 // which QEMU resolves to its newest versioned type, or a versioned type of
 // one of them (pc-q35-X.Y, pc-i440fx-X.Y): the guest's virtual hardware,
-// which vmsup pins at the VM's first start (internal/identity).
+// which vmsup pins at the VM's first start (internal/lifecycle/identity).
 const (
 	MachineQ35 = "q35"
 	MachinePC  = "pc"

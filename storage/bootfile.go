@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmsup/vmsup/internal/userfile"
+	"github.com/vmsup/vmsup/internal/host/userfile"
 )
 
 // OpenFile opens a file a VM boots from that is not a disk (a kernel, an

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/userfile"
+	"github.com/vmsup/vmsup/internal/host/userfile"
 	"github.com/vmsup/vmsup/spec"
 )
 

@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
-	"github.com/vmsup/vmsup/internal/userfile"
+	"github.com/vmsup/vmsup/internal/host/userfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 )
 
 // readSecret reads a secret file as users write it: QEMU's secret object

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 )
@@ -16,7 +16,7 @@ func (s *Supervisor) agentSession(ctx context.Context, name string) (*qmp.Agent,
 	if err := p.MakeRecords(); err != nil {
 		return nil, nil, err
 	}
-	lk, ok, err := vmstate.LockFile(ctx, p.AgentLock(), true)
+	lk, ok, err := vmstore.LockFile(ctx, p.AgentLock(), true)
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent lock: %w", err)
 	}

@@ -1,17 +1,17 @@
 package supervisor
 
 import (
-	"github.com/vmsup/vmsup/internal/backup"
-	"github.com/vmsup/vmsup/internal/diskops"
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/iohealth"
-	"github.com/vmsup/vmsup/internal/netmanage"
-	"github.com/vmsup/vmsup/internal/nicfilter"
-	"github.com/vmsup/vmsup/internal/ovmfvars"
-	"github.com/vmsup/vmsup/internal/plan"
-	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/internal/vmstats"
+	"github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/host/ovmfvars"
+	"github.com/vmsup/vmsup/internal/net/netmanage"
+	"github.com/vmsup/vmsup/internal/net/nicfilter"
+	"github.com/vmsup/vmsup/internal/observe/iohealth"
+	"github.com/vmsup/vmsup/internal/observe/stats"
+	"github.com/vmsup/vmsup/internal/ops/diskops"
+	"github.com/vmsup/vmsup/internal/ops/plan"
+	"github.com/vmsup/vmsup/internal/vm/backupchain"
+	"github.com/vmsup/vmsup/internal/vm/snapshottree"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // The types of the public API that live in internal packages, named here so
@@ -36,49 +36,49 @@ const (
 )
 
 // PendingChanges is a file apply holds back for the guest's next reboot.
-type PendingChanges = vmstate.Pending
+type PendingChanges = vmstore.Pending
 
 // SnapshotTree is a VM's snapshots and the layers of its disks.
-type SnapshotTree = snapshot.Tree
+type SnapshotTree = snapshottree.Tree
 
 // SnapshotInfo is one snapshot of a SnapshotTree.
-type SnapshotInfo = snapshot.Snapshot
+type SnapshotInfo = snapshottree.Snapshot
 
 // SnapshotImage is one image of a snapshot.
-type SnapshotImage = snapshot.Image
+type SnapshotImage = snapshottree.Image
 
 // SnapshotDisk is a disk as a snapshot plan sees it.
-type SnapshotDisk = snapshot.Disk
+type SnapshotDisk = snapshottree.Disk
 
 // SnapshotLayer is one layer of a disk's chain.
-type SnapshotLayer = snapshot.Layer
+type SnapshotLayer = snapshottree.Layer
 
 // SnapshotMerge is one merge a snapshot removal does.
-type SnapshotMerge = snapshot.Merge
+type SnapshotMerge = snapshottree.Merge
 
 // BackupDiskPoint is one disk of a backup point.
-type BackupDiskPoint = backup.DiskPoint
+type BackupDiskPoint = backupchain.DiskPoint
 
 // CloneFields is what a clone made (CloneResult embeds it).
 type CloneFields = diskops.Clone
 
 // Figures of one VM (VMStats).
 type (
-	CPUStats    = vmstats.CPU
-	MemoryStats = vmstats.Memory
-	DiskStats   = vmstats.Disk
-	NICStats    = vmstats.NIC
+	CPUStats    = stats.CPU
+	MemoryStats = stats.Memory
+	DiskStats   = stats.Disk
+	NICStats    = stats.NIC
 )
 
 // Parts of HostCaps.
 type (
-	HostCapsKey  = hostcaps.Key
-	HostQEMU     = hostcaps.QEMU
-	HostCPUModel = hostcaps.CPUModel
-	HostKVM      = hostcaps.KVM
-	HostCPUMode  = hostcaps.CPUMode
-	HostFacts    = hostcaps.Facts
-	HostResolved = hostcaps.Resolved
+	HostCapsKey  = caps.Key
+	HostQEMU     = caps.QEMU
+	HostCPUModel = caps.CPUModel
+	HostKVM      = caps.KVM
+	HostCPUMode  = caps.CPUMode
+	HostFacts    = caps.Facts
+	HostResolved = caps.Resolved
 )
 
 // Parts of SecureBootStatus.

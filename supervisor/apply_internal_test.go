@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // TestApplyBusy: while an apply holds a VM's lock (across its plan and
@@ -34,7 +34,7 @@ func TestApplyBusy(t *testing.T) {
 	inner.Unlock() // borrowed: the apply's lock stays
 	for _, op := range []string{"apply", "disk-move"} {
 		_, err = s.lock(ctx, "web", op)
-		var busy *vmstate.BusyError
+		var busy *vmstore.BusyError
 		if !errors.As(err, &busy) || busy.PID != os.Getpid() || !strings.Contains(err.Error(), `vm "web": busy: apply by pid`) {
 			t.Fatalf("%s during an apply: %v", op, err)
 		}

@@ -4,14 +4,14 @@ import (
 	"context"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/apply"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/ops/apply"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
-// Plan, apply and live resizes live in internal/apply; here are its Host
+// Plan, apply and live resizes live in internal/ops/apply; here are its Host
 // (applyHost) and the public API, one line each.
 
 // PlanResult is what Plan found for one VM.
@@ -72,13 +72,13 @@ func (h applyHost) SetNICFilters(ctx context.Context, name string, vm *spec.VM) 
 	return h.s.net().SetFilters(ctx, name, vm)
 }
 
-// applyHost is the supervisor as internal/apply's Host.
+// applyHost is the supervisor as internal/ops/apply's Host.
 type applyHost struct{ s *Supervisor }
 
 var _ apply.Host = applyHost{}
 
-func (h applyHost) State() vmstate.Store                  { return h.s.state }
-func (h applyHost) View(vm string) (*vmstate.View, error) { return h.s.view(vm) }
+func (h applyHost) State() vmstore.Store                  { return h.s.state }
+func (h applyHost) View(vm string) (*vmstore.View, error) { return h.s.view(vm) }
 func (h applyHost) Validate(ctx context.Context, f *spec.File) error {
 	return h.s.ValidateContext(ctx, f)
 }

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/eventlog"
-	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/eventlog"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
 // Changes at the guest's next reboot, with no resident process: apply
-// (internal/apply) records them as pending and tells QEMU to exit instead
+// (internal/ops/apply) records them as pending and tells QEMU to exit instead
 // of resetting when the guest reboots. Here is the rest: the unit's
 // stop-post hook finds the guest's reset as the reason in QEMU's event log
 // and starts a guardian unit, which waits for the old unit to end and

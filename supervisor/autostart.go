@@ -3,12 +3,12 @@ package supervisor
 import (
 	"context"
 
-	"github.com/vmsup/vmsup/internal/autostart"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/autostart"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 )
 
-// Autostart (internal/autostart): VMs marked to come back after a host
+// Autostart (internal/lifecycle/autostart): VMs marked to come back after a host
 // reboot, and the one persistent unit that brings them up. Here are its
 // Host and the library's API.
 
@@ -67,7 +67,7 @@ type autostartHost struct{ s *Supervisor }
 
 var _ autostart.Host = autostartHost{}
 
-func (h autostartHost) State() vmstate.Store { return h.s.state }
+func (h autostartHost) State() vmstore.Store { return h.s.state }
 func (h autostartHost) Validate(ctx context.Context, files ...*spec.File) error {
 	return h.s.ValidateContext(ctx, files...)
 }

@@ -5,16 +5,16 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/vmsup/vmsup/internal/confine"
-	"github.com/vmsup/vmsup/internal/hostpaths"
-	"github.com/vmsup/vmsup/internal/hugepages"
+	"github.com/vmsup/vmsup/internal/host/hugepages"
+	"github.com/vmsup/vmsup/internal/host/places"
 	"github.com/vmsup/vmsup/internal/imagestore"
+	"github.com/vmsup/vmsup/internal/lifecycle/confine"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/units"
 )
 
-// Confinement lives in internal/confine; these are the supervisor's handles
+// Confinement lives in internal/lifecycle/confine; these are the supervisor's handles
 // on it and the exported API that predates the move.
 
 // DefaultQEMUUser is the default Options.QEMUUser: PerVMUser.
@@ -39,11 +39,11 @@ func (s *Supervisor) confiner() *confine.Manager {
 }
 
 // openDisk opens d's image and chain beneath this host's places and checks
-// the objects (hostpaths.Places.OpenDisk); nil, nil for a disk with no
+// the objects (places.Places.OpenDisk); nil, nil for a disk with no
 // image file of its own to open.
 func (s *Supervisor) openDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
 	o, err := s.places().OpenDisk(ctx, d)
-	if errors.Is(err, hostpaths.ErrNoObject) {
+	if errors.Is(err, places.ErrNoObject) {
 		return nil, nil
 	}
 	return o, err

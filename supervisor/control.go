@@ -10,11 +10,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/display"
-	"github.com/vmsup/vmsup/internal/qmppolicy"
-	"github.com/vmsup/vmsup/internal/qmppolicy/qmpfds"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmstats"
+	"github.com/vmsup/vmsup/internal/console/display"
+	"github.com/vmsup/vmsup/internal/observe/stats"
+	"github.com/vmsup/vmsup/internal/ops/qmppolicy"
+	"github.com/vmsup/vmsup/internal/ops/qmppolicy/qmpfds"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/spec"
 
 	"github.com/vmsup/vmsup/qmp"
@@ -80,7 +80,7 @@ func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Con
 
 // QMP passes one raw QMP command through to the VM's monitor and returns
 // QEMU's reply as JSON (error replies included, with a non-nil error).
-// Only commands on the allow-list (internal/qmppolicy, docs/qmp-policy.md)
+// Only commands on the allow-list (internal/ops/qmppolicy, docs/qmp-policy.md)
 // pass, unless unsafe; every command is logged first (qmpAudit), refused
 // and unsafe ones in a security log of their own, and one that cannot be
 // logged is not sent. A passed command's state-directory files go to QEMU
@@ -184,7 +184,7 @@ func (s *Supervisor) displayVM(name string, vnc bool) (*spec.VM, error) {
 	return v.Booted, nil
 }
 
-// Screenshot is the VM's screen now (internal/display.Screenshot).
+// Screenshot is the VM's screen now (internal/console/display.Screenshot).
 func (s *Supervisor) Screenshot(ctx context.Context, name string) (*image.RGBA, error) {
 	if _, err := s.displayVM(name, false); err != nil {
 		return nil, err
@@ -216,7 +216,7 @@ func (s *Supervisor) DialVNC(ctx context.Context, name string) (net.Conn, error)
 
 // VNCTicket gives a VM whose VNC server asks for a password
 // (display.password) a fresh one a client must log in with within ttl
-// (internal/display.Ticket); "" for a VM whose server asks for none.
+// (internal/console/display.Ticket); "" for a VM whose server asks for none.
 func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Duration) (string, error) {
 	vm, err := s.displayVM(name, true)
 	if err != nil || !vm.Display.Password {
@@ -238,7 +238,7 @@ func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Durati
 // (package qmpfds).
 func (s *Supervisor) openRawFiles(ctx context.Context, name string, c *qmp.Conn, d *qmppolicy.Decision) (*qmpfds.Files, error) {
 	p := s.paths(name)
-	pid := vmstats.QEMUPID(name, p.QMP)
+	pid := stats.QEMUPID(name, p.QMP)
 	if pid <= 0 {
 		return nil, vmerr.Wrap(name, fmt.Errorf("qmp: QEMU's process, whose user opens the command's files: %w", ErrNotRunning))
 	}

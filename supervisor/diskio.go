@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/eventlog"
-	"github.com/vmsup/vmsup/internal/iohealth"
-	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/observe/iohealth"
+	"github.com/vmsup/vmsup/internal/vm/eventlog"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -20,7 +20,7 @@ const (
 
 // DiskIO samples the running VM's disk I/O over its monitor: per disk the
 // requests ended, failed and in flight, the time since the last one ended
-// and the io-status (internal/iohealth judges samples over time). It only
+// and the io-status (internal/observe/iohealth judges samples over time). It only
 // reads.
 func (s *Supervisor) DiskIO(ctx context.Context, name string) (iohealth.Sample, error) {
 	if err := spec.ValidName(name); err != nil {

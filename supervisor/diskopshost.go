@@ -5,10 +5,10 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/vmsup/vmsup/internal/diskops"
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/steps"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/steps"
+	"github.com/vmsup/vmsup/internal/ops/diskops"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -16,7 +16,7 @@ import (
 )
 
 // The disk operations (snapshots, backups, disk moves, the NBD export,
-// clones) live in internal/diskops; the supervisor gives them what they
+// clones) live in internal/ops/diskops; the supervisor gives them what they
 // need of it (diskHost) and keeps its public methods and types.
 
 // SnapshotOptions say what a snapshot keeps.
@@ -143,8 +143,8 @@ type diskHost struct{ s *Supervisor }
 
 var _ diskops.Host = diskHost{}
 
-func (h diskHost) State() vmstate.Store                    { return h.s.state }
-func (h diskHost) View(name string) (*vmstate.View, error) { return h.s.view(name) }
+func (h diskHost) State() vmstore.Store                    { return h.s.state }
+func (h diskHost) View(name string) (*vmstore.View, error) { return h.s.view(name) }
 func (h diskHost) NotFound(name string) error              { return h.s.notFound(name) }
 func (h diskHost) ImageDirs() []string                     { return h.s.opts.ImageDirs }
 func (h diskHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -135,7 +135,7 @@ func (s *Supervisor) afterStop(ctx context.Context, name string) error {
 }
 
 // ErrNotFound means vmsup knows no VM of that name.
-var ErrNotFound = vmstate.ErrNotFound
+var ErrNotFound = vmstore.ErrNotFound
 
 // ErrInterrupted means a command's context ended (Ctrl-C, SIGTERM) before
 // it was done; its error says in what state it left the VM. The error

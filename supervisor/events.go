@@ -7,21 +7,21 @@ import (
 	"os"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/eventlog"
-	"github.com/vmsup/vmsup/internal/vmevents"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/observe/events"
+	"github.com/vmsup/vmsup/internal/vm/eventlog"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
-// A VM's events are read in internal/vmevents (QEMU's event log and the
+// A VM's events are read in internal/observe/events (QEMU's event log and the
 // VM's history, no resident process); here the supervisor writes the
 // history: its lifecycle events, and a QEMU's events when it ends.
 
 // Lifecycle events vmsup writes.
 const (
-	EventStarted = vmevents.Started
-	EventStopped = vmevents.Stopped
-	EventCrashed = vmevents.Crashed
-	EventApplied = vmevents.Applied
+	EventStarted = events.Started
+	EventStopped = events.Stopped
+	EventCrashed = events.Crashed
+	EventApplied = events.Applied
 )
 
 // lifecycle records a vmsup event of the VM; a failure to write it is
@@ -57,21 +57,21 @@ func (s *Supervisor) archiveEvents(name, base string) error {
 // VMs' histories and their running QEMUs' event logs: it takes nothing
 // from QEMU, so any number can run.
 func (s *Supervisor) FollowEvents(ctx context.Context, names []string, since time.Time, follow bool, emit func(Event) error) error {
-	return vmevents.Follow(ctx, eventsHost{s}, names, since, follow, emit)
+	return events.Follow(ctx, eventsHost{s}, names, since, follow, emit)
 }
 
 // eventsHost is the event readers' Host.
 type eventsHost struct{ s *Supervisor }
 
-var _ vmevents.Host = eventsHost{}
+var _ events.Host = eventsHost{}
 
-func (h eventsHost) State() vmstate.Store     { return h.s.state }
+func (h eventsHost) State() vmstore.Store     { return h.s.state }
 func (h eventsHost) Absent(name string) error { return h.s.absent(name) }
 
 // endedQEMU reads what the stop-post hook needs of the unit's QEMU that
 // ended: its record and its event log's events (nothing when the unit is no
 // longer the VM's, e.g. a local migration's old QEMU).
-func (s *Supervisor) endedQEMU(name, unit string) (*vmstate.Applied, []eventlog.Record) {
+func (s *Supervisor) endedQEMU(name, unit string) (*vmstore.Applied, []eventlog.Record) {
 	if !s.isCurrentUnit(name, unit) {
 		return nil, nil
 	}
@@ -88,7 +88,7 @@ func (s *Supervisor) endedQEMU(name, unit string) (*vmstate.Applied, []eventlog.
 // QEMU's shutdown reason), "panicked" or "crashed" (killed by a signal, or
 // a failed exit) from what systemd tells the hook (SERVICE_RESULT,
 // EXIT_CODE, EXIT_STATUS). It returns that event.
-func (s *Supervisor) recordEnd(name, unit string, app *vmstate.Applied, recs []eventlog.Record) string {
+func (s *Supervisor) recordEnd(name, unit string, app *vmstore.Applied, recs []eventlog.Record) string {
 	if app == nil {
 		return ""
 	}

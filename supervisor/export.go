@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -23,7 +23,7 @@ func (s *Supervisor) Export(name string) ([]byte, error) {
 	return exportTOML(v)
 }
 
-func exportTOML(v *vmstate.View) ([]byte, error) {
+func exportTOML(v *vmstore.View) ([]byte, error) {
 	vm := *v.Spec
 	vm.Disks = nil
 	if a := v.Applied; a != nil && spec.MachineVersioned(a.Machine) {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/companion"
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/virtiofs"
+	"github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
+	"github.com/vmsup/vmsup/internal/lifecycle/virtiofs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -45,7 +45,7 @@ func TestUnitExposure(t *testing.T) {
 	defer sup.Close()
 	// virtiofsd runs beside QEMU where it is installed; elsewhere its unit
 	// is measured as vmsup makes it, running sleep.
-	_, noVirtioFSD := hostcaps.VirtioFSD()
+	_, noVirtioFSD := caps.VirtioFSD()
 	virtiofsShare := fmt.Sprintf("[[share]]\npath = %q\ntag = \"data\"\ndriver = \"virtiofs\"\n", share)
 	if noVirtioFSD != nil {
 		virtiofsShare = ""

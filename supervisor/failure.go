@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/eventlog"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/eventlog"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -55,7 +55,7 @@ func endKind(recs []eventlog.Record, result string) (event, reason string) {
 // restartAfter is the stop-post hook's last part for a QEMU that ended by
 // a panic or a crash (event): when the VM's policy says restart, and the
 // limit allows, the guardian starts it again. It returns the hook's note.
-func (s *Supervisor) restartAfter(ctx context.Context, name string, app *vmstate.Applied, event string) (string, error) {
+func (s *Supervisor) restartAfter(ctx context.Context, name string, app *vmstore.Applied, event string) (string, error) {
 	if app == nil || (event != EventPanicked && event != EventCrashed) {
 		return "", nil
 	}

@@ -12,7 +12,7 @@ import (
 
 // A local migration's new QEMU starts while the old one still holds the
 // host ports of the user NICs' forwards, so it starts without them and
-// takes them over once the old QEMU has quit (internal/livemigrate).
+// takes them over once the old QEMU has quit (internal/ops/livemigrate).
 
 // withoutForwards is f with its NICs' host forwards left out.
 func withoutForwards(f *spec.File) *spec.File {

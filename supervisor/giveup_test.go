@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -32,7 +32,7 @@ func TestUnknownKindGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sup.Kill(ctxT(t, time.Minute), "unknown") })
-	if _, err := (vmstate.Store{Root: root}).BeginOp("unknown", "from-a-newer-vmsup", map[string]string{"x": "y"}); err != nil {
+	if _, err := (vmstore.Store{Root: root}).BeginOp("unknown", "from-a-newer-vmsup", map[string]string{"x": "y"}); err != nil {
 		t.Fatal(err)
 	}
 	err := sup.Reset(ctx, "unknown")

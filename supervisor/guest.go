@@ -6,12 +6,12 @@ import (
 	"io"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/guestagent"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/ops/guestagent"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 )
 
-// What vmsup asks of a guest through its agent lives in internal/guestagent;
+// What vmsup asks of a guest through its agent lives in internal/ops/guestagent;
 // here are its Host and the library's API.
 
 // Bounds of the guest agent commands (guestagent).
@@ -62,7 +62,7 @@ type guestHost struct{ s *Supervisor }
 
 var _ guestagent.Host = guestHost{}
 
-func (h guestHost) View(name string) (*vmstate.View, error) { return h.s.view(name) }
+func (h guestHost) View(name string) (*vmstore.View, error) { return h.s.view(name) }
 func (h guestHost) NotFound(err error) bool                 { return errors.Is(err, ErrNotFound) }
 func (h guestHost) Absent(name string) error                { return h.s.absent(name) }
 func (h guestHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/host/caps"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
@@ -28,7 +28,7 @@ const maxConsoleScan = 16 << 20
 
 // healthGate waits for the new guest to pass h. agentBefore: the guest
 // agent answered before the restart. accel: what the new QEMU runs under,
-// which sizes an unset timeout (hostcaps.HealthTimeout). waiting, when
+// which sizes an unset timeout (caps.HealthTimeout). waiting, when
 // set, is told what the gate still waits for each time it looks.
 func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name string, h spec.Health, accel spec.Accel, agentBefore bool, waiting GateWaiting) error {
 	checkAgent := agentBefore
@@ -39,7 +39,7 @@ func (s *Supervisor) healthGate(ctx context.Context, sd *units.Manager, name str
 	if consoleOK && agentOK {
 		return nil
 	}
-	timeout := hostcaps.HealthTimeout(h.Timeout.D(), accel, hostcaps.LoadFactor())
+	timeout := caps.HealthTimeout(h.Timeout.D(), accel, caps.LoadFactor())
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()

@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/host/caps"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -13,21 +13,21 @@ import (
 // Host facts the start path depends on, derived from the host probe
 // (HostCaps). Tests and embedders may pass their own through Options.Host;
 // the probe then does not run.
-type Host = hostcaps.Host
+type Host = caps.Host
 
 // HostCaps is what this host's QEMU and KVM can run, as the host probe
-// found (see internal/hostcaps).
-type HostCaps = hostcaps.Caps
+// found (see internal/host/caps).
+type HostCaps = caps.Caps
 
 // HostProbeOptions say which QEMU a host probe is of (HostCaps.Current).
-type HostProbeOptions = hostcaps.Options
+type HostProbeOptions = caps.Options
 
 // HostFact is one yes/no fact of HostCaps, with what was found or why not.
-type HostFact = hostcaps.Fact
+type HostFact = caps.Fact
 
 // ProbeHost reads the host facts from /proc, /sys and /dev, without asking
 // QEMU (Supervisor.HostCaps does).
-func ProbeHost() Host { return hostcaps.ProbeHost() }
+func ProbeHost() Host { return caps.ProbeHost() }
 
 // HostCaps returns the host probe's record: its own while current (the QEMU
 // binary, kernel and /dev/kvm unchanged), else Options.HostCaps, else the
@@ -35,14 +35,14 @@ func ProbeHost() Host { return hostcaps.ProbeHost() }
 func (s *Supervisor) HostCaps(ctx context.Context, refresh bool) (*HostCaps, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.caps != nil && !refresh && s.caps.Current(hostcaps.Options{QEMU: s.opts.QEMU}) {
+	if s.caps != nil && !refresh && s.caps.Current(caps.Options{QEMU: s.opts.QEMU}) {
 		return s.caps, nil
 	}
 	if s.opts.HostCaps != nil && !refresh {
 		s.caps = s.opts.HostCaps
 		return s.caps, nil
 	}
-	c, err := hostcaps.Probe(ctx, hostcaps.Options{QEMU: s.opts.QEMU, Refresh: refresh, CacheFile: s.opts.HostCapsCache})
+	c, err := caps.Probe(ctx, caps.Options{QEMU: s.opts.QEMU, Refresh: refresh, CacheFile: s.opts.HostCapsCache})
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (s *Supervisor) hostFacts() Host {
 	}
 	c, err := s.HostCaps(context.Background(), false)
 	if err != nil {
-		return Host{MemTotal: hostcaps.MemTotal(), KVMUnusable: err.Error(), AppArmorUnusable: err.Error()}
+		return Host{MemTotal: caps.MemTotal(), KVMUnusable: err.Error(), AppArmorUnusable: err.Error()}
 	}
 	return c.Host()
 }
@@ -89,9 +89,9 @@ func (s *Supervisor) resolveHost(f *spec.File) (spec.Accel, string, cpuChoice, e
 	return r.Accel, r.Why, cpuChoice{r.Model, r.Masks}, err
 }
 
-// checkHost checks what the spec refers to on this host (hostcaps.CheckSpec).
+// checkHost checks what the spec refers to on this host (caps.CheckSpec).
 func checkHost(f *spec.File, h Host, qemu string) error {
-	return hostcaps.CheckSpec(f, h.MemTotal, qemu)
+	return caps.CheckSpec(f, h.MemTotal, qemu)
 }
 
 // checkPhysBits refuses a max_memory the guest's vCPU cannot address:

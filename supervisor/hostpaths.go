@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vmsup/vmsup/internal/hostpaths"
+	hostpaths "github.com/vmsup/vmsup/internal/host/places"
 	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/spec"
 )

@@ -5,19 +5,19 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/confine"
-	"github.com/vmsup/vmsup/internal/hotplug"
-	"github.com/vmsup/vmsup/internal/vfio"
-	"github.com/vmsup/vmsup/internal/vmnet"
-	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/internal/vmstats"
+	"github.com/vmsup/vmsup/internal/host/vfio"
+	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/observe/stats"
+	"github.com/vmsup/vmsup/internal/ops/hotplug"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/units"
 )
 
-// Hot-plugging disks, NICs and host devices lives in internal/hotplug: one
+// Hot-plugging disks, NICs and host devices lives in internal/ops/hotplug: one
 // attach, one detach and one recovery for every kind of device. These are
 // the supervisor's API onto it and what it needs of the supervisor.
 
@@ -83,20 +83,20 @@ func (s *Supervisor) DetachHostDev(ctx context.Context, name, which string) erro
 // hotplug is the hot-plug engine on this supervisor's operation kernel.
 func (s *Supervisor) hotplug() *hotplug.Engine { return hotplug.New(s.ops, hotplugHost{s}) }
 
-// hotplugHost is the supervisor as internal/hotplug's Host.
+// hotplugHost is the supervisor as internal/ops/hotplug's Host.
 type hotplugHost struct{ s *Supervisor }
 
 var _ hotplug.Host = hotplugHost{}
 
-func (h hotplugHost) State() vmstate.Store                           { return h.s.state }
-func (h hotplugHost) View(vm string) (*vmstate.View, error)          { return h.s.view(vm) }
+func (h hotplugHost) State() vmstore.Store                           { return h.s.state }
+func (h hotplugHost) View(vm string) (*vmstore.View, error)          { return h.s.view(vm) }
 func (h hotplugHost) Confinement(vm string) (*confine.Record, error) { return h.s.confiner().Read(vm) }
 func (h hotplugHost) CheckPath(key, path string) error               { return h.s.CheckPath(key, path) }
 func (h hotplugHost) Reachable(paths ...string) error                { return h.s.reachable(paths...) }
 func (h hotplugHost) Tools() storage.Tools                           { return h.s.tools() }
-func (h hotplugHost) Net() *vmnet.Manager                            { return h.s.net() }
+func (h hotplugHost) Net() *nics.Manager                             { return h.s.net() }
 func (h hotplugHost) VFIO() vfio.Host                                { return h.s.vfio() }
-func (h hotplugHost) QEMUPID(vm string) int                          { return vmstats.QEMUPID(vm, h.s.paths(vm).QMP) }
+func (h hotplugHost) QEMUPID(vm string) int                          { return stats.QEMUPID(vm, h.s.paths(vm).QMP) }
 func (h hotplugHost) UnplugTimeout() time.Duration                   { return h.s.opts.UnplugTimeout }
 func (h hotplugHost) Logger() *slog.Logger                           { return h.s.opts.Logger }
 
@@ -120,7 +120,7 @@ func (h hotplugHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.Opened
 	return h.s.places().OpenDisk(ctx, d)
 }
 
-func (h hotplugHost) TapOwner(ctx context.Context, vm string) (vmnet.Owner, error) {
+func (h hotplugHost) TapOwner(ctx context.Context, vm string) (nics.Owner, error) {
 	return h.s.tapOwner(ctx, vm)
 }
 

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/vmsup/vmsup/internal/identity"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/identity"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -19,7 +19,7 @@ func (r *startRun) resolveIdentity() {
 	if r.mode != StartFresh {
 		ids = identity.Incoming(&r.f.VM, r.in.ids)
 	} else {
-		var prev vmstate.Applied
+		var prev vmstore.Applied
 		_ = json.Unmarshal(r.prev.app, &prev) // none yet: new ones
 		ids = identity.Resolve(&r.f.VM, identity.IDs{UUID: prev.UUID, GenID: prev.GenID})
 	}
@@ -46,7 +46,7 @@ func (r *startRun) resolveMachine() (err error) {
 	}
 	want, recorded := r.in.machine, ""
 	if r.mode == StartFresh {
-		var prev vmstate.Applied
+		var prev vmstore.Applied
 		_ = json.Unmarshal(r.prev.app, &prev)
 		want, recorded = r.f.VM.Machine, prev.Machine
 	}

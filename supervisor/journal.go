@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/livemigrate"
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/ops/livemigrate"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
 // Every command that takes several steps on a VM runs as an operation of
-// the kernel (internal/operation): under the VM's lock, its intent and
+// the kernel (internal/lifecycle/operation): under the VM's lock, its intent and
 // each step journaled, so that the next command on the VM finishes or
 // undoes what a killed one left, with the recoverer registered for its
 // kind (registerRecoverers). The kinds are declared beside their
@@ -109,7 +109,7 @@ func (s *Supervisor) settleUnit(name string) units.Unit {
 	if s.opts.SystemdBus != "" {
 		argv = append(argv, "--systemd-bus", s.opts.SystemdBus)
 	}
-	return units.Unit{Name: vmstate.SettleUnit(name), Description: "vmsup: settle an interrupted operation on " + name,
+	return units.Unit{Name: vmstore.SettleUnit(name), Description: "vmsup: settle an interrupted operation on " + name,
 		Argv: append(argv, name), Collect: true, DeviceAll: true}
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 )
 
 // TestEveryKindHasARecoverer: every operation kind declared in the module
@@ -30,7 +30,7 @@ func TestEveryKindHasARecoverer(t *testing.T) {
 	}
 	for where, kind := range declared {
 		registered := slices.Contains(vms, kind)
-		if strings.HasPrefix(where, "internal/netmanage/") {
+		if strings.HasPrefix(where, "internal/net/netmanage/") {
 			registered = slices.Contains(nets, string(kind))
 		}
 		if !registered {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/companion"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

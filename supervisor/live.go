@@ -3,11 +3,11 @@ package supervisor
 import (
 	"context"
 
-	"github.com/vmsup/vmsup/internal/apply"
+	"github.com/vmsup/vmsup/internal/ops/apply"
 )
 
 // Settings QEMU takes over QMP only (I/O limits, links, vCPU pinning, the
-// balloon) are internal/apply's (apply.Runtime): the start pipeline gives
+// balloon) are internal/ops/apply's (apply.Runtime): the start pipeline gives
 // them right after QEMU answers, and records the VM without them until
 // then, so that a start killed in between leaves a record that says what
 // QEMU has.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/plan"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/ops/plan"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -62,9 +62,9 @@ func TestMachinePinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sup.Down(context.Background(), "mpin") })
-	state := vmstate.Store{Root: root}.Paths("mpin").State
+	state := vmstore.Store{Root: root}.Paths("mpin").State
 	recorded := func() string {
-		var app vmstate.Applied
+		var app vmstore.Applied
 		b, _ := os.ReadFile(state)
 		_ = json.Unmarshal(b, &app)
 		return app.Machine

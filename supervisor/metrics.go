@@ -5,11 +5,11 @@ import (
 	"io"
 	"net"
 
-	"github.com/vmsup/vmsup/internal/metrics"
-	"github.com/vmsup/vmsup/internal/vmstats"
+	"github.com/vmsup/vmsup/internal/observe/metrics"
+	"github.com/vmsup/vmsup/internal/observe/stats"
 )
 
-// Prometheus metrics with no resident process live in internal/metrics:
+// Prometheus metrics with no resident process live in internal/observe/metrics:
 // the figures rendered, and the socket-activated endpoint and collector
 // units that serve them. Here are its Host and the library's API.
 
@@ -71,7 +71,7 @@ type metricsHost struct{ s *Supervisor }
 
 var _ metrics.Host = metricsHost{}
 
-func (h metricsHost) Stats(ctx context.Context) ([]vmstats.VM, []vmstats.Skipped, error) {
+func (h metricsHost) Stats(ctx context.Context) ([]stats.VM, []stats.Skipped, error) {
 	return h.s.Stats(ctx)
 }
 func (h metricsHost) Systemd(ctx context.Context) (metrics.Systemd, error) {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -91,9 +91,9 @@ func TestMigrateCPR(t *testing.T) {
 // recordedRAM is the RAM the VM's record says its QEMU has.
 func recordedRAM(t *testing.T, stateDir string) *qemuargs.RAM {
 	t.Helper()
-	var app vmstate.Applied
+	var app vmstore.Applied
 	root := filepath.Dir(filepath.Dir(stateDir)) // ROOT/vms/NAME
-	b, err := os.ReadFile(vmstate.Store{Root: root}.Paths(filepath.Base(stateDir)).State)
+	b, err := os.ReadFile(vmstore.Store{Root: root}.Paths(filepath.Base(stateDir)).State)
 	if err == nil {
 		err = json.Unmarshal(b, &app)
 	}

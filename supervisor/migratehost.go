@@ -5,47 +5,47 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/vmsup/vmsup/internal/apply"
-	"github.com/vmsup/vmsup/internal/companion"
-	"github.com/vmsup/vmsup/internal/consolelog"
-	"github.com/vmsup/vmsup/internal/livemigrate"
-	"github.com/vmsup/vmsup/internal/migration"
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/startplan"
-	"github.com/vmsup/vmsup/internal/steps"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/console/consolelog"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/startplan"
+	"github.com/vmsup/vmsup/internal/lifecycle/steps"
+	"github.com/vmsup/vmsup/internal/ops/apply"
+	"github.com/vmsup/vmsup/internal/ops/livemigrate"
+	"github.com/vmsup/vmsup/internal/ops/migwire"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
-// Live migration lives in internal/livemigrate (its protocol, relay and
-// transports in internal/migration): the source, the destination and their
+// Live migration lives in internal/ops/livemigrate (its protocol, relay and
+// transports in internal/ops/migwire): the source, the destination and their
 // recovery. Here are its Host (migrateHost, with the start pipeline for a
 // destination: incomingStart) and the public API, one line each.
 
 // MigrateOptions configure Migrate. Zero values have documented defaults.
-type MigrateOptions = migration.Options
+type MigrateOptions = migwire.Options
 
 // MigrationProgress is one progress report.
-type MigrationProgress = migration.Progress
+type MigrationProgress = migwire.Progress
 
 // MigrateResult reports a completed migration.
-type MigrateResult = migration.Result
+type MigrateResult = migwire.Result
 
 // Migration modes (MigrateResult.Mode): the guest's RAM copied, or taken
 // over in place by a new QEMU on the same host.
 const (
-	MigrationModeNormal      = migration.ModeNormal
-	MigrationModeCPRTransfer = migration.ModeCPRTransfer
+	MigrationModeNormal      = migwire.ModeNormal
+	MigrationModeCPRTransfer = migwire.ModeCPRTransfer
 )
 
 // ErrMigrationCancelled is a migration cancelled by the user (Ctrl-C, or
 // CancelMigration from another process).
-var ErrMigrationCancelled = migration.ErrCancelled
+var ErrMigrationCancelled = migwire.ErrCancelled
 
 // RemoteError is a failure the destination reported.
-type RemoteError = migration.RemoteError
+type RemoteError = migwire.RemoteError
 
 // MigrateError is a failed migration; the guest still runs where Running
 // says.
@@ -85,7 +85,7 @@ type migrateHost struct{ s *Supervisor }
 
 var _ livemigrate.Host = migrateHost{}
 
-func (h migrateHost) State() vmstate.Store { return h.s.state }
+func (h migrateHost) State() vmstore.Store { return h.s.state }
 func (h migrateHost) Systemd(ctx context.Context) (*units.Manager, error) {
 	return h.s.systemd(ctx)
 }
@@ -95,7 +95,7 @@ func (h migrateHost) AfterStep(vm, step string) {
 		h.s.opts.AfterStep(vm, step)
 	}
 }
-func (h migrateHost) View(name string) (*vmstate.View, error) { return h.s.view(name) }
+func (h migrateHost) View(name string) (*vmstore.View, error) { return h.s.view(name) }
 func (h migrateHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
 	return h.s.qmpSession(ctx, name)
 }
@@ -167,8 +167,8 @@ func (i incomingStart) Run(ctx context.Context) (func(context.Context), error) {
 }
 func (i incomingStart) Unit() string                        { return i.r.plan.Unit }
 func (i incomingStart) PlugDisks(ctx context.Context) error { return i.r.plugDisks(ctx) }
-func (i incomingStart) Sockets() vmstate.Paths              { return i.r.sock }
-func (i incomingStart) Applied() *vmstate.Applied           { return i.r.app }
+func (i incomingStart) Sockets() vmstore.Paths              { return i.r.sock }
+func (i incomingStart) Applied() *vmstore.Applied           { return i.r.app }
 func (i incomingStart) ConsoleFIFO() string                 { return companion.FIFO(i.r.p, i.r.plan.Unit) }
 func (i incomingStart) Op() *operation.Op                   { return i.r.op }
 func (i incomingStart) Unlock(ctx context.Context)          { i.r.unlock(ctx) }

@@ -8,38 +8,38 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/netmanage"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmnet"
+	"github.com/vmsup/vmsup/internal/net/netmanage"
+	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 )
 
-// The host side of NICs lives in internal/vmnet, with its part of a start
-// (vmnet.Start); this is the exported API that predates the move.
+// The host side of NICs lives in internal/net/nics, with its part of a start
+// (nics.Start); this is the exported API that predates the move.
 
 // NetworkOptions say how VM NICs reach the host network. The zero value
 // works on a stock host: taps owned by the QEMU user, OVS at its default
 // socket, CNI plugins in the usual directories, namespaces in /run/netns.
-type NetworkOptions = vmnet.Options
+type NetworkOptions = nics.Options
 
 // NICStatus is one NIC as status shows it.
-type NICStatus = vmnet.NICStatus
+type NICStatus = nics.NICStatus
 
-func (s *Supervisor) net() *vmnet.Manager {
-	return &vmnet.Manager{Options: s.opts.Network, Store: s.state, Logger: s.opts.Logger, Networks: s.Networks()}
+func (s *Supervisor) net() *nics.Manager {
+	return &nics.Manager{Options: s.opts.Network, Store: s.state, Logger: s.opts.Logger, Networks: s.Networks()}
 }
 
-// Networks are the host's managed networks (vmsup network; internal/netmanage).
+// Networks are the host's managed networks (vmsup network; internal/net/netmanage).
 func (s *Supervisor) Networks() *netmanage.Manager {
 	return &netmanage.Manager{Dir: filepath.Join(s.state.Root, "networks"), Systemd: s.systemd, Logger: s.opts.Logger, AfterStep: s.opts.AfterStep}
 }
 
 // tapOwner is the user the VM's QEMU runs as, who owns its taps.
-func (s *Supervisor) tapOwner(ctx context.Context, vm string) (vmnet.Owner, error) {
+func (s *Supervisor) tapOwner(ctx context.Context, vm string) (nics.Owner, error) {
 	_, uid, gid, err := s.confiner().Identity(ctx, vm)
-	return vmnet.Owner{UID: uid, GID: gid}, err
+	return nics.Owner{UID: uid, GID: gid}, err
 }
 
 // validateNICs is the NIC check of Validate: the bridges, OVS bridges and

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/vmsup/vmsup/internal/hostpaths"
-	"github.com/vmsup/vmsup/internal/vmdisks"
-	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/host/places"
+	"github.com/vmsup/vmsup/internal/lifecycle/diskprep"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -21,11 +21,11 @@ import (
 
 // ErrImageOwned is wrapped by a refusal of a VM file whose disk opens an
 // image another VM owns (its disk writes it and is not marked shared).
-var ErrImageOwned = vmdisks.ErrOwned
+var ErrImageOwned = diskprep.ErrOwned
 
 // ErrOutsidePlaces is wrapped by a refusal of a VM file naming a host path
-// outside the places VM files may name (internal/hostpaths).
-var ErrOutsidePlaces = hostpaths.ErrOutside
+// outside the places VM files may name (internal/host/places).
+var ErrOutsidePlaces = places.ErrOutside
 
 // OwnerError says a file is not the one its VM belongs to.
 type OwnerError struct {
@@ -67,7 +67,7 @@ func sameFileName(a, b string) bool {
 	if a == b {
 		return true
 	}
-	return vmdisks.SamePath(a, b)
+	return diskprep.SamePath(a, b)
 }
 
 // FileOf is the file VM name belongs to (its owner), for commands that

@@ -8,8 +8,8 @@ import (
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
 
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/qmp"
 )
 

@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 
-	"github.com/vmsup/vmsup/internal/companion"
-	"github.com/vmsup/vmsup/internal/confine"
-	"github.com/vmsup/vmsup/internal/consolelog"
-	"github.com/vmsup/vmsup/internal/guestmem"
-	"github.com/vmsup/vmsup/internal/hostdevs"
-	"github.com/vmsup/vmsup/internal/hugepages"
-	"github.com/vmsup/vmsup/internal/identity"
+	"github.com/vmsup/vmsup/internal/console/consolelog"
+	"github.com/vmsup/vmsup/internal/host/hugepages"
+	"github.com/vmsup/vmsup/internal/host/vfio"
 	"github.com/vmsup/vmsup/internal/imagestore"
-	"github.com/vmsup/vmsup/internal/startplan"
-	"github.com/vmsup/vmsup/internal/vfio"
-	"github.com/vmsup/vmsup/internal/vmdisks"
-	"github.com/vmsup/vmsup/internal/vmnet"
-	"github.com/vmsup/vmsup/internal/vsock"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
+	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/lifecycle/diskprep"
+	"github.com/vmsup/vmsup/internal/lifecycle/guestmem"
+	"github.com/vmsup/vmsup/internal/lifecycle/identity"
+	"github.com/vmsup/vmsup/internal/lifecycle/passthrough"
+	"github.com/vmsup/vmsup/internal/lifecycle/startplan"
+	"github.com/vmsup/vmsup/internal/lifecycle/vsock"
+	"github.com/vmsup/vmsup/internal/net/nics"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
@@ -41,7 +41,7 @@ func (s *Supervisor) hostConcerns() []startplan.Contributor {
 		s.images(), // before the storage step: it makes image disks' overlays
 		s.disks(),
 		identity.Credentials{},
-		vmnet.Start{Manager: s.net(), StopPost: append([]string{s.opts.Self, HookPost, "--root", s.opts.Root}, s.startFlags()...), Owner: s.tapOwner},
+		nics.Start{Manager: s.net(), StopPost: append([]string{s.opts.Self, HookPost, "--root", s.opts.Root}, s.startFlags()...), Owner: s.tapOwner},
 		s.hostDevs(), // before confine: it grants the nodes binding makes
 		confine.Start{Manager: s.confiner},
 	}
@@ -63,14 +63,14 @@ func (s *Supervisor) hostTeardown(ctx context.Context, name string) error {
 		s.net().Teardown(ctx, name, false),
 		s.hostDevs().Teardown(name, p.HostDevs()),
 		s.confiner().Teardown(ctx, name),
-		vmdisks.Teardown(p.Dir),
+		diskprep.Teardown(p.Dir),
 		identity.RemoveCredentials(p.Dir),
 		hugepages.Host{}.RemoveVMDirs(name),
 	)
 }
 
-func (s *Supervisor) disks() vmdisks.Manager {
-	return vmdisks.Manager{Store: s.state, Tools: s.tools(), CheckPaths: s.checkDiskPaths}
+func (s *Supervisor) disks() diskprep.Manager {
+	return diskprep.Manager{Store: s.state, Tools: s.tools(), CheckPaths: s.checkDiskPaths}
 }
 
 func (s *Supervisor) images() imagestore.Start {
@@ -79,14 +79,14 @@ func (s *Supervisor) images() imagestore.Start {
 
 func (s *Supervisor) tools() storage.Tools { return storage.Tools{} }
 
-// vsocks is the root's CID table (internal/vsock).
+// vsocks is the root's CID table (internal/lifecycle/vsock).
 func (s *Supervisor) vsocks() vsock.Allocator { return vsock.ForRoot(s.opts.Root) }
 
 // vfio is this supervisor's host for PCI passthrough.
 func (s *Supervisor) vfio() vfio.Host { return vfio.Host{Sys: s.opts.SysRoot, Dev: s.opts.DevRoot} }
 
-func (s *Supervisor) hostDevs() hostdevs.Manager {
-	return hostdevs.Manager{VFIO: s.vfio(), Logger: s.opts.Logger}
+func (s *Supervisor) hostDevs() passthrough.Manager {
+	return passthrough.Manager{VFIO: s.vfio(), Logger: s.opts.Logger}
 }
 
 // guestArgv fills what an argv shown or checked outside a start needs

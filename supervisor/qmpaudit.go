@@ -11,10 +11,10 @@ import (
 
 	"github.com/coreos/go-systemd/v22/journal"
 
-	"github.com/vmsup/vmsup/internal/auditlog"
-	"github.com/vmsup/vmsup/internal/qmppolicy"
-	"github.com/vmsup/vmsup/internal/vmnet"
-	"github.com/vmsup/vmsup/internal/vmstats"
+	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/observe/auditlog"
+	"github.com/vmsup/vmsup/internal/observe/stats"
+	"github.com/vmsup/vmsup/internal/ops/qmppolicy"
 )
 
 // The audit logs' sizes. Ordinary traffic goes to qmp.log only; refused
@@ -35,12 +35,12 @@ const (
 func (s *Supervisor) qmpEnv(name string) qmppolicy.Env {
 	p := s.paths(name)
 	env := qmppolicy.Env{StateDir: p.Dir}
-	if pid := vmstats.QEMUPID(name, p.QMP); pid > 0 {
+	if pid := stats.QEMUPID(name, p.QMP); pid > 0 {
 		if cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err == nil && filepath.IsAbs(cwd) && !strings.HasSuffix(cwd, " (deleted)") {
 			env.WorkDir = cwd
 		}
 	}
-	if rec, err := vmnet.ReadRecord(p); err == nil {
+	if rec, err := nics.ReadRecord(p); err == nil {
 		for _, n := range rec.NICs {
 			env.Taps = append(env.Taps, n.Tap)
 		}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/qmppolicy"
+	"github.com/vmsup/vmsup/internal/ops/qmppolicy"
 	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/supervisor"
 )

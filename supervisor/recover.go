@@ -3,7 +3,7 @@ package supervisor
 import (
 	"context"
 
-	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/spec"
 )
 

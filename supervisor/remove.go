@@ -7,9 +7,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/vmdisks"
-	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/lifecycle/diskprep"
+	"github.com/vmsup/vmsup/internal/vm/snapshottree"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -28,7 +28,7 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 	if err := spec.ValidName(name); err != nil {
 		return nil, vmerr.Wrap(name, err)
 	}
-	if tree, err := snapshot.Load(s.paths(name).Snapshots()); err == nil {
+	if tree, err := snapshottree.Load(s.paths(name).Snapshots()); err == nil {
 		if clones := s.diskops().LiveClones(tree); len(clones) > 0 {
 			return nil, vmerr.Wrap(name, fmt.Errorf("VMs %s were cloned from its snapshots and stand on its images: remove them first", strings.Join(clones, ", ")))
 		}
@@ -42,18 +42,18 @@ func (s *Supervisor) RemoveVM(ctx context.Context, name string) (left []string, 
 }
 
 // KeptDisks says which disk images rm kept and which it deleted.
-type KeptDisks = vmdisks.Kept
+type KeptDisks = diskprep.Kept
 
 // RemoveDisks is RemoveVM that also says which disk images stay and, with
-// deleteDisks, deletes the ones vmsup made for the VM (vmdisks.PlanRemove).
+// deleteDisks, deletes the ones vmsup made for the VM (diskprep.PlanRemove).
 func (s *Supervisor) RemoveDisks(ctx context.Context, name string, deleteDisks bool) (KeptDisks, error) {
 	v, _ := s.view(name)
-	keep, del := vmdisks.PlanRemove(v, s.paths(name), deleteDisks)
+	keep, del := diskprep.PlanRemove(v, s.paths(name), deleteDisks)
 	if _, err := s.RemoveVM(ctx, name); err != nil {
-		return vmdisks.Kept{}, err
+		return diskprep.Kept{}, err
 	}
-	deleted, err := vmdisks.DeleteImages(del)
-	return vmdisks.Kept{Kept: keep, Deleted: deleted}, vmerr.Wrap(name, err)
+	deleted, err := diskprep.DeleteImages(del)
+	return diskprep.Kept{Kept: keep, Deleted: deleted}, vmerr.Wrap(name, err)
 }
 
 func (s *Supervisor) remove(ctx context.Context, name string) error {

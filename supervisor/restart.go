@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/vmsup/vmsup/internal/apply"
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/steps"
-	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/steps"
+	"github.com/vmsup/vmsup/internal/ops/apply"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )

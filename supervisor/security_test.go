@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/units"
@@ -336,7 +336,7 @@ func TestRequiredRefused(t *testing.T) {
 			if verr := sup.Validate(f); verr == nil || verr.Error() != err.Error() {
 				t.Errorf("validate: %v, want %v", verr, err)
 			}
-			if out, _ := env.Systemd.Systemctl(ctx, "list-units", "--all", "--no-legend", vmstate.UnitName(f.VM.Name)); strings.TrimSpace(string(out)) != "" {
+			if out, _ := env.Systemd.Systemctl(ctx, "list-units", "--all", "--no-legend", vmstore.UnitName(f.VM.Name)); strings.TrimSpace(string(out)) != "" {
 				t.Errorf("unit left: %s", out)
 			}
 			if hasACL(c.disk) || hasACL(filepath.Dir(c.disk)) {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/livemigrate"
-	"github.com/vmsup/vmsup/internal/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/ops/livemigrate"
 )
 
 // syncBuffer is a log that a test reads while Settle writes it.

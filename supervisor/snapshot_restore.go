@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/diskops"
+	"github.com/vmsup/vmsup/internal/ops/diskops"
 	"github.com/vmsup/vmsup/qmp"
 )
 

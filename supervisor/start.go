@@ -10,21 +10,21 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/apply"
-	"github.com/vmsup/vmsup/internal/companion"
-	"github.com/vmsup/vmsup/internal/confine"
-	"github.com/vmsup/vmsup/internal/consolelog"
-	"github.com/vmsup/vmsup/internal/diskfds"
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/identity"
-	"github.com/vmsup/vmsup/internal/migration"
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/snapshot"
-	"github.com/vmsup/vmsup/internal/startplan"
-	"github.com/vmsup/vmsup/internal/vmdisks"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmnet"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/console/consolelog"
+	"github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
+	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/lifecycle/diskfds"
+	"github.com/vmsup/vmsup/internal/lifecycle/diskprep"
+	"github.com/vmsup/vmsup/internal/lifecycle/identity"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/startplan"
+	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/ops/apply"
+	"github.com/vmsup/vmsup/internal/ops/migwire"
+	"github.com/vmsup/vmsup/internal/vm/snapshottree"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -67,9 +67,9 @@ const (
 	StepLock     = "lock"     // the VM's lock (a local destination runs under the source's)
 	StepCheck    = "check"    // the unit's state: an existing VM is left alone
 	StepStateDir = "state-dir"
-	StepStorage  = vmdisks.Step
-	StepNetCheck = vmnet.StepCheck
-	StepNetns    = vmnet.StepNetns
+	StepStorage  = diskprep.Step
+	StepNetCheck = nics.StepCheck
+	StepNetns    = nics.StepNetns
 	StepConfine  = confine.Step
 	StepReuse    = "reuse" // a local destination: the running QEMU's host resources
 	StepArgv     = "argv"
@@ -117,7 +117,7 @@ type incomingArgs struct {
 	// its unit, whether the VM had a state directory here, and (from the
 	// record step) what its commit records.
 	journal operation.Kind
-	intent  func(unit string, existed bool, app *vmstate.Applied, raw []byte) any
+	intent  func(unit string, existed bool, app *vmstore.Applied, raw []byte) any
 }
 
 // startRun is one start: what its steps share.
@@ -126,11 +126,11 @@ type startRun struct {
 	mode StartMode
 	f    *spec.File
 	name string
-	p    vmstate.Paths // the VM's paths
-	sock vmstate.Paths // where this QEMU's sockets go: p, or a fresh incoming directory
+	p    vmstore.Paths // the VM's paths
+	sock vmstore.Paths // where this QEMU's sockets go: p, or a fresh incoming directory
 	sd   *units.Manager
 	lk   *operation.Lock
-	app  *vmstate.Applied
+	app  *vmstore.Applied
 	// plan is what the concerns' steps share and decide; plan.Unit is the
 	// unit this QEMU runs as.
 	plan startplan.Plan
@@ -159,15 +159,15 @@ func (s *Supervisor) newStart(f *spec.File, mode StartMode, in incomingArgs) *st
 	r := &startRun{s: s, mode: mode, f: f, name: name, p: s.paths(name), in: in, res: UpResult{VM: name}}
 	r.sock = r.p
 	r.plan = startplan.Plan{Mode: mode, Paths: r.p}
-	r.app = &vmstate.Applied{Name: name, SourceFile: absPath(f.Path), Spec: vmstate.Canonical(&f.VM)}
+	r.app = &vmstore.Applied{Name: name, SourceFile: absPath(f.Path), Spec: vmstore.Canonical(&f.VM)}
 	switch mode {
 	case StartFresh:
 		r.plan.Unit = s.state.UnitOf(name) // after a local migration, not vmsup-NAME.service
 	case StartIncoming:
-		r.plan.Unit = vmstate.UnitName(name)
+		r.plan.Unit = vmstore.UnitName(name)
 		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
 	case StartIncomingLocal:
-		r.plan.Unit = vmstate.AltUnit(name, s.state.UnitOf(name))
+		r.plan.Unit = vmstore.AltUnit(name, s.state.UnitOf(name))
 		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
 	}
 	return r
@@ -355,7 +355,7 @@ func (r *startRun) incomingIntent() any {
 // so no live command's is), and the next command settles what it left
 // rather than refusing it. The wait is bounded as a start's confirm is.
 func (r *startRun) settledStatus(ctx context.Context) (units.Status, error) {
-	wctx, cancel := context.WithTimeout(ctx, hostcaps.ConfirmTimeout(spec.AccelAuto, hostcaps.LoadFactor()))
+	wctx, cancel := context.WithTimeout(ctx, caps.ConfirmTimeout(spec.AccelAuto, caps.LoadFactor()))
 	defer cancel()
 	if st, err := r.sd.WaitSettled(wctx, r.plan.Unit); err != nil && ctx.Err() == nil {
 		return units.Status{}, fmt.Errorf("unit %s is still %s: %w", r.plan.Unit, st, err)
@@ -410,7 +410,7 @@ func (r *startRun) check(ctx context.Context) error {
 		return nil
 	}
 	if st.Gone() {
-		defer func() { r.plan.Unit = vmstate.UnitName(r.name) }() // a fresh start uses the usual name
+		defer func() { r.plan.Unit = vmstore.UnitName(r.name) }() // a fresh start uses the usual name
 	}
 	switch {
 	case st.Exists && st.ActiveState == "failed":
@@ -424,7 +424,7 @@ func (r *startRun) check(ctx context.Context) error {
 			return err
 		}
 		r.res.Note = joinNote(r.res.Note, "a start that died before the guest ran was stopped")
-		r.plan.Unit = vmstate.UnitName(r.name)
+		r.plan.Unit = vmstore.UnitName(r.name)
 		return nil
 	case st.Exists && st.ActiveState != "inactive":
 		if st.ActiveState != "active" {
@@ -454,13 +454,13 @@ func (r *startRun) check(ctx context.Context) error {
 func (r *startRun) stateDir(ctx context.Context) error {
 	p, f := r.p, r.f
 	if r.mode != StartIncoming {
-		tree, err := snapshot.Load(p.Snapshots())
+		tree, err := snapshottree.Load(p.Snapshots())
 		if err != nil {
 			return err
 		}
 		r.plan.Boot.Tree = tree
 		if app, err := r.s.state.ReadApplied(r.name); err == nil {
-			r.plan.Boot.Moved = vmdisks.MovedFor(f, app.Moved)
+			r.plan.Boot.Moved = diskprep.MovedFor(f, app.Moved)
 		}
 	}
 	if r.mode != StartIncomingLocal {
@@ -488,7 +488,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 		return err
 	}
 	// A fresh start's UEFI variable store is made from its template by the
-	// boot-files step (internal/confine), from the checked descriptor.
+	// boot-files step (internal/lifecycle/confine), from the checked descriptor.
 	if r.mode == StartIncoming {
 		if f.VM.Boot.Firmware == spec.FirmwareUEFI {
 			// The flash contents also travel in the stream (pflash is
@@ -510,8 +510,8 @@ func (r *startRun) stateDir(ctx context.Context) error {
 	// A fresh directory each time: a QEMU unlinks the socket paths it bound
 	// when it exits, and the previous destination (the source now) bound
 	// its sockets under an incoming directory too.
-	in := filepath.Join(p.Dir, "incoming-"+migration.RandHex(6))
-	r.sock = vmstate.Paths{Dir: in, QMP: filepath.Join(in, "qmp.sock"), Events: filepath.Join(in, "events.sock"),
+	in := filepath.Join(p.Dir, "incoming-"+migwire.RandHex(6))
+	r.sock = vmstore.Paths{Dir: in, QMP: filepath.Join(in, "qmp.sock"), Events: filepath.Join(in, "events.sock"),
 		Console: filepath.Join(in, "console.sock"), Agent: filepath.Join(in, "qga.sock")}
 	return os.Mkdir(in, 0o700)
 }
@@ -522,7 +522,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 func (r *startRun) makeEventLog() error {
 	base := r.p.EventLog()
 	if r.mode != StartFresh {
-		base += "-" + migration.RandHex(6)
+		base += "-" + migwire.RandHex(6)
 	}
 	if r.mode == StartFresh {
 		// A QEMU whose stop-post never ran (the host went down) left its
@@ -552,8 +552,8 @@ func (r *startRun) undoStateDir(context.Context) {
 	case !r.prev.dir:
 		r.p.RemoveAll()
 	case r.mode == StartIncoming:
-		vmstate.Restore(r.p.State, r.prev.app)
-		vmstate.Restore(r.p.Spec, r.prev.raw)
+		vmstore.Restore(r.p.State, r.prev.app)
+		vmstore.Restore(r.p.Spec, r.prev.raw)
 	}
 }
 
@@ -609,7 +609,7 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	ram := qemuargs.RAMOf(&boot.VM, *final)
 	r.app.RAM = &ram
 	r.app.VsockCID, r.app.Hugetlbfs = r.plan.VsockCID, r.plan.Hugetlbfs
-	vmdisks.Record(r.app, &boot.VM, r.plan.Boot.Carried)
+	diskprep.Record(r.app, &boot.VM, r.plan.Boot.Carried)
 	r.app.Moved = r.plan.Boot.Moved
 	return nil
 }
@@ -652,8 +652,8 @@ func (r *startRun) record(context.Context) error {
 
 func (r *startRun) undoRecord(context.Context) {
 	if r.mode == StartFresh && r.prev.dir {
-		vmstate.Restore(r.p.State, r.prev.app)
-		vmstate.Restore(r.p.Spec, r.prev.raw)
+		vmstore.Restore(r.p.State, r.prev.app)
+		vmstore.Restore(r.p.Spec, r.prev.raw)
 	}
 }
 
@@ -664,14 +664,14 @@ func (r *startRun) startUnit(ctx context.Context) error {
 	r.plan.ApplyUnit(&u)
 	r.s.bindHooks(&u)
 	for _, f := range []string{r.app.EventLog + ".in", r.app.EventLog + ".out"} {
-		if err := vmstate.ChownLike(f, r.p.Dir); err != nil { // QEMU opens both as its user
+		if err := vmstore.ChownLike(f, r.p.Dir); err != nil { // QEMU opens both as its user
 			return err
 		}
 	}
 	if r.mode != StartFresh {
 		// QEMU binds its sockets there: same owner as the state directory
 		// (the host steps may have given that to an unprivileged QEMU user).
-		if err := vmstate.ChownLike(r.sock.Dir, r.p.Dir); err != nil {
+		if err := vmstore.ChownLike(r.sock.Dir, r.p.Dir); err != nil {
 			return err
 		}
 	}
@@ -701,7 +701,7 @@ func (s *Supervisor) stopPrelaunch(ctx context.Context, sd *units.Manager, name,
 }
 
 // plugDisks gives the paused QEMU the disks argv left out, as
-// descriptors (internal/diskfds); the unit step's undo stops it if this
+// descriptors (internal/lifecycle/diskfds); the unit step's undo stops it if this
 // fails.
 func (r *startRun) plugDisks(ctx context.Context) error {
 	if len(r.bootDisks) == 0 {

@@ -3,22 +3,22 @@ package supervisor
 import (
 	"context"
 
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/units"
 )
 
-// What vmsup keeps of a VM between commands lives in internal/vmstate:
+// What vmsup keeps of a VM between commands lives in internal/vm/vmstore:
 // paths, records, locks, unit names. These are the supervisor's handles on it.
 
 // BusyError says another vmsup command holds the VM's lock.
-type BusyError = vmstate.BusyError
+type BusyError = vmstore.BusyError
 
 // AttachedDisk is a disk hot-plugged into a running VM, recorded so that
 // status shows it and the next up boots with it.
-type AttachedDisk = vmstate.AttachedDisk
+type AttachedDisk = vmstore.AttachedDisk
 
-func (s *Supervisor) paths(name string) vmstate.Paths { return s.state.Paths(name) }
+func (s *Supervisor) paths(name string) vmstore.Paths { return s.state.Paths(name) }
 
 // lock takes the VM's lock for a state-changing command (waiting for it
 // with Options.WaitForLock), then finishes or undoes what a killed command

@@ -3,43 +3,43 @@ package supervisor
 import (
 	"context"
 
-	"github.com/vmsup/vmsup/internal/vmnet"
-	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/internal/vmstats"
-	"github.com/vmsup/vmsup/internal/vmstatus"
+	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/observe/stats"
+	"github.com/vmsup/vmsup/internal/observe/status"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
 )
 
 // VMStats are one VM's figures: CPU, memory, disks, NICs, uptime
-// (internal/vmstats says where each comes from and collects them).
-type VMStats = vmstats.VM
+// (internal/observe/stats says where each comes from and collects them).
+type VMStats = stats.VM
 
 // StatsSkipped is a VM Stats left out, and why (being started or stopped).
-type StatsSkipped = vmstats.Skipped
+type StatsSkipped = stats.Skipped
 
 // Stats reads the figures of the named VMs (every VM vmsup knows when none
 // is named). It only reads; a VM being started or stopped is skipped; a
 // named VM that does not exist is an error.
 func (s *Supervisor) Stats(ctx context.Context, names ...string) ([]VMStats, []StatsSkipped, error) {
-	return vmstats.NewCollector(statsHost{s}).Stats(ctx, names...)
+	return stats.NewCollector(statsHost{s}).Stats(ctx, names...)
 }
 
 // statsHost is the stats collector's Host.
 type statsHost struct{ s *Supervisor }
 
-var _ vmstats.Host = statsHost{}
+var _ stats.Host = statsHost{}
 
-func (h statsHost) State() vmstate.Store                                { return h.s.state }
+func (h statsHost) State() vmstore.Store                                { return h.s.state }
 func (h statsHost) Known() ([]string, error)                            { return h.s.state.Known() }
 func (h statsHost) Absent(name string) error                            { return h.s.absent(name) }
 func (h statsHost) Systemd(ctx context.Context) (*units.Manager, error) { return h.s.systemd(ctx) }
 func (h statsHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
 	return h.s.qmpSession(ctx, name)
 }
-func (h statsHost) View(name string) (*vmstate.View, error) { return h.s.view(name) }
-func (h statsHost) Taps(name string) []vmnet.Tap            { return h.s.net().Taps(name) }
+func (h statsHost) View(name string) (*vmstore.View, error) { return h.s.view(name) }
+func (h statsHost) Taps(name string) []nics.Tap             { return h.s.net().Taps(name) }
 func (h statsHost) QEMUState(qs qmp.StatusInfo) string {
-	st, _ := vmstatus.QEMUState(qs)
+	st, _ := status.QEMUState(qs)
 	return string(st)
 }

@@ -3,15 +3,15 @@ package supervisor
 import (
 	"context"
 
-	"github.com/vmsup/vmsup/internal/confine"
-	"github.com/vmsup/vmsup/internal/vmnet"
-	"github.com/vmsup/vmsup/internal/vmstate"
-	"github.com/vmsup/vmsup/internal/vmstatus"
+	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/net/nics"
+	vmstatus "github.com/vmsup/vmsup/internal/observe/status"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
 
-// A VM's status (vmsup status, ls) is read in internal/vmstatus; here are
+// A VM's status (vmsup status, ls) is read in internal/observe/status; here are
 // its Host and the library's API.
 
 // State is a VM's state as vmsup reports it.
@@ -76,8 +76,8 @@ type statusHost struct{ s *Supervisor }
 
 var _ vmstatus.Host = statusHost{}
 
-func (h statusHost) State() vmstate.Store                    { return h.s.state }
-func (h statusHost) View(name string) (*vmstate.View, error) { return h.s.state.View(name) }
+func (h statusHost) State() vmstore.Store                    { return h.s.state }
+func (h statusHost) View(name string) (*vmstore.View, error) { return h.s.state.View(name) }
 func (h statusHost) Systemd(ctx context.Context) (vmstatus.Systemd, error) {
 	sd, err := h.s.systemd(ctx)
 	if err != nil {
@@ -99,7 +99,7 @@ func (h statusHost) GuestPing(ctx context.Context, name string) (AgentStatus, er
 	return h.s.GuestPing(ctx, name)
 }
 func (h statusHost) Enabled(name string) bool { return h.s.autostart().IsEnabled(name) }
-func (h statusHost) NICs(ctx context.Context, name string) []vmnet.NICStatus {
+func (h statusHost) NICs(ctx context.Context, name string) []nics.NICStatus {
 	return h.s.nicStatuses(ctx, name)
 }
 func (h statusHost) Confinement(ctx context.Context, name, unit string, mainPID uint32, detail bool) *confine.Status {
@@ -111,7 +111,7 @@ func (h statusHost) Confinement(ctx context.Context, name, unit string, mainPID 
 }
 func (h statusHost) EndedReason(name string) string                  { return h.s.endedReason(name) }
 func (h statusHost) NotFound(name string) error                      { return h.s.notFound(name) }
-func (h statusHost) RunsFile(app *vmstate.Applied, vm *spec.VM) bool { return runsFile(app, vm) }
+func (h statusHost) RunsFile(app *vmstore.Applied, vm *spec.VM) bool { return runsFile(app, vm) }
 
 // statusMonitor is status's QMP session: the agent's ping goes over it.
 type statusMonitor struct {

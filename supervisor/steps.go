@@ -1,10 +1,10 @@
 package supervisor
 
 import (
-	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/lifecycle/steps"
 )
 
-// Multi-step operations run as internal/steps lists.
+// Multi-step operations run as internal/lifecycle/steps lists.
 
 // step is one named part of a start or other multi-part operation.
 type step = steps.Step

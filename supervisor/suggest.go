@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vmsup/vmsup/internal/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 )
 
 // notFound is the error for a VM name vmsup does not know: ErrNotFound,

@@ -11,11 +11,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/hostpaths"
-	"github.com/vmsup/vmsup/internal/operation"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	hostcaps "github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/host/places"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -116,7 +116,7 @@ type Options struct {
 type Supervisor struct {
 	opts Options
 
-	state vmstate.Store // the state root: paths, records, locks
+	state vmstore.Store // the state root: paths, records, locks
 
 	mu   sync.Mutex // guards sd and caps, filled on first use
 	sd   *units.Manager
@@ -150,9 +150,9 @@ func New(opts Options) (*Supervisor, error) {
 	if len(opts.ImageDirs) == 0 {
 		opts.ImageDirs = []string{filepath.Join(opts.Root, "images")}
 	}
-	opts.BlockDirs = orDefaults(opts.BlockDirs, hostpaths.DefaultBlockDirs)
-	opts.ConfigDirs = orDefaults(opts.ConfigDirs, hostpaths.DefaultConfigDirs)
-	opts.AllowPaths = orDefaults(opts.AllowPaths, hostpaths.DefaultAllowPaths)
+	opts.BlockDirs = orDefaults(opts.BlockDirs, places.DefaultBlockDirs)
+	opts.ConfigDirs = orDefaults(opts.ConfigDirs, places.DefaultConfigDirs)
+	opts.AllowPaths = orDefaults(opts.AllowPaths, places.DefaultAllowPaths)
 	if opts.Slice == "" {
 		opts.Slice = "vmsup.slice"
 	}
@@ -168,7 +168,7 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Supervisor{opts: opts, state: vmstate.Store{Root: opts.Root}, settleRetry: defaultSettleRetry()}
+	s := &Supervisor{opts: opts, state: vmstore.Store{Root: opts.Root}, settleRetry: defaultSettleRetry()}
 	s.ops = operation.New(operation.Options{Store: s.state, Wait: opts.WaitForLock, After: opts.AfterStep, Logger: opts.Logger,
 		GiveUp: s.stopUnknown})
 	s.registerRecoverers()
@@ -224,7 +224,7 @@ func confirmTimeout(accel spec.Accel) time.Duration {
 
 // ErrNotRunning means the VM is known but has no running QEMU to talk to.
 // A name vmsup does not know at all is ErrNotFound instead.
-var ErrNotRunning = vmstate.ErrNotRunning
+var ErrNotRunning = vmstore.ErrNotRunning
 
 // absent is the error for a VM whose QEMU can't be reached because it
 // does not run: ErrNotFound when vmsup knows no VM of that name (no state
@@ -245,7 +245,7 @@ func (s *Supervisor) qmpSession(ctx context.Context, name string) (*qmp.Conn, fu
 	p := s.paths(name)
 	lctx, cancel := context.WithTimeout(ctx, qmpLockTimeout)
 	defer cancel()
-	fl, ok, err := vmstate.LockFile(lctx, p.QMPLock, true)
+	fl, ok, err := vmstore.LockFile(lctx, p.QMPLock, true)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, s.absent(name)
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vsock"
+	"github.com/vmsup/vmsup/internal/lifecycle/vsock"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -23,8 +23,8 @@ func (s *Supervisor) unitFor(f *spec.File, argv []string, accel spec.Accel) unit
 	vm := &f.VM
 	stop := []string{s.opts.Self, "stop-hook", "--root", s.opts.Root, vm.Name}
 	u := units.Unit{
-		Name:        vmstate.UnitName(vm.Name),
-		Description: vmstate.UnitDescription(vm.Name),
+		Name:        vmstore.UnitName(vm.Name),
+		Description: vmstore.UnitDescription(vm.Name),
 		Slice:       s.opts.Slice,
 		Argv:        argv,
 		ExecStop:    [][]string{stop},

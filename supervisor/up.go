@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/companion"
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/hostpaths"
-	"github.com/vmsup/vmsup/internal/identity"
-	"github.com/vmsup/vmsup/internal/steps"
-	"github.com/vmsup/vmsup/internal/vmdisks"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/host/places"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
+	"github.com/vmsup/vmsup/internal/lifecycle/diskprep"
+	"github.com/vmsup/vmsup/internal/lifecycle/identity"
+	"github.com/vmsup/vmsup/internal/lifecycle/steps"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -93,7 +93,7 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	// with one (qemu-img as root on a host file or device).
 	refused, err := s.checkPaths(ctx, f)
 	check(err)
-	check(hostpaths.WithoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
+	check(places.WithoutFields(checkHost(f, s.hostFacts(), s.opts.QEMU), refused))
 	accel, _, cpu, err := s.resolveHost(f)
 	check(err)
 	if err == nil {
@@ -101,7 +101,7 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 	}
 	check(s.images().Check(f))
 	check(s.disks().Check(ctx, f, named, refused))
-	check(hostpaths.WithoutFields(s.validateNICs(ctx, f), refused))
+	check(places.WithoutFields(s.validateNICs(ctx, f), refused))
 	if named {
 		check(s.checkForwardPorts(f))
 	}
@@ -122,7 +122,7 @@ func (s *Supervisor) validateFile(ctx context.Context, f *spec.File, dup error) 
 // Argv returns the QEMU command line of the machine vmsup would start for
 // f, every disk named by path: what a raw QEMU run of the same machine
 // takes. vmsup itself starts QEMU paused without the disks
-// DisksByDescriptor lists and plugs those as descriptors (internal/diskfds).
+// DisksByDescriptor lists and plugs those as descriptors (internal/lifecycle/diskfds).
 func (s *Supervisor) Argv(f *spec.File) ([]string, error) {
 	accel, _, cpu, err := s.resolveHost(f)
 	if err != nil {
@@ -143,20 +143,20 @@ func (s *Supervisor) argv(f *spec.File, accel spec.Accel, cpu cpuChoice, extra .
 		ConsoleSocket:  p.Console,
 		AgentSocket:    p.Agent,
 		VNCSocket:      p.VNC(),
-		ConsoleLog:     companion.FIFO(p, vmstate.UnitName(f.VM.Name)), // its logger bounds the log (internal/companion)
+		ConsoleLog:     companion.FIFO(p, vmstore.UnitName(f.VM.Name)), // its logger bounds the log (internal/lifecycle/companion)
 		EventLog:       p.EventLog(),
 		VhostNet:       s.net().Vhost(),
-		Disks:          vmdisks.HostFiles(p.Dir, &f.VM),
+		Disks:          diskprep.HostFiles(p.Dir, &f.VM),
 		Credentials:    identity.CredentialPaths(p.Dir, &f.VM),
-		TPMSocket:      companion.TPMPaths(p, vmstate.UnitName(f.VM.Name)).Socket,
+		TPMSocket:      companion.TPMPaths(p, vmstore.UnitName(f.VM.Name)).Socket,
 		ShareSockets:   companion.ShareSockets(p.Dir, &f.VM),
 	}
 	o.ShareRAM, _ = s.cprTransfer(context.Background()) // a later migrate --local takes its RAM in place
 	switch f.VM.Boot.Firmware {
 	case spec.FirmwareUEFI:
-		o.FirmwareCode, o.FirmwareVars = hostcaps.BootCode(f.VM.Boot), p.UEFIVars
+		o.FirmwareCode, o.FirmwareVars = caps.BootCode(f.VM.Boot), p.UEFIVars
 	case spec.FirmwareQboot:
-		o.FirmwareCode = hostcaps.FirmwareCode(spec.FirmwareQboot)
+		o.FirmwareCode = caps.FirmwareCode(spec.FirmwareQboot)
 	}
 	for _, e := range extra {
 		e(&o)
@@ -403,14 +403,14 @@ func (s *Supervisor) lastWords(ctx context.Context, unit string) string {
 
 // runsFile reports whether the VM recorded in app runs vm as it is (after
 // live changes, with keys newer than the record at their defaults).
-func runsFile(app *vmstate.Applied, vm *spec.VM) bool {
+func runsFile(app *vmstore.Applied, vm *spec.VM) bool {
 	running, err := app.Running()
 	if err != nil {
 		return false
 	}
-	running = vmstate.AsMoved(running, app.Moved, vm)
+	running = vmstore.AsMoved(running, app.Moved, vm)
 	identity.KeepUUID(running, vm, app.UUID)
-	return bytes.Equal(vmstate.Canonical(running), vmstate.Canonical(vm))
+	return bytes.Equal(vmstore.Canonical(running), vmstore.Canonical(vm))
 }
 
 func absPath(p string) string {

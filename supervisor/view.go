@@ -3,17 +3,17 @@ package supervisor
 import (
 	"errors"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
-// view returns the VM as it runs (vmstate.View): the one view every command
+// view returns the VM as it runs (vmstore.View): the one view every command
 // reads its disks, NICs, images and sizes from. Without a record it is
 // ErrNotFound; when no QEMU runs the view comes back with an error wrapping
 // ErrNotRunning.
-func (s *Supervisor) view(name string) (*vmstate.View, error) {
+func (s *Supervisor) view(name string) (*vmstore.View, error) {
 	v, err := s.state.View(name)
 	switch {
-	case errors.Is(err, vmstate.ErrNoRecord):
+	case errors.Is(err, vmstore.ErrNoRecord):
 		return nil, s.unknownVM(name)
 	case err != nil:
 		return nil, err

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmevents"
+	"github.com/vmsup/vmsup/internal/observe/events"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -91,7 +91,7 @@ func (s *Supervisor) Monitor(ctx context.Context, name string) (*qmp.Conn, func(
 
 // Event is something QEMU reported about a running VM, or a lifecycle
 // event of vmsup's (vmevents).
-type Event = vmevents.Event
+type Event = events.Event
 
 // Events streams the VM's events from now on (QEMU's and vmsup's) until ctx
 // ends or the VM's QEMU ends (then the channel closes). It reads the event
@@ -105,7 +105,7 @@ func (s *Supervisor) Events(ctx context.Context, name string) (<-chan Event, err
 // "started" event. Only the end of the QEMU running now closes the
 // channel, not that of an earlier run since then.
 func (s *Supervisor) EventsSince(ctx context.Context, name string, since time.Time) (<-chan Event, error) {
-	return vmevents.Stream(ctx, eventsHost{s}, name, since)
+	return events.Stream(ctx, eventsHost{s}, name, since)
 }
 
 // WaitState waits until the VM is in state want (polling its status,

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
@@ -62,7 +62,7 @@ name = "lan"
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The profile vmsup loads for this VM (internal/confine): its state
+	// The profile vmsup loads for this VM (internal/lifecycle/confine): its state
 	// directory and boot files on top of the base rules.
 	prof := units.Profile{Name: "vmsup-aa", Binary: qemu, Network: true, Rules: []units.PathRule{
 		{Path: dir + "/", Mode: "rwk"}, {Path: g.Kernel, Mode: "r"}, {Path: g.Initrd, Mode: "r"}}}

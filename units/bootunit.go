@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 )
 
 // BootUnit is a persistent unit file that systemd runs at every boot, unlike

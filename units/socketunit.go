@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/renameio/v2"
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 )
 
 // SocketService is a socket-activated service installed as unit files: a

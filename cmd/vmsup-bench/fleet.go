@@ -18,9 +18,9 @@ import (
 
 	vmfleet "github.com/vmsup/vmsup/fleet"
 	"github.com/vmsup/vmsup/fleet/fleettest"
-	"github.com/vmsup/vmsup/internal/bench"
-	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
+	"github.com/vmsup/vmsup/internal/dev/bench"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv/etcdtest"
 	"github.com/vmsup/vmsup/spec"
 )
 

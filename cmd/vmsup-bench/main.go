@@ -5,7 +5,7 @@
 // as Markdown and JSON under -out (bench/results/DATE.{md,json}).
 //
 // It starts everything it measures and stops it again, by pid: a private
-// systemd (internal/testenv), libvirtd and virtlogd in their own namespaces,
+// systemd (internal/dev/testenv), libvirtd and virtlogd in their own namespaces,
 // and every QEMU. Run it as root through `make bench`, which installs the
 // packages it needs (scripts/install-bench-deps.sh) and builds bin/vmsup, the
 // CLI it measures. It is not part of `go test ./...`.
@@ -28,9 +28,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/bench"
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/bench"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	hostcaps "github.com/vmsup/vmsup/internal/host/caps"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/units"
 )

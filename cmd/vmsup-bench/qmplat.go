@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/bench"
+	"github.com/vmsup/vmsup/internal/dev/bench"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/bench"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/dev/bench"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -306,7 +306,7 @@ func (f *fixture) resident(ctx context.Context, fl fleet, measure func()) error 
 	if _, err := fl.up(ctx); err != nil {
 		return err
 	}
-	// Past the console loggers' idle time (internal/companion): an idle
+	// Past the console loggers' idle time (internal/lifecycle/companion): an idle
 	// VM's SeaBIOS lines start one, which ends 3 s after.
 	time.Sleep(4 * time.Second)
 	measure()
@@ -354,7 +354,7 @@ func vmsupProcs() int {
 func (f *fixture) cgroupMemory(names []string) []float64 {
 	var out []float64
 	for _, nm := range names {
-		d, err := f.env.Systemd.CgroupDir("memory", vmstate.UnitName(nm))
+		d, err := f.env.Systemd.CgroupDir("memory", vmstore.UnitName(nm))
 		if err != nil {
 			continue
 		}

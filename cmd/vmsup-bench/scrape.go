@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/bench"
+	"github.com/vmsup/vmsup/internal/dev/bench"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

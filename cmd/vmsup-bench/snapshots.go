@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/bench"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/bench"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )

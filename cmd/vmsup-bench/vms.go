@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/companion"
-	"github.com/vmsup/vmsup/internal/posixacl"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/host/posixacl"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -121,10 +121,10 @@ func rawArgv(rawSup *supervisor.Supervisor, path string) (rawPlan, error) {
 	if err != nil {
 		return rawPlan{}, err
 	}
-	p := vmstate.Store{Root: rawSup.Root()}.Paths(f.VM.Name)
+	p := vmstore.Store{Root: rawSup.Root()}.Paths(f.VM.Name)
 	// vmsup's argv logs the console into its logger's FIFO; with no
 	// logger here, QEMU makes that path a plain file.
-	console := companion.FIFO(p, vmstate.UnitName(f.VM.Name))
+	console := companion.FIFO(p, vmstore.UnitName(f.VM.Name))
 	if !logsConsoleTo(argv, console) {
 		return rawPlan{}, fmt.Errorf("%s: vmsup's argv does not log the console to %s", path, console)
 	}

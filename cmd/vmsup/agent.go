@@ -19,7 +19,7 @@ import (
 
 	"github.com/vmsup/vmsup/fleet"
 	"github.com/vmsup/vmsup/fleet/guard"
-	"github.com/vmsup/vmsup/internal/iohealth"
+	"github.com/vmsup/vmsup/internal/observe/iohealth"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/units"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // TestCLIBadInput: every broken input gives one line on stderr naming the

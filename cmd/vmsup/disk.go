@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vmsup/vmsup/internal/userfile"
+	"github.com/vmsup/vmsup/internal/host/userfile"
 
 	"github.com/spf13/cobra"
 

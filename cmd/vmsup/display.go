@@ -13,9 +13,9 @@ import (
 	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vncproxy"
+	"github.com/vmsup/vmsup/internal/console/vncproxy"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

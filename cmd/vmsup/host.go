@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/memstate"
+	"github.com/vmsup/vmsup/internal/ops/memstate"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -27,7 +27,7 @@ func hostCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if g.json {
-					return g.out.object(c, nil) // the probe's record (internal/hostcaps), as cached
+					return g.out.object(c, nil) // the probe's record (internal/host/caps), as cached
 				}
 				printHost(cmd.OutOrStdout(), c, time.Since(t0))
 				return nil

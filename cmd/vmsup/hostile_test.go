@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // TestCLIHostileInput: inputs that once hung vmsup, exhausted the host's
@@ -148,10 +148,10 @@ func TestCLIHostileInput(t *testing.T) {
 	t.Run("sigterm-while-waiting", func(t *testing.T) {
 		// up --wait of a VM whose lock another vmsup holds: SIGTERM ends it
 		// within a second, and it leaves nothing.
-		lk, ok, err := vmstate.LockFile(context.Background(), filepath.Join(root, "vms", ".busy.lock"), false)
+		lk, ok, err := vmstore.LockFile(context.Background(), filepath.Join(root, "vms", ".busy.lock"), false)
 		if err != nil || !ok {
 			os.MkdirAll(filepath.Join(root, "vms"), 0o700)
-			lk, ok, err = vmstate.LockFile(context.Background(), filepath.Join(root, "vms", ".busy.lock"), false)
+			lk, ok, err = vmstore.LockFile(context.Background(), filepath.Join(root, "vms", ".busy.lock"), false)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
 			}

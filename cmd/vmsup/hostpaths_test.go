@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
+	"github.com/vmsup/vmsup/internal/dev/testenv/etcdtest"
 )
 
 // outsidePaths are the ways a VM file names the host's /etc/shadow: as

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/internal/imagestore"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 )
 
@@ -27,7 +27,7 @@ func (g *globals) imageStore() imagestore.Store {
 
 // imageUsers finds the VMs of the state root that use stored images.
 func (g *globals) imageUsers() imagestore.UsersFunc {
-	return g.imageStore().Users(vmstate.Store{Root: g.root})
+	return g.imageStore().Users(vmstore.Store{Root: g.root})
 }
 
 func imageCmd(g *globals) *cobra.Command {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/userfile"
+	"github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/host/userfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 	"github.com/vmsup/vmsup/libvirtimport"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -72,7 +72,7 @@ func importCmd(g *globals) *cobra.Command {
 				vqMapping = c.IOThreadVQMapping()
 			}
 			res, err := libvirtimport.ConvertWith(data, args[0], libvirtimport.Options{CheckPath: sup.CheckPath,
-				CheckDisk: func(d spec.Disk) error { return sup.CheckDisk(cmd.Context(), d) }, NoSEV: hostcaps.SEVReason(),
+				CheckDisk: func(d spec.Disk) error { return sup.CheckDisk(cmd.Context(), d) }, NoSEV: caps.SEVReason(),
 				ManagedNetworks: networks, IOThreadVQMapping: vqMapping})
 			if err != nil {
 				return err

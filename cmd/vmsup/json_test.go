@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
+	"github.com/vmsup/vmsup/internal/dev/testenv/etcdtest"
 )
 
 // TestCLIJSON walks every command of the CLI with --json on a real guest
@@ -166,7 +166,7 @@ func TestCLIJSON(t *testing.T) {
 	check("error", 1, "image", "rm", "nosuch")
 	check("error", 1, "image", "pull", "http://127.0.0.1:9/none.qcow2", "--sha256", strings.Repeat("0", 64))
 	// Managed networks: the list, and each verb's one-line error (making a
-	// real network needs a namespace of the test's own: internal/netmanage).
+	// real network needs a namespace of the test's own: internal/net/netmanage).
 	check("network ls", 0, "network", "ls")
 	check("error", 1, "network", "create", filepath.Join(dir, "none.toml"))
 	check("error", 1, "network", "up", "nosuch")

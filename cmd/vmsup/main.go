@@ -18,9 +18,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/hostpaths"
-	"github.com/vmsup/vmsup/internal/vmerr"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/host/places"
+	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -165,9 +165,9 @@ func newRoot() (*cobra.Command, *globals) {
 	pf.BoolVar(&g.wait, "wait", false, "wait for a busy VM instead of failing")
 	pf.StringVar(&g.qemuUser, "qemu-user", envOr("VMSUP_QEMU_USER", "per-vm"), "unprivileged user QEMU runs as, created if missing: \"per-vm\" (default) gives each VM its own, a user name (e.g. vmsup-qemu) runs all VMs as that one (env VMSUP_QEMU_USER)")
 	pf.StringSliceVar(&g.imageDirs, "image-dir", filepath.SplitList(os.Getenv("VMSUP_IMAGE_DIRS")), "image directory: where VM files' images, kernels, seeds' files and shares may lie, hot-plugged disks go, and the only place for disks with security.apparmor = \"required\"; default ROOT/images (env VMSUP_IMAGE_DIRS, colon-separated)")
-	pf.StringSliceVar(&g.blockDirs, "block-dir", filepath.SplitList(envOr("VMSUP_BLOCK_DIRS", hostpaths.DefaultBlockDirs)), "directory whose entries VM files may name as block devices (env VMSUP_BLOCK_DIRS, colon-separated)")
-	pf.StringSliceVar(&g.configDirs, "config-dir", filepath.SplitList(envOr("VMSUP_CONFIG_DIRS", hostpaths.DefaultConfigDirs)), "where VM files' ceph_conf, secret_file and cni_config may lie (env VMSUP_CONFIG_DIRS, colon-separated)")
-	pf.StringSliceVar(&g.allowPaths, "allow-path", filepath.SplitList(envOr("VMSUP_ALLOW_PATHS", hostpaths.DefaultAllowPaths)), "another directory (or file) VM files may name for any path key (env VMSUP_ALLOW_PATHS, colon-separated)")
+	pf.StringSliceVar(&g.blockDirs, "block-dir", filepath.SplitList(envOr("VMSUP_BLOCK_DIRS", places.DefaultBlockDirs)), "directory whose entries VM files may name as block devices (env VMSUP_BLOCK_DIRS, colon-separated)")
+	pf.StringSliceVar(&g.configDirs, "config-dir", filepath.SplitList(envOr("VMSUP_CONFIG_DIRS", places.DefaultConfigDirs)), "where VM files' ceph_conf, secret_file and cni_config may lie (env VMSUP_CONFIG_DIRS, colon-separated)")
+	pf.StringSliceVar(&g.allowPaths, "allow-path", filepath.SplitList(envOr("VMSUP_ALLOW_PATHS", places.DefaultAllowPaths)), "another directory (or file) VM files may name for any path key (env VMSUP_ALLOW_PATHS, colon-separated)")
 	pf.StringVar(&g.analyze, "systemd-analyze", os.Getenv("VMSUP_SYSTEMD_ANALYZE"), "systemd-analyze command status uses for the exposure figure, split at spaces (env VMSUP_SYSTEMD_ANALYZE)")
 	pf.StringVar(&g.unitDir, "unit-dir", envOr("VMSUP_UNIT_DIR", "/etc/systemd/system"), "where vmsup enable installs the boot unit (env VMSUP_UNIT_DIR)")
 	pf.StringVar(&g.bootTarget, "boot-target", envOr("VMSUP_BOOT_TARGET", "multi-user.target"), "target that pulls the boot unit in (env VMSUP_BOOT_TARGET)")
@@ -313,7 +313,7 @@ func vmName(arg string) (string, error) {
 	}
 	// vmsup's own units are no VM's: refused here, before any host (local
 	// or remote) is asked.
-	return arg, vmstate.NotVM(arg)
+	return arg, vmstore.NotVM(arg)
 }
 
 // usageTemplate is cobra's, with the global flags listed only in the root

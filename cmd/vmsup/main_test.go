@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // The CLI tests run the real vmsup binary against one systemd sandbox.

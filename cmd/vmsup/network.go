@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/netmanage"
+	"github.com/vmsup/vmsup/internal/net/netmanage"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/qmppolicy"
+	"github.com/vmsup/vmsup/internal/ops/qmppolicy"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

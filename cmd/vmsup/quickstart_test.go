@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // defaultRoot is vmsup's state root when --root and VMSUP_ROOT are unset:

@@ -10,7 +10,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/vmsup/vmsup/internal/jsonschema"
+	"github.com/vmsup/vmsup/internal/util/jsonschema"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -57,7 +57,7 @@ func fieldDoc(name string) func(*openapi3.Schema) *openapi3.Schema {
 }
 
 // TestCLIAndAPIShareSchema: for each pair, the CLI's --json document and
-// the API's answer have one schema (internal/jsonschema, the generator of
+// the API's answer have one schema (internal/util/jsonschema, the generator of
 // openapi.json, on both types): the CLI prints the API's own types.
 func TestCLIAndAPIShareSchema(t *testing.T) {
 	routes := map[string]reflect.Type{}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/snapshot"
+	"github.com/vmsup/vmsup/internal/vm/snapshottree"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/supervisor"
 )
@@ -117,7 +117,7 @@ func snapshotLsCmd(g *globals) *cobra.Command {
 }
 
 // pairs are a map of images as "disk=image", sorted.
-func pairs(m map[string]snapshot.Image) []string {
+func pairs(m map[string]snapshottree.Image) []string {
 	out := []string{}
 	for k, v := range m {
 		out = append(out, k+"="+v.Path)

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/hostcaps"
+	"github.com/vmsup/vmsup/internal/host/caps"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 )
@@ -122,7 +122,7 @@ func TestCLIValidateSharedImage(t *testing.T) {
 // <launchSecurity type='sev'>) is refused on a host that cannot encrypt
 // it, naming the sev key and the probe's reason.
 func TestCLIValidateSEV(t *testing.T) {
-	why := hostcaps.SEVReason()
+	why := caps.SEVReason()
 	if why == "" {
 		t.Skip("this host runs SEV guests: nothing to refuse")
 	}
@@ -167,7 +167,7 @@ func TestCLIValidatePhysBits(t *testing.T) {
 	if err != nil {
 		t.Skipf("under this host's KVM: %v", err)
 	}
-	bits := qemuargs.GuestPhysBits(spec.AccelKVM, model, hostcaps.PhysBits())
+	bits := qemuargs.GuestPhysBits(spec.AccelKVM, model, caps.PhysBits())
 	if model == "host" && bits == qemuargs.DefaultPhysBits {
 		t.Skip("/proc/cpuinfo gives no address sizes: validate assumes QEMU's 40")
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/fleet/fleettest"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/internal/testenv/etcdtest"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv/etcdtest"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )

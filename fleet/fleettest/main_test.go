@@ -6,7 +6,7 @@ import (
 
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // env is the test guest and QEMU this package shares (its own sandbox is

@@ -11,7 +11,7 @@ import (
 	sd "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/vmsup/vmsup/fleet/guard"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // TestGuard, in a real systemd: a guard moved forward before its deadline

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // StartTestRegistry starts docker-registry on loopback for one test, or

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // Pull is one pull: a source, what it must hash to, and where to report.
@@ -124,10 +124,10 @@ func (pt partial) remove() {
 }
 
 // take waits for the source's lock (another pull of it).
-func (pt partial) take(ctx context.Context) (*vmstate.FileLock, error) {
+func (pt partial) take(ctx context.Context) (*vmstore.FileLock, error) {
 	ctx, cancel := context.WithTimeout(ctx, lockWait)
 	defer cancel()
-	l, ok, err := vmstate.LockFile(ctx, pt.lock, true)
+	l, ok, err := vmstore.LockFile(ctx, pt.lock, true)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // recipeDoc and recipeSection are where the containerDisk recipes are

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // rm of an image a file in an image directory stands on (a removed VM's
@@ -36,7 +36,7 @@ func TestRemoveRefusedForKeptOverlay(t *testing.T) {
 	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, over).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img create: %v: %s", err, out)
 	}
-	users := s.Users(vmstate.Store{Root: t.TempDir()}) // no VM record names it
+	users := s.Users(vmstore.Store{Root: t.TempDir()}) // no VM record names it
 	_, err = s.Remove(ctx, "k", users)
 	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "image file "+over) {
 		t.Fatalf("rm of an image a kept overlay stands on: %v, want it refused naming %s", err, over)

@@ -7,8 +7,8 @@ import (
 	"os"
 	"slices"
 
-	"github.com/vmsup/vmsup/internal/startplan"
-	"github.com/vmsup/vmsup/internal/steps"
+	"github.com/vmsup/vmsup/internal/lifecycle/startplan"
+	"github.com/vmsup/vmsup/internal/lifecycle/steps"
 	"github.com/vmsup/vmsup/spec"
 )
 

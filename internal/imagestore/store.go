@@ -26,8 +26,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 )
@@ -116,13 +116,13 @@ func (s Store) init() error {
 
 // lock takes the store's lock for aliases and removals (pulls take their
 // own per-source lock and this one only to publish).
-func (s Store) lock(ctx context.Context) (*vmstate.FileLock, error) {
+func (s Store) lock(ctx context.Context) (*vmstore.FileLock, error) {
 	if err := s.init(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	l, ok, err := vmstate.LockFile(ctx, filepath.Join(s.Dir, ".lock"), true)
+	l, ok, err := vmstore.LockFile(ctx, filepath.Join(s.Dir, ".lock"), true)
 	if err != nil {
 		return nil, fmt.Errorf("image store: lock: %w", err)
 	}
@@ -367,7 +367,7 @@ func (s Store) prunePartials(ctx context.Context) []string {
 		if !ok {
 			continue
 		}
-		l, held, err := vmstate.LockFile(ctx, filepath.Join(s.partialDir(), e.Name()), false)
+		l, held, err := vmstore.LockFile(ctx, filepath.Join(s.partialDir(), e.Name()), false)
 		if err != nil || !held {
 			continue
 		}

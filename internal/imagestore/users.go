@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/storage"
 )
@@ -20,7 +20,7 @@ const usersTimeout = 2 * time.Minute
 // tree), or, before the overlay was made, the image its `image` key
 // names: `VM "web" (disk "root")`; and the qcow2 files of ScanDirs that
 // no VM opens, by their backing chains: `image file PATH` (scanUsers).
-func (s Store) Users(st vmstate.Store) UsersFunc {
+func (s Store) Users(st vmstore.Store) UsersFunc {
 	return func(ctx context.Context) (map[string][]string, error) {
 		ctx, cancel := context.WithTimeout(ctx, usersTimeout)
 		defer cancel()
@@ -73,7 +73,7 @@ func (s Store) idPaths() map[string]string {
 }
 
 // diskImages are the files a disk of v opens or will open.
-func (s Store) diskImages(ctx context.Context, d vmstate.Disk, v *vmstate.View) []string {
+func (s Store) diskImages(ctx context.Context, d vmstore.Disk, v *vmstore.View) []string {
 	if d.Type != spec.DiskFile {
 		return nil
 	}

@@ -11,7 +11,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 )
 
 // ErrBadImage: qemu-img refuses the image as a base for VM disks.

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/internal/imagestore"
-	"github.com/vmsup/vmsup/internal/plan"
-	"github.com/vmsup/vmsup/internal/testenv"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/ops/plan"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -128,7 +128,7 @@ image = "guest-oci"
 		}
 	}
 
-	_, err = store.Remove(ctx, "guest-http", store.Users(vmstate.Store{Root: root}))
+	_, err = store.Remove(ctx, "guest-http", store.Users(vmstore.Store{Root: root}))
 	if !errors.Is(err, imagestore.ErrInUse) || !strings.Contains(err.Error(), `VM "imgvm" (disk "a")`) {
 		t.Errorf("rm of the VM's image: %v, want it refused naming VM imgvm", err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/renameio/v2"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 	"github.com/vmsup/vmsup/remoteapi"
 	"github.com/vmsup/vmsup/units"
 )

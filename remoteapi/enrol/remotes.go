@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/vmsup/vmsup/internal/atomicfile"
+	"github.com/vmsup/vmsup/internal/util/atomicfile"
 	"github.com/vmsup/vmsup/spec"
 )
 

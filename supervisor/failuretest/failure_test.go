@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/companion"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/lifecycle/companion"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/devices"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/qdev"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -370,7 +370,7 @@ func (d *snapVM) check(t *testing.T, ctx context.Context, on *faultSide, st supe
 	if len(exports) > 0 {
 		t.Fatalf("exports left: %+v", exports)
 	}
-	v, err := vmstate.Store{Root: on.Root}.View(d.vm)
+	v, err := vmstore.Store{Root: on.Root}.View(d.vm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func (d *snapVM) fdSetFiles(t *testing.T, ctx context.Context) map[string]string
 	files := map[string]string{}
 	for _, s := range r.Return {
 		for _, f := range s.FDs {
-			if path, ok := devices.FDSetFile(f.Opaque); ok {
+			if path, ok := qdev.FDSetFile(f.Opaque); ok {
 				files[fmt.Sprintf("/dev/fdset/%d", s.ID)] = path
 			}
 		}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/vmnet"
-	"github.com/vmsup/vmsup/internal/vmstate"
+	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/netsetup"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -140,7 +140,7 @@ type = "bridge"
 bridge = "`+linuxBridge+`"
 `)
 	own := f.VM.NICs[0].Tap
-	names := []string{own, vmnet.NextTap(own, own)}
+	names := []string{own, nics.NextTap(own, own)}
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ bridge = "`+linuxBridge+`"
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		rec, err := vmnet.ReadRecord(vmstate.Store{Root: sup.Root()}.Paths("mvkill"))
+		rec, err := nics.ReadRecord(vmstore.Store{Root: sup.Root()}.Paths("mvkill"))
 		if err != nil || len(rec.NICs) != 1 {
 			t.Fatalf("killed after %s: network record %+v %v", step, rec, err)
 		}

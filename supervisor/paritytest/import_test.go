@@ -21,10 +21,10 @@ import (
 	"github.com/google/uuid"
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/vmsup/vmsup/internal/hostcaps"
-	"github.com/vmsup/vmsup/internal/hugepages"
-	"github.com/vmsup/vmsup/internal/identity"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/host/caps"
+	"github.com/vmsup/vmsup/internal/host/hugepages"
+	"github.com/vmsup/vmsup/internal/lifecycle/identity"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -107,7 +107,7 @@ func TestImportedGoldens(t *testing.T) {
 // needs an SEV host, hugepages free pages on a hugetlbfs mount.
 func hostNeeds(vm *spec.VM) string {
 	if vm.SEV != nil {
-		if why := hostcaps.SEVReason(); why != "" {
+		if why := caps.SEVReason(); why != "" {
 			return "sev: " + why
 		}
 	}
@@ -270,8 +270,8 @@ func startS(t *testing.T, ctx context.Context, ns string, vm *spec.VM, dir strin
 		o.Hugetlbfs = mount
 	}
 	if vm.Boot.Firmware == spec.FirmwareUEFI {
-		o.FirmwareCode, o.FirmwareVars = hostcaps.BootCode(vm.Boot), filepath.Join(run, "vars.fd")
-		b, err := os.ReadFile(hostcaps.VarsTemplate(vm.Boot))
+		o.FirmwareCode, o.FirmwareVars = caps.BootCode(vm.Boot), filepath.Join(run, "vars.fd")
+		b, err := os.ReadFile(caps.VarsTemplate(vm.Boot))
 		if err != nil {
 			t.Fatalf("OVMF (installed by scripts/install-deps.sh): %v", err)
 		}

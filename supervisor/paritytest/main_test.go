@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // One systemd sandbox and one test guest for the package.

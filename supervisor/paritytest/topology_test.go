@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/affinity"
+	"github.com/vmsup/vmsup/internal/host/affinity"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"

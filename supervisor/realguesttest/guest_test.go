@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"

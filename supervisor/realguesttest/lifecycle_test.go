@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/backup"
-	"github.com/vmsup/vmsup/internal/plan"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/ops/plan"
+	"github.com/vmsup/vmsup/internal/vm/backupchain"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -94,7 +94,7 @@ func testBackup(t *testing.T, ctx context.Context, g *realGuest) {
 	}
 	for _, d := range inc.Disks {
 		t.Logf("point %d disk %s: %s, %d bytes copied (full: %d)", inc.Point, d.Disk, d.Mode, d.Copied, copiedOf(full, d.Disk))
-		if d.Mode != backup.Incremental {
+		if d.Mode != backupchain.Incremental {
 			t.Errorf("disk %s: point %d is %s (%s), want incremental", d.Disk, inc.Point, d.Mode, d.Reason)
 		}
 	}

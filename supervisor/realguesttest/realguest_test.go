@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/plan"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/ops/plan"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"

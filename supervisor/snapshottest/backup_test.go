@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/backup"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/vm/backupchain"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
@@ -196,7 +196,7 @@ func TestBackups(t *testing.T) {
 	agent := filepath.Join(sup.Root(), "vms", name, "qga.sock")
 	// The point is taken with the guest's filesystems frozen by its agent
 	// (issue 48: backups were crash-consistent only), thawed after.
-	if p1 := take(false, backup.Full); !strings.HasPrefix(p1.Quiesced, "fsfreeze") {
+	if p1 := take(false, backupchain.Full); !strings.HasPrefix(p1.Quiesced, "fsfreeze") {
 		t.Errorf("point 1 was not quiesced: %q", p1.Quiesced)
 	}
 	if fs := freezeStatus(t, ctx, agent); fs != "thawed" {
@@ -208,7 +208,7 @@ func TestBackups(t *testing.T) {
 	if _, _, err := sh.Run(ctx, "(while :; do yes WWWW | head -c 65536 | dd of=/dev/vda bs=65536 seek=800 conv=notrunc 2>/dev/null; done) & echo $! > /tmp/w"); err != nil {
 		t.Fatal(err)
 	}
-	p2 := take(true, backup.Incremental)
+	p2 := take(true, backupchain.Incremental)
 	if _, _, err := sh.Run(ctx, "kill $(cat /tmp/w); sync"); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestBackups(t *testing.T) {
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	take(true, backup.Incremental)
+	take(true, backupchain.Incremental)
 
 	img := restoreRaw(t, ctx, sup, dir, 1)
 	expect(t, img, 1, 0, "AAAA")
@@ -238,7 +238,7 @@ func TestBackups(t *testing.T) {
 	expect(t, img, 3, 0, "AAAA")
 	expect(t, img, 3, 2, "BBBB")
 	expect(t, img, 3, 4, "CCCC")
-	if _, err := sup.Restore(ctx, supervisor.RestoreOptions{Dir: dir, To: filepath.Join(dir, backup.ManifestName)}); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, err := sup.Restore(ctx, supervisor.RestoreOptions{Dir: dir, To: filepath.Join(dir, backupchain.ManifestName)}); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("restore over an existing file: %v", err)
 	}
 
@@ -257,18 +257,18 @@ func TestBackups(t *testing.T) {
 	if _, err := sup.Up(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	r := take(true, backup.Full)
+	r := take(true, backupchain.Full)
 	if !strings.Contains(r.Disks[0].Reason, "inconsistent") {
 		t.Fatalf("full after a killed QEMU says %q", r.Disks[0].Reason)
 	}
-	take(true, backup.Incremental)
+	take(true, backupchain.Incremental)
 	if bm := bitmapNames(t, ctx, sup, name); len(bm) != 1 {
 		t.Errorf("bitmaps after point 5: %v, want only its own", bm)
 	}
 
 	// Another VM's directory.
 	other := t.TempDir()
-	if err := backup.New("othervm", "").Save(other); err != nil {
+	if err := backupchain.New("othervm", "").Save(other); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sup.Backup(ctx, name, supervisor.BackupOptions{Dir: other}); err == nil || !strings.Contains(err.Error(), `"othervm"`) {
@@ -299,7 +299,7 @@ func TestBackups(t *testing.T) {
 	if st, err := sup.Status(ctx, name); err != nil || st.State != supervisor.StateRunning {
 		t.Fatalf("the guest is %s (%v)", st.State, err)
 	}
-	take(true, backup.Incremental) // the chain's bitmap survived the failure
+	take(true, backupchain.Incremental) // the chain's bitmap survived the failure
 }
 
 // smallTmpfs mounts a tmpfs of size under a temporary directory.
@@ -338,7 +338,7 @@ func TestBackupKilled(t *testing.T) {
 		recorded bool
 	}{{"files", false}, {"nodes", false}, {"start", false}, {"copy", false}, {"detach", false}, {"manifest", true}} {
 		guestWrite(t, ctx, sh, "KILL", 2+i)
-		before, _ := backup.Load(dir)
+		before, _ := backupchain.Load(dir)
 		cmd := exec.CommandContext(ctx, os.Args[0], "-crash-helper", root, env.Systemd.BusAddress, vmsupBin, name, dir, "backup-incremental", c.step)
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
@@ -354,7 +354,7 @@ func TestBackupKilled(t *testing.T) {
 		if l := leftovers(t, ctx, sup, name); l != "" {
 			t.Fatalf("killed after %s: left %s", c.step, l)
 		}
-		after, _ := backup.Load(dir)
+		after, _ := backupchain.Load(dir)
 		if got := len(after.Points) > len(before.Points); got != c.recorded {
 			t.Fatalf("killed after %s: recorded %v, want %v", c.step, got, c.recorded)
 		}
@@ -366,7 +366,7 @@ func TestBackupKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Disks[0].Mode != backup.Incremental {
+		if r.Disks[0].Mode != backupchain.Incremental {
 			t.Fatalf("killed after %s: the next point is %s (%s)", c.step, r.Disks[0].Mode, r.Disks[0].Reason)
 		}
 		if bm := bitmapNames(t, ctx, sup, name); len(bm) != 1 {
@@ -375,7 +375,7 @@ func TestBackupKilled(t *testing.T) {
 		t.Logf("killed after %s: recorded=%v; next point %d incremental, %d bytes copied", c.step, c.recorded, r.Point, r.Disks[0].Copied)
 	}
 	sh.Close()
-	last, _ := backup.Load(dir)
+	last, _ := backupchain.Load(dir)
 	img := restoreRaw(t, ctx, sup, dir, last.Points[len(last.Points)-1].N)
 	expect(t, img, 0, 0, "AAAA")
 	for i := range 6 {

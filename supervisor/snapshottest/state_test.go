@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/memstate"
+	"github.com/vmsup/vmsup/internal/ops/memstate"
 )
 
 // checkStateWay: a memory snapshot's state file was written with mapped-ram

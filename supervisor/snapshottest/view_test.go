@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/devices"
+	devices "github.com/vmsup/vmsup/internal/lifecycle/qdev"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"

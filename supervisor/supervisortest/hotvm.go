@@ -11,7 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
@@ -164,7 +164,7 @@ func (h *HotVM) CheckDisk(t *testing.T, ctx context.Context, _ *Side, st supervi
 		}
 	}
 	// Granted while attached by a hot-plug; a restart boots it as a
-	// descriptor (internal/diskfds), granted nothing. Never granted when
+	// descriptor (internal/lifecycle/diskfds), granted nothing. Never granted when
 	// not attached.
 	if acl := namedACL(t, h.Disk.File); len(acl) > 0 && !in {
 		t.Fatalf("disk fd recorded %v, but its image's grants are %v", in, acl)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

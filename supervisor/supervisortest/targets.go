@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
 )
 
 // Targets are a real iSCSI target (tgtd) and a one-node Ceph cluster on

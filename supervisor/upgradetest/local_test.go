@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/backup"
-	"github.com/vmsup/vmsup/internal/memstate"
-	"github.com/vmsup/vmsup/internal/testenv"
+	"github.com/vmsup/vmsup/internal/dev/testenv"
+	"github.com/vmsup/vmsup/internal/ops/memstate"
+	"github.com/vmsup/vmsup/internal/vm/backupchain"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"
 )
@@ -230,7 +230,7 @@ func takeBackup(t testing.TB, ctx context.Context, sup *supervisor.Supervisor, n
 	}
 	d := r.Disks[0]
 	t.Logf("point %d: %s, %d bytes copied (%s)", r.Point, d.Mode, d.Copied, d.Reason)
-	if want := map[bool]string{false: backup.Full, true: backup.Incremental}[incremental]; d.Mode != want {
+	if want := map[bool]string{false: backupchain.Full, true: backupchain.Incremental}[incremental]; d.Mode != want {
 		t.Fatalf("point %d is %s (%s), want %s", r.Point, d.Mode, d.Reason, want)
 	}
 }

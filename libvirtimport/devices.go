@@ -79,10 +79,16 @@ func (c *converter) platform(dv *libvirtxml.DomainDeviceList) {
 
 func (c *converter) watchdogs(ws []libvirtxml.DomainWatchdog) {
 	for i, w := range ws {
-		if w.Model != "i6300esb" || c.out.Watchdog != "" {
-			c.drop(fmt.Sprintf("devices/watchdog[%d]", i), "model %q, action %q: not carried over, the guest has no such watchdog (vmsup's is one i6300esb: set watchdog = ACTION)", w.Model, cmpOr(w.Action, "reset"))
+		model, known := map[string]string{"i6300esb": "", "itco": spec.WatchdogITCO, "ib700": spec.WatchdogIB700}[w.Model]
+		switch {
+		case !known:
+			c.drop(fmt.Sprintf("devices/watchdog[%d]", i), "model %q, action %q: not carried over, vmsup has no such watchdog (i6300esb, itco or ib700: watchdog_model)", w.Model, cmpOr(w.Action, "reset"))
+			continue
+		case c.out.Watchdog != "":
+			c.drop(fmt.Sprintf("devices/watchdog[%d]", i), "model %q, action %q: not carried over, vmsup's guest has one watchdog (the first)", w.Model, cmpOr(w.Action, "reset"))
 			continue
 		}
+		c.out.WatchdogModel = model
 		c.out.Watchdog = map[string]string{"": "reset", "reset": "reset", "shutdown": "shutdown", "poweroff": "poweroff",
 			"pause": "pause", "none": "none", "dump": "pause", "inject-nmi": "inject-nmi"}[w.Action]
 		if c.out.Watchdog == "" || w.Action == "dump" {

@@ -27,6 +27,7 @@ type fileVM struct {
 	VMGenID       bool              `toml:"vmgenid,omitempty"`
 	OnPanic       string            `toml:"on_panic,omitempty"`
 	Watchdog      string            `toml:"watchdog,omitempty"`
+	WatchdogModel string            `toml:"watchdog_model,omitempty"`
 	Topology      *fileTopology     `toml:"topology,omitempty"`
 	Pinning       *filePinning      `toml:"pinning,omitempty"`
 	NUMA          []fileNUMA        `toml:"numa,omitempty"`

@@ -333,6 +333,15 @@ func platformParts(vm *spec.VM, o Options, l pciLayout, idDevices []renderer) ([
 	if vm.OnPanic != "" {
 		parts = append(parts, Device{Driver: "pvpanic", ID: PanicDeviceID}) // ISA, port 0x505: no PCI slot
 	}
+	switch {
+	case vm.Watchdog == "":
+	case vm.WatchdogModel == spec.WatchdogIB700:
+		parts = append(parts, Device{Driver: "ib700", ID: WatchdogDeviceID}) // ISA, port 0x441/0x443
+	case vm.WatchdogModel == spec.WatchdogITCO:
+		// q35 always has the TCO watchdog; with noreboot on (a strap
+		// pin) it never acts: off, its expiry takes -action watchdog.
+		parts = append(parts, flags{"-global", "ICH9-LPC.noreboot=off"})
+	}
 	parts = append(parts, idDevices...) // vmgenid, vmcoreinfo: no PCI slot
 	if a := panicActions(vm); len(a) > 0 {
 		parts = append(parts, flags{"-action", strings.Join(a, ",")})

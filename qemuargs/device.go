@@ -299,7 +299,7 @@ func slotDevices(p placement, vm *spec.VM) []Device {
 	if vm.Balloon {
 		fns = append(fns, Device{Driver: "virtio-balloon-pci", ID: BalloonDeviceID})
 	}
-	if vm.Watchdog != "" {
+	if vm.Watchdog != "" && vm.WatchdogModel == spec.WatchdogI6300ESB {
 		fns = append(fns, Device{Driver: "i6300esb", ID: WatchdogDeviceID})
 	}
 	if vm.HasRNG() {

@@ -90,11 +90,40 @@ func (f *File) validateFailure() error {
 	if vm.Watchdog != "" && !slices.Contains(watchdogActions, vm.Watchdog) {
 		return f.Errorf("watchdog", "unknown action %q (want one of %q)", vm.Watchdog, watchdogActions)
 	}
+	if err := f.validateWatchdogModel(); err != nil {
+		return err
+	}
 	if c := vm.Console; c.LogSize < MinConsoleLogSize || c.LogSize%KiB != 0 {
 		return f.Errorf("console.log_size", "%s must be a whole number of KiB, at least 64K", c.LogSize)
 	}
 	if c := vm.Console; c.LogFiles < 1 || c.LogFiles > MaxConsoleLogFiles {
 		return f.Errorf("console.log_files", "%d is out of range 1..%d", c.LogFiles, MaxConsoleLogFiles)
+	}
+	return nil
+}
+
+// Watchdog models (watchdog_model).
+const (
+	WatchdogI6300ESB = "i6300esb"
+	WatchdogITCO     = "itco"
+	WatchdogIB700    = "ib700"
+)
+
+var watchdogModels = []string{WatchdogI6300ESB, WatchdogITCO, WatchdogIB700}
+
+// validateWatchdogModel: a known model, with an action to take, and the
+// TCO watchdog only on q35 (it is part of q35's ICH9 chipset).
+func (f *File) validateWatchdogModel() error {
+	vm := &f.VM
+	switch {
+	case vm.WatchdogModel == "":
+		return nil
+	case !slices.Contains(watchdogModels, vm.WatchdogModel):
+		return f.Errorf("watchdog_model", "unknown model %q (want one of %q)", vm.WatchdogModel, watchdogModels)
+	case vm.Watchdog == "":
+		return f.Errorf("watchdog_model", "needs watchdog, the action QEMU takes when the guest stops feeding it")
+	case vm.WatchdogModel == WatchdogITCO && MachineFamily(vm.Machine) != MachineQ35:
+		return f.Errorf("watchdog_model", "%q is q35's chipset watchdog; machine %q has none (use \"i6300esb\" or \"ib700\")", vm.WatchdogModel, vm.Machine)
 	}
 	return nil
 }

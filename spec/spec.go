@@ -64,7 +64,11 @@ type VM struct {
 	OnCrash       string   `toml:"on_crash"`       // "stop" (default) or "restart"
 	RestartLimit  int      `toml:"restart_limit"`  // restarts within restart_window; default 10
 	RestartWindow Duration `toml:"restart_window"` // default "1m"
-	Watchdog      string   `toml:"watchdog"`       // an i6300esb and its action ("reset", "poweroff", ...); unset: none
+	Watchdog      string   `toml:"watchdog"`       // a watchdog and its action ("reset", "poweroff", ...); unset: none
+	// WatchdogModel is the watchdog the guest drives (failure.go):
+	// "i6300esb" (default, a PCI card), "itco" (q35's own TCO watchdog in
+	// its chipset, armed) or "ib700" (an ISA card).
+	WatchdogModel string `toml:"watchdog_model"`
 	// Identity and platform devices (identity.go).
 	UUID       string  `toml:"uuid"`       // default: generated at the first start, then kept (recorded)
 	VMGenID    bool    `toml:"vmgenid"`    // a vmgenid device; its id is generated with the UUID and kept
@@ -378,6 +382,9 @@ func (vm *VM) applyDefaults() {
 	vm.displayDefaults()
 	if vm.Machine == "" {
 		vm.Machine = DefaultMachine
+	}
+	if vm.Watchdog != "" && vm.WatchdogModel == "" {
+		vm.WatchdogModel = WatchdogI6300ESB
 	}
 	if vm.Accel == "" {
 		vm.Accel = AccelAuto

@@ -41,6 +41,7 @@ var rules = map[string]rule{
 	"restart_window":         {class: Live, kind: RecordOnly, op: "record (read by the stop-post hook)"},
 	"on_panic":               {class: Restart, why: "the pvpanic device and QEMU's panic action are set when it starts"},
 	"watchdog":               {class: Restart, why: "the watchdog is a device made when QEMU starts"},
+	"watchdog_model":         {class: Restart, why: "the watchdog is a device made when QEMU starts", warn: "the guest sees another watchdog"},
 	"console.*":              {class: Restart, why: "the console log's writer starts with QEMU"},
 	"boot.*":                 {class: Reboot, why: "the firmware and kernel read it at boot"},
 	"machine":                {class: Restart, why: "the machine type is fixed when QEMU starts", warn: "the guest sees another chipset"},

@@ -46,7 +46,7 @@ fi
 # The real host: vmsup's own Debian package (scripts/build-deb.sh) installed and used on a Debian 12
 # host VM (scripts/build-real-host.sh: systemd as PID 1, cgroup v2 only, AppArmor enforcing), booted
 # under TCG, its demo VM nested, a reboot with vmsup enable. Its own step with its own bound: 5m44s
-# at a load of 5-7 on 2 cores (nested KVM), plus ~2 minutes for a cold image build; nested TCG
+# and 6m57s at a load of 5-8 on 2 cores (nested KVM), plus ~2 minutes for a cold image build; nested TCG
 # (an outer CPU without SVM) is slower. VMSUP_SKIP_REALHOST=1 skips it.
 if [[ -z ${VMSUP_SKIP_REALHOST-} ]]; then
 	echo "test.sh: real-host test (supervisor/realhosttest)"

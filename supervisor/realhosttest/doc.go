@@ -9,8 +9,8 @@
 // log of a denial), systemd-analyze security, dpkg -r under the running VM,
 // vmsup enable and a reboot of the host bringing the VM back, and down.
 //
-// It boots a 3 GiB host for ~6 minutes (5m44s at a load of 5-7 on 2 cores,
-// nested KVM), so it runs as its own step of
+// It boots a 3 GiB host for ~6-7 minutes (5m44s and 6m57s at a load of 5-8
+// on 2 cores, nested KVM), so it runs as its own step of
 // scripts/test.sh (VMSUP_REALHOST_TEST=1) and skips otherwise, or when the
 // image cannot be built here, saying why. It has no non-test code.
 package realhosttest

@@ -3,7 +3,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build demo test guest vet bench clean man
+.PHONY: build demo test guest vet bench clean man deb
 build:
 	$(GO) build -o bin/vmsup ./cmd/vmsup
 
@@ -27,6 +27,10 @@ bench:
 # man: the man pages of every command, generated from the command tree, into man/.
 man: build
 	rm -rf man && mkdir -p man && ./bin/vmsup gen-man man
+
+# deb: the Debian package, offline (dpkg-deb), into bin/vmsup_VERSION_amd64.deb.
+deb:
+	bash scripts/build-deb.sh bin
 
 vet:
 	$(GO) vet ./...

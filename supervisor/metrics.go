@@ -81,3 +81,20 @@ func (h metricsHost) Systemd(ctx context.Context) (metrics.Systemd, error) {
 	}
 	return sd, nil
 }
+
+// UnitFiles are the persistent units vmsup installs by command, rendered
+// with this supervisor's options and not installed: the boot unit (vmsup
+// enable) and the metrics endpoint's pairs listening on listen (vmsup
+// metrics --install). A package ships them disabled.
+func (s *Supervisor) UnitFiles(listen string) (map[string][]byte, error) {
+	files, err := s.metrics().UnitFiles(metrics.Install{Listen: listen})
+	if err != nil {
+		return nil, err
+	}
+	boot, err := s.autostart().BootUnitFile()
+	if err != nil {
+		return nil, err
+	}
+	files[BootUnitName] = boot
+	return files, nil
+}

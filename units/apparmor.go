@@ -184,7 +184,9 @@ func (a Parser) run(ctx context.Context, args ...string) error {
 	if inc == "" {
 		inc = "/etc/apparmor.d"
 	}
-	out, err := exec.CommandContext(ctx, bin, append([]string{"-I", inc}, args...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-I", inc}, args...)...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C") // its messages are matched below
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
@@ -206,7 +208,14 @@ func (a Parser) Load(ctx context.Context, file string) error {
 	return a.run(ctx, "--replace", "--skip-cache", file)
 }
 
-// Unload removes the profile in file from the kernel.
+// Unload removes the profile in file from the kernel. A profile the kernel
+// does not have is not an error: a record from before the host's reboot
+// names one the new boot never loaded (issue 48: vmsup.service failed to
+// start an enabled VM at boot on "Profile doesn't exist").
 func (a Parser) Unload(ctx context.Context, file string) error {
-	return a.run(ctx, "--remove", file)
+	err := a.run(ctx, "--remove", file)
+	if err != nil && strings.Contains(err.Error(), "Profile doesn't exist") {
+		return nil
+	}
+	return err
 }

@@ -141,3 +141,26 @@ func TestProfileRefuses(t *testing.T) {
 		t.Errorf("AddPath of a known path should replace its mode: %v %+v", err, p.Rules)
 	}
 }
+
+// TestUnloadMissingProfile: removing a profile the kernel does not have
+// (a record from before the host's reboot) succeeds; other failures do
+// not. AppArmor is off in this kernel, so a stand-in answers as
+// apparmor_parser 3.0 does on Debian 12 (seen in the real-host test).
+func TestUnloadMissingProfile(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"gone":   `echo 'apparmor_parser: Unable to remove "vmsup-demo".  Profile doesn'"'"'t exist' >&2; exit 254`,
+		"broken": `echo 'apparmor_parser: Unable to remove "vmsup-demo".  Permission denied' >&2; exit 254`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	if err := (units.Parser{Binary: filepath.Join(dir, "gone")}).Unload(ctx, "/x/demo.apparmor"); err != nil {
+		t.Errorf("unload of a profile the kernel does not have: %v", err)
+	}
+	if err := (units.Parser{Binary: filepath.Join(dir, "broken")}).Unload(ctx, "/x/demo.apparmor"); err == nil {
+		t.Error("unload that the parser refused: no error")
+	}
+}

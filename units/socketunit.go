@@ -92,6 +92,10 @@ func (s SocketService) files() (socket, service []byte, err error) {
 }
 
 // SocketUnit and ServiceUnit are the unit names.
+// Files are the socket and service unit files Install writes (a package
+// ships them as they are).
+func (s SocketService) Files() (socket, service []byte, err error) { return s.files() }
+
 func (s SocketService) SocketUnit() string  { return s.Name + ".socket" }
 func (s SocketService) ServiceUnit() string { return s.Name + "@.service" }
 

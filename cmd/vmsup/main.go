@@ -37,6 +37,7 @@ type globals struct {
 	unitDir, bootTarget      string
 	runDir                   string
 	hostCache                string
+	self                     string // the binary units run; "" = this one (gen-units sets it)
 	json                     bool
 	out                      *output
 	rem                      remoteFlags
@@ -181,7 +182,7 @@ func newRoot() (*cobra.Command, *globals) {
 		nicCmd(g), hostdevCmd(g), snapshotCmd(g), backupCmd(g), restoreCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g), rebootApplyCmd(g), planCmd(g), applyCmd(g), eventsCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
-		execCmd(g), cpCmd(g), exportCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(),
+		execCmd(g), cpCmd(g), exportCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(), genUnitsCmd(g),
 		fleetCmd(g), agentCmd(g), imageCmd(g), apiCmd(g), remoteCmd(g), networkCmd(g),
 	)
 	addRemoteFlags(root, g)
@@ -236,6 +237,7 @@ func (g *globals) supervisor() (*supervisor.Supervisor, error) {
 		BootTarget:     g.bootTarget,
 		RunDir:         g.runDir,
 		HostCapsCache:  g.hostCache,
+		Self:           g.self,
 		SystemdAnalyze: strings.Fields(g.analyze),
 		Network:        supervisor.NetworkOptions{OVSDB: g.ovsdb},
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),

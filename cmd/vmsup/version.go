@@ -13,9 +13,17 @@ import (
 	"github.com/spf13/cobra/doc"
 )
 
-// version is vmsup's own version: the module version, or the VCS revision
-// it was built from.
+// buildVersion, when the build sets it (-ldflags -X main.buildVersion=V,
+// as scripts/build-deb.sh does with the package's version), is vmsup's
+// version.
+var buildVersion string
+
+// version is vmsup's own version: buildVersion, the module version, or the
+// VCS revision it was built from.
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"

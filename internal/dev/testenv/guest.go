@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Lines and prefixes the test guest prints on its console (ttyS0).
@@ -104,4 +105,21 @@ func BuildVmsup(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("testenv: build vmsup: %v\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// BuildDeb builds vmsup's Debian package (scripts/build-deb.sh) into dir
+// and returns its path.
+func BuildDeb(ctx context.Context, dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-deb.sh"), dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("testenv: scripts/build-deb.sh: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
 }

@@ -34,7 +34,8 @@ type Options struct {
 	// Root is where /sys, /proc and /dev are read for the facts (tests
 	// give a fake tree); default "/".
 	Root string
-	// Timeout bounds the whole probe; default 30 s.
+	// Timeout bounds the whole probe; default probeWait stretched by the
+	// host's load (LoadFactor).
 	Timeout time.Duration
 
 	// kvmDevice replaces the /dev/kvm check in tests.
@@ -52,7 +53,7 @@ func (o Options) withDefaults() Options {
 		o.Root = "/"
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 30 * time.Second
+		o.Timeout = time.Duration(float64(probeWait) * LoadFactor())
 	}
 	return o
 }

@@ -60,9 +60,16 @@ func startQEMU(ctx context.Context, binary string, args ...string) (*qemuRun, er
 		r.kill()
 		return nil, err
 	}
-	// QEMU answers in ~50 ms; a loaded host or KVM set-up may take longer.
-	mon, err := qmp.NewConn(ctx, fc.(*net.UnixConn), "probe", qmp.WithConnectTimeout(10*time.Second),
-		qmp.WithCommandTimeout(5*time.Second))
+	// QEMU answers in ~50 ms; a loaded host or KVM set-up may take longer,
+	// and on an emulated host (a Debian host VM under TCG, issue 48) the
+	// qom-list-types that loads every module took over 5 s while its load
+	// average said idle: each answer may take as long as the probe may.
+	wait := probeWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = time.Until(dl)
+	}
+	mon, err := qmp.NewConn(ctx, fc.(*net.UnixConn), "probe", qmp.WithConnectTimeout(wait),
+		qmp.WithCommandTimeout(wait))
 	if err != nil {
 		r.kill()
 		if timedOut(err) { // killed by us: QEMU's last words are the kill's

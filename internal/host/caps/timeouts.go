@@ -19,6 +19,9 @@ const (
 	confirmBase = 10 * time.Second
 	// tcgFactor is how much longer a start under TCG may take.
 	tcgFactor = 3
+	// probeWait bounds a probe on an idle host: ~1 s on KVM hardware,
+	// 13 s in a Debian host VM under TCG (issue 48's real-host test).
+	probeWait = 60 * time.Second
 	// maxLoadFactor caps the load's stretch.
 	maxLoadFactor = qmp.MaxLoadFactor
 )

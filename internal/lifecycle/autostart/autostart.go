@@ -190,6 +190,9 @@ func (m *Marks) SyncBootUnit(ctx context.Context) error {
 	return m.h.Reload(ctx)
 }
 
+// BootUnitFile is the boot unit's file as SyncBootUnit installs it.
+func (m *Marks) BootUnitFile() ([]byte, error) { return m.bootUnit().Render() }
+
 // bootUnit runs vmsup with the options that matter for starting VMs; it
 // runs inside the booted system, so it talks to that system's bus and
 // journal (the defaults).

@@ -56,6 +56,22 @@ func (m Install) services(root string) (endpoint, collector units.SocketService)
 	return endpoint, collector
 }
 
+// UnitFiles are the four unit files Install would write for m, by file
+// name, without installing anything (what a package ships, disabled).
+func (e *Endpoint) UnitFiles(m Install) (map[string][]byte, error) {
+	m.Self = cmp.Or(m.Self, e.o.Self)
+	endpoint, collector := m.services(e.o.Root)
+	files := map[string][]byte{}
+	for _, svc := range []units.SocketService{collector, endpoint} {
+		socket, service, err := svc.Files()
+		if err != nil {
+			return nil, fmt.Errorf("metrics units: %w", err)
+		}
+		files[svc.SocketUnit()], files[svc.ServiceUnit()] = socket, service
+	}
+	return files, nil
+}
+
 // Install installs both unit pairs into Options.UnitDir and starts the
 // sockets. An address in use or an installed pair is refused before
 // anything is written; sockets systemd cannot start are removed again.

@@ -59,6 +59,9 @@ func FaultHelper(arg string) int {
 		fmt.Println(err)
 		return 2
 	}
+	if j.Op == "pipe" { // a Broker's transport
+		return pipe(j.Dir)
+	}
 	var trace *os.File
 	if j.Trace != "" {
 		trace, _ = os.OpenFile(j.Trace, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -40,7 +41,7 @@ func TestMigrateLocalDisks(t *testing.T) {
 		const name = "mld"
 		disk := filepath.Join(ddir, "data.qcow2")
 		f := supervisortest.LocalDiskGuest(t, env, dir, name, disk, "")
-		migrateLocalDisks(t, ctx, a, b, f, func(res supervisor.MigrateResult) {
+		migrateLocalDisks(t, ctx, a, b, f, func() { cancelDuringCopy(t, ctx, a, b, name, disk) }, func(res supervisor.MigrateResult) {
 			if res.Disks != 1 || res.DiskTransferred < 64<<10 {
 				t.Errorf("disks copied %d, %d bytes: want 1 disk, its data", res.Disks, res.DiskTransferred)
 			}
@@ -54,7 +55,7 @@ func TestMigrateLocalDisks(t *testing.T) {
 		base, digest := storeImage(t, ctx, dir, a, b)
 		disk := filepath.Join(ddir, "top.qcow2")
 		f := supervisortest.LocalDiskGuest(t, env, dir, name, disk, `image = "`+digest+`"`)
-		migrateLocalDisks(t, ctx, a, b, f, func(res supervisor.MigrateResult) {
+		migrateLocalDisks(t, ctx, a, b, f, nil, func(res supervisor.MigrateResult) {
 			// The base's 32 MiB of random data stay; the markers' few
 			// clusters go.
 			if res.Disks != 1 || res.DiskTransferred <= 0 || res.DiskTransferred > 8<<20 {
@@ -71,9 +72,10 @@ func TestMigrateLocalDisks(t *testing.T) {
 	})
 }
 
-// migrateLocalDisks runs f on A with the marker writer, migrates it to B
-// and back, checking the markers and both hosts after each move.
-func migrateLocalDisks(t *testing.T, ctx context.Context, a, b *supervisortest.Host, f *spec.File, check func(supervisor.MigrateResult)) {
+// migrateLocalDisks runs f on A with the marker writer (then before, if
+// set), migrates it to B and back, checking the markers and both hosts
+// after each move.
+func migrateLocalDisks(t *testing.T, ctx context.Context, a, b *supervisortest.Host, f *spec.File, before func(), check func(supervisor.MigrateResult)) {
 	t.Helper()
 	name, disk := f.VM.Name, f.VM.Disks[0].File
 	if _, err := a.Sup.Up(ctx, f); err != nil {
@@ -88,6 +90,9 @@ func migrateLocalDisks(t *testing.T, ctx context.Context, a, b *supervisortest.H
 	stA, _ := a.Sup.Status(ctx, name)
 	waitConsole(t, stA, "VMSUP-SHELL-READY", 90*time.Second)
 	supervisortest.StartMarkWriter(t, ctx, stA.Console)
+	if before != nil {
+		before()
+	}
 	time.Sleep(time.Second)
 	n := lastCounter(t, stA.ConsoleLog)
 	var diskReports int
@@ -141,6 +146,40 @@ func migrateLocalDisks(t *testing.T, ctx context.Context, a, b *supervisortest.H
 	}
 	supervisortest.CheckMarks(t, ctx, stA.Console, back)
 	t.Logf("A: all %d markers are on A's image again", back)
+}
+
+// cancelDuringCopy cancels a migration while its disk copy runs
+// (throttled): the guest runs on A on its own disk, B made and removed its
+// copy and knows nothing of the VM.
+func cancelDuringCopy(t *testing.T, ctx context.Context, a, b *supervisortest.Host, name, disk string) {
+	t.Helper()
+	// 16 MiB of data at 4 MiB/s: the copy lasts ~4 s (zeros cost nothing).
+	st, _ := a.Sup.Status(ctx, name)
+	guestExec(t, ctx, st.Console, "dd if=/dev/urandom of=/dev/vda bs=1M seek=8 count=16 conv=fsync 2>/dev/null")
+	copying := false
+	sup := a.WithHook(t, func(vm, step string) {
+		if step == "migrate-disks-mirroring" {
+			copying = true
+			go func() {
+				time.Sleep(time.Second)
+				if err := a.Sup.CancelMigration(context.Background(), name); err != nil {
+					t.Errorf("cancel: %v", err)
+				}
+			}()
+		}
+	})
+	_, err := sup.Migrate(ctx, name, supervisor.MigrateOptions{To: "B", Address: b.Addr, Transport: b.Transport(""), Dial: a.Dial, Bandwidth: 4 << 20})
+	var me *supervisor.MigrateError
+	if !errors.Is(err, supervisor.ErrMigrationCancelled) || !copying || !errors.As(err, &me) || me.Step != "disks" {
+		t.Fatalf("want cancelled while copying the disk (copying %v), got %v", copying, err)
+	}
+	expectOnlyOn(t, ctx, name, a, b)
+	if err := exec.Command("nsenter", "-t", fmt.Sprint(b.SD.PID1), "-m", "test", "-e", disk).Run(); err == nil {
+		t.Fatal("B: the cancelled copy's image is left")
+	}
+	if _, err := os.Stat(disk); err != nil {
+		t.Fatalf("A: the disk: %v", err)
+	}
 }
 
 // storeImage puts a 32 MiB raw image of random data in both hosts' image

@@ -56,19 +56,38 @@ func (h *Host) environ() []string {
 		"VMSUP_BLOCK_DIRS="+strings.Join(h.env.BlockDirs, ":"))
 }
 
-// CLI is the command "vmsup ARGS" as h: in its network namespace and its
-// sandbox's mount and PID namespaces.
+// CLIEnter is the prefix of a command run as h: in its network namespace
+// and its sandbox's mount and PID namespaces.
+func (h *Host) CLIEnter() []string {
+	return []string{"nsenter", "--net=" + h.Netns, "-t", fmt.Sprint(h.SD.PID1), "-m", "-p", "--"}
+}
+
+// CLI is the command "vmsup ARGS" as h (CLIEnter).
 func (h *Host) CLI(ctx context.Context, args ...string) *exec.Cmd {
-	argv := append([]string{"--net=" + h.Netns, "-t", fmt.Sprint(h.SD.PID1), "-m", "-p", "--", h.self}, args...)
+	argv := append(append(h.CLIEnter()[1:], h.self), args...)
 	cmd := exec.CommandContext(ctx, "nsenter", argv...)
 	cmd.Env = h.environ()
 	return cmd
+}
+
+// ReceiverTransportOf is ReceiverTransport into h's namespaces (its
+// network's, and its sandbox's mount and PID namespaces once LocalDisks).
+func (h *Host) ReceiverTransportOf(j FaultJob) []string {
+	j.Op = "migrate-receive"
+	b, _ := json.Marshal(j)
+	return append(append([]string{"nsenter", "--net=" + h.Netns}, h.enter...), os.Args[0], "-fault-helper", string(b))
 }
 
 // Broker returns a transport that reaches h's receiver from any namespace:
 // a helper (this test binary) pipes its stdin and stdout to a unix socket
 // where this test runs h.Transport for each connection.
 func (h *Host) Broker(t *testing.T) []string {
+	t.Helper()
+	return h.BrokerFor(t, func() []string { return h.Transport("") })
+}
+
+// BrokerFor is Broker running argv() for each connection.
+func (h *Host) BrokerFor(t *testing.T, argv func() []string) []string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "broker.sock")
 	ln, err := net.Listen("unix", sock)
@@ -84,7 +103,7 @@ func (h *Host) Broker(t *testing.T) []string {
 			}
 			go func() {
 				defer c.Close()
-				argv := h.Transport("")
+				argv := argv()
 				cmd := exec.Command(argv[0], argv[1:]...)
 				cmd.Stdin, cmd.Stdout, cmd.Stderr = c, c, os.Stderr
 				_ = cmd.Run()

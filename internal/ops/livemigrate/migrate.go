@@ -536,6 +536,9 @@ func (mg *Migrator) Cancel(ctx context.Context, name string) error {
 	case qmp.MigrationPostcopyActive:
 		return vmerr.Wrap(name, errors.New("the migration is in postcopy: the guest already runs on the destination, it cannot be cancelled"))
 	default:
+		if n := cancelMirrors(ctx, c); n > 0 { // the disks' copy, before the RAM
+			return nil
+		}
 		return vmerr.Wrap(name, fmt.Errorf("no migration in progress (status %q)", cmp.Or(info.Status, qmp.MigrationNone)))
 	}
 	if err := c.MigrateCancel(ctx); err != nil {

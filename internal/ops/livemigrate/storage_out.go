@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/ops/migwire"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/ops/migwire"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"
@@ -332,6 +332,22 @@ func dropMirrors(ctx context.Context, mon *qmp.Conn, copies []migwire.DiskCopy) 
 		_ = mon.JobDismiss(ctx, id)
 		_ = mon.BlockdevDel(ctx, mirrorTarget(c.Name))
 	}
+}
+
+// cancelMirrors cancels a migration's disk copy jobs (--cancel before the
+// RAM streams): its vmsup sees them end cancelled and rolls back. n is how
+// many it cancelled.
+func cancelMirrors(ctx context.Context, c *qmp.Conn) (n int) {
+	jobs, err := c.QueryJobs(ctx)
+	if err != nil {
+		return 0
+	}
+	for _, j := range jobs {
+		if strings.HasPrefix(j.ID, "migm-") && !j.Ended() && c.BlockJobCancel(ctx, j.ID, true) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // removeSourceCopies removes this host's images of the disks copied to

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,10 +43,24 @@ func TestFaultsMigrateLocalDisks(t *testing.T) {
 	st, _ := ha.Sup.Status(ctx, m.vm)
 	testenv.WaitLog(t, st.ConsoleLog, "VMSUP-SHELL-READY", 90*time.Second)
 	supervisortest.WriteGuestData(t, ctx, st.Console, "vmsup-disk-faults-3")
+	// 48 MiB of data to copy (zeros cost nothing): at 32 MiB/s the copy
+	// takes a good part of each run, where random kills land.
+	supervisortest.GuestExec(t, ctx, st.Console, "dd if=/dev/urandom of=/dev/vda bs=1M seek=8 count=48 conv=fsync 2>/dev/null")
 	m.a = sideOf(t, "A", ha.SD, ha.Root, ha.UnitDir(), ha.Sup)
 	m.b = sideOf(t, "B", hb.SD, hb.Root, hb.UnitDir(), hb.Sup)
 	m.host = map[*faultSide]*supervisortest.Host{m.a: ha, m.b: hb}
-	m.toA = ha.Broker(t) // B's CLI reaches A's receiver through it
+	// Each side reaches the other's receiver through a broker: B's CLI, and
+	// either side's guardian asking the other (a sandbox has its own /proc).
+	m.toA = ha.Broker(t)
+	m.toB = hb.BrokerFor(t, func() []string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if next := m.nextB; next != nil { // a receiver under fault, once
+			m.nextB = nil
+			return next
+		}
+		return hb.Transport("")
+	})
 
 	var counts []string
 	for _, sub := range []struct {
@@ -69,7 +84,10 @@ type diskFaults struct {
 	vm, dir, disk string
 	a, b          *faultSide
 	host          map[*faultSide]*supervisortest.Host
-	toA           []string
+	toA, toB      []string
+	mu            sync.Mutex
+	nextB         []string // the next receiver toB runs (then plain ones)
+	trace         string   // the steps the CLI journaled, since the last check
 }
 
 func (m *diskFaults) other(on *faultSide) *faultSide {
@@ -86,7 +104,7 @@ func (m *diskFaults) job(on *faultSide) faultJob {
 	j := on.Job
 	j.Op, j.VM, j.To, j.Address = "migrate", m.vm, to.Name, to.Addr
 	if on == m.a {
-		j.Transport, j.DialNetns = to.Transport(""), m.host[on].Netns
+		j.Transport, j.DialNetns = m.toB, m.host[on].Netns
 	} else {
 		j.Transport, j.Enter = m.toA, m.host[on].CLIEnter()
 	}
@@ -105,6 +123,14 @@ func (m *diskFaults) again(t *testing.T, ctx context.Context, on *faultSide, _ s
 // other one (a destination's copy or a source's image, removed).
 func (m *diskFaults) check(t *testing.T, _ context.Context, on *faultSide, _ supervisor.Status) {
 	t.Helper()
+	if b, err := os.ReadFile(m.trace); err == nil {
+		steps := strings.Fields(string(b))
+		if len(steps) == 0 {
+			steps = []string{"none"}
+		}
+		t.Logf("the CLI had journaled up to %q", steps[len(steps)-1])
+		os.Remove(m.trace)
+	}
 	for _, s := range []*faultSide{m.a, m.b} {
 		argv := []string{"test", "-e", m.disk}
 		if s == m.b {
@@ -125,10 +151,15 @@ func (m *diskFaults) op(name string) supervisortest.FaultOp {
 // cli kills the CLI after each of its steps, each way, and at random.
 func (m *diskFaults) cli(t *testing.T, ctx context.Context) string {
 	op := m.op("migrate-disks")
-	op.Random, op.BothWays = supervisortest.RandomKills+1, true
+	op.Random, op.BothWays = 2*supervisortest.RandomKills, true
+	m.trace = filepath.Join(t.TempDir(), "steps")
 	op.Job = func(on *faultSide) faultJob {
 		j := m.job(on)
-		j.Bandwidth = 32 << 20 // the 64 MiB copy takes ~2 s: random kills land in it
+		j.Bandwidth = 32 << 20 // the 48 MiB copy takes ~1.5 s: random kills land in it
+		if j.Trace == "" {
+			j.Trace = m.trace
+			os.Remove(m.trace) // this run's steps only
+		}
 		return j
 	}
 	n := supervisortest.RunFaults(t, ctx, op)
@@ -142,7 +173,10 @@ func (m *diskFaults) receiverSteps(t *testing.T, ctx context.Context) string {
 	migrate := func(killAfter, trace string) error {
 		j := m.b.Job
 		j.VM, j.KillAfter, j.Trace = m.vm, killAfter, trace
-		o := supervisor.MigrateOptions{To: "B", Address: m.host[m.b].Addr, Transport: m.host[m.b].ReceiverTransportOf(j), Dial: m.host[m.a].Dial}
+		m.mu.Lock()
+		m.nextB = m.host[m.b].ReceiverTransportOf(j)
+		m.mu.Unlock()
+		o := supervisor.MigrateOptions{To: "B", Address: m.host[m.b].Addr, Transport: m.toB, Dial: m.host[m.a].Dial}
 		_, err := m.a.Sup.Migrate(ctx, m.vm, o)
 		return err
 	}

@@ -103,10 +103,21 @@ func (h *Host) BrokerFor(t *testing.T, argv func() []string) []string {
 			}
 			go func() {
 				defer c.Close()
+				// The socket itself as its stdin and stdout (no copying
+				// goroutines): when it dies the other end sees EOF at once.
+				f, err := c.(*net.UnixConn).File()
+				if err != nil {
+					return
+				}
+				defer f.Close()
 				argv := argv()
 				cmd := exec.Command(argv[0], argv[1:]...)
-				cmd.Stdin, cmd.Stdout, cmd.Stderr = c, c, os.Stderr
-				_ = cmd.Run()
+				cmd.Stdin, cmd.Stdout, cmd.Stderr = f, f, os.Stderr
+				if cmd.Start() == nil {
+					f.Close()
+					c.Close()
+					_ = cmd.Wait()
+				}
 			}()
 		}
 	}()

@@ -86,7 +86,7 @@ type qemuStates interface {
 type elsewhere interface {
 	sourceState(ctx context.Context, name string) (qmp.RunState, error)
 	askDestination(ctx context.Context, name string, in migrateIntent) (runs, known bool)
-	lockedElsewhere(name string) (locked, known bool)
+	lockedElsewhere(name string, copied []string) (locked, known bool)
 }
 
 var (

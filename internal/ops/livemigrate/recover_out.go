@@ -275,7 +275,7 @@ func seeRemote(ctx context.Context, look elsewhere, name string, in migrateInten
 		case remoteAskDest:
 			s.dest = answerOf(look.askDestination(ctx, name, in))
 		case remoteReadLocks:
-			s.locks = answerOf(look.lockedElsewhere(name))
+			s.locks = answerOf(look.lockedElsewhere(name, in.Copies))
 		default:
 			return a, s, nil
 		}

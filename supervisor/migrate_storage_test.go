@@ -32,6 +32,7 @@ import (
 // present on both hosts copies its top layer only.
 func TestMigrateLocalDisks(t *testing.T) {
 	ctx := ctxT(t, 15*time.Minute)
+	t.Logf("QEMU %s", env.Caps.QEMU.Version)
 	a, b := twoHosts(t)
 	dir := t.TempDir()
 	ddir := filepath.Join(dir, "disks")

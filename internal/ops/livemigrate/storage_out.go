@@ -203,11 +203,13 @@ const errJobCancelled = "Operation canceled"
 // awaitMirrors waits until every copy job is ready (in sync), reporting
 // progress; the migration's timeout, stall timeout and cancel apply.
 func (m *outgoing) awaitMirrors(ctx context.Context) error {
-	tick := time.NewTicker(m.o.ProgressInterval)
+	// Polled often (a copy of a small disk is ready within milliseconds),
+	// reported every ProgressInterval.
+	tick := time.NewTicker(min(m.o.ProgressInterval, 50*time.Millisecond))
 	defer tick.Stop()
 	deadline := time.NewTimer(m.o.Timeout)
 	defer deadline.Stop()
-	last, moved := int64(-1), time.Now()
+	last, moved, reported := int64(-1), time.Now(), time.Time{}
 	for {
 		jobs, err := m.mon.QueryJobs(ctx)
 		if err != nil {
@@ -218,8 +220,9 @@ func (m *outgoing) awaitMirrors(ctx context.Context) error {
 			return err
 		}
 		m.res.DiskTransferred = done
-		if m.o.Progress != nil {
+		if m.o.Progress != nil && (ready || time.Since(reported) >= m.o.ProgressInterval) {
 			m.o.Progress(migwire.Progress{Status: "disks", Elapsed: time.Since(m.start), DiskTransferred: done, DiskTotal: total})
+			reported = time.Now()
 		}
 		if ready {
 			return nil

@@ -98,3 +98,18 @@ func TestPlanCopies(t *testing.T) {
 		t.Fatalf("existing file: %v", err)
 	}
 }
+
+// TestRemoveSourceCopies: after the switch the copied disks' images here
+// go, unless kept (--keep-source-disks).
+func TestRemoveSourceCopies(t *testing.T) {
+	dir := t.TempDir()
+	mg := New(operation.New(operation.Options{Store: vmstate.Store{Root: dir}}), loggerHost{})
+	f := filepath.Join(dir, "data.qcow2")
+	os.WriteFile(f, nil, 0o600)
+	if note := mg.removeSourceCopies("web", []string{f}, true); note != "" || !exists(f) {
+		t.Fatalf("kept: %q, there %v", note, exists(f))
+	}
+	if note := mg.removeSourceCopies("web", []string{f, filepath.Join(dir, "gone.qcow2")}, false); exists(f) || !strings.Contains(note, "removed") {
+		t.Fatalf("removed: %q, there %v", note, exists(f))
+	}
+}

@@ -281,7 +281,7 @@ func (s *Supervisor) checkIncoming(f *spec.File, in incomingArgs) error {
 		}
 		if _, err := os.Stat(mk); err != nil {
 			return fmt.Errorf("disk[%d] %s: not on storage shared with the source (its marker %s is not visible here); "+
-				"migrating local-only disks needs storage migration, which vmsup does not do", i, disk.File, mk)
+				"only writable file disks are copied to the destination: put it on storage both hosts see", i, disk.File, mk)
 		}
 	}
 	return nil

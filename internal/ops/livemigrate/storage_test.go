@@ -103,7 +103,7 @@ func TestPlanCopies(t *testing.T) {
 // go, unless kept (--keep-source-disks).
 func TestRemoveSourceCopies(t *testing.T) {
 	dir := t.TempDir()
-	mg := New(operation.New(operation.Options{Store: vmstate.Store{Root: dir}}), loggerHost{})
+	mg := New(operation.New(operation.Options{Store: vmstore.Store{Root: dir}}), loggerHost{})
 	f := filepath.Join(dir, "data.qcow2")
 	os.WriteFile(f, nil, 0o600)
 	if note := mg.removeSourceCopies("web", []string{f}, true); note != "" || !exists(f) {

@@ -44,12 +44,6 @@ const (
 	stepMigDisksDone      operation.Step = "migrate-disks-done"      // the jobs ended at the switch-over
 )
 
-// DiskCopySteps are the source's steps of a migration that copies disks,
-// in order, as AfterStep sees them (between prepared and completed).
-func DiskCopySteps() []string {
-	return stepNames(stepMigDisksMirroring, stepMigDisksReady, stepMigDisksDone)
-}
-
 // mirrorJob and mirrorTarget are the copy job and the nbd node of disk.
 func mirrorJob(disk string) string {
 	return "migm-" + strings.TrimPrefix(qemuargs.DiskNodeName(disk), "fmt-")

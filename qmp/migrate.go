@@ -91,6 +91,15 @@ func (c *Conn) MigrateCancel(ctx context.Context) error {
 	return c.Execute(ctx, "migrate_cancel", nil, nil)
 }
 
+// MigrateContinue lets a migration paused in state (pre-switchover, with
+// the pause-before-switchover capability) go on.
+func (c *Conn) MigrateContinue(ctx context.Context, state MigrationStatus) error {
+	args := struct {
+		State MigrationStatus `json:"state"`
+	}{state}
+	return c.Execute(ctx, "migrate-continue", args, nil)
+}
+
 // MigrateStartPostcopy switches a running precopy migration (with the
 // postcopy-ram capability on both sides) to postcopy.
 func (c *Conn) MigrateStartPostcopy(ctx context.Context) error {

@@ -44,6 +44,9 @@ type MigrateRequest struct {
 	Timeout       time.Duration `json:"timeout"`        // nanoseconds; 0: 10 min
 	StallTimeout  time.Duration `json:"stall_timeout"`  // nanoseconds; 0: 30 s
 	NoCPR         bool          `json:"no_cpr"`         // local: copy the RAM even where cpr-transfer could take it in place
+	// KeepSourceDisks keeps this host's images of the disks copied to the
+	// destination (storage migration) once the guest runs there.
+	KeepSourceDisks bool `json:"keep_source_disks"`
 }
 
 // MigrateItem is an item of a migration's stream: progress reports, then
@@ -126,7 +129,7 @@ func (s *Server) migrate(c *call) (any, error) {
 		res, err := s.Ops.Migrate(c.ctx, c.name(), supervisor.MigrateOptions{To: req.To, Local: req.Local, Address: req.Address,
 			Bandwidth: req.Bandwidth, Downtime: req.Downtime, Multifd: req.Multifd, AutoConverge: req.AutoConverge,
 			Postcopy: req.Postcopy, PostcopyAfter: req.PostcopyAfter, Timeout: req.Timeout, StallTimeout: req.StallTimeout,
-			NoCPR: req.NoCPR, Progress: func(p supervisor.MigrationProgress) { progress(MigrateItem{Progress: &p}) }})
+			NoCPR: req.NoCPR, KeepSourceDisks: req.KeepSourceDisks, Progress: func(p supervisor.MigrationProgress) { progress(MigrateItem{Progress: &p}) }})
 		return MigrateItem{Result: &res}, err
 	})
 }

@@ -104,7 +104,7 @@ func TestMigrateCrossHost(t *testing.T) {
 		ddir := filepath.Dir(f.VM.Disks[0].File)
 		wrap := []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
 			fmt.Sprintf("mount -t tmpfs none %s && truncate -s 4M %s && exec \"$@\"", ddir, f.VM.Disks[0].File), "sh"}
-		failCase(t, nil, supervisor.MigrateOptions{Transport: b.Transport("", wrap...)}, "not on storage shared with the source")
+		failCase(t, nil, supervisor.MigrateOptions{Transport: b.Transport("", wrap...)}, "exists on this host but is not the source's")
 	})
 	t.Run("destination-qemu-killed", func(t *testing.T) {
 		sup := a.WithHook(t, afterPrepared(1500*time.Millisecond, func() { killUnit(t, b.SD, "vmsup-"+name+".service") }))

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/vmsup/vmsup/internal/console/consolelog"
+	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/internal/lifecycle/companion"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/lifecycle/startplan"
@@ -131,6 +132,8 @@ func (h migrateHost) EndMove(ctx context.Context, name string, moved bool) error
 
 func (h migrateHost) CPRTransfer(ctx context.Context) (bool, string) { return h.s.cprTransfer(ctx) }
 
+func (h migrateHost) Images() imagestore.Store { return h.s.images().Store }
+
 // cprTransfer says whether this host's QEMU can take a running guest's RAM
 // over in place (cpr-transfer, from the host probe), or why not.
 func (s *Supervisor) cprTransfer(ctx context.Context) (bool, string) {
@@ -153,7 +156,8 @@ func (h migrateHost) StartIncoming(f *spec.File, local bool, a livemigrate.Start
 	return incomingStart{h.s.newStart(f, mode, incomingArgs{
 		accel: a.Accel, cpu: cpuChoice{a.CPUModel, a.CPUMasks}, machine: a.Machine, ids: a.IDs, sourceFile: a.SourceFile, from: a.From,
 		ramID: a.RAMID, cpr: a.CPR,
-		markers: a.Markers, uefiVars: a.UEFIVars, listen: a.Listen, journal: a.Journal, intent: a.Intent,
+		markers: a.Markers, copies: a.Copies, makeCopies: a.MakeCopies, undoCopies: a.UndoCopies,
+		uefiVars: a.UEFIVars, listen: a.Listen, journal: a.Journal, intent: a.Intent,
 	})}
 }
 

@@ -71,7 +71,8 @@ const (
 	StepNetCheck = nics.StepCheck
 	StepNetns    = nics.StepNetns
 	StepConfine  = confine.Step
-	StepReuse    = "reuse" // a local destination: the running QEMU's host resources
+	StepReuse    = "reuse"       // a local destination: the running QEMU's host resources
+	StepCopies   = "disk-copies" // a destination on another host: the images it takes a copy of, made empty
 	StepArgv     = "argv"
 	StepRecord   = "record"
 	StepConsole  = companion.StepConsole  // the console logger
@@ -109,6 +110,12 @@ type incomingArgs struct {
 	sourceFile string
 	from       string
 	markers    map[string]string // disk file -> the source's marker beside it
+	// copies are the disk files this destination takes a copy of (not on
+	// shared storage); makeCopies makes them (empty) and undoCopies
+	// removes them.
+	copies     map[string]bool
+	makeCopies func(ctx context.Context) error
+	undoCopies func(ctx context.Context)
 	uefiVars   []byte
 	// listen makes QEMU listen for the stream (the incoming step).
 	listen func(ctx context.Context) error
@@ -182,6 +189,9 @@ func (r *startRun) steps() []step {
 	steps = append(steps,
 		step{Name: StepCheck, Do: r.check},
 		step{Name: StepStateDir, Do: r.stateDir, Undo: r.undoStateDir})
+	if r.in.makeCopies != nil {
+		steps = append(steps, step{Name: StepCopies, Do: r.in.makeCopies, Undo: r.in.undoCopies})
+	}
 	if r.mode == StartIncomingLocal {
 		steps = append(steps, step{Name: StepReuse, Do: r.reuse})
 		steps = append(steps, startplan.MoveSteps(r.f, &r.plan, r.s.hostConcerns()...)...)
@@ -266,12 +276,12 @@ func (s *Supervisor) checkIncoming(f *spec.File, in incomingArgs) error {
 	}
 	for i, disk := range f.VM.Disks {
 		mk, ok := in.markers[disk.File]
-		if !ok {
-			continue // the source could not mark it; it exists here (checkHost)
+		if !ok || in.copies[disk.File] {
+			continue // the source could not mark it (it exists here: checkHost), or it is copied here
 		}
 		if _, err := os.Stat(mk); err != nil {
 			return fmt.Errorf("disk[%d] %s: not on storage shared with the source (its marker %s is not visible here); "+
-				"migrating local-only disks needs storage migration, which vmsup does not do", i, disk.File, mk)
+				"only writable file disks are copied to the destination: put it on storage both hosts see", i, disk.File, mk)
 		}
 	}
 	return nil

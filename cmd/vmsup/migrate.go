@@ -29,8 +29,10 @@ func migrateCmd(g *globals) *cobra.Command {
 transport (default: ssh -o BatchMode=yes HOST vmsup migrate-receive), which starts the VM there
 paused, waiting for the stream; the source streams to HOST's address (--address), and the
 source's QEMU stops only once the destination runs the guest. On any failure before that,
-the destination is torn down and the VM keeps running here. Disks must be on storage both
-hosts see (a shared path, RBD, iSCSI): storage migration is not supported.
+the destination is torn down and the VM keeps running here. A local file disk (one the
+destination does not see) is copied while the guest runs (storage migration: the destination
+makes it, an overlay on the same stored image copies its top layer only); once the guest runs
+there, this host's copy of it is removed unless --keep-source-disks.
 --local moves the VM into a fresh QEMU on this host (to pick up a new QEMU binary); where
 that QEMU has cpr-transfer (QEMU 10) and the VM's RAM is shared memory (VMs started on such a
 QEMU), the new QEMU takes the RAM in place, so the pause does not grow with the guest's memory;
@@ -98,6 +100,7 @@ With --remote, the remote host migrates (--local needs role operator, --to HOST 
 	f.DurationVar(&o.PostcopyAfter, "postcopy-after", 0, "when to switch to postcopy (default 10s)")
 	f.DurationVar(&o.Timeout, "timeout", 0, "cancel when the stream has not completed by then (default 10m)")
 	f.DurationVar(&o.StallTimeout, "stall-timeout", 0, "cancel when nothing was transferred for this long (default 30s)")
+	f.BoolVar(&o.KeepSourceDisks, "keep-source-disks", false, "keep this host's images of the disks copied to the destination")
 	f.BoolVar(&o.NoCPR, "no-cpr", false, "with --local, copy the guest's RAM even where the new QEMU could take it in place (cpr-transfer)")
 	f.BoolVar(&cancel, "cancel", false, "cancel the VM's migration in progress")
 	return c
@@ -115,8 +118,12 @@ func printMigrated(out io.Writer, name string, res supervisor.MigrateResult) {
 			name, res.To, res.Wall.Round(time.Millisecond), pause, res.Downtime)
 		return
 	}
-	fmt.Fprintf(out, "%s: migrated to %s in %s (QEMU total %s, downtime %s%s, %s transferred)\n",
-		name, res.To, res.Wall.Round(time.Millisecond), res.TotalTime, res.Downtime, pause, humanBytes(float64(res.Transferred)))
+	disks := ""
+	if res.Disks > 0 {
+		disks = fmt.Sprintf(", %d disk(s) copied: %s in %s", res.Disks, humanBytes(float64(res.DiskTransferred)), res.DiskTime.Round(time.Millisecond))
+	}
+	fmt.Fprintf(out, "%s: migrated to %s in %s (QEMU total %s, downtime %s%s, %s transferred%s)\n",
+		name, res.To, res.Wall.Round(time.Millisecond), res.TotalTime, res.Downtime, pause, humanBytes(float64(res.Transferred)), disks)
 	if res.ModeNote != "" {
 		fmt.Fprintf(out, "%s: RAM copied, not taken over in place (cpr-transfer): %s\n", name, res.ModeNote)
 	}
@@ -143,6 +150,14 @@ func progressPrinter(g *globals, name string, out io.Writer) func(supervisor.Mig
 		line := fmt.Sprintf("%-9s %s sent, %s left, %s/s, dirty %s/s, expected downtime %s, pass %d",
 			p.Status, humanBytes(float64(p.Transferred)), humanBytes(float64(p.Remaining)), humanBytes(p.Rate),
 			humanBytes(float64(p.DirtyRate)), p.ExpectedDowntime, p.Iterations)
+		if p.DiskTotal > 0 {
+			if p.Status == "disks" {
+				done = float64(p.DiskTransferred) / float64(p.DiskTotal)
+				line = fmt.Sprintf("%-9s %s of %s copied", p.Status, humanBytes(float64(p.DiskTransferred)), humanBytes(float64(p.DiskTotal)))
+			} else {
+				line += fmt.Sprintf(", disks %s copied", humanBytes(float64(p.DiskTransferred)))
+			}
+		}
 		if !tty {
 			fmt.Fprintf(out, "%6.1fs %s\n", p.Elapsed.Seconds(), line)
 			return

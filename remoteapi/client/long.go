@@ -41,7 +41,7 @@ func (c *Client) Migrate(ctx context.Context, name string, o supervisor.MigrateO
 	}
 	req := remoteapi.MigrateRequest{To: o.To, Local: o.Local, Address: o.Address, Bandwidth: o.Bandwidth, Downtime: o.Downtime,
 		Multifd: o.Multifd, AutoConverge: o.AutoConverge, Postcopy: o.Postcopy, PostcopyAfter: o.PostcopyAfter,
-		Timeout: o.Timeout, StallTimeout: o.StallTimeout, NoCPR: o.NoCPR}
+		Timeout: o.Timeout, StallTimeout: o.StallTimeout, NoCPR: o.NoCPR, KeepSourceDisks: o.KeepSourceDisks}
 	err := streamed(ctx, c, http.MethodPost, vm(name, "migrate"), nil, req,
 		func(it remoteapi.MigrateItem) error { return keep(o.Progress, it.Progress, &res, it.Result) })
 	return res, err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,10 +41,14 @@ type FaultJob struct {
 	To        string     `json:",omitempty"` // migrate
 	Address   string     `json:",omitempty"`
 	Transport []string   `json:",omitempty"`
-	DialNetns string     `json:",omitempty"`
-	Tag       string     `json:",omitempty"` // snapshot, snapshot-rm, revert, clone: the snapshot
-	WithRAM   bool       `json:",omitempty"` // snapshot: with the guest's memory
-	NewName   string     `json:",omitempty"` // clone
+	DialNetns string     `json:",omitempty"` // "": dial from where it runs
+	Bandwidth int64      `json:",omitempty"` // migrate
+	// Enter runs the job behind this command prefix (a host's namespaces:
+	// Host.CLIEnter).
+	Enter   []string `json:",omitempty"`
+	Tag     string   `json:",omitempty"` // snapshot, snapshot-rm, revert, clone: the snapshot
+	WithRAM bool     `json:",omitempty"` // snapshot: with the guest's memory
+	NewName string   `json:",omitempty"` // clone
 	// Dir is a backup's directory, or a disk move's target image (its
 	// Tag: the disk); Incremental: a backup's kind.
 	Dir         string `json:",omitempty"`
@@ -58,6 +63,9 @@ func FaultHelper(arg string) int {
 	if err := json.Unmarshal([]byte(arg), &j); err != nil {
 		fmt.Println(err)
 		return 2
+	}
+	if j.Op == "pipe" { // a Broker's transport
+		return pipe(j.Dir)
 	}
 	var trace *os.File
 	if j.Trace != "" {
@@ -92,7 +100,11 @@ func FaultHelper(arg string) int {
 	case "migrate-local":
 		_, err = sup.Migrate(ctx, j.VM, supervisor.MigrateOptions{Local: true})
 	case "migrate":
-		_, err = sup.Migrate(ctx, j.VM, supervisor.MigrateOptions{To: j.To, Address: j.Address, Transport: j.Transport, Dial: dialIn(j.DialNetns)})
+		o := supervisor.MigrateOptions{To: j.To, Address: j.Address, Transport: j.Transport, Bandwidth: j.Bandwidth}
+		if j.DialNetns != "" {
+			o.Dial = dialIn(j.DialNetns)
+		}
+		_, err = sup.Migrate(ctx, j.VM, o)
 	case "disk-attach":
 		_, err = sup.AttachDisk(ctx, j.VM, *j.Disk)
 	case "disk-detach":
@@ -160,15 +172,18 @@ func ReceiverTransport(netns string, j FaultJob) []string {
 func RunJob(t *testing.T, ctx context.Context, j FaultJob, killAt time.Duration) (killed bool, out string, took time.Duration) {
 	t.Helper()
 	b, _ := json.Marshal(j)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-fault-helper", string(b))
+	argv := append(slices.Clone(j.Enter), os.Args[0], "-fault-helper", string(b))
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var buf strings.Builder
 	cmd.Stdout, cmd.Stderr = &buf, &buf
+	// Its own process group: a prefix that forks (nsenter -p) dies with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if killAt > 0 {
-		timer := time.AfterFunc(killAt, func() { cmd.Process.Signal(syscall.SIGKILL) })
+		timer := time.AfterFunc(killAt, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 		defer timer.Stop()
 	}
 	err := cmd.Wait()

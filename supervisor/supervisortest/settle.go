@@ -103,7 +103,8 @@ func Settle(t *testing.T, ctx context.Context, vm string, sides []*Side, markers
 		dir := filepath.Join(s.Root, "vms", vm)
 		left, _ := filepath.Glob(filepath.Join(dir, "incoming-*"))
 		socks, _ := filepath.Glob(filepath.Join(dir, "migrate-out-*"))
-		if left = append(left, socks...); len(left) > 0 {
+		nbd, _ := filepath.Glob(filepath.Join(dir, "nbd-out-*"))
+		if left = append(append(left, socks...), nbd...); len(left) > 0 {
 			t.Fatalf("%s: left in the state directory: %v", s.Name, left)
 		}
 		if s != on {

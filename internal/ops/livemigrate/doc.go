@@ -29,7 +29,8 @@
 //     STATE/incoming, and takes the usual socket names once the old QEMU is
 //     gone. state.json records the current unit, so status, down and up
 //     follow it.
-//   - Disks must be reachable from both sides: the source drops a marker
-//     file beside each disk and the destination must see it. Storage
-//     migration (drive-mirror to NBD) is not built.
+//   - Disks on shared storage are proved shared by a marker file the
+//     source drops beside each; a local file disk (its marker not seen by
+//     the destination) is copied while the guest runs: storage_out.go and
+//     storage_in.go.
 package livemigrate

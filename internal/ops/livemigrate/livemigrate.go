@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/console/consolelog"
+	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/internal/lifecycle/identity"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
@@ -67,6 +68,9 @@ type Host interface {
 	// CPRTransfer says whether this host's QEMU can take a running guest's
 	// RAM over in place (cpr-transfer), or why not.
 	CPRTransfer(ctx context.Context) (bool, string)
+	// Images is this host's image store (a copied disk's backing image,
+	// by digest).
+	Images() imagestore.Store
 }
 
 // Start is a destination QEMU's start through the supervisor's start
@@ -111,6 +115,12 @@ type StartArgs struct {
 	SourceFile string
 	From       string
 	Markers    map[string]string // disk file -> the source's marker beside it
+	// Copies are the disk files this destination takes a copy of
+	// (storage_in.go): the shared-storage check skips them, and the
+	// disk-copies step makes them (MakeCopies; UndoCopies removes them).
+	Copies     map[string]bool
+	MakeCopies func(ctx context.Context) error
+	UndoCopies func(ctx context.Context)
 	UEFIVars   []byte
 	// Listen makes QEMU listen for the stream (the incoming step).
 	Listen func(ctx context.Context) error
@@ -139,6 +149,8 @@ func Register(k *operation.Kernel, h Host) {
 	mg := New(k, h)
 	k.Register(KindOut, mg.recoverMigrateOut)
 	k.Register(KindIn, mg.recoverMigrateIn)
+	k.Register(KindOutStorage, mg.recoverMigrateOutStorage)
+	k.Register(KindInStorage, mg.recoverMigrateInStorage)
 }
 
 func (mg *Migrator) paths(name string) vmstore.Paths { return mg.h.State().Paths(name) }

@@ -53,6 +53,9 @@ func (mg *Migrator) Migrate(ctx context.Context, name string, o migwire.Options)
 	if err != nil {
 		return m.res, err
 	}
+	if err := m.mirror(ctx, r); err != nil {
+		return m.res, err
+	}
 	if err := m.stream(ctx, r); err != nil {
 		return m.res, err
 	}
@@ -84,6 +87,12 @@ type outgoing struct {
 	op    *operation.Op // the journal: a killed migration is settled by the next command
 	in    migrateIntent
 	cpr   bool // the new QEMU takes the guest's RAM in place (cpr.go)
+	// cands are the disks the destination may take a copy of, copies
+	// those it does (storage_out.go); mirrorsEnded: their jobs ended at
+	// the switch-over.
+	cands        []migwire.DiskCopy
+	copies       []migwire.DiskCopy
+	mirrorsEnded bool
 	// stopped is when the source's guest stopped (its STOP event).
 	stopped time.Time
 	// finalized: the destination answered finalize (or may have): from
@@ -185,6 +194,11 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	} else if !qs.Running {
 		return fmt.Errorf("QEMU is %q, not running; resume it first", qs.Status)
 	}
+	if !m.o.Local {
+		if m.cands, err = m.diskCandidates(ctx); err != nil {
+			return err
+		}
+	}
 	m.cpr, m.res.ModeNote = decideMode(m.o, &m.f.VM, m.app.RAM, func() (bool, string) { return mg.h.CPRTransfer(ctx) })
 	m.res.Mode = migwire.ModeNormal
 	if m.cpr {
@@ -231,14 +245,18 @@ func migratable(v *vmstore.View, local bool) error {
 // next command on the VM settles a migration whose vmsup died
 // (recoverMigrateOut). The markers are made here, recorded first.
 func (m *outgoing) journal(ctx context.Context) (err error) {
-	m.in = migrateIntent{Local: m.o.Local, To: m.o.To, Transport: m.o.Transport, Unit: m.lu.unit,
+	m.in = migrateIntent{Local: m.o.Local, To: m.o.To, Transport: m.o.Transport, Unit: m.lu.unit, KeepDisks: m.o.KeepSourceDisks,
 		StopAndCopy: migwire.TCGStopAndCopy && m.app.Accel == spec.AccelTCG && !m.cpr, Autostart: !m.o.Local && m.mg.h.State().IsMarked(m.name)}
 	if m.o.Local {
 		m.in.DestUnit = vmstore.AltUnit(m.name, m.lu.unit)
 	}
 	var stopGuard func()
 	guard := func() func() { return m.mg.h.Guard(ctx, m.name) }
-	if m.op, stopGuard, err = m.mg.k.BeginGuarded(ctx, m.name, KindOut, m.in, guard); err != nil {
+	kind := KindOut
+	if len(m.cands) > 0 {
+		kind = KindOutStorage // its recovery also cleans up the copies
+	}
+	if m.op, stopGuard, err = m.mg.k.BeginGuarded(ctx, m.name, kind, m.in, guard); err != nil {
 		return err
 	}
 	m.cleanups = append(m.cleanups, func() {
@@ -291,7 +309,7 @@ func (m *outgoing) prepare(ctx context.Context) (migwire.Msg, error) {
 		Type: migwire.MsgPrepare, Name: name, SourceFile: app.SourceFile, Spec: m.raw, Accel: app.Accel,
 		CPUModel: app.CPUModel, CPUMasks: app.CPUMasks, Machine: app.Machine, UUID: app.UUID, GenID: app.GenID,
 		Listen: o.Address, Multifd: o.Multifd, Postcopy: o.Postcopy, Markers: m.prep.Markers,
-		From: host, Timeout: o.Timeout, CPR: m.cpr,
+		From: host, Timeout: o.Timeout, CPR: m.cpr, Disks: m.cands,
 	}
 	if app.RAM != nil {
 		m.prep.RAMID = app.RAM.ID
@@ -371,6 +389,9 @@ func (m *outgoing) stream(ctx context.Context, r migwire.Msg) error {
 	}
 	run := migwire.Run{Mon: m.mon, URI: uri, Mode: modeParam(m.cpr, m.app.RAM), Opts: m.o, StoppedMark: stopped,
 		Start: m.start, OnPostcopy: onPostcopy, Log: m.mg.log}
+	if len(m.copies) > 0 {
+		run.PreSwitchover, run.DiskProgress = m.endMirrors, m.diskProgress
+	}
 	if m.cpr {
 		run.CPR = r.CPRSocket
 		run.Listen = func() error {
@@ -468,6 +489,8 @@ func (m *outgoing) handOver(ctx context.Context) error {
 	if err := mg.h.AfterStop(qctx, name); err != nil {
 		mg.log.Warn("clean-up after migration", "vm", name, "err", err)
 	}
+	// Before the state directory, which holds the journal that names them.
+	mg.removeSourceCopies(name, m.in.Copies, m.o.KeepSourceDisks)
 	if err := p.RemoveAll(); err != nil {
 		mg.log.Warn("remove state after migration", "vm", name, "err", err)
 	}
@@ -513,6 +536,9 @@ func (mg *Migrator) Cancel(ctx context.Context, name string) error {
 	case qmp.MigrationPostcopyActive:
 		return vmerr.Wrap(name, errors.New("the migration is in postcopy: the guest already runs on the destination, it cannot be cancelled"))
 	default:
+		if n := cancelMirrors(ctx, c); n > 0 { // the disks' copy, before the RAM
+			return nil
+		}
 		return vmerr.Wrap(name, fmt.Errorf("no migration in progress (status %q)", cmp.Or(info.Status, qmp.MigrationNone)))
 	}
 	if err := c.MigrateCancel(ctx); err != nil {

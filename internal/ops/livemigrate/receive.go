@@ -80,6 +80,9 @@ func (mg *Migrator) receive(ctx context.Context, peer *migwire.Peer, local bool)
 		if d.relay != nil {
 			d.relay.Close() // idempotent; after finalize the stream is done
 		}
+		if d.nbdRelay != nil {
+			d.nbdRelay.Close()
+		}
 		if d.mon != nil {
 			d.mon.Close()
 		}
@@ -90,7 +93,8 @@ func (mg *Migrator) receive(ctx context.Context, peer *migwire.Peer, local bool)
 		_ = peer.Send(migwire.Msg{Type: migwire.MsgError, Error: err.Error()})
 		return err
 	}
-	if err := peer.Send(migwire.Msg{Type: migwire.MsgPrepared, URI: uri, Token: d.token, CertPin: d.certPin, CPRSocket: d.cprSock}); err != nil {
+	if err := peer.Send(migwire.Msg{Type: migwire.MsgPrepared, URI: uri, Token: d.token, CertPin: d.certPin, CPRSocket: d.cprSock,
+		Disks: d.copies, NBD: d.nbdURI}); err != nil {
 		return err
 	}
 	m, err, runErr := d.awaitFinalize(ctx, peer)
@@ -183,11 +187,17 @@ type incomingVM struct {
 	uri       string        // where the source's QEMU sends the stream
 	cprSock   string        // cpr-transfer: the new QEMU's cpr channel
 	resumed   time.Time     // when the guest resumed here (its RESUME event)
+	// Storage migration (storage_in.go): the disks copied here, the NBD
+	// server's state and its relay.
+	copies   []migwire.DiskCopy
+	nbdOn    bool
+	nbdRelay *migwire.Relay
+	nbdURI   string
 }
 
 // intent is the destination's journal on another host (StartArgs.Intent).
 func (d *incomingVM) intent(unit string, existed bool, app *vmstore.Applied, raw []byte) any {
-	return incomingIntent{Unit: unit, Existed: existed, Autostart: d.autostart, App: app, Raw: raw}
+	return incomingIntent{Unit: unit, Existed: existed, Autostart: d.autostart, App: app, Raw: raw, Copies: d.copyFiles()}
 }
 
 func (d *incomingVM) teardown(ctx context.Context) {
@@ -222,14 +232,21 @@ func (d *incomingVM) prepare(ctx context.Context, m migwire.Msg) (string, error)
 		}
 	}
 	d.name, d.f, d.p = f.VM.Name, f, mg.paths(f.VM.Name)
-	d.st = mg.h.StartIncoming(f, d.local, StartArgs{
+	if !d.local {
+		if d.copies, err = d.planCopies(ctx, m); err != nil {
+			return "", err
+		}
+	}
+	a := StartArgs{
 		Accel: m.Accel, CPUModel: m.CPUModel, CPUMasks: m.CPUMasks, Machine: m.Machine, IDs: identity.IDs{UUID: m.UUID, GenID: m.GenID},
 		RAMID: m.RAMID, CPR: m.CPR && d.local,
 		SourceFile: m.SourceFile, From: m.From,
 		Markers: m.Markers, UEFIVars: m.UEFIVars,
 		Listen:  func(ctx context.Context) error { return d.listen(ctx, m) },
 		Journal: KindIn, Intent: d.intent, // with the autostart
-	})
+	}
+	d.copyArgs(&a)
+	d.st = mg.h.StartIncoming(f, d.local, a)
 	undo, err := d.st.Run(ctx)
 	if err != nil {
 		return "", err
@@ -285,7 +302,7 @@ func (d *incomingVM) listen(ctx context.Context, m migwire.Msg) error {
 		migwire.CheckToken(d.token), nil, d.mg.log)
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	d.uri = "tcp:" + net.JoinHostPort(m.Listen, port)
-	return nil
+	return d.exportCopies(ctx, m.Listen, rt.Listen)
 }
 
 // dialMonitor waits for the new QEMU's event monitor (or its unit failing).
@@ -328,6 +345,9 @@ func (d *incomingVM) finalize(ctx context.Context, m migwire.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, finalizeTimeout)
 	defer cancel()
 	if err := migwire.AwaitIncoming(ctx, d.mon); err != nil {
+		return err
+	}
+	if err := d.stopExports(ctx); err != nil {
 		return err
 	}
 	// Not in the stream: the disks' I/O limits (links are).

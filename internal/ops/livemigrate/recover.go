@@ -58,6 +58,13 @@ type migrateIntent struct {
 	RelaySock   string   `json:"relay_sock,omitempty"`
 	StopAndCopy bool     `json:"stop_and_copy,omitempty"`
 	Autostart   bool     `json:"autostart,omitempty"`
+	// Storage migration (storage_out.go): the disks copied to the
+	// destination, whether they stay here once it runs the guest, and
+	// the NBD relay's socket.
+	Copies    []string `json:"copies,omitempty"`
+	CopyNames []string `json:"copy_names,omitempty"`
+	KeepDisks bool     `json:"keep_disks,omitempty"`
+	NBDSock   string   `json:"nbd_sock,omitempty"`
 }
 
 // unitStates reads a unit's state from systemd (a *units.Manager is one).
@@ -79,7 +86,7 @@ type qemuStates interface {
 type elsewhere interface {
 	sourceState(ctx context.Context, name string) (qmp.RunState, error)
 	askDestination(ctx context.Context, name string, in migrateIntent) (runs, known bool)
-	lockedElsewhere(name string) (locked, known bool)
+	lockedElsewhere(name string, copied []string) (locked, known bool)
 }
 
 var (

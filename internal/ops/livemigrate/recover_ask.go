@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/ops/migwire"
@@ -89,13 +90,16 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migwire.Peer, name st
 // lockedElsewhere tells from the shared file disks whether another QEMU
 // (the destination's) holds their write locks. known is false when the VM
 // has no such disk.
-func (mg *Migrator) lockedElsewhere(name string) (locked, known bool) {
+//
+// A disk copied to the destination (copied) says nothing: the
+// destination's QEMU locks its own copy, not this host's image.
+func (mg *Migrator) lockedElsewhere(name string, copied []string) (locked, known bool) {
 	v, _ := mg.h.View(name)
 	if v == nil {
 		return false, false
 	}
 	for _, d := range v.Disks {
-		if d.File == "" || d.ReadOnly || d.IsCDROM() {
+		if d.File == "" || d.ReadOnly || d.IsCDROM() || slices.Contains(copied, d.File) {
 			continue
 		}
 		path := d.File

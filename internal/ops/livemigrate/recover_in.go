@@ -23,6 +23,7 @@ type incomingIntent struct {
 	Autostart bool              `json:"autostart,omitempty"`
 	App       *vmstore.Applied  `json:"app,omitempty"` // what commit records
 	Raw       []byte            `json:"raw,omitempty"`
+	Copies    []string          `json:"copies,omitempty"` // disk images made here for a copy (storage_in.go)
 	Markers   map[string]string `json:"-"`
 }
 
@@ -104,9 +105,18 @@ func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *opera
 	if err != nil {
 		return "", err
 	}
-	sd, err := mg.h.Systemd(ctx)
+	a, err := mg.settleIn(ctx, name, in)
 	if err != nil {
 		return "", err
+	}
+	return a.note(), nil
+}
+
+// settleIn settles a destination whose receiver died and says what it did.
+func (mg *Migrator) settleIn(ctx context.Context, name string, in incomingIntent) (inAction, error) {
+	sd, err := mg.h.Systemd(ctx)
+	if err != nil {
+		return 0, err
 	}
 	p := mg.paths(name)
 	inDir := incomingDir(p)
@@ -120,7 +130,7 @@ func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *opera
 	}
 	a, _, err := seeIn(ctx, sd, mg.h, in.Unit, sock, inSeen{inDir: inDir != "", app: in.App != nil})
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	switch a {
 	case inRecorded:
@@ -129,11 +139,11 @@ func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *opera
 		}
 	case inAdopt:
 		if err := handOver(inDir, p.Dir, nil); err != nil {
-			return "", err
+			return 0, err
 		}
 		in.App.StartedAt = time.Now().UTC()
 		if err := mg.h.State().WriteApplied(in.App, in.Raw); err != nil {
-			return "", fmt.Errorf("record: %w", err)
+			return 0, fmt.Errorf("record: %w", err)
 		}
 		os.RemoveAll(inDir)
 		if in.Autostart {
@@ -142,18 +152,18 @@ func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *opera
 	case inTearDown:
 		mg.h.RemoveUnit(ctx, sd, in.Unit)
 		if err := mg.h.AfterStop(ctx, name); err != nil {
-			return "", err
+			return 0, err
 		}
 		if inDir != "" {
 			os.RemoveAll(inDir)
 		}
 		if !in.Existed {
 			if err := p.RemoveAll(); err != nil {
-				return "", err
+				return 0, err
 			}
 		}
 	}
-	return a.note(), nil
+	return a, nil
 }
 
 // takeForwards gives the VM's QEMU, new after a local migration, its user

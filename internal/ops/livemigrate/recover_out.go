@@ -275,7 +275,7 @@ func seeRemote(ctx context.Context, look elsewhere, name string, in migrateInten
 		case remoteAskDest:
 			s.dest = answerOf(look.askDestination(ctx, name, in))
 		case remoteReadLocks:
-			s.locks = answerOf(look.lockedElsewhere(name))
+			s.locks = answerOf(look.lockedElsewhere(name, in.Copies))
 		default:
 			return a, s, nil
 		}
@@ -396,9 +396,12 @@ func (mg *Migrator) resumeHere(ctx context.Context, name string) error {
 		return err
 	}
 	defer release()
-	if info, err := c.QueryMigrate(ctx); err == nil && (info.Status == qmp.MigrationActive || info.Status == qmp.MigrationSetup) {
+	if info, err := c.QueryMigrate(ctx); err == nil && (info.Status == qmp.MigrationActive || info.Status == qmp.MigrationSetup ||
+		info.Status == qmp.MigrationPreSwitchover || info.Status == qmp.MigrationDevice) {
 		// Its vmsup is gone: nobody would finalize it (a cpr-transfer's
-		// source waits in setup for a destination that will not listen).
+		// source waits in setup for a destination that will not listen; a
+		// storage migration's, paused before the switch-over, for its
+		// copies to end).
 		_ = c.MigrateCancel(ctx)
 	}
 	return migwire.ResumeSource(c)

@@ -48,7 +48,7 @@ func (q *standIn) askDestination(context.Context, string, migrateIntent) (bool, 
 	return q.dest == answerYes, q.dest == answerYes || q.dest == answerNo
 }
 
-func (q *standIn) lockedElsewhere(string) (bool, bool) {
+func (q *standIn) lockedElsewhere(string, []string) (bool, bool) {
 	q.asked = append(q.asked, "locks")
 	return q.locks == answerYes, q.locks == answerYes || q.locks == answerNo
 }

@@ -22,8 +22,12 @@ type Options struct {
 	// Address is where the destination QEMU listens for the stream;
 	// default To.
 	Address string
-	// Bandwidth in bytes per second; 0 = QEMU 7.2's default, 128 MiB/s.
+	// Bandwidth in bytes per second; 0 = QEMU 7.2's default, 128 MiB/s
+	// (for copied disks: unbounded).
 	Bandwidth int64
+	// KeepSourceDisks keeps this host's images of the disks copied to the
+	// destination once the guest runs there (default: removed).
+	KeepSourceDisks bool
 	// Downtime is the longest pause allowed for the final copy; 0 = 300 ms.
 	Downtime time.Duration
 	// Multifd, when > 0, streams RAM over that many connections.
@@ -80,6 +84,13 @@ type Result struct {
 	Mode string `json:"mode"`
 	// ModeNote says why a local migration copied the RAM ("" otherwise).
 	ModeNote string `json:"mode_note,omitempty"`
+	// Disks is how many local disks were copied to the destination, and
+	// DiskTransferred the bytes their copy jobs sent (sync top: the top
+	// layer only).
+	Disks           int   `json:"disks,omitempty"`
+	DiskTransferred int64 `json:"disk_transferred_bytes,omitempty"`
+	// DiskTime is how long the disks took to reach sync, before the RAM.
+	DiskTime time.Duration `json:"disk_time_ns,omitempty"`
 	// Pause is how long the guest did not run, one host: from the source
 	// QEMU's STOP event to the destination's RESUME (QEMU's clocks, the
 	// same host's); 0 when not known (across hosts).

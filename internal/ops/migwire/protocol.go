@@ -114,6 +114,15 @@ type Msg struct {
 	// UEFIVars is the VM's OVMF variable store (uefi firmware, cross-host).
 	UEFIVars []byte `json:"uefi_vars,omitempty"`
 
+	// Disks (prepare): the source's local file disks a destination that
+	// does not see them (its marker) creates and takes a copy of;
+	// (prepared) those it made, with their exports.
+	Disks []DiskCopy `json:"disks,omitempty"`
+	// NBD (prepared): where the destination's relay to its QEMU's NBD
+	// server listens ("tcp:HOST:PORT"; the token and certificate are the
+	// stream's).
+	NBD string `json:"nbd,omitempty"`
+
 	// prepared: where the destination's relay listens, and the token each
 	// stream connection must start with.
 	URI   string `json:"uri,omitempty"`
@@ -133,6 +142,24 @@ type Msg struct {
 
 	// state: the answer to a query.
 	State string `json:"state,omitempty"`
+}
+
+// DiskCopy is one disk copied to the destination (storage.go).
+type DiskCopy struct {
+	Name   string `json:"name"`   // the disk's name in the spec
+	File   string `json:"file"`   // its image
+	Format string `json:"format"` // qcow2 or raw
+	Size   int64  `json:"size"`   // virtual size, bytes
+	// Image is the stored image (sha256:HEX) the source's image is an
+	// overlay on: a destination whose store has it copies the top layer
+	// only. Backing/BackingFormat: a backing file named by the spec's
+	// backing key, which the destination must have at the same path.
+	Image         string `json:"image,omitempty"`
+	Backing       string `json:"backing,omitempty"`
+	BackingFormat string `json:"backing_format,omitempty"`
+	// Sync (prepared): "top" (the destination has the backing) or "full".
+	Sync   string `json:"sync,omitempty"`
+	Export string `json:"export,omitempty"` // NBD export name (prepared)
 }
 
 // Peer is one end of the protocol: it writes messages and reads the

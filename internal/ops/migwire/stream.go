@@ -46,6 +46,10 @@ type Progress struct {
 	DirtyRate        int64               `json:"dirty_bytes_per_s"`
 	ExpectedDowntime time.Duration       `json:"expected_downtime_ns"`
 	Iterations       int64               `json:"iterations"`
+	// Disks: the copied disks' jobs (status "disks" while they run
+	// before the RAM): bytes sent and their total so far.
+	DiskTransferred int64 `json:"disk_transferred_bytes,omitempty"`
+	DiskTotal       int64 `json:"disk_total_bytes,omitempty"`
 }
 
 // Run is one migration as the source's vmsup drives it.
@@ -73,7 +77,16 @@ type Run struct {
 	// once the source's QEMU sent its state on the cpr channel (the
 	// destination's QEMU makes its machine from it, then answers QMP).
 	Listen func() error
-	Log    *slog.Logger
+	// PreSwitchover, when set, pauses the stream before the switch-over
+	// (QEMU's pause-before-switchover: the guest is stopped, the RAM
+	// sent but the devices' state not yet) and runs it there: the copied
+	// disks' jobs end then, the guest writing nothing more. Then the
+	// stream goes on.
+	PreSwitchover func(ctx context.Context) error
+	// DiskProgress, when set, adds the disks' figures to each progress
+	// report.
+	DiskProgress func(*Progress)
+	Log          *slog.Logger
 }
 
 // Streamed is what a stream that ended tells.
@@ -88,12 +101,13 @@ type Streamed struct {
 // Stream runs the migration on the source's QEMU until it completes, fails,
 // is cancelled, stalls or times out, and returns the final figures.
 func Stream(ctx context.Context, r Run) (Streamed, error) {
-	if err := configure(ctx, r.Mon, r.Opts, r.Mode); err != nil {
+	if err := configure(ctx, r.Mon, r.Opts, r.Mode, r.PreSwitchover != nil); err != nil {
 		return Streamed{}, err
 	}
 	sub, unsub := r.Mon.Subscribe(context.WithoutCancel(ctx))
 	defer unsub()
-	w := &streamWatch{mon: r.Mon, o: r.Opts, start: r.Start, onPostcopy: r.OnPostcopy, log: r.Log, lastBytes: -1, lastMove: time.Now()}
+	w := &streamWatch{mon: r.Mon, o: r.Opts, start: r.Start, onPostcopy: r.OnPostcopy, log: r.Log, lastBytes: -1, lastMove: time.Now(),
+		preSwitchover: r.PreSwitchover, diskProgress: r.DiskProgress}
 	if err := begin(ctx, r); err != nil {
 		return Streamed{}, err
 	}
@@ -113,8 +127,8 @@ func Stream(ctx context.Context, r Run) (Streamed, error) {
 }
 
 // configure sets the migration's capabilities and parameters from o, and
-// the migration mode if one is given.
-func configure(ctx context.Context, mon *qmp.Conn, o Options, mode string) error {
+// the migration mode if one is given; pause: pause before the switch-over.
+func configure(ctx context.Context, mon *qmp.Conn, o Options, mode string, pause bool) error {
 	bw := o.Bandwidth
 	if bw <= 0 {
 		bw = qemuDefaultBandwidth
@@ -136,6 +150,7 @@ func configure(ctx context.Context, mon *qmp.Conn, o Options, mode string) error
 		{Capability: "multifd", State: o.Multifd > 0},
 		{Capability: "postcopy-ram", State: o.Postcopy},
 		{Capability: "auto-converge", State: o.AutoConverge},
+		{Capability: "pause-before-switchover", State: pause},
 	}
 	if err := mon.MigrateSetCapabilities(ctx, caps); err != nil {
 		return fmt.Errorf("capabilities: %w", err)
@@ -189,6 +204,10 @@ type streamWatch struct {
 	lastBytes int64
 	lastMove  time.Time
 	cancelWhy error // set: the stream must be cancelled for this reason
+
+	preSwitchover func(context.Context) error
+	diskProgress  func(*Progress)
+	switched      bool // preSwitchover ran
 }
 
 // run watches events and polls until the migration ends (ended) or must be
@@ -262,7 +281,11 @@ func (w *streamWatch) poll(ctx context.Context) (qmp.MigrationStatus, error) {
 		}
 	}
 	if w.o.Progress != nil {
-		w.o.Progress(progressOf(info, time.Since(w.start)))
+		p := progressOf(info, time.Since(w.start))
+		if w.diskProgress != nil {
+			w.diskProgress(&p)
+		}
+		w.o.Progress(p)
 	}
 	return info.Status, nil
 }
@@ -278,6 +301,18 @@ func (w *streamWatch) settle(ctx context.Context, status qmp.MigrationStatus) (q
 		return info, true, fmt.Errorf("migration failed: %s", cmp.Or(info.ErrorDesc, "QEMU gave no reason"))
 	case qmp.MigrationCancelled:
 		return qmp.MigrationInfo{}, true, ErrCancelled
+	case qmp.MigrationPreSwitchover:
+		if w.preSwitchover == nil || w.switched {
+			break
+		}
+		w.switched = true
+		if err := w.preSwitchover(ctx); err != nil {
+			w.cancelWhy = err
+			break
+		}
+		if err := w.mon.MigrateContinue(ctx, qmp.MigrationPreSwitchover); err != nil {
+			w.cancelWhy = fmt.Errorf("migrate-continue: %w", err)
+		}
 	case qmp.MigrationPostcopyActive:
 		if !w.postcopy {
 			w.postcopy = true

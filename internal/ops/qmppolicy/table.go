@@ -140,6 +140,7 @@ func Rules() []Rule {
 		Rule{"migrate-set-parameters", Migration, "", nil},
 		Rule{"migrate_cancel", Migration, "", nil},
 		Rule{"migrate-start-postcopy", Migration, "", nil},
+		Rule{"migrate-continue", Migration, "", nil},
 
 		Rule{"nbd-server-start", NBDExport, `addr a unix socket in the state directory (not abstract)`, checkNBDServerStart},
 		Rule{"nbd-server-stop", NBDExport, "", nil},

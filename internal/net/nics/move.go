@@ -155,24 +155,8 @@ func (m *Manager) plugNext(ctx context.Context, vm string, n spec.NIC, r NICReco
 	mac, _ := net.ParseMAC(n.MAC)
 	tap := netsetup.Tap{Name: r.Next, Owner: owner.UID, Group: owner.GID, MTU: n.MTU, GuestMAC: mac, Queues: n.Queues}
 	switch r.Type {
-	case spec.NICBridge:
-		if tap.MTU == 0 {
-			mtu, err := netsetup.CheckBridge(r.Bridge)
-			if err != nil {
-				return err
-			}
-			tap.MTU = mtu
-		}
-		if err := m.createTap(vm, tap); err != nil {
-			return err
-		}
-		return netsetup.AttachBridge(tap.Name, r.Bridge)
-	case spec.NICOVS:
-		if err := m.createTap(vm, tap); err != nil {
-			return err
-		}
-		_, err := m.ovs(r.OVSDB).AddPort(ctx, r.Bridge, tap.Name, vm)
-		return err
+	case spec.NICBridge, spec.NICOVS:
+		return m.plugSwitchTap(ctx, vm, n.Name, tap, r.Type, r.Bridge, r.OVSDB)
 	case spec.NICNetwork:
 		return m.plugNextManaged(vm, r, tap, groups)
 	}

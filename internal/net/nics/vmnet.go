@@ -237,27 +237,8 @@ func (m *Manager) NICUp(ctx context.Context, vm string, n spec.NIC, bus string, 
 	tap := netsetup.Tap{Name: n.Tap, Owner: owner.UID, Group: owner.GID, MTU: n.MTU, GuestMAC: mac, Queues: n.Queues}
 	err := func() error {
 		switch n.Type {
-		case spec.NICBridge:
-			if tap.MTU == 0 {
-				mtu, err := netsetup.CheckBridge(n.Bridge)
-				if err != nil {
-					return err
-				}
-				tap.MTU = mtu
-			}
-			if err := m.createTap(vm, tap); err != nil {
-				return err
-			}
-			return netsetup.AttachBridge(tap.Name, n.Bridge)
-		case spec.NICOVS:
-			if err := m.createTap(vm, tap); err != nil {
-				return err
-			}
-			removed, err := m.ovs(ns.OVSDB).AddPort(ctx, n.Bridge, tap.Name, vm)
-			if len(removed) > 0 {
-				m.Logger.Warn("removed stale OVS ports", "vm", vm, "nic", n.Name, "ports", removed)
-			}
-			return err
+		case spec.NICBridge, spec.NICOVS:
+			return m.plugSwitchTap(ctx, vm, n.Name, tap, n.Type, n.Bridge, ns.OVSDB)
 		case spec.NICCNI:
 			a := *ns.CNI
 			a.Netns = st.Netns.Host
@@ -537,4 +518,28 @@ func (m *Manager) Taps(name string) []Tap {
 		}
 	}
 	return out
+}
+
+// plugSwitchTap makes tap and plugs it into a Linux bridge (its MTU the
+// bridge's unless the NIC sets one) or an OVS bridge: a NIC's first tap at
+// start and its second for migrate --local alike.
+func (m *Manager) plugSwitchTap(ctx context.Context, vm, nic string, tap netsetup.Tap, typ, bridge, ovsdb string) error {
+	if typ == spec.NICBridge && tap.MTU == 0 {
+		mtu, err := netsetup.CheckBridge(bridge)
+		if err != nil {
+			return err
+		}
+		tap.MTU = mtu
+	}
+	if err := m.createTap(vm, tap); err != nil {
+		return err
+	}
+	if typ == spec.NICBridge {
+		return netsetup.AttachBridge(tap.Name, bridge)
+	}
+	removed, err := m.ovs(ovsdb).AddPort(ctx, bridge, tap.Name, vm)
+	if len(removed) > 0 {
+		m.Logger.Warn("removed stale OVS ports", "vm", vm, "nic", nic, "ports", removed)
+	}
+	return err
 }

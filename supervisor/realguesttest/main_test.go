@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -86,19 +85,7 @@ func buildImage() (dir, why string) {
 	if dir == "" {
 		dir = DefaultImageDir
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return dir, err.Error()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-real-guest.sh"), dir).CombinedOutput()
-	if err != nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		return dir, fmt.Sprintf("scripts/build-real-guest.sh could not build the real guest into %s (%v): %s",
-			dir, err, strings.Join(lines[max(0, len(lines)-5):], " | "))
-	}
-	return dir, ""
+	return dir, testenv.BuildImage("build-real-guest.sh", dir, "the real guest", 30*time.Minute)
 }
 
 // skipUnlessImage skips t unless the real guest can boot here.

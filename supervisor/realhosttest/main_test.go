@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -78,17 +76,5 @@ func buildImage() (dir, why string) {
 	if dir == "" {
 		dir = DefaultImageDir
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return dir, err.Error()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-real-host.sh"), dir).CombinedOutput()
-	if err != nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		return dir, fmt.Sprintf("scripts/build-real-host.sh could not build the host image into %s (%v): %s",
-			dir, err, strings.Join(lines[max(0, len(lines)-5):], " | "))
-	}
-	return dir, ""
+	return dir, testenv.BuildImage("build-real-host.sh", dir, "the host image", 40*time.Minute)
 }

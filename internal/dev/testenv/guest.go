@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Lines and prefixes the test guest prints on its console (ttyS0).
@@ -122,4 +123,24 @@ func BuildDeb(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("testenv: scripts/build-deb.sh: %v\n%s", err, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// BuildImage runs scripts/SCRIPT with dir (at once when its cached image
+// is fresh; a cold build downloads and takes minutes, bounded by timeout)
+// and returns why there is no image, "" when there is one: the real guest's
+// and the real host's test packages skip with that reason.
+func BuildImage(script, dir, what string, timeout time.Duration) (why string) {
+	root, err := RepoRoot()
+	if err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", script), dir).CombinedOutput()
+	if err != nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return fmt.Sprintf("scripts/%s could not build %s into %s (%v): %s",
+			script, what, dir, err, strings.Join(lines[max(0, len(lines)-5):], " | "))
+	}
+	return ""
 }

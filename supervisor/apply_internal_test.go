@@ -22,30 +22,30 @@ func TestApplyBusy(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	lk, err := s.lock(ctx, "web", "apply")
+	lk, err := s.env.Lock(ctx, "web", "apply")
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := operation.Holding(ctx, "web")
-	inner, err := s.lock(in, "web", "disk-attach")
+	inner, err := s.env.Lock(in, "web", "disk-attach")
 	if err != nil {
 		t.Fatalf("an operation of the apply itself: %v", err)
 	}
 	inner.Unlock() // borrowed: the apply's lock stays
 	for _, op := range []string{"apply", "disk-move"} {
-		_, err = s.lock(ctx, "web", op)
+		_, err = s.env.Lock(ctx, "web", op)
 		var busy *vmstore.BusyError
 		if !errors.As(err, &busy) || busy.PID != os.Getpid() || !strings.Contains(err.Error(), `vm "web": busy: apply by pid`) {
 			t.Fatalf("%s during an apply: %v", op, err)
 		}
 	}
-	if l, err := s.lock(in, "db", "apply"); err != nil {
+	if l, err := s.env.Lock(in, "db", "apply"); err != nil {
 		t.Errorf("another VM's apply: %v", err)
 	} else {
 		l.Unlock()
 	}
 	lk.Unlock()
-	again, err := s.lock(ctx, "web", "apply")
+	again, err := s.env.Lock(ctx, "web", "apply")
 	if err != nil {
 		t.Fatalf("after the first ended: %v", err)
 	}

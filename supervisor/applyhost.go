@@ -65,11 +65,11 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 }
 
 // applier is plan and apply on this supervisor's VMs.
-func (s *Supervisor) applier() *apply.Applier { return apply.New(s.ops, applyHost{s}) }
+func (s *Supervisor) applier() *apply.Applier { return apply.New(s.env.Ops(), applyHost{s}) }
 
 // SetNICFilters is the hook of apply's live filter changes (vmnet.SetFilters).
 func (h applyHost) SetNICFilters(ctx context.Context, name string, vm *spec.VM) error {
-	return h.s.net().SetFilters(ctx, name, vm)
+	return h.s.env.Net().SetFilters(ctx, name, vm)
 }
 
 // applyHost is the supervisor as internal/ops/apply's Host.
@@ -77,27 +77,27 @@ type applyHost struct{ s *Supervisor }
 
 var _ apply.Host = applyHost{}
 
-func (h applyHost) State() vmstore.Store                  { return h.s.state }
-func (h applyHost) View(vm string) (*vmstore.View, error) { return h.s.view(vm) }
+func (h applyHost) State() vmstore.Store                  { return h.s.env.State() }
+func (h applyHost) View(vm string) (*vmstore.View, error) { return h.s.env.View(vm) }
 func (h applyHost) Validate(ctx context.Context, f *spec.File) error {
 	return h.s.ValidateContext(ctx, f)
 }
-func (h applyHost) CheckOwner(f *spec.File, adopt bool) error     { return h.s.checkOwner(f, adopt) }
-func (h applyHost) Adopt(ctx context.Context, f *spec.File) error { return h.s.adopt(ctx, f) }
-func (h applyHost) ImageDirs() []string                           { return h.s.opts.ImageDirs }
-func (h applyHost) Unreachable(paths ...string) string            { return h.s.unreachable(paths...) }
-func (h applyHost) Reachable(paths ...string) error               { return h.s.reachable(paths...) }
+func (h applyHost) CheckOwner(f *spec.File, adopt bool) error     { return h.s.env.CheckOwner(f, adopt) }
+func (h applyHost) Adopt(ctx context.Context, f *spec.File) error { return h.s.env.Adopt(ctx, f) }
+func (h applyHost) ImageDirs() []string                           { return h.s.env.Opts().ImageDirs }
+func (h applyHost) Unreachable(paths ...string) string            { return h.s.env.Unreachable(paths...) }
+func (h applyHost) Reachable(paths ...string) error               { return h.s.env.Reachable(paths...) }
 func (h applyHost) AppliedSpec(vm string) (*spec.File, error)     { return h.s.AppliedSpec(vm) }
 func (h applyHost) Disable(ctx context.Context, vm string) error  { return h.s.Disable(ctx, vm) }
-func (h applyHost) UnplugTimeout() time.Duration                  { return h.s.opts.UnplugTimeout }
+func (h applyHost) UnplugTimeout() time.Duration                  { return h.s.env.Opts().UnplugTimeout }
 func (h applyHost) TapRefusal(vm string) string                   { return h.s.hotplug().TapRefusal(vm) }
-func (h applyHost) Lifecycle(vm, event string, data any)          { h.s.lifecycle(vm, event, data) }
+func (h applyHost) Lifecycle(vm, event string, data any)          { h.s.env.Lifecycle(vm, event, data) }
 
 func (h applyHost) QMPSession(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
-	return h.s.qmpSession(ctx, vm)
+	return h.s.env.QMPSession(ctx, vm)
 }
 func (h applyHost) AgentSession(ctx context.Context, vm string) (*qmp.Agent, func(), error) {
-	return h.s.agentSession(ctx, vm)
+	return h.s.env.AgentSession(ctx, vm)
 }
 
 // The hot-plugs of the VM's file (fromFile: recorded in the record's spec,
@@ -136,9 +136,9 @@ func (h applyHost) ReleasePaths(ctx context.Context, vm string, paths ...string)
 }
 
 func (h applyHost) SetUnitLimits(ctx context.Context, vm string, l units.Limits) error {
-	sd, err := h.s.systemd(ctx)
+	sd, err := h.s.env.Systemd(ctx)
 	if err != nil {
 		return err
 	}
-	return sd.SetLimits(ctx, h.s.state.UnitOf(vm), l)
+	return sd.SetLimits(ctx, h.s.env.State().UnitOf(vm), l)
 }

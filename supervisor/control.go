@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/console/display"
-	"github.com/vmsup/vmsup/internal/observe/stats"
 	"github.com/vmsup/vmsup/internal/ops/qmppolicy"
 	"github.com/vmsup/vmsup/internal/ops/qmppolicy/qmpfds"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 
 	"github.com/vmsup/vmsup/qmp"
@@ -31,14 +31,14 @@ func (s *Supervisor) Resume(ctx context.Context, name string) error {
 }
 
 func (s *Supervisor) runState(ctx context.Context, name, op string, run bool) error {
-	lk, err := s.lock(ctx, name, op)
+	lk, err := s.env.Lock(ctx, name, op)
 	if err != nil {
 		return err
 	}
 	// (lock settled a migration killed midway: the guest may run on the
 	// destination, and a resume here must not make a second copy.)
 	defer lk.Unlock()
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := s.env.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func (s *Supervisor) resumePanicked(ctx context.Context, name string, c *qmp.Con
 	if err != nil || qs.Status != qmp.RunGuestPanicked {
 		return err
 	}
-	if v, err := s.view(name); err == nil && v.Booted.OnPanic == spec.PanicPreserve {
+	if v, err := s.env.View(name); err == nil && v.Booted.OnPanic == spec.PanicPreserve {
 		return ErrPreserved
 	}
 	return c.SystemReset(ctx)
@@ -90,14 +90,14 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 	if err := spec.ValidName(name); err != nil {
 		return nil, vmerr.Wrap(name, err)
 	}
-	if _, err := os.Stat(s.paths(name).Records); err != nil {
-		return nil, s.notFound(name) // nothing to send to, nothing to log
+	if _, err := os.Stat(s.env.Paths(name).Records); err != nil {
+		return nil, s.env.NotFound(name) // nothing to send to, nothing to log
 	}
 	d, err := qmppolicy.Decide(command, s.qmpEnv(name))
 	var c *qmp.Conn
 	var files *qmpfds.Files
 	if err == nil && len(d.Files) > 0 {
-		conn, release, serr := s.qmpSession(ctx, name)
+		conn, release, serr := s.env.QMPSession(ctx, name)
 		if serr != nil {
 			return nil, serr
 		}
@@ -128,7 +128,7 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 		return nil, vmerr.Wrap(name, fmt.Errorf("qmp: %w", refusal))
 	}
 	if c == nil {
-		conn, release, err := s.qmpSession(ctx, name)
+		conn, release, err := s.env.QMPSession(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -150,14 +150,14 @@ func (s *Supervisor) QMP(ctx context.Context, name string, command []byte, unsaf
 }
 
 // ConsoleSocket returns the path of the VM's serial console socket.
-func (s *Supervisor) ConsoleSocket(name string) string { return s.paths(name).Console }
+func (s *Supervisor) ConsoleSocket(name string) string { return s.env.Paths(name).Console }
 
 // DialConsole connects to the VM's serial console (never through a symlink
 // QEMU's user may have put in its place).
 func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, error) {
-	c, err := qmp.DialSocket(ctx, s.paths(name).Console)
+	c, err := qmp.DialSocket(ctx, s.env.Paths(name).Console)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-		return nil, s.absent(name)
+		return nil, s.env.Absent(name)
 	}
 	if err != nil {
 		return nil, vmerr.Wrap(name, fmt.Errorf("console: %w", err))
@@ -168,7 +168,7 @@ func (s *Supervisor) DialConsole(ctx context.Context, name string) (net.Conn, er
 // displayVM is the running VM's booted spec when it has a [display] (and,
 // if vnc, its VNC server).
 func (s *Supervisor) displayVM(name string, vnc bool) (*spec.VM, error) {
-	v, err := s.view(name)
+	v, err := s.env.View(name)
 	if errors.Is(err, ErrNotRunning) {
 		return nil, vmerr.Wrap(name, ErrNotRunning)
 	}
@@ -189,12 +189,12 @@ func (s *Supervisor) Screenshot(ctx context.Context, name string) (*image.RGBA, 
 	if _, err := s.displayVM(name, false); err != nil {
 		return nil, err
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := s.env.QMPSession(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	img, err := display.Screenshot(ctx, c, s.paths(name).Dir)
+	img, err := display.Screenshot(ctx, c, s.env.Paths(name).Dir)
 	if err != nil {
 		return nil, vmerr.Wrap(name, fmt.Errorf("screenshot: %w", err))
 	}
@@ -207,7 +207,7 @@ func (s *Supervisor) DialVNC(ctx context.Context, name string) (net.Conn, error)
 	if _, err := s.displayVM(name, true); err != nil {
 		return nil, err
 	}
-	conn, err := qmp.DialSocket(ctx, s.paths(name).VNC())
+	conn, err := qmp.DialSocket(ctx, s.env.Paths(name).VNC())
 	if err != nil {
 		return nil, vmerr.Wrap(name, fmt.Errorf("vnc: %w", err))
 	}
@@ -222,7 +222,7 @@ func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Durati
 	if err != nil || !vm.Display.Password {
 		return "", err
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := s.env.QMPSession(ctx, name)
 	if err != nil {
 		return "", err
 	}
@@ -237,8 +237,8 @@ func (s *Supervisor) VNCTicket(ctx context.Context, name string, ttl time.Durati
 // openRawFiles opens the files a passed raw command names, as QEMU's user
 // (package qmpfds).
 func (s *Supervisor) openRawFiles(ctx context.Context, name string, c *qmp.Conn, d *qmppolicy.Decision) (*qmpfds.Files, error) {
-	p := s.paths(name)
-	pid := stats.QEMUPID(name, p.QMP)
+	p := s.env.Paths(name)
+	pid := vmstore.QEMUPID(name, p.QMP)
 	if pid <= 0 {
 		return nil, vmerr.Wrap(name, fmt.Errorf("qmp: QEMU's process, whose user opens the command's files: %w", ErrNotRunning))
 	}

@@ -26,7 +26,7 @@ func (s *Supervisor) DiskIO(ctx context.Context, name string) (iohealth.Sample, 
 	if err := spec.ValidName(name); err != nil {
 		return iohealth.Sample{}, vmerr.Wrap(name, err)
 	}
-	c, release, err := s.qmpSession(ctx, name)
+	c, release, err := s.env.QMPSession(ctx, name)
 	if err != nil {
 		return iohealth.Sample{}, err
 	}
@@ -46,7 +46,7 @@ func (s *Supervisor) RecordEvent(name, event, reason string) error {
 	}
 	data, _ := json.Marshal(map[string]string{"reason": reason})
 	r := eventlog.Record{Time: time.Now().UTC(), VM: name, Source: eventlog.SourceVmsup, Event: event, Data: data}
-	if err := eventlog.Append(s.paths(name).EventHistory(), r); err != nil {
+	if err := eventlog.Append(s.env.Paths(name).EventHistory(), r); err != nil {
 		return vmerr.Wrap(name, err)
 	}
 	return nil

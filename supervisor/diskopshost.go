@@ -3,10 +3,8 @@ package supervisor
 import (
 	"context"
 	"log/slog"
-	"os"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
-	"github.com/vmsup/vmsup/internal/lifecycle/steps"
 	"github.com/vmsup/vmsup/internal/ops/diskops"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
@@ -136,36 +134,36 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 }
 
 // diskops is the disk operations on this supervisor's VMs.
-func (s *Supervisor) diskops() *diskops.Service { return diskops.New(s.ops, diskHost{s}) }
+func (s *Supervisor) diskops() *diskops.Service { return diskops.New(s.env.Ops(), diskHost{s}) }
 
 // diskHost is what the disk operations need of the supervisor.
 type diskHost struct{ s *Supervisor }
 
 var _ diskops.Host = diskHost{}
 
-func (h diskHost) State() vmstore.Store                    { return h.s.state }
-func (h diskHost) View(name string) (*vmstore.View, error) { return h.s.view(name) }
-func (h diskHost) NotFound(name string) error              { return h.s.notFound(name) }
-func (h diskHost) ImageDirs() []string                     { return h.s.opts.ImageDirs }
+func (h diskHost) State() vmstore.Store                    { return h.s.env.State() }
+func (h diskHost) View(name string) (*vmstore.View, error) { return h.s.env.View(name) }
+func (h diskHost) NotFound(name string) error              { return h.s.env.NotFound(name) }
+func (h diskHost) ImageDirs() []string                     { return h.s.env.Opts().ImageDirs }
 func (h diskHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
-	return h.s.places().OpenDisk(ctx, d)
+	return h.s.env.Places().OpenDisk(ctx, d)
 }
-func (h diskHost) InImageDirs(path string) (bool, error)       { return h.s.confiner().InImageDirs(path) }
-func (h diskHost) Reachable(paths ...string) error             { return h.s.reachable(paths...) }
-func (h diskHost) Tools() storage.Tools                        { return h.s.tools() }
-func (h diskHost) Lifecycle(name, event string, data any)      { h.s.lifecycle(name, event, data) }
-func (h diskHost) Logger() *slog.Logger                        { return h.s.opts.Logger }
-func (h diskHost) AppliedFile(name string) (*spec.File, error) { return h.s.appliedFile(name) }
+func (h diskHost) InImageDirs(path string) (bool, error)       { return h.s.env.Confiner().InImageDirs(path) }
+func (h diskHost) Reachable(paths ...string) error             { return h.s.env.Reachable(paths...) }
+func (h diskHost) Tools() storage.Tools                        { return h.s.env.Tools() }
+func (h diskHost) Lifecycle(name, event string, data any)      { h.s.env.Lifecycle(name, event, data) }
+func (h diskHost) Logger() *slog.Logger                        { return h.s.env.Opts().Logger }
+func (h diskHost) AppliedFile(name string) (*spec.File, error) { return h.s.env.AppliedFile(name) }
 func (h diskHost) RunState(ctx context.Context, sock string) qmp.RunState {
-	return h.s.runStateAt(ctx, sock)
+	return h.s.env.RunStateAt(ctx, sock)
 }
 
 func (h diskHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
-	return h.s.qmpSession(ctx, name)
+	return h.s.env.QMPSession(ctx, name)
 }
 
 func (h diskHost) AgentSession(ctx context.Context, name string) (*qmp.Agent, func(), error) {
-	return h.s.agentSession(ctx, name)
+	return h.s.env.AgentSession(ctx, name)
 }
 
 func (h diskHost) ConfinePaths(ctx context.Context, name string, rules ...units.PathRule) error {
@@ -177,78 +175,33 @@ func (h diskHost) ReleasePaths(ctx context.Context, name string, paths ...string
 }
 
 func (h diskHost) CheckDiskPaths(ctx context.Context, d spec.Disk) error {
-	return h.s.checkDiskPaths(ctx, d)
+	return h.s.env.CheckDiskPaths(ctx, d)
 }
 
 func (h diskHost) UnitStatus(ctx context.Context, name string) (units.Status, error) {
-	sd, err := h.s.systemd(ctx)
+	sd, err := h.s.env.Systemd(ctx)
 	if err != nil {
 		return units.Status{}, err
 	}
-	return sd.Status(ctx, h.s.state.UnitOf(name))
+	return sd.Status(ctx, h.s.env.State().UnitOf(name))
 }
 
-// Stop stops the VM at once, under the lock the disk operation's command
-// holds (borrowed here).
-func (h diskHost) Stop(ctx context.Context, name string) error {
-	lu, err := h.s.lockUnit(operation.Holding(ctx, name), name, "down")
-	if err != nil {
-		return err
-	}
-	defer lu.unlock()
-	_, err = h.s.down(ctx, name, lu, DownOptions{Force: true})
-	return err
-}
-
-func (h diskHost) PinnedMachine(f *spec.File) (string, error) {
-	return h.s.pinMachine(f, f.VM.Machine, h.s.recordedMachine(f.VM.Name))
-}
-
+func (h diskHost) Stop(ctx context.Context, name string) error { return h.s.env.StopHeld(ctx, name) }
+func (h diskHost) PinnedMachine(f *spec.File) (string, error)  { return h.s.env.PinnedMachine(f) }
 func (h diskHost) StartRestored(ctx context.Context, f *spec.File, op *operation.Op, memory string) error {
-	_, err := h.s.startRestored(ctx, f, op, memory)
+	_, err := h.s.env.StartRestored(ctx, f, op, memory)
 	return err
 }
-
-// KillUnit kills the VM's unit, marked as vmsup's kill for its stop-post
-// hook, and clears its failed state.
 func (h diskHost) KillUnit(ctx context.Context, name string) error {
-	sd, err := h.s.systemd(ctx)
-	if err != nil {
-		return err
-	}
-	unit := h.s.state.UnitOf(name)
-	if err := os.WriteFile(h.s.paths(name).KillMark(), nil, 0o600); err != nil {
-		return err
-	}
-	h.s.removeUnit(ctx, sd, unit)
-	return nil
+	return h.s.env.KillUnit(ctx, name)
 }
-
-// StartClone starts the clone f through the start pipeline, resuming the
-// template's memory state, under the clone's own lock (taken by the
-// start's lock step and let go after).
 func (h diskHost) StartClone(ctx context.Context, f *spec.File, memory, from string, after func(vm, step string)) (diskops.Started, error) {
-	r := h.s.newStart(f, StartFresh, incomingArgs{})
-	r.restore = memory
-	_, err := steps.Run(ctx, r.name, r.steps(), after)
-	if r.lk != nil {
-		r.lk.Unlock() // the clone's own lock, taken by the start's lock step
-	}
-	if err != nil {
-		return diskops.Started{}, err
-	}
-	h.s.lifecycle(r.name, EventStarted, map[string]any{"generation": r.app.Generation, "cloned_from": from})
-	return diskops.Started{Accel: r.res.Accel, AccelReason: r.res.AccelReason, Note: r.res.Note}, nil
+	r, err := h.s.env.StartClone(ctx, f, memory, from, after)
+	return diskops.Started(r), err
 }
-
-func (h diskHost) Running(ctx context.Context, name string) bool {
-	st, err := h.s.status(ctx, name, false)
-	return err == nil && st.State == StateRunning
-}
-
+func (h diskHost) Running(ctx context.Context, name string) bool { return h.s.env.Running(ctx, name) }
 func (h diskHost) Kill(ctx context.Context, name string) error {
 	_, err := h.s.Kill(ctx, name)
 	return err
 }
-
-func (h diskHost) Remove(ctx context.Context, name string) error { return h.s.remove(ctx, name) }
+func (h diskHost) Remove(ctx context.Context, name string) error { return h.s.env.Remove(ctx, name) }

@@ -16,7 +16,7 @@ import (
 // disks anyway). up, plan and apply of the exported file find the VM in
 // sync, once the file is its own (--adopt, or written over the old one).
 func (s *Supervisor) Export(name string) ([]byte, error) {
-	v, err := s.view(name)
+	v, err := s.env.View(name)
 	if v == nil {
 		return nil, vmerr.Wrap(name, err)
 	}

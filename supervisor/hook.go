@@ -2,58 +2,20 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
-	"github.com/vmsup/vmsup/internal/lifecycle/companion"
-	"github.com/vmsup/vmsup/internal/vm/eventlog"
+	"github.com/vmsup/vmsup/internal/machine"
 )
 
-// Hook commands: what a VM's units run as Options.Self (ExecStop=,
-// ExecStopPost=, the guardian unit), as "SELF HOOK --root ROOT [--unit U]
-// [--systemd-bus B] NAME".
-const (
-	HookStop   = "stop-hook"
-	HookPost   = "stop-post"
-	HookSettle = "settle"
-)
-
-// HookConsoleLog is the console logger's command, which the logger's unit
-// runs: "SELF console-log --fifo F --max BYTES --keep N LOG".
-const HookConsoleLog = companion.HookConsoleLog
-
-// RunConsoleLog is the console logger's work (HookConsoleLog's arguments
-// after the command): copy the FIFO into the log until its QEMU closes it.
-func RunConsoleLog(ctx context.Context, args []string) error {
-	return companion.RunConsoleLog(ctx, args)
-}
-
-// ErrNoSelf is returned by a start when Options.Self is unset and no vmsup
-// binary was found: a unit must have something to call for its graceful stop.
-var ErrNoSelf = errors.New("no stop hook: Options.Self is unset and no vmsup binary is installed (set Self to a vmsup binary, or to your program if its main calls supervisor.HandleHook first)")
-
-// defaultSelf is the binary the units call back into when Options.Self is
-// unset: the running program if it is vmsup itself, else an installed vmsup.
-// Never another embedding program: systemd would run it as root with hook
-// arguments it does not know.
-func defaultSelf() string {
-	if exe, err := os.Executable(); err == nil && filepath.Base(exe) == "vmsup" {
-		return exe
-	}
-	for _, p := range []string{"/usr/local/bin/vmsup", "/usr/bin/vmsup"} {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	return ""
-}
+// The hook commands a VM's units run (machine.HookStop, ...): HandleHook
+// dispatches them, as the front that has every feature wired (a guest's
+// reboot applies its pending file through apply).
 
 // HandleHook runs a hook command when args (os.Args[1:]) are one, and
 // reports whether they were. A program that embeds the supervisor and sets
@@ -66,13 +28,13 @@ func defaultSelf() string {
 //		...
 //	}
 func HandleHook(args []string) (code int, handled bool) {
-	if len(args) == 0 || (args[0] != HookStop && args[0] != HookPost && args[0] != HookSettle && args[0] != HookRebootApply && args[0] != HookConsoleLog) {
+	if len(args) == 0 || (args[0] != machine.HookStop && args[0] != machine.HookPost && args[0] != machine.HookSettle && args[0] != machine.HookRebootApply && args[0] != machine.HookConsoleLog) {
 		return 0, false
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	if args[0] == HookConsoleLog {
-		if err := RunConsoleLog(ctx, args[1:]); err != nil && ctx.Err() == nil {
+	if args[0] == machine.HookConsoleLog {
+		if err := machine.RunConsoleLog(ctx, args[1:]); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", args[0], err)
 			return 1, true
 		}
@@ -113,7 +75,7 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	o.Root, o.SystemdBus, o.Self, o.WaitForLock = *root, *bus, self, *wait
-	if args[0] == HookSettle {
+	if args[0] == machine.HookSettle {
 		// Into the guardian unit's journal: each recovery that failed and
 		// is tried again.
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -124,17 +86,17 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer s.Close()
 	switch args[0] {
-	case HookStop:
+	case machine.HookStop:
 		step, err := s.StopHook(ctx, name, *unit)
-		fmt.Fprintf(stdout, "%s %s: %s\n", HookStop, name, step)
+		fmt.Fprintf(stdout, "%s %s: %s\n", machine.HookStop, name, step)
 		return err
-	case HookPost:
-		note, err := s.StopPostHook(ctx, name, *unit)
-		fmt.Fprintf(stdout, "%s %s: %s\n", HookPost, name, note)
+	case machine.HookPost:
+		note, err := s.env.StopPostHook(ctx, name, *unit)
+		fmt.Fprintf(stdout, "%s %s: %s\n", machine.HookPost, name, note)
 		return err
-	case HookRebootApply:
+	case machine.HookRebootApply:
 		note, err := s.RebootApply(ctx, name)
-		fmt.Fprintf(stdout, "%s %s: %s\n", HookRebootApply, name, note)
+		fmt.Fprintf(stdout, "%s %s: %s\n", machine.HookRebootApply, name, note)
 		return err
 	default:
 		note, err := s.Settle(ctx, name)
@@ -143,26 +105,4 @@ func RunHook(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return err
 	}
-}
-
-// StopPostHook is the unit's ExecStopPost= work: the network and secret
-// copies go (StopPost); then, if the guest rebooted into a QEMU told to
-// exit on reboot, its guardian starts it again.
-func (s *Supervisor) StopPostHook(ctx context.Context, name, unit string) (string, error) {
-	if err := s.StopPost(ctx, name, unit); err != nil {
-		return "", err
-	}
-	note := "network removed, secret copies removed"
-	app, recs := s.endedQEMU(name, unit) // read once: the reboot check and the history use them
-	again, err := s.afterGuestReboot(ctx, name, eventlog.LastOf(recs, "SHUTDOWN"))
-	if again || err != nil {
-		note += "; the guest rebooted: " + rebootUnit(name) + " starts it again"
-	}
-	ev := s.recordEnd(name, unit, app, recs)
-	if !again && err == nil {
-		var why string
-		why, err = s.restartAfter(ctx, name, app, ev)
-		note = joinNote(note, why)
-	}
-	return note, err
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/vmsup/vmsup/internal/host/vfio"
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
 	"github.com/vmsup/vmsup/internal/net/nics"
-	"github.com/vmsup/vmsup/internal/observe/stats"
 	"github.com/vmsup/vmsup/internal/ops/hotplug"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
@@ -20,11 +19,6 @@ import (
 // Hot-plugging disks, NICs and host devices lives in internal/ops/hotplug: one
 // attach, one detach and one recovery for every kind of device. These are
 // the supervisor's API onto it and what it needs of the supervisor.
-
-// DefaultUnplugTimeout is how long an unplug (a disk, a NIC, a DIMM) waits
-// for the guest to release the device (DEVICE_DELETED) before it gives up
-// and leaves the device attached (Options.UnplugTimeout).
-const DefaultUnplugTimeout = 20 * time.Second
 
 // AttachResult reports a hot-plugged disk.
 type AttachResult = hotplug.AttachResult
@@ -81,27 +75,29 @@ func (s *Supervisor) DetachHostDev(ctx context.Context, name, which string) erro
 }
 
 // hotplug is the hot-plug engine on this supervisor's operation kernel.
-func (s *Supervisor) hotplug() *hotplug.Engine { return hotplug.New(s.ops, hotplugHost{s}) }
+func (s *Supervisor) hotplug() *hotplug.Engine { return hotplug.New(s.env.Ops(), hotplugHost{s}) }
 
 // hotplugHost is the supervisor as internal/ops/hotplug's Host.
 type hotplugHost struct{ s *Supervisor }
 
 var _ hotplug.Host = hotplugHost{}
 
-func (h hotplugHost) State() vmstore.Store                           { return h.s.state }
-func (h hotplugHost) View(vm string) (*vmstore.View, error)          { return h.s.view(vm) }
-func (h hotplugHost) Confinement(vm string) (*confine.Record, error) { return h.s.confiner().Read(vm) }
-func (h hotplugHost) CheckPath(key, path string) error               { return h.s.CheckPath(key, path) }
-func (h hotplugHost) Reachable(paths ...string) error                { return h.s.reachable(paths...) }
-func (h hotplugHost) Tools() storage.Tools                           { return h.s.tools() }
-func (h hotplugHost) Net() *nics.Manager                             { return h.s.net() }
-func (h hotplugHost) VFIO() vfio.Host                                { return h.s.vfio() }
-func (h hotplugHost) QEMUPID(vm string) int                          { return stats.QEMUPID(vm, h.s.paths(vm).QMP) }
-func (h hotplugHost) UnplugTimeout() time.Duration                   { return h.s.opts.UnplugTimeout }
-func (h hotplugHost) Logger() *slog.Logger                           { return h.s.opts.Logger }
+func (h hotplugHost) State() vmstore.Store                  { return h.s.env.State() }
+func (h hotplugHost) View(vm string) (*vmstore.View, error) { return h.s.env.View(vm) }
+func (h hotplugHost) Confinement(vm string) (*confine.Record, error) {
+	return h.s.env.Confiner().Read(vm)
+}
+func (h hotplugHost) CheckPath(key, path string) error { return h.s.CheckPath(key, path) }
+func (h hotplugHost) Reachable(paths ...string) error  { return h.s.env.Reachable(paths...) }
+func (h hotplugHost) Tools() storage.Tools             { return h.s.env.Tools() }
+func (h hotplugHost) Net() *nics.Manager               { return h.s.env.Net() }
+func (h hotplugHost) VFIO() vfio.Host                  { return h.s.env.VFIO() }
+func (h hotplugHost) QEMUPID(vm string) int            { return vmstore.QEMUPID(vm, h.s.env.Paths(vm).QMP) }
+func (h hotplugHost) UnplugTimeout() time.Duration     { return h.s.env.Opts().UnplugTimeout }
+func (h hotplugHost) Logger() *slog.Logger             { return h.s.env.Opts().Logger }
 
 func (h hotplugHost) QMP(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
-	return h.s.qmpSession(ctx, vm)
+	return h.s.env.QMPSession(ctx, vm)
 }
 
 func (h hotplugHost) ConfinePaths(ctx context.Context, vm string, rules ...units.PathRule) error {
@@ -113,15 +109,17 @@ func (h hotplugHost) ReleasePaths(ctx context.Context, vm string, paths ...strin
 }
 
 func (h hotplugHost) CheckDiskPaths(ctx context.Context, d spec.Disk) error {
-	return h.s.checkDiskPaths(ctx, d)
+	return h.s.env.CheckDiskPaths(ctx, d)
 }
 
 func (h hotplugHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
-	return h.s.places().OpenDisk(ctx, d)
+	return h.s.env.Places().OpenDisk(ctx, d)
 }
 
 func (h hotplugHost) TapOwner(ctx context.Context, vm string) (nics.Owner, error) {
-	return h.s.tapOwner(ctx, vm)
+	return h.s.env.TapOwner(ctx, vm)
 }
 
-func (h hotplugHost) Systemd(ctx context.Context) (*units.Manager, error) { return h.s.systemd(ctx) }
+func (h hotplugHost) Systemd(ctx context.Context) (*units.Manager, error) {
+	return h.s.env.Systemd(ctx)
+}

@@ -23,7 +23,7 @@ func TestEveryKindHasARecoverer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vms, nets := s.ops.Kinds(), s.Networks().Kinds()
+	vms, nets := s.env.Ops().Kinds(), s.Networks().Kinds()
 	declared := declaredKinds(t, "..")
 	if len(declared) < 20 {
 		t.Fatalf("found only %d kinds in the source: %v (the walk is broken)", len(declared), declared)

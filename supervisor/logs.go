@@ -33,10 +33,10 @@ type logsHost struct{ s *Supervisor }
 
 var _ logs.Host = logsHost{}
 
-func (h logsHost) State() vmstore.Store                        { return h.s.state }
-func (h logsHost) NotFound(name string) error                  { return h.s.notFound(name) }
-func (h logsHost) ConsoleConfig(name string) consolelog.Config { return h.s.consoleConfig(name) }
+func (h logsHost) State() vmstore.Store                        { return h.s.env.State() }
+func (h logsHost) NotFound(name string) error                  { return h.s.env.NotFound(name) }
+func (h logsHost) ConsoleConfig(name string) consolelog.Config { return h.s.env.ConsoleConfig(name) }
 func (h logsHost) Journal(ctx context.Context, o units.JournalOptions, fn func(units.Entry)) error {
-	o.Dir = h.s.opts.JournalDir
+	o.Dir = h.s.env.Opts().JournalDir
 	return units.Journal(ctx, o, fn)
 }

@@ -63,7 +63,7 @@ func (s *Supervisor) InstallMetrics(ctx context.Context, m MetricsInstall) error
 func (s *Supervisor) UninstallMetrics(ctx context.Context) error { return s.metrics().Uninstall(ctx) }
 
 func (s *Supervisor) metrics() *metrics.Endpoint {
-	return metrics.New(metricsHost{s}, metrics.Options{Root: s.opts.Root, UnitDir: s.opts.UnitDir, Self: s.opts.Self})
+	return metrics.New(metricsHost{s}, metrics.Options{Root: s.env.Opts().Root, UnitDir: s.env.Opts().UnitDir, Self: s.env.Opts().Self})
 }
 
 // metricsHost is the metrics endpoint's Host.
@@ -75,7 +75,7 @@ func (h metricsHost) Stats(ctx context.Context) ([]stats.VM, []stats.Skipped, er
 	return h.s.Stats(ctx)
 }
 func (h metricsHost) Systemd(ctx context.Context) (metrics.Systemd, error) {
-	sd, err := h.s.systemd(ctx)
+	sd, err := h.s.env.Systemd(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (s *Supervisor) UnitFiles(listen string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	boot, err := s.autostart().BootUnitFile()
+	boot, err := s.env.AutostartMarks().BootUnitFile()
 	if err != nil {
 		return nil, err
 	}

@@ -7,11 +7,9 @@ import (
 
 	"github.com/vmsup/vmsup/internal/console/consolelog"
 	"github.com/vmsup/vmsup/internal/imagestore"
-	"github.com/vmsup/vmsup/internal/lifecycle/companion"
-	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/lifecycle/livesettings"
 	"github.com/vmsup/vmsup/internal/lifecycle/startplan"
-	"github.com/vmsup/vmsup/internal/lifecycle/steps"
-	"github.com/vmsup/vmsup/internal/ops/apply"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/ops/livemigrate"
 	"github.com/vmsup/vmsup/internal/ops/migwire"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
@@ -79,106 +77,64 @@ func (s *Supervisor) Receive(ctx context.Context, r io.Reader, w io.Writer) erro
 // written), in order, as AfterStep sees them.
 func HandOverSteps() []string { return livemigrate.HandOverSteps() }
 
-func (s *Supervisor) migrator() *livemigrate.Migrator { return livemigrate.New(s.ops, migrateHost{s}) }
+func (s *Supervisor) migrator() *livemigrate.Migrator {
+	return livemigrate.New(s.env.Ops(), migrateHost{s})
+}
 
 // migrateHost is the supervisor as live migration's Host.
 type migrateHost struct{ s *Supervisor }
 
 var _ livemigrate.Host = migrateHost{}
 
-func (h migrateHost) State() vmstore.Store { return h.s.state }
+func (h migrateHost) State() vmstore.Store { return h.s.env.State() }
 func (h migrateHost) Systemd(ctx context.Context) (*units.Manager, error) {
-	return h.s.systemd(ctx)
+	return h.s.env.Systemd(ctx)
 }
-func (h migrateHost) Logger() *slog.Logger { return h.s.opts.Logger }
+func (h migrateHost) Logger() *slog.Logger { return h.s.env.Opts().Logger }
 func (h migrateHost) AfterStep(vm, step string) {
-	if h.s.opts.AfterStep != nil {
-		h.s.opts.AfterStep(vm, step)
+	if h.s.env.Opts().AfterStep != nil {
+		h.s.env.Opts().AfterStep(vm, step)
 	}
 }
-func (h migrateHost) View(name string) (*vmstore.View, error) { return h.s.view(name) }
+func (h migrateHost) View(name string) (*vmstore.View, error) { return h.s.env.View(name) }
 func (h migrateHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
-	return h.s.qmpSession(ctx, name)
+	return h.s.env.QMPSession(ctx, name)
 }
 func (h migrateHost) Guard(ctx context.Context, name string) func() {
-	return h.s.guard(ctx, name)
+	return h.s.env.Guard(ctx, name)
 }
 func (h migrateHost) CheckPaths(ctx context.Context, f *spec.File) error {
 	return h.s.CheckPaths(ctx, f)
 }
 func (h migrateHost) LastWords(ctx context.Context, unit string) string {
-	return h.s.lastWords(ctx, unit)
+	return h.s.env.LastWords(ctx, unit)
 }
 func (h migrateHost) ApplyRuntime(ctx context.Context, c *qmp.Conn, vm *spec.VM, qmpPath string) error {
-	return apply.Runtime(ctx, c, vm, qmpPath)
+	return livesettings.Runtime(ctx, c, vm, qmpPath)
 }
-func (h migrateHost) ConsoleConfig(name string) consolelog.Config { return h.s.consoleConfig(name) }
+func (h migrateHost) ConsoleConfig(name string) consolelog.Config { return h.s.env.ConsoleConfig(name) }
 func (h migrateHost) AfterStop(ctx context.Context, name string) error {
-	return h.s.afterStop(ctx, name)
+	return h.s.env.AfterStop(ctx, name)
 }
 func (h migrateHost) Disable(ctx context.Context, name string) error { return h.s.Disable(ctx, name) }
 func (h migrateHost) SyncBootUnit(ctx context.Context) error {
-	return h.s.autostart().SyncBootUnit(ctx)
+	return h.s.env.AutostartMarks().SyncBootUnit(ctx)
 }
 func (h migrateHost) RunStateAt(ctx context.Context, sock string) qmp.RunState {
-	return h.s.runStateAt(ctx, sock)
+	return h.s.env.RunStateAt(ctx, sock)
 }
 func (h migrateHost) RemoveUnit(ctx context.Context, sd *units.Manager, unit string) {
-	h.s.removeUnit(ctx, sd, unit)
+	h.s.env.RemoveUnit(ctx, sd, unit)
 }
 func (h migrateHost) EndMove(ctx context.Context, name string, moved bool) error {
-	return startplan.EndMove(ctx, name, moved, h.s.hostConcerns()...)
+	return startplan.EndMove(ctx, name, moved, h.s.env.HostConcerns()...)
 }
 
-func (h migrateHost) CPRTransfer(ctx context.Context) (bool, string) { return h.s.cprTransfer(ctx) }
+func (h migrateHost) CPRTransfer(ctx context.Context) (bool, string) { return h.s.env.CPRTransfer(ctx) }
 
-func (h migrateHost) Images() imagestore.Store { return h.s.images().Store }
-
-// cprTransfer says whether this host's QEMU can take a running guest's RAM
-// over in place (cpr-transfer, from the host probe), or why not.
-func (s *Supervisor) cprTransfer(ctx context.Context) (bool, string) {
-	if s.opts.Host != nil && s.opts.HostCaps == nil {
-		return false, "this vmsup was given host facts without a QEMU probe"
-	}
-	c, err := s.HostCaps(ctx, false)
-	if err != nil {
-		return false, err.Error()
-	}
-	return c.CPRTransfer()
-}
+func (h migrateHost) Images() imagestore.Store { return h.s.env.Images().Store }
 
 // StartIncoming is the start pipeline of a migration destination.
 func (h migrateHost) StartIncoming(f *spec.File, local bool, a livemigrate.StartArgs) livemigrate.Start {
-	mode := StartIncoming
-	if local {
-		mode = StartIncomingLocal
-	}
-	return incomingStart{h.s.newStart(f, mode, incomingArgs{
-		accel: a.Accel, cpu: cpuChoice{a.CPUModel, a.CPUMasks}, machine: a.Machine, ids: a.IDs, sourceFile: a.SourceFile, from: a.From,
-		ramID: a.RAMID, cpr: a.CPR,
-		markers: a.Markers, copies: a.Copies, makeCopies: a.MakeCopies, undoCopies: a.UndoCopies,
-		uefiVars: a.UEFIVars, listen: a.Listen, journal: a.Journal, intent: a.Intent,
-	})}
-}
-
-// incomingStart is a destination's start run, as live migration holds it.
-type incomingStart struct{ r *startRun }
-
-var _ livemigrate.Start = incomingStart{}
-
-func (i incomingStart) Run(ctx context.Context) (func(context.Context), error) {
-	return steps.Run(ctx, i.r.name, i.r.steps(), i.r.s.opts.AfterStep)
-}
-func (i incomingStart) Unit() string                        { return i.r.plan.Unit }
-func (i incomingStart) PlugDisks(ctx context.Context) error { return i.r.plugDisks(ctx) }
-func (i incomingStart) Sockets() vmstore.Paths              { return i.r.sock }
-func (i incomingStart) Applied() *vmstore.Applied           { return i.r.app }
-func (i incomingStart) ConsoleFIFO() string                 { return companion.FIFO(i.r.p, i.r.plan.Unit) }
-func (i incomingStart) Op() *operation.Op                   { return i.r.op }
-func (i incomingStart) Unlock(ctx context.Context)          { i.r.unlock(ctx) }
-func (i incomingStart) Release() {
-	if i.r.lk != nil {
-		i.r.lk.Unlock()
-		i.r.lk = nil
-	}
+	return h.s.env.StartIncoming(f, local, machine.IncomingArgs(a))
 }

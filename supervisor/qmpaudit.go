@@ -13,8 +13,8 @@ import (
 
 	"github.com/vmsup/vmsup/internal/net/nics"
 	"github.com/vmsup/vmsup/internal/observe/auditlog"
-	"github.com/vmsup/vmsup/internal/observe/stats"
 	"github.com/vmsup/vmsup/internal/ops/qmppolicy"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // The audit logs' sizes. Ordinary traffic goes to qmp.log only; refused
@@ -33,9 +33,9 @@ const (
 // qmpEnv is what the policy needs to know of the VM's QEMU: its state
 // directory, its real working directory, the taps vmsup made for it.
 func (s *Supervisor) qmpEnv(name string) qmppolicy.Env {
-	p := s.paths(name)
+	p := s.env.Paths(name)
 	env := qmppolicy.Env{StateDir: p.Dir}
-	if pid := stats.QEMUPID(name, p.QMP); pid > 0 {
+	if pid := vmstore.QEMUPID(name, p.QMP); pid > 0 {
 		if cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err == nil && filepath.IsAbs(cwd) && !strings.HasSuffix(cwd, " (deleted)") {
 			env.WorkDir = cwd
 		}
@@ -52,7 +52,7 @@ func (s *Supervisor) qmpEnv(name string) qmppolicy.Env {
 // or unsafe one to qmp-security.log first, and to the systemd journal where
 // one listens. An error means the command must not be sent.
 func (s *Supervisor) qmpAudit(ctx context.Context, name string, v qmppolicy.Verdict, refusal *qmppolicy.Refusal, command []byte) error {
-	p := s.paths(name)
+	p := s.env.Paths(name)
 	if err := p.MakeRecords(); err != nil {
 		return err
 	}

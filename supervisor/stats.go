@@ -30,15 +30,15 @@ type statsHost struct{ s *Supervisor }
 
 var _ stats.Host = statsHost{}
 
-func (h statsHost) State() vmstore.Store                                { return h.s.state }
-func (h statsHost) Known() ([]string, error)                            { return h.s.state.Known() }
-func (h statsHost) Absent(name string) error                            { return h.s.absent(name) }
-func (h statsHost) Systemd(ctx context.Context) (*units.Manager, error) { return h.s.systemd(ctx) }
+func (h statsHost) State() vmstore.Store                                { return h.s.env.State() }
+func (h statsHost) Known() ([]string, error)                            { return h.s.env.State().Known() }
+func (h statsHost) Absent(name string) error                            { return h.s.env.Absent(name) }
+func (h statsHost) Systemd(ctx context.Context) (*units.Manager, error) { return h.s.env.Systemd(ctx) }
 func (h statsHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
-	return h.s.qmpSession(ctx, name)
+	return h.s.env.QMPSession(ctx, name)
 }
-func (h statsHost) View(name string) (*vmstore.View, error) { return h.s.view(name) }
-func (h statsHost) Taps(name string) []nics.Tap             { return h.s.net().Taps(name) }
+func (h statsHost) View(name string) (*vmstore.View, error) { return h.s.env.View(name) }
+func (h statsHost) Taps(name string) []nics.Tap             { return h.s.env.Net().Taps(name) }
 func (h statsHost) QEMUState(qs qmp.StatusInfo) string {
 	st, _ := status.QEMUState(qs)
 	return string(st)

@@ -74,7 +74,7 @@ type Sockets struct {
 
 // Sockets returns the VM's socket paths (under Root/vms/NAME).
 func (s *Supervisor) Sockets(name string) Sockets {
-	p := s.paths(name)
+	p := s.env.Paths(name)
 	return Sockets{QMP: p.QMP, Events: p.Events, Console: p.Console, ConsoleLog: p.ConsoleLog, Agent: p.Agent}
 }
 
@@ -86,7 +86,7 @@ func (s *Supervisor) Monitor(ctx context.Context, name string) (*qmp.Conn, func(
 	if err := spec.ValidName(name); err != nil {
 		return nil, nil, vmerr.Wrap(name, err)
 	}
-	return s.qmpSession(ctx, name)
+	return s.env.QMPSession(ctx, name)
 }
 
 // Event is something QEMU reported about a running VM, or a lifecycle

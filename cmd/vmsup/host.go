@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmsup/vmsup/internal/ops/memstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/memstate"
 	"github.com/vmsup/vmsup/supervisor"
 )
 

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/ops/memstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/memstate"
 )
 
 // checkStateWay: a memory snapshot's state file was written with mapped-ram

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/dev/testenv"
-	"github.com/vmsup/vmsup/internal/ops/memstate"
+	"github.com/vmsup/vmsup/internal/lifecycle/memstate"
 	"github.com/vmsup/vmsup/internal/vm/backupchain"
 	"github.com/vmsup/vmsup/supervisor"
 	"github.com/vmsup/vmsup/supervisor/supervisortest"

@@ -20,12 +20,12 @@ import (
 	"github.com/vmsup/vmsup/spec"
 )
 
-// Lifecycle events vmsup writes.
+// Lifecycle events vmsup writes (eventlog's).
 const (
-	Started = "started"
-	Stopped = "stopped"
-	Crashed = "crashed"
-	Applied = "applied"
+	Started = eventlog.Started
+	Stopped = eventlog.Stopped
+	Crashed = eventlog.Crashed
+	Applied = eventlog.Applied
 )
 
 // Event is something QEMU reported about a running VM, or a lifecycle

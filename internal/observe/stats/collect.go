@@ -13,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"github.com/vmsup/vmsup/internal/lifecycle/livesettings"
 	"github.com/vmsup/vmsup/internal/net/nics"
 	"github.com/vmsup/vmsup/internal/observe/iohealth"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
@@ -64,7 +65,7 @@ const workers = 128
 const qmpTimeout = 2 * time.Second
 
 // BalloonPath is the balloon device's QOM path.
-const BalloonPath = "/machine/peripheral/balloon"
+const BalloonPath = livesettings.BalloonPath
 
 // pidFinder finds the VMs' QEMUs in our PID namespace: systemd's MainPID
 // when that is it (systemd is PID 1 of ours), else by -name among /proc's
@@ -290,7 +291,7 @@ func (f *pidFinder) qemu(mainPID uint32, name string) int {
 	qmpPath := []byte(f.store.Paths(name).QMP) // this root's VM, not a namesake of another root's
 	isIt := func(pid int) bool {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-		return err == nil && bytes.Contains(b, qmpPath) && qemuName(b) == name
+		return err == nil && bytes.Contains(b, qmpPath) && vmstore.QEMUName(b) == name
 	}
 	if mainPID > 0 && isIt(int(mainPID)) {
 		return int(mainPID)
@@ -300,8 +301,8 @@ func (f *pidFinder) qemu(mainPID uint32, name string) int {
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			if pid, err := strconv.Atoi(e.Name()); err == nil {
-				if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && qemuName(b) != "" {
-					f.byName[qemuName(b)] = pid
+				if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && vmstore.QEMUName(b) != "" {
+					f.byName[vmstore.QEMUName(b)] = pid
 				}
 			}
 		}
@@ -310,31 +311,4 @@ func (f *pidFinder) qemu(mainPID uint32, name string) int {
 		return pid
 	}
 	return 0
-}
-
-// qemuName is the VM name in a QEMU's command line (cmdline: -name
-// guest=NAME,...), "" if none.
-// QEMUPID is the QEMU of VM name listening on qmpPath, as this process
-// sees it (0: none): a migration's two QEMUs of one VM differ by socket.
-func QEMUPID(name, qmpPath string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && qemuName(b) == name && bytes.Contains(b, []byte(qmpPath)) {
-			return pid
-		}
-	}
-	return 0
-}
-
-func qemuName(cmdline []byte) string {
-	_, after, ok := bytes.Cut(cmdline, []byte("\x00-name\x00guest="))
-	if !ok {
-		return ""
-	}
-	name, _, _ := bytes.Cut(after, []byte(","))
-	return string(name)
 }

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/lifecycle/guestagent"
 	"github.com/vmsup/vmsup/internal/net/nics"
 	"github.com/vmsup/vmsup/internal/observe/iohealth"
-	"github.com/vmsup/vmsup/internal/ops/guestagent"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/lifecycle/guestagent"
 	vmnet "github.com/vmsup/vmsup/internal/net/nics"
-	"github.com/vmsup/vmsup/internal/ops/guestagent"
 	"github.com/vmsup/vmsup/internal/vm/snapshottree"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"

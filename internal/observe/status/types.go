@@ -2,45 +2,29 @@ package status
 
 import (
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/vmsup/vmsup/internal/host/ovmfvars"
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/lifecycle/guestagent"
 	vmnet "github.com/vmsup/vmsup/internal/net/nics"
-	"github.com/vmsup/vmsup/internal/observe/stats"
-	"github.com/vmsup/vmsup/internal/ops/guestagent"
+	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/spec"
 )
 
-// State is a VM's state as vmsup reports it.
-type State string
+// State is a VM's state as vmsup reports it (vmstore.State).
+type State = vmstore.State
 
-// MarshalText writes a state without spaces, as in QEMU's own names:
-// "shut off" is "shut-off" in JSON (vmsup status --json and the remote API).
-func (s State) MarshalText() ([]byte, error) {
-	return []byte(strings.ReplaceAll(string(s), " ", "-")), nil
-}
-
-// UnmarshalText reads a state MarshalText wrote.
-func (s *State) UnmarshalText(b []byte) error {
-	*s = State(strings.ReplaceAll(string(b), "-", " "))
-	return nil
-}
-
-// VM states. Running, Paused and Panicked come from QMP, the others from
-// systemd.
+// VM states (vmstore's).
 const (
-	StateRunning  State = "running"
-	StatePaused   State = "paused"
-	StateShutOff  State = stats.StateShutOff // no unit; the VM's state directory exists
-	StateCrashed  State = stats.StateCrashed // the unit failed: QEMU died abnormally
-	StateStarting State = "starting"
-	StateStopping State = "stopping"
-	StateUnknown  State = stats.StateUnknown // unit active but QEMU does not answer
-	// StatePanicked is a guest stopped by its panic (on_panic "pause" or
-	// "preserve"): QEMU runs, the guest does not.
-	StatePanicked State = "panicked"
+	StateRunning  = vmstore.StateRunning
+	StatePaused   = vmstore.StatePaused
+	StateShutOff  = vmstore.StateShutOff
+	StateCrashed  = vmstore.StateCrashed
+	StateStarting = vmstore.StateStarting
+	StateStopping = vmstore.StateStopping
+	StateUnknown  = vmstore.StateUnknown
+	StatePanicked = vmstore.StatePanicked
 )
 
 // Status is what vmsup knows about one VM.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/lifecycle/qdev"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -14,9 +15,8 @@ import (
 )
 
 // GateWaiting is told, while a restart's health gate waits for the new
-// guest, how long it has waited, its bound and what it waits for ("the
-// guest agent to answer").
-type GateWaiting func(waited, timeout time.Duration, what string)
+// guest, how long it has waited, its bound and what it waits for.
+type GateWaiting = machine.GateWaiting
 
 // Host is what plan, apply and resize need of the supervisor.
 type Host interface {

@@ -7,9 +7,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmsup/vmsup/internal/lifecycle/guestagent"
+	"github.com/vmsup/vmsup/internal/lifecycle/livesettings"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/lifecycle/qdev"
-	"github.com/vmsup/vmsup/internal/ops/guestagent"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
@@ -109,7 +110,7 @@ func (a *Applier) resize(ctx context.Context, name string, o ResizeOptions) (res
 	_, cpuErr := qdev.SetCPUs(ctx, c, vm, o.CPUs)
 	if cpuErr == nil && o.CPUs > 0 {
 		// A new vCPU thread starts with the unit's affinity: pin it too.
-		cpuErr = pinVCPUs(ctx, c, vm, a.paths(name).QMP)
+		cpuErr = livesettings.PinVCPUs(ctx, c, vm, a.paths(name).QMP)
 	}
 	op.Step(stepResizeCPUs)
 	var memErr error

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
+	"github.com/vmsup/vmsup/internal/lifecycle/livesettings"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/lifecycle/qdev"
 	"github.com/vmsup/vmsup/internal/ops/plan"
@@ -144,14 +145,14 @@ func (a *Applier) setting(ctx context.Context, name string, want, rec *spec.VM, 
 // qmpSetting is setting for what QEMU changes.
 func (a *Applier) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, want, rec *spec.VM, c plan.Change) error {
 	if c.Kind == plan.Balloon {
-		if err := setBalloon(ctx, qc, want); err != nil {
+		if err := livesettings.SetBalloon(ctx, qc, want); err != nil {
 			return err
 		}
 		rec.BalloonTarget = want.BalloonTarget
 		return nil
 	}
 	if c.Kind == plan.Pinning {
-		if err := repin(ctx, qc, want, a.paths(name).QMP); err != nil {
+		if err := livesettings.Repin(ctx, qc, want, a.paths(name).QMP); err != nil {
 			return err
 		}
 		rec.Pinning.VCPUs = want.Pinning.VCPUs
@@ -162,7 +163,7 @@ func (a *Applier) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, wan
 		if wn == nil || rn == nil {
 			return fmt.Errorf("no nic %q", c.Name)
 		}
-		if err := setLink(ctx, qc, *wn); err != nil {
+		if err := livesettings.SetLink(ctx, qc, *wn); err != nil {
 			return err
 		}
 		rn.Link = wn.Link
@@ -174,7 +175,7 @@ func (a *Applier) qmpSetting(ctx context.Context, name string, qc *qmp.Conn, wan
 	}
 	switch c.Kind {
 	case plan.DiskLimits:
-		if err := setIOLimits(ctx, qc, *wd); err != nil {
+		if err := livesettings.SetIOLimits(ctx, qc, *wd); err != nil {
 			return err
 		}
 		rd.IOLimits = wd.IOLimits

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/lifecycle/memstate"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
-	"github.com/vmsup/vmsup/internal/ops/memstate"
 	"github.com/vmsup/vmsup/internal/vm/snapshottree"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"

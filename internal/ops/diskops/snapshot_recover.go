@@ -7,8 +7,8 @@ import (
 	"os"
 	"slices"
 
+	"github.com/vmsup/vmsup/internal/lifecycle/memstate"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
-	"github.com/vmsup/vmsup/internal/ops/memstate"
 	"github.com/vmsup/vmsup/internal/vm/snapshottree"
 	"github.com/vmsup/vmsup/qemuargs"
 	"github.com/vmsup/vmsup/qmp"

@@ -30,6 +30,14 @@ type Record struct {
 	Data   json.RawMessage `json:"data,omitempty"`
 }
 
+// Lifecycle events vmsup writes (Source vmsup).
+const (
+	Started = "started"
+	Stopped = "stopped"
+	Crashed = "crashed"
+	Applied = "applied"
+)
+
 // Sources of events.
 const (
 	SourceQEMU  = "qemu"

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/observe/events"
-	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
 // A VM's events are read in internal/observe/events (QEMU's event log and the
@@ -25,13 +24,5 @@ const (
 // VMs' histories and their running QEMUs' event logs: it takes nothing
 // from QEMU, so any number can run.
 func (s *Supervisor) FollowEvents(ctx context.Context, names []string, since time.Time, follow bool, emit func(Event) error) error {
-	return events.Follow(ctx, eventsHost{s}, names, since, follow, emit)
+	return events.Follow(ctx, s.env, names, since, follow, emit)
 }
-
-// eventsHost is the event readers' Host.
-type eventsHost struct{ s *Supervisor }
-
-var _ events.Host = eventsHost{}
-
-func (h eventsHost) State() vmstore.Store     { return h.s.env.State() }
-func (h eventsHost) Absent(name string) error { return h.s.env.Absent(name) }

@@ -105,7 +105,7 @@ func (s *Supervisor) Events(ctx context.Context, name string) (<-chan Event, err
 // "started" event. Only the end of the QEMU running now closes the
 // channel, not that of an earlier run since then.
 func (s *Supervisor) EventsSince(ctx context.Context, name string, since time.Time) (<-chan Event, error) {
-	return events.Stream(ctx, eventsHost{s}, name, since)
+	return events.Stream(ctx, s.env, name, since)
 }
 
 // WaitState waits until the VM is in state want (polling its status,

@@ -47,7 +47,7 @@ type Event struct {
 	Data   map[string]any `json:"data"` // the event's data, as QEMU sent it ({} when none)
 }
 
-// Host is what reading events needs of the supervisor.
+// Host is what reading events needs of its environment (a *machine.Env).
 type Host interface {
 	// State is the state root: the VMs' records and histories.
 	State() vmstore.Store

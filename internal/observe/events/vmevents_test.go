@@ -10,26 +10,30 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/vm/eventlog"
-	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 )
 
-var errAbsent = errors.New("not running")
-
-type standIn struct{ store vmstore.Store }
-
-func (h standIn) State() vmstore.Store     { return h.store }
-func (h standIn) Absent(name string) error { return vmerr.Wrap(name, errAbsent) }
+// newEnv is a real Env on a state root of its own (systemd is not asked).
+func newEnv(t *testing.T) *machine.Env {
+	t.Helper()
+	env, err := machine.New(machine.Options{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	return env
+}
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 
 // record appends an event to the VM's history, making its records.
-func record(t *testing.T, h standIn, vm string, s int, source, event, reason string) {
+func record(t *testing.T, h *machine.Env, vm string, s int, source, event, reason string) {
 	t.Helper()
-	p := h.store.Paths(vm)
+	p := h.State().Paths(vm)
 	if err := p.MakeRecords(); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +49,7 @@ func record(t *testing.T, h standIn, vm string, s int, source, event, reason str
 // TestFollow: the VMs' histories come merged in time order from since on,
 // with QEMU's reason; a VM without records is absent.
 func TestFollow(t *testing.T) {
-	h := standIn{vmstore.Store{Root: t.TempDir()}}
+	h := newEnv(t)
 	record(t, h, "web", 1, eventlog.SourceVmsup, Started, "")
 	record(t, h, "db", 2, eventlog.SourceVmsup, Started, "")
 	record(t, h, "web", 3, eventlog.SourceQEMU, "SHUTDOWN", "guest-shutdown")
@@ -62,7 +66,7 @@ func TestFollow(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Follow (-want +got):\n%s", diff)
 	}
-	if err := Follow(context.Background(), h, []string{"web", "gone"}, at(0), false, emit); !errors.Is(err, errAbsent) {
+	if err := Follow(context.Background(), h, []string{"web", "gone"}, at(0), false, emit); !errors.Is(err, machine.ErrNotFound) {
 		t.Errorf("Follow of a VM without records = %v", err)
 	}
 	stop := errors.New("enough")
@@ -71,16 +75,20 @@ func TestFollow(t *testing.T) {
 	}
 }
 
-// TestStream: the stream closes at the end of the QEMU running now (a
-// stopped event at or after its start), not at an earlier run's.
+// TestStream: a VM that is not, or does not run, has no stream; the stream
+// closes at the end of the QEMU running now (a stopped event at or after
+// its start), not at an earlier run's.
 func TestStream(t *testing.T) {
-	h := standIn{vmstore.Store{Root: t.TempDir()}}
-	if _, err := Stream(context.Background(), h, "web", at(0)); !errors.Is(err, errAbsent) {
+	h := newEnv(t)
+	if _, err := Stream(context.Background(), h, "web", at(0)); !errors.Is(err, machine.ErrNotFound) {
 		t.Errorf("Stream without a QEMU = %v", err)
 	}
-	p := h.store.Paths("web")
+	p := h.State().Paths("web")
 	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := Stream(context.Background(), h, "web", at(0)); !errors.Is(err, machine.ErrNotRunning) {
+		t.Errorf("Stream of a VM whose QEMU does not run = %v", err)
 	}
 	if err := os.WriteFile(p.QMP, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -89,7 +97,7 @@ func TestStream(t *testing.T) {
 	if err := p.MakeRecords(); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.WriteApplied(app, []byte("name = \"web\"\nmemory = \"64M\"\n")); err != nil {
+	if err := h.State().WriteApplied(app, []byte("name = \"web\"\nmemory = \"64M\"\n")); err != nil {
 		t.Fatal(err)
 	}
 	record(t, h, "web", 1, eventlog.SourceVmsup, Stopped, "an earlier run")

@@ -21,7 +21,8 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
-// Host is what reading a VM's log needs of the supervisor.
+// Host is what reading a VM's log needs of its environment: a
+// *machine.Env; the tests fake its journal.
 type Host interface {
 	// State is the state root: the VMs' directories.
 	State() vmstore.Store
@@ -29,9 +30,9 @@ type Host interface {
 	NotFound(name string) error
 	// ConsoleConfig is the VM's console log as it was last started.
 	ConsoleConfig(name string) consolelog.Config
-	// Journal reads the units' messages (units.Journal, from the journal
-	// the VMs' systemd writes).
-	Journal(ctx context.Context, o units.JournalOptions, fn func(units.Entry)) error
+	// UnitJournal reads the units' messages (units.Journal, from the
+	// journal the VMs' systemd writes).
+	UnitJournal(ctx context.Context, o units.JournalOptions, fn func(units.Entry)) error
 }
 
 // Options select what Read shows.
@@ -69,7 +70,7 @@ func Read(ctx context.Context, h Host, name string, o Options, fn func(Line)) er
 	}
 	unitNames := []string{vmstore.UnitName(name), vmstore.AltUnit(name, vmstore.UnitName(name)), vmstore.SettleUnit(name)}
 	var entries []units.Entry
-	err := h.Journal(ctx, units.JournalOptions{Units: unitNames, Since: o.Since},
+	err := h.UnitJournal(ctx, units.JournalOptions{Units: unitNames, Since: o.Since},
 		func(e units.Entry) { entries = append(entries, e) })
 	if err != nil {
 		return vmerr.Wrap(name, err)
@@ -93,7 +94,7 @@ func Read(ctx context.Context, h Host, name string, o Options, fn func(Line)) er
 		defer close(done)
 		tailConsole(fctx, cc, end, emit)
 	}()
-	err = h.Journal(fctx, units.JournalOptions{Units: unitNames, Follow: true, AfterCursor: cursor},
+	err = h.UnitJournal(fctx, units.JournalOptions{Units: unitNames, Follow: true, AfterCursor: cursor},
 		func(e units.Entry) { emit(journalLine(e)) })
 	cancel()
 	<-done

@@ -11,9 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/vmsup/vmsup/internal/console/consolelog"
-	"github.com/vmsup/vmsup/internal/vm/vmerr"
-	"github.com/vmsup/vmsup/internal/vm/vmstore"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -69,21 +67,27 @@ func TestMerge(t *testing.T) {
 	}
 }
 
-// standIn is a Host with a journal of given entries; following it gives
-// follow and then waits for the end.
+// standIn is a real Env on a state root of its own whose journal (systemd's)
+// has the given entries; following it gives follow and then waits for the
+// end.
 type standIn struct {
-	store   vmstore.Store
+	*machine.Env
 	entries []units.Entry
 	follow  []units.Entry
 	asked   []units.JournalOptions
 }
 
-func (h *standIn) State() vmstore.Store       { return h.store }
-func (h *standIn) NotFound(name string) error { return vmerr.Wrap(name, vmstore.ErrNotFound) }
-func (h *standIn) ConsoleConfig(name string) consolelog.Config {
-	return consolelog.Default(h.store.Paths(name).ConsoleLog)
+func newStandIn(t *testing.T, entries ...units.Entry) *standIn {
+	t.Helper()
+	env, err := machine.New(machine.Options{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	return &standIn{Env: env, entries: entries}
 }
-func (h *standIn) Journal(ctx context.Context, o units.JournalOptions, fn func(units.Entry)) error {
+
+func (h *standIn) UnitJournal(ctx context.Context, o units.JournalOptions, fn func(units.Entry)) error {
 	h.asked = append(h.asked, o)
 	if !o.Follow {
 		for _, e := range h.entries {
@@ -99,15 +103,15 @@ func (h *standIn) Journal(ctx context.Context, o units.JournalOptions, fn func(u
 }
 
 func TestRead(t *testing.T) {
-	h := &standIn{store: vmstore.Store{Root: t.TempDir()}, entries: []units.Entry{entry(1, "Started vmsup: web")}}
+	h := newStandIn(t, entry(1, "Started vmsup: web"))
 	ctx := context.Background()
-	if err := Read(ctx, h, "web", Options{}, func(Line) {}); !errors.Is(err, vmstore.ErrNotFound) {
+	if err := Read(ctx, h, "web", Options{}, func(Line) {}); !errors.Is(err, machine.ErrNotFound) {
 		t.Errorf("Read of an unknown VM = %v", err)
 	}
 	if err := Read(ctx, h, "a/b", Options{}, func(Line) {}); err == nil {
 		t.Error("Read of an invalid name passed")
 	}
-	p := h.store.Paths("web")
+	p := h.State().Paths("web")
 	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -135,9 +139,9 @@ func TestRead(t *testing.T) {
 // TestReadFollow: new console lines and journal messages follow what was
 // read back; the journal is followed from the last message read.
 func TestReadFollow(t *testing.T) {
-	h := &standIn{store: vmstore.Store{Root: t.TempDir()}, entries: []units.Entry{entry(1, "Started vmsup: web")},
-		follow: []units.Entry{entry(9, "stop requested")}}
-	p := h.store.Paths("web")
+	h := newStandIn(t, entry(1, "Started vmsup: web"))
+	h.follow = []units.Entry{entry(9, "stop requested")}
+	p := h.State().Paths("web")
 	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

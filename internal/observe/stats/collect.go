@@ -14,8 +14,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"github.com/vmsup/vmsup/internal/lifecycle/livesettings"
-	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/observe/iohealth"
+	"github.com/vmsup/vmsup/internal/observe/status"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
@@ -27,24 +28,11 @@ import (
 // unit's accounting from systemd, /proc, the taps' counters, and over each
 // VM's monitor its disks, balloon and run state. It only reads.
 
-// Host is what collecting needs of the supervisor.
-type Host interface {
-	State() vmstore.Store
-	Known() ([]string, error)
-	Absent(name string) error
-	Systemd(ctx context.Context) (*units.Manager, error)
-	QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error)
-	View(name string) (*vmstore.View, error)
-	Taps(name string) []nics.Tap
-	// QEMUState is vmsup's word for QEMU's run state.
-	QEMUState(qs qmp.StatusInfo) string
-}
+// Collector reads the VMs' figures of one Env.
+type Collector struct{ env *machine.Env }
 
-// Collector reads the VMs' figures.
-type Collector struct{ h Host }
-
-// NewCollector returns a collector over h.
-func NewCollector(h Host) *Collector { return &Collector{h: h} }
+// NewCollector returns a collector over env.
+func NewCollector(env *machine.Env) *Collector { return &Collector{env: env} }
 
 // The states a collection reports by itself, in the supervisor's words
 // (its State values are these).
@@ -82,23 +70,23 @@ type pidFinder struct {
 // that does not exist is an error.
 func (c *Collector) Stats(ctx context.Context, names ...string) ([]VM, []Skipped, error) {
 	if len(names) == 0 {
-		all, err := c.h.Known()
+		all, err := c.env.State().Known()
 		if err != nil {
 			return nil, nil, err
 		}
 		names = all
 	} else {
 		for _, n := range names {
-			if _, err := os.Stat(c.h.State().Paths(n).Dir); err != nil {
-				return nil, nil, c.h.Absent(n)
+			if _, err := os.Stat(c.env.State().Paths(n).Dir); err != nil {
+				return nil, nil, c.env.Absent(n)
 			}
 		}
 	}
-	sd, err := c.h.Systemd(ctx)
+	sd, err := c.env.Systemd(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	pids := &pidFinder{store: c.h.State()}
+	pids := &pidFinder{store: c.env.State()}
 	cgroupRoot, _ := CgroupV2Mount() // once: it reads /proc/self/mountinfo
 	out := make([]VM, len(names))
 	skip := make([]*Skipped, len(names))
@@ -137,7 +125,7 @@ func (c *Collector) Stats(ctx context.Context, names ...string) ([]VM, []Skipped
 // statsOf reads one VM.
 func (c *Collector) statsOf(ctx context.Context, sd *units.Manager, pids *pidFinder, cgroupRoot, name string) (VM, *Skipped, error) {
 	v := VM{Name: name, State: StateShutOff, Disks: []Disk{}, NICs: []NIC{}}
-	st, err := sd.StatsStatus(ctx, c.h.State().UnitOf(name))
+	st, err := sd.StatsStatus(ctx, c.env.State().UnitOf(name))
 	if err != nil {
 		return v, nil, vmerr.Wrap(name, err)
 	}
@@ -170,7 +158,7 @@ func (c *Collector) statsOf(ctx context.Context, sd *units.Manager, pids *pidFin
 	v.NICs = append(v.NICs, c.tapStats(name)...)
 	qctx, cancel := context.WithTimeout(ctx, qmpTimeout)
 	defer cancel()
-	mon, release, err := c.h.QMPSession(qctx, name)
+	mon, release, err := c.env.QMPSession(qctx, name)
 	if err != nil {
 		v.State = StateUnknown
 		return v, nil, nil // its QEMU does not answer now: reported down, never a failed scrape
@@ -186,7 +174,8 @@ func (c *Collector) statsOf(ctx context.Context, sd *units.Manager, pids *pidFin
 		v.State = StateUnknown
 		return v, nil, nil
 	}
-	v.Up, v.State = true, c.h.QEMUState(qs)
+	state, _ := status.QEMUState(qs)
+	v.Up, v.State = true, string(state)
 	c.qemuStats(qctx, mon, name, &v)
 	return v, nil, nil
 }
@@ -196,7 +185,7 @@ func (c *Collector) qemuStats(ctx context.Context, mon *qmp.Conn, name string, v
 	// vCPUs from the record, not QMP: every round trip to a busy QEMU
 	// counts when one scrape reads a hundred.
 	var vm *spec.VM
-	if view, _ := c.h.View(name); view != nil {
+	if view, _ := c.env.View(name); view != nil {
 		vm = view.Spec // with live resizes: the vCPUs the guest has now
 		v.CPU.VCPUs = vm.CPUs
 	}
@@ -261,7 +250,7 @@ func markStalled(ctx context.Context, c *qmp.Conn, disks []Disk) {
 // tapStats reads the counters of the VM's taps, in their namespaces.
 func (c *Collector) tapStats(name string) []NIC {
 	var out []NIC
-	for _, t := range c.h.Taps(name) {
+	for _, t := range c.env.Net().Taps(name) {
 		var h *netlink.Handle
 		if t.Netns != "" {
 			ns, err := netns.GetFromPath(t.Netns)

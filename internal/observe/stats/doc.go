@@ -6,7 +6,7 @@
 //
 // Collector (collect.go) gathers a state root's VMs' figures: systemd's
 // accounting and the host's counters itself, disk, balloon and guest memory
-// figures over each VM's QMP monitor, which its Host (the supervisor) opens
-// one client at a time. It keeps no state between calls; each scrape is a
+// figures over each VM's QMP monitor, which the machine.Env opens one client
+// at a time. It keeps no state between calls; each scrape is a
 // fresh process that collects, renders and exits.
 package stats

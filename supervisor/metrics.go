@@ -6,12 +6,11 @@ import (
 	"net"
 
 	"github.com/vmsup/vmsup/internal/observe/metrics"
-	"github.com/vmsup/vmsup/internal/observe/stats"
 )
 
 // Prometheus metrics with no resident process live in internal/observe/metrics:
 // the figures rendered, and the socket-activated endpoint and collector
-// units that serve them. Here are its Host and the library's API.
+// units that serve them. Here is the library's API.
 
 // MetricsUnit is the name of the endpoint's unit pair (.socket, @.service).
 const MetricsUnit = metrics.Unit
@@ -62,25 +61,7 @@ func (s *Supervisor) InstallMetrics(ctx context.Context, m MetricsInstall) error
 // one pair an older vmsup installed).
 func (s *Supervisor) UninstallMetrics(ctx context.Context) error { return s.metrics().Uninstall(ctx) }
 
-func (s *Supervisor) metrics() *metrics.Endpoint {
-	return metrics.New(metricsHost{s}, metrics.Options{Root: s.env.Opts().Root, UnitDir: s.env.Opts().UnitDir, Self: s.env.Opts().Self})
-}
-
-// metricsHost is the metrics endpoint's Host.
-type metricsHost struct{ s *Supervisor }
-
-var _ metrics.Host = metricsHost{}
-
-func (h metricsHost) Stats(ctx context.Context) ([]stats.VM, []stats.Skipped, error) {
-	return h.s.Stats(ctx)
-}
-func (h metricsHost) Systemd(ctx context.Context) (metrics.Systemd, error) {
-	sd, err := h.s.env.Systemd(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return sd, nil
-}
+func (s *Supervisor) metrics() *metrics.Endpoint { return metrics.New(s.env) }
 
 // UnitFiles are the persistent units vmsup installs by command, rendered
 // with this supervisor's options and not installed: the boot unit (vmsup

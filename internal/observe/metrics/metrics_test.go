@@ -14,11 +14,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/observe/stats"
 )
 
-// standIn is a Host without VMs or systemd: its figures and systemd's
-// answers are what a test says.
+// standIn is the endpoint's source without VMs or systemd: its figures and
+// systemd's answers are what a test says.
 type standIn struct {
 	mu       sync.Mutex // statsErr: the collector runs beside the test
 	vms      []stats.VM
@@ -57,10 +58,32 @@ func (h *standIn) StartUnit(_ context.Context, n string) error {
 	return nil
 }
 
+// newEndpoint is the endpoint of a real Env with o (a state root of its
+// own unless o says), its figures and systemd from src unless that is nil.
+func newEndpoint(t *testing.T, src source, o machine.Options) *Endpoint {
+	t.Helper()
+	if o.Root == "" {
+		o.Root = t.TempDir()
+	}
+	env, err := machine.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	e := New(env)
+	if src != nil {
+		e.src = src
+	}
+	return e
+}
+
+// TestCollect: the collector writes "ok" and the figures, or the reason it
+// has none on one line: a stand-in's, and a real Env's whose systemd is
+// not there.
 func TestCollect(t *testing.T) {
 	h := &standIn{vms: []stats.VM{{Name: "web", State: "running", Up: true}}, skipped: []stats.Skipped{{Name: "db", Reason: "starting"}}}
 	var out strings.Builder
-	if err := New(h, Options{}).Collect(context.Background(), &out); err != nil {
+	if err := newEndpoint(t, h, machine.Options{}).Collect(context.Background(), &out); err != nil {
 		t.Fatal(err)
 	}
 	first, body, _ := strings.Cut(out.String(), "\n")
@@ -70,11 +93,18 @@ func TestCollect(t *testing.T) {
 
 	h.failStats(errors.New("systemd:\n  no bus"))
 	out.Reset()
-	if err := New(h, Options{}).Collect(context.Background(), &out); err == nil || !strings.Contains(err.Error(), "no bus") {
+	if err := newEndpoint(t, h, machine.Options{}).Collect(context.Background(), &out); err == nil || !strings.Contains(err.Error(), "no bus") {
 		t.Errorf("Collect = %v, want the figures' error", err)
 	}
 	if out.String() != "error: systemd: no bus\n" {
 		t.Errorf("Collect wrote %q, want the error on one line", out.String())
+	}
+
+	bus := "unix:path=" + filepath.Join(t.TempDir(), "no-bus")
+	out.Reset()
+	if err := newEndpoint(t, nil, machine.Options{SystemdBus: bus}).Collect(context.Background(), &out); err == nil ||
+		!strings.HasPrefix(out.String(), "error: ") || strings.Count(out.String(), "\n") != 1 {
+		t.Errorf("Collect without systemd = %v, wrote %q; want the error on one line", err, out.String())
 	}
 }
 
@@ -88,13 +118,14 @@ func TestScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	e := newEndpoint(t, h, machine.Options{})
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			_ = New(h, Options{}).Collect(context.Background(), c)
+			_ = e.Collect(context.Background(), c)
 			c.Close()
 		}
 	}()
@@ -139,9 +170,8 @@ func TestScrape(t *testing.T) {
 // install is refused before anything is written.
 func TestInstall(t *testing.T) {
 	dir := t.TempDir()
-	o := Options{Root: "/var/lib/vmsup", UnitDir: dir, Self: "/usr/bin/vmsup"}
 	h := &standIn{}
-	e := New(h, o)
+	e := newEndpoint(t, h, machine.Options{Root: "/var/lib/vmsup", UnitDir: dir, Self: "/usr/bin/vmsup"})
 	if err := e.Install(context.Background(), Install{Listen: "127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
 	}

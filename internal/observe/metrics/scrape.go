@@ -15,7 +15,8 @@
 //     QEMU's monitor socket (its own user's, mode 0700), with only the
 //     capabilities that reach them and a read-only view of the host.
 //
-// It does not collect the figures: its Host (the supervisor) does.
+// It does not collect the figures: internal/observe/stats does, over the
+// machine.Env.
 package metrics
 
 import (
@@ -30,6 +31,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/observe/stats"
 )
 
@@ -42,8 +44,9 @@ const (
 	collectTimeout = 25 * time.Second
 )
 
-// Host is what the metrics endpoint needs of the supervisor.
-type Host interface {
+// source is where the endpoint's figures and systemd come from: the Env
+// (envSource); the tests fake it.
+type source interface {
 	// Stats reads every VM's figures, and the VMs it left out (being
 	// started or stopped).
 	Stats(ctx context.Context) ([]stats.VM, []stats.Skipped, error)
@@ -59,27 +62,36 @@ type Systemd interface {
 	ResetFailed(ctx context.Context, name string) error
 }
 
-// Options say where the units go and what they run.
-type Options struct {
-	Root    string // the state root the collector reads (vmsup --root)
-	UnitDir string // where the unit files are installed
-	Self    string // the vmsup binary the units run, unless Install says
+// envSource is the Env's figures (stats.Collector) and systemd.
+type envSource struct{ env *machine.Env }
+
+func (s envSource) Stats(ctx context.Context) ([]stats.VM, []stats.Skipped, error) {
+	return stats.NewCollector(s.env).Stats(ctx)
+}
+
+func (s envSource) Systemd(ctx context.Context) (Systemd, error) {
+	sd, err := s.env.Systemd(ctx)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return sd, nil
 }
 
 // Endpoint is a state root's metrics: the figures and the units that
-// serve them.
+// serve them, which run the Env's Options.Self on its Root and are
+// installed into its UnitDir.
 type Endpoint struct {
-	h Host
-	o Options
+	o   *machine.Options
+	src source
 }
 
-// New returns the metrics of h with o.
-func New(h Host, o Options) *Endpoint { return &Endpoint{h: h, o: o} }
+// New returns the metrics of env's VMs.
+func New(env *machine.Env) *Endpoint { return &Endpoint{o: env.Opts(), src: envSource{env}} }
 
 // Write writes every VM's figures to w, Prometheus's text format. VMs being
 // started or stopped are left out, each named in vmsup_scrape_skipped.
 func (e *Endpoint) Write(ctx context.Context, w io.Writer) error {
-	vms, skipped, err := e.h.Stats(ctx)
+	vms, skipped, err := e.src.Stats(ctx)
 	if err != nil {
 		return err
 	}

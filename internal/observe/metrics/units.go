@@ -36,7 +36,7 @@ func collectorCaps() []string {
 // Install is what Endpoint.Install installs.
 type Install struct {
 	Listen   string // the endpoint's ListenStream= address, e.g. "127.0.0.1:9475"
-	Self     string // the vmsup binary the units run (default Options.Self)
+	Self     string // the vmsup binary the units run (default the Env's Options.Self)
 	WantedBy string // default "sockets.target"
 }
 
@@ -72,7 +72,7 @@ func (e *Endpoint) UnitFiles(m Install) (map[string][]byte, error) {
 	return files, nil
 }
 
-// Install installs both unit pairs into Options.UnitDir and starts the
+// Install installs both unit pairs into the Env's UnitDir and starts the
 // sockets. An address in use or an installed pair is refused before
 // anything is written; sockets systemd cannot start are removed again.
 func (e *Endpoint) Install(ctx context.Context, m Install) error {
@@ -107,7 +107,7 @@ func (e *Endpoint) Install(ctx context.Context, m Install) error {
 		}
 		done = append(done, svc)
 	}
-	sd, err := e.h.Systemd(ctx)
+	sd, err := e.src.Systemd(ctx)
 	if err == nil {
 		if err = sd.Reload(ctx); err == nil {
 			for _, svc := range all {
@@ -128,7 +128,7 @@ func (e *Endpoint) Install(ctx context.Context, m Install) error {
 // an older vmsup installed).
 func (e *Endpoint) Uninstall(ctx context.Context) error {
 	endpoint, collector := Install{}.services(e.o.Root)
-	sd, err := e.h.Systemd(ctx)
+	sd, err := e.src.Systemd(ctx)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmsup/vmsup/internal/host/ovmfvars"
+	"github.com/vmsup/vmsup/internal/machine"
 	vmnet "github.com/vmsup/vmsup/internal/net/nics"
 	"github.com/vmsup/vmsup/internal/ops/plan"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
@@ -63,7 +64,7 @@ func (r *Reader) devices(ctx context.Context, name string, v *vmstore.View) ([]D
 		disks = append(disks, di)
 	}
 	host := map[string]vmnet.NICStatus{}
-	for _, h := range r.h.NICs(ctx, name) {
+	for _, h := range r.env.NICStatuses(ctx, name) {
 		host[h.Name] = h
 	}
 	nics := []NICInfo{}
@@ -100,7 +101,7 @@ func (r *Reader) syncOf(app *vmstore.Applied) string {
 	if err != nil {
 		return SyncNoFile
 	}
-	if r.h.RunsFile(app, &f.VM) {
+	if machine.RunsFile(app, &f.VM) {
 		return SyncInSync
 	}
 	return SyncChanged

@@ -2,9 +2,9 @@
 // each VM's state from its systemd unit and, while QEMU runs, from QMP,
 // with what its running view (vmstore.View), its file and its UEFI
 // variable store say. It only reads, but for settling what a killed command
-// left (through its Host) so that status tells the truth. It does not own
-// the figures of vmsup stats (internal/observe/stats) nor the VM's devices' host
-// side (the network, confinement): the Host gives those.
+// left (the Env's operation kernel) so that status tells the truth. It does
+// not own the figures of vmsup stats (internal/observe/stats) nor the VM's
+// devices' host side (the network, confinement): the machine.Env gives those.
 package status
 
 import (
@@ -18,7 +18,7 @@ import (
 
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
 	"github.com/vmsup/vmsup/internal/lifecycle/guestagent"
-	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/observe/iohealth"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
@@ -27,35 +27,19 @@ import (
 	"github.com/vmsup/vmsup/units"
 )
 
-// Host is what status needs of the supervisor.
-type Host interface {
-	// State is the state root: the VMs' paths, names and units.
-	State() vmstore.Store
-	// View is the VM's running view (nil without a readable record).
-	View(name string) (*vmstore.View, error)
+// seam is what status asks systemd and QEMU: the units, a VM's QMP session
+// and guest agent, and what confines its unit. envSeam, over the Env, is
+// the one implementation; the tests fake it.
+type seam interface {
 	Systemd(ctx context.Context) (Systemd, error)
-	// Settle settles what a killed command left unfinished on the VM,
-	// unless a command is at work on it now, and says what it did.
-	Settle(ctx context.Context, name string) (string, error)
 	// Monitor opens the VM's QMP session, one client at a time (release
 	// when done).
 	Monitor(ctx context.Context, name string) (m Monitor, release func(), err error)
 	// GuestPing asks the VM's guest agent, in a session of its own.
 	GuestPing(ctx context.Context, name string) (guestagent.AgentStatus, error)
-	// Enabled: the VM is marked to start at boot.
-	Enabled(name string) bool
-	// NICs is the host side of the VM's tap NICs.
-	NICs(ctx context.Context, name string) []nics.NICStatus
 	// Confinement is what confines the running VM; detail measures the
 	// unit's exposure too.
 	Confinement(ctx context.Context, name, unit string, mainPID uint32, detail bool) *confine.Status
-	// EndedReason says why a shut-off VM ended when that was a panic, a
-	// crash or the restart limit ("" otherwise).
-	EndedReason(name string) string
-	// NotFound is the error for a VM name vmsup does not know.
-	NotFound(name string) error
-	// RunsFile reports whether the VM recorded in app runs vm as it is.
-	RunsFile(app *vmstore.Applied, vm *spec.VM) bool
 }
 
 // Systemd is what status asks systemd (a *units.Manager).
@@ -78,14 +62,15 @@ type Options struct {
 	StartGrace time.Duration
 }
 
-// Reader reads the VMs' status.
+// Reader reads the status of an Env's VMs.
 type Reader struct {
-	h Host
-	o Options
+	env *machine.Env
+	o   Options
+	sys seam
 }
 
-// New returns a status reader over h.
-func New(h Host, o Options) *Reader { return &Reader{h: h, o: o} }
+// New returns a status reader over env.
+func New(env *machine.Env, o Options) *Reader { return &Reader{env: env, o: o, sys: envSeam{env}} }
 
 // Status reports the VM's state from systemd and, while it runs, QMP.
 // detail says whether to measure the unit's exposure (a systemd-analyze
@@ -97,26 +82,26 @@ func (r *Reader) Status(ctx context.Context, name string, detail bool) (Status, 
 	if err := vmstore.NotVM(name); err != nil {
 		return Status{}, err
 	}
-	sd, err := r.h.Systemd(ctx)
+	sd, err := r.sys.Systemd(ctx)
 	if err != nil {
 		return Status{}, err
 	}
 	// What a killed command left is settled first, so that status tells
 	// the truth (unless a command is at work on the VM now).
-	recovered, recErr := r.h.Settle(ctx, name)
-	store := r.h.State()
+	recovered, recErr := r.env.Ops().SettleIfFree(ctx, name)
+	store := r.env.State()
 	unit := store.UnitOf(name)
 	st, err := sd.Status(ctx, unit)
 	if err != nil {
 		return Status{}, err
 	}
 	p := store.Paths(name)
-	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog, Autostart: r.h.Enabled(name)}
+	out := Status{Name: name, Unit: unit, StateDir: p.Dir, Console: p.Console, ConsoleLog: p.ConsoleLog, Autostart: r.env.AutostartMarks().IsEnabled(name)}
 	out.Recovery = recovered
 	if recErr != nil {
 		out.Recovery = recErr.Error()
 	}
-	v, _ := r.h.View(name)
+	v, _ := store.View(name)
 	recorded(&out, p, v)
 	out.Disks, out.NICs = r.devices(ctx, name, v)
 	if v != nil && st.Exists && st.ActiveState == "active" { // live resizes hold for this run
@@ -124,15 +109,15 @@ func (r *Reader) Status(ctx context.Context, name string, detail bool) (Status, 
 	}
 	if st.Stopped() {
 		if _, err := os.Stat(p.Dir); errors.Is(err, os.ErrNotExist) {
-			return out, r.h.NotFound(name)
+			return out, r.env.NotFound(name)
 		}
-		out.State, out.Reason = StateShutOff, r.h.EndedReason(name)
+		out.State, out.Reason = StateShutOff, r.env.EndedReason(name)
 		return out, nil
 	}
 	if r.unitStatus(&out, st) {
 		return out, nil
 	}
-	out.Confinement = r.h.Confinement(ctx, name, unit, st.MainPID, detail)
+	out.Confinement = r.sys.Confinement(ctx, name, unit, st.MainPID, detail)
 	r.qemuStatus(ctx, &out, st, v, detail)
 	return out, nil
 }
@@ -164,7 +149,7 @@ func (r *Reader) unitStatus(out *Status, st units.Status) bool {
 // qemuStatus fills what the VM's QEMU says over QMP: its run state, the
 // file's sync, and (detail) the guest agent's ping.
 func (r *Reader) qemuStatus(ctx context.Context, out *Status, st units.Status, v *vmstore.View, detail bool) {
-	m, release, err := r.h.Monitor(ctx, out.Name)
+	m, release, err := r.sys.Monitor(ctx, out.Name)
 	if err != nil {
 		out.State, out.Reason = StateUnknown, err.Error()
 		if time.Since(st.Since) < r.o.StartGrace {
@@ -222,11 +207,11 @@ func diskIO(ctx context.Context, m Monitor) string {
 // List reports every VM vmsup knows: those with a state directory and those
 // with a vmsup unit (even if their directory is gone).
 func (r *Reader) List(ctx context.Context) ([]Status, error) {
-	names, err := r.h.State().Known()
+	names, err := r.env.State().Known()
 	if err != nil {
 		return nil, err
 	}
-	sd, err := r.h.Systemd(ctx)
+	sd, err := r.sys.Systemd(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +246,7 @@ func (r *Reader) List(ctx context.Context) ([]Status, error) {
 			if st.State == StateRunning {
 				// The guest's addresses, when its agent answers (at once
 				// if the guest has not opened the channel).
-				if a, err := r.h.GuestPing(ctx, n); err == nil && a.Responding {
+				if a, err := r.sys.GuestPing(ctx, n); err == nil && a.Responding {
 					st.GuestAgent = &a
 				}
 			}

@@ -13,28 +13,26 @@ import (
 
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
 	"github.com/vmsup/vmsup/internal/lifecycle/guestagent"
+	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/machine"
 	vmnet "github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/vm/eventlog"
 	"github.com/vmsup/vmsup/internal/vm/snapshottree"
-	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/units"
 )
 
-// stand-in is a Host without a VM: systemd's units, the VMs' views and
-// their monitors are what a case says.
+// standIn is status's systemd and QEMU without either: systemd's units, the
+// VMs' monitors and their agents are what a case says. Everything else is
+// a real Env on a state root of its own (newStandIn), its records written
+// as the commands write them.
 type standIn struct {
-	store    vmstore.Store
-	units    map[string]units.Status // by unit name; missing: not loaded
-	views    map[string]*vmstore.View
-	qemu     map[string]*monitor // missing: the monitor cannot be opened
-	settled  string
-	settle   error
-	nics     []vmnet.NICStatus
-	ended    string
-	runsFile bool
-	ping     guestagent.AgentStatus
+	env   *machine.Env
+	units map[string]units.Status // by unit name; missing: not loaded
+	qemu  map[string]*monitor     // missing: the monitor cannot be opened
+	ping  guestagent.AgentStatus
 }
 
 type monitor struct {
@@ -51,13 +49,6 @@ func (m *monitor) PingAgent(context.Context) (guestagent.AgentStatus, error) {
 
 var errNoMonitor = errors.New("QMP: connection refused")
 
-func (h *standIn) State() vmstore.Store { return h.store }
-func (h *standIn) View(name string) (*vmstore.View, error) {
-	if v := h.views[name]; v != nil {
-		return v, nil
-	}
-	return nil, vmstore.ErrNoRecord
-}
 func (h *standIn) Systemd(context.Context) (Systemd, error) { return h, nil }
 func (h *standIn) Status(_ context.Context, unit string) (units.Status, error) {
 	st := h.units[unit]
@@ -72,7 +63,6 @@ func (h *standIn) List(context.Context, ...string) ([]units.Status, error) {
 	}
 	return out, nil
 }
-func (h *standIn) Settle(context.Context, string) (string, error) { return h.settled, h.settle }
 func (h *standIn) Monitor(_ context.Context, name string) (Monitor, func(), error) {
 	if m := h.qemu[name]; m != nil {
 		return m, func() {}, nil
@@ -82,34 +72,83 @@ func (h *standIn) Monitor(_ context.Context, name string) (Monitor, func(), erro
 func (h *standIn) GuestPing(context.Context, string) (guestagent.AgentStatus, error) {
 	return h.ping, nil
 }
-func (h *standIn) Enabled(name string) bool                       { return name == "web" }
-func (h *standIn) NICs(context.Context, string) []vmnet.NICStatus { return h.nics }
-func (h *standIn) EndedReason(string) string                      { return h.ended }
-func (h *standIn) RunsFile(*vmstore.Applied, *spec.VM) bool       { return h.runsFile }
-func (h *standIn) NotFound(name string) error                     { return vmerr.Wrap(name, vmstore.ErrNotFound) }
 func (h *standIn) Confinement(context.Context, string, string, uint32, bool) *confine.Status {
 	return &confine.Status{User: "vmsup-web"}
 }
 
-// newStandIn is a state root with the VMs named having a state directory.
+// reader is status over the real Env with this systemd and QEMU.
+func (h *standIn) reader(o Options) *Reader {
+	r := New(h.env, o)
+	r.sys = h
+	return r
+}
+
+// newStandIn is a real Env on a state root of its own, the VMs named having
+// a state directory; web is enabled at boot.
 func newStandIn(t *testing.T, dirs ...string) *standIn {
-	h := &standIn{store: vmstore.Store{Root: t.TempDir()}, units: map[string]units.Status{},
-		views: map[string]*vmstore.View{}, qemu: map[string]*monitor{}}
+	t.Helper()
+	env, err := machine.New(machine.Options{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	h := &standIn{env: env, units: map[string]units.Status{}, qemu: map[string]*monitor{}}
 	for _, n := range dirs {
-		if err := os.MkdirAll(h.store.Paths(n).Dir, 0o755); err != nil {
+		p := env.State().Paths(n)
+		if err := os.MkdirAll(p.Dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		if err := p.MakeRecords(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.State().Mark("web", "/etc/vmsup/web.toml"); err != nil {
+		t.Fatal(err)
 	}
 	return h
 }
 
-// viewOf is a recorded VM started from file (may be "").
-func viewOf(name, file string) *vmstore.View {
-	vm := &spec.VM{Name: name, CPUs: 2, Memory: 512 * spec.MiB, Description: "the web"}
-	live := *vm
-	live.CPUs = 4
-	return &vmstore.View{Name: name, Owner: file, Booted: vm, Spec: &live, Tree: &snapshottree.Tree{},
-		Applied: &vmstore.Applied{Name: name, SourceFile: file, Generation: 3, UUID: "u-1"}}
+// recordWeb records web as started from file ("" for none), generation 3,
+// booted with 2 vCPUs and at 4 since a live resize: with the file's spec
+// when inSync, else with one the file has changed from since; pending: an
+// apply left a change of memory for the next start.
+func recordWeb(t *testing.T, h *standIn, file string, inSync, pending bool) {
+	t.Helper()
+	vm := &spec.VM{Name: "web", CPUs: 4, Memory: 512 * spec.MiB, Description: "the web"}
+	if inSync {
+		f, err := spec.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm = &f.VM
+	}
+	booted := *vm
+	booted.CPUs = 2
+	app := &vmstore.Applied{Name: "web", SourceFile: file, Generation: 3, UUID: "u-1",
+		Resized: &vmstore.Resized{CPUs: 4, Memory: vm.Memory}}
+	app.SetVM(&booted)
+	writeApplied(t, h, app)
+	if pending {
+		if err := h.env.State().WritePending("web", &vmstore.Pending{Changes: []string{"~ memory 512M -> 1G"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func writeApplied(t *testing.T, h *standIn, app *vmstore.Applied) {
+	t.Helper()
+	if err := h.env.State().WriteApplied(app, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashedAt writes web's history: its QEMU crashed at then.
+func crashedAt(t *testing.T, h *standIn, then time.Time) {
+	t.Helper()
+	r := eventlog.Record{Time: then, VM: "web", Source: eventlog.SourceVmsup, Event: eventlog.Crashed}
+	if err := eventlog.Append(h.env.State().Paths("web").EventHistory(), r); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func active(since time.Time) units.Status {
@@ -118,8 +157,9 @@ func active(since time.Time) units.Status {
 
 func TestStatus(t *testing.T) {
 	long := time.Now().Add(-time.Hour)
+	then := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
 	file := filepath.Join(t.TempDir(), "web.toml")
-	if err := os.WriteFile(file, []byte("name = \"web\"\nmemory = \"512M\"\n[[disk]]\nname = \"root\"\nfile = \"root.qcow2\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte("name = \"web\"\ncpus = 4\nmemory = \"512M\"\n[[disk]]\nname = \"root\"\nfile = \"root.qcow2\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const unit = "vmsup-web.service"
@@ -132,18 +172,20 @@ func TestStatus(t *testing.T) {
 		agent, confined, found bool
 	}
 	for _, c := range []struct {
-		name   string
-		dir    bool
-		unit   units.Status
-		view   *vmstore.View
-		qemu   *monitor
-		runs   bool
-		detail bool
-		want   want
+		name     string
+		dir      bool
+		unit     units.Status
+		recorded bool   // web has a record, started from file from
+		from     string // ("" for none)
+		runs     bool   // what runs is from's spec
+		pending  bool   // an apply left a change pending
+		qemu     *monitor
+		detail   bool
+		want     want
 	}{
 		{name: "unknown", want: want{found: false}},
-		{name: "shut off", dir: true, view: viewOf("web", ""),
-			want: want{state: StateShutOff, reason: "QEMU crashed at then", cpus: 2, found: true}},
+		{name: "shut off", dir: true, recorded: true,
+			want: want{state: StateShutOff, reason: "QEMU crashed at " + then.Local().Format(time.RFC3339), cpus: 2, found: true}},
 		{name: "crashed", dir: true, unit: units.Status{Exists: true, ActiveState: "failed", SubState: "failed", ExecMainCode: 2, ExecMainStatus: 9},
 			want: want{state: StateCrashed, reason: "killed by signal KILL", unitSt: "failed/failed", found: true}},
 		{name: "unit starting", dir: true, unit: units.Status{Exists: true, ActiveState: "activating", SubState: "start"},
@@ -156,21 +198,21 @@ func TestStatus(t *testing.T) {
 			want: want{state: StateUnknown, reason: errNoMonitor.Error(), unitSt: "active/running", confined: true, found: true}},
 		{name: "QEMU does not answer", dir: true, unit: active(long), qemu: &monitor{err: errors.New("EOF")},
 			want: want{state: StateUnknown, reason: "EOF", unitSt: "active/running", confined: true, found: true}},
-		{name: "running in sync", dir: true, unit: active(long), view: viewOf("web", file), runs: true, detail: true,
+		{name: "running in sync", dir: true, unit: active(long), recorded: true, from: file, runs: true, detail: true,
 			qemu: &monitor{status: qmp.StatusInfo{Status: "running", Running: true}},
 			want: want{state: StateRunning, qemu: "running", unitSt: "active/running", sync: SyncInSync, cpus: 4,
 				agent: true, confined: true, found: true}},
-		{name: "running, no ping without detail", dir: true, unit: active(long), view: viewOf("web", ""),
+		{name: "running, no ping without detail", dir: true, unit: active(long), recorded: true,
 			qemu: &monitor{status: qmp.StatusInfo{Status: "running", Running: true}},
 			want: want{state: StateRunning, qemu: "running", unitSt: "active/running", cpus: 4, confined: true, found: true}},
-		{name: "paused, file changed", dir: true, unit: active(long), view: withPending(viewOf("web", file)),
+		{name: "paused, file changed", dir: true, unit: active(long), recorded: true, from: file, pending: true,
 			qemu: &monitor{status: qmp.StatusInfo{Status: "paused"}},
 			want: want{state: StatePaused, qemu: "paused", unitSt: "active/running", sync: SyncChanged,
 				pending: []string{"~ memory 512M -> 1G"}, cpus: 4, confined: true, found: true}},
-		{name: "in sync: nothing pending", dir: true, unit: active(long), view: withPending(viewOf("web", file)), runs: true,
+		{name: "in sync: nothing pending", dir: true, unit: active(long), recorded: true, from: file, runs: true, pending: true,
 			qemu: &monitor{status: qmp.StatusInfo{Status: "paused"}},
 			want: want{state: StatePaused, qemu: "paused", unitSt: "active/running", sync: SyncInSync, cpus: 4, confined: true, found: true}},
-		{name: "file unreadable", dir: true, unit: active(long), view: viewOf("web", file+".gone"),
+		{name: "file unreadable", dir: true, unit: active(long), recorded: true, from: file + ".gone",
 			qemu: &monitor{status: qmp.StatusInfo{Status: "guest-panicked"}},
 			want: want{state: StatePanicked, qemu: "guest-panicked", unitSt: "active/running", sync: SyncNoFile, cpus: 4, confined: true, found: true}},
 	} {
@@ -178,18 +220,18 @@ func TestStatus(t *testing.T) {
 			h := newStandIn(t)
 			if c.dir {
 				h = newStandIn(t, "web")
+				crashedAt(t, h, then)
 			}
-			h.ended, h.runsFile = "QEMU crashed at then", c.runs
 			if c.unit.Exists {
 				h.units[unit] = c.unit
 			}
-			if c.view != nil {
-				h.views["web"] = c.view
+			if c.recorded {
+				recordWeb(t, h, c.from, c.runs, c.pending)
 			}
 			if c.qemu != nil {
 				h.qemu["web"] = c.qemu
 			}
-			st, err := New(h, Options{StartGrace: 10 * time.Second}).Status(context.Background(), "web", c.detail)
+			st, err := h.reader(Options{StartGrace: 10 * time.Second}).Status(context.Background(), "web", c.detail)
 			if !c.want.found {
 				if !errors.Is(err, vmstore.ErrNotFound) {
 					t.Fatalf("Status = %v, want not found", err)
@@ -204,43 +246,51 @@ func TestStatus(t *testing.T) {
 			if diff := cmp.Diff(c.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}
-			if st.Unit != unit || !st.Autostart || st.StateDir != h.store.Paths("web").Dir {
+			if st.Unit != unit || !st.Autostart || st.StateDir != h.env.State().Paths("web").Dir {
 				t.Errorf("unit %q, autostart %v, state dir %q", st.Unit, st.Autostart, st.StateDir)
 			}
-			if c.view != nil && (st.Generation != 0) != (c.want.qemu != "") {
+			if c.recorded && (st.Generation != 0) != (c.want.qemu != "") {
 				t.Errorf("generation %d with QEMU status %q: only a QEMU that answers says it", st.Generation, st.QEMUStatus)
 			}
 		})
 	}
 }
 
-func withPending(v *vmstore.View) *vmstore.View {
-	v.Pending = &vmstore.Pending{Changes: []string{"~ memory 512M -> 1G"}}
-	return v
-}
-
 // TestStatusRecorded: the disks, NICs, host devices and snapshots come from
-// the running view, NICs with their host side where the network has one.
+// the running view (the VM's records), NICs with their host side where the
+// network recorded one.
 func TestStatusRecorded(t *testing.T) {
 	h := newStandIn(t, "web")
-	v := viewOf("web", "")
-	v.Booted.HostDevs = []spec.HostDev{{Address: "0000:01:00.0", Name: "gpu"}}
-	v.Applied.AttachedHostDevs = []vmstore.AttachedHostDev{{Dev: spec.HostDev{Address: "0000:02:00.0", Name: "nvme"}}}
-	v.Disks = []vmstore.Disk{
-		{Disk: spec.Disk{Name: "root", Type: spec.DiskFile, File: "/new/root.qcow2", Format: "qcow2"}, MovedFrom: "/old/root.qcow2",
-			Active: snapshottree.Image{Path: "/new/root.s1.qcow2"}},
-		{Disk: spec.Disk{Name: "cd", Type: "iso", File: "/x.iso", Format: "raw"}},
-		{Disk: spec.Disk{Name: "data", Type: spec.DiskFile, File: "/d.raw", Format: "raw"}, Attached: true},
+	p := h.env.State().Paths("web")
+	vm := &spec.VM{Name: "web", CPUs: 2, Memory: 512 * spec.MiB, Description: "the web",
+		HostDevs: []spec.HostDev{{Address: "0000:01:00.0", Name: "gpu"}},
+		Disks: []spec.Disk{
+			{Name: "root", Type: spec.DiskFile, File: "/old/root.qcow2", Format: "qcow2"},
+			{Name: "cd", Type: "iso", File: "/x.iso", Format: "raw"},
+		},
+		NICs: []spec.NIC{
+			{Name: "net0", Type: "user", MAC: "52:54:00:00:00:01", Forwards: []string{"tcp::2222-:22"}},
+			{Name: "br0", Type: "bridge", Bridge: "br0", MAC: "52:54:00:00:00:02", Link: spec.LinkDown},
+		}}
+	app := &vmstore.Applied{Name: "web", Generation: 3, UUID: "u-1",
+		Moved: map[string]vmstore.MovedDisk{"root": {From: "/old/root.qcow2",
+			Disk: spec.Disk{Name: "root", Type: spec.DiskFile, File: "/new/root.qcow2", Format: "qcow2"}}},
+		Attached:         []vmstore.AttachedDisk{{Disk: spec.Disk{Name: "data", Type: spec.DiskFile, File: "/d.raw", Format: "raw"}, Bus: "rp1"}},
+		AttachedNICs:     []spec.NIC{{Name: "hot", Type: "bridge", Bridge: "br0", MAC: "52:54:00:00:00:03"}},
+		AttachedHostDevs: []vmstore.AttachedHostDev{{Dev: spec.HostDev{Address: "0000:02:00.0", Name: "nvme"}}}}
+	app.SetVM(vm)
+	writeApplied(t, h, app)
+	tree := &snapshottree.Tree{Snapshots: []snapshottree.Snapshot{{Tag: "s0"}, {Tag: "s1"}}, Current: "s1",
+		Active: map[string]snapshottree.Image{"root": {Path: "/new/root.s1.qcow2", Format: "qcow2"}}}
+	if err := tree.Save(p.Snapshots()); err != nil {
+		t.Fatal(err)
 	}
-	v.NICs = []vmstore.NIC{
-		{NIC: spec.NIC{Name: "net0", Type: "user", MAC: "52:54:00:00:00:01", Forwards: []string{"tcp::2222-:22"}}},
-		{NIC: spec.NIC{Name: "br0", Type: "bridge", MAC: "52:54:00:00:00:02", Link: spec.LinkDown}},
-		{NIC: spec.NIC{Name: "hot", Type: "bridge", MAC: "52:54:00:00:00:03"}, Attached: true},
+	// The network's record of br0: a tap that is not there (not up, on no bridge).
+	tap := vmnet.NICRecord{Name: "br0", Type: "bridge", Tap: "vmsup-no-tap0"}
+	if err := vmnet.WriteRecord(p, &vmnet.Record{VM: "web", NICs: []vmnet.NICRecord{tap}}); err != nil {
+		t.Fatal(err)
 	}
-	v.Tree = &snapshottree.Tree{Snapshots: []snapshottree.Snapshot{{Tag: "s0"}, {Tag: "s1"}}, Current: "s1"}
-	h.views["web"] = v
-	h.nics = []vmnet.NICStatus{{Name: "br0", Type: "bridge", Tap: "tap-web-br0", Bridge: "br0", TapUp: true}}
-	st, err := New(h, Options{}).Status(context.Background(), "web", false)
+	st, err := h.reader(Options{}).Status(context.Background(), "web", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +300,11 @@ func TestStatusRecorded(t *testing.T) {
 	wantDisks := []DiskInfo{
 		{Name: "root", Type: spec.DiskFile, Source: "/new/root.qcow2", Format: "qcow2", Image: "/new/root.s1.qcow2"},
 		{Name: "cd", Type: "iso", Source: "/x.iso", Format: "raw", ReadOnly: true},
-		{Name: "data", Type: spec.DiskFile, Source: "/d.raw", Format: "raw", Hotplugged: true},
+		{Name: "data", Type: spec.DiskFile, Source: "/d.raw", Format: "raw", Hotplugged: true, Image: "/d.raw"},
 	}
 	wantNICs := []NICInfo{
 		{NICStatus: vmnet.NICStatus{Name: "net0", Type: "user"}, Link: spec.LinkUp, MAC: "52:54:00:00:00:01", Forwards: []string{"tcp::2222-:22"}},
-		{NICStatus: h.nics[0], Link: spec.LinkDown, MAC: "52:54:00:00:00:02", Forwards: []string{}},
+		{NICStatus: vmnet.NICStatus{Name: "br0", Type: "bridge", Tap: "vmsup-no-tap0"}, Link: spec.LinkDown, MAC: "52:54:00:00:00:02", Forwards: []string{}},
 		{NICStatus: vmnet.NICStatus{Name: "hot", Type: "bridge", Hotplug: true}, Link: spec.LinkUp, MAC: "52:54:00:00:00:03", Forwards: []string{}},
 	}
 	for _, d := range []struct {
@@ -275,26 +325,57 @@ func TestStatusRecorded(t *testing.T) {
 	}
 
 	// Without a record: no devices at all (JSON null), not empty lists.
-	delete(h.views, "web")
-	st, err = New(h, Options{}).Status(context.Background(), "web", false)
+	if err := os.Remove(p.State); err != nil {
+		t.Fatal(err)
+	}
+	st, err = h.reader(Options{}).Status(context.Background(), "web", false)
 	if err != nil || st.Disks != nil || st.NICs != nil || st.CPUs != 0 {
 		t.Errorf("without a record: %v, disks %v, nics %v, cpus %d", err, st.Disks, st.NICs, st.CPUs)
 	}
 }
 
-// TestStatusRecovery: what settling did, or why it could not, is said.
+// TestStatusRecovery: what settling an operation a killed command left did,
+// or why it could not, is said; an operation whose command is at work (it
+// holds the VM's lock) is left alone.
 func TestStatusRecovery(t *testing.T) {
 	h := newStandIn(t, "web")
-	h.settled = "finished the disk move"
-	r := New(h, Options{})
-	if st, err := r.Status(context.Background(), "web", false); err != nil || st.Recovery != h.settled {
-		t.Errorf("Recovery = %q, %v; want %q", st.Recovery, err, h.settled)
+	ctx := context.Background()
+	k := h.env.Ops()
+	k.Register("test-move", func(context.Context, string, *operation.Op) (string, error) { return "finished the disk move", nil })
+	k.Register("test-stuck", func(context.Context, string, *operation.Op) (string, error) {
+		return "", errors.New("QEMU does not answer")
+	})
+	r := h.reader(Options{})
+	lk, _, err := k.Lock(ctx, "web", "test-move")
+	if err != nil {
+		t.Fatal(err)
 	}
-	h.settle = errors.New("busy")
-	if st, err := r.Status(context.Background(), "web", false); err != nil || st.Recovery != "busy" {
-		t.Errorf("Recovery = %q, %v; want the error", st.Recovery, err)
+	o, err := k.Begin(ctx, "web", "test-move", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := r.Status(context.Background(), "../x", false); err == nil {
+	if st, err := r.Status(ctx, "web", false); err != nil || st.Recovery != "" {
+		t.Errorf("while its command works: Recovery = %q, %v; want none", st.Recovery, err)
+	}
+	o.Close() // its command dies here
+	lk.Unlock()
+	if st, err := r.Status(ctx, "web", false); err != nil || st.Recovery != "recovered an interrupted test-move: finished the disk move" {
+		t.Errorf("Recovery = %q, %v; want the recoverer's note", st.Recovery, err)
+	}
+	o, err = k.Begin(ctx, "web", "test-stuck", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	if st, err := r.Status(ctx, "web", false); err != nil || !strings.Contains(st.Recovery, "could not be recovered: QEMU does not answer") {
+		t.Errorf("Recovery = %q, %v; want why it could not", st.Recovery, err)
+	}
+	if p, _ := k.Pending("web"); p == nil {
+		t.Error("the journal of a failed recovery is gone")
+	} else {
+		p.Close()
+	}
+	if _, err := r.Status(ctx, "../x", false); err == nil {
 		t.Error("an invalid name passed")
 	}
 }
@@ -310,7 +391,7 @@ func TestList(t *testing.T) {
 	h.units["vmsup-orphan.service"] = units.Status{Exists: true, ActiveState: "failed", SubState: "failed", Description: "vmsup VM orphan"}
 	h.units["vmsup-api.service"] = active(time.Now())
 	h.units["vmsup-other.service"] = units.Status{Exists: true, ActiveState: "failed", Description: "someone else's"}
-	if _, err := New(h, Options{}).Status(context.Background(), "api", false); !errors.Is(err, vmstore.ErrNotFound) || !strings.Contains(err.Error(), "remote API server") {
+	if _, err := h.reader(Options{}).Status(context.Background(), "api", false); !errors.Is(err, vmstore.ErrNotFound) || !strings.Contains(err.Error(), "remote API server") {
 		t.Errorf("status api: %v; want not found, naming the API server", err)
 	}
 	h.qemu["web"] = &monitor{status: qmp.StatusInfo{Status: "running", Running: true}}
@@ -319,7 +400,7 @@ func TestList(t *testing.T) {
 		agent bool
 	}{{guestagent.AgentStatus{Responding: true, Version: "9"}, true}, {guestagent.AgentStatus{Error: "no channel"}, false}} {
 		h.ping = c.ping
-		got, err := New(h, Options{}).List(context.Background())
+		got, err := h.reader(Options{}).List(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

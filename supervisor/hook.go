@@ -34,7 +34,7 @@ func HandleHook(args []string) (code int, handled bool) {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 	if args[0] == machine.HookConsoleLog {
-		if err := machine.RunConsoleLog(ctx, args[1:]); err != nil && ctx.Err() == nil {
+		if err := RunConsoleLog(ctx, args[1:]); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", args[0], err)
 			return 1, true
 		}

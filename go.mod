@@ -36,6 +36,11 @@ require (
 )
 
 require (
+	golang.org/x/mod v0.41.0 // indirect
+	golang.org/x/tools v0.51.0
+)
+
+require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

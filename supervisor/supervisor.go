@@ -32,7 +32,7 @@ func New(opts Options) (*Supervisor, error) {
 func (s *Supervisor) registerRecoverers() {
 	s.hotplug().Register()
 	s.applier().Register()
-	livemigrate.Register(s.env.Ops(), migrateHost{s})
+	livemigrate.Register(s.env.Ops(), s.env)
 	s.diskops().Register()
 }
 

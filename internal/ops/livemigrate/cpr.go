@@ -88,7 +88,7 @@ func modeParam(cpr bool, ram *qemuargs.RAM) string {
 func (d *incomingVM) awaitCPRChannel(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
-	sd, err := d.mg.h.Systemd(ctx)
+	sd, err := d.mg.env.Systemd(ctx)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (d *incomingVM) awaitCPRChannel(ctx context.Context) error {
 			return err
 		}
 		if st.Gone() {
-			return fmt.Errorf("QEMU exited (%s): %s", cmp.Or(st.ExitReason(), st.ActiveState), d.mg.h.LastWords(ctx, unit))
+			return fmt.Errorf("QEMU exited (%s): %s", cmp.Or(st.ExitReason(), st.ActiveState), d.mg.env.LastWords(ctx, unit))
 		}
 		select {
 		case <-ctx.Done():

@@ -1,10 +1,10 @@
 // Package livemigrate is live migration's orchestration: the source side
 // (Migrator.Migrate, Cancel), the destination (Receive, which starts its
-// QEMU through the supervisor's start pipeline), and the recovery of both
+// QEMU through the lifecycle's start pipeline), and the recovery of both
 // when their vmsup dies. The protocol, the relay, the transports and the
 // QMP stream driver are internal/ops/migwire's; the start pipeline, the
-// guardians and the VM's unit handling stay the supervisor's, reached
-// through Host.
+// guardians and the VM's unit handling are internal/machine's, called
+// down to through its Env (env.StartIncoming, env.Guard, ...).
 //
 // The design (see also internal/ops/migwire):
 //

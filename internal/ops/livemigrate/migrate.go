@@ -127,7 +127,7 @@ type lockedUnit struct {
 // lockUnit takes the VM's lock (settling what a killed command left), then
 // reads its unit's state.
 func (mg *Migrator) lockUnit(ctx context.Context, name, by string) (*lockedUnit, error) {
-	sd, err := mg.h.Systemd(ctx)
+	sd, err := mg.env.Systemd(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (mg *Migrator) lockUnit(ctx context.Context, name, by string) (*lockedUnit,
 	if err != nil {
 		return nil, err
 	}
-	u := &lockedUnit{sd: sd, lk: lk, unit: mg.h.State().UnitOf(name)}
+	u := &lockedUnit{sd: sd, lk: lk, unit: mg.env.State().UnitOf(name)}
 	if u.st, err = sd.Status(ctx, u.unit); err != nil {
 		lk.Unlock()
 		return nil, err
@@ -156,7 +156,7 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 	if !m.lu.st.Exists || m.lu.st.ActiveState != "active" {
 		return vmstore.ErrNotRunning
 	}
-	v, err := mg.h.View(name)
+	v, err := mg.env.View(name)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (m *outgoing) load(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	m.cpr, m.res.ModeNote = decideMode(m.o, &m.f.VM, m.app.RAM, func() (bool, string) { return mg.h.CPRTransfer(ctx) })
+	m.cpr, m.res.ModeNote = decideMode(m.o, &m.f.VM, m.app.RAM, func() (bool, string) { return mg.env.CPRTransfer(ctx) })
 	m.res.Mode = migwire.ModeNormal
 	if m.cpr {
 		m.res.Mode = migwire.ModeCPRTransfer
@@ -246,12 +246,12 @@ func migratable(v *vmstore.View, local bool) error {
 // (recoverMigrateOut). The markers are made here, recorded first.
 func (m *outgoing) journal(ctx context.Context) (err error) {
 	m.in = migrateIntent{Local: m.o.Local, To: m.o.To, Transport: m.o.Transport, Unit: m.lu.unit, KeepDisks: m.o.KeepSourceDisks,
-		StopAndCopy: migwire.TCGStopAndCopy && m.app.Accel == spec.AccelTCG && !m.cpr, Autostart: !m.o.Local && m.mg.h.State().IsMarked(m.name)}
+		StopAndCopy: migwire.TCGStopAndCopy && m.app.Accel == spec.AccelTCG && !m.cpr, Autostart: !m.o.Local && m.mg.env.State().IsMarked(m.name)}
 	if m.o.Local {
 		m.in.DestUnit = vmstore.AltUnit(m.name, m.lu.unit)
 	}
 	var stopGuard func()
-	guard := func() func() { return m.mg.h.Guard(ctx, m.name) }
+	guard := func() func() { return m.mg.env.Guard(ctx, m.name) }
 	kind := KindOut
 	if len(m.cands) > 0 {
 		kind = KindOutStorage // its recovery also cleans up the copies
@@ -316,7 +316,7 @@ func (m *outgoing) prepare(ctx context.Context) (migwire.Msg, error) {
 	}
 	if o.Local {
 		m.prep.From = "local"
-	} else if m.prep.Autostart = mg.h.State().IsMarked(name); m.f.VM.Boot.Firmware == spec.FirmwareUEFI {
+	} else if m.prep.Autostart = mg.env.State().IsMarked(name); m.f.VM.Boot.Firmware == spec.FirmwareUEFI {
 		if m.prep.UEFIVars, err = os.ReadFile(m.p.UEFIVars); err != nil {
 			return migwire.Msg{}, m.fail("prepare", "source", fmt.Errorf("UEFI variable store: %w", err))
 		}
@@ -428,7 +428,7 @@ func (m *outgoing) finalize(ctx context.Context) error {
 	handoverStart := time.Now()
 	fin := migwire.Msg{Type: migwire.MsgFinalize}
 	if !m.o.Local {
-		if t, err := consolelog.ReadBack(m.mg.h.ConsoleConfig(m.name), 4<<20); err == nil {
+		if t, err := consolelog.ReadBack(m.mg.env.ConsoleConfig(m.name), 4<<20); err == nil {
 			fin.Console = t.Data
 		}
 	}
@@ -482,11 +482,11 @@ func (m *outgoing) handOver(ctx context.Context) error {
 		if _, err := m.peer.Call(qctx, migwire.Msg{Type: migwire.MsgCommit}, migwire.MsgCommitted, finalizeTimeout); err != nil {
 			return m.fail("commit", "destination (new QEMU; sockets not handed over)", err)
 		}
-		m.res.Unit = mg.h.State().UnitOf(name)
+		m.res.Unit = mg.env.State().UnitOf(name)
 		return nil
 	}
 	// The VM now belongs to the destination: nothing of it stays here.
-	if err := mg.h.AfterStop(qctx, name); err != nil {
+	if err := mg.env.AfterStop(qctx, name); err != nil {
 		mg.log.Warn("clean-up after migration", "vm", name, "err", err)
 	}
 	// Before the state directory, which holds the journal that names them.
@@ -495,7 +495,7 @@ func (m *outgoing) handOver(ctx context.Context) error {
 		mg.log.Warn("remove state after migration", "vm", name, "err", err)
 	}
 	if m.prep.Autostart { // the destination enabled it: a reboot here must not start a copy
-		if err := mg.h.Disable(qctx, name); err != nil {
+		if err := mg.env.Disable(qctx, name); err != nil {
 			mg.log.Warn("disable autostart after migration", "vm", name, "err", err)
 		}
 	}
@@ -522,7 +522,7 @@ func (mg *Migrator) openTransport(ctx context.Context, o migwire.Options) (*migw
 // vmsup migrating it then tears the destination down and the guest keeps
 // running here.
 func (mg *Migrator) Cancel(ctx context.Context, name string) error {
-	c, release, err := mg.h.QMPSession(ctx, name)
+	c, release, err := mg.env.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/identity"
+	"github.com/vmsup/vmsup/internal/lifecycle/livesettings"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/ops/migwire"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
@@ -172,8 +174,8 @@ type incomingVM struct {
 	mg        *Migrator
 	name      string
 	f         *spec.File
-	p         vmstore.Paths // the VM's
-	st        Start         // the start pipeline's run
+	p         vmstore.Paths     // the VM's
+	st        *machine.Incoming // the start pipeline's run
 	local     bool
 	mon       *qmp.Conn             // the destination QEMU's event monitor
 	undo      func(context.Context) // what the pipeline made; nil once kept or undone
@@ -227,7 +229,7 @@ func (d *incomingVM) prepare(ctx context.Context, m migwire.Msg) (string, error)
 	}
 	if !d.local {
 		// Another host's spec: its paths must be in this host's places.
-		if err := mg.h.CheckPaths(ctx, f); err != nil {
+		if err := mg.env.CheckPaths(ctx, f); err != nil {
 			return "", fmt.Errorf("spec from the source: %w", err)
 		}
 	}
@@ -246,7 +248,7 @@ func (d *incomingVM) prepare(ctx context.Context, m migwire.Msg) (string, error)
 		Journal: KindIn, Intent: d.intent, // with the autostart
 	}
 	d.copyArgs(&a)
-	d.st = mg.h.StartIncoming(f, d.local, a)
+	d.st = mg.env.StartIncoming(f, d.local, a)
 	undo, err := d.st.Run(ctx)
 	if err != nil {
 		return "", err
@@ -309,7 +311,7 @@ func (d *incomingVM) listen(ctx context.Context, m migwire.Msg) error {
 func (d *incomingVM) dialMonitor(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
-	sd, err := d.mg.h.Systemd(ctx)
+	sd, err := d.mg.env.Systemd(ctx)
 	if err != nil {
 		return err
 	}
@@ -320,7 +322,7 @@ func (d *incomingVM) dialMonitor(ctx context.Context) error {
 			return err
 		}
 		if st.Gone() {
-			return fmt.Errorf("QEMU exited (%s): %s", cmp.Or(st.ExitReason(), st.ActiveState), d.mg.h.LastWords(ctx, unit))
+			return fmt.Errorf("QEMU exited (%s): %s", cmp.Or(st.ExitReason(), st.ActiveState), d.mg.env.LastWords(ctx, unit))
 		}
 		if _, err := os.Stat(events); err == nil {
 			dctx, dcancel := context.WithTimeout(ctx, qmpConnectTimeout)
@@ -351,7 +353,7 @@ func (d *incomingVM) finalize(ctx context.Context, m migwire.Msg) error {
 		return err
 	}
 	// Not in the stream: the disks' I/O limits (links are).
-	if err := d.mg.h.ApplyRuntime(ctx, d.mon, &d.f.VM, d.st.Sockets().QMP); err != nil {
+	if err := livesettings.Runtime(ctx, d.mon, &d.f.VM, d.st.Sockets().QMP); err != nil {
 		return err
 	}
 	if !d.local && len(m.Console) > 0 {
@@ -447,7 +449,7 @@ func (d *incomingVM) afterStep(step operation.Step) {
 	if op := d.st.Op(); op != nil {
 		op.Step(step)
 	} else {
-		d.mg.h.AfterStep(d.name, string(step))
+		d.mg.afterStep(d.name, string(step))
 	}
 }
 
@@ -475,7 +477,7 @@ func (d *incomingVM) commit() error {
 	if unit != vmstore.UnitName(d.name) {
 		app.Unit = unit
 	}
-	if err := d.mg.h.State().WriteApplied(app, d.f.Raw); err != nil {
+	if err := d.mg.env.State().WriteApplied(app, d.f.Raw); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	d.afterStep(stepHandOverRecord)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
@@ -73,7 +74,7 @@ type unitStates interface {
 }
 
 // qemuStates reads the run state of the QEMU listening at a monitor
-// socket, "" when none answers (Host is one).
+// socket, "" when none answers (machine.Env is one).
 type qemuStates interface {
 	RunStateAt(ctx context.Context, sock string) qmp.RunState
 }
@@ -91,7 +92,7 @@ type elsewhere interface {
 
 var (
 	_ unitStates = (*units.Manager)(nil)
-	_ qemuStates = Host(nil)
+	_ qemuStates = (*machine.Env)(nil)
 	_ elsewhere  = (*Migrator)(nil)
 )
 
@@ -127,7 +128,7 @@ func (mg *Migrator) recoverMigrateOut(ctx context.Context, name string, op *oper
 		os.Remove(in.RelaySock)
 	}
 	os.Remove(mg.paths(name).StoppedByMigration())
-	sd, err := mg.h.Systemd(ctx)
+	sd, err := mg.env.Systemd(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -59,7 +59,7 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migwire.Peer, name st
 	}
 	lctx, cancel := context.WithTimeout(ctx, queryTimeout-15*time.Second)
 	defer cancel()
-	lk, err := mg.h.State().Lock(lctx, name, "migrate-query", true)
+	lk, err := mg.env.State().Lock(lctx, name, "migrate-query", true)
 	if err != nil {
 		return reply("", err)
 	}
@@ -72,7 +72,7 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migwire.Peer, name st
 	if _, err := os.Stat(mg.paths(name).QMP); err != nil {
 		return reply(migwire.StateAbsent, nil)
 	}
-	c, release, err := mg.h.QMPSession(ctx, name)
+	c, release, err := mg.env.QMPSession(ctx, name)
 	if err != nil {
 		return reply("", vmerr.Wrap(name, err))
 	}
@@ -94,7 +94,7 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migwire.Peer, name st
 // A disk copied to the destination (copied) says nothing: the
 // destination's QEMU locks its own copy, not this host's image.
 func (mg *Migrator) lockedElsewhere(name string, copied []string) (locked, known bool) {
-	v, _ := mg.h.View(name)
+	v, _ := mg.env.View(name)
 	if v == nil {
 		return false, false
 	}

@@ -114,7 +114,7 @@ func (mg *Migrator) recoverMigrateIn(ctx context.Context, name string, op *opera
 
 // settleIn settles a destination whose receiver died and says what it did.
 func (mg *Migrator) settleIn(ctx context.Context, name string, in incomingIntent) (inAction, error) {
-	sd, err := mg.h.Systemd(ctx)
+	sd, err := mg.env.Systemd(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -128,7 +128,7 @@ func (mg *Migrator) settleIn(ctx context.Context, name string, in incomingIntent
 		}
 		return p.QMP
 	}
-	a, _, err := seeIn(ctx, sd, mg.h, in.Unit, sock, inSeen{inDir: inDir != "", app: in.App != nil})
+	a, _, err := seeIn(ctx, sd, mg.env, in.Unit, sock, inSeen{inDir: inDir != "", app: in.App != nil})
 	if err != nil {
 		return 0, err
 	}
@@ -142,7 +142,7 @@ func (mg *Migrator) settleIn(ctx context.Context, name string, in incomingIntent
 			return 0, err
 		}
 		in.App.StartedAt = time.Now().UTC()
-		if err := mg.h.State().WriteApplied(in.App, in.Raw); err != nil {
+		if err := mg.env.State().WriteApplied(in.App, in.Raw); err != nil {
 			return 0, fmt.Errorf("record: %w", err)
 		}
 		os.RemoveAll(inDir)
@@ -150,8 +150,8 @@ func (mg *Migrator) settleIn(ctx context.Context, name string, in incomingIntent
 			_ = mg.enableApplied(ctx, name)
 		}
 	case inTearDown:
-		mg.h.RemoveUnit(ctx, sd, in.Unit)
-		if err := mg.h.AfterStop(ctx, name); err != nil {
+		mg.env.RemoveUnit(ctx, sd, in.Unit)
+		if err := mg.env.AfterStop(ctx, name); err != nil {
 			return 0, err
 		}
 		if inDir != "" {
@@ -169,12 +169,12 @@ func (mg *Migrator) settleIn(ctx context.Context, name string, in incomingIntent
 // takeForwards gives the VM's QEMU, new after a local migration, its user
 // NICs' host forwards (forwards.go); the note says what could not be added.
 func (mg *Migrator) takeForwards(ctx context.Context, name string) string {
-	v, err := mg.h.View(name)
+	v, err := mg.env.View(name)
 	if err != nil {
 		return "forwards: " + err.Error()
 	}
 	vm := v.Booted
-	c, release, err := mg.h.QMPSession(ctx, name)
+	c, release, err := mg.env.QMPSession(ctx, name)
 	if err != nil {
 		return "forwards: " + err.Error()
 	}
@@ -187,8 +187,8 @@ func (mg *Migrator) takeForwards(ctx context.Context, name string) string {
 // there must not start a second copy) and the destination marks the VM's
 // applied spec (enableApplied).
 func (mg *Migrator) enableApplied(ctx context.Context, name string) error {
-	if _, err := mg.h.State().Mark(name, mg.paths(name).Spec); err != nil {
+	if _, err := mg.env.State().Mark(name, mg.paths(name).Spec); err != nil {
 		return err
 	}
-	return mg.h.SyncBootUnit(ctx)
+	return mg.env.AutostartMarks().SyncBootUnit(ctx)
 }

@@ -111,7 +111,7 @@ func seeLocal(ctx context.Context, u unitStates, q qemuStates, sock func() strin
 // settleLocal settles a migration on one host (decideLocal).
 func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateIntent, sd *units.Manager, src units.Status) (string, error) {
 	p := mg.paths(name)
-	app, err := mg.h.State().ReadApplied(name)
+	app, err := mg.env.State().ReadApplied(name)
 	if err != nil {
 		return "", err
 	}
@@ -124,7 +124,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 		}
 		return p.QMP
 	}
-	a, _, err := seeLocal(ctx, sd, mg.h, sock, localSeen{recordUnit: app.Unit, destUnit: in.DestUnit, usualUnit: vmstore.UnitName(name),
+	a, _, err := seeLocal(ctx, sd, mg.env, sock, localSeen{recordUnit: app.Unit, destUnit: in.DestUnit, usualUnit: vmstore.UnitName(name),
 		srcGone: src.Gone(), inDir: inDir != ""})
 	if err != nil {
 		return "", err
@@ -156,7 +156,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 		}
 		return note, nil
 	case localKeepSource:
-		mg.h.RemoveUnit(ctx, sd, in.DestUnit)
+		mg.env.RemoveUnit(ctx, sd, in.DestUnit)
 		mg.endMove(name, false)
 		if inDir != "" {
 			os.RemoveAll(inDir)
@@ -166,7 +166,7 @@ func (mg *Migrator) settleLocal(ctx context.Context, name string, in migrateInte
 		}
 		return a.note(), nil
 	}
-	mg.h.RemoveUnit(ctx, sd, in.DestUnit)
+	mg.env.RemoveUnit(ctx, sd, in.DestUnit)
 	return "", errLocalLost
 }
 
@@ -309,7 +309,7 @@ func (mg *Migrator) settleRemote(ctx context.Context, name string, in migrateInt
 
 // sourceState is the source QEMU's run state, asked at its monitor.
 func (mg *Migrator) sourceState(ctx context.Context, name string) (qmp.RunState, error) {
-	c, release, err := mg.h.QMPSession(ctx, name)
+	c, release, err := mg.env.QMPSession(ctx, name)
 	if err != nil {
 		return "", err
 	}
@@ -333,34 +333,34 @@ func (mg *Migrator) commitLocal(name string, app *vmstore.Applied, unit, inDir s
 	if err != nil {
 		return err
 	}
-	if err := mg.h.State().WriteApplied(app, raw); err != nil {
+	if err := mg.env.State().WriteApplied(app, raw); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	os.RemoveAll(inDir)
 	return nil
 }
 
-// endMove ends a local migration's taps (Host.EndMove): a failure leaves
+// endMove ends a local migration's taps (startplan.EndMove): a failure leaves
 // both recorded, which the VM's next stop removes, and a warning.
 func (mg *Migrator) endMove(name string, moved bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
-	if err := mg.h.EndMove(ctx, name, moved); err != nil {
+	if err := mg.endMoveTaps(ctx, name, moved); err != nil {
 		mg.log.Warn("local migration: the taps' hand-over", "vm", name, "moved", moved, "err", err)
 	}
 }
 
 // dropMigrated removes what is left here of a VM that now runs elsewhere.
 func (mg *Migrator) dropMigrated(ctx context.Context, name string, in migrateIntent) {
-	if err := mg.h.AfterStop(ctx, name); err != nil {
+	if err := mg.env.AfterStop(ctx, name); err != nil {
 		mg.log.Warn("clean-up after migration", "vm", name, "err", err)
 	}
 	if err := mg.paths(name).RemoveAll(); err != nil {
 		mg.log.Warn("remove state after migration", "vm", name, "err", err)
 	}
 	if in.Autostart {
-		_ = mg.h.State().Unmark(name)
-		_ = mg.h.SyncBootUnit(ctx)
+		_ = mg.env.State().Unmark(name)
+		_ = mg.env.AutostartMarks().SyncBootUnit(ctx)
 	}
 }
 
@@ -376,7 +376,7 @@ func (mg *Migrator) quitSource(ctx context.Context, sd *units.Manager, name, uni
 	}
 	qctx, cancel := context.WithTimeout(ctx, killTimeout)
 	defer cancel()
-	if c, release, err := mg.h.QMPSession(qctx, name); err == nil {
+	if c, release, err := mg.env.QMPSession(qctx, name); err == nil {
 		_ = c.Quit(qctx)
 		release()
 	}
@@ -391,7 +391,7 @@ func (mg *Migrator) quitSource(ctx context.Context, sd *units.Manager, name, uni
 // migration QEMU resumes it itself, except after a stop-and-copy or a
 // completed stream).
 func (mg *Migrator) resumeHere(ctx context.Context, name string) error {
-	c, release, err := mg.h.QMPSession(ctx, name)
+	c, release, err := mg.env.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func (d *incomingVM) planCopies(ctx context.Context, m migwire.Msg) ([]migwire.D
 		c.Sync, c.Export = "full", c.Name
 		switch {
 		case c.Image != "":
-			im, err := d.mg.h.Images().Resolve(c.Image)
+			im, err := d.mg.env.Images().Store.Resolve(c.Image)
 			if err != nil {
 				return nil, fmt.Errorf("disk %q: its image is not in this host's store (%v): vmsup image pull it here first", c.Name, err)
 			}
@@ -206,7 +206,7 @@ func (mg *Migrator) recoverMigrateOutStorage(ctx context.Context, name string, o
 		copies = append(copies, migwire.DiskCopy{Name: n})
 	}
 	if len(copies) > 0 {
-		if c, release, err := mg.h.QMPSession(ctx, name); err == nil {
+		if c, release, err := mg.env.QMPSession(ctx, name); err == nil {
 			dropMirrors(ctx, c, copies)
 			release()
 		}

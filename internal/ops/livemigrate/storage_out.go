@@ -80,7 +80,7 @@ func (m *outgoing) diskCandidates(ctx context.Context) ([]migwire.DiskCopy, erro
 		}
 		switch {
 		case d.Image != "":
-			im, err := m.mg.h.Images().Resolve(d.Image)
+			im, err := m.mg.env.Images().Store.Resolve(d.Image)
 			if err != nil {
 				return nil, fmt.Errorf("disk[%d] %q: %w", i, d.Name, err)
 			}

@@ -3,30 +3,36 @@ package livemigrate
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/ops/migwire"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 )
 
-// loggerHost is a Host that only has a logger (Register needs no more).
-type loggerHost struct{ Host }
-
-func (loggerHost) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+// testEnv is a real environment over root (it connects to systemd only
+// when asked, and nothing here asks).
+func testEnv(t *testing.T, root string) *machine.Env {
+	t.Helper()
+	env, err := machine.New(machine.Options{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
 
 // TestRegisterKinds: both sides of a migration, with and without disk
 // copies, have their recovery; a kind without one cannot begin.
 func TestRegisterKinds(t *testing.T) {
-	k := operation.New(operation.Options{Store: vmstore.Store{Root: t.TempDir()}})
-	Register(k, loggerHost{})
+	dir := t.TempDir()
+	k := operation.New(operation.Options{Store: vmstore.Store{Root: dir}})
+	Register(k, testEnv(t, dir))
 	want := []operation.Kind{KindOut, KindIn, KindInStorage, KindOutStorage}
 	slices.Sort(want)
 	if got := k.Kinds(); !slices.Equal(got, want) {
@@ -65,20 +71,13 @@ func TestMirrorsState(t *testing.T) {
 	}
 }
 
-// storeHost is a Host with an image store (an empty one here).
-type storeHost struct {
-	loggerHost
-	dir string
-}
-
-func (h storeHost) Images() imagestore.Store { return imagestore.Store{Dir: h.dir} }
-
 // TestPlanCopies: a disk whose marker the destination sees is shared (no
 // copy); one it does not see is copied whole, or refused when its path
-// exists here or its stored image is not in this host's store.
+// exists here or its stored image is not in this host's store (an empty
+// one here).
 func TestPlanCopies(t *testing.T) {
 	dir := t.TempDir()
-	d := &incomingVM{mg: New(operation.New(operation.Options{Store: vmstore.Store{Root: dir}}), storeHost{dir: filepath.Join(dir, "store")})}
+	d := &incomingVM{mg: New(operation.New(operation.Options{Store: vmstore.Store{Root: dir}}), testEnv(t, dir))}
 	shared, mk := filepath.Join(dir, "shared.qcow2"), filepath.Join(dir, ".marker")
 	os.WriteFile(mk, nil, 0o600)
 	local := filepath.Join(dir, "local.qcow2")
@@ -103,7 +102,7 @@ func TestPlanCopies(t *testing.T) {
 // go, unless kept (--keep-source-disks).
 func TestRemoveSourceCopies(t *testing.T) {
 	dir := t.TempDir()
-	mg := New(operation.New(operation.Options{Store: vmstore.Store{Root: dir}}), loggerHost{})
+	mg := New(operation.New(operation.Options{Store: vmstore.Store{Root: dir}}), testEnv(t, dir))
 	f := filepath.Join(dir, "data.qcow2")
 	os.WriteFile(f, nil, 0o600)
 	if note := mg.removeSourceCopies("web", []string{f}, true); note != "" || !exists(f) {

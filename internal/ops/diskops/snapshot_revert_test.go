@@ -100,7 +100,8 @@ func TestSeeRevert(t *testing.T) {
 		}
 	}
 	in.Layers[0].Overlay.Path = "/img/root-r2.qcow2" // the tree has another revert
-	seen, _ := s.seeRevert(ctx, &standIn{unit: unitUp}, "web", in, journal(revertSteps[:3]...))
+	// Its QEMU answers: one that does not is waited for (30 s x load).
+	seen, _ := s.seeRevert(ctx, &standIn{unit: unitUp, run: qmp.RunPaused}, "web", in, journal(revertSteps[:3]...))
 	if decideRevert(seen) != revertRaced {
 		t.Errorf("another revert recorded: %+v", seen)
 	}

@@ -2,20 +2,13 @@ package supervisor
 
 import (
 	"context"
-	"log/slog"
 
-	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/ops/diskops"
-	"github.com/vmsup/vmsup/internal/vm/vmstore"
-	"github.com/vmsup/vmsup/qmp"
-	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/storage"
-	"github.com/vmsup/vmsup/units"
 )
 
 // The disk operations (snapshots, backups, disk moves, the NBD export,
-// clones) live in internal/ops/diskops; the supervisor gives them what they
-// need of it (diskHost) and keeps its public methods and types.
+// clones) live in internal/ops/diskops, over the environment; the
+// supervisor keeps its public methods and types.
 
 // SnapshotOptions say what a snapshot keeps.
 type SnapshotOptions = diskops.SnapshotOptions
@@ -134,74 +127,4 @@ func (s *Supervisor) UpFromSnapshot(ctx context.Context, src, tag, newName strin
 }
 
 // diskops is the disk operations on this supervisor's VMs.
-func (s *Supervisor) diskops() *diskops.Service { return diskops.New(s.env.Ops(), diskHost{s}) }
-
-// diskHost is what the disk operations need of the supervisor.
-type diskHost struct{ s *Supervisor }
-
-var _ diskops.Host = diskHost{}
-
-func (h diskHost) State() vmstore.Store                    { return h.s.env.State() }
-func (h diskHost) View(name string) (*vmstore.View, error) { return h.s.env.View(name) }
-func (h diskHost) NotFound(name string) error              { return h.s.env.NotFound(name) }
-func (h diskHost) ImageDirs() []string                     { return h.s.env.Opts().ImageDirs }
-func (h diskHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
-	return h.s.env.Places().OpenDisk(ctx, d)
-}
-func (h diskHost) InImageDirs(path string) (bool, error)       { return h.s.env.Confiner().InImageDirs(path) }
-func (h diskHost) Reachable(paths ...string) error             { return h.s.env.Reachable(paths...) }
-func (h diskHost) Tools() storage.Tools                        { return h.s.env.Tools() }
-func (h diskHost) Lifecycle(name, event string, data any)      { h.s.env.Lifecycle(name, event, data) }
-func (h diskHost) Logger() *slog.Logger                        { return h.s.env.Opts().Logger }
-func (h diskHost) AppliedFile(name string) (*spec.File, error) { return h.s.env.AppliedFile(name) }
-func (h diskHost) RunState(ctx context.Context, sock string) qmp.RunState {
-	return h.s.env.RunStateAt(ctx, sock)
-}
-
-func (h diskHost) QMPSession(ctx context.Context, name string) (*qmp.Conn, func(), error) {
-	return h.s.env.QMPSession(ctx, name)
-}
-
-func (h diskHost) AgentSession(ctx context.Context, name string) (*qmp.Agent, func(), error) {
-	return h.s.env.AgentSession(ctx, name)
-}
-
-func (h diskHost) ConfinePaths(ctx context.Context, name string, rules ...units.PathRule) error {
-	return h.s.ConfinePaths(ctx, name, rules...)
-}
-
-func (h diskHost) ReleasePaths(ctx context.Context, name string, paths ...string) error {
-	return h.s.ReleasePaths(ctx, name, paths...)
-}
-
-func (h diskHost) CheckDiskPaths(ctx context.Context, d spec.Disk) error {
-	return h.s.env.CheckDiskPaths(ctx, d)
-}
-
-func (h diskHost) UnitStatus(ctx context.Context, name string) (units.Status, error) {
-	sd, err := h.s.env.Systemd(ctx)
-	if err != nil {
-		return units.Status{}, err
-	}
-	return sd.Status(ctx, h.s.env.State().UnitOf(name))
-}
-
-func (h diskHost) Stop(ctx context.Context, name string) error { return h.s.env.StopHeld(ctx, name) }
-func (h diskHost) PinnedMachine(f *spec.File) (string, error)  { return h.s.env.PinnedMachine(f) }
-func (h diskHost) StartRestored(ctx context.Context, f *spec.File, op *operation.Op, memory string) error {
-	_, err := h.s.env.StartRestored(ctx, f, op, memory)
-	return err
-}
-func (h diskHost) KillUnit(ctx context.Context, name string) error {
-	return h.s.env.KillUnit(ctx, name)
-}
-func (h diskHost) StartClone(ctx context.Context, f *spec.File, memory, from string, after func(vm, step string)) (diskops.Started, error) {
-	r, err := h.s.env.StartClone(ctx, f, memory, from, after)
-	return diskops.Started(r), err
-}
-func (h diskHost) Running(ctx context.Context, name string) bool { return h.s.env.Running(ctx, name) }
-func (h diskHost) Kill(ctx context.Context, name string) error {
-	_, err := h.s.Kill(ctx, name)
-	return err
-}
-func (h diskHost) Remove(ctx context.Context, name string) error { return h.s.env.Remove(ctx, name) }
+func (s *Supervisor) diskops() *diskops.Service { return diskops.New(s.env) }

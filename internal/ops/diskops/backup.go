@@ -93,7 +93,7 @@ func (s *Service) Backup(ctx context.Context, name string, o BackupOptions) (Bac
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.h.View(name)
+	v, err := s.env.View(name)
 	stopped := errors.Is(err, vmstore.ErrNotRunning)
 	if err != nil && !stopped {
 		return fail(err)
@@ -108,7 +108,7 @@ func (s *Service) Backup(ctx context.Context, name string, o BackupOptions) (Bac
 	}
 	b := &backupRun{s: s, name: name, m: m, opts: o, in: backupIntent{Dir: dir, Point: m.Next(), Live: !stopped, Chain: m.Chain}}
 	if !stopped {
-		c, release, err := s.h.QMPSession(ctx, name)
+		c, release, err := s.env.QMPSession(ctx, name)
 		if err != nil {
 			return fail(err)
 		}
@@ -125,7 +125,7 @@ func (s *Service) Backup(ctx context.Context, name string, o BackupOptions) (Bac
 	}
 	res.Point, res.Live, res.Disks, res.Duration = b.in.Point, b.in.Live, b.points, time.Since(start)
 	res.Quiesced = b.quiesced
-	s.h.Lifecycle(name, "backup", map[string]any{"dir": dir, "point": res.Point})
+	s.env.Lifecycle(name, "backup", map[string]any{"dir": dir, "point": res.Point})
 	return res, nil
 }
 
@@ -234,7 +234,7 @@ func (b *backupRun) plan(ctx context.Context, disks []backupchain.Disk) error {
 				d.Bitmaps = append(d.Bitmaps, backupchain.Bitmap{Name: bm.Name, Persistent: bm.Persistent, Recording: bm.Recording, Inconsistent: bm.Inconsistent})
 			}
 		} else {
-			info, err := b.s.h.Tools().Info(ctx, d.Image, d.Format)
+			info, err := b.s.env.Tools().Info(ctx, d.Image, d.Format)
 			if err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}
@@ -276,9 +276,9 @@ func (b *backupRun) createFiles(ctx context.Context) error {
 	for _, p := range b.in.Disks {
 		var err error
 		if p.Mode == backupchain.Incremental {
-			err = b.s.h.Tools().CreateOverlay(ctx, b.path(p), p.Backing, "qcow2", p.Size)
+			err = b.s.env.Tools().CreateOverlay(ctx, b.path(p), p.Backing, "qcow2", p.Size)
 		} else {
-			err = b.s.h.Tools().Create(ctx, b.path(p), "qcow2", p.Size, "", "")
+			err = b.s.env.Tools().Create(ctx, b.path(p), "qcow2", p.Size, "", "")
 		}
 		if err != nil {
 			return fmt.Errorf("disk %q: %w", p.Disk, err)
@@ -299,7 +299,7 @@ func removeBackupFiles(in backupIntent) {
 // it runs on a snapshot's overlay).
 func (b *backupRun) convert(ctx context.Context) error {
 	for i, p := range b.in.Disks {
-		if err := b.s.h.Tools().Convert(ctx, p.Image, "", b.path(p), "qcow2", true); err != nil {
+		if err := b.s.env.Tools().Convert(ctx, p.Image, "", b.path(p), "qcow2", true); err != nil {
 			return fmt.Errorf("disk %q: %w", p.Disk, err)
 		}
 		b.points = append(b.points, b.pointOf(i, p.Size))
@@ -322,10 +322,10 @@ func (b *backupRun) sums(ctx context.Context) error {
 			return err
 		}
 		b.points[i].SHA256 = sum
-		if n, err := b.s.h.Tools().DataBytes(ctx, path, "qcow2"); err == nil {
+		if n, err := b.s.env.Tools().DataBytes(ctx, path, "qcow2"); err == nil {
 			b.points[i].Copied = n
 		} else {
-			b.s.h.Logger().Warn("backup: the point's data size", "vm", b.name, "disk", b.points[i].Disk, "err", err)
+			b.s.env.Opts().Logger.Warn("backup: the point's data size", "vm", b.name, "disk", b.points[i].Disk, "err", err)
 		}
 	}
 	return nil

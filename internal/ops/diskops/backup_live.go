@@ -233,7 +233,7 @@ func jobByID(jobs []qmp.Job, id string) (qmp.Job, bool) {
 func (b *backupRun) dropOldBitmaps(ctx context.Context) error {
 	for _, p := range b.in.Disks {
 		if err := dropChainBitmaps(ctx, b.c, p, b.in.Chain); err != nil {
-			b.s.h.Logger().Warn("backup: old bitmaps", "vm", b.name, "disk", p.Disk, "err", err)
+			b.s.env.Opts().Logger.Warn("backup: old bitmaps", "vm", b.name, "disk", p.Disk, "err", err)
 		}
 	}
 	return nil

@@ -76,7 +76,7 @@ func (s *Service) Restore(ctx context.Context, o RestoreOptions) (RestoreResult,
 		return fail(err)
 	}
 	start := time.Now()
-	if err := s.h.Tools().Convert(ctx, filepath.Join(o.Dir, chain[0].File), "qcow2", o.To, res.Format, false); err != nil {
+	if err := s.env.Tools().Convert(ctx, filepath.Join(o.Dir, chain[0].File), "qcow2", o.To, res.Format, false); err != nil {
 		return fail(fmt.Errorf("disk %q point %d: %w", res.Disk, res.Point, err))
 	}
 	res.Duration = time.Since(start)

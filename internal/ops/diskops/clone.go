@@ -81,7 +81,7 @@ func (s *Service) UpFromSnapshot(ctx context.Context, src, tag, newName string) 
 	for _, l := range layers {
 		res.Disks = append(res.Disks, l.Overlay.Path)
 	}
-	res.File = s.h.State().File(newName)
+	res.File = s.env.State().File(newName)
 	return res, started, nil
 }
 
@@ -91,9 +91,9 @@ func (s *Service) UpFromSnapshot(ctx context.Context, src, tag, newName string) 
 func (s *Service) makeClone(ctx context.Context, src string, op *operation.Op, in cloneIntent, cvm spec.VM, memory, from string) (Started, error) {
 	after := op.After()
 	for _, l := range in.Layers {
-		info, err := s.h.Tools().Info(ctx, l.Base.Path, l.Base.Format)
+		info, err := s.env.Tools().Info(ctx, l.Base.Path, l.Base.Format)
 		if err == nil {
-			err = s.h.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize)
+			err = s.env.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize)
 		}
 		if err != nil {
 			return Started{}, fmt.Errorf("disk %q: %w", l.Disk, err)
@@ -109,7 +109,7 @@ func (s *Service) makeClone(ctx context.Context, src string, op *operation.Op, i
 		return Started{}, err
 	}
 	op.Step(stepCloneNoted)
-	started, err := s.h.StartClone(ctx, f, memory, from, after)
+	started, err := s.env.StartClone(ctx, f, memory, from, after)
 	if err != nil {
 		return Started{}, steps.Cause(err)
 	}
@@ -125,7 +125,7 @@ func (s *Service) noteMade(in cloneIntent) {
 		paths = append(paths, l.Overlay.Path)
 	}
 	if err := s.paths(in.Clone).NoteMade(paths...); err != nil {
-		s.h.Logger().Warn("clone: note its overlays", "vm", in.Clone, "err", err)
+		s.env.Opts().Logger.Warn("clone: note its overlays", "vm", in.Clone, "err", err)
 	}
 }
 
@@ -136,7 +136,7 @@ func (s *Service) cloneFile(vm spec.VM) (*spec.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	path, err := s.h.State().WriteVMFile(f.VM)
+	path, err := s.env.State().WriteVMFile(f.VM)
 	if err != nil {
 		return nil, fmt.Errorf("its file: %w", err)
 	}
@@ -171,7 +171,7 @@ func (s *Service) cloneSource(src, tag string) (*snapshottree.Snapshot, *spec.VM
 	case len(snap.RBD) > 0:
 		return nil, nil, fmt.Errorf("snapshot %q holds RBD disks, which a clone cannot stand on yet (an RBD clone needs a protected snapshot)", tag)
 	}
-	v, err := s.h.View(src)
+	v, err := s.env.View(src)
 	if v == nil {
 		return nil, nil, fmt.Errorf("VM %q: %w", src, err)
 	}
@@ -208,8 +208,8 @@ func (s *Service) cloneVM(vm *spec.VM, snap *snapshottree.Snapshot, name string)
 			continue // a CD-ROM: the same medium
 		}
 		dir := filepath.Dir(d.File)
-		if in, err := s.h.InImageDirs(d.File); err != nil || !in {
-			dir = s.h.ImageDirs()[0]
+		if in, err := s.env.Confiner().InImageDirs(d.File); err != nil || !in {
+			dir = s.env.Opts().ImageDirs[0]
 		}
 		path := filepath.Join(dir, name+"-"+d.Name+".qcow2")
 		layers = append(layers, snapshottree.Layer{Disk: d.Name, Base: im, Overlay: snapshottree.Image{Path: path, Format: spec.FormatQcow2}})

@@ -64,7 +64,7 @@ func (s *Service) recoverClone(ctx context.Context, src string, op *operation.Op
 	if err != nil {
 		return "", err
 	}
-	a := decideClone(s.h.Running(ctx, in.Clone))
+	a := decideClone(s.env.Running(ctx, in.Clone))
 	if a == cloneKeep {
 		if err := s.noteCloneOnce(src, in.Tag, in.Clone); err != nil {
 			return "", err
@@ -80,13 +80,13 @@ func (s *Service) recoverClone(ctx context.Context, src string, op *operation.Op
 // records and file, its overlays, its note in the template's tree.
 func (s *Service) undoClone(ctx context.Context, src string, in cloneIntent) error {
 	var errs []error
-	if err := s.h.Kill(ctx, in.Clone); err != nil && !errors.Is(err, vmstore.ErrNotFound) && !errors.Is(err, vmstore.ErrNotRunning) {
+	if _, err := s.env.Kill(ctx, in.Clone); err != nil && !errors.Is(err, vmstore.ErrNotFound) && !errors.Is(err, vmstore.ErrNotRunning) {
 		errs = append(errs, fmt.Errorf("kill the clone: %w", err))
 	}
-	if err := s.h.Remove(ctx, in.Clone); err != nil && !errors.Is(err, vmstore.ErrNotFound) {
+	if err := s.env.Remove(ctx, in.Clone); err != nil && !errors.Is(err, vmstore.ErrNotFound) {
 		errs = append(errs, fmt.Errorf("remove the clone: %w", err))
 	}
-	if err := s.h.State().RemoveVMFile(in.Clone); err != nil {
+	if err := s.env.State().RemoveVMFile(in.Clone); err != nil {
 		errs = append(errs, err)
 	}
 	for _, l := range in.Layers {

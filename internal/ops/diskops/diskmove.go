@@ -100,7 +100,7 @@ func (s *Service) MoveDisk(ctx context.Context, name, disk string, o MoveOptions
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.h.View(name)
+	v, err := s.env.View(name)
 	if errors.Is(err, vmstore.ErrNotRunning) {
 		return fail(errors.New("the VM is not running: start it, or copy the image and edit the file"))
 	}
@@ -128,7 +128,7 @@ func (s *Service) MoveDisk(ctx context.Context, name, disk string, o MoveOptions
 	if err := s.checkTarget(ctx, app, target); err != nil {
 		return fail(err)
 	}
-	c, release, err := s.h.QMPSession(ctx, name)
+	c, release, err := s.env.QMPSession(ctx, name)
 	if err != nil {
 		return fail(err)
 	}
@@ -160,7 +160,7 @@ func (s *Service) MoveDisk(ctx context.Context, name, disk string, o MoveOptions
 	}
 	op.End()
 	res.Bytes, res.Duration, res.Note = m.bytes, time.Since(m.start), m.note
-	s.h.Lifecycle(name, "disk-move", map[string]any{"disk": disk, "from": res.From, "to": res.To})
+	s.env.Lifecycle(name, "disk-move", map[string]any{"disk": disk, "from": res.From, "to": res.To})
 	return res, nil
 }
 
@@ -223,13 +223,13 @@ func moveTarget(vm string, src spec.Disk, o MoveOptions) (spec.Disk, error) {
 // checkTarget refuses a target file that exists or that the running VM
 // could not open, and checks an RBD target as attach does.
 func (s *Service) checkTarget(ctx context.Context, app *vmstore.Applied, t spec.Disk) error {
-	if err := s.h.CheckDiskPaths(ctx, t); err != nil {
+	if err := s.env.CheckDiskPaths(ctx, t); err != nil {
 		return err
 	}
 	if t.Type != spec.DiskFile {
 		probe := t
 		probe.InitiatorName = t.InitiatorFor(app.UUID)
-		return s.h.Tools().Check(ctx, probe)
+		return s.env.Tools().Check(ctx, probe)
 	}
 	if _, err := os.Lstat(t.File); err == nil {
 		return fmt.Errorf("%s exists: the move creates its target, give a new path", t.File)
@@ -237,7 +237,7 @@ func (s *Service) checkTarget(ctx context.Context, app *vmstore.Applied, t spec.
 	if t.Backing != "" {
 		return errors.New("the target cannot have a backing image: the move copies the whole disk")
 	}
-	return s.h.Reachable(t.File)
+	return s.env.Reachable(t.File)
 }
 
 // newMoveIntent names everything the move will put into QEMU and take out.

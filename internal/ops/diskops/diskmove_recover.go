@@ -129,7 +129,7 @@ func (s *Service) recoverDiskMove(ctx context.Context, name string, op *operatio
 	if err != nil {
 		return "", err
 	}
-	app, err := s.h.State().ReadApplied(name)
+	app, err := s.env.State().ReadApplied(name)
 	if err != nil {
 		return "", err
 	}
@@ -146,7 +146,7 @@ func (s *Service) recoverDiskMove(ctx context.Context, name string, op *operatio
 	switch a {
 	case moveRecord, moveRecordOff:
 		more := recordMove(app, &in) // what the file still says
-		if err := s.h.State().RewriteApplied(app); err != nil {
+		if err := s.env.State().RewriteApplied(app); err != nil {
 			return "", fmt.Errorf("record: %w", err)
 		}
 		if a == moveRecord {
@@ -165,11 +165,11 @@ func (s *Service) recoverDiskMove(ctx context.Context, name string, op *operatio
 				return "", err
 			}
 		}
-		if err := s.h.ReleasePaths(ctx, name, in.Rules...); err != nil {
+		if err := s.env.ReleasePaths(ctx, name, in.Rules...); err != nil {
 			return "", err
 		}
 	case moveUndoOff:
-		_ = s.h.ReleasePaths(ctx, name, in.Rules...) // the confinement went with QEMU
+		_ = s.env.ReleasePaths(ctx, name, in.Rules...) // the confinement went with QEMU
 	}
 	removeMoveTarget(name, s, &in)
 	return a.note(&in, ""), nil

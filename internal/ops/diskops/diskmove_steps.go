@@ -68,7 +68,7 @@ func (m *diskMove) create(ctx context.Context) error {
 	t := m.in.Target
 	if t.Type != spec.DiskFile {
 		var err error
-		m.prep, err = m.s.h.Tools().Prepare(ctx, t, m.s.paths(m.name).Dir)
+		m.prep, err = m.s.env.Tools().Prepare(ctx, t, m.s.paths(m.name).Dir)
 		return err
 	}
 	nodes, err := m.c.QueryNamedBlockNodes(ctx)
@@ -80,7 +80,7 @@ func (m *diskMove) create(ctx context.Context) error {
 	if i < 0 || nodes[i].Image.VirtualSize <= 0 {
 		return fmt.Errorf("QEMU does not say the size of node %s", top)
 	}
-	return m.s.h.Tools().Create(ctx, t.File, t.Format, nodes[i].Image.VirtualSize, "", "")
+	return m.s.env.Tools().Create(ctx, t.File, t.Format, nodes[i].Image.VirtualSize, "", "")
 }
 
 func (m *diskMove) removeTarget(context.Context) {
@@ -103,12 +103,12 @@ func (m *diskMove) confine(ctx context.Context) (err error) {
 	if err := m.op.SetIntent(m.in); err != nil {
 		return err
 	}
-	return m.s.h.ConfinePaths(ctx, m.name, m.rules...)
+	return m.s.env.ConfinePaths(ctx, m.name, m.rules...)
 }
 
 func (m *diskMove) release(ctx context.Context) {
 	if !m.pivoted {
-		_ = m.s.h.ReleasePaths(ctx, m.name, m.in.Rules...)
+		_ = m.s.env.ReleasePaths(ctx, m.name, m.in.Rules...)
 	}
 }
 
@@ -143,7 +143,7 @@ func (m *diskMove) addNodes(ctx context.Context) error {
 // opens.
 func (m *diskMove) targetFD(ctx context.Context) (string, error) {
 	t := m.in.Target
-	o, err := m.s.h.OpenDisk(ctx, t)
+	o, err := m.s.env.Places().OpenDisk(ctx, t)
 	if err != nil {
 		return "", err
 	}
@@ -233,7 +233,7 @@ func onTarget(ctx context.Context, c *qmp.Conn, in *moveIntent) (bool, error) {
 // rewritten; a disk of the file gets an override the next boot uses.
 func (m *diskMove) record(context.Context) error {
 	m.note = recordMove(m.app, m.in)
-	if err := m.s.h.State().RewriteApplied(m.app); err != nil {
+	if err := m.s.env.State().RewriteApplied(m.app); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil
@@ -267,7 +267,7 @@ func recordMove(app *vmstore.Applied, in *moveIntent) (note string) {
 func (m *diskMove) closeSource(ctx context.Context) error {
 	if err := m.s.closeMoveSource(ctx, m.name, m.c, m.in); err != nil {
 		m.note = strings.TrimSpace(m.note + "; the old image may still be open: " + err.Error())
-		m.s.h.Logger().Warn("disk move: close the source", "vm", m.name, "disk", m.in.Disk, "err", err)
+		m.s.env.Opts().Logger.Warn("disk move: close the source", "vm", m.name, "disk", m.in.Disk, "err", err)
 	}
 	return nil
 }
@@ -283,5 +283,5 @@ func (s *Service) closeMoveSource(ctx context.Context, name string, c *qmp.Conn,
 	}
 	// Never the target's own files (a source and target sharing a base).
 	paths = slices.DeleteFunc(paths, func(p string) bool { return slices.Contains(in.Rules, p) })
-	return errors.Join(err, s.h.ReleasePaths(ctx, name, paths...))
+	return errors.Join(err, s.env.ReleasePaths(ctx, name, paths...))
 }

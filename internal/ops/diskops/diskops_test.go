@@ -2,45 +2,64 @@ package diskops
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vmsup/vmsup/internal/lifecycle/confine"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/vm/backupchain"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
 
-// goneHost is a host whose VMs have no QEMU: what a recoverer sees after
-// the VM died with the command. A method the test does not expect panics
-// (the embedded nil Host).
-type goneHost struct {
-	Host
-	store    vmstore.Store
-	released []string
+// newEnv is a real environment on a fresh state root with VM web's
+// records directory and no QEMU: what a recoverer sees after the VM died
+// with the command. The host facts are given, so nothing is probed.
+func newEnv(t *testing.T) *machine.Env {
+	t.Helper()
+	env, err := machine.New(machine.Options{Root: t.TempDir(), Host: &machine.Host{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	if err := os.MkdirAll(env.Paths("web").Records, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return env
 }
 
-func (h *goneHost) State() vmstore.Store { return h.store }
-func (h *goneHost) QMPSession(context.Context, string) (*qmp.Conn, func(), error) {
-	return nil, nil, vmstore.ErrNotRunning
-}
-func (h *goneHost) ReleasePaths(_ context.Context, _ string, paths ...string) error {
-	h.released = append(h.released, paths...)
-	return nil
+// grantUses writes VM web's confinement record as a start leaves it,
+// granting its QEMU paths (internal/lifecycle/confine's Root/security).
+func grantUses(t *testing.T, env *machine.Env, paths ...string) {
+	t.Helper()
+	b, err := json.Marshal(confine.Record{Uses: paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(env.Root(), "security")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "web.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // settle journals an operation of kind with intent and steps done, as a
 // command killed after them leaves it, and settles it the way the VM's
 // next command does (the kernel, with the recoverers Register gave it).
-func settle(t *testing.T, h Host, kind operation.Kind, intent any, done ...operation.Step) string {
+func settle(t *testing.T, env *machine.Env, kind operation.Kind, intent any, done ...operation.Step) string {
 	t.Helper()
-	k := operation.New(operation.Options{Store: h.State()})
-	New(k, h).Register()
+	k := env.Ops()
+	New(env).Register()
 	ctx := context.Background()
 	op, err := k.Begin(ctx, "web", kind, intent)
 	if err != nil {
@@ -64,7 +83,7 @@ func settle(t *testing.T, h Host, kind operation.Kind, intent any, done ...opera
 // a recorded one keeps them.
 func TestRecoverBackupQEMUGone(t *testing.T) {
 	for _, recorded := range []bool{false, true} {
-		h := &goneHost{store: vmstore.Store{Root: t.TempDir()}}
+		env := newEnv(t)
 		dir := t.TempDir()
 		m := backupchain.New("web", "")
 		in := backupIntent{Dir: dir, Point: m.Next(), Chain: m.Chain,
@@ -79,7 +98,7 @@ func TestRecoverBackupQEMUGone(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		note := settle(t, h, opBackup, in)
+		note := settle(t, env, opBackup, in)
 		if _, err := os.Stat(file); (err == nil) != recorded {
 			t.Errorf("recorded %v: the point's file: %v (%s)", recorded, err, note)
 		}
@@ -91,24 +110,25 @@ func TestRecoverBackupQEMUGone(t *testing.T) {
 // one that had not is taken back (its grants and the file it made).
 func TestRecoverDiskMoveQEMUGone(t *testing.T) {
 	for _, pivoted := range []bool{false, true} {
-		h := &goneHost{store: vmstore.Store{Root: t.TempDir()}}
+		env := newEnv(t)
 		src := spec.Disk{Name: "data", Type: spec.DiskFile, File: "/images/data.qcow2", Format: spec.FormatQcow2}
 		tgt := src
 		tgt.File = filepath.Join(t.TempDir(), "new.qcow2")
 		if err := os.WriteFile(tgt.File, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.store.WriteApplied(&vmstore.Applied{Name: "web"}, []byte("name = \"web\"\n")); err != nil {
+		if err := env.State().WriteApplied(&vmstore.Applied{Name: "web"}, []byte("name = \"web\"\n")); err != nil {
 			t.Fatal(err)
 		}
+		grantUses(t, env, tgt.File)
 		in := moveIntent{Disk: "data", Source: src, Target: tgt, FromFile: true, FileSource: src.File, Created: true,
 			Rules: []string{tgt.File}}
 		var done []operation.Step
 		if pivoted {
 			done = append(done, stepMoveJobComplete)
 		}
-		note := settle(t, h, opDiskMove, in, done...)
-		app, err := h.store.ReadApplied("web")
+		note := settle(t, env, opDiskMove, in, done...)
+		app, err := env.State().ReadApplied("web")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,8 +140,12 @@ func TestRecoverDiskMoveQEMUGone(t *testing.T) {
 		if diff := cmp.Diff(want, app.Moved); diff != "" || (serr == nil) != pivoted {
 			t.Errorf("pivoted %v (%s): moved (-want +got):\n%s target file: %v", pivoted, note, diff, serr)
 		}
-		if !pivoted && !cmp.Equal(h.released, []string{tgt.File}) {
-			t.Errorf("grants released: %q", h.released)
+		uses := []string{tgt.File} // a move recorded on its target keeps its grant
+		if !pivoted {
+			uses = nil
+		}
+		if c, err := env.Confiner().Read("web"); err != nil || !slices.Equal(c.Uses, uses) {
+			t.Errorf("pivoted %v: the grants left: %+v %v", pivoted, c, err)
 		}
 	}
 }

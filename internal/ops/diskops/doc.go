@@ -7,8 +7,8 @@
 // journaled, and its recoverer (registered by Service.Register) finishes
 // or undoes it from QEMU's and systemd's real state when its command died.
 //
-// It does not know a VM's lifecycle: what it needs of the supervisor (the
-// running view, QMP and guest-agent sessions, confinement grants,
-// lifecycle events, the storage tools, stopping a VM and starting one from
-// a memory state) comes through Host, which the supervisor implements.
+// It does not own a VM's lifecycle: it calls down into the environment
+// (internal/machine.Env) for the running view, QMP and guest-agent
+// sessions, confinement grants, lifecycle events, the storage tools, and
+// to stop a VM or start one from a memory state.
 package diskops

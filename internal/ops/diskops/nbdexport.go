@@ -111,7 +111,7 @@ func (s *Service) ExportNBD(ctx context.Context, name string, o ExportOptions) e
 		return err
 	}
 	defer lk.Unlock()
-	v, err := s.h.View(name)
+	v, err := s.env.View(name)
 	if err != nil {
 		return fail(err)
 	}
@@ -156,7 +156,7 @@ type nbdRun struct {
 
 // plan picks the disks, their active nodes and bitmaps.
 func (e *nbdRun) plan(ctx context.Context, v *vmstore.View) error {
-	c, release, err := e.s.h.QMPSession(ctx, e.name)
+	c, release, err := e.s.env.QMPSession(ctx, e.name)
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func (e *nbdRun) steps() []step {
 func (e *nbdRun) addFleece(ctx context.Context) error {
 	for _, d := range e.in.Disks {
 		os.Remove(d.Fleece) // a leftover of a crash
-		if err := e.s.h.Tools().CreateOverlay(ctx, d.Fleece, d.Image, d.Format, d.Virtual); err != nil {
+		if err := e.s.env.Tools().CreateOverlay(ctx, d.Fleece, d.Image, d.Format, d.Virtual); err != nil {
 			return fmt.Errorf("disk %q: %w", d.Disk, err)
 		}
 		f, err := os.OpenFile(d.Fleece, os.O_RDWR|unix.O_CLOEXEC, 0)

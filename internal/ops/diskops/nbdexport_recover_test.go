@@ -38,7 +38,7 @@ func TestDecideExportEnd(t *testing.T) {
 // TestRecoverNBDExportQEMUGone: an export whose vmsup and QEMU died has
 // its socket and fleece overlays removed.
 func TestRecoverNBDExportQEMUGone(t *testing.T) {
-	h := &goneHost{store: newStore(t)}
+	env := newEnv(t)
 	dir := t.TempDir()
 	in := nbdIntent{Socket: filepath.Join(dir, "nbd.sock"), Disks: []nbdDisk{{Disk: "root", Fleece: filepath.Join(dir, "nbd-root.qcow2")}}}
 	for _, f := range []string{in.Socket, in.Disks[0].Fleece} {
@@ -46,7 +46,7 @@ func TestRecoverNBDExportQEMUGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if note := settle(t, h, opNBDExport, in); note != "recovered an interrupted nbd-export: "+nbdRecovered || exists(in.Socket) || exists(in.Disks[0].Fleece) {
+	if note := settle(t, env, opNBDExport, in); note != "recovered an interrupted nbd-export: "+nbdRecovered || exists(in.Socket) || exists(in.Disks[0].Fleece) {
 		t.Errorf("%q; socket left %v, fleece left %v", note, exists(in.Socket), exists(in.Disks[0].Fleece))
 	}
 }

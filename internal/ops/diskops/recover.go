@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/qdev"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/units"
@@ -23,8 +24,8 @@ import (
 
 // The QMP and systemd calls recovery makes to see the VM's state,
 // declared here at their consumer so that tests give stand-ins. A
-// *qmp.Conn is runStates; qemuBlocks makes one a blockState; Host is
-// unitStates.
+// *qmp.Conn is runStates; qemuBlocks makes one a blockState; envUnits
+// makes the environment unitStates.
 
 // runStates reads a QEMU's run state and its migration's (a memory save).
 type runStates interface {
@@ -54,7 +55,7 @@ type unitStates interface {
 var (
 	_ runStates  = (*qmp.Conn)(nil)
 	_ blockState = qemuBlocks{}
-	_ unitStates = Host(nil)
+	_ unitStates = envUnits{}
 )
 
 // qemuBlocks is a monitor's blockState: the raw queries, and the lookups
@@ -72,6 +73,24 @@ func (q qemuBlocks) RootOf(ctx context.Context, node string) (string, string, er
 func (q qemuBlocks) DeviceNode(ctx context.Context, disk string) (string, error) {
 	return qdev.DeviceNode(ctx, q.Conn, disk)
 }
+
+// envUnits is the environment's unitStates: systemd's unit, the QEMU at
+// a socket, the guest's run state.
+type envUnits struct{ env *machine.Env }
+
+func (u envUnits) UnitStatus(ctx context.Context, name string) (units.Status, error) {
+	sd, err := u.env.Systemd(ctx)
+	if err != nil {
+		return units.Status{}, err
+	}
+	return sd.Status(ctx, u.env.State().UnitOf(name))
+}
+
+func (u envUnits) RunState(ctx context.Context, sock string) qmp.RunState {
+	return u.env.RunStateAt(ctx, sock)
+}
+
+func (u envUnits) Running(ctx context.Context, name string) bool { return u.env.Running(ctx, name) }
 
 // qemuSeen is whether recovery reached the VM's QEMU.
 type qemuSeen uint8
@@ -96,7 +115,7 @@ func seeQEMU(err error) qemuSeen {
 // session is the running VM's monitor for a recovery, with what reaching
 // it said: c is nil unless the QEMU answers; release is always callable.
 func (s *Service) session(ctx context.Context, name string) (c *qmp.Conn, seen qemuSeen, release func(), err error) {
-	c, release, err = s.h.QMPSession(ctx, name)
+	c, release, err = s.env.QMPSession(ctx, name)
 	if seen = seeQEMU(err); seen != qemuAnswers {
 		return nil, seen, func() {}, err
 	}

@@ -10,9 +10,7 @@ import (
 	"testing"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
-	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
-	"github.com/vmsup/vmsup/storage"
 	"github.com/vmsup/vmsup/units"
 )
 
@@ -124,44 +122,25 @@ var (
 	unitGone = units.Status{Exists: true, ActiveState: "failed", SubState: "failed"}
 )
 
-// toolHost is goneHost whose storage tools are a stand-in qemu-img that
-// logs its calls (what the recoverers ask of the images).
-type toolHost struct {
-	goneHost
-	dir string
-}
-
-func newToolHost(t *testing.T) *toolHost {
-	h := &toolHost{goneHost: goneHost{store: newStore(t)}, dir: t.TempDir()}
-	script := "#!/bin/sh\necho \"$1 $(eval echo \\${$#})\" >> " + filepath.Join(h.dir, "calls") + "\n"
-	if err := os.WriteFile(filepath.Join(h.dir, "qemu-img"), []byte(script), 0o755); err != nil {
+// toolStandIn puts a stand-in qemu-img first on PATH (the storage tools'
+// default) that logs its calls: what the recoverers ask of the images.
+// It returns them: each call's command and last argument (the image), one
+// a line.
+func toolStandIn(t *testing.T) (calls func() []string) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho \"$1 $(eval echo \\${$#})\" >> " + filepath.Join(dir, "calls") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "qemu-img"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return h
-}
-
-func (h *toolHost) Tools() storage.Tools {
-	return storage.Tools{QemuImg: filepath.Join(h.dir, "qemu-img")}
-}
-
-// toolCalls are the stand-in qemu-img's calls: its command and its last
-// argument (the image), one a line.
-func (h *toolHost) toolCalls(t *testing.T) []string {
-	b, err := os.ReadFile(filepath.Join(h.dir, "calls"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return func() []string {
+		b, err := os.ReadFile(filepath.Join(dir, "calls"))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
-}
-
-// newStore is a state root with VM web's records directory.
-func newStore(t *testing.T) vmstore.Store {
-	st := vmstore.Store{Root: t.TempDir()}
-	if err := os.MkdirAll(st.Paths("web").Records, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return st
 }

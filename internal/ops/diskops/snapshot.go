@@ -89,7 +89,7 @@ func (s *Service) Snapshot(ctx context.Context, name, tag string, o SnapshotOpti
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.h.View(name)
+	v, err := s.env.View(name)
 	stopped := errors.Is(err, vmstore.ErrNotRunning)
 	if err != nil && !stopped {
 		return fail(err)
@@ -127,7 +127,7 @@ func (s *Service) Snapshot(ctx context.Context, name, tag string, o SnapshotOpti
 	}
 	tk := &snapTake{s: s, name: name, in: &in, op: op, opts: o}
 	if !stopped {
-		c, release, err := s.h.QMPSession(ctx, name)
+		c, release, err := s.env.QMPSession(ctx, name)
 		if err != nil {
 			op.End()
 			return fail(err)
@@ -149,7 +149,7 @@ func (s *Service) Snapshot(ctx context.Context, name, tag string, o SnapshotOpti
 		res.Disks = append(res.Disks, d.Name)
 	}
 	res.Memory, res.Quiesced, res.Pause = in.Snap.Memory, in.Snap.Quiesced, tk.pause
-	s.h.Lifecycle(name, "snapshot", map[string]any{"tag": tag, "memory": o.Memory, "pause_ms": tk.pause.Milliseconds()})
+	s.env.Lifecycle(name, "snapshot", map[string]any{"tag": tag, "memory": o.Memory, "pause_ms": tk.pause.Milliseconds()})
 	return res, nil
 }
 
@@ -159,7 +159,7 @@ func (s *Service) SnapshotTree(name string) (*snapshottree.Tree, error) {
 		return nil, vmerr.Wrap(name, err)
 	}
 	if _, err := os.Stat(s.paths(name).Records); err != nil {
-		return nil, s.h.NotFound(name)
+		return nil, s.env.NotFound(name)
 	}
 	t, err := snapshottree.Load(s.paths(name).Snapshots())
 	if err != nil {
@@ -233,10 +233,10 @@ func (s *Service) snapshotDisks(v *vmstore.View) (snapDisks, error) {
 			return out, fmt.Errorf("disk %q is of type %s: snapshots hold image files (qcow2, raw) and RBD images only so far", d.Name, d.Type)
 		}
 		dir := filepath.Dir(d.File)
-		if in, err := s.h.InImageDirs(d.File); err != nil || !in {
+		if in, err := s.env.Confiner().InImageDirs(d.File); err != nil || !in {
 			// A running QEMU can open new files only there (its unit's
 			// mount namespace binds the image directories).
-			dir = s.h.ImageDirs()[0]
+			dir = s.env.Opts().ImageDirs[0]
 		}
 		out.files = append(out.files, snapshottree.Disk{Name: d.Name, Own: snapshottree.Image{Path: d.File, Format: d.Format}, OverlayDir: dir})
 		out.specs = append(out.specs, d)
@@ -286,7 +286,7 @@ func (t *snapTake) createOverlays(ctx context.Context) error {
 		if err := os.MkdirAll(filepath.Dir(l.Overlay.Path), 0o711); err != nil {
 			return err
 		}
-		if err := t.s.h.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, size); err != nil {
+		if err := t.s.env.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, size); err != nil {
 			return fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
 	}
@@ -303,7 +303,7 @@ func (t *snapTake) virtualSize(ctx context.Context, im snapshottree.Image) (int6
 		}
 		return n.Image.VirtualSize, nil
 	}
-	info, err := t.s.h.Tools().Info(ctx, im.Path, im.Format)
+	info, err := t.s.env.Tools().Info(ctx, im.Path, im.Format)
 	return info.VirtualSize, err
 }
 
@@ -341,7 +341,7 @@ func (t *snapTake) addNodes(ctx context.Context) error {
 }
 
 func (t *snapTake) addOverlay(ctx context.Context, d spec.Disk, l snapshottree.Layer) error {
-	o, err := t.s.h.OpenDisk(ctx, spec.Disk{Name: l.Disk, Type: spec.DiskFile, File: l.Overlay.Path, Format: spec.FormatQcow2})
+	o, err := t.s.env.Places().OpenDisk(ctx, spec.Disk{Name: l.Disk, Type: spec.DiskFile, File: l.Overlay.Path, Format: spec.FormatQcow2})
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func (s *Service) merge(ctx context.Context, name string, c *qmp.Conn, op *opera
 		if r == open || !exists(r) {
 			continue
 		}
-		if err := s.h.Tools().Rebase(ctx, r, m.Into.Path, m.Into.Format); err != nil {
+		if err := s.env.Tools().Rebase(ctx, r, m.Into.Path, m.Into.Format); err != nil {
 			return err
 		}
 	}
@@ -204,7 +204,7 @@ func (s *Service) mergeOffline(ctx context.Context, name string, op *operation.O
 	if decideMerge(seen) != mergeCommitOffline {
 		return nil // From is stale or gone: Into has it all
 	}
-	return s.h.Tools().Commit(ctx, m.From.Path)
+	return s.env.Tools().Commit(ctx, m.From.Path)
 }
 
 // commitCompleted reads the VM's QEMU events since an operation began for
@@ -214,7 +214,7 @@ func (s *Service) commitCompleted(name, id string, since time.Time) (bool, error
 	if err != nil {
 		return false, err
 	}
-	if app, err := s.h.State().ReadApplied(name); err == nil && app.EventLog != "" {
+	if app, err := s.env.State().ReadApplied(name); err == nil && app.EventLog != "" {
 		live, _ := eventlog.QEMUEvents(app.EventLog+".out", name) // not archived yet
 		recs = append(recs, live...)
 	}
@@ -281,7 +281,7 @@ func (s *Service) confineInto(ctx context.Context, name string, c *qmp.Conn, nod
 	if fd, err := qdev.OnDescriptor(ctx, c, node); err != nil || fd {
 		return err
 	}
-	return s.h.ConfinePaths(ctx, name, units.PathRule{Path: path, Mode: "rwk"})
+	return s.env.ConfinePaths(ctx, name, units.PathRule{Path: path, Mode: "rwk"})
 }
 
 // closeMerged closes merged image path's node and takes back its fd set.

@@ -110,17 +110,16 @@ func TestMergeOffline(t *testing.T) {
 		{"From gone", false, true, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newToolHost(t)
+			env, calls := newEnv(t), toolStandIn(t)
 			from := filepath.Join(t.TempDir(), "root-s1.qcow2")
 			if c.from {
 				if err := os.WriteFile(from, nil, 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
-			k := operation.New(operation.Options{Store: h.store})
-			s := New(k, h)
+			s := New(env)
 			s.Register()
-			op, err := k.Begin(context.Background(), "web", opSnapshotRemove, snapRmIntent{Tag: "s1"})
+			op, err := env.Ops().Begin(context.Background(), "web", opSnapshotRemove, snapRmIntent{Tag: "s1"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +130,7 @@ func TestMergeOffline(t *testing.T) {
 			if c.completed != "" {
 				ev := eventlog.Record{Time: time.Now().UTC().Add(time.Second), VM: "web", Source: eventlog.SourceQEMU,
 					Event: "BLOCK_JOB_COMPLETED", Data: json.RawMessage(`{"device":"` + c.completed + `","type":"commit"}`)}
-				if err := eventlog.Append(h.store.Paths("web").EventHistory(), ev); err != nil {
+				if err := eventlog.Append(env.Paths("web").EventHistory(), ev); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -143,7 +142,7 @@ func TestMergeOffline(t *testing.T) {
 			if c.commit {
 				want = []string{"commit " + from}
 			}
-			if got := h.toolCalls(t); !slices.Equal(got, want) {
+			if got := calls(); !slices.Equal(got, want) {
 				t.Errorf("qemu-img was called %q, want %q", got, want)
 			}
 		})
@@ -155,7 +154,7 @@ func TestMergeOffline(t *testing.T) {
 // only has the tree and the merged files finished.
 func TestRecoverSnapshotRemoveQEMUGone(t *testing.T) {
 	for _, merged := range []bool{false, true} {
-		h := newToolHost(t)
+		env, calls := newEnv(t), toolStandIn(t)
 		dir := t.TempDir()
 		over := snapshottree.Image{Path: filepath.Join(dir, "root-s1.qcow2"), Format: "qcow2"}
 		if err := os.WriteFile(over.Path, nil, 0o600); err != nil {
@@ -163,7 +162,7 @@ func TestRecoverSnapshotRemoveQEMUGone(t *testing.T) {
 		}
 		tree := &snapshottree.Tree{}
 		tree.Taken(snapshottree.Snapshot{Tag: "s1"}, []snapshottree.Layer{{Disk: "root", Base: snapshottree.Image{Path: "/img/root.qcow2"}, Overlay: over}})
-		if err := tree.Save(h.store.Paths("web").Snapshots()); err != nil {
+		if err := tree.Save(env.Paths("web").Snapshots()); err != nil {
 			t.Fatal(err)
 		}
 		in := snapRmIntent{Tag: "s1", Merges: []snapshottree.Merge{{Disk: "root", Into: snapshottree.Image{Path: "/img/root.qcow2"}, From: &over, Drop: over.Path}}}
@@ -171,8 +170,8 @@ func TestRecoverSnapshotRemoveQEMUGone(t *testing.T) {
 		if merged {
 			done = append(done, stepMerged("root"))
 		}
-		note := settle(t, h, opSnapshotRemove, in, done...)
-		tree, err := snapshottree.Load(h.store.Paths("web").Snapshots())
+		note := settle(t, env, opSnapshotRemove, in, done...)
+		tree, err := snapshottree.Load(env.Paths("web").Snapshots())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +182,7 @@ func TestRecoverSnapshotRemoveQEMUGone(t *testing.T) {
 		if note != `recovered an interrupted snapshot-rm: removed snapshot "s1"` || tree.Find("s1") != nil || exists(over.Path) {
 			t.Errorf("merged %v: %q, tree %+v, From left %v", merged, note, tree, exists(over.Path))
 		}
-		if got := h.toolCalls(t); !slices.Equal(got, want) {
+		if got := calls(); !slices.Equal(got, want) {
 			t.Errorf("merged %v: qemu-img %q, want %q", merged, got, want)
 		}
 	}

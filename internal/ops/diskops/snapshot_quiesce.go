@@ -59,7 +59,7 @@ func (s *Service) quiesce(ctx context.Context, c *qmp.Conn, name string, op *ope
 	if !c.FrontendOpen(actx, qemuargs.AgentChardevID) {
 		return q
 	}
-	a, done, err := s.h.AgentSession(actx, name)
+	a, done, err := s.env.AgentSession(actx, name)
 	if err != nil {
 		q.How = fmt.Sprintf("crash-consistent (guest agent: %v)", err)
 		return q
@@ -110,7 +110,7 @@ func (s *Service) thawGuest(ctx context.Context, name string, c *qmp.Conn) error
 	if !c.FrontendOpen(actx, qemuargs.AgentChardevID) {
 		return nil
 	}
-	a, done, err := s.h.AgentSession(actx, name)
+	a, done, err := s.env.AgentSession(actx, name)
 	if err != nil {
 		return err
 	}

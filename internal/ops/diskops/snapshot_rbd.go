@@ -47,9 +47,9 @@ func (t *snapTake) transaction(ctx context.Context, actions []qmp.TransactionAct
 // createRBD makes the RBD snapshots; on failure none is left.
 func (t *snapTake) createRBD(ctx context.Context) error {
 	for i, d := range t.in.RBD {
-		if err := t.s.h.Tools().RBDSnap(ctx, d, "create", snapshottree.RBDSnapName(t.in.Tag)); err != nil {
+		if err := t.s.env.Tools().RBDSnap(ctx, d, "create", snapshottree.RBDSnapName(t.in.Tag)); err != nil {
 			for _, m := range t.in.RBD[:i] {
-				_ = t.s.h.Tools().RBDSnap(context.WithoutCancel(ctx), m, "rm", snapshottree.RBDSnapName(t.in.Tag))
+				_ = t.s.env.Tools().RBDSnap(context.WithoutCancel(ctx), m, "rm", snapshottree.RBDSnapName(t.in.Tag))
 			}
 			return fmt.Errorf("disk %q: %w", d.Name, err)
 		}
@@ -62,8 +62,8 @@ func (t *snapTake) removeRBD(ctx context.Context) { t.s.removeRBDSnaps(ctx, *t.i
 // removeRBDSnaps removes a snapshot's RBD snapshots (those that exist).
 func (s *Service) removeRBDSnaps(ctx context.Context, in snapIntent) {
 	for _, d := range in.RBD {
-		if err := s.h.Tools().RBDSnap(ctx, d, "rm", snapshottree.RBDSnapName(in.Tag)); err != nil {
-			s.h.Logger().Warn("rbd snapshot left", "disk", d.Name, "err", err)
+		if err := s.env.Tools().RBDSnap(ctx, d, "rm", snapshottree.RBDSnapName(in.Tag)); err != nil {
+			s.env.Opts().Logger.Warn("rbd snapshot left", "disk", d.Name, "err", err)
 		}
 	}
 }

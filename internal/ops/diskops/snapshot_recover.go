@@ -145,7 +145,7 @@ func (s *Service) recoverSnapshot(ctx context.Context, name string, op *operatio
 		gerr = errors.Join(s.recordTaken(name, in), gerr)
 	case snapDrop:
 		delOverlayNodes(ctx, c, in.Layers)
-		_ = s.h.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
+		_ = s.env.ReleasePaths(ctx, name, rulePaths(overlayRules(in.Layers))...)
 		fallthrough
 	case snapUnmade, snapRBDUnmade:
 		removeLayerFiles(in.Layers)

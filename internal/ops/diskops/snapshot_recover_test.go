@@ -281,7 +281,7 @@ func TestRecoverSnapshotQEMUGone(t *testing.T) {
 	for n := range len(snapMemorySteps) + 1 {
 		for _, made := range []bool{false, true} {
 			done := snapMemorySteps[:n]
-			h := &goneHost{store: newStore(t)}
+			env := newEnv(t)
 			dir := t.TempDir()
 			in := snapIntent{Tag: "s1", Live: true, Paused: true, Layers: []snapshottree.Layer{{Disk: "root",
 				Base: snapshottree.Image{Path: "/img/root.qcow2"}, Overlay: snapshottree.Image{Path: filepath.Join(dir, "root-s1.qcow2")}}},
@@ -294,8 +294,8 @@ func TestRecoverSnapshotQEMUGone(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			note := settle(t, h, opSnapshot, in, done...)
-			tree, err := snapshottree.Load(h.store.Paths("web").Snapshots())
+			note := settle(t, env, opSnapshot, in, done...)
+			tree, err := snapshottree.Load(env.Paths("web").Snapshots())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -51,7 +51,7 @@ func (s *Service) RemoveSnapshot(ctx context.Context, name, tag string, progress
 	}
 	in := snapRmIntent{Tag: tag, Merges: merges, Memory: snap.Memory}
 	if len(snap.RBD) > 0 {
-		v, err := s.h.View(name)
+		v, err := s.env.View(name)
 		if err != nil && !errors.Is(err, vmstore.ErrNotRunning) {
 			return fail(err)
 		}
@@ -73,7 +73,7 @@ func (s *Service) RemoveSnapshot(ctx context.Context, name, tag string, progress
 		return fail(err) // the journal stays: the next command finishes it
 	}
 	op.End()
-	s.h.Lifecycle(name, "snapshot-rm", map[string]any{"tag": tag})
+	s.env.Lifecycle(name, "snapshot-rm", map[string]any{"tag": tag})
 	return nil
 }
 
@@ -111,7 +111,7 @@ func (s *Service) finishRemove(ctx context.Context, name string, op *operation.O
 			op.Step(stepMerged(m.Disk))
 		}
 		for _, d := range in.RBD {
-			if err := s.h.Tools().RBDSnap(ctx, d, "rm", snapshottree.RBDSnapName(in.Tag)); err != nil {
+			if err := s.env.Tools().RBDSnap(ctx, d, "rm", snapshottree.RBDSnapName(in.Tag)); err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}
 		}

@@ -65,7 +65,7 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 		return res, err
 	}
 	defer lk.Unlock()
-	v, err := s.h.View(name)
+	v, err := s.env.View(name)
 	running := err == nil
 	if err != nil && !errors.Is(err, vmstore.ErrNotRunning) {
 		return fail(err)
@@ -112,7 +112,7 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 		// Journaled before the stop: a QEMU told to quit goes on quitting
 		// after a kill, so recovery must not take it for never stopped.
 		op.Step(stepRevertStopping)
-		if err := s.h.Stop(ctx, name); err != nil {
+		if err := s.env.StopHeld(ctx, name); err != nil {
 			op.End()
 			return fail(fmt.Errorf("stop: %w", err))
 		}
@@ -130,7 +130,7 @@ func (s *Service) RevertSnapshot(ctx context.Context, name, tag string, force bo
 	}
 	op.End()
 	res.Duration = time.Since(start)
-	s.h.Lifecycle(name, "snapshot-revert", map[string]any{"tag": tag, "restored": res.Restored})
+	s.env.Lifecycle(name, "snapshot-revert", map[string]any{"tag": tag, "restored": res.Restored})
 	return res, nil
 }
 
@@ -144,7 +144,7 @@ func (s *Service) finishRevert(ctx context.Context, name string, op *operation.O
 	}
 	if !op.Has(stepRevertRecord) {
 		for _, d := range in.RBD { // again after a kill: a rollback is idempotent
-			if err := s.h.Tools().RBDSnap(ctx, d, "rollback", snapshottree.RBDSnapName(in.Tag)); err != nil {
+			if err := s.env.Tools().RBDSnap(ctx, d, "rollback", snapshottree.RBDSnapName(in.Tag)); err != nil {
 				return fmt.Errorf("disk %q: %w", d.Name, err)
 			}
 		}
@@ -169,11 +169,11 @@ func (s *Service) finishRevert(ctx context.Context, name string, op *operation.O
 	if !in.Start {
 		return nil
 	}
-	f, err := s.h.AppliedFile(name)
+	f, err := s.env.AppliedFile(name)
 	if err != nil {
 		return err
 	}
-	if err := s.h.StartRestored(ctx, f, op, in.Memory); err != nil {
+	if _, err := s.env.StartRestored(ctx, f, op, in.Memory); err != nil {
 		// Tried again, it would fail again (a state QEMU cannot load): the
 		// revert gives up with the VM off on the snapshot's disks.
 		return &revertGaveUp{tag: in.Tag, memory: in.Memory != "", err: err}
@@ -213,11 +213,11 @@ func (s *Service) checkMemoryRevert(name string, snap *snapshottree.Snapshot, ap
 		saved, _ = StateMachine(snap.Memory) // unreadable: QEMU says why at the start
 	}
 	if saved != "" {
-		f, err := s.h.AppliedFile(name)
+		f, err := s.env.AppliedFile(name)
 		if err != nil {
 			return err
 		}
-		now, err := s.h.PinnedMachine(f)
+		now, err := s.env.PinnedMachine(f)
 		if err != nil {
 			return err
 		}
@@ -241,11 +241,11 @@ func (s *Service) revertOverlays(ctx context.Context, in *revertIntent) error {
 		if exists(l.Overlay.Path) {
 			continue
 		}
-		info, err := s.h.Tools().Info(ctx, l.Base.Path, l.Base.Format)
+		info, err := s.env.Tools().Info(ctx, l.Base.Path, l.Base.Format)
 		if err != nil {
 			return fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
-		if err := s.h.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize); err != nil {
+		if err := s.env.Tools().CreateOverlay(ctx, l.Overlay.Path, l.Base.Path, l.Base.Format, info.VirtualSize); err != nil {
 			return fmt.Errorf("disk %q: %w", l.Disk, err)
 		}
 	}

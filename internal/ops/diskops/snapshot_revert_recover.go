@@ -119,12 +119,12 @@ func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.
 	if op.Has(stepRevertStopping) && !op.Has(stepRevertStopped) {
 		// Its stop had begun (QEMU may still be quitting): it is finished,
 		// and so is the revert.
-		if err := s.h.Stop(ctx, name); err != nil {
+		if err := s.env.StopHeld(ctx, name); err != nil {
 			return "", fmt.Errorf("stop: %w", err)
 		}
 		op.Step(stepRevertStopped)
 	}
-	seen, err := s.seeRevert(ctx, s.h, name, in, op.Has)
+	seen, err := s.seeRevert(ctx, envUnits{s.env}, name, in, op.Has)
 	if err != nil {
 		return "", err
 	}
@@ -140,7 +140,7 @@ func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.
 		}
 		in.Start = false
 	case revertRestart:
-		if err := s.h.KillUnit(ctx, name); err != nil {
+		if err := s.env.KillUnit(ctx, name); err != nil {
 			return "", err
 		}
 		in.Start = true
@@ -160,7 +160,7 @@ func (s *Service) recoverRevert(ctx context.Context, name string, op *operation.
 
 // resume resumes the VM's guest.
 func (s *Service) resume(ctx context.Context, name string) error {
-	c, release, err := s.h.QMPSession(ctx, name)
+	c, release, err := s.env.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}

@@ -75,11 +75,11 @@ func TestDecideRevert(t *testing.T) {
 // TestSeeRevert: systemd says whether the VM runs; only then are the tree
 // and (for a start from memory) the QEMU's run state looked at.
 func TestSeeRevert(t *testing.T) {
-	h := &goneHost{store: newStore(t)}
-	s := New(operation.New(operation.Options{Store: h.store}), h)
+	env := newEnv(t)
+	s := New(env)
 	in := revertIntent{Tag: "s1", Layers: []snapshottree.Layer{{Disk: "root", Overlay: snapshottree.Image{Path: "/img/root-r1.qcow2"}}}, Memory: "/state/s1"}
 	tree := &snapshottree.Tree{Current: "s1", Active: map[string]snapshottree.Image{"root": {Path: "/img/root-r1.qcow2"}}}
-	if err := tree.Save(h.store.Paths("web").Snapshots()); err != nil {
+	if err := tree.Save(env.Paths("web").Snapshots()); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -100,7 +100,8 @@ func TestSeeRevert(t *testing.T) {
 		}
 	}
 	in.Layers[0].Overlay.Path = "/img/root-r2.qcow2" // the tree has another revert
-	seen, _ := s.seeRevert(ctx, &standIn{unit: unitUp}, "web", in, journal(revertSteps[:3]...))
+	// Its QEMU answers: one that does not is waited for (30 s x load).
+	seen, _ := s.seeRevert(ctx, &standIn{unit: unitUp, run: qmp.RunPaused}, "web", in, journal(revertSteps[:3]...))
 	if decideRevert(seen) != revertRaced {
 		t.Errorf("another revert recorded: %+v", seen)
 	}

@@ -212,13 +212,3 @@ func (t *snapTake) saveMemory(ctx context.Context) error {
 	}
 	return f.Sync()
 }
-
-// LoadState reads a memory state file (a snapshot's) into a QEMU started
-// with -incoming defer: the file goes to QEMU as a descriptor (the
-// confined QEMU has no path to it). The guest stays paused after it.
-func LoadState(ctx context.Context, c *qmp.Conn, f *os.File) error {
-	if err := memstate.Load(ctx, c, f); err != nil {
-		return fmt.Errorf("read the memory state: %w", err)
-	}
-	return nil
-}

@@ -46,8 +46,10 @@ type config struct {
 	memVMs    int
 	qmpCalls  int
 	migReps   int
-	only      map[string]bool
-	compare   string
+	// migDiskReps: moves of each way in the migrate-disk section.
+	migDiskReps int
+	only        map[string]bool
+	compare     string
 }
 
 func main() {
@@ -63,8 +65,9 @@ func main() {
 	flag.IntVar(&c.memVMs, "mem-vms", 10, "VMs running while memory is measured")
 	flag.IntVar(&c.qmpCalls, "qmp-calls", 200, "QMP calls per client per round")
 	flag.IntVar(&c.migReps, "mig-reps", 5, "local migrations of each kind per guest size (at least 3)")
+	flag.IntVar(&c.migDiskReps, "mig-disk-reps", 3, "moves of a VM with a 1 GiB local disk to another host, each way")
 	flag.StringVar(&c.compare, "compare", "", "an earlier run's .json: its medians are shown beside this run's")
-	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape,snapshot,fleet,migrate); default all")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run (start,boot,memory,scale,qmp,scrape,snapshot,fleet,migrate,migrate-disk); default all")
 	var fleetChildDir, fleetOut string
 	flag.StringVar(&fleetChildDir, "fleet-child", "", "(internal) run the fleet section here, in this process's network namespace")
 	flag.StringVar(&fleetOut, "fleet-out", "", "(internal) where the fleet child writes its rows")
@@ -266,6 +269,7 @@ func (f *fixture) runSections(ctx context.Context, began time.Time) error {
 		{"snapshot", f.snapshots},
 		{"fleet", f.fleetSection},
 		{"migrate", f.migrateLocal},
+		{"migrate-disk", f.migrateDisk},
 	}
 	name := time.Now().UTC().Format("2006-01-02T1504Z")
 	for _, s := range sections {

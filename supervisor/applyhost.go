@@ -2,17 +2,13 @@ package supervisor
 
 import (
 	"context"
-	"time"
 
 	"github.com/vmsup/vmsup/internal/ops/apply"
-	"github.com/vmsup/vmsup/internal/vm/vmstore"
-	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/units"
 )
 
-// Plan, apply and live resizes live in internal/ops/apply; here are its Host
-// (applyHost) and the public API, one line each.
+// Plan, apply and live resizes live in internal/ops/apply; here is the
+// public API, one line each.
 
 // PlanResult is what Plan found for one VM.
 type PlanResult = apply.PlanResult
@@ -65,80 +61,4 @@ func (s *Supervisor) Resize(ctx context.Context, name string, o ResizeOptions) (
 }
 
 // applier is plan and apply on this supervisor's VMs.
-func (s *Supervisor) applier() *apply.Applier { return apply.New(s.env.Ops(), applyHost{s}) }
-
-// SetNICFilters is the hook of apply's live filter changes (vmnet.SetFilters).
-func (h applyHost) SetNICFilters(ctx context.Context, name string, vm *spec.VM) error {
-	return h.s.env.Net().SetFilters(ctx, name, vm)
-}
-
-// applyHost is the supervisor as internal/ops/apply's Host.
-type applyHost struct{ s *Supervisor }
-
-var _ apply.Host = applyHost{}
-
-func (h applyHost) State() vmstore.Store                  { return h.s.env.State() }
-func (h applyHost) View(vm string) (*vmstore.View, error) { return h.s.env.View(vm) }
-func (h applyHost) Validate(ctx context.Context, f *spec.File) error {
-	return h.s.ValidateContext(ctx, f)
-}
-func (h applyHost) CheckOwner(f *spec.File, adopt bool) error     { return h.s.env.CheckOwner(f, adopt) }
-func (h applyHost) Adopt(ctx context.Context, f *spec.File) error { return h.s.env.Adopt(ctx, f) }
-func (h applyHost) ImageDirs() []string                           { return h.s.env.Opts().ImageDirs }
-func (h applyHost) Unreachable(paths ...string) string            { return h.s.env.Unreachable(paths...) }
-func (h applyHost) Reachable(paths ...string) error               { return h.s.env.Reachable(paths...) }
-func (h applyHost) AppliedSpec(vm string) (*spec.File, error)     { return h.s.AppliedSpec(vm) }
-func (h applyHost) Disable(ctx context.Context, vm string) error  { return h.s.Disable(ctx, vm) }
-func (h applyHost) UnplugTimeout() time.Duration                  { return h.s.env.Opts().UnplugTimeout }
-func (h applyHost) TapRefusal(vm string) string                   { return h.s.hotplug().TapRefusal(vm) }
-func (h applyHost) Lifecycle(vm, event string, data any)          { h.s.env.Lifecycle(vm, event, data) }
-
-func (h applyHost) QMPSession(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
-	return h.s.env.QMPSession(ctx, vm)
-}
-func (h applyHost) AgentSession(ctx context.Context, vm string) (*qmp.Agent, func(), error) {
-	return h.s.env.AgentSession(ctx, vm)
-}
-
-// The hot-plugs of the VM's file (fromFile: recorded in the record's spec,
-// not as attached by hand).
-func (h applyHost) AttachDisk(ctx context.Context, vm string, d spec.Disk) error {
-	_, err := h.s.hotplug().AttachDisk(ctx, vm, d, true)
-	return err
-}
-func (h applyHost) DetachDisk(ctx context.Context, vm, disk string) error {
-	return h.s.hotplug().DetachDisk(ctx, vm, disk, true)
-}
-func (h applyHost) AttachNIC(ctx context.Context, vm string, n spec.NIC) error {
-	_, err := h.s.hotplug().AttachNIC(ctx, vm, n, true)
-	return err
-}
-func (h applyHost) DetachNIC(ctx context.Context, vm, nic string) error {
-	return h.s.hotplug().DetachNIC(ctx, vm, nic, true)
-}
-
-func (h applyHost) Restart(ctx context.Context, f *spec.File, waiting GateWaiting) (bool, error) {
-	r, err := h.s.RestartWith(ctx, f, RestartOptions{Waiting: waiting})
-	return r.Action == Restarted, err
-}
-
-func (h applyHost) Enable(ctx context.Context, f *spec.File) error {
-	_, err := h.s.Enable(ctx, f)
-	return err
-}
-
-func (h applyHost) ConfinePaths(ctx context.Context, vm string, rules ...units.PathRule) error {
-	return h.s.ConfinePaths(ctx, vm, rules...)
-}
-
-func (h applyHost) ReleasePaths(ctx context.Context, vm string, paths ...string) error {
-	return h.s.ReleasePaths(ctx, vm, paths...)
-}
-
-func (h applyHost) SetUnitLimits(ctx context.Context, vm string, l units.Limits) error {
-	sd, err := h.s.env.Systemd(ctx)
-	if err != nil {
-		return err
-	}
-	return sd.SetLimits(ctx, h.s.env.State().UnitOf(vm), l)
-}
+func (s *Supervisor) applier() *apply.Applier { return apply.New(s.env) }

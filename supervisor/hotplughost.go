@@ -2,23 +2,14 @@ package supervisor
 
 import (
 	"context"
-	"log/slog"
-	"time"
 
-	"github.com/vmsup/vmsup/internal/host/vfio"
-	"github.com/vmsup/vmsup/internal/lifecycle/confine"
-	"github.com/vmsup/vmsup/internal/net/nics"
 	"github.com/vmsup/vmsup/internal/ops/hotplug"
-	"github.com/vmsup/vmsup/internal/vm/vmstore"
-	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/storage"
-	"github.com/vmsup/vmsup/units"
 )
 
 // Hot-plugging disks, NICs and host devices lives in internal/ops/hotplug: one
 // attach, one detach and one recovery for every kind of device. These are
-// the supervisor's API onto it and what it needs of the supervisor.
+// the supervisor's API onto it.
 
 // AttachResult reports a hot-plugged disk.
 type AttachResult = hotplug.AttachResult
@@ -74,52 +65,5 @@ func (s *Supervisor) DetachHostDev(ctx context.Context, name, which string) erro
 	return s.hotplug().DetachHostDev(ctx, name, which)
 }
 
-// hotplug is the hot-plug engine on this supervisor's operation kernel.
-func (s *Supervisor) hotplug() *hotplug.Engine { return hotplug.New(s.env.Ops(), hotplugHost{s}) }
-
-// hotplugHost is the supervisor as internal/ops/hotplug's Host.
-type hotplugHost struct{ s *Supervisor }
-
-var _ hotplug.Host = hotplugHost{}
-
-func (h hotplugHost) State() vmstore.Store                  { return h.s.env.State() }
-func (h hotplugHost) View(vm string) (*vmstore.View, error) { return h.s.env.View(vm) }
-func (h hotplugHost) Confinement(vm string) (*confine.Record, error) {
-	return h.s.env.Confiner().Read(vm)
-}
-func (h hotplugHost) CheckPath(key, path string) error { return h.s.CheckPath(key, path) }
-func (h hotplugHost) Reachable(paths ...string) error  { return h.s.env.Reachable(paths...) }
-func (h hotplugHost) Tools() storage.Tools             { return h.s.env.Tools() }
-func (h hotplugHost) Net() *nics.Manager               { return h.s.env.Net() }
-func (h hotplugHost) VFIO() vfio.Host                  { return h.s.env.VFIO() }
-func (h hotplugHost) QEMUPID(vm string) int            { return vmstore.QEMUPID(vm, h.s.env.Paths(vm).QMP) }
-func (h hotplugHost) UnplugTimeout() time.Duration     { return h.s.env.Opts().UnplugTimeout }
-func (h hotplugHost) Logger() *slog.Logger             { return h.s.env.Opts().Logger }
-
-func (h hotplugHost) QMP(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
-	return h.s.env.QMPSession(ctx, vm)
-}
-
-func (h hotplugHost) ConfinePaths(ctx context.Context, vm string, rules ...units.PathRule) error {
-	return h.s.ConfinePaths(ctx, vm, rules...)
-}
-
-func (h hotplugHost) ReleasePaths(ctx context.Context, vm string, paths ...string) error {
-	return h.s.ReleasePaths(ctx, vm, paths...)
-}
-
-func (h hotplugHost) CheckDiskPaths(ctx context.Context, d spec.Disk) error {
-	return h.s.env.CheckDiskPaths(ctx, d)
-}
-
-func (h hotplugHost) OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error) {
-	return h.s.env.Places().OpenDisk(ctx, d)
-}
-
-func (h hotplugHost) TapOwner(ctx context.Context, vm string) (nics.Owner, error) {
-	return h.s.env.TapOwner(ctx, vm)
-}
-
-func (h hotplugHost) Systemd(ctx context.Context) (*units.Manager, error) {
-	return h.s.env.Systemd(ctx)
-}
+// hotplug is the hot-plug engine on this supervisor's VMs.
+func (s *Supervisor) hotplug() *hotplug.Engine { return hotplug.New(s.env) }

@@ -84,7 +84,7 @@ func (a *Applier) Apply(ctx context.Context, f *spec.File, o Options) (Result, e
 		return res, vmerr.Wrap(name, fmt.Errorf("%s cannot be applied, nothing was changed: %s", f.Path, strings.Join(lines, "; ")))
 	}
 	if o.Adopt {
-		if err := a.h.Adopt(ctx, f); err != nil {
+		if err := a.env.Adopt(ctx, f); err != nil {
 			return res, err
 		}
 	}
@@ -99,7 +99,7 @@ func (a *Applier) Apply(ctx context.Context, f *spec.File, o Options) (Result, e
 	}
 	res.Note = joinNotes(notes...)
 	if len(res.Applied) > 0 {
-		a.h.Lifecycle(name, EventApplied, map[string]any{"file": absPath(f.Path), "applied": fieldsOf(res.Applied)})
+		a.env.Lifecycle(name, EventApplied, map[string]any{"file": absPath(f.Path), "applied": fieldsOf(res.Applied)})
 	}
 	rest := slices.DeleteFunc(slices.Clone(pr.Changes), func(c plan.Change) bool { return c.Class == plan.Live })
 	if len(rest) == 0 {
@@ -134,7 +134,7 @@ func (a *Applier) leave(ctx context.Context, f *spec.File, rest []plan.Change, o
 	res.Pending = rest
 	switch deferralOf(rest, o) {
 	case deferRestart:
-		restarted, err := a.h.Restart(ctx, f, o.Waiting)
+		restarted, err := a.restart(ctx, f, o.Waiting)
 		res.Restarted = err == nil && restarted
 		if err != nil {
 			return res, err
@@ -173,13 +173,13 @@ func (a *Applier) applyLive(ctx context.Context, f *spec.File, c plan.Change) (n
 	name, vm := f.VM.Name, &f.VM
 	switch c.Kind {
 	case plan.DiskAdd:
-		err = a.h.AttachDisk(ctx, name, *findDisk(vm, c.Name))
+		_, err = a.hotplug().AttachDisk(ctx, name, *findDisk(vm, c.Name), true)
 	case plan.DiskRemove:
-		err = a.h.DetachDisk(ctx, name, c.Name)
+		err = a.hotplug().DetachDisk(ctx, name, c.Name, true)
 	case plan.NICAdd:
-		err = a.h.AttachNIC(ctx, name, *findNIC(vm, c.Name))
+		_, err = a.hotplug().AttachNIC(ctx, name, *findNIC(vm, c.Name), true)
 	case plan.NICRemove:
-		err = a.h.DetachNIC(ctx, name, c.Name)
+		err = a.hotplug().DetachNIC(ctx, name, c.Name, true)
 	case plan.CPUs:
 		_, note, err = a.resize(ctx, name, ResizeOptions{CPUs: vm.CPUs})
 	case plan.Memory:
@@ -200,7 +200,7 @@ func (a *Applier) recordInSync(ctx context.Context, f *spec.File) error {
 		return err
 	}
 	defer lk.Unlock()
-	st := a.h.State()
+	st := a.state()
 	app, err := st.ReadApplied(name)
 	if err != nil {
 		return vmerr.Wrap(name, err)
@@ -226,7 +226,7 @@ func (a *Applier) writePending(f *spec.File, rest []plan.Change, atReboot bool) 
 	for _, c := range rest {
 		pd.Changes = append(pd.Changes, c.String())
 	}
-	if err := a.h.State().WritePending(f.VM.Name, pd); err != nil {
+	if err := a.state().WritePending(f.VM.Name, pd); err != nil {
 		return vmerr.Wrap(f.VM.Name, fmt.Errorf("record the pending changes: %w", err))
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/ops/plan"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
@@ -20,8 +21,9 @@ import (
 )
 
 // The recoveries of apply's own operations (a setting's change, a resize)
-// and what apply does with the changes it cannot make live, on a state
-// root in a temporary directory and a stand-in host and QEMU: no VM.
+// and what apply does with the changes it cannot make live, on a real
+// environment (machine.Env) on a state root in a temporary directory, a
+// stand-in unit and QEMU: no VM.
 
 const testVM = "web"
 
@@ -40,14 +42,20 @@ type world struct {
 }
 
 func newWorld(t *testing.T, vm *spec.VM) *world {
-	w := &world{t: t, store: vmstore.Store{Root: t.TempDir()}}
-	w.k = operation.New(operation.Options{Store: w.store})
-	w.a = New(w.k, &fakeHost{w: w})
+	env, err := machine.New(machine.Options{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, store: env.State(), k: env.Ops(), a: New(env)}
+	w.a.unit = fakeUnit{w}
 	w.a.actual = func(context.Context, *qmp.Conn) (int, spec.Size, error) { return w.cpus, w.mem, w.qmpErr }
 	w.a.Register()
 	vm.Name = testVM
 	vm.FillDefaults()
-	if err := w.store.WriteApplied(&vmstore.Applied{Name: testVM, Spec: vmstore.Canonical(vm)}, []byte("name = \"web\"\n")); err != nil {
+	app := &vmstore.Applied{Name: testVM, SourceFile: "/etc/vmsup/web.toml", Spec: vmstore.Canonical(vm)}
+	// The file it started from, as AppliedSpec reads it back (autostart).
+	raw := "name = \"web\"\nmemory = \"1G\"\n\n[boot]\nkernel = \"/boot/vmlinuz\"\n"
+	if err := w.store.WriteApplied(app, []byte(raw)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(w.store.Paths(testVM).Dir, 0o755); err != nil {
@@ -112,50 +120,34 @@ func (w *world) settle() (note string, pending bool, err error) {
 	return strings.TrimPrefix(note, "recovered an interrupted "), o != nil, err
 }
 
-type fakeHost struct {
-	Host // what the tests do not give panics
-	w    *world
-}
+// fakeUnit is the stand-in VM's unit and QEMU: what was asked of the unit
+// is logged; QEMU's monitor is there while it runs.
+type fakeUnit struct{ w *world }
 
-func (h *fakeHost) State() vmstore.Store { return h.w.store }
-
-// TapRefusal: the fake VM was started with its taps (none refused).
-func (h *fakeHost) TapRefusal(string) string { return "" }
-
-func (h *fakeHost) View(vm string) (*vmstore.View, error) {
-	v, err := h.w.store.View(vm)
-	if err == nil && !v.Running {
-		return v, vmstore.ErrNotRunning
-	}
-	return v, err
-}
-
-func (h *fakeHost) QMPSession(context.Context, string) (*qmp.Conn, func(), error) {
-	if _, err := os.Stat(h.w.store.Paths(testVM).QMP); err != nil {
+func (u fakeUnit) QMPSession(context.Context, string) (*qmp.Conn, func(), error) {
+	if _, err := os.Stat(u.w.store.Paths(testVM).QMP); err != nil {
 		return nil, nil, vmstore.ErrNotRunning
 	}
-	if h.w.qmpErr != nil {
-		return nil, nil, h.w.qmpErr
+	if u.w.qmpErr != nil {
+		return nil, nil, u.w.qmpErr
 	}
 	return new(qmp.Conn), func() {}, nil
 }
 
-func (h *fakeHost) SetUnitLimits(_ context.Context, vm string, l units.Limits) error {
-	h.w.log = append(h.w.log, fmt.Sprintf("limits %s quota=%d weight=%d memory=%d tasks=%d", vm, *l.CPUQuota, *l.CPUWeight, *l.MemoryMax, *l.TasksMax))
+func (u fakeUnit) SetUnitLimits(_ context.Context, vm string, l units.Limits) error {
+	u.w.log = append(u.w.log, fmt.Sprintf("limits %s quota=%d weight=%d memory=%d tasks=%d", vm, *l.CPUQuota, *l.CPUWeight, *l.MemoryMax, *l.TasksMax))
 	return nil
 }
 
-func (h *fakeHost) AppliedSpec(vm string) (*spec.File, error) {
-	return &spec.File{Path: "/etc/vmsup/" + vm + ".toml", VM: spec.VM{Name: vm}}, nil
+func (u fakeUnit) Enable(_ context.Context, files ...*spec.File) ([]machine.EnableResult, error) {
+	for _, f := range files {
+		u.w.log = append(u.w.log, "enable "+f.Path)
+	}
+	return nil, nil
 }
 
-func (h *fakeHost) Enable(_ context.Context, f *spec.File) error {
-	h.w.log = append(h.w.log, "enable "+f.Path)
-	return nil
-}
-
-func (h *fakeHost) Disable(_ context.Context, vm string) error {
-	h.w.log = append(h.w.log, "disable "+vm)
+func (u fakeUnit) Disable(_ context.Context, names ...string) error {
+	u.w.log = append(u.w.log, "disable "+strings.Join(names, " "))
 	return nil
 }
 

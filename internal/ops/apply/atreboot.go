@@ -16,7 +16,7 @@ import (
 // records them (Pending) and tells QEMU to exit instead of resetting when
 // the guest reboots (set-action reboot=shutdown). The unit's stop-post hook
 // then finds the guest's reset as the reason in QEMU's event log and starts
-// the supervisor's guardian, which waits for the old unit to end and starts
+// a guardian (machine.Env.RebootApply), which waits for the old unit to end and starts
 // the VM from the pending file (RebootFile), health-gated, the previous
 // spec coming back on failure. A guest that powers off stays off (its file
 // applies at up).
@@ -26,7 +26,7 @@ import (
 // still comes back (with its own spec), never stays down.
 func (a *Applier) armReboot(ctx context.Context, f *spec.File, rest []plan.Change) error {
 	name := f.VM.Name
-	app, err := a.h.State().ReadApplied(name)
+	app, err := a.state().ReadApplied(name)
 	if err != nil {
 		return vmerr.Wrap(name, err)
 	}
@@ -37,7 +37,7 @@ func (a *Applier) armReboot(ctx context.Context, f *spec.File, rest []plan.Chang
 	if err := a.writePending(f, rest, true); err != nil {
 		return err
 	}
-	c, release, err := a.h.QMPSession(ctx, name)
+	c, release, err := a.unit.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -52,13 +52,13 @@ func (a *Applier) armReboot(ctx context.Context, f *spec.File, rest []plan.Chang
 // one pending for the reboot if it still applies here, else old (the spec
 // it ran); note says which and why.
 func (a *Applier) RebootFile(ctx context.Context, name string, old *spec.File) (f *spec.File, note string) {
-	pd, err := a.h.State().ReadPending(name)
+	pd, err := a.state().ReadPending(name)
 	if err != nil || pd == nil || !pd.AtReboot {
 		return old, "nothing pending"
 	}
 	f, err = spec.Parse(pd.SourceFile, pd.Raw)
 	if err == nil {
-		err = a.h.Validate(ctx, f)
+		err = a.env.ValidateContext(ctx, f)
 	}
 	if err != nil {
 		return old, fmt.Sprintf("the pending file no longer applies (%v): started with the spec it ran", err)

@@ -12,8 +12,9 @@
 // record that says what QEMU has, and the next plan goes on from there.
 //
 // It does not own the VM's lifecycle: the checks of a file and its owner,
-// the hot-plugs (internal/ops/hotplug, with fromFile), a restart, autostart,
-// the confinement's grants and the unit's limits come through Host, which
-// the supervisor implements. The guardian that starts the VM again once
-// its guest rebooted (with what apply left pending) is the supervisor's.
+// a restart, autostart, the confinement's grants and the unit's limits are
+// internal/machine's Env, which it calls down to; the hot-plugs are
+// internal/ops/hotplug's (with fromFile). The guardian that starts the VM
+// again once its guest rebooted (with what apply left pending) is the
+// Env's too (RebootApply, given RebootFile).
 package apply

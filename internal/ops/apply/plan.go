@@ -44,10 +44,10 @@ type PlanOptions struct {
 // takes no lock: an operation a killed command left is settled only when
 // no other command holds the VM's lock (Apply settled it when it took it).
 func (a *Applier) Plan(ctx context.Context, f *spec.File, o PlanOptions) (PlanResult, error) {
-	if err := a.h.Validate(ctx, f); err != nil {
+	if err := a.env.ValidateContext(ctx, f); err != nil {
 		return PlanResult{VM: f.VM.Name, File: f.Path}, err
 	}
-	if err := a.h.CheckOwner(f, o.Adopt); err != nil {
+	if err := a.env.CheckOwner(f, o.Adopt); err != nil {
 		return PlanResult{VM: f.VM.Name, File: f.Path}, err
 	}
 	if _, err := a.k.SettleIfFree(ctx, f.VM.Name); err != nil {
@@ -59,7 +59,7 @@ func (a *Applier) Plan(ctx context.Context, f *spec.File, o PlanOptions) (PlanRe
 func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	name := f.VM.Name
 	res := PlanResult{VM: name, File: absPath(f.Path), Changes: []plan.Change{}}
-	v, err := a.h.View(name)
+	v, err := a.env.View(name)
 	switch {
 	case errors.Is(err, vmstore.ErrNotFound), errors.Is(err, vmstore.ErrNotRunning):
 		res.Note = "not running: vmsup up " + f.Path + " starts it from its file"
@@ -69,7 +69,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	}
 	res.Running = true
 	app, running := v.Applied, v.Spec
-	facts := plan.Facts{BootMemory: v.Booted.Memory, NotLive: a.notLive(f, v), TapsNotLive: a.h.TapRefusal(name),
+	facts := plan.Facts{BootMemory: v.Booted.Memory, NotLive: a.notLive(f, v), TapsNotLive: a.hotplug().TapRefusal(name),
 		Snapshotted: a.snapshotted(name, f.VM.Disks)}
 	for _, d := range v.Disks {
 		if d.Attached {
@@ -83,7 +83,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 			res.Kept = append(res.Kept, "nic "+n.Name)
 		}
 	}
-	c, release, err := a.h.QMPSession(ctx, name)
+	c, release, err := a.unit.QMPSession(ctx, name)
 	if err != nil {
 		return res, err
 	}
@@ -99,7 +99,7 @@ func (a *Applier) plan(ctx context.Context, f *spec.File) (PlanResult, error) {
 	identity.KeepUUID(running, &f.VM, app.UUID)
 	identity.KeepMachine(running, &f.VM, app.Machine)
 	res.Changes = plan.Diff(running, &f.VM, facts)
-	if res.Pending, err = a.h.State().ReadPending(name); err != nil {
+	if res.Pending, err = a.state().ReadPending(name); err != nil {
 		return res, err
 	}
 	if len(res.Changes) == 0 {
@@ -134,9 +134,9 @@ func (a *Applier) notLive(f *spec.File, v *vmstore.View) map[string]string {
 		if v.Disk(d.Name) != nil || d.Type == spec.DiskBlock {
 			continue
 		}
-		if path := a.h.Unreachable(d.File, d.Backing); path != "" {
+		if path := a.env.Unreachable(d.File, d.Backing); path != "" {
 			out[d.Name] = fmt.Sprintf("%s is outside the image directories (%s), which a running VM cannot open: the disk is added by a restart (vmsup apply --restart)",
-				path, strings.Join(a.h.ImageDirs(), ", "))
+				path, strings.Join(a.env.Opts().ImageDirs, ", "))
 		}
 	}
 	return out

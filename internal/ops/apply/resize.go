@@ -79,7 +79,7 @@ func (a *Applier) resize(ctx context.Context, name string, o ResizeOptions) (res
 		return res, "", err
 	}
 	defer lk.Unlock()
-	v, err := a.h.View(name)
+	v, err := a.env.View(name)
 	if errors.Is(err, vmstore.ErrNotRunning) {
 		return fail(errors.New("not running; change cpus and memory in its file, they apply at the next up"))
 	}
@@ -93,11 +93,11 @@ func (a *Applier) resize(ctx context.Context, name string, o ResizeOptions) (res
 	}
 	res.MaxCPUs, res.MaxMemory = vm.MaxCPUs, vm.MaxMemory
 	if o.CPUQuota != nil || o.CPUWeight != nil {
-		if err := a.h.SetUnitLimits(ctx, name, units.Limits{CPUQuota: o.CPUQuota, CPUWeight: o.CPUWeight}); err != nil {
+		if err := a.unit.SetUnitLimits(ctx, name, units.Limits{CPUQuota: o.CPUQuota, CPUWeight: o.CPUWeight}); err != nil {
 			return fail(err)
 		}
 	}
-	c, release, err := a.h.QMPSession(ctx, name)
+	c, release, err := a.unit.QMPSession(ctx, name)
 	if err != nil {
 		return fail(err)
 	}
@@ -115,7 +115,7 @@ func (a *Applier) resize(ctx context.Context, name string, o ResizeOptions) (res
 	op.Step(stepResizeCPUs)
 	var memErr error
 	if cpuErr == nil {
-		_, memErr = qdev.SetMemory(ctx, c, vm, o.Memory, app.Hugetlbfs, a.h.UnplugTimeout())
+		_, memErr = qdev.SetMemory(ctx, c, vm, o.Memory, app.Hugetlbfs, a.env.Opts().UnplugTimeout)
 		op.Step(stepResizeMemory)
 	}
 	// What QEMU has now is recorded, whether all of it went or not.
@@ -126,7 +126,7 @@ func (a *Applier) resize(ctx context.Context, name string, o ResizeOptions) (res
 		return fail(err)
 	}
 	if res.CPUs > cpus0 || res.Memory > mem0 {
-		session := func(ctx context.Context) (*qmp.Agent, func(), error) { return a.h.AgentSession(ctx, name) }
+		session := func(ctx context.Context) (*qmp.Agent, func(), error) { return a.env.AgentSession(ctx, name) }
 		online = guestagent.Online(ctx, c, session, res.CPUs).Note
 	}
 	if app.Resized != nil {
@@ -151,7 +151,7 @@ func (a *Applier) recordResize(ctx context.Context, c *qmp.Conn, app *vmstore.Ap
 	if cpus != vm.CPUs || mem != vm.Memory {
 		app.Resized = &vmstore.Resized{CPUs: cpus, Memory: mem}
 	}
-	if err := a.h.State().RewriteApplied(app); err != nil {
+	if err := a.state().RewriteApplied(app); err != nil {
 		return cpus, mem, fmt.Errorf("record: %w", err)
 	}
 	return cpus, mem, nil
@@ -160,14 +160,14 @@ func (a *Applier) recordResize(ctx context.Context, c *qmp.Conn, app *vmstore.Ap
 // recoverResize settles a resize whose command died: whatever of it QEMU
 // got is what the VM has now, so that is recorded.
 func (a *Applier) recoverResize(ctx context.Context, name string, _ *operation.Op) (string, error) {
-	v, err := a.h.View(name)
+	v, err := a.env.View(name)
 	if errors.Is(err, vmstore.ErrNotRunning) {
 		return "QEMU is gone: nothing to reconcile", nil
 	}
 	if err != nil {
 		return "", err
 	}
-	c, release, err := a.h.QMPSession(ctx, name)
+	c, release, err := a.unit.QMPSession(ctx, name)
 	if err != nil {
 		return "", err
 	}

@@ -56,7 +56,7 @@ func (a *Applier) setLive(ctx context.Context, f *spec.File, c plan.Change) erro
 // checkMedium: a new CD-ROM image must be where the running VM can open
 // new files (its sandbox's image directories).
 func (a *Applier) checkMedium(f *spec.File, disk string) error {
-	if err := a.h.Reachable(findDisk(&f.VM, disk).File); err != nil {
+	if err := a.env.Reachable(findDisk(&f.VM, disk).File); err != nil {
 		return fmt.Errorf("disk %q: %w", disk, err)
 	}
 	return nil
@@ -73,7 +73,7 @@ func (a *Applier) recoverApplySet(ctx context.Context, name string, op *operatio
 	if err := json.Unmarshal(in.Want, &want); err != nil {
 		return "", err
 	}
-	if _, err := a.h.View(name); errors.Is(err, vmstore.ErrNotRunning) {
+	if _, err := a.env.View(name); errors.Is(err, vmstore.ErrNotRunning) {
 		return "QEMU is gone: nothing to set", nil
 	}
 	if err := a.makeSetting(ctx, name, &want, in.Change, func(string, string) {}); err != nil {
@@ -85,7 +85,7 @@ func (a *Applier) recoverApplySet(ctx context.Context, name string, op *operatio
 // makeSetting puts c's setting from want into the running QEMU (or its
 // unit), then into the record.
 func (a *Applier) makeSetting(ctx context.Context, name string, want *spec.VM, c plan.Change, done func(vm, step string)) error {
-	app, err := a.h.State().ReadApplied(name)
+	app, err := a.state().ReadApplied(name)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (a *Applier) makeSetting(ctx context.Context, name string, want *spec.VM, c
 		return fmt.Errorf("%s: %w", c.Field, err)
 	}
 	done(name, c.Field)
-	if err := a.h.State().RecordVM(app, rec); err != nil {
+	if err := a.state().RecordVM(app, rec); err != nil {
 		return fmt.Errorf("%s: record: %w", c.Field, err)
 	}
 	return nil
@@ -112,13 +112,14 @@ func (a *Applier) setting(ctx context.Context, name string, want, rec *spec.VM, 
 	case plan.Autostart:
 		rec.Autostart = want.Autostart
 		if want.Autostart {
-			f, err := a.h.AppliedSpec(name)
+			f, err := a.env.AppliedSpec(name)
 			if err != nil {
 				return err
 			}
-			return a.h.Enable(ctx, f)
+			_, err = a.unit.Enable(ctx, f)
+			return err
 		}
-		return a.h.Disable(ctx, name)
+		return a.unit.Disable(ctx, name)
 	case plan.NICFilter:
 		rec.SecurityGroups = want.SecurityGroups
 		for i := range rec.NICs {
@@ -126,7 +127,7 @@ func (a *Applier) setting(ctx context.Context, name string, want, rec *spec.VM, 
 				rec.NICs[i].AllowSpoofing, rec.NICs[i].SecurityGroups = w.AllowSpoofing, w.SecurityGroups
 			}
 		}
-		return a.h.SetNICFilters(ctx, name, rec)
+		return a.env.Net().SetFilters(ctx, name, rec)
 	case plan.RecordOnly:
 		rec.Description, rec.Shutdown, rec.Health = want.Description, want.Shutdown, want.Health
 		if wd, rd := findDisk(want, c.Name), findDisk(rec, c.Name); wd != nil && rd != nil {
@@ -134,7 +135,7 @@ func (a *Applier) setting(ctx context.Context, name string, want, rec *spec.VM, 
 		}
 		return nil
 	}
-	qc, release, err := a.h.QMPSession(ctx, name)
+	qc, release, err := a.unit.QMPSession(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -225,7 +226,7 @@ func (a *Applier) changeMedium(ctx context.Context, name string, c *qmp.Conn, ol
 	if err != nil {
 		return err
 	}
-	if err := a.h.ConfinePaths(ctx, name, rules...); err != nil {
+	if err := a.env.ConfinePaths(ctx, name, rules...); err != nil {
 		return err
 	}
 	img, sec := storage.HostFiles(a.paths(name).Dir, d)
@@ -238,7 +239,7 @@ func (a *Applier) changeMedium(ctx context.Context, name string, c *qmp.Conn, ol
 	}
 	if old.File != d.File {
 		if oldRules, err := confine.DiskRules(ctx, old); err == nil {
-			_ = a.h.ReleasePaths(ctx, name, rulePaths(oldRules)...)
+			_ = a.env.ReleasePaths(ctx, name, rulePaths(oldRules)...)
 		}
 	}
 	return nil
@@ -260,7 +261,7 @@ func (a *Applier) setUnitLimits(ctx context.Context, name string, want, rec *spe
 		weight = 100 // systemd's and the kernel's default weight
 	}
 	mem := uint64(rec.MaxMemory + l.MemoryOverhead)
-	if err := a.h.SetUnitLimits(ctx, name, units.Limits{CPUQuota: &l.CPUQuota, CPUWeight: &weight,
+	if err := a.unit.SetUnitLimits(ctx, name, units.Limits{CPUQuota: &l.CPUQuota, CPUWeight: &weight,
 		MemoryMax: &mem, TasksMax: &l.TasksMax}); err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ func (r *diskAttach) check(ctx context.Context, v *vmstore.View, down error) (bo
 	if err := spec.ValidName(d.Name); err != nil {
 		return false, err
 	}
-	if err := r.e.h.CheckDiskPaths(ctx, d); err != nil {
+	if err := r.e.env.CheckDiskPaths(ctx, d); err != nil {
 		return false, err
 	}
 	if have := v.Disk(d.Name); have != nil && have.Attached {
@@ -124,7 +124,7 @@ func (r *diskAttach) check(ctx context.Context, v *vmstore.View, down error) (bo
 	} else if have != nil {
 		return false, fmt.Errorf("the VM already has a disk named %q", d.Name)
 	}
-	t := r.e.h.Tools()
+	t := r.e.env.Tools()
 	if down != nil && r.fromFile {
 		return false, down
 	}
@@ -135,7 +135,7 @@ func (r *diskAttach) check(ctx context.Context, v *vmstore.View, down error) (bo
 		}
 		app := v.Applied
 		app.Attached = append(app.Attached, vmstore.AttachedDisk{Disk: d})
-		if err := r.e.h.State().RewriteApplied(app); err != nil {
+		if err := r.e.state().RewriteApplied(app); err != nil {
 			return false, fmt.Errorf("record: %w", err)
 		}
 		return true, nil
@@ -151,7 +151,7 @@ func (r *diskAttach) check(ctx context.Context, v *vmstore.View, down error) (bo
 func (r *diskAttach) plug(_ context.Context, v *vmstore.View, c *qmp.Conn, bus string) (Plug, error) {
 	r.res.Bus = bus
 	if r.d.Type != spec.DiskBlock {
-		if err := r.e.h.Reachable(r.d.File, r.d.Backing); err != nil {
+		if err := r.e.env.Reachable(r.d.File, r.d.Backing); err != nil {
 			return nil, err
 		}
 	}
@@ -209,10 +209,10 @@ func (r *diskDetach) find(ctx context.Context, v *vmstore.View, down error) (Dev
 		if err := dropDisk(app, r.name); err != nil {
 			return nil, err
 		}
-		if err := r.e.h.State().RewriteApplied(app); err != nil {
+		if err := r.e.state().RewriteApplied(app); err != nil {
 			return nil, fmt.Errorf("record: %w", err)
 		}
-		return nil, storage.RemoveSecret(r.e.h.State().Paths(r.vm).Dir, r.name)
+		return nil, storage.RemoveSecret(r.e.state().Paths(r.vm).Dir, r.name)
 	}
 	// Running: plugged in now, or at boot (its own root port either way).
 	return r.e.detaching(ctx, r.vm, app.Attached[i]), nil
@@ -224,7 +224,7 @@ func (e *Engine) detaching(ctx context.Context, vm string, a vmstore.AttachedDis
 	in := newDiskIntent(a.Disk, a.Bus)
 	rules, _ := confine.DiskRules(ctx, a.Disk)
 	in.Rules = rulePaths(rules)
-	if _, sec := storage.HostFiles(e.h.State().Paths(vm).Dir, a.Disk); sec != "" {
+	if _, sec := storage.HostFiles(e.state().Paths(vm).Dir, a.Disk); sec != "" {
 		in.Rules = append(in.Rules, sec)
 	}
 	return &disk{e: e, vm: vm, in: in, fdset: a.FDSet}
@@ -273,7 +273,7 @@ func (d *disk) Record(app *vmstore.Applied, pr *qdev.Present) error {
 	return recordDisk(app, a, d.in.FromFile)
 }
 
-func (d *disk) dir() string { return d.e.h.State().Paths(d.vm).Dir }
+func (d *disk) dir() string { return d.e.state().Paths(d.vm).Dir }
 
 // HostSteps are what boot does for a disk (storage.Prepare, the
 // confinement's grants), plus handing a block device to QEMU as a
@@ -281,7 +281,7 @@ func (d *disk) dir() string { return d.e.h.State().Paths(d.vm).Dir }
 func (d *disk) HostSteps(op *operation.Op) []steps.Step {
 	sd := d.in.Disk
 	list := []steps.Step{{Name: string(d.Step(stepPrepare)), Do: func(ctx context.Context) (err error) {
-		d.prep, err = d.e.h.Tools().Prepare(ctx, sd, d.dir())
+		d.prep, err = d.e.env.Tools().Prepare(ctx, sd, d.dir())
 		d.image = d.prep.Image
 		return err
 	}, Undo: func(context.Context) { d.prep.Undo() }}}
@@ -293,7 +293,7 @@ func (d *disk) HostSteps(op *operation.Op) []steps.Step {
 			if err != nil {
 				return err
 			}
-			chain, sets, err := diskfds.Pass(ctx, d.c, sd, "", parts, d.e.h.OpenDisk)
+			chain, sets, err := diskfds.Pass(ctx, d.c, sd, "", parts, d.e.env.Places().OpenDisk)
 			if err != nil {
 				return err
 			}
@@ -327,21 +327,21 @@ func (d *disk) HostSteps(op *operation.Op) []steps.Step {
 		if err := op.SetIntent(d.in); err != nil {
 			return err
 		}
-		return d.e.h.ConfinePaths(ctx, d.vm, d.rules...)
-	}, Undo: func(ctx context.Context) { _ = d.e.h.ReleasePaths(ctx, d.vm, rulePaths(d.rules)...) }})
+		return d.e.env.ConfinePaths(ctx, d.vm, d.rules...)
+	}, Undo: func(ctx context.Context) { _ = d.e.env.ReleasePaths(ctx, d.vm, rulePaths(d.rules)...) }})
 }
 
 // Parts are the disk's objects, block nodes and devices, as qemuargs.Disk
 // renders them at boot.
 func (d *disk) Parts() ([]steps.Step, error) {
 	if d.chain != nil {
-		return qdev.PlugDisk(d.c, d.in.Disk.Name, *d.chain, d.e.h.UnplugTimeout()), nil
+		return qdev.PlugDisk(d.c, d.in.Disk.Name, *d.chain, d.e.unplugTimeout()), nil
 	}
 	parts, err := qemuargs.Disk(d.in.Disk, qemuargs.DiskHost{Image: d.image, SecretFile: d.prep.SecretFile, UUID: d.uuid}, d.in.Bus)
 	if err != nil {
 		return nil, err
 	}
-	return qdev.PlugDisk(d.c, d.in.Disk.Name, parts, d.e.h.UnplugTimeout()), nil
+	return qdev.PlugDisk(d.c, d.in.Disk.Name, parts, d.e.unplugTimeout()), nil
 }
 
 // Unplug: device_del and the wait for the guest, the disk's nodes (where a
@@ -356,7 +356,7 @@ func (d *disk) Unplug(ctx context.Context, c *qmp.Conn) error {
 	if parts, err = qdev.MovedParts(ctx, c, d.dir(), sd, parts); err != nil {
 		return err
 	}
-	if err := qdev.UnplugDisk(ctx, c, parts, d.e.h.UnplugTimeout()); err != nil {
+	if err := qdev.UnplugDisk(ctx, c, parts, d.e.unplugTimeout()); err != nil {
 		return err
 	}
 	if d.fdset != nil {
@@ -375,7 +375,7 @@ func (d *disk) RemoveParts(ctx context.Context, c *qmp.Conn, pr qdev.Present) er
 	var errs []error
 	for i := len(in.Devices) - 1; i >= 0; i-- {
 		if pr.Devices[in.Devices[i]] {
-			errs = append(errs, qdev.Unplug(ctx, c, "disk", in.Devices[i], d.e.h.UnplugTimeout()))
+			errs = append(errs, qdev.Unplug(ctx, c, "disk", in.Devices[i], d.e.unplugTimeout()))
 		}
 	}
 	for i := len(in.Nodes) - 1; i >= 0; i-- {
@@ -399,7 +399,7 @@ func (d *disk) RemoveParts(ctx context.Context, c *qmp.Conn, pr qdev.Present) er
 // Release shrinks the confinement again (the grants of its attach) and
 // removes the disk's secret copy.
 func (d *disk) Release(ctx context.Context) error {
-	if err := d.e.h.ReleasePaths(ctx, d.vm, d.in.Rules...); err != nil {
+	if err := d.e.env.ReleasePaths(ctx, d.vm, d.in.Rules...); err != nil {
 		return err
 	}
 	return storage.RemoveSecret(d.dir(), d.in.Disk.Name)
@@ -410,8 +410,8 @@ func (d *disk) Release(ctx context.Context) error {
 func (d *disk) Undo(ctx context.Context) (string, error) {
 	in := d.in
 	if len(in.Rules) > 0 {
-		if err := d.e.h.ReleasePaths(ctx, d.vm, in.Rules...); err != nil {
-			d.e.h.Logger().Warn("recover: release grants", "vm", d.vm, "err", err)
+		if err := d.e.env.ReleasePaths(ctx, d.vm, in.Rules...); err != nil {
+			d.e.logger().Warn("recover: release grants", "vm", d.vm, "err", err)
 		}
 	}
 	_ = storage.RemoveSecret(d.dir(), in.Disk.Name)

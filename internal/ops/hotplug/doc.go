@@ -21,6 +21,5 @@
 //
 // Where a plugged device is recorded is this package's too (record.go). It
 // does not own the VM's lifecycle, its QMP session, its confinement or
-// its host concerns: it reaches them through Host, which the supervisor
-// implements.
+// its host concerns: it calls down to them in internal/machine's Env.
 package hotplug

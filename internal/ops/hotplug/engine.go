@@ -6,77 +6,49 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/vmsup/vmsup/internal/host/vfio"
-	"github.com/vmsup/vmsup/internal/lifecycle/confine"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/lifecycle/qdev"
 	"github.com/vmsup/vmsup/internal/lifecycle/steps"
-	"github.com/vmsup/vmsup/internal/net/nics"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/vm/vmerr"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
-	"github.com/vmsup/vmsup/spec"
-	"github.com/vmsup/vmsup/storage"
-	"github.com/vmsup/vmsup/units"
 )
 
-// Host is what the hot-plugs need of the supervisor.
-type Host interface {
-	// State is the state root: the VMs' paths and records.
-	State() vmstore.Store
-	// View is the VM as it runs (vmstore.View). When no QEMU runs it, it
-	// is returned with an error saying so (wrapping the supervisor's
-	// ErrNotRunning); a VM without a record is an error alone.
-	View(vm string) (*vmstore.View, error)
-	// QMP is a session on the VM's monitor; release ends it.
-	QMP(ctx context.Context, vm string) (c *qmp.Conn, release func(), err error)
-	// ConfinePaths grants the VM's QEMU files it is about to open;
-	// ReleasePaths takes them back.
-	ConfinePaths(ctx context.Context, vm string, rules ...units.PathRule) error
-	ReleasePaths(ctx context.Context, vm string, paths ...string) error
-	// Confinement is the VM's confinement record (its QEMU's user, what
-	// its sandbox was given).
-	Confinement(vm string) (*confine.Record, error)
-	// CheckPath and CheckDiskPaths check host paths against the host's
-	// places (a key and its path; a disk given alone).
-	CheckPath(key, path string) error
-	CheckDiskPaths(ctx context.Context, d spec.Disk) error
-	// OpenDisk opens a file disk's image and chain beneath the host's
-	// places and checks them (hostpaths.Places.OpenDisk), for QEMU to get
-	// as descriptors (internal/lifecycle/diskfds).
-	OpenDisk(ctx context.Context, d spec.Disk) (*storage.OpenedDisk, error)
-	// Reachable says whether a running VM can open new files at paths
-	// (its unit's mount namespace was fixed at start): nil, or why not.
-	Reachable(paths ...string) error
-	// Tools are the storage tools (checks, preparation of a disk).
-	Tools() storage.Tools
-	// Net is the host side of NICs; TapOwner the user a VM's taps belong to.
-	Net() *nics.Manager
-	TapOwner(ctx context.Context, vm string) (nics.Owner, error)
-	// VFIO is the host's PCI passthrough; QEMUPID the VM's QEMU in this PID
-	// namespace (0: none); Systemd the connection running the VM's unit.
-	VFIO() vfio.Host
-	QEMUPID(vm string) int
-	Systemd(ctx context.Context) (*units.Manager, error)
-	// UnplugTimeout bounds the wait for the guest to release a device.
-	UnplugTimeout() time.Duration
-	Logger() *slog.Logger
-}
-
-// Engine runs the hot-plugs of the VMs of one state root.
+// Engine runs the hot-plugs of the VMs of one environment (machine.Env):
+// its state root, operation kernel, host places, network and confinement.
 type Engine struct {
-	k *operation.Kernel
-	h Host
-	// QEMU's answers to a recovery (qdev.Query, qdev.FinishUnplug);
-	// tests give their own.
+	k   *operation.Kernel
+	env *machine.Env
+	// mon is the VMs' monitors (env; tests give their own), and QEMU's
+	// answers to a recovery (qdev.Query, qdev.FinishUnplug).
+	mon    monitor
 	query  func(ctx context.Context, c *qmp.Conn) (qdev.Present, error)
 	finish func(ctx context.Context, c *qmp.Conn, id string, timeout time.Duration) (gone bool, err error)
 }
 
-// New returns the engine running its operations on kernel k.
-func New(k *operation.Kernel, h Host) *Engine {
-	return &Engine{k: k, h: h, query: qdev.Query, finish: qdev.FinishUnplug}
+// monitor is the one part of the Env the engine's unit tests stand in for:
+// a QMP session on the VM's monitor (machine.Env.QMPSession).
+type monitor interface {
+	QMPSession(ctx context.Context, vm string) (c *qmp.Conn, release func(), err error)
 }
+
+// New returns the engine on env's VMs, running its operations on env's
+// kernel.
+func New(env *machine.Env) *Engine {
+	return &Engine{k: env.Ops(), env: env, mon: env, query: qdev.Query, finish: qdev.FinishUnplug}
+}
+
+// state is the state root: the VMs' paths and records.
+func (e *Engine) state() vmstore.Store { return e.env.State() }
+
+// unplugTimeout bounds the wait for the guest to release a device.
+func (e *Engine) unplugTimeout() time.Duration { return e.env.Opts().UnplugTimeout }
+
+func (e *Engine) logger() *slog.Logger { return e.env.Opts().Logger }
+
+// qemuPID is the VM's QEMU in this PID namespace (0: none).
+func (e *Engine) qemuPID(vm string) int { return vmstore.QEMUPID(vm, e.env.Paths(vm).QMP) }
 
 // Register registers with the engine's kernel the recoverers of every
 // kind's attach and detach.
@@ -187,7 +159,7 @@ func (e *Engine) attach(ctx context.Context, vm string, r attachRequest) error {
 		return err
 	}
 	defer lk.Unlock()
-	v, err := e.h.View(vm)
+	v, err := e.env.View(vm)
 	down := notRunning(v, err)
 	if err != nil && down == nil {
 		return r.fail(err)
@@ -195,7 +167,7 @@ func (e *Engine) attach(ctx context.Context, vm string, r attachRequest) error {
 	if done, err := r.check(ctx, v, down); done || err != nil {
 		return r.fail(err)
 	}
-	c, release, err := e.h.QMP(ctx, vm)
+	c, release, err := e.mon.QMPSession(ctx, vm)
 	if err != nil {
 		return r.fail(err)
 	}
@@ -233,7 +205,7 @@ func (e *Engine) attachSteps(ctx context.Context, vm string, p Plug, app *vmstor
 		if err := p.Record(app, nil); err != nil {
 			return err
 		}
-		return e.h.State().RewriteApplied(app)
+		return e.state().RewriteApplied(app)
 	}})
 	if _, err := steps.Run(ctx, vm, list, op.After()); err != nil {
 		undo(ctx)
@@ -254,7 +226,7 @@ func (e *Engine) detach(ctx context.Context, vm string, r detachRequest) error {
 		return err
 	}
 	defer lk.Unlock()
-	v, err := e.h.View(vm)
+	v, err := e.env.View(vm)
 	down := notRunning(v, err)
 	if err != nil && down == nil {
 		return r.fail(err)
@@ -268,7 +240,7 @@ func (e *Engine) detach(ctx context.Context, vm string, r detachRequest) error {
 		return r.fail(err)
 	}
 	defer op.End()
-	c, release, err := e.h.QMP(ctx, vm)
+	c, release, err := e.mon.QMPSession(ctx, vm)
 	if err != nil {
 		return r.fail(err)
 	}
@@ -291,21 +263,21 @@ func (e *Engine) remove(ctx context.Context, vm string, d Device, op *operation.
 	if op != nil {
 		op.Step(d.Step(stepReleased))
 	}
-	app, err := e.h.State().ReadApplied(vm)
+	app, err := e.state().ReadApplied(vm)
 	if err != nil {
 		return err
 	}
 	if err := d.Forget(app); err != nil {
 		return err
 	}
-	if err := e.h.State().RewriteApplied(app); err != nil {
+	if err := e.state().RewriteApplied(app); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil
 }
 
 // notRunning is the view's error when it says that no QEMU runs the VM
-// (Host.View), else nil.
+// (machine.Env.View), else nil.
 func notRunning(v *vmstore.View, err error) error {
 	if err != nil && v != nil && !v.Running {
 		return err

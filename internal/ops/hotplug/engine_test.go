@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -17,19 +16,18 @@ import (
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/lifecycle/qdev"
 	"github.com/vmsup/vmsup/internal/lifecycle/steps"
+	"github.com/vmsup/vmsup/internal/machine"
 	"github.com/vmsup/vmsup/internal/vm/vmstore"
 	"github.com/vmsup/vmsup/qmp"
 	"github.com/vmsup/vmsup/spec"
 )
 
 // The engine's one attach, detach and recovery, on a stand-in kind of
-// device whose every call is logged, a state root in a temporary directory
-// and a stand-in QEMU (which devices it has, whether its guest releases
-// one): no VM.
+// device whose every call is logged, a real environment (machine.Env) on a
+// state root in a temporary directory and a stand-in QEMU (which devices
+// it has, whether its guest releases one): no VM.
 
 const testVM = "web"
-
-var errNotRunning = errors.New("not running")
 
 // world is one test's VM: its records, its QEMU and what was done.
 type world struct {
@@ -46,9 +44,10 @@ type world struct {
 }
 
 func newWorld(t *testing.T) *world {
-	w := &world{t: t, store: vmstore.Store{Root: t.TempDir()}, qemu: map[string]bool{}}
-	w.k = operation.New(operation.Options{Store: w.store, After: func(_, step string) { w.log = append(w.log, "step "+step) }})
-	w.e = New(w.k, &fakeHost{w: w})
+	w := &world{t: t, qemu: map[string]bool{}}
+	env := newEnv(t, func(_, step string) { w.log = append(w.log, "step "+step) })
+	w.store, w.k, w.e = env.State(), env.Ops(), New(env)
+	w.e.mon = fakeMonitor{w}
 	w.e.query = func(context.Context, *qmp.Conn) (qdev.Present, error) {
 		return qdev.Present{Devices: maps.Clone(w.qemu)}, nil
 	}
@@ -126,30 +125,25 @@ func (w *world) settle() string {
 	return strings.TrimPrefix(note, "recovered an interrupted ")
 }
 
-type fakeHost struct {
-	Host // what the tests do not give panics
-	w    *world
-}
-
-func (h *fakeHost) State() vmstore.Store { return h.w.store }
-
-func (h *fakeHost) View(vm string) (*vmstore.View, error) {
-	v, err := h.w.store.View(vm)
-	if err == nil && !v.Running {
-		return v, errNotRunning
+// newEnv is a real environment on a temporary state root (it connects to
+// systemd only when asked, which these tests never do).
+func newEnv(t *testing.T, after func(vm, step string)) *machine.Env {
+	env, err := machine.New(machine.Options{Root: t.TempDir(), UnplugTimeout: time.Second, AfterStep: after})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return v, err
+	return env
 }
 
-func (h *fakeHost) QMP(context.Context, string) (*qmp.Conn, func(), error) {
-	if h.w.qemu == nil {
-		return nil, nil, errNotRunning
+// fakeMonitor is the stand-in QEMU's monitor: none when it does not run.
+type fakeMonitor struct{ w *world }
+
+func (m fakeMonitor) QMPSession(context.Context, string) (*qmp.Conn, func(), error) {
+	if m.w.qemu == nil {
+		return nil, nil, machine.ErrNotRunning
 	}
 	return new(qmp.Conn), func() {}, nil
 }
-
-func (h *fakeHost) UnplugTimeout() time.Duration { return time.Second }
-func (h *fakeHost) Logger() *slog.Logger         { return slog.New(slog.DiscardHandler) }
 
 type fakeIntent struct {
 	Name string `json:"name"`
@@ -315,7 +309,7 @@ func TestAttach(t *testing.T) {
 	}
 	w := newWorld(t)
 	w.run(false)
-	if err := w.e.attach(context.Background(), testVM, fakeRequest{w}); !errors.Is(err, errNotRunning) || len(w.log) != 0 {
+	if err := w.e.attach(context.Background(), testVM, fakeRequest{w}); !errors.Is(err, machine.ErrNotRunning) || len(w.log) != 0 {
 		t.Errorf("attach to a VM shut off: %v, %q", err, w.log)
 	}
 }
@@ -455,10 +449,12 @@ func setQEMU(w *world, ids []string) {
 // TestKinds: the kinds register under the journal names the supervisor
 // wrote before the engine, and read back the intents it wrote.
 func TestKinds(t *testing.T) {
-	k := operation.New(operation.Options{Store: vmstore.Store{Root: t.TempDir()}})
-	New(k, &fakeHost{}).Register()
+	env := newEnv(t, nil)
+	lifecycle := env.Ops().Kinds()
+	New(env).Register()
 	want := []operation.Kind{"disk-attach", "disk-detach", "hostdev-attach", "hostdev-detach", "nic-attach", "nic-detach"}
-	if got := k.Kinds(); !slices.Equal(got, want) {
+	got := slices.DeleteFunc(env.Ops().Kinds(), func(k operation.Kind) bool { return slices.Contains(lifecycle, k) })
+	if !slices.Equal(got, want) {
 		t.Errorf("kinds %q, want %q", got, want)
 	}
 	store := vmstore.Store{Root: t.TempDir()}
@@ -484,7 +480,7 @@ func TestKinds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := c.kind.load(New(nil, &fakeHost{}), testVM, o)
+		d, err := c.kind.load(New(env), testVM, o)
 		o.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", c.kind.attach, err)

@@ -92,7 +92,7 @@ func (r *hostDevAttach) check(_ context.Context, v *vmstore.View, down error) (b
 			return false, fmt.Errorf("the VM already has host device %s (%s)", d.Address, d.Name)
 		}
 	}
-	vf := r.e.h.VFIO()
+	vf := r.e.env.VFIO()
 	if err := vf.Check(addr, append(others, addr)); err != nil {
 		return false, err
 	}
@@ -106,15 +106,15 @@ func (r *hostDevAttach) plug(ctx context.Context, _ *vmstore.View, c *qmp.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	pid := r.e.h.QEMUPID(r.vm)
+	pid := r.e.qemuPID(r.vm)
 	if pid == 0 {
 		return nil, errors.New("its QEMU is not in this PID namespace")
 	}
-	sd, err := r.e.h.Systemd(ctx)
+	sd, err := r.e.env.Systemd(ctx)
 	if err != nil {
 		return nil, err
 	}
-	all, _ := r.e.h.VFIO().Nodes([]string{r.h.Address})
+	all, _ := r.e.env.VFIO().Nodes([]string{r.h.Address})
 	in := hostDevIntent{Dev: r.h, Bus: bus, Device: dev.ID, Nodes: r.nodes, Grants: all}
 	return &hostDev{e: r.e, vm: r.vm, in: in, pid: pid, sd: sd, c: c, dev: dev}, nil
 }
@@ -151,7 +151,7 @@ func (r *hostDevDetach) find(_ context.Context, v *vmstore.View, down error) (De
 	}
 	a := app.AttachedHostDevs[i]
 	others := slices.DeleteFunc(hostDevAddrs(vm, app), func(x string) bool { return x == a.Dev.Address })
-	vf := r.e.h.VFIO()
+	vf := r.e.env.VFIO()
 	nodes, err := newHostDevNodes(vf, a.Dev.Address, others)
 	if err != nil {
 		return nil, err
@@ -194,12 +194,12 @@ func (h *hostDev) Forget(app *vmstore.Applied) error {
 	return nil
 }
 
-func (h *hostDev) record() string { return h.e.h.State().Paths(h.vm).HostDevs() }
+func (h *hostDev) record() string { return h.e.state().Paths(h.vm).HostDevs() }
 
 // HostSteps: bind to vfio-pci, confine, the nodes into QEMU's /dev; each
 // undone if a later one fails.
 func (h *hostDev) HostSteps(*operation.Op) []steps.Step {
-	host, v, addr := h.e.h, h.e.h.VFIO(), h.in.Dev.Address
+	host, v, addr := h.e.env, h.e.env.VFIO(), h.in.Dev.Address
 	var rules []units.PathRule
 	for _, n := range h.in.Grants {
 		rules = append(rules, units.PathRule{Path: n, Mode: "rw"})
@@ -211,7 +211,7 @@ func (h *hostDev) HostSteps(*operation.Op) []steps.Step {
 			Undo: func(ctx context.Context) { _ = host.ReleasePaths(ctx, h.vm, h.in.Grants...) }},
 		{Name: string(h.Step(stepNodes)), Do: func(ctx context.Context) error {
 			uid := 0 // QEMU's user (root without confinement)
-			if c, err := host.Confinement(h.vm); err == nil {
+			if c, err := host.Confiner().Read(h.vm); err == nil {
 				uid = int(c.UID)
 			}
 			for _, n := range h.in.Grants {
@@ -232,12 +232,12 @@ func (h *hostDev) Parts() ([]steps.Step, error) {
 		}
 		return nil
 	}, Undo: func(ctx context.Context) {
-		_ = qdev.Unplug(ctx, h.c, "host device", h.dev.ID, h.e.h.UnplugTimeout())
+		_ = qdev.Unplug(ctx, h.c, "host device", h.dev.ID, h.e.unplugTimeout())
 	}}}, nil
 }
 
 func (h *hostDev) Unplug(ctx context.Context, c *qmp.Conn) error {
-	return qdev.Unplug(ctx, c, "host device", h.in.Device, h.e.h.UnplugTimeout())
+	return qdev.Unplug(ctx, c, "host device", h.in.Device, h.e.unplugTimeout())
 }
 
 // RemoveParts: a host device has no part but its device.
@@ -246,11 +246,11 @@ func (h *hostDev) RemoveParts(context.Context, *qmp.Conn, qdev.Present) error { 
 // Release is what follows device_del: the nodes out of QEMU's /dev, the
 // grants taken back, the device given back to its driver.
 func (h *hostDev) Release(ctx context.Context) error {
-	removeNodes(ctx, h.e.h.QEMUPID(h.vm), h.in.Nodes)
-	if err := h.e.h.ReleasePaths(ctx, h.vm, h.in.Grants...); err != nil {
+	removeNodes(ctx, h.e.qemuPID(h.vm), h.in.Nodes)
+	if err := h.e.env.ReleasePaths(ctx, h.vm, h.in.Grants...); err != nil {
 		return err
 	}
-	return h.e.h.VFIO().GiveBackOne(h.record(), h.in.Dev.Address)
+	return h.e.env.VFIO().GiveBackOne(h.record(), h.in.Dev.Address)
 }
 
 // Undo: the attach made only the host side Release takes back.

@@ -80,14 +80,14 @@ func (r *nicAttach) check(ctx context.Context, v *vmstore.View, down error) (boo
 	if down != nil {
 		return false, vmerr.Wrap(r.vm, down)
 	}
-	if err := r.e.h.CheckPath("cni_config", r.n.CNIConfig); err != nil { // before anything reads it
+	if err := r.e.env.CheckPath("cni_config", r.n.CNIConfig); err != nil { // before anything reads it
 		return false, vmerr.Wrap(r.vm, fmt.Errorf("attach nic %q: cni_config: %w", r.n.Name, err))
 	}
 	var err error
 	if r.n, err = r.newNIC(ctx, v, r.n); err != nil {
 		return false, err
 	}
-	if r.nd, err = qemuargs.NICNetdev(r.n, r.e.h.Net().Vhost()); err != nil {
+	if r.nd, err = qemuargs.NICNetdev(r.n, r.e.env.Net().Vhost()); err != nil {
 		return false, vmerr.Wrap(r.vm, err)
 	}
 	return false, nil
@@ -95,9 +95,9 @@ func (r *nicAttach) check(ctx context.Context, v *vmstore.View, down error) (boo
 
 func (r *nicAttach) plug(_ context.Context, _ *vmstore.View, c *qmp.Conn, bus string) (Plug, error) {
 	dev := qemuargs.NICDevice(r.n, bus)
-	st, err := nics.ReadRecord(r.e.h.State().Paths(r.vm))
+	st, err := nics.ReadRecord(r.e.state().Paths(r.vm))
 	if errors.Is(err, os.ErrNotExist) {
-		st, err = r.e.h.Net().NewRecord(r.vm), nil
+		st, err = r.e.env.Net().NewRecord(r.vm), nil
 	}
 	if err != nil {
 		return nil, err
@@ -142,7 +142,7 @@ func (r *nicAttach) newNIC(ctx context.Context, v *vmstore.View, n spec.NIC) (sp
 	if why := r.e.TapRefusal(name); why != "" && n.UsesTap() {
 		return n, fail("type", errors.New(why+": give it a NIC in its file and restart it"))
 	}
-	if err := r.e.h.Net().CheckNIC(ctx, n, r.e.h.Net().Vhost()); err != nil {
+	if err := r.e.env.Net().CheckNIC(ctx, n, r.e.env.Net().Vhost()); err != nil {
 		var fe *nics.FieldError
 		if errors.As(err, &fe) {
 			return n, fail(fe.Field, fe.Err)
@@ -157,7 +157,7 @@ func (r *nicAttach) newNIC(ctx context.Context, v *vmstore.View, n spec.NIC) (sp
 // start without the host's network. The attach and apply's plan both ask
 // it, so plan never calls live what the attach refuses.
 func (e *Engine) TapRefusal(vm string) string {
-	if c, err := e.h.Confinement(vm); err == nil && !slices.Contains(c.Uses, "/dev/net/tun") {
+	if c, err := e.env.Confiner().Read(vm); err == nil && !slices.Contains(c.Uses, "/dev/net/tun") {
 		return "the VM was started without a tap NIC, so its QEMU cannot reach the host's taps (no /dev/net/tun, no host network in its sandbox)"
 	}
 	return ""
@@ -239,12 +239,12 @@ func (n *nic) HostSteps(*operation.Op) []steps.Step {
 		if !n.in.NIC.UsesTap() {
 			return nil
 		}
-		owner, err := n.e.h.TapOwner(ctx, n.vm)
+		owner, err := n.e.env.TapOwner(ctx, n.vm)
 		if err != nil {
 			return err
 		}
-		return n.e.h.Net().NICUp(ctx, n.vm, n.in.NIC, n.in.Bus, owner, n.st)
-	}, Undo: func(ctx context.Context) { n.e.h.Net().Forget(ctx, n.vm, n.in.NIC.Name) }}}
+		return n.e.env.Net().NICUp(ctx, n.vm, n.in.NIC, n.in.Bus, owner, n.st)
+	}, Undo: func(ctx context.Context) { n.e.env.Net().Forget(ctx, n.vm, n.in.NIC.Name) }}}
 }
 
 // Parts: netdev_add, then device_add.
@@ -258,8 +258,8 @@ func (n *nic) Parts() ([]steps.Step, error) {
 			return c.DeviceAdd(ctx, n.dev)
 		}, Undo: func(ctx context.Context) {
 			// The record failed (a full filesystem): the guest gives it back.
-			if err := qdev.Unplug(ctx, c, "nic", n.dev.ID, n.e.h.UnplugTimeout()); err != nil {
-				n.e.h.Logger().Warn("undo device_add", "vm", n.vm, "nic", n.in.NIC.Name, "err", err)
+			if err := qdev.Unplug(ctx, c, "nic", n.dev.ID, n.e.unplugTimeout()); err != nil {
+				n.e.logger().Warn("undo device_add", "vm", n.vm, "nic", n.in.NIC.Name, "err", err)
 			}
 		}},
 	}, nil
@@ -267,7 +267,7 @@ func (n *nic) Parts() ([]steps.Step, error) {
 
 // Unplug: device_del and the wait for the guest, then netdev_del.
 func (n *nic) Unplug(ctx context.Context, c *qmp.Conn) error {
-	if err := qdev.Unplug(ctx, c, "NIC", n.in.Device, n.e.h.UnplugTimeout()); err != nil {
+	if err := qdev.Unplug(ctx, c, "NIC", n.in.Device, n.e.unplugTimeout()); err != nil {
 		return fmt.Errorf("%s: %w", n.Label(), err)
 	}
 	if err := n.RemoveParts(ctx, c, qdev.Present{}); err != nil {
@@ -286,7 +286,9 @@ func (n *nic) RemoveParts(ctx context.Context, c *qmp.Conn, _ qdev.Present) erro
 
 // Release removes the NIC's host side (its tap, port or CNI attachment)
 // and its entry in the network record.
-func (n *nic) Release(ctx context.Context) error { return n.e.h.Net().Forget(ctx, n.vm, n.in.NIC.Name) }
+func (n *nic) Release(ctx context.Context) error {
+	return n.e.env.Net().Forget(ctx, n.vm, n.in.NIC.Name)
+}
 
 // Undo: the attach made only the host side Release removes.
 func (n *nic) Undo(ctx context.Context) (string, error) {

@@ -23,7 +23,7 @@ func (e *Engine) recoverAttach(kd kind) operation.Recoverer {
 		if err != nil {
 			return "", err
 		}
-		app, err := e.h.State().ReadApplied(vm)
+		app, err := e.state().ReadApplied(vm)
 		if err != nil {
 			return "", err
 		}
@@ -45,7 +45,7 @@ func (e *Engine) recoverAttach(kd kind) operation.Recoverer {
 				if err := d.Record(app, &pr); err != nil {
 					return "", err
 				}
-				if err := e.h.State().RewriteApplied(app); err != nil {
+				if err := e.state().RewriteApplied(app); err != nil {
 					return "", fmt.Errorf("record: %w", err)
 				}
 				return d.Label() + " was plugged: adopted and recorded", nil
@@ -69,7 +69,7 @@ func (e *Engine) recoverDetach(kd kind) operation.Recoverer {
 		if err != nil {
 			return "", err
 		}
-		app, err := e.h.State().ReadApplied(vm)
+		app, err := e.state().ReadApplied(vm)
 		if err != nil {
 			return "", err
 		}
@@ -88,7 +88,7 @@ func (e *Engine) recoverDetach(kd kind) operation.Recoverer {
 			}
 			if present(pr, d) {
 				// The detach was meant: finish the unplug it may have begun.
-				gone, err := e.finish(ctx, c, d.ID(), e.h.UnplugTimeout())
+				gone, err := e.finish(ctx, c, d.ID(), e.unplugTimeout())
 				if err != nil {
 					return "", err
 				}
@@ -112,10 +112,10 @@ func (e *Engine) recoverDetach(kd kind) operation.Recoverer {
 
 // liveQMP is the running VM's monitor, or nil (no error) when QEMU is gone.
 func (e *Engine) liveQMP(ctx context.Context, vm string) (*qmp.Conn, func(), error) {
-	if _, err := os.Stat(e.h.State().Paths(vm).QMP); err != nil {
+	if _, err := os.Stat(e.state().Paths(vm).QMP); err != nil {
 		return nil, func() {}, nil
 	}
-	return e.h.QMP(ctx, vm)
+	return e.mon.QMPSession(ctx, vm)
 }
 
 // present reports whether QEMU (pr) has d's device.

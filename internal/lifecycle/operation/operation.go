@@ -318,6 +318,9 @@ func (k *Kernel) Settle(ctx context.Context, vm, by string) (string, error) {
 	k.mu.RLock()
 	r := k.rec[o.Kind()]
 	k.mu.RUnlock()
+	if o.Kind() == Kind(vmstore.KindUnwritten) {
+		return k.dropUnwritten(o)
+	}
 	if r == nil {
 		return "", k.giveUp(ctx, o)
 	}
@@ -332,6 +335,18 @@ func (k *Kernel) Settle(ctx context.Context, vm, by string) (string, error) {
 	k.o.Logger.Warn("recovered an interrupted operation", "vm", vm, "op", string(o.Kind()), "pid", o.PID(),
 		"done", o.j.Done, "note", note, "by", by)
 	return fmt.Sprintf("recovered an interrupted %s: %s", o.Kind(), note), nil
+}
+
+// dropUnwritten ends a journal its command left unwritten, killed inside
+// Begin before the operation was under way: there is nothing to finish or
+// undo, and the VM is left as it is (a give-up would stop a guest that
+// nothing touched).
+func (k *Kernel) dropUnwritten(o *Op) (string, error) {
+	if err := o.End(); err != nil {
+		return "", fmt.Errorf("vm %q: an empty journal: %w", o.vm, err)
+	}
+	k.o.Logger.Warn("dropped an empty journal (its command was killed as it began)", "vm", o.vm, "by", o.by)
+	return "dropped an empty journal (its command was killed as it began; nothing of it happened)", nil
 }
 
 // giveUp settles a journal whose kind no recoverer knows (a vmsup of

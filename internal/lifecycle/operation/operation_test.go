@@ -3,6 +3,7 @@ package operation
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -197,4 +198,39 @@ func stepStrings(ss []Step) []string {
 		out[i] = string(s)
 	}
 	return out
+}
+
+// TestSettleDropsUnwritten: a journal its command left unwritten (killed
+// inside Begin, before the operation was under way: zeros in the file) is
+// dropped with a note; the VM is not stopped as for an unknown kind, since
+// nothing of the operation happened.
+func TestSettleDropsUnwritten(t *testing.T) {
+	var stopped []string
+	store := vmstore.Store{Root: t.TempDir()}
+	k := New(Options{Store: store, GiveUp: func(_ context.Context, vm string) error {
+		stopped = append(stopped, vm)
+		return nil
+	}})
+	if err := store.Paths("web").MakeRecords(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := store.BeginOp("web", "gone-kind", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	// As a kill between the file's creation and its first write leaves it.
+	if err := os.Truncate(store.Paths("web").Records+"/op.json", 0); err != nil {
+		t.Fatal(err)
+	}
+	note, err := k.Settle(context.Background(), "web", "status")
+	if err != nil || !strings.Contains(note, "dropped an empty journal") {
+		t.Fatalf("Settle: %q %v", note, err)
+	}
+	if len(stopped) != 0 {
+		t.Errorf("GiveUp stopped %q for a journal of nothing", stopped)
+	}
+	if p, _ := k.Pending("web"); p != nil {
+		t.Errorf("the empty journal stays: %+v", p)
+	}
 }

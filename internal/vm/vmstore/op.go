@@ -149,6 +149,10 @@ func (o *Op) write() error {
 	return o.f.Sync()
 }
 
+// KindUnwritten is the kind of a journal whose file was made but never
+// written: its command was killed as it began, before it did anything.
+const KindUnwritten = "unwritten"
+
 // PendingOp returns the VM's unfinished operation, nil if there is none,
 // open for writing: its recovery journals the steps it takes, through the
 // same file (allocated when the operation began), so that recovery cut
@@ -168,9 +172,15 @@ func (s Store) PendingOp(name string) (*Op, error) {
 		return nil, err
 	}
 	var o Op
-	if err := json.Unmarshal(bytes.TrimRight(b, " \x00"), &o); err != nil {
-		// A journal cut short (a crash while it was being made): nothing of
-		// the operation happened after it.
+	rec := bytes.TrimRight(b, " \x00")
+	switch err := json.Unmarshal(rec, &o); {
+	case len(rec) == 0:
+		// Made but never written: its command was killed inside BeginOp,
+		// before the operation was under way, so nothing of it happened.
+		o = Op{Kind: KindUnwritten}
+	case err != nil:
+		// Written, but not readable (another program's bytes, a disk
+		// fault): what the operation did cannot be known.
 		o = Op{Kind: "unreadable"}
 	}
 	o.f, o.reserve = f, p.reserveFile()

@@ -40,13 +40,25 @@ func TestOpJournal(t *testing.T) {
 	if _, err := os.Stat(s.Paths("vm").reserveFile()); !os.IsNotExist(err) {
 		t.Fatalf("reserve left: %v", err)
 	}
-	// A journal cut short (zeros where the record should be) is unreadable,
-	// not an error: nothing of it happened.
+	// A journal made but never written (zeros where the record should be:
+	// its command killed inside BeginOp) is unwritten, not an error:
+	// nothing of it happened.
 	if err := os.WriteFile(s.Paths("vm").opFile(), make([]byte, 64), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if p, err := s.PendingOp("vm"); err != nil || p == nil || p.Kind != KindUnwritten {
+		t.Fatalf("unwritten journal: %+v %v", p, err)
+	} else {
+		p.Close()
+	}
+	// Bytes that are no record are unreadable: what happened is unknown.
+	if err := os.WriteFile(s.Paths("vm").opFile(), []byte("{\"kind\": \"snap"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if p, err := s.PendingOp("vm"); err != nil || p == nil || p.Kind != "unreadable" {
-		t.Fatalf("cut-short journal: %+v %v", p, err)
+		t.Fatalf("unreadable journal: %+v %v", p, err)
+	} else {
+		p.Close()
 	}
 }
 

@@ -66,6 +66,7 @@ type Agent struct {
 	lease   *lease
 	promise *promise   // not to fail hosts over, given to peers
 	retry   retries    // VMs whose start, apply or migration failed
+	waits   imageWaits // drains waiting for their target to pull images
 	health  health     // the running VMs' disk I/O
 	known   knowledge  // peers and incoming VMs, from the last read of the fleet
 	members memberView // the last look at etcd's members, to answer peers with

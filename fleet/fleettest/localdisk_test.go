@@ -95,6 +95,63 @@ func localDisks(t *testing.T, f *fleettest.Fleet, dir string) {
 	})
 	to := f.Host(vms["ld"].Host)
 	t.Logf("FLEET drain of a VM with a local qcow2 disk: %s -> %s in %s; cold: %+v", h.Name, to.Name, time.Since(t0).Round(time.Millisecond), vms["cold"])
+	checkMoved(t, ctx, h, to, base, diskOf("ld"))
+	checkColdKept(t, ctx, f, h, vms["cold"], diskOf("cold"), func() {
+		if err := os.WriteFile(kernel, k, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, vm := range []string{"ld", "cold"} {
+		if _, err := f.VMSUP("fleet", "rm", vm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLs(t, f, time.Minute, "ld and cold removed", func(m map[string]fleettest.VM) bool {
+		_, a := m["ld"]
+		_, b := m["cold"]
+		return !a && !b
+	})
+}
+
+// checkColdKept: cold (c in fleet ls), shut off on h, stays there with
+// its disk, the drain's target set, and fleet drain says it is still
+// there; restore lets it start again, and h uncordoned runs it again.
+func checkColdKept(t *testing.T, ctx context.Context, f *fleettest.Fleet, h *fleettest.Host, c fleettest.VM, disk string, restore func()) {
+	t.Helper()
+	// cold: still on its host, shut off, its disk there and nowhere else.
+	if c.Host != h.Name || c.Target == "" {
+		t.Errorf("cold: %+v; want it kept on %s, the drain's target still set", c, h.Name)
+	}
+	if s, err := h.Sup.Status(ctx, "cold"); err != nil || s.State == supervisor.StateRunning {
+		t.Errorf("cold on %s: %+v %v; want it shut off", h.Name, s.State, err)
+	}
+	for _, o := range f.Hosts {
+		if o.HasFile(disk) != (o == h) || o.QEMUPID("cold") != 0 {
+			t.Errorf("cold's image on %s: %v; QEMU %d", o.Name, o.HasFile(disk), o.QEMUPID("cold"))
+		}
+	}
+	if _, err := f.VMSUP("fleet", "drain", h.Name, "--timeout", "2s"); err == nil || !strings.Contains(err.Error(), "1 VMs still there") {
+		t.Errorf("fleet drain %s with cold kept: %v; want 1 VM still there", h.Name, err)
+	}
+	// As its status says: uncordoned, its host runs it again (its kernel
+	// back), on its own disk; the drain's target is dropped.
+	restore()
+	if _, err := f.VMSUP("fleet", "uncordon", h.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitLs(t, f, 2*time.Minute, "cold running again on "+h.Name, func(m map[string]fleettest.VM) bool {
+		return m["cold"].State == "running" && m["cold"].Host == h.Name && m["cold"].Target == ""
+	})
+	if h.QEMUPID("cold") == 0 {
+		t.Errorf("fleet ls says cold runs on %s, but no QEMU there", h.Name)
+	}
+}
+
+// checkMoved: ld runs on to, every marker the guest synced on h and the
+// base image's data under its overlay read back there, its disk was
+// copied by its top layer after to pulled the image, h keeps nothing.
+func checkMoved(t *testing.T, ctx context.Context, h, to *fleettest.Host, base []byte, disk string) {
+	t.Helper()
 	sockTo := to.Sup.ConsoleSocket("ld")
 	synced := supervisortest.StopMarkWriter(t, ctx, sockTo)
 	supervisortest.CheckMarks(t, ctx, sockTo, synced)
@@ -110,49 +167,10 @@ func localDisks(t *testing.T, f *fleettest.Fleet, dir string) {
 	} else {
 		t.Logf("%s's agent: ld migrated with %s disk, %s bytes copied (the base: %d)", h.Name, m[1], m[2], len(base))
 	}
-	if !to.HasFile(diskOf("ld")) || h.HasFile(diskOf("ld")) || h.QEMUPID("ld") != 0 {
+	if !to.HasFile(disk) || h.HasFile(disk) || h.QEMUPID("ld") != 0 {
 		t.Errorf("ld's image on %s: %v (want it), on %s: %v (want none); QEMU left on %s: %d",
-			to.Name, to.HasFile(diskOf("ld")), h.Name, h.HasFile(diskOf("ld")), h.Name, h.QEMUPID("ld"))
+			to.Name, to.HasFile(disk), h.Name, h.HasFile(disk), h.Name, h.QEMUPID("ld"))
 	}
-	// cold: still on its host, shut off, its disk there and nowhere else.
-	if c := vms["cold"]; c.Host != h.Name || c.Target == "" {
-		t.Errorf("cold: %+v; want it kept on %s, the drain's target still set", c, h.Name)
-	}
-	if s, err := h.Sup.Status(ctx, "cold"); err != nil || s.State == supervisor.StateRunning {
-		t.Errorf("cold on %s: %+v %v; want it shut off", h.Name, s.State, err)
-	}
-	for _, o := range f.Hosts {
-		if o.HasFile(diskOf("cold")) != (o == h) || o.QEMUPID("cold") != 0 {
-			t.Errorf("cold's image on %s: %v; QEMU %d", o.Name, o.HasFile(diskOf("cold")), o.QEMUPID("cold"))
-		}
-	}
-	if _, err := f.VMSUP("fleet", "drain", h.Name, "--timeout", "2s"); err == nil || !strings.Contains(err.Error(), "1 VMs still there") {
-		t.Errorf("fleet drain %s with cold kept: %v; want 1 VM still there", h.Name, err)
-	}
-	// As its status says: uncordoned, its host runs it again (its kernel
-	// back), on its own disk; the drain's target is dropped.
-	if err := os.WriteFile(kernel, k, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.VMSUP("fleet", "uncordon", h.Name); err != nil {
-		t.Fatal(err)
-	}
-	waitLs(t, f, 2*time.Minute, "cold running again on "+h.Name, func(m map[string]fleettest.VM) bool {
-		return m["cold"].State == "running" && m["cold"].Host == h.Name && m["cold"].Target == ""
-	})
-	if h.QEMUPID("cold") == 0 {
-		t.Errorf("fleet ls says cold runs on %s, but no QEMU there", h.Name)
-	}
-	for _, vm := range []string{"ld", "cold"} {
-		if _, err := f.VMSUP("fleet", "rm", vm); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitLs(t, f, time.Minute, "ld and cold removed", func(m map[string]fleettest.VM) bool {
-		_, a := m["ld"]
-		_, b := m["cold"]
-		return !a && !b
-	})
 }
 
 // localBase is a 16 MiB raw image of random data served on the fleet's

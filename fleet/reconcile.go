@@ -176,7 +176,8 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 		return a.migrationFailed(ctx, snap, name, p, err)
 	}
 	a.retry.succeeded(name)
-	// Local disks were copied (storage migration): the source kept none.
+	// disks > 0: local disks were copied (storage migration); the source
+	// removed its images of them.
 	a.Log.Info("drain: migrated", "vm", name, "to", target, "took", res.TotalTime, "disks", res.Disks, "disk_bytes", res.DiskTransferred)
 	return a.handOver(ctx, name, p, Status{Host: target, State: StateRunning, Reason: "migrated by a drain", Generation: rec.Value.Generation})
 }

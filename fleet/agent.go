@@ -66,6 +66,7 @@ type Agent struct {
 	lease   *lease
 	promise *promise   // not to fail hosts over, given to peers
 	retry   retries    // VMs whose start, apply or migration failed
+	waits   imageWaits // drains waiting for their target to pull images
 	health  health     // the running VMs' disk I/O
 	known   knowledge  // peers and incoming VMs, from the last read of the fleet
 	members memberView // the last look at etcd's members, to answer peers with
@@ -74,6 +75,7 @@ type Agent struct {
 	fenced  bool
 	cancel  context.CancelFunc // the reconcile pass running, cancelled by a self-fence
 	fresh   atomic.Bool        // a renewal on a fresh connection is in flight (renewFresh)
+	record  Host               // as last put in etcd (register, publishImages)
 }
 
 // Run registers the host and works until ctx ends; only a failure to
@@ -123,7 +125,7 @@ func (a *Agent) register(ctx context.Context) error {
 	}
 	id, _ := a.lease.get()
 	h := a.Host
-	h.Lease, h.Started = int64(id), time.Now().UTC()
+	h.Lease, h.Started, h.Images = int64(id), time.Now().UTC(), a.storeDigests()
 	k := a.Store.key("hosts", h.Name)
 	put := clientv3.OpPut(k, mustJSON(h), clientv3.WithLease(id))
 	cctx, cancel := a.Store.ctx(ctx)
@@ -136,6 +138,9 @@ func (a *Agent) register(ctx context.Context) error {
 	if !r.Succeeded && !r.Responses[0].GetResponseTxn().Succeeded {
 		return fmt.Errorf("host %s: another live agent holds this host's name in the fleet (its lease has not expired)", h.Name)
 	}
+	a.mu.Lock()
+	a.record = h
+	a.mu.Unlock()
 	a.Log.Info("registered", "host", h.Name, "lease", fmt.Sprintf("%x", int64(id)), "reused", reused)
 	return nil
 }
@@ -356,6 +361,9 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 		a.mu.Unlock()
 		if err := a.reconcile(pctx); err != nil {
 			a.Log.Warn("reconcile", "err", err)
+		}
+		if err := a.publishImages(pctx); err != nil {
+			a.Log.Warn("images", "err", err)
 		}
 		cancel()
 	})

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/spec"
@@ -29,6 +32,7 @@ type ImageStore interface {
 	Resolve(ref string) (imagestore.Image, error)
 	Pull(ctx context.Context, p imagestore.Pull) (imagestore.Image, error)
 	SetAlias(ctx context.Context, alias, digest string) error
+	List() ([]imagestore.Image, error)
 }
 
 // ResolveImages is what fleet apply records of f's images: each file
@@ -108,4 +112,53 @@ func (a *Agent) ensureImage(ctx context.Context, r ImageRef) error {
 		return a.Images.SetAlias(ctx, r.Ref, r.Digest)
 	}
 	return err
+}
+
+// storeDigests are the digests this host's store holds, sorted (none
+// without a store; on an error too: the host then looks like one that
+// would pull, which costs time, not correctness).
+func (a *Agent) storeDigests() []string {
+	if a.Images == nil {
+		return nil
+	}
+	ims, err := a.Images.List()
+	if err != nil {
+		a.Log.Warn("image store", "err", err)
+		return nil
+	}
+	var out []string
+	for _, im := range ims {
+		out = append(out, im.Digest)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// publishImages puts the host's record again, under its lease, when its
+// store's images changed since (a pull for a VM, an image pull or rm by
+// hand): the scheduler places VMs where their images are.
+func (a *Agent) publishImages(ctx context.Context) error {
+	d := a.storeDigests()
+	a.mu.Lock()
+	h := a.record
+	a.mu.Unlock()
+	if h.Name == "" || slices.Equal(d, h.Images) {
+		return nil
+	}
+	h.Images = d
+	k := a.Store.key("hosts", h.Name)
+	cctx, cancel := a.Store.ctx(ctx)
+	defer cancel()
+	id := clientv3.LeaseID(h.Lease)
+	r, err := a.Store.Client().Txn(cctx).If(clientv3.Compare(clientv3.LeaseValue(k), "=", id)).
+		Then(clientv3.OpPut(k, mustJSON(h), clientv3.WithLease(id))).Commit()
+	if err != nil {
+		return fmt.Errorf("host %s: publish its images: %w", h.Name, a.Store.explain(err))
+	}
+	if r.Succeeded { // else the lease is gone: register puts the record anew
+		a.mu.Lock()
+		a.record = h
+		a.mu.Unlock()
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -108,5 +109,85 @@ func TestImagesPulledByDigest(t *testing.T) {
 	err = (&Agent{Images: elsewhere, Log: a.Log}).ensureImages(ctx, rec)
 	if err == nil || !strings.Contains(err.Error(), `image "tiny" is sha256:`+otherSum+" on this host") {
 		t.Errorf("an alias here naming another image: %v", err)
+	}
+}
+
+// TestPlacementWhereImagesAre: each agent publishes the digests its store
+// holds in its host record (at registration, and again once they change);
+// the scheduler places a VM standing on a stored image on a host that
+// holds it, though another has more free memory, and spreads by memory
+// again once both hold it.
+func TestPlacementWhereImagesAre(t *testing.T) {
+	img, sum := qcow2Image(t, "FLEET-IMAGE")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "d.qcow2", time.Time{}, strings.NewReader(string(img)))
+	}))
+	defer srv.Close()
+	ctx := t.Context()
+	s := newStore(t)
+	pull := func(st imagestore.Store) {
+		t.Helper()
+		if _, err := st.Pull(ctx, imagestore.Pull{Source: srv.URL + "/d.qcow2", SHA256: sum, Name: "tiny"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := func() imagestore.Store { return imagestore.Store{Dir: filepath.Join(t.TempDir(), "image-store")} }
+	applier, big, small := store(), store(), store()
+	pull(applier)
+	pull(small)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	agents := map[string]*Agent{}
+	for name, st := range map[string]imagestore.Store{"big": big, "small": small} {
+		mem := map[string]int64{"big": 4 * gib, "small": gib}[name]
+		a := &Agent{Store: s, Host: Host{Name: name, CPUs: 4, Memory: mem}, State: t.TempDir(), Images: st, Log: log}
+		a.init()
+		if err := a.register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		agents[name] = a
+	}
+	hostImages := func(host string) []string {
+		snap, err := s.Load(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.Hosts[host].Images
+	}
+	if got := hostImages("small"); len(got) != 1 || got[0] != "sha256:"+sum {
+		t.Fatalf("small's record lists %v, want the image it holds", got)
+	}
+	if got := hostImages("big"); len(got) != 0 {
+		t.Fatalf("big's record lists %v, want none", got)
+	}
+	place := func(vm string) string {
+		t.Helper()
+		f, err := spec.Parse("/vms/"+vm+".toml", fmt.Appendf(nil, "name = %q\nmemory = \"128M\"\n[[disk]]\nname = \"root\"\nfile = \"/vms/%s.qcow2\"\nimage = \"tiny\"\n", vm, vm))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ApplyImages(ctx, func(f *spec.File) ([]ImageRef, error) { return ResolveImages(applier, f) }, f); err != nil {
+			t.Fatal(err)
+		}
+		if err := (&Scheduler{Store: s, Log: log}).Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := s.Load(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.Placements[vm].Value.Host
+	}
+	if h := place("v1"); h != "small" {
+		t.Errorf("v1 placed on %q, want small (it holds the image; big would pull it)", h)
+	}
+	pull(big) // by hand, or for a VM: the agent's next pass publishes it
+	if err := agents["big"].publishImages(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := hostImages("big"); len(got) != 1 || got[0] != "sha256:"+sum {
+		t.Fatalf("big's record lists %v after the pull, want the image", got)
+	}
+	if h := place("v2"); h != "big" {
+		t.Errorf("v2 placed on %q, want big (both hold the image: the most free memory)", h)
 	}
 }

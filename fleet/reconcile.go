@@ -43,6 +43,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		case p.Value.Host == me:
 			errs = append(errs, a.moveOut(ctx, snap, rec, p))
 		case p.Value.Target == me:
+			a.prepareMoveIn(ctx, rec.Value)
 			errs = append(errs, a.finishMoveIn(ctx, snap, rec, p))
 		}
 	}
@@ -149,7 +150,11 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 		return err
 	}
 	if st.State != supervisor.StateRunning && st.State != supervisor.StatePaused {
-		// Nothing to migrate live: it starts on the target from its spec.
+		if why := hostDisks(rec.Value); why != "" {
+			return a.keepShutOff(ctx, snap, name, p, State(st.State), why)
+		}
+		// Nothing to migrate live, no disk here: it starts on the target
+		// from its spec.
 		if _, err := a.Sup.RemoveVM(ctx, name); err != nil {
 			return err
 		}
@@ -159,12 +164,56 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 	if len(o.Transport) == 0 && h.Migration.Receiver != "" && a.Connect != nil {
 		o.Transport = a.Connect(h.Migration.Receiver)
 	}
+	switch why, err := a.targetImages(rec.Value, h); {
+	case err != nil:
+		return a.migrationFailed(ctx, snap, name, p, err)
+	case why != "":
+		return a.report(ctx, snap, name, Status{State: State(st.State), Reason: why})
+	}
 	a.Log.Info("drain: migrating", "vm", name, "to", target)
-	if _, err := a.Sup.Migrate(ctx, name, o); err != nil {
+	res, err := a.Sup.Migrate(ctx, name, o)
+	if err != nil {
 		return a.migrationFailed(ctx, snap, name, p, err)
 	}
 	a.retry.succeeded(name)
+	// disks > 0: local disks were copied (storage migration); the source
+	// removed its images of them.
+	a.Log.Info("drain: migrated", "vm", name, "to", target, "took", res.TotalTime, "disks", res.Disks, "disk_bytes", res.DiskTransferred)
 	return a.handOver(ctx, name, p, Status{Host: target, State: StateRunning, Reason: "migrated by a drain", Generation: rec.Value.Generation})
+}
+
+// keepShutOff leaves a VM a drain found shut off on this host's own disks
+// where it is: started on the target from its spec it would come up on
+// new, empty disks, and only a running VM's migration copies them (a
+// disk-only move does not exist yet). Its status says so and what to do;
+// the host uncordoned, the target is dropped and it runs here again.
+func (a *Agent) keepShutOff(ctx context.Context, snap *Snapshot, name string, p Entry[Placement], state State, why string) error {
+	me := a.Host.Name
+	if !snap.Cordoned[me] {
+		next := p.Value
+		next.Target = ""
+		_, err := a.Store.movePlacement(ctx, name, p.Rev, next, nil, nil)
+		return err
+	}
+	return a.report(ctx, snap, name, Status{State: state, Reason: fmt.Sprintf(
+		"drain: %s is shut off on local disks (%s on %s); only a running VM's migration copies them, so it stays: "+
+			"fleet uncordon %s starts it there again, and a drain then moves it with its disks", name, why, me, me)})
+}
+
+// hostDisks names the first writable disk on the host's own storage (a
+// file or a block device) rec's VM has; "" if none or its spec does not
+// parse (then the target refuses it as well).
+func hostDisks(rec VMRecord) string {
+	f, err := spec.Parse(rec.File, []byte(rec.TOML))
+	if err != nil {
+		return ""
+	}
+	for _, d := range f.VM.Disks {
+		if !d.ReadOnly && (d.Type == spec.DiskFile || d.Type == spec.DiskBlock) {
+			return fmt.Sprintf("disk %s is a %s", d.Name, d.Type)
+		}
+	}
+	return ""
 }
 
 // migrationFailed spaces the next try (retries) and, if the guest still

@@ -17,12 +17,27 @@ type Request struct {
 	Memory       int64 // bytes
 	Labels       map[string]string
 	AntiAffinity string
+	// Images are the digests of the stored images its disks stand on
+	// (VMRecord.Images): a host whose store holds them starts it without
+	// a pull, and takes a moving VM's overlay by its top layer alone.
+	Images []string
 }
 
 // RequestOf is the VM's request, from its spec.
 func RequestOf(vm *spec.VM) Request {
 	return Request{VM: vm.Name, CPUs: vm.CPUs, Memory: int64(vm.Memory),
 		Labels: vm.Placement.Labels, AntiAffinity: vm.Placement.AntiAffinity}
+}
+
+// RequestOfRecord is RequestOf with the images rec records.
+func RequestOfRecord(rec VMRecord, vm *spec.VM) Request {
+	r := RequestOf(vm)
+	for _, im := range rec.Images {
+		if !slices.Contains(r.Images, im.Digest) {
+			r.Images = append(r.Images, im.Digest)
+		}
+	}
+	return r
 }
 
 // Load is a VM already placed on (or moving to) a host: what it takes there.
@@ -42,9 +57,11 @@ func (u *Unschedulable) Error() string { return u.VM + ": unschedulable: " + u.R
 
 // Choose picks the host for r among hosts (alive, taking VMs), given the
 // loads already placed, excluding the hosts in skip (a VM's own host when
-// it moves away). The pick spreads VMs: the host with the most free memory
-// after the VM, then the most free vCPUs, then the name (a stable order).
-// It is pure: the caller commits the choice with a compare-and-swap.
+// it moves away). The pick: the host whose store holds the most of the
+// VM's images (no pull, or a top-layer copy for a move), then it spreads
+// VMs: the most free memory after the VM, then the most free vCPUs, then
+// the name (a stable order). It is pure: the caller commits the choice
+// with a compare-and-swap.
 func Choose(r Request, hosts []Host, loads []Load, skip ...string) (string, error) {
 	type free struct {
 		cpus int
@@ -88,8 +105,15 @@ func Choose(r Request, hosts []Host, loads []Load, skip ...string) (string, erro
 	if len(fits) == 0 {
 		return "", &Unschedulable{VM: r.VM, Reason: unschedulableReason(r, len(hosts)-len(skip), why)}
 	}
+	held := map[string]int{}
+	for _, h := range hosts {
+		held[h.Name] = holds(h, r.Images)
+	}
 	sort.Slice(fits, func(i, j int) bool {
 		a, b := left[fits[i]], left[fits[j]]
+		if held[fits[i]] != held[fits[j]] {
+			return held[fits[i]] > held[fits[j]]
+		}
 		if a.mem != b.mem {
 			return a.mem > b.mem
 		}
@@ -99,6 +123,17 @@ func Choose(r Request, hosts []Host, loads []Load, skip ...string) (string, erro
 		return fits[i] < fits[j]
 	})
 	return fits[0], nil
+}
+
+// holds is how many of images (digests) h's store holds.
+func holds(h Host, images []string) int {
+	n := 0
+	for _, d := range images {
+		if slices.Contains(h.Images, d) {
+			n++
+		}
+	}
+	return n
 }
 
 func hasLabels(have, want map[string]string) bool { return missingLabels(have, want) == "" }

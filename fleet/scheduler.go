@@ -109,7 +109,7 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 func (s *Scheduler) placeNew(ctx context.Context, snap *Snapshot, rec Entry[VMRecord], f *spec.File, hosts []Host, loads *[]Load) error {
 	name := rec.Value.Name
 	t0 := time.Now()
-	host, err := Choose(RequestOf(&f.VM), hosts, *loads)
+	host, err := Choose(RequestOfRecord(rec.Value, &f.VM), hosts, *loads)
 	if err != nil {
 		return s.unschedulable(ctx, snap, name, "", err)
 	}
@@ -129,9 +129,10 @@ func (s *Scheduler) placeNew(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 func (s *Scheduler) drain(ctx context.Context, snap *Snapshot, p Entry[Placement], f *spec.File, hosts []Host, loads *[]Load) error {
 	name := f.VM.Name
 	// Not where a migration failed, unless no other host fits.
-	target, err := Choose(RequestOf(&f.VM), hosts, *loads, append([]string{p.Value.Host}, p.Value.FailedTargets...)...)
+	r := RequestOfRecord(snap.VMs[name].Value, &f.VM)
+	target, err := Choose(r, hosts, *loads, append([]string{p.Value.Host}, p.Value.FailedTargets...)...)
 	if err != nil && len(p.Value.FailedTargets) > 0 {
-		target, err = Choose(RequestOf(&f.VM), hosts, *loads, p.Value.Host)
+		target, err = Choose(r, hosts, *loads, p.Value.Host)
 	}
 	if err != nil {
 		return s.unschedulable(ctx, snap, name, p.Value.Host, err)
@@ -235,7 +236,7 @@ func (s *Scheduler) failover(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 	if s.Fence == nil {
 		return s.status(ctx, snap, name, Status{Host: lost, State: StateLost, Reason: fmt.Sprintf("host %s is down; no fencing configured, so not restarted elsewhere", lost)})
 	}
-	target, err := Choose(RequestOf(&f.VM), hosts, *loads, lost)
+	target, err := Choose(RequestOfRecord(rec.Value, &f.VM), hosts, *loads, lost)
 	if err != nil {
 		return s.unschedulable(ctx, snap, name, "", err)
 	}

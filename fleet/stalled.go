@@ -30,7 +30,7 @@ func (s *Scheduler) evacuate(ctx context.Context, snap *Snapshot, rec Entry[VMRe
 	if LocalDisk(&f.VM) != "" || s.Fence == nil {
 		return nil
 	}
-	target, err := Choose(RequestOf(&f.VM), hosts, *loads, from)
+	target, err := Choose(RequestOfRecord(rec.Value, &f.VM), hosts, *loads, from)
 	if err != nil {
 		return nil // nowhere to go: it stays, degraded
 	}

@@ -94,8 +94,11 @@ type Host struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	Draining  bool              `json:"draining,omitempty"` // from PREFIX/cordon, not stored here
 	Migration Endpoint          `json:"migration"`
-	Lease     int64             `json:"lease"`
-	Started   time.Time         `json:"started"` // the agent's start
+	// Images are the digests its image store holds, as its agent last
+	// saw them: placement prefers a host that need not pull a VM's.
+	Images  []string  `json:"images,omitempty"`
+	Lease   int64     `json:"lease"`
+	Started time.Time `json:"started"` // the agent's start
 }
 
 // Endpoint is how another host's vmsup migrates a VM to this one: the

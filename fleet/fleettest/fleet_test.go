@@ -82,6 +82,7 @@ func TestFleet(t *testing.T) {
 	t.Run("image-pull", func(t *testing.T) { imagePull(t, f, dir) })
 	t.Run("agent-kill", func(t *testing.T) { agentKill(t, f) })
 	t.Run("drain", func(t *testing.T) { drain(t, f) })
+	t.Run("local-disks", func(t *testing.T) { localDisks(t, f, dir) })
 	if t.Failed() {
 		return
 	}

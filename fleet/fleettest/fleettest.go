@@ -331,3 +331,27 @@ func newLAN(bridge string) (*testenv.LAN, error) {
 	}
 	return nil, errors.New("fleettest: no free 10.98.N.0/24 and bridge for the fleet's LAN")
 }
+
+// LocalDir makes dir a directory of h's own, as a host's local disk is: a
+// tmpfs mounted at dir in its sandbox's mount namespace (where its agent,
+// receiver and QEMUs run). Other hosts, and the caller, see their own dir.
+// The returned func unmounts it.
+func (h *Host) LocalDir(dir, size string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if out, err := h.InMounts("mount", "-t", "tmpfs", "-o", "mode=0755,size="+size, "vmsup-local-"+h.Name, dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("host %s: mount a local %s: %v: %s", h.Name, dir, err, out)
+	}
+	return func() { _ = h.InMounts("umount", "-l", dir).Run() }, nil
+}
+
+// HasFile says whether path is a regular file in h's mount namespace.
+func (h *Host) HasFile(path string) bool {
+	return h.InMounts("test", "-f", path).Run() == nil
+}
+
+// InMounts is the command argv run in h's sandbox's mount namespace.
+func (h *Host) InMounts(argv ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"-t", fmt.Sprint(h.SD.PID1), "-m", "--"}, argv...)...)
+}

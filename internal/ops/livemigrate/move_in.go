@@ -61,7 +61,7 @@ func (mg *Migrator) receiveMove(ctx context.Context, peer *migwire.Peer, m migwi
 	}
 	r, err := peer.Recv(ctx, wait)
 	if err != nil || r.Type != migwire.MsgFinalize {
-		return errAborted
+		return vmerr.Wrap(d.name, errors.New("move aborted by the source; what it made here is removed"))
 	}
 	if err := mv.define(ctx); err != nil {
 		err = vmerr.Wrap(d.name, err)
@@ -127,12 +127,14 @@ func (mv *moveIn) export(ctx context.Context) error {
 	}
 	sock := filepath.Join(d.p.Records, "move-nbd.sock")
 	os.Remove(sock)
-	args := []string{"--nbd-server", fmt.Sprintf(`{"addr":{"type":"unix","path":%q}}`, sock)}
+	// The images first: the socket appears once they opened.
+	var args, exports []string
 	for _, c := range d.copies {
 		args = append(args, blockdevArgs(c, false)...)
-		args = append(args, "--export", fmt.Sprintf(`{"type":"nbd","id":%q,"node-name":%q,"name":%q,"writable":true}`,
+		exports = append(exports, "--export", fmt.Sprintf(`{"type":"nbd","id":%q,"node-name":%q,"name":%q,"writable":true}`,
 			"migx-"+c.Name, qemuargs.DiskNodeName(c.Name), c.Export))
 	}
+	args = append(append(args, "--nbd-server", fmt.Sprintf(`{"addr":{"type":"unix","path":%q}}`, sock)), exports...)
 	if mv.qsd, err = startStorageDaemon(ctx, bin, args, sock); err != nil {
 		return err
 	}
@@ -224,9 +226,8 @@ func (mv *moveIn) close(ctx context.Context) {
 }
 
 // undoMoveIn removes what a move that did not define the VM made here:
-// the copies, the VM's file if it wrote it, its records and state
-// directory (the VM was not here before).
-// directory (the VM was not here before), the journal last, with them.
+// the copies, the VM's file if it wrote it, then its records and state
+// directory (the VM was not here before), the journal with them.
 func (mg *Migrator) undoMoveIn(name string, in moveInIntent) error {
 	if err := removeFiles(in.Copies); err != nil {
 		return err

@@ -176,10 +176,11 @@ func (m *outgoing) copyShutOff(ctx context.Context, r migwire.Msg) error {
 	}
 	sock := qsdSock(m.p)
 	os.Remove(sock)
-	args := []string{"--chardev", "socket,id=mon,path=" + sock + ",server=on,wait=off", "--monitor", "chardev=mon"}
+	var args []string // the images first: the socket appears once they opened
 	for _, c := range r.Disks {
 		args = append(args, blockdevArgs(c, true)...)
 	}
+	args = append(args, "--chardev", "socket,id=mon,path="+strings.ReplaceAll(sock, ",", ",,")+",server=on,wait=off", "--monitor", "chardev=mon")
 	qsd, err := startStorageDaemon(ctx, bin, args, sock)
 	if err != nil {
 		return m.fail("disks", "source", err)

@@ -231,8 +231,9 @@ func checkMovedImage(t *testing.T, ctx context.Context, h *supervisortest.Host, 
 	}
 }
 
-// moveKills kills the CLI moving the VM A -> B after some of its steps,
-// and B's receiver after each of its own; the guardians alone settle each
+// moveKills kills the CLI moving the VM A -> B during the disk's copy
+// (throttled) and after some of its steps, and B's receiver after each of
+// its own; the guardians alone settle each
 // to one defined copy, on B once the step says the destination defined it,
 // else on A; the image's data is intact wherever it ends.
 func moveKills(t *testing.T, ctx context.Context, a, b *supervisortest.Host, name, disk string, n int, token string) {
@@ -262,7 +263,11 @@ func moveKills(t *testing.T, ctx context.Context, a, b *supervisortest.Host, nam
 			t.Fatalf("move back: %v\n%s", err, out)
 		}
 	}
+	// 16 MiB of data (zeros cost nothing): at 8 MiB/s the copy lasts ~2 s,
+	// and a kill at 1 s lands in it.
+	runCmd(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0x33 8M 16M", disk)
 	for _, k := range []struct{ who, step, want string }{
+		{"cli", "", "A"}, // at 1 s, while the disk is copied
 		{"cli", "migrate-disks-ready", "A"},
 		{"cli", "move-finalize-sent", "A"},
 		{"cli", "move-finalized", "B"},
@@ -273,8 +278,18 @@ func moveKills(t *testing.T, ctx context.Context, a, b *supervisortest.Host, nam
 		if k.who == "cli" {
 			j := sa.Job
 			j.Op, j.VM, j.To, j.Address, j.Transport, j.DialNetns, j.KillAfter = "move", name, "B", b.Addr, toB, a.Netns, k.step
-			if killed, out, _ := supervisortest.RunJob(t, ctx, j, 0); !killed {
+			killAt := time.Duration(0)
+			if k.step == "" {
+				j.Bandwidth, j.Trace, killAt = 8<<20, filepath.Join(t.TempDir(), "trace"), time.Second
+			}
+			if killed, out, _ := supervisortest.RunJob(t, ctx, j, killAt); !killed {
 				t.Fatalf("the CLI was not killed after %q: %s", k.step, out)
+			}
+			if j.Trace != "" {
+				steps, _ := os.ReadFile(j.Trace)
+				if f := strings.Fields(string(steps)); len(f) == 0 || f[len(f)-1] != "migrate-disks-mirroring" {
+					t.Fatalf("the CLI was killed after its steps %q, want during the copy", f)
+				}
 			}
 		} else {
 			j := sb.Job
@@ -287,10 +302,14 @@ func moveKills(t *testing.T, ctx context.Context, a, b *supervisortest.Host, nam
 				t.Fatalf("the receiver was not killed after %q", k.step)
 			}
 		}
+		what := fmt.Sprintf("%s killed after %q", k.who, k.step)
+		if k.step == "" {
+			what = k.who + " killed at 1 s, during the copy"
+		}
 		on := supervisortest.SettleShutOff(t, ctx, name, disk, a, b)
-		t.Logf("%s killed after %q: settled in %s, defined on %s", k.who, k.step, time.Since(t0).Round(time.Millisecond), on.Name)
+		t.Logf("%s: settled in %s, defined on %s", what, time.Since(t0).Round(time.Millisecond), on.Name)
 		if on.Name != k.want {
-			t.Fatalf("%s killed after %q: the VM is on %s, want %s", k.who, k.step, on.Name, k.want)
+			t.Fatalf("%s: the VM is on %s, want %s", what, on.Name, k.want)
 		}
 		checkMovedImage(t, ctx, on, disk, n, token)
 		back(on)

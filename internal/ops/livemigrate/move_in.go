@@ -131,10 +131,11 @@ func (mv *moveIn) export(ctx context.Context) error {
 	var args, exports []string
 	for _, c := range d.copies {
 		args = append(args, blockdevArgs(c, false)...)
-		exports = append(exports, "--export", fmt.Sprintf(`{"type":"nbd","id":%q,"node-name":%q,"name":%q,"writable":true}`,
-			"migx-"+c.Name, qemuargs.DiskNodeName(c.Name), c.Export))
+		exports = append(exports, "--export", jsonArg(map[string]any{"type": "nbd", "id": "migx-" + c.Name,
+			"node-name": qemuargs.DiskNodeName(c.Name), "name": c.Export, "writable": true}))
 	}
-	args = append(append(args, "--nbd-server", fmt.Sprintf(`{"addr":{"type":"unix","path":%q}}`, sock)), exports...)
+	server := jsonArg(map[string]any{"addr": map[string]string{"type": "unix", "path": sock}})
+	args = append(append(args, "--nbd-server", server), exports...)
 	if mv.qsd, err = startStorageDaemon(ctx, bin, args, sock); err != nil {
 		return err
 	}

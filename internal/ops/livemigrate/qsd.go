@@ -116,11 +116,17 @@ func (d *storageDaemon) stop() error {
 // the source.
 func blockdevArgs(c migwire.DiskCopy, readOnly bool) []string {
 	file := "file-" + strings.TrimPrefix(qemuargs.DiskNodeName(c.Name), "fmt-")
-	j := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	return []string{
-		"--blockdev", j(map[string]any{"driver": "file", "node-name": file, "filename": c.File, "read-only": readOnly}),
-		"--blockdev", j(map[string]any{"driver": c.Format, "node-name": qemuargs.DiskNodeName(c.Name), "file": file, "read-only": readOnly}),
+		"--blockdev", jsonArg(map[string]any{"driver": "file", "node-name": file, "filename": c.File, "read-only": readOnly}),
+		"--blockdev", jsonArg(map[string]any{"driver": c.Format, "node-name": qemuargs.DiskNodeName(c.Name), "file": file, "read-only": readOnly}),
 	}
+}
+
+// jsonArg is an option of qemu-storage-daemon in its JSON form (any path
+// as is: no comma escaping).
+func jsonArg(v map[string]any) string {
+	b, _ := json.Marshal(v) // maps of strings and bools
+	return string(b)
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -49,6 +49,17 @@ type MigrateRequest struct {
 	KeepSourceDisks bool `json:"keep_source_disks"`
 }
 
+// MoveRequest is POST /v1/vms/{name}/move: a shut-off VM to another host
+// (vmsup move), supervisor.MigrateOptions' fields that concern it.
+type MoveRequest struct {
+	To              string        `json:"to"`
+	Address         string        `json:"address"`
+	Bandwidth       int64         `json:"bandwidth"`     // bytes per second; 0: unbounded
+	Timeout         time.Duration `json:"timeout"`       // nanoseconds; 0: 10 min
+	StallTimeout    time.Duration `json:"stall_timeout"` // nanoseconds; 0: 30 s
+	KeepSourceDisks bool          `json:"keep_source_disks"`
+}
+
 // MigrateItem is an item of a migration's stream: progress reports, then
 // the result.
 type MigrateItem struct {
@@ -60,6 +71,7 @@ func (s *Server) longRoutes() []route {
 	return []route{
 		{Pattern: "POST /v1/vms/{name}/backup", Summary: "backup into a directory of the server's backup_dirs: progress, then the result", Body: BackupRequest{}, Result: BackupItem{}, Stream: true, Long: true, h: s.backup},
 		{Pattern: "POST /v1/vms/{name}/migrate", Summary: "migrate (local: operator; to another host: admin): progress, then the result", Body: MigrateRequest{}, Result: MigrateItem{}, Stream: true, Long: true, h: s.migrate},
+		{Pattern: "POST /v1/vms/{name}/move", Summary: "move a shut-off VM to another host (admin): progress, then the result", Body: MoveRequest{}, Result: MigrateItem{}, Stream: true, Long: true, h: s.move},
 		{Pattern: "POST /v1/vms/{name}/migrate-cancel", Summary: "cancel the VM's migration in progress", h: func(c *call) (any, error) { return vmDo(c, Operator, s.Ops.CancelMigration) }},
 	}
 }
@@ -130,6 +142,25 @@ func (s *Server) migrate(c *call) (any, error) {
 			Bandwidth: req.Bandwidth, Downtime: req.Downtime, Multifd: req.Multifd, AutoConverge: req.AutoConverge,
 			Postcopy: req.Postcopy, PostcopyAfter: req.PostcopyAfter, Timeout: req.Timeout, StallTimeout: req.StallTimeout,
 			NoCPR: req.NoCPR, KeepSourceDisks: req.KeepSourceDisks, Progress: func(p supervisor.MigrationProgress) { progress(MigrateItem{Progress: &p}) }})
+		return MigrateItem{Result: &res}, err
+	})
+}
+
+func (s *Server) move(c *call) (any, error) {
+	req, err := decode[MoveRequest](c)
+	if err != nil {
+		return nil, err
+	}
+	if req.To == "" {
+		return nil, newError(KindUsage, "move: give to")
+	}
+	if err := c.allow(Admin, c.name()); err != nil { // it names another host
+		return nil, err
+	}
+	return nil, streamProgress(c, func(progress func(MigrateItem)) (MigrateItem, error) {
+		res, err := s.Ops.Move(c.ctx, c.name(), supervisor.MigrateOptions{To: req.To, Address: req.Address, Bandwidth: req.Bandwidth,
+			Timeout: req.Timeout, StallTimeout: req.StallTimeout, KeepSourceDisks: req.KeepSourceDisks,
+			Progress: func(p supervisor.MigrationProgress) { progress(MigrateItem{Progress: &p}) }})
 		return MigrateItem{Result: &res}, err
 	})
 }

@@ -28,6 +28,11 @@ func (o *blockingOps) Migrate(ctx context.Context, name string, m supervisor.Mig
 	return supervisor.MigrateResult{VM: name, To: m.To + "|" + m.Address, Postcopy: m.Postcopy}, nil
 }
 
+func (o *blockingOps) Move(ctx context.Context, name string, m supervisor.MigrateOptions) (supervisor.MigrateResult, error) {
+	m.Progress(supervisor.MigrationProgress{Status: "disks", DiskTransferred: 1, DiskTotal: 2})
+	return supervisor.MigrateResult{VM: name, To: m.To + "|" + m.Address, Disks: 1, DiskTransferred: m.Bandwidth}, nil
+}
+
 // TestRemoteBackupAndMigrate: a remote backup writes only into the
 // server's backup_dirs (a relative dir below the first, an absolute one
 // within, a path out of them refused, also through a symlink); progress
@@ -83,5 +88,13 @@ func TestRemoteBackupAndMigrate(t *testing.T) {
 	}
 	if _, err := a.Migrate(ctx, "quick", supervisor.MigrateOptions{To: "there", Transport: []string{"sh", "-c", "id"}}); err == nil || !strings.Contains(err.Error(), "not over --remote") {
 		t.Errorf("migrate with a transport command: %v", err)
+	}
+	// A move names another host too: admin only.
+	_, err = o.Move(ctx, "quick", supervisor.MigrateOptions{To: "elsewhere"})
+	wantAPIError(t, "move as operator", err, remoteapi.KindForbidden, "cn:o may not move: it needs role admin")
+	seen = 0
+	o2 := supervisor.MigrateOptions{To: "there", Address: "10.0.0.2", Bandwidth: 7, Progress: func(supervisor.MigrationProgress) { seen++ }}
+	if res, err := a.Move(ctx, "quick", o2); err != nil || res.To != "there|10.0.0.2" || res.DiskTransferred != 7 || seen != 1 {
+		t.Errorf("move as admin: %+v, %v, %d progress reports", res, err, seen)
 	}
 }

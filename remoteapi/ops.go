@@ -45,6 +45,7 @@ type Ops interface {
 	Backup(ctx context.Context, name string, o supervisor.BackupOptions) (supervisor.BackupResult, error)
 	Migrate(ctx context.Context, name string, o supervisor.MigrateOptions) (supervisor.MigrateResult, error)
 	CancelMigration(ctx context.Context, name string) error
+	Move(ctx context.Context, name string, o supervisor.MigrateOptions) (supervisor.MigrateResult, error)
 }
 
 // The host's supervisor is what the server calls.

@@ -45,6 +45,16 @@ func (s *Supervisor) Migrate(ctx context.Context, name string, o MigrateOptions)
 	return s.migrator().Migrate(ctx, name, o)
 }
 
+// Move moves the shut-off VM name to another host (o.To, with the
+// migration's transport, address, bandwidth and keep-source-disks
+// options; those about the guest's RAM are ignored): its local disks are
+// copied as a storage migration copies them, then it is defined and shut
+// off there, and gone from here. A running VM is refused (Migrate moves
+// it).
+func (s *Supervisor) Move(ctx context.Context, name string, o MigrateOptions) (MigrateResult, error) {
+	return s.migrator().Move(ctx, name, o)
+}
+
 // CancelMigration cancels the VM's outgoing migration (QMP migrate_cancel);
 // the vmsup migrating it then tears the destination down and the guest
 // keeps running here.

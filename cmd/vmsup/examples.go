@@ -28,6 +28,7 @@ var examples = map[string]string{
 	"autostart":        "  vmsup autostart            # what the boot unit runs",
 	"host":             "  vmsup host\n  vmsup host --json --refresh",
 	"migrate":          "  vmsup migrate --local web\n  vmsup migrate --to host-b web",
+	"move":             "  vmsup down web && vmsup move web --to host-b   # a shut-off VM and its local disks\n  vmsup move web --to host-b --keep-source-disks --bandwidth 200M",
 	"ping":             "  vmsup ping web",
 	"rm":               "  vmsup rm web               # a shut-off VM's state and records",
 	"set":              "  vmsup set web --cpus 4 --memory 2G\n  vmsup set web --cpu-quota 150",

@@ -179,7 +179,7 @@ func newRoot() (*cobra.Command, *globals) {
 	root.AddCommand(
 		upCmd(g), downCmd(g), lsCmd(g), statusCmd(g), pauseCmd(g), resumeCmd(g),
 		argvCmd(g), validateCmd(g), qmpCmd(g), consoleCmd(g), vncCmd(g), screenshotCmd(g), stopHookCmd(g), profileCmd(g),
-		nicCmd(g), hostdevCmd(g), snapshotCmd(g), backupCmd(g), restoreCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), migrateReceiveCmd(g),
+		nicCmd(g), hostdevCmd(g), snapshotCmd(g), backupCmd(g), restoreCmd(g), stopPostCmd(g), diskCmd(g), migrateCmd(g), moveCmd(g), migrateReceiveCmd(g),
 		enableCmd(g), disableCmd(g), autostartCmd(g), setCmd(g), pingCmd(g), rmCmd(g), hostCmd(g),
 		settleCmd(g), rebootApplyCmd(g), planCmd(g), applyCmd(g), eventsCmd(g), restartCmd(g), rebootCmd(g), resetCmd(g), killCmd(g),
 		execCmd(g), cpCmd(g), exportCmd(g), logsCmd(g), statsCmd(g), topCmd(g), metricsCmd(g), importCmd(g), versionCmd(g), manCmd(), genUnitsCmd(g),

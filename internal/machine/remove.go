@@ -45,6 +45,28 @@ func (s *Env) remove(ctx context.Context, name string) error {
 	if !known {
 		return s.NotFound(name)
 	}
+	return s.forget(ctx, name)
+}
+
+// ForgetMoved forgets a shut-off VM that now lives on another host (vmsup
+// move): as Remove, under the lock its caller holds, its unit's failed
+// state reset; the records, which hold the caller's journal, go last.
+func (s *Env) ForgetMoved(ctx context.Context, name string) error {
+	sd, err := s.Systemd(ctx)
+	if err != nil {
+		return err
+	}
+	unit := s.state.UnitOf(name)
+	if st, err := sd.Status(ctx, unit); err == nil && st.ActiveState == "failed" {
+		if err := sd.ResetFailed(ctx, unit); err != nil {
+			return vmerr.Wrap(name, err)
+		}
+	}
+	return s.forget(ctx, name)
+}
+
+func (s *Env) forget(ctx context.Context, name string) error {
+	p := s.Paths(name)
 	// What a crash may have left: taps, grants, secrets.
 	if err := s.AfterStop(ctx, name); err != nil {
 		return err
@@ -54,12 +76,12 @@ func (s *Env) remove(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	if err := errors.Join(p.RemoveAll(), s.state.RemoveVMFile(name)); err != nil {
-		return vmerr.Wrap(name, err)
-	}
 	// Its vsock CID was kept from start to start: free for others now.
 	if err := s.vsocks().Release(ctx, name); err != nil {
 		return vmerr.Wrap(name, fmt.Errorf("vsock: %w", err))
+	}
+	if err := errors.Join(s.state.RemoveVMFile(name), p.RemoveAll()); err != nil {
+		return vmerr.Wrap(name, err)
 	}
 	return nil
 }

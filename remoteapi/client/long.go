@@ -47,6 +47,19 @@ func (c *Client) Migrate(ctx context.Context, name string, o supervisor.MigrateO
 	return res, err
 }
 
+// Move is POST /v1/vms/{name}/move (the server's transport, as Migrate).
+func (c *Client) Move(ctx context.Context, name string, o supervisor.MigrateOptions) (supervisor.MigrateResult, error) {
+	var res supervisor.MigrateResult
+	if len(o.Transport) > 0 {
+		return res, errors.New("vmsup --remote: move: a transport command runs on the VMs' host, not over --remote")
+	}
+	req := remoteapi.MoveRequest{To: o.To, Address: o.Address, Bandwidth: o.Bandwidth, Timeout: o.Timeout,
+		StallTimeout: o.StallTimeout, KeepSourceDisks: o.KeepSourceDisks}
+	err := streamed(ctx, c, http.MethodPost, vm(name, "move"), nil, req,
+		func(it remoteapi.MigrateItem) error { return keep(o.Progress, it.Progress, &res, it.Result) })
+	return res, err
+}
+
 // CancelMigration is POST /v1/vms/{name}/migrate-cancel.
 func (c *Client) CancelMigration(ctx context.Context, name string) error {
 	return c.call(ctx, http.MethodPost, vm(name, "migrate-cancel"), nil, nil, nil)

@@ -99,12 +99,8 @@ func FaultHelper(arg string) int {
 		err = sup.Receive(ctx, os.Stdin, os.Stdout)
 	case "migrate-local":
 		_, err = sup.Migrate(ctx, j.VM, supervisor.MigrateOptions{Local: true})
-	case "migrate":
-		o := supervisor.MigrateOptions{To: j.To, Address: j.Address, Transport: j.Transport, Bandwidth: j.Bandwidth}
-		if j.DialNetns != "" {
-			o.Dial = dialIn(j.DialNetns)
-		}
-		_, err = sup.Migrate(ctx, j.VM, o)
+	case "migrate", "move":
+		err = moveJob(ctx, sup, j)
 	case "disk-attach":
 		_, err = sup.AttachDisk(ctx, j.VM, *j.Disk)
 	case "disk-detach":
@@ -152,6 +148,22 @@ func FaultHelper(arg string) int {
 		return 1
 	}
 	return 0
+}
+
+// moveJob runs a migration to another host, or a move (vmsup move), as j
+// says.
+func moveJob(ctx context.Context, sup *supervisor.Supervisor, j FaultJob) error {
+	o := supervisor.MigrateOptions{To: j.To, Address: j.Address, Transport: j.Transport, Bandwidth: j.Bandwidth}
+	if j.DialNetns != "" {
+		o.Dial = dialIn(j.DialNetns)
+	}
+	var err error
+	if j.Op == "move" {
+		_, err = sup.Move(ctx, j.VM, o)
+	} else {
+		_, err = sup.Migrate(ctx, j.VM, o)
+	}
+	return err
 }
 
 // ReceiverTransport is a migration transport that runs the destination's

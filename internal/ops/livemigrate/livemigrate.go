@@ -37,6 +37,8 @@ func Register(k *operation.Kernel, env *machine.Env) {
 	k.Register(KindIn, mg.recoverMigrateIn)
 	k.Register(KindOutStorage, mg.recoverMigrateOutStorage)
 	k.Register(KindInStorage, mg.recoverMigrateInStorage)
+	k.Register(KindMove, mg.recoverMove)
+	k.Register(KindInMove, mg.recoverMoveIn)
 }
 
 func (mg *Migrator) paths(name string) vmstore.Paths { return mg.env.State().Paths(name) }
@@ -68,15 +70,20 @@ const (
 	killTimeout           = 10 * time.Second
 )
 
-// Error is a failed migration; the guest still runs where Running says.
+// Error is a failed migration, or move; the guest still runs (a moved VM
+// is defined) where Running says.
 type Error struct {
 	VM      string
+	Op      string // "" (a migration) or "move"
 	Step    string
 	Running string // "source", "destination", "source (paused)", "none"
 	Err     error
 }
 
 func (e *Error) Error() string {
+	if e.Op == "move" {
+		return fmt.Sprintf("vm %q: move: %s: %v (the VM is on: %s)", e.VM, e.Step, e.Err, e.Running)
+	}
 	return fmt.Sprintf("vm %q: migrate: %s: %v (the guest runs on: %s)", e.VM, e.Step, e.Err, e.Running)
 }
 func (e *Error) Unwrap() error { return e.Err }

@@ -87,6 +87,7 @@ type outgoing struct {
 	op    *operation.Op // the journal: a killed migration is settled by the next command
 	in    migrateIntent
 	cpr   bool // the new QEMU takes the guest's RAM in place (cpr.go)
+	move  bool // a shut-off VM's disks and record (move_out.go): m.mon is a storage daemon's
 	// cands are the disks the destination may take a copy of, copies
 	// those it does (storage_out.go); mirrorsEnded: their jobs ended at
 	// the switch-over.
@@ -106,7 +107,11 @@ type outgoing struct {
 
 func (m *outgoing) fail(step, running string, err error) error {
 	m.unsettled = running != "source"
-	return &Error{VM: m.name, Step: step, Running: running, Err: err}
+	e := &Error{VM: m.name, Step: step, Running: running, Err: err}
+	if m.move {
+		e.Op = "move"
+	}
+	return e
 }
 
 func (m *outgoing) close() {
@@ -256,6 +261,9 @@ func (m *outgoing) journal(ctx context.Context) (err error) {
 	if len(m.cands) > 0 {
 		kind = KindOutStorage // its recovery also cleans up the copies
 	}
+	if m.move {
+		kind = KindMove
+	}
 	if m.op, stopGuard, err = m.mg.k.BeginGuarded(ctx, m.name, kind, m.in, guard); err != nil {
 		return err
 	}
@@ -317,11 +325,19 @@ func (m *outgoing) prepare(ctx context.Context) (migwire.Msg, error) {
 	if o.Local {
 		m.prep.From = "local"
 	} else if m.prep.Autostart = mg.env.State().IsMarked(name); m.f.VM.Boot.Firmware == spec.FirmwareUEFI {
-		if m.prep.UEFIVars, err = os.ReadFile(m.p.UEFIVars); err != nil {
+		// (A shut-off VM never started has none yet.)
+		if m.prep.UEFIVars, err = os.ReadFile(m.p.UEFIVars); err != nil && !(m.move && errors.Is(err, os.ErrNotExist)) {
 			return migwire.Msg{}, m.fail("prepare", "source", fmt.Errorf("UEFI variable store: %w", err))
 		}
 	}
-	r, err := peer.Call(ctx, m.prep, migwire.MsgPrepared, prepareTimeout)
+	wait, done := prepareTimeout, stepMigPrepared
+	if slices.ContainsFunc(m.cands, func(c migwire.DiskCopy) bool { return c.Image != "" }) {
+		wait += m.o.Timeout // the destination may pull an image first (haveImage)
+	}
+	if m.move {
+		m.prep.Type, m.prep.Multifd, m.prep.Postcopy, done = migwire.MsgMove, 0, false, stepMovePrepared
+	}
+	r, err := peer.Call(ctx, m.prep, migwire.MsgPrepared, wait)
 	if err != nil {
 		return r, m.fail("prepare", "source", err)
 	}
@@ -329,7 +345,7 @@ func (m *outgoing) prepare(ctx context.Context) (migwire.Msg, error) {
 		m.cpr, m.res.Mode, m.res.ModeNote = false, migwire.ModeNormal, "the destination did not take the guest's RAM in place"
 	}
 	mg.log.Debug("destination ready", "vm", name, "uri", r.URI, "cpr", r.CPRSocket)
-	m.step(stepMigPrepared)
+	m.step(done)
 	return r, nil
 }
 

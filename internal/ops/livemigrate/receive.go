@@ -67,6 +67,9 @@ func (mg *Migrator) receive(ctx context.Context, peer *migwire.Peer, local bool)
 	if m.Type == migwire.MsgQuery {
 		return mg.answerQuery(ctx, peer, m.Name)
 	}
+	if m.Type == migwire.MsgMove && !local {
+		return mg.receiveMove(ctx, peer, m)
+	}
 	if m.Type != migwire.MsgPrepare {
 		return fmt.Errorf("migrate-receive: want prepare, got %q", m.Type)
 	}
@@ -220,20 +223,10 @@ func (d *incomingVM) prepare(ctx context.Context, m migwire.Msg) (string, error)
 	if m.Timeout > 0 {
 		d.wait = m.Timeout + 2*time.Minute
 	}
-	f, err := spec.Parse(cmp.Or(m.SourceFile, mg.paths(m.Name).Spec), m.Spec)
+	f, err := d.parseSpec(ctx, m)
 	if err != nil {
-		return "", fmt.Errorf("spec from the source: %w", err)
+		return "", err
 	}
-	if f.VM.Name != m.Name {
-		return "", fmt.Errorf("spec names VM %q", f.VM.Name)
-	}
-	if !d.local {
-		// Another host's spec: its paths must be in this host's places.
-		if err := mg.env.CheckPaths(ctx, f); err != nil {
-			return "", fmt.Errorf("spec from the source: %w", err)
-		}
-	}
-	d.name, d.f, d.p = f.VM.Name, f, mg.paths(f.VM.Name)
 	if !d.local {
 		if d.copies, err = d.planCopies(ctx, m); err != nil {
 			return "", err
@@ -255,6 +248,25 @@ func (d *incomingVM) prepare(ctx context.Context, m migwire.Msg) (string, error)
 	}
 	d.undo = undo
 	return d.uri, nil
+}
+
+// parseSpec reads the source's spec: its name must be the VM's and, from
+// another host, its paths in this host's places.
+func (d *incomingVM) parseSpec(ctx context.Context, m migwire.Msg) (*spec.File, error) {
+	f, err := spec.Parse(cmp.Or(m.SourceFile, d.mg.paths(m.Name).Spec), m.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("spec from the source: %w", err)
+	}
+	if f.VM.Name != m.Name {
+		return nil, fmt.Errorf("spec names VM %q", f.VM.Name)
+	}
+	if !d.local {
+		if err := d.mg.env.CheckPaths(ctx, f); err != nil {
+			return nil, fmt.Errorf("spec from the source: %w", err)
+		}
+	}
+	d.name, d.f, d.p = f.VM.Name, f, d.mg.paths(f.VM.Name)
+	return f, nil
 }
 
 // listen is the pipeline's incoming step: QEMU's monitor answers, it waits

@@ -21,22 +21,30 @@ import (
 // askDestination asks the destination's vmsup, over the migration's
 // transport, whether it runs the guest. known is false when it cannot say.
 func (mg *Migrator) askDestination(ctx context.Context, name string, in migrateIntent) (runs, known bool) {
-	if len(in.Transport) == 0 {
-		return false, false
+	state, known := mg.queryDestination(ctx, name, in.Transport)
+	return state == migwire.StateRunning, known
+}
+
+// queryDestination asks the vmsup at the other end of transport about VM
+// name (after it settled its side): running, defined (shut off) or
+// absent. known is false when it cannot say.
+func (mg *Migrator) queryDestination(ctx context.Context, name string, transport []string) (state string, known bool) {
+	if len(transport) == 0 {
+		return "", false
 	}
-	peer, closePeer, err := migwire.Command(in.Transport, io.Discard)
+	peer, closePeer, err := migwire.Command(transport, io.Discard)
 	if err != nil {
-		return false, false
+		return "", false
 	}
 	defer closePeer()
 	if r, err := peer.Call(ctx, migwire.Msg{Type: migwire.MsgHello, Version: migwire.Version}, migwire.MsgHello, helloTimeout); err != nil || r.Version != migwire.Version {
-		return false, false
+		return "", false
 	}
 	r, err := peer.Call(ctx, migwire.Msg{Type: migwire.MsgQuery, Name: name}, migwire.MsgState, queryTimeout)
 	if err != nil {
-		return false, false
+		return "", false
 	}
-	return r.State == migwire.StateRunning, true
+	return r.State, true
 }
 
 // queryTimeout bounds a destination's answer: it first waits for its own
@@ -70,6 +78,9 @@ func (mg *Migrator) answerQuery(ctx context.Context, peer *migwire.Peer, name st
 	// The VM's own sockets (not an incoming directory's): a QEMU that took
 	// the guest over, running or paused since by its operator.
 	if _, err := os.Stat(mg.paths(name).QMP); err != nil {
+		if exists(mg.paths(name).State) { // shut off here (a move's destination)
+			return reply(migwire.StateDefined, nil)
+		}
 		return reply(migwire.StateAbsent, nil)
 	}
 	c, release, err := mg.env.QMPSession(ctx, name)

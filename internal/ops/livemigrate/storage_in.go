@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/vmsup/vmsup/internal/imagestore"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/ops/migwire"
 	"github.com/vmsup/vmsup/qemuargs"
@@ -52,9 +55,9 @@ func (d *incomingVM) planCopies(ctx context.Context, m migwire.Msg) ([]migwire.D
 		c.Sync, c.Export = "full", c.Name
 		switch {
 		case c.Image != "":
-			im, err := d.mg.env.Images().Store.Resolve(c.Image)
+			im, err := d.mg.haveImage(ctx, c)
 			if err != nil {
-				return nil, fmt.Errorf("disk %q: its image is not in this host's store (%v): vmsup image pull it here first", c.Name, err)
+				return nil, fmt.Errorf("disk %q: %w", c.Name, err)
 			}
 			c.Sync, c.Backing, c.BackingFormat = "top", im.Path, im.Format
 		case c.Backing != "":
@@ -67,6 +70,41 @@ func (d *incomingVM) planCopies(ctx context.Context, m migwire.Msg) ([]migwire.D
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// haveImage is the stored image c's overlay is on, pulled by digest from
+// where the source's store got it when this store lacks it (as a fleet
+// agent does before an up: fleet/images.go); without a recorded source
+// the error says to pull it here first.
+func (mg *Migrator) haveImage(ctx context.Context, c migwire.DiskCopy) (imagestore.Image, error) {
+	st := mg.env.Images().Store
+	im, err := st.Resolve(c.Image)
+	if !errors.Is(err, imagestore.ErrNotFound) {
+		return im, err
+	}
+	if c.ImageSource == "" {
+		return im, fmt.Errorf("its image %s is not in this host's store, and the source's store recorded no source to pull it from: vmsup image pull it here first", c.Image)
+	}
+	p := imagestore.Pull{Source: c.ImageSource}
+	if imagestore.IsHTTP(c.ImageSource) {
+		// The digest is the stored file's sha256; a download checked
+		// another way (a compressed file's sum) is checked that way.
+		p.SHA256 = strings.TrimPrefix(c.Image, "sha256:")
+		if alg, sum, ok := strings.Cut(c.ImageVerified, ":"); ok && alg == "sha512" {
+			p.SHA256, p.SHA512 = "", sum
+		} else if ok && alg == "sha256" {
+			p.SHA256 = sum
+		}
+	}
+	mg.log.Info("pulling image for a disk copy", "image", c.Image, "source", c.ImageSource)
+	got, err := st.Pull(ctx, p)
+	switch {
+	case err != nil:
+		return im, fmt.Errorf("its image %s is not in this host's store, and pulling it from %s failed: %w (vmsup image pull it here first)", c.Image, c.ImageSource, err)
+	case got.Digest != c.Image:
+		return im, fmt.Errorf("its image %s is not in this host's store, and %s gave image %s instead", c.Image, c.ImageSource, got.Digest)
+	}
+	return got, nil
 }
 
 // copyArgs fills a's copies: the shared-storage check skips them and the
@@ -125,15 +163,22 @@ func (d *incomingVM) exportCopies(ctx context.Context, listen string, tlsLn func
 			return fmt.Errorf("disk %q: export it for the copy: %w", c.Name, err)
 		}
 	}
+	var err error
+	d.nbdRelay, d.nbdURI, err = relayNBD(listen, sock, d.token, tlsLn, d.mg.log)
+	return err
+}
+
+// relayNBD relays a TCP port on listen (TLS by tlsLn, each connection's
+// token checked) to the NBD server at sock; uri is "tcp:HOST:PORT".
+func relayNBD(listen, sock, token string, tlsLn func(net.Listener) net.Listener, log *slog.Logger) (*migwire.Relay, string, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(listen, "0"))
 	if err != nil {
-		return fmt.Errorf("disk copies: listen: %w", err)
+		return nil, "", fmt.Errorf("disk copies: listen: %w", err)
 	}
-	d.nbdRelay = migwire.StartRelay(tlsLn(ln), func() (net.Conn, error) { return qmp.DialSocket(context.Background(), sock) },
-		migwire.CheckToken(d.token), nil, d.mg.log)
+	relay := migwire.StartRelay(tlsLn(ln), func() (net.Conn, error) { return qmp.DialSocket(context.Background(), sock) },
+		migwire.CheckToken(token), nil, log)
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	d.nbdURI = "tcp:" + net.JoinHostPort(listen, port)
-	return nil
+	return relay, "tcp:" + net.JoinHostPort(listen, port), nil
 }
 
 // stopExports ends the NBD server before the guest runs here: the source

@@ -84,7 +84,7 @@ func (m *outgoing) diskCandidates(ctx context.Context) ([]migwire.DiskCopy, erro
 			if err != nil {
 				return nil, fmt.Errorf("disk[%d] %q: %w", i, d.Name, err)
 			}
-			c.Image = im.Digest
+			c.Image, c.ImageSource, c.ImageVerified = im.Digest, im.Source, im.Verified
 		case d.Backing != "":
 			c.Backing = d.Backing
 		}

@@ -2,7 +2,12 @@ package livemigrate
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,7 +38,7 @@ func TestRegisterKinds(t *testing.T) {
 	dir := t.TempDir()
 	k := operation.New(operation.Options{Store: vmstore.Store{Root: dir}})
 	Register(k, testEnv(t, dir))
-	want := []operation.Kind{KindOut, KindIn, KindInStorage, KindOutStorage}
+	want := []operation.Kind{KindOut, KindIn, KindInStorage, KindOutStorage, KindMove, KindInMove}
 	slices.Sort(want)
 	if got := k.Kinds(); !slices.Equal(got, want) {
 		t.Fatalf("registered %v, want %v", got, want)
@@ -91,6 +96,7 @@ func TestPlanCopies(t *testing.T) {
 	if _, err := d.planCopies(context.Background(), m); err == nil || !strings.Contains(err.Error(), "vmsup image pull it here first") {
 		t.Fatalf("missing image: %v", err)
 	}
+	pullByDigest(t, d, m)
 	m.Disks[1].Image = ""
 	os.WriteFile(local, nil, 0o600)
 	if _, err := d.planCopies(context.Background(), m); err == nil || !strings.Contains(err.Error(), "exists on this host but is not the source's") {
@@ -110,5 +116,36 @@ func TestRemoveSourceCopies(t *testing.T) {
 	}
 	if note := mg.removeSourceCopies("web", []string{f, filepath.Join(dir, "gone.qcow2")}, false); exists(f) || !strings.Contains(note, "removed") {
 		t.Fatalf("removed: %q, there %v", note, exists(f))
+	}
+}
+
+// pullByDigest: a stored image missing here is pulled from the source its
+// store recorded (HTTP, checked against the digest), then copied top
+// layer only; a source that serves other bytes is refused.
+func pullByDigest(t *testing.T, d *incomingVM, m migwire.Msg) {
+	t.Helper()
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	sum := sha256.Sum256(data)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/other.raw" {
+			w.Write(make([]byte, 1<<20))
+			return
+		}
+		w.Write(data)
+	}))
+	defer srv.Close()
+	m.Disks[1].Image = "sha256:" + hex.EncodeToString(sum[:])
+	m.Disks[1].ImageSource = srv.URL + "/other.raw"
+	if _, err := d.planCopies(context.Background(), m); err == nil || !strings.Contains(err.Error(), "pulling it from "+srv.URL+"/other.raw failed") {
+		t.Fatalf("pull of other bytes: %v", err)
+	}
+	m.Disks[1].ImageSource = srv.URL + "/base.raw"
+	got, err := d.planCopies(context.Background(), m)
+	if err != nil || len(got) != 1 || got[0].Sync != "top" || got[0].BackingFormat != "raw" {
+		t.Fatalf("plan with the image pulled by digest: %+v %v", got, err)
+	}
+	if im, err := d.mg.env.Images().Store.Resolve(m.Disks[1].Image); err != nil || im.Source != m.Disks[1].ImageSource {
+		t.Fatalf("the pulled image in the store: %+v %v", im, err)
 	}
 }

@@ -95,6 +95,9 @@ type Result struct {
 	// QEMU's STOP event to the destination's RESUME (QEMU's clocks, the
 	// same host's); 0 when not known (across hosts).
 	Pause time.Duration `json:"pause_ns,omitempty"`
+	// Note says what a move (vmsup move) could not clean up on the
+	// source ("" when all went).
+	Note string `json:"note,omitempty"`
 }
 
 // Migration modes (Result.Mode).

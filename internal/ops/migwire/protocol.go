@@ -36,6 +36,15 @@ import (
 //
 //	query{name}               -> state{state}             (after settling this host's side)
 //
+// or, instead of prepare, a move of a shut-off VM (vmsup move): no QEMU on
+// either side, the disks copied over the same NBD relay, then the VM
+// defined here:
+//
+//	move{spec, disks, ...}    -> prepared{disks, nbd} | error  (the copies made and exported)
+//	  ... the source copies each disk into its export ...
+//	finalize                  -> finalized | error        (the VM is defined here, shut off)
+//	abort (or EOF)            -> the copies and everything else made here are removed
+//
 // A change that an older peer would misread bumps Version; peers
 // refuse a version they do not speak.
 const Version = 2 // 2: the cross-host stream is TLS (CertPin)
@@ -55,6 +64,7 @@ const (
 	MsgRunning   = "running"
 	MsgAbort     = "abort"
 	MsgQuery     = "query" // does the guest run here?
+	MsgMove      = "move"  // a shut-off VM's disks and record (an older receiver refuses it)
 	MsgState     = "state"
 	MsgError     = "error"
 )
@@ -63,6 +73,7 @@ const (
 const (
 	StateRunning = "running" // the guest runs here
 	StateAbsent  = "absent"  // it does not (no QEMU, or one that never took over)
+	StateDefined = "defined" // the VM is here, shut off (a move finished here)
 )
 
 // Msg is every protocol message; Type says which fields matter.
@@ -154,7 +165,12 @@ type DiskCopy struct {
 	// overlay on: a destination whose store has it copies the top layer
 	// only. Backing/BackingFormat: a backing file named by the spec's
 	// backing key, which the destination must have at the same path.
-	Image         string `json:"image,omitempty"`
+	Image string `json:"image,omitempty"`
+	// ImageSource and ImageVerified are where the source's store pulled
+	// Image from and how it was verified ("sha256:HEX"): a destination
+	// that lacks the image pulls it from there, by digest.
+	ImageSource   string `json:"image_source,omitempty"`
+	ImageVerified string `json:"image_verified,omitempty"`
 	Backing       string `json:"backing,omitempty"`
 	BackingFormat string `json:"backing_format,omitempty"`
 	// Sync (prepared): "top" (the destination has the backing) or "full".

@@ -150,8 +150,8 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 		return err
 	}
 	if st.State != supervisor.StateRunning && st.State != supervisor.StatePaused {
-		if why := hostDisks(rec.Value); why != "" {
-			return a.keepShutOff(ctx, snap, name, p, State(st.State), why)
+		if hostDisks(rec.Value) != "" {
+			return a.moveShutOff(ctx, snap, rec, p, h, State(st.State))
 		}
 		// Nothing to migrate live, no disk here: it starts on the target
 		// from its spec.
@@ -160,10 +160,7 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 		}
 		return a.handOver(ctx, name, p, Status{Host: target, State: StatePending, Reason: "moved stopped by a drain"})
 	}
-	o := supervisor.MigrateOptions{To: target, Address: h.Migration.Address, Transport: h.Migration.Transport}
-	if len(o.Transport) == 0 && h.Migration.Receiver != "" && a.Connect != nil {
-		o.Transport = a.Connect(h.Migration.Receiver)
-	}
+	o := a.moveOptions(target, h)
 	switch why, err := a.targetImages(rec.Value, h); {
 	case err != nil:
 		return a.migrationFailed(ctx, snap, name, p, err)
@@ -182,22 +179,44 @@ func (a *Agent) moveOut(ctx context.Context, snap *Snapshot, rec Entry[VMRecord]
 	return a.handOver(ctx, name, p, Status{Host: target, State: StateRunning, Reason: "migrated by a drain", Generation: rec.Value.Generation})
 }
 
-// keepShutOff leaves a VM a drain found shut off on this host's own disks
-// where it is: started on the target from its spec it would come up on
-// new, empty disks, and only a running VM's migration copies them (a
-// disk-only move does not exist yet). Its status says so and what to do;
-// the host uncordoned, the target is dropped and it runs here again.
-func (a *Agent) keepShutOff(ctx context.Context, snap *Snapshot, name string, p Entry[Placement], state State, why string) error {
-	me := a.Host.Name
-	if !snap.Cordoned[me] {
+// moveOptions are a drain's migration or move options to target h.
+func (a *Agent) moveOptions(target string, h Host) supervisor.MigrateOptions {
+	o := supervisor.MigrateOptions{To: target, Address: h.Migration.Address, Transport: h.Migration.Transport}
+	if len(o.Transport) == 0 && h.Migration.Receiver != "" && a.Connect != nil {
+		o.Transport = a.Connect(h.Migration.Receiver)
+	}
+	return o
+}
+
+// moveShutOff moves a VM a drain found shut off on this host's own disks
+// to its target with them (vmsup move: the disks copied, the VM defined
+// there and forgotten here), then hands the placement over; started from
+// its spec on the target instead, it would come up on new, empty disks. A
+// move that fails leaves it here, its status saying why, and is tried
+// again spaced; the host uncordoned first, the target is dropped and it
+// runs here again.
+func (a *Agent) moveShutOff(ctx context.Context, snap *Snapshot, rec Entry[VMRecord], p Entry[Placement], h Host, state State) error {
+	name, target := rec.Value.Name, p.Value.Target
+	if !snap.Cordoned[a.Host.Name] {
 		next := p.Value
 		next.Target = ""
 		_, err := a.Store.movePlacement(ctx, name, p.Rev, next, nil, nil)
 		return err
 	}
-	return a.report(ctx, snap, name, Status{State: state, Reason: fmt.Sprintf(
-		"drain: %s is shut off on local disks (%s on %s); only a running VM's migration copies them, so it stays: "+
-			"fleet uncordon %s starts it there again, and a drain then moves it with its disks", name, why, me, me)})
+	switch why, err := a.targetImages(rec.Value, h); {
+	case err != nil:
+		return a.migrationFailed(ctx, snap, name, p, err)
+	case why != "":
+		return a.report(ctx, snap, name, Status{State: state, Reason: why})
+	}
+	a.Log.Info("drain: moving shut off with its disks", "vm", name, "to", target)
+	res, err := a.Sup.Move(ctx, name, a.moveOptions(target, h))
+	if err != nil {
+		return a.migrationFailed(ctx, snap, name, p, err)
+	}
+	a.retry.succeeded(name)
+	a.Log.Info("drain: moved", "vm", name, "to", target, "took", res.TotalTime, "disks", res.Disks, "disk_bytes", res.DiskTransferred)
+	return a.handOver(ctx, name, p, Status{Host: target, State: StatePending, Reason: "moved shut off by a drain, its disks copied"})
 }
 
 // hostDisks names the first writable disk on the host's own storage (a

@@ -19,6 +19,7 @@ type Supervisor interface {
 	UpWith(ctx context.Context, o supervisor.UpOptions, files ...*spec.File) ([]supervisor.UpResult, error)
 	Apply(ctx context.Context, f *spec.File, o supervisor.ApplyOptions) (supervisor.ApplyResult, error)
 	Migrate(ctx context.Context, name string, o supervisor.MigrateOptions) (supervisor.MigrateResult, error)
+	Move(ctx context.Context, name string, o supervisor.MigrateOptions) (supervisor.MigrateResult, error)
 	Receive(ctx context.Context, r io.Reader, w io.Writer) error
 	Kill(ctx context.Context, name string) (supervisor.DownResult, error)
 	Down(ctx context.Context, name string) (supervisor.DownResult, error)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -52,38 +53,7 @@ With --remote, the remote host migrates (--local needs role operator, --to HOST 
 				if (o.To == "") == !o.Local {
 					return usageError{fmt.Errorf("give exactly one of --to HOST and --local")}
 				}
-				if transport != "" {
-					if g.rem.url != "" {
-						return usageError{fmt.Errorf("--transport runs a command on the VMs' host: not with --remote (the remote host's ssh is used)")}
-					}
-					o.Transport = strings.Fields(transport)
-				}
-				if bandwidth != "" {
-					bw, err := spec.ParseSize(bandwidth)
-					if err != nil {
-						return usageError{fmt.Errorf("--bandwidth: %w", err)}
-					}
-					o.Bandwidth = int64(bw)
-				}
-				out := cmd.OutOrStdout()
-				o.Progress = progressPrinter(g, name, out)
-				res, err := sup.Migrate(cmd.Context(), name, o)
-				if g.json {
-					ev := migrateEvent{Name: name, Event: "done", Result: &res}
-					if err != nil {
-						ev = migrateEvent{Name: name, Event: "failed", Error: toErrorJSON(err)}
-					}
-					g.out.line(ev)
-					return err
-				}
-				if isTerminal(out) {
-					fmt.Fprintln(out)
-				}
-				if err != nil {
-					return err
-				}
-				printMigrated(out, name, res)
-				return nil
+				return runMove(cmd, g, name, &o, transport, bandwidth, sup.Migrate, printMigrated)
 			})
 		},
 	}
@@ -186,4 +156,44 @@ type migrateEvent struct {
 	Progress *supervisor.MigrationProgress `json:"progress"`
 	Result   *supervisor.MigrateResult     `json:"result"`
 	Error    *errorJSON                    `json:"error"`
+}
+
+// runMove is migrate's and move's common run: the transport and bandwidth
+// flags into o, progress while it runs, then the result (a JSON line, or
+// show's text).
+func runMove(cmd *cobra.Command, g *globals, name string, o *supervisor.MigrateOptions, transport, bandwidth string,
+	run func(context.Context, string, supervisor.MigrateOptions) (supervisor.MigrateResult, error),
+	show func(io.Writer, string, supervisor.MigrateResult)) error {
+	if transport != "" {
+		if g.rem.url != "" {
+			return usageError{fmt.Errorf("--transport runs a command on the VMs' host: not with --remote (the remote host's ssh is used)")}
+		}
+		o.Transport = strings.Fields(transport)
+	}
+	if bandwidth != "" {
+		bw, err := spec.ParseSize(bandwidth)
+		if err != nil {
+			return usageError{fmt.Errorf("--bandwidth: %w", err)}
+		}
+		o.Bandwidth = int64(bw)
+	}
+	out := cmd.OutOrStdout()
+	o.Progress = progressPrinter(g, name, out)
+	res, err := run(cmd.Context(), name, *o)
+	if g.json {
+		ev := migrateEvent{Name: name, Event: "done", Result: &res}
+		if err != nil {
+			ev = migrateEvent{Name: name, Event: "failed", Error: toErrorJSON(err)}
+		}
+		g.out.line(ev)
+		return err
+	}
+	if isTerminal(out) {
+		fmt.Fprintln(out)
+	}
+	if err != nil {
+		return err
+	}
+	show(out, name, res)
+	return nil
 }

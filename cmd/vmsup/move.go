@@ -3,13 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vmsup/vmsup/remoteapi"
-	"github.com/vmsup/vmsup/spec"
 	"github.com/vmsup/vmsup/supervisor"
 )
 
@@ -37,38 +35,7 @@ With --remote, the remote host moves it (role admin; no --transport).`,
 				if o.To == "" {
 					return usageError{fmt.Errorf("give --to HOST")}
 				}
-				if transport != "" {
-					if g.rem.url != "" {
-						return usageError{fmt.Errorf("--transport runs a command on the VMs' host: not with --remote (the remote host's ssh is used)")}
-					}
-					o.Transport = strings.Fields(transport)
-				}
-				if bandwidth != "" {
-					bw, err := spec.ParseSize(bandwidth)
-					if err != nil {
-						return usageError{fmt.Errorf("--bandwidth: %w", err)}
-					}
-					o.Bandwidth = int64(bw)
-				}
-				out := cmd.OutOrStdout()
-				o.Progress = progressPrinter(g, name, out)
-				res, err := sup.Move(cmd.Context(), name, o)
-				if g.json {
-					ev := migrateEvent{Name: name, Event: "done", Result: &res}
-					if err != nil {
-						ev = migrateEvent{Name: name, Event: "failed", Error: toErrorJSON(err)}
-					}
-					g.out.line(ev)
-					return err
-				}
-				if isTerminal(out) {
-					fmt.Fprintln(out)
-				}
-				if err != nil {
-					return err
-				}
-				printMoved(out, name, res)
-				return nil
+				return runMove(cmd, g, name, &o, transport, bandwidth, sup.Move, printMoved)
 			})
 		},
 	}

@@ -22,10 +22,12 @@ import (
 // killed after every step of the source's side (the disks' copy's steps
 // included) both ways and at random times (the copy is throttled so that
 // some land in it), then the receiver killed after every step of its own
-// (its disk-copies step included). After each kill the guardians alone
-// must settle it: one running copy, the disk's image on its host only (the
+// (its disk-copies step included), then at random times while the source
+// mirrors the disk into it. After each kill the guardians alone must
+// settle it: one running copy, the disk's image on its host only (the
 // loser's copy removed), and the next migration succeeds; the data written
-// before the first kill reads back at the end.
+// before the first kill reads back at the end (and after each random
+// receiver kill, with the markers a guest writer synced meanwhile).
 func TestFaultsMigrateLocalDisks(t *testing.T) {
 	ctx := supervisortest.Context(t, 40*time.Minute)
 	ha, hb := supervisortest.TwoHosts(t, env, vmsupBin)
@@ -42,7 +44,7 @@ func TestFaultsMigrateLocalDisks(t *testing.T) {
 	})
 	st, _ := ha.Sup.Status(ctx, m.vm)
 	testenv.WaitLog(t, st.ConsoleLog, "VMSUP-SHELL-READY", 90*time.Second)
-	supervisortest.WriteGuestData(t, ctx, st.Console, "vmsup-disk-faults-3")
+	supervisortest.WriteGuestData(t, ctx, st.Console, diskToken)
 	// 48 MiB of data to copy (zeros cost nothing): at 32 MiB/s the copy
 	// takes a good part of each run, where random kills land.
 	supervisortest.GuestExec(t, ctx, st.Console, "dd if=/dev/urandom of=/dev/vda bs=1M seek=8 count=48 conv=fsync 2>/dev/null")
@@ -66,18 +68,21 @@ func TestFaultsMigrateLocalDisks(t *testing.T) {
 	for _, sub := range []struct {
 		name string
 		run  func(t *testing.T, ctx context.Context) string
-	}{{"cli", m.cli}, {"receiver-steps", m.receiverSteps}} {
+	}{{"cli", m.cli}, {"receiver-steps", m.receiverSteps}, {"receiver-random", m.receiverRandom}} {
 		if !t.Run(sub.name, func(t *testing.T) { counts = append(counts, sub.run(t, ctx)) }) {
 			return
 		}
 	}
 	var st2 supervisor.Status
 	on := supervisortest.SettleGuarded(t, ctx, m.vm, []*faultSide{m.a, m.b}, "", &st2)
-	if got := supervisortest.ReadGuestData(t, ctx, st2.Console, 19); got != "vmsup-disk-faults-3" {
+	if got := supervisortest.ReadGuestData(t, ctx, st2.Console, len(diskToken)); got != diskToken {
 		t.Fatalf("the data disk on %s after all kills: %q", on.Name, got)
 	}
 	t.Logf("FAULTS migrate local disks: %s; the data reads back on %s", strings.Join(counts, ", "), on.Name)
 }
+
+// diskToken is written at the start of the data disk before the first kill.
+const diskToken = "vmsup-disk-faults-3"
 
 // diskFaults is the guest of TestFaultsMigrateLocalDisks on its two hosts.
 type diskFaults struct {

@@ -77,13 +77,13 @@ fi
 # QEMU 10 is internal/host/caps' record). Longest first
 # (go test runs two at a time here). VMSUP_SKIP_QEMU10=1 skips the pass.
 q10_pkgs=(
-	./supervisor/              # lifecycle, confinement, hotplug, migration, storage on a real guest
-	./supervisor/snapshottest/ # memory snapshots through file: with mapped-ram, clones, backups, disk moves
-	./supervisor/networktest/  # NICs on bridges, OVS and CNI, hotplug, with QEMU 10's netdevs
-	./supervisor/devicetest/   # TPM, 9p, hugepages, Secure Boot, display
-	./qemuargs/                # every golden argv started in QEMU 10 (-S) and checked over QMP
-	./internal/host/caps/       # the probe's record of QEMU 10
-	./internal/ops/memstate/       # memory state through file: with mapped-ram
+	./supervisor/                  # lifecycle, confinement, hotplug, migration, storage on a real guest
+	./supervisor/snapshottest/     # memory snapshots through file: with mapped-ram, clones, backups, disk moves
+	./supervisor/networktest/      # NICs on bridges, OVS and CNI, hotplug, with QEMU 10's netdevs
+	./supervisor/devicetest/       # TPM, 9p, hugepages, Secure Boot, display
+	./qemuargs/                    # every golden argv started in QEMU 10 (-S) and checked over QMP
+	./internal/host/caps/          # the probe's record of QEMU 10
+	./internal/lifecycle/memstate/ # memory state through file: with mapped-ram
 )
 if [[ -n ${VMSUP_SKIP_QEMU10-} ]]; then
 	echo "test.sh: QEMU 10 pass skipped (VMSUP_SKIP_QEMU10 is set)"

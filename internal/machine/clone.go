@@ -28,7 +28,7 @@ type StartReport struct {
 // start's lock step and let go after); after sees each step, and the
 // lifecycle event names from ("VM:TAG").
 func (s *Env) StartClone(ctx context.Context, f *spec.File, memory, from string, after func(vm, step string)) (StartReport, error) {
-	r := s.newStart(f, StartFresh, incomingArgs{})
+	r := s.newStart(f, StartFresh, IncomingArgs{})
 	r.restore = memory
 	_, err := steps.Run(ctx, r.name, r.steps(), after)
 	if r.lk != nil {

@@ -17,7 +17,7 @@ import (
 func (r *startRun) resolveIdentity() {
 	var ids identity.IDs
 	if r.mode != StartFresh {
-		ids = identity.Incoming(&r.f.VM, r.in.ids)
+		ids = identity.Incoming(&r.f.VM, r.in.IDs)
 	} else {
 		var prev vmstore.Applied
 		_ = json.Unmarshal(r.prev.app, &prev) // none yet: new ones
@@ -40,11 +40,11 @@ func (s *Env) recordedIDs(vm *spec.VM) identity.IDs {
 // source's for a destination (the stream needs the same), else the one
 // pinned at the VM's first start (identity.PinMachine).
 func (r *startRun) resolveMachine() (err error) {
-	if r.mode != StartFresh && r.in.machine == "" {
+	if r.mode != StartFresh && r.in.Machine == "" {
 		r.app.Machine = "" // an older source: its alias, as it ran it
 		return nil
 	}
-	want, recorded := r.in.machine, ""
+	want, recorded := r.in.Machine, ""
 	if r.mode == StartFresh {
 		var prev vmstore.Applied
 		_ = json.Unmarshal(r.prev.app, &prev)

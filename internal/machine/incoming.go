@@ -55,12 +55,7 @@ func (s *Env) StartIncoming(f *spec.File, local bool, a IncomingArgs) *Incoming 
 	if local {
 		mode = StartIncomingLocal
 	}
-	return &Incoming{s.newStart(f, mode, incomingArgs{
-		accel: a.Accel, cpu: CPUChoice{a.CPUModel, a.CPUMasks}, machine: a.Machine, ids: a.IDs, sourceFile: a.SourceFile,
-		from: a.From, ramID: a.RAMID, cpr: a.CPR,
-		markers: a.Markers, copies: a.Copies, makeCopies: a.MakeCopies, undoCopies: a.UndoCopies,
-		uefiVars: a.UEFIVars, listen: a.Listen, journal: a.Journal, intent: a.Intent,
-	})}
+	return &Incoming{s.newStart(f, mode, a)}
 }
 
 // Run runs the pipeline's steps; undo removes what they made.

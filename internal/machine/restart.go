@@ -131,7 +131,7 @@ func (s *Env) startLocked(ctx context.Context, f *spec.File, op *operation.Op) (
 // StartRestored is startLocked resuming the guest from a memory state
 // file (state "" boots it).
 func (s *Env) StartRestored(ctx context.Context, f *spec.File, op *operation.Op, state string) (UpResult, error) {
-	r := s.newStart(f, StartFresh, incomingArgs{})
+	r := s.newStart(f, StartFresh, IncomingArgs{})
 	r.locked, r.restore = true, state
 	after := s.opts.AfterStep
 	if op != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/vmsup/vmsup/internal/lifecycle/confine"
 	"github.com/vmsup/vmsup/internal/lifecycle/diskfds"
 	"github.com/vmsup/vmsup/internal/lifecycle/diskprep"
-	"github.com/vmsup/vmsup/internal/lifecycle/identity"
 	"github.com/vmsup/vmsup/internal/lifecycle/livesettings"
 	"github.com/vmsup/vmsup/internal/lifecycle/operation"
 	"github.com/vmsup/vmsup/internal/lifecycle/startplan"
@@ -89,43 +88,12 @@ const (
 // StartSteps lists the steps a start of f runs in mode: what AfterStep sees,
 // in order.
 func (s *Env) StartSteps(f *spec.File, mode StartMode) []string {
-	r := s.newStart(f, mode, incomingArgs{})
+	r := s.newStart(f, mode, IncomingArgs{})
 	var names []string
 	for _, st := range r.steps() {
 		names = append(names, st.Name)
 	}
 	return names
-}
-
-// incomingArgs are what the source tells a migration destination.
-type incomingArgs struct {
-	accel   spec.Accel
-	cpu     CPUChoice
-	ids     identity.IDs // the source's UUID and generation id
-	machine string       // the source's machine type
-	ramID   string       // the source's RAM block name ("" from older sources)
-	// cpr: a local destination taking the guest's RAM in place
-	// (cpr-transfer): its QEMU waits on a cpr channel, and its disks are
-	// plugged once the source sent its state (incomingStart.PlugDisks).
-	cpr        bool
-	sourceFile string
-	from       string
-	markers    map[string]string // disk file -> the source's marker beside it
-	// copies are the disk files this destination takes a copy of (not on
-	// shared storage); makeCopies makes them (empty) and undoCopies
-	// removes them.
-	copies     map[string]bool
-	makeCopies func(ctx context.Context) error
-	undoCopies func(ctx context.Context)
-	uefiVars   []byte
-	// listen makes QEMU listen for the stream (the incoming step).
-	listen func(ctx context.Context) error
-	// journal and intent: a destination on another host journals itself
-	// as an operation of this kind (its receiver may die): the intent is
-	// its unit, whether the VM had a state directory here, and (from the
-	// record step) what its commit records.
-	journal operation.Kind
-	intent  func(unit string, existed bool, app *vmstore.Applied, raw []byte) any
 }
 
 // startRun is one start: what its steps share.
@@ -146,7 +114,7 @@ type startRun struct {
 	// bootDisks are the disks left off argv, plugged by the disks step.
 	bootDisks []qemuargs.BootDisk
 	res       UpResult
-	in        incomingArgs
+	in        IncomingArgs
 	// locked: the caller holds the VM's lock (restart, recovery).
 	locked bool
 	// restore: a fresh start resumes the guest from this memory state
@@ -162,7 +130,7 @@ type startRun struct {
 	}
 }
 
-func (s *Env) newStart(f *spec.File, mode StartMode, in incomingArgs) *startRun {
+func (s *Env) newStart(f *spec.File, mode StartMode, in IncomingArgs) *startRun {
 	name := f.VM.Name
 	r := &startRun{s: s, mode: mode, f: f, name: name, p: s.Paths(name), in: in, res: UpResult{VM: name}}
 	r.sock = r.p
@@ -173,10 +141,10 @@ func (s *Env) newStart(f *spec.File, mode StartMode, in incomingArgs) *startRun 
 		r.plan.Unit = s.state.UnitOf(name) // after a local migration, not vmsup-NAME.service
 	case StartIncoming:
 		r.plan.Unit = vmstore.UnitName(name)
-		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
+		r.app.SourceFile, r.app.MigratedFrom = in.SourceFile, in.From
 	case StartIncomingLocal:
 		r.plan.Unit = vmstore.AltUnit(name, s.state.UnitOf(name))
-		r.app.SourceFile, r.app.MigratedFrom = in.sourceFile, in.from
+		r.app.SourceFile, r.app.MigratedFrom = in.SourceFile, in.From
 	}
 	return r
 }
@@ -190,8 +158,8 @@ func (r *startRun) steps() []step {
 	steps = append(steps,
 		step{Name: StepCheck, Do: r.check},
 		step{Name: StepStateDir, Do: r.stateDir, Undo: r.undoStateDir})
-	if r.in.makeCopies != nil {
-		steps = append(steps, step{Name: StepCopies, Do: r.in.makeCopies, Undo: r.in.undoCopies})
+	if r.in.MakeCopies != nil {
+		steps = append(steps, step{Name: StepCopies, Do: r.in.MakeCopies, Undo: r.in.UndoCopies})
 	}
 	if r.mode == StartIncomingLocal {
 		steps = append(steps, step{Name: StepReuse, Do: r.reuse})
@@ -205,7 +173,7 @@ func (r *startRun) steps() []step {
 	steps = append(steps, r.s.companions().Steps(r.f, &r.plan)...)
 	steps = append(steps, step{Name: StepUnit, Do: r.startUnit, Undo: r.removeUnit},
 		step{Name: StepDisks, Do: func(ctx context.Context) error {
-			if r.in.cpr {
+			if r.in.CPR {
 				return nil // its QEMU answers once the source sent its state
 			}
 			return r.plugDisks(ctx)
@@ -223,10 +191,10 @@ func (r *startRun) steps() []step {
 		return steps
 	}
 	return append(steps, step{Name: StepIncoming, Do: func(ctx context.Context) error {
-		if r.in.listen == nil {
+		if r.in.Listen == nil {
 			return errors.New("no listener for the migration stream")
 		}
-		return r.in.listen(ctx)
+		return r.in.Listen(ctx)
 	}})
 }
 
@@ -245,13 +213,13 @@ func (r *startRun) validate(ctx context.Context) (err error) {
 			return err
 		}
 	} else {
-		r.app.Accel, cpu = r.in.accel, r.in.cpu
+		r.app.Accel, cpu = r.in.Accel, CPUChoice{r.in.CPUModel, r.in.CPUMasks}
 	}
 	if r.mode == StartIncoming {
 		if err := s.checkIncoming(r.f, r.in); err != nil {
 			return err
 		}
-		if err := s.checkIncomingCPU(r.in.accel, r.f.VM.CPUModel, cpu); err != nil {
+		if err := s.checkIncomingCPU(r.in.Accel, r.f.VM.CPUModel, cpu); err != nil {
 			return err
 		}
 	}
@@ -267,17 +235,17 @@ func (r *startRun) validate(ctx context.Context) (err error) {
 // checkIncoming is what a destination on another host checks before taking
 // anything: KVM if the source uses it, the files the spec names, and that
 // the disks are the source's (shared storage).
-func (s *Env) checkIncoming(f *spec.File, in incomingArgs) error {
+func (s *Env) checkIncoming(f *spec.File, in IncomingArgs) error {
 	h := s.hostFacts()
-	if in.accel == spec.AccelKVM && !h.KVMOpenable {
+	if in.Accel == spec.AccelKVM && !h.KVMOpenable {
 		return fmt.Errorf("the source runs it under kvm but here %s", h.KVMUnusable)
 	}
 	if err := checkHost(f, h, s.opts.QEMU); err != nil {
 		return err
 	}
 	for i, disk := range f.VM.Disks {
-		mk, ok := in.markers[disk.File]
-		if !ok || in.copies[disk.File] {
+		mk, ok := in.Markers[disk.File]
+		if !ok || in.Copies[disk.File] {
 			continue // the source could not mark it (it exists here: checkHost), or it is copied here
 		}
 		if _, err := os.Stat(mk); err != nil {
@@ -330,7 +298,7 @@ func (r *startRun) takeLock(ctx context.Context) (err error) {
 	}
 	if r.mode == StartIncoming {
 		// The guardian first: no moment with a journal and nobody to settle it.
-		r.op, r.stopGuard, err = r.s.beginGuardedOp(ctx, r.name, r.in.journal, r.incomingIntent())
+		r.op, r.stopGuard, err = r.s.beginGuardedOp(ctx, r.name, r.in.Journal, r.incomingIntent())
 	}
 	if err != nil {
 		r.unlock(ctx)
@@ -358,7 +326,7 @@ func (r *startRun) unlock(context.Context) {
 // its commit records is not known yet.
 func (r *startRun) incomingIntent() any {
 	_, err := os.Stat(r.p.Dir)
-	return r.in.intent(r.plan.Unit, err == nil, nil, nil)
+	return r.in.Intent(r.plan.Unit, err == nil, nil, nil)
 }
 
 // settledStatus is the unit's status once no start or stop of it is under
@@ -504,7 +472,7 @@ func (r *startRun) stateDir(ctx context.Context) error {
 		if f.VM.Boot.Firmware == spec.FirmwareUEFI {
 			// The flash contents also travel in the stream (pflash is
 			// RAM-backed); the file is what later writes go to.
-			if err := os.WriteFile(p.UEFIVars, r.in.uefiVars, 0o600); err != nil {
+			if err := os.WriteFile(p.UEFIVars, r.in.UEFIVars, 0o600); err != nil {
 				return fmt.Errorf("UEFI variable store: %w", err)
 			}
 		}
@@ -596,8 +564,8 @@ func (r *startRun) makeArgv(context.Context) (err error) {
 	}
 	if r.mode != StartFresh {
 		opts = append(opts, func(o *qemuargs.Options) {
-			o.Incoming, o.RAMID = true, r.in.ramID
-			if r.in.cpr {
+			o.Incoming, o.RAMID = true, r.in.RAMID
+			if r.in.CPR {
 				o.CPRSocket = r.sock.CPR()
 			}
 			o.QMPSocket, o.EventSocket, o.ConsoleSocket, o.AgentSocket = r.sock.QMP, r.sock.Events, r.sock.Console, r.sock.Agent
@@ -641,7 +609,7 @@ func argvBytes(argv []string) int {
 func (r *startRun) record(context.Context) error {
 	if r.op != nil {
 		// What the receiver's commit would record, for recovery.
-		return r.op.SetIntent(r.in.intent(r.plan.Unit, r.prev.dir, r.app, r.f.Raw))
+		return r.op.SetIntent(r.in.Intent(r.plan.Unit, r.prev.dir, r.app, r.f.Raw))
 	}
 	if r.mode != StartFresh {
 		return nil

@@ -259,7 +259,7 @@ func (s *Env) UpWith(ctx context.Context, o UpOptions, files ...*spec.File) ([]U
 
 // upOne brings one VM up through the start pipeline (start.go).
 func (s *Env) upOne(ctx context.Context, f *spec.File) (UpResult, error) {
-	r := s.newStart(f, StartFresh, incomingArgs{})
+	r := s.newStart(f, StartFresh, IncomingArgs{})
 	defer func() {
 		if r.lk != nil {
 			r.lk.Unlock()

@@ -147,15 +147,8 @@ func (m *outgoing) shutOffCandidates(ctx context.Context) ([]migwire.DiskCopy, e
 			return nil, fmt.Errorf("disk[%d] %q: %w", i, d.Name, err)
 		}
 		c := migwire.DiskCopy{Name: d.Name, File: d.File, Format: info.Format, Size: info.VirtualSize}
-		switch {
-		case d.Image != "":
-			im, err := m.mg.env.Images().Store.Resolve(d.Image)
-			if err != nil {
-				return nil, fmt.Errorf("disk[%d] %q: %w", i, d.Name, err)
-			}
-			c.Image, c.ImageSource, c.ImageVerified = im.Digest, im.Source, im.Verified
-		case d.Backing != "":
-			c.Backing = d.Backing
+		if err := m.baseOf(d, &c); err != nil {
+			return nil, fmt.Errorf("disk[%d] %q: %w", i, d.Name, err)
 		}
 		out = append(out, c)
 	}

@@ -78,15 +78,8 @@ func (m *outgoing) diskCandidates(ctx context.Context) ([]migwire.DiskCopy, erro
 		if c.Size == 0 {
 			return nil, fmt.Errorf("disk[%d] %q: no node %s in the source's QEMU", i, d.Name, qemuargs.DiskNodeName(d.Name))
 		}
-		switch {
-		case d.Image != "":
-			im, err := m.mg.env.Images().Store.Resolve(d.Image)
-			if err != nil {
-				return nil, fmt.Errorf("disk[%d] %q: %w", i, d.Name, err)
-			}
-			c.Image, c.ImageSource, c.ImageVerified = im.Digest, im.Source, im.Verified
-		case d.Backing != "":
-			c.Backing = d.Backing
+		if err := m.baseOf(d, &c); err != nil {
+			return nil, fmt.Errorf("disk[%d] %q: %w", i, d.Name, err)
 		}
 		out = append(out, c)
 	}
@@ -364,4 +357,21 @@ func (mg *Migrator) removeSourceCopies(name string, files []string, keep bool) s
 		return "the copied disks here could not all be removed: " + err.Error()
 	}
 	return fmt.Sprintf("its %d copied disk(s) here are removed", len(files))
+}
+
+// baseOf fills in what c's destination needs of disk d's base: a stored
+// image's digest and where it was pulled from (the destination pulls it
+// if its store lacks it), or the backing file the overlay names.
+func (m *outgoing) baseOf(d spec.Disk, c *migwire.DiskCopy) error {
+	switch {
+	case d.Image != "":
+		im, err := m.mg.env.Images().Store.Resolve(d.Image)
+		if err != nil {
+			return err
+		}
+		c.Image, c.ImageSource, c.ImageVerified = im.Digest, im.Source, im.Verified
+	case d.Backing != "":
+		c.Backing = d.Backing
+	}
+	return nil
 }
